@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "engine/backend/backend.h"
+
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/error.h"
+
+#ifdef TRAINBENCH_HAVE_CUDA
+#include "engine/backend/cuda/cuda_backend.h"
+#endif
+
+namespace tb {
+
+ConvGeometry ConvGeometry::make(int64_t N, int64_t C_in, int64_t H, int64_t W, int64_t C_out,
+                                int64_t kernel, int64_t stride, int64_t pad) {
+  TB_CHECK(kernel > 0 && stride > 0 && pad >= 0, "invalid convolution: kernel ", kernel,
+           ", stride ", stride, ", padding ", pad);
+  ConvGeometry g;
+  g.N = N, g.C_in = C_in, g.H = H, g.W = W, g.C_out = C_out;
+  g.KH = g.KW = kernel, g.stride = stride, g.pad = pad;
+  g.H_out = (H + 2 * pad - kernel) / stride + 1;
+  g.W_out = (W + 2 * pad - kernel) / stride + 1;
+  TB_CHECK(g.H_out > 0 && g.W_out > 0, "convolution with kernel ", kernel, " does not fit input ",
+           H, "x", W, " (padding ", pad, ")");
+  return g;
+}
+
+PoolGeometry PoolGeometry::make(int64_t N, int64_t C, int64_t H, int64_t W, int64_t kernel,
+                                int64_t stride, int64_t pad) {
+  TB_CHECK(kernel > 0 && stride > 0 && pad >= 0 && 2 * pad <= kernel, "invalid pooling: kernel ",
+           kernel, ", stride ", stride, ", padding ", pad);
+  PoolGeometry g;
+  g.N = N, g.C = C, g.H = H, g.W = W;
+  g.kernel = kernel, g.stride = stride, g.pad = pad;
+  g.H_out = (H + 2 * pad - kernel) / stride + 1;
+  g.W_out = (W + 2 * pad - kernel) / stride + 1;
+  TB_CHECK(g.H_out > 0 && g.W_out > 0, "pooling with kernel ", kernel, " does not fit input ", H,
+           "x", W);
+  return g;
+}
+
+const char* optimizer_name(OptimizerKind k) {
+  switch (k) {
+    case OptimizerKind::SGD: return "sgd";
+    case OptimizerKind::AdamW: return "adamw";
+    case OptimizerKind::RMSProp: return "rmsprop";
+    case OptimizerKind::LARS: return "lars";
+    case OptimizerKind::LAMB: return "lamb";
+  }
+  return "?";
+}
+
+OptimizerKind optimizer_from_name(const std::string& s) {
+  for (auto k : {OptimizerKind::SGD, OptimizerKind::AdamW, OptimizerKind::RMSProp,
+                 OptimizerKind::LARS, OptimizerKind::LAMB})
+    if (s == optimizer_name(k)) return k;
+  TB_FAIL("unknown optimizer '", s, "' (expected sgd, adamw, rmsprop, lars or lamb)");
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOptions& options,
+                                      std::string* note) {
+  if (device == "auto") {
+#ifdef TRAINBENCH_HAVE_CUDA
+    std::string why;
+    if (cuda_device_count(&why) > 0) return make_cuda_backend(0, options);
+    if (note) *note = "device auto: no usable GPU (" + why + "), running on the CPU";
+#else
+    if (note) *note = "device auto: this build has no CUDA backend, running on the CPU";
+#endif
+    return std::make_unique<CpuBackend>(options);
+  }
+  const Device d = parse_device(device);
+  if (d.is_cpu()) return std::make_unique<CpuBackend>(options);
+#ifdef TRAINBENCH_HAVE_CUDA
+  std::string why;
+  const int n = cuda_device_count(&why);
+  TB_CHECK(d.index < n, "device ", device, " is not available: ",
+           n == 0 ? why : std::to_string(n) + " GPU(s) found");
+  return make_cuda_backend(d.index, options);
+#else
+  TB_FAIL("device ", device, " is not available: this build has no CUDA backend "
+          "(configure with -DTRAINBENCH_CUDA=ON on a machine with the CUDA toolkit and cuDNN)");
+#endif
+}
+
+std::vector<std::pair<std::string, std::string>> available_devices() {
+  std::vector<std::pair<std::string, std::string>> out;
+#ifdef TRAINBENCH_HAVE_CUDA
+  for (auto& d : cuda_device_names()) out.push_back(d);
+#endif
+  out.emplace_back("cpu", CpuBackend::host_name());
+  return out;
+}
+
+}  // namespace tb

@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// The one interface every compute backend implements (cpu now, cuda next).
+// Layers in engine/nn are written against it and never see a device API.
+//
+// Conventions for every op:
+// - Rank-4 tensors have logical shape (N, C, H, W); their Layout says the memory
+//   order. A backend either supports the layout it is given or throws tb::Error;
+//   it never transposes silently.
+// - "accumulate" on parameter gradients: false writes (the first backward after
+//   gradients were set to none), true adds into what is there.
+// - An undefined Tensor (Tensor{}) means "not wanted" (e.g. dx of the first layer,
+//   db of a convolution without bias).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/core/tensor.h"
+
+namespace tb {
+
+struct ConvGeometry {
+  int64_t N = 0, C_in = 0, H = 0, W = 0;
+  int64_t C_out = 0, KH = 0, KW = 0;
+  int64_t stride = 1, pad = 0;
+  int64_t H_out = 0, W_out = 0;
+
+  static ConvGeometry make(int64_t N, int64_t C_in, int64_t H, int64_t W, int64_t C_out,
+                           int64_t kernel, int64_t stride, int64_t pad);
+  Shape input_shape() const { return {N, C_in, H, W}; }
+  Shape weight_shape() const { return {C_out, C_in, KH, KW}; }
+  Shape output_shape() const { return {N, C_out, H_out, W_out}; }
+};
+
+struct PoolGeometry {
+  int64_t N = 0, C = 0, H = 0, W = 0;
+  int64_t kernel = 2, stride = 2, pad = 0;
+  int64_t H_out = 0, W_out = 0;
+
+  static PoolGeometry make(int64_t N, int64_t C, int64_t H, int64_t W, int64_t kernel,
+                           int64_t stride, int64_t pad);
+  Shape input_shape() const { return {N, C, H, W}; }
+  Shape output_shape() const { return {N, C, H_out, W_out}; }
+};
+
+enum class OptimizerKind { SGD, AdamW, RMSProp, LARS, LAMB };
+const char* optimizer_name(OptimizerKind k);
+OptimizerKind optimizer_from_name(const std::string& s);  // throws tb::Error
+
+// Hyper-parameters of one optimizer step. Gradients are multiplied by
+// grad_scale before use (1/loss_scale under AMP, times the clipping factor).
+struct OptimizerStep {
+  OptimizerKind kind = OptimizerKind::SGD;
+  float lr = 0.01f;
+  float momentum = 0.0f;      // SGD, RMSProp, LARS
+  bool nesterov = false;      // SGD
+  float weight_decay = 0.0f;  // L2 for SGD/RMSProp/LARS, decoupled for AdamW/LAMB
+  float beta1 = 0.9f, beta2 = 0.999f;  // AdamW, LAMB
+  float alpha = 0.99f;        // RMSProp smoothing
+  float eps = 1e-8f;
+  float trust_coefficient = 0.001f;  // LARS
+  int64_t step = 1;           // 1-based count, for Adam bias correction
+  float grad_scale = 1.0f;
+};
+
+// One parameter tensor with its gradient and optimizer state (views into the
+// contiguous blocks). state1/state2 are undefined when the optimizer needs none.
+struct ParamSlot {
+  Tensor param, grad, state1, state2;
+  bool weight_decay = true;  // false for biases and BN affine parameters
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;          // "cpu (openblas 0.3.21, 2 threads)"
+  virtual nlohmann::json describe() const = 0;   // device and library versions, for the run record
+  virtual void synchronize() {}
+
+  Tensor empty(const Shape& s, DType t, Layout l = Layout::NCHW) const {
+    return Tensor::empty(s, t, device(), l);
+  }
+
+  // --- memory
+  virtual void fill(Tensor& t, double value) = 0;
+  // Same logical shape and dtype; either side may be on the host; layouts may
+  // differ (the only place a layout conversion happens, and it is explicit).
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;
+
+  // --- convolution: x (N,Cin,H,W), w (Cout,Cin,KH,KW), b (Cout) or undefined
+  virtual void conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
+                              const Tensor& b, Tensor& y) = 0;
+  virtual void conv2d_backward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
+                               const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db,
+                               bool accumulate) = 0;
+
+  // --- linear: x (N,K), w (M,K), b (M) or undefined, y (N,M)
+  virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) = 0;
+  virtual void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
+                               Tensor& dw, Tensor& db, bool accumulate) = 0;
+
+  // --- batch normalization over (N,H,W) per channel. Training uses batch
+  // statistics, updates running mean and (unbiased) running variance with
+  // `momentum`, and saves mean and 1/sqrt(var+eps) (C) for backward.
+  virtual void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                       Tensor& running_mean, Tensor& running_var, float momentum,
+                                       float eps, Tensor& y, Tensor& save_mean,
+                                       Tensor& save_invstd) = 0;
+  virtual void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                      const Tensor& running_mean, const Tensor& running_var,
+                                      float eps, Tensor& y) = 0;
+  virtual void batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                                  const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
+                                  Tensor& dgamma, Tensor& dbeta, bool accumulate) = 0;
+
+  // --- pointwise (any rank; y/dx may alias x/dy)
+  virtual void relu_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;  // dx = dy*(y>0)
+  virtual void gelu_forward(const Tensor& x, Tensor& y) = 0;  // exact (erf) GELU
+  virtual void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;   // y = a + b
+  virtual void accumulate(const Tensor& src, Tensor& dst) = 0;         // dst += src
+  virtual void scale(Tensor& t, double alpha) = 0;                     // t *= alpha
+
+  // --- pooling
+  virtual void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
+                                 Tensor& argmax /* i32, same shape as y */) = 0;
+  virtual void maxpool2d_backward(const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,
+                                  Tensor& dx) = 0;
+  // Average pooling counts padded cells (count_include_pad), like PyTorch's default.
+  virtual void avgpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y) = 0;
+  virtual void avgpool2d_backward(const PoolGeometry& g, const Tensor& dy, Tensor& dx) = 0;
+  virtual void global_avgpool_forward(const Tensor& x /*N,C,H,W*/, Tensor& y /*N,C*/) = 0;
+  virtual void global_avgpool_backward(const Tensor& dy /*N,C*/, Tensor& dx /*N,C,H,W*/) = 0;
+
+  // --- loss: softmax cross-entropy with label smoothing, mean over the batch.
+  // Adds {sum of per-sample losses, number of correct argmax predictions} into
+  // stats (f64 [2], on this device) so the host reads them only when it wants.
+  // When dlogits is defined it receives grad_scale * d(mean loss)/d(logits).
+  virtual void softmax_cross_entropy(const Tensor& logits /*N,K*/, const Tensor& labels /*i32 N*/,
+                                     float label_smoothing, float grad_scale, Tensor& dlogits,
+                                     Tensor& stats) = 0;
+
+  // --- reductions and optimizers
+  virtual double sum_squares(const Tensor& t) = 0;  // host value of sum(t^2), in double
+  // Updates every slot. multi_tensor=false: one pass (launch) per parameter
+  // tensor; true: all tensors in one (or a few) passes. Both give the same values.
+  virtual void optimizer_step(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
+                              bool multi_tensor) = 0;
+};
+
+struct BackendOptions {
+  bool reference = false;      // cpu: the plain reference kernels (the test oracle)
+  int threads = 0;             // cpu: 0 = all cores
+  bool deterministic = false;  // cuda: deterministic algorithms only
+  bool cudnn_benchmark = false;
+};
+
+// "cpu", "cuda", "cuda:N" or "auto" (a GPU when one works, else the CPU with one
+// log line in *note). Throws tb::Error when the device cannot be used.
+std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOptions& options,
+                                      std::string* note = nullptr);
+// Devices this build can use, e.g. {"cpu"} or {"cuda:0", "cpu"}, with names.
+std::vector<std::pair<std::string, std::string>> available_devices();
+
+}  // namespace tb

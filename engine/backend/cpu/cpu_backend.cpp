@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// CpuBackend: construction, identity, and the memory ops (fill, copy with
+// explicit layout conversion, sum of squares, scale).
+#include "engine/backend/cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "engine/core/error.h"
+
+namespace tb {
+
+CpuBackend::CpuBackend(const BackendOptions& options) : options_(options) {
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads_ = options.threads > 0 ? options.threads : hw;
+  openblas_set_num_threads(threads_);
+}
+
+std::string CpuBackend::host_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto pos = line.find(':');
+      if (pos != std::string::npos) return line.substr(pos + 2);
+    }
+  }
+  return "CPU";
+}
+
+std::string CpuBackend::name() const {
+  if (options_.reference) return "cpu (reference kernels)";
+  return "cpu (OpenBLAS " + std::string(OPENBLAS_VERSION).substr(9) + ", " +
+         std::to_string(threads_) + " threads)";
+}
+
+nlohmann::json CpuBackend::describe() const {
+  return {{"backend", "cpu"},
+          {"device", "cpu"},
+          {"device_name", host_name()},
+          {"threads", threads_},
+          {"kernels", options_.reference ? "reference" : "fast"},
+          {"openblas", openblas_get_config()}};
+}
+
+namespace {
+
+template <typename T>
+void fill_typed(Tensor& t, double value) {
+  std::fill_n(t.data_as<T>(), t.numel(), static_cast<T>(value));
+}
+
+template <typename T>
+double sum_squares_typed(const Tensor& t) {
+  const T* p = t.data_as<T>();
+  double s = 0.0;
+  for (int64_t i = 0; i < t.numel(); ++i) s += double(p[i]) * double(p[i]);
+  return s;
+}
+
+// dst (layout L_dst) <- src (layout L_src), same logical (N,C,H,W), element size es.
+void convert_layout(const Tensor& src, Tensor& dst) {
+  const int64_t N = src.n(), C = src.c(), H = src.h(), W = src.w();
+  const size_t es = dtype_size(src.dtype());
+  const char* s = static_cast<const char*>(src.data());
+  char* d = static_cast<char*>(dst.data());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t w = 0; w < W; ++w)
+          std::memcpy(d + offset4(dst.layout(), C, H, W, n, c, h, w) * es,
+                      s + offset4(src.layout(), C, H, W, n, c, h, w) * es, es);
+}
+
+}  // namespace
+
+void CpuBackend::fill(Tensor& t, double value) {
+  TB_CHECK(t.device().is_cpu(), "cpu fill on ", t.describe());
+  switch (t.dtype()) {
+    case DType::F32: fill_typed<float>(t, value); break;
+    case DType::F64: fill_typed<double>(t, value); break;
+    case DType::I32: fill_typed<int32_t>(t, value); break;
+    case DType::U8: fill_typed<uint8_t>(t, value); break;
+    default:
+      TB_CHECK(value == 0.0, "cpu fill of ", t.describe(), " supports only zero");
+      std::memset(t.data(), 0, t.nbytes());
+  }
+}
+
+void CpuBackend::copy(const Tensor& src, Tensor& dst) {
+  TB_CHECK(src.device().is_cpu() && dst.device().is_cpu(), "cpu copy between ", src.describe(),
+           " and ", dst.describe());
+  TB_CHECK(src.shape() == dst.shape(), "copy: shape mismatch ", src.describe(), " -> ",
+           dst.describe());
+  if (src.dtype() == dst.dtype()) {
+    if (src.rank() == 4 && src.layout() != dst.layout()) {
+      convert_layout(src, dst);
+    } else if (src.data() != dst.data()) {
+      std::memmove(dst.data(), src.data(), src.nbytes());
+    }
+    return;
+  }
+  // f32 <-> f64 (gradient checks move weights between precisions).
+  TB_CHECK(src.layout() == dst.layout() || src.rank() != 4, "copy: dtype and layout change at once");
+  const int64_t n = src.numel();
+  if (src.dtype() == DType::F32 && dst.dtype() == DType::F64) {
+    std::copy_n(src.data_as<float>(), n, dst.data_as<double>());
+  } else if (src.dtype() == DType::F64 && dst.dtype() == DType::F32) {
+    std::transform(src.data_as<double>(), src.data_as<double>() + n, dst.data_as<float>(),
+                   [](double v) { return float(v); });
+  } else {
+    TB_FAIL("copy: cannot convert ", src.describe(), " to ", dst.describe());
+  }
+}
+
+double CpuBackend::sum_squares(const Tensor& t) {
+  if (t.dtype() == DType::F64) return sum_squares_typed<double>(t);
+  expect_dtype(t, DType::F32, "sum_squares");
+  return sum_squares_typed<float>(t);
+}
+
+void CpuBackend::scale(Tensor& t, double alpha) {
+  if (t.dtype() == DType::F64) {
+    double* p = t.data_as<double>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] *= alpha;
+    return;
+  }
+  expect_dtype(t, DType::F32, "scale");
+  cblas_sscal(static_cast<blasint>(t.numel()), static_cast<float>(alpha), t.data_as<float>(), 1);
+}
+
+}  // namespace tb

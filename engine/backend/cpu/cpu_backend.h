@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// The CPU backend. Each op family lives in its own file (conv.cpp, linear.cpp,
+// pool.cpp, batchnorm.cpp, pointwise.cpp, loss.cpp, optimizer.cpp, memory.cpp)
+// with a plain reference implementation (templated on float/double: the test
+// oracle, used for f64 and when options.reference is set) beside the fast f32
+// path (OpenBLAS GEMM, vectorisable loops, OpenMP threads).
+#include "engine/backend/backend.h"
+
+namespace tb {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const BackendOptions& options = {});
+
+  Device device() const override { return Device::cpu(); }
+  std::string name() const override;
+  nlohmann::json describe() const override;
+  static std::string host_name();  // CPU model name from /proc/cpuinfo
+
+  bool reference() const { return options_.reference; }
+  int threads() const { return threads_; }
+
+  void fill(Tensor& t, double value) override;
+  void copy(const Tensor& src, Tensor& dst) override;
+
+  void conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
+                      Tensor& y) override;
+  void conv2d_backward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
+                       Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
+
+  void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
+  void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
+                       Tensor& db, bool accumulate) override;
+
+  void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                               Tensor& running_mean, Tensor& running_var, float momentum,
+                               float eps, Tensor& y, Tensor& save_mean,
+                               Tensor& save_invstd) override;
+  void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                              const Tensor& running_mean, const Tensor& running_var, float eps,
+                              Tensor& y) override;
+  void batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                          const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
+                          Tensor& dgamma, Tensor& dbeta, bool accumulate) override;
+
+  void relu_forward(const Tensor& x, Tensor& y) override;
+  void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void gelu_forward(const Tensor& x, Tensor& y) override;
+  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void add(const Tensor& a, const Tensor& b, Tensor& y) override;
+  void accumulate(const Tensor& src, Tensor& dst) override;
+  void scale(Tensor& t, double alpha) override;
+
+  void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
+                         Tensor& argmax) override;
+  void maxpool2d_backward(const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,
+                          Tensor& dx) override;
+  void avgpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y) override;
+  void avgpool2d_backward(const PoolGeometry& g, const Tensor& dy, Tensor& dx) override;
+  void global_avgpool_forward(const Tensor& x, Tensor& y) override;
+  void global_avgpool_backward(const Tensor& dy, Tensor& dx) override;
+
+  void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing,
+                             float grad_scale, Tensor& dlogits, Tensor& stats) override;
+
+  double sum_squares(const Tensor& t) override;
+  void optimizer_step(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
+                      bool multi_tensor) override;
+
+ private:
+  // True when an op on tensors of dtype t must take the reference path.
+  bool use_reference(DType t) const { return options_.reference || t == DType::F64; }
+
+  BackendOptions options_;
+  int threads_ = 1;
+};
+
+}  // namespace tb

@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "engine/core/tensor.h"
+
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <sstream>
+
+#include "engine/core/error.h"
+
+namespace tb {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::F64: return "f64";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+    case DType::U8: return "u8";
+    case DType::I32: return "i32";
+  }
+  return "?";
+}
+
+DType dtype_from_name(const std::string& name) {
+  for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16, DType::U8, DType::I32})
+    if (name == dtype_name(t)) return t;
+  TB_FAIL("unknown dtype '", name, "' (expected f32, f64, f16, bf16, u8 or i32)");
+}
+
+std::string Device::str() const {
+  return kind == DeviceKind::CPU ? std::string("cpu") : "cuda:" + std::to_string(index);
+}
+
+Device parse_device(const std::string& s) {
+  if (s == "cpu") return Device::cpu();
+  if (s == "cuda") return Device::cuda(0);
+  if (s.rfind("cuda:", 0) == 0) {
+    const std::string idx = s.substr(5);
+    char* end = nullptr;
+    long i = std::strtol(idx.c_str(), &end, 10);
+    if (!idx.empty() && end && *end == '\0' && i >= 0 && i < 1024) return Device::cuda(int(i));
+  }
+  TB_FAIL("invalid device '", s, "' (expected auto, cpu, cuda or cuda:N)");
+}
+
+const char* layout_name(Layout l) { return l == Layout::NCHW ? "NCHW" : "NHWC"; }
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << ']';
+  return os.str();
+}
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+namespace {
+
+class CpuAllocator final : public Allocator {
+ public:
+  void* allocate(size_t bytes) override {
+    // 64-byte alignment suits AVX-512 loads and cache lines.
+    size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (!p)
+      throw OutOfMemory(detail::concat("out of host memory allocating ", bytes, " bytes"), bytes);
+    return p;
+  }
+  void deallocate(void* ptr, size_t) override { std::free(ptr); }
+};
+
+CpuAllocator g_cpu_allocator;
+std::array<Allocator*, 2> g_allocators = {&g_cpu_allocator, nullptr};
+std::mutex g_allocators_mutex;
+
+}  // namespace
+
+Allocator& allocator_for(const Device& d) {
+  std::lock_guard lock(g_allocators_mutex);
+  Allocator* a = g_allocators[static_cast<size_t>(d.kind)];
+  TB_CHECK(a, "no allocator registered for device ", d.str(),
+           " (this build or machine has no backend for it)");
+  return *a;
+}
+
+void register_allocator(DeviceKind kind, Allocator* allocator) {
+  std::lock_guard lock(g_allocators_mutex);
+  g_allocators[static_cast<size_t>(kind)] = allocator;
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, Layout layout) {
+  for (int64_t d : shape) TB_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
+  Tensor t;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.device_ = device;
+  t.layout_ = layout;
+  const size_t bytes = t.nbytes();
+  Allocator* a = &allocator_for(device);
+  void* p = a->allocate(bytes);
+  t.storage_ = std::shared_ptr<void>(p, [a, bytes](void* q) { a->deallocate(q, bytes); });
+  t.data_ = p;
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device, Layout layout) {
+  TB_CHECK(device.is_cpu(), "Tensor::zeros is host-only; use Backend::fill on ", device.str());
+  Tensor t = empty(shape, dtype, device, layout);
+  std::memset(t.data_, 0, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::view_of(const Tensor& base, int64_t element_offset, const Shape& shape,
+                       Layout layout) {
+  TB_CHECK(base.defined(), "view of an undefined tensor");
+  TB_CHECK(element_offset >= 0 && element_offset + shape_numel(shape) <= base.numel(),
+           "view ", shape_str(shape), " at offset ", element_offset, " exceeds ",
+           base.describe());
+  Tensor t = base;
+  t.data_ = static_cast<char*>(base.data_) + element_offset * dtype_size(base.dtype_);
+  t.shape_ = shape;
+  t.layout_ = layout;
+  return t;
+}
+
+Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, Device device, Layout layout) {
+  Tensor t;
+  t.data_ = data;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.device_ = device;
+  t.layout_ = layout;
+  return t;
+}
+
+Tensor Tensor::reshaped(const Shape& shape) const {
+  TB_CHECK(shape_numel(shape) == numel(), "cannot reshape ", describe(), " to ",
+           shape_str(shape));
+  Tensor t = *this;
+  t.shape_ = shape;
+  if (shape.size() != 4) t.layout_ = Layout::NCHW;
+  return t;
+}
+
+Tensor Tensor::rows(int64_t begin, int64_t end) const {
+  TB_CHECK(rank() >= 1 && begin >= 0 && begin <= end && end <= shape_[0], "rows [", begin, ", ",
+           end, ") out of range for ", describe());
+  const int64_t row = numel() / std::max<int64_t>(shape_[0], 1);
+  Shape s = shape_;
+  s[0] = end - begin;
+  return view_of(*this, begin * row, s, layout_);
+}
+
+std::string Tensor::describe() const {
+  std::ostringstream os;
+  os << dtype_name(dtype_) << shape_str(shape_);
+  if (rank() == 4) os << ' ' << layout_name(layout_);
+  os << ' ' << device_.str();
+  return os.str();
+}
+
+void expect_shape(const Tensor& t, const Shape& shape, const char* what) {
+  TB_CHECK(t.shape() == shape, what, ": expected shape ", shape_str(shape), ", got ",
+           t.describe());
+}
+
+void expect_dtype(const Tensor& t, DType dtype, const char* what) {
+  TB_CHECK(t.dtype() == dtype, what, ": expected dtype ", dtype_name(dtype), ", got ",
+           t.describe());
+}
+
+}  // namespace tb

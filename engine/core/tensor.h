@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/core/device.h"
+#include "engine/core/dtype.h"
+
+namespace tb {
+
+// Physical order of a rank-4 tensor. The logical shape is always (N, C, H, W);
+// layout says how those elements lie in memory. Tensors of other ranks are
+// plain row-major and their layout is NCHW by convention.
+enum class Layout { NCHW, NHWC };
+const char* layout_name(Layout l);
+
+using Shape = std::vector<int64_t>;
+std::string shape_str(const Shape& s);  // "[64, 1, 28, 28]"
+int64_t shape_numel(const Shape& s);
+
+// Device memory source. The CPU allocator is built in; the CUDA backend
+// registers its caching allocator when it starts.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t bytes) = 0;  // throws tb::OutOfMemory
+  virtual void deallocate(void* ptr, size_t bytes) = 0;
+};
+Allocator& allocator_for(const Device& d);  // throws tb::Error if none is registered
+void register_allocator(DeviceKind kind, Allocator* allocator);
+
+// A typed view of a block of memory: shape, dtype, layout and device.
+// Copying a Tensor copies the view, never the data (like a shared pointer).
+// Views into a parent block (parameters in the contiguous parameter block)
+// keep the parent's storage alive.
+class Tensor {
+ public:
+  Tensor() = default;
+
+  static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu(),
+                      Layout layout = Layout::NCHW);
+  static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu(),
+                      Layout layout = Layout::NCHW);  // CPU only; devices use Backend::fill
+  // A view of `shape` starting `element_offset` elements into `base` (contiguous).
+  static Tensor view_of(const Tensor& base, int64_t element_offset, const Shape& shape,
+                        Layout layout = Layout::NCHW);
+  // A non-owning view of caller memory (the caller keeps it alive).
+  static Tensor wrap(void* data, const Shape& shape, DType dtype, Device device = Device::cpu(),
+                     Layout layout = Layout::NCHW);
+
+  bool defined() const { return data_ != nullptr; }
+  void* data() const { return data_; }
+  template <typename T> T* data_as() const { return static_cast<T*>(data_); }
+
+  const Shape& shape() const { return shape_; }
+  int rank() const { return static_cast<int>(shape_.size()); }
+  int64_t dim(int i) const { return shape_.at(i < 0 ? i + rank() : i); }
+  int64_t numel() const { return shape_numel(shape_); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  Layout layout() const { return layout_; }
+
+  // Rank-4 accessors (logical dims, whatever the layout).
+  int64_t n() const { return dim(0); }
+  int64_t c() const { return dim(1); }
+  int64_t h() const { return dim(2); }
+  int64_t w() const { return dim(3); }
+
+  // Same data, new logical shape (contiguous, element count unchanged).
+  Tensor reshaped(const Shape& shape) const;
+  // Rows [begin, end) of the leading dimension.
+  Tensor rows(int64_t begin, int64_t end) const;
+
+  std::string describe() const;  // "f32[64, 1, 28, 28] NCHW cpu"
+
+ private:
+  std::shared_ptr<void> storage_;  // owner of the block (null for wrapped memory)
+  void* data_ = nullptr;
+  Shape shape_;
+  DType dtype_ = DType::F32;
+  Device device_{};
+  Layout layout_ = Layout::NCHW;
+};
+
+// Element offset of logical (n, c, h, w) in a rank-4 tensor of the given layout.
+inline int64_t offset4(Layout l, int64_t C, int64_t H, int64_t W, int64_t n, int64_t c, int64_t h,
+                       int64_t w) {
+  return l == Layout::NCHW ? ((n * C + c) * H + h) * W + w : ((n * H + h) * W + w) * C + c;
+}
+
+// Throws tb::Error naming `what` unless t has the expected shape/dtype.
+void expect_shape(const Tensor& t, const Shape& shape, const char* what);
+void expect_dtype(const Tensor& t, DType dtype, const char* what);
+
+}  // namespace tb

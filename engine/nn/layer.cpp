@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "engine/nn/layer.h"
+
+namespace tb {
+
+std::string ParamRegistry::full_name(const std::string& n) const {
+  std::string s;
+  for (const auto& p : prefix_) s += p;
+  return s + n;
+}
+
+void ParamRegistry::add_param(ParamSpec spec, Tensor* value, Tensor* grad) {
+  spec.name = full_name(spec.name);
+  if (spec.shape.size() == 4) spec.layout = weight_layout_;
+  params_.push_back({std::move(spec), value, grad});
+}
+
+void ParamRegistry::add_buffer(ParamSpec spec, Tensor* value) {
+  spec.name = full_name(spec.name);
+  buffers_.push_back({std::move(spec), value, nullptr});
+}
+
+Tensor& ensure_buffer(Context& ctx, Tensor& buf, const Shape& shape, DType dtype, Layout layout) {
+  const Layout want = shape.size() == 4 ? layout : Layout::NCHW;
+  if (!buf.defined() || buf.shape() != shape || buf.dtype() != dtype || buf.layout() != want ||
+      buf.device() != ctx.backend.device()) {
+    buf = ctx.backend.empty(shape, dtype, want);
+  }
+  return buf;
+}
+
+}  // namespace tb

@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// A layer: explicit shapes, forward and backward side by side, written against
+// the Backend interface only (so the same layer runs on every device).
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/core/tensor.h"
+
+namespace tb {
+
+// What one forward/backward pass runs with.
+struct Context {
+  Backend& backend;
+  bool training = true;
+  // false: parameter gradients are "none" (grad_set_to_none) and this backward
+  // writes them; true: it adds into them (gradient accumulation, or after memset).
+  bool accumulate_grads = false;
+  DType dtype = DType::F32;      // activation dtype (f64 in the gradient checks)
+  Layout layout = Layout::NCHW;  // memory order of rank-4 activations
+};
+
+// How a parameter or buffer starts. KaimingUniform follows PyTorch's default for
+// conv/linear weights: U(-b, b) with b = 1/sqrt(fan_in); FanInUniform is the same
+// bound, used for biases.
+enum class Init { Zeros, Ones, KaimingUniform, FanInUniform };
+
+struct ParamSpec {
+  std::string name;  // "conv1.weight"
+  Shape shape;
+  Init init = Init::Zeros;
+  int64_t fan_in = 1;
+  bool weight_decay = true;  // false for biases and BN affine parameters
+  Layout layout = Layout::NCHW;  // memory order of rank-4 weights
+};
+
+// Collects the parameters (trained, with gradients) and buffers (e.g. BN running
+// statistics) that layers declare in setup(); Model::build then places every
+// parameter in one contiguous block (and every gradient in another) and points
+// the layer's Tensor members at their views.
+class ParamRegistry {
+ public:
+  explicit ParamRegistry(Layout weight_layout = Layout::NCHW) : weight_layout_(weight_layout) {}
+  // `value` and `grad` are members of the layer; they are filled in by Model::build.
+  void add_param(ParamSpec spec, Tensor* value, Tensor* grad);
+  void add_buffer(ParamSpec spec, Tensor* value);
+  // Prefix for nested layers ("layer1.0." while a residual block registers its parts).
+  void push_prefix(const std::string& p) { prefix_.push_back(p); }
+  void pop_prefix() { prefix_.pop_back(); }
+  Layout weight_layout() const { return weight_layout_; }
+
+  struct Entry {
+    ParamSpec spec;
+    Tensor* value = nullptr;
+    Tensor* grad = nullptr;  // null for buffers
+  };
+  const std::vector<Entry>& params() const { return params_; }
+  const std::vector<Entry>& buffers() const { return buffers_; }
+
+ private:
+  std::string full_name(const std::string& n) const;
+  Layout weight_layout_;
+  std::vector<std::string> prefix_;
+  std::vector<Entry> params_, buffers_;
+};
+
+class Layer {
+ public:
+  explicit Layer(std::string name) : name_(std::move(name)) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const std::string& name() const { return name_; }
+  virtual std::string kind() const = 0;  // "conv2d", "batchnorm2d", ...
+
+  // Declares parameters/buffers and returns the output shape for input shape
+  // `in` (the leading N is a placeholder: any batch size may follow).
+  virtual Shape setup(const Shape& in, ParamRegistry& reg) = 0;
+  // Computes the output; when ctx.training it keeps what backward needs.
+  virtual Tensor forward(Context& ctx, const Tensor& x) = 0;
+  // Given dL/dy, writes or accumulates parameter gradients (ctx.accumulate_grads)
+  // and returns dL/dx, or an undefined Tensor when need_dx is false.
+  virtual Tensor backward(Context& ctx, const Tensor& dy, bool need_dx) = 0;
+
+ private:
+  std::string name_;
+};
+
+// (Re)allocates buf on ctx's device when its shape, dtype or layout differ,
+// so steady-state steps allocate nothing.
+Tensor& ensure_buffer(Context& ctx, Tensor& buf, const Shape& shape, DType dtype,
+                      Layout layout = Layout::NCHW);
+
+}  // namespace tb

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "engine/nn/model.h"
+
+#include <cmath>
+#include <algorithm>
+#include <random>
+
+#include "engine/core/error.h"
+
+namespace tb {
+
+Model::Model(std::string name, Shape input_shape, int64_t num_classes)
+    : name_(std::move(name)), input_shape_(std::move(input_shape)), num_classes_(num_classes) {}
+
+void Model::add(std::unique_ptr<Layer> layer) {
+  TB_CHECK(!built_, "model ", name_, ": cannot add layer ", layer->name(), " after build()");
+  layers_.push_back(std::move(layer));
+}
+
+namespace {
+
+// Host-side initial values, drawn in registration order from one generator so the
+// same seed gives the same weights on every device and in every precision.
+std::vector<double> initial_values(const ParamSpec& spec, std::mt19937_64& rng) {
+  const int64_t n = shape_numel(spec.shape);
+  std::vector<double> v(static_cast<size_t>(n), 0.0);
+  switch (spec.init) {
+    case Init::Zeros: break;
+    case Init::Ones: std::fill(v.begin(), v.end(), 1.0); break;
+    case Init::KaimingUniform:
+    case Init::FanInUniform: {
+      const double bound = 1.0 / std::sqrt(double(std::max<int64_t>(spec.fan_in, 1)));
+      std::uniform_real_distribution<double> dist(-bound, bound);
+      for (auto& x : v) x = dist(rng);
+      break;
+    }
+  }
+  return v;
+}
+
+// Writes logical-NCHW host values into t (f32 or f64, any layout, any device);
+// the backend's copy does the explicit layout conversion and the upload.
+void upload(Backend& be, const std::vector<double>& values, Tensor& t) {
+  Tensor host = Tensor::empty(t.shape(), t.dtype(), Device::cpu(), Layout::NCHW);
+  if (t.dtype() == DType::F32) {
+    std::copy(values.begin(), values.end(), host.data_as<float>());
+  } else {
+    TB_CHECK(t.dtype() == DType::F64, "parameters must be f32 or f64, got ", t.describe());
+    std::copy(values.begin(), values.end(), host.data_as<double>());
+  }
+  be.copy(host, t);
+}
+
+}  // namespace
+
+void Model::build(Backend& backend, uint64_t seed, DType dtype, Layout weight_layout) {
+  TB_CHECK(!built_, "model ", name_, " is already built");
+  TB_CHECK(dtype == DType::F32 || dtype == DType::F64, "model parameters must be f32 or f64");
+  ParamRegistry reg(weight_layout);
+  Shape shape = input_shape_;
+  shape.insert(shape.begin(), 1);  // placeholder batch
+  for (auto& layer : layers_) shape = layer->setup(shape, reg);
+
+  int64_t total = 0, total_buffers = 0;
+  for (const auto& e : reg.params()) total += shape_numel(e.spec.shape);
+  for (const auto& e : reg.buffers()) total_buffers += shape_numel(e.spec.shape);
+  param_block_ = backend.empty({std::max<int64_t>(total, 1)}, dtype);
+  grad_block_ = backend.empty({std::max<int64_t>(total, 1)}, dtype);
+  buffer_block_ = backend.empty({std::max<int64_t>(total_buffers, 1)}, dtype);
+  backend.fill(grad_block_, 0.0);
+
+  std::mt19937_64 rng(seed);
+  int64_t offset = 0;
+  for (const auto& e : reg.params()) {
+    const Layout l = e.spec.shape.size() == 4 ? e.spec.layout : Layout::NCHW;
+    *e.value = Tensor::view_of(param_block_, offset, e.spec.shape, l);
+    *e.grad = Tensor::view_of(grad_block_, offset, e.spec.shape, l);
+    upload(backend, initial_values(e.spec, rng), *e.value);
+    params_.push_back({e.spec.name, *e.value, *e.grad, e.spec.weight_decay});
+    offset += shape_numel(e.spec.shape);
+  }
+  offset = 0;
+  for (const auto& e : reg.buffers()) {
+    *e.value = Tensor::view_of(buffer_block_, offset, e.spec.shape);
+    upload(backend, initial_values(e.spec, rng), *e.value);
+    buffers_.push_back({e.spec.name, *e.value});
+    offset += shape_numel(e.spec.shape);
+  }
+  built_ = true;
+}
+
+Tensor Model::forward(Context& ctx, const Tensor& x) {
+  TB_CHECK(built_, "model ", name_, ": forward before build()");
+  Tensor h = x;
+  for (auto& layer : layers_) h = layer->forward(ctx, h);
+  return h;
+}
+
+void Model::backward(Context& ctx, const Tensor& dlogits) {
+  Tensor g = dlogits;
+  for (size_t i = layers_.size(); i-- > 0;) g = layers_[i]->backward(ctx, g, /*need_dx=*/i > 0);
+}
+
+}  // namespace tb

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/nn/layer.h"
+
+namespace tb {
+
+struct ParamInfo {
+  std::string name;
+  Tensor value;  // view into the parameter block
+  Tensor grad;   // view into the gradient block
+  bool weight_decay = true;
+};
+
+struct BufferInfo {
+  std::string name;
+  Tensor value;
+};
+
+// A sequence of layers whose parameters live in one contiguous block and whose
+// gradients live in another (multi-tensor optimizers, global norms and
+// checkpoints then work on single blocks).
+class Model {
+ public:
+  // input_shape is per sample: {C, H, W} or {features}.
+  Model(std::string name, Shape input_shape, int64_t num_classes);
+
+  void add(std::unique_ptr<Layer> layer);
+  template <typename L, typename... Args>
+  L& emplace(Args&&... args) {
+    auto p = std::make_unique<L>(std::forward<Args>(args)...);
+    L& ref = *p;
+    add(std::move(p));
+    return ref;
+  }
+
+  // Runs setup() on every layer, allocates the blocks on `backend` in `dtype`,
+  // and initialises parameters from `seed` (same seed, same weights, any device).
+  // weight_layout applies to rank-4 weights (NHWC for channels-last).
+  void build(Backend& backend, uint64_t seed, DType dtype = DType::F32,
+             Layout weight_layout = Layout::NCHW);
+
+  Tensor forward(Context& ctx, const Tensor& x);  // logits (N, num_classes)
+  void backward(Context& ctx, const Tensor& dlogits);
+
+  const std::string& name() const { return name_; }
+  const Shape& input_shape() const { return input_shape_; }
+  int64_t num_classes() const { return num_classes_; }
+  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+  const std::vector<ParamInfo>& params() const { return params_; }
+  const std::vector<BufferInfo>& buffers() const { return buffers_; }
+  const Tensor& param_block() const { return param_block_; }
+  const Tensor& grad_block() const { return grad_block_; }
+  int64_t num_params() const { return param_block_.numel(); }
+  bool built() const { return built_; }
+
+ private:
+  std::string name_;
+  Shape input_shape_;
+  int64_t num_classes_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<ParamInfo> params_;
+  std::vector<BufferInfo> buffers_;
+  Tensor param_block_, grad_block_, buffer_block_;
+  bool built_ = false;
+};
+
+}  // namespace tb
