@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// CPU pointwise ops: ReLU, exact (erf) GELU, add, accumulate.
+// Any rank; elementwise, so the layout does not matter as long as every operand
+// has the same one. y may alias x and dx may alias dy: every loop reads element
+// i before it writes element i and touches nothing else.
+#include <cmath>
+
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/error.h"
+
+namespace tb {
+
+namespace {
+
+// Same element count, dtype and (for rank 4) layout; f32 or f64.
+void check_pair(const Tensor& a, const Tensor& b, const char* op) {
+  TB_CHECK(a.defined() && b.defined(), op, ": undefined operand");
+  TB_CHECK(a.device().is_cpu() && b.device().is_cpu(), op, ": cpu backend given ", a.describe(),
+           " and ", b.describe());
+  TB_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype(), op, ": operands differ: ",
+           a.describe(), " vs ", b.describe());
+  TB_CHECK(a.rank() != 4 || a.layout() == b.layout(), op, ": layouts differ: ", a.describe(),
+           " vs ", b.describe());
+  TB_CHECK(a.dtype() == DType::F32 || a.dtype() == DType::F64, op, ": expected f32 or f64, got ",
+           a.describe());
+}
+
+constexpr double kInvSqrt2 = 0.70710678118654752440;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2π)
+
+// ---------------------------------------------------------------- reference
+// Plain loops in T (float or double): the test oracle.
+
+template <typename T>
+void relu_forward_ref(const T* x, T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
+}
+
+// dx = dy * (y > 0): y is the forward output (so the layer may drop x).
+template <typename T>
+void relu_backward_ref(const T* y, const T* dy, T* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > T(0) ? dy[i] : T(0);
+}
+
+// GELU(x) = x·Φ(x) = x/2·(1 + erf(x/√2))
+template <typename T>
+void gelu_forward_ref(const T* x, T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    y[i] = T(0.5 * v * (1.0 + std::erf(v * kInvSqrt2)));
+  }
+}
+
+// GELU'(x) = Φ(x) + x·φ(x), φ(x) = exp(−x²/2)/√(2π)
+template <typename T>
+void gelu_backward_ref(const T* x, const T* dy, T* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    const double cdf = 0.5 * (1.0 + std::erf(v * kInvSqrt2));
+    const double pdf = kInvSqrt2Pi * std::exp(-0.5 * v * v);
+    dx[i] = T(double(dy[i]) * (cdf + v * pdf));
+  }
+}
+
+template <typename T>
+void add_ref(const T* a, const T* b, T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+template <typename T>
+void accumulate_ref(const T* src, T* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+// ---------------------------------------------------------------- fast f32
+// Branch-free loops the compiler vectorises; GELU in float arithmetic
+// (erff/expf) instead of the reference's double.
+
+void relu_forward_f32(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::fmax(x[i], 0.0f);
+}
+
+void relu_backward_f32(const float* y, const float* dy, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+void gelu_forward_f32(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + std::erf(v * float(kInvSqrt2)));
+  }
+}
+
+void gelu_backward_f32(const float* x, const float* dy, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float cdf = 0.5f * (1.0f + std::erf(v * float(kInvSqrt2)));
+    const float pdf = float(kInvSqrt2Pi) * std::exp(-0.5f * v * v);
+    dx[i] = dy[i] * (cdf + v * pdf);
+  }
+}
+
+}  // namespace
+
+// Dispatch: f64 or options.reference -> reference in T; otherwise the f32 path.
+#define TB_POINTWISE_DISPATCH(REF, FAST, ...)                  \
+  do {                                                          \
+    if (dt == DType::F64) {                                     \
+      REF<double>(__VA_ARGS__(double));                         \
+    } else if (use_reference(dt)) {                             \
+      REF<float>(__VA_ARGS__(float));                           \
+    } else {                                                    \
+      FAST(__VA_ARGS__(float));                                 \
+    }                                                           \
+  } while (0)
+
+void CpuBackend::relu_forward(const Tensor& x, Tensor& y) {
+  check_pair(x, y, "relu_forward");
+  const DType dt = x.dtype();
+  const int64_t n = x.numel();
+#define ARGS(T) x.data_as<T>(), y.data_as<T>(), n
+  TB_POINTWISE_DISPATCH(relu_forward_ref, relu_forward_f32, ARGS);
+#undef ARGS
+}
+
+void CpuBackend::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+  check_pair(y, dy, "relu_backward");
+  check_pair(dy, dx, "relu_backward");
+  const DType dt = y.dtype();
+  const int64_t n = y.numel();
+#define ARGS(T) y.data_as<T>(), dy.data_as<T>(), dx.data_as<T>(), n
+  TB_POINTWISE_DISPATCH(relu_backward_ref, relu_backward_f32, ARGS);
+#undef ARGS
+}
+
+void CpuBackend::gelu_forward(const Tensor& x, Tensor& y) {
+  check_pair(x, y, "gelu_forward");
+  const DType dt = x.dtype();
+  const int64_t n = x.numel();
+#define ARGS(T) x.data_as<T>(), y.data_as<T>(), n
+  TB_POINTWISE_DISPATCH(gelu_forward_ref, gelu_forward_f32, ARGS);
+#undef ARGS
+}
+
+void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  check_pair(x, dy, "gelu_backward");
+  check_pair(dy, dx, "gelu_backward");
+  const DType dt = x.dtype();
+  const int64_t n = x.numel();
+#define ARGS(T) x.data_as<T>(), dy.data_as<T>(), dx.data_as<T>(), n
+  TB_POINTWISE_DISPATCH(gelu_backward_ref, gelu_backward_f32, ARGS);
+#undef ARGS
+}
+
+// add and accumulate: the reference loop is already the fast loop.
+void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& y) {
+  check_pair(a, b, "add");
+  check_pair(a, y, "add");
+  if (a.dtype() == DType::F64)
+    add_ref(a.data_as<double>(), b.data_as<double>(), y.data_as<double>(), a.numel());
+  else
+    add_ref(a.data_as<float>(), b.data_as<float>(), y.data_as<float>(), a.numel());
+}
+
+void CpuBackend::accumulate(const Tensor& src, Tensor& dst) {
+  check_pair(src, dst, "accumulate");
+  if (src.dtype() == DType::F64)
+    accumulate_ref(src.data_as<double>(), dst.data_as<double>(), src.numel());
+  else
+    accumulate_ref(src.data_as<float>(), dst.data_as<float>(), src.numel());
+}
+
+#undef TB_POINTWISE_DISPATCH
+
+}  // namespace tb
