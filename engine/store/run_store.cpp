@@ -1,0 +1,835 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "engine/store/run_store.h"
+
+#include <sqlite3.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <limits>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+#include <utility>
+
+#include "engine/core/error.h"
+
+namespace tb {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+#ifdef TRAINBENCH_VERSION
+constexpr const char* kEngineVersion = TRAINBENCH_VERSION;
+#else
+constexpr const char* kEngineVersion = "unknown";
+#endif
+
+constexpr const char* kInterruptedError = "engine stopped without finishing (killed or crashed)";
+
+// migrations[N-1] brings schema version N-1 to N. Never edit a shipped entry:
+// databases in the field were made by it. Append a new one instead.
+constexpr const char* kMigrations[] = {
+    // v1: the initial tables.
+    R"sql(
+CREATE TABLE schema_version (version INTEGER NOT NULL);
+INSERT INTO schema_version (version) VALUES (0);
+CREATE TABLE runs (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL DEFAULT '',
+  created_at TEXT NOT NULL,
+  started_at TEXT,
+  finished_at TEXT,
+  status TEXT NOT NULL DEFAULT 'queued'
+    CHECK (status IN ('queued', 'running', 'finished', 'failed', 'stopped')),
+  config_json TEXT NOT NULL DEFAULT '{}',
+  environment_json TEXT NOT NULL DEFAULT '{}',
+  engine_version TEXT NOT NULL DEFAULT '',
+  tricks_json TEXT NOT NULL DEFAULT '{}',
+  summary_json TEXT NOT NULL DEFAULT '{}',
+  error TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE series (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE
+);
+CREATE TABLE step_metrics (
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  series_id INTEGER NOT NULL REFERENCES series(id),
+  step INTEGER NOT NULL,
+  wall_time REAL NOT NULL,
+  value REAL
+);
+CREATE INDEX step_metrics_by_series ON step_metrics (run_id, series_id, step);
+CREATE TABLE epoch_metrics (
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  series_id INTEGER NOT NULL REFERENCES series(id),
+  epoch INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  wall_time REAL NOT NULL,
+  value REAL
+);
+CREATE INDEX epoch_metrics_by_series ON epoch_metrics (run_id, series_id, epoch);
+CREATE TABLE events (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  time TEXT NOT NULL,
+  level TEXT NOT NULL,
+  message TEXT NOT NULL
+);
+CREATE INDEX events_by_run ON events (run_id, id);
+)sql",
+    // v2: user tags and notes, the writer's heartbeat, and the GUI's status filter.
+    R"sql(
+ALTER TABLE runs ADD COLUMN tags TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN notes TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN heartbeat_at TEXT;
+CREATE INDEX runs_by_status ON runs (status);
+)sql",
+};
+static_assert(std::size(kMigrations) == RunStore::kSchemaVersion,
+              "one migration per schema version");
+
+// Fixed width with milliseconds, so that text order is time order.
+std::string iso_utc(std::chrono::system_clock::time_point t) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch());
+  const std::time_t secs = static_cast<std::time_t>(ms.count() / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[80];  // roomy enough for any int the compiler imagines
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(ms.count() % 1000));
+  return buf;
+}
+
+std::string now_utc() { return iso_utc(std::chrono::system_clock::now()); }
+
+std::string json_text(const json& j) {
+  if (j.is_null()) return "{}";
+  // Replace invalid UTF-8 instead of throwing: a run's config must not fail to save.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+json parse_json(const std::string& text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return j.is_discarded() ? json(text) : j;  // keep hand-edited garbage visible
+}
+
+}  // namespace
+
+bool is_valid_run_status(const std::string& s) {
+  return s == run_status::kQueued || s == run_status::kRunning || is_terminal_run_status(s);
+}
+
+bool is_terminal_run_status(const std::string& s) {
+  return s == run_status::kFinished || s == run_status::kFailed || s == run_status::kStopped;
+}
+
+// --- Connection state ------------------------------------------------------
+
+struct RunStore::Impl {
+  struct PendingStep {
+    int64_t run;
+    MetricPoint point;
+  };
+  struct PendingEpoch {
+    int64_t run;
+    EpochPoint point;
+  };
+
+  std::string path;
+  Mode mode = Mode::ReadWrite;
+  RunStoreOptions options;
+  sqlite3* db = nullptr;
+  std::unordered_map<std::string, sqlite3_stmt*> statements;
+  // Series ids never change once committed, so a name is looked up once.
+  std::unordered_map<std::string, int64_t> series_ids;
+  std::vector<PendingStep> pending_steps;
+  std::vector<PendingEpoch> pending_epochs;
+  std::chrono::steady_clock::time_point oldest_pending;
+  std::mutex mutex;
+
+  ~Impl() {
+    for (auto& [sql, stmt] : statements) sqlite3_finalize(stmt);
+    if (db) sqlite3_close_v2(db);
+  }
+
+  [[noreturn]] void fail(const std::string& op) const {
+    TB_FAIL("run database '", path, "': ", op, ": ", sqlite3_errmsg(db), " (SQLite code ",
+            sqlite3_extended_errcode(db), ")");
+  }
+
+  void require_writable(const char* op) const {
+    TB_CHECK(mode == Mode::ReadWrite, "run database '", path, "' is open read-only; cannot ", op);
+  }
+
+  sqlite3_stmt* prepare(const std::string& sql, const std::string& op) {
+    if (auto it = statements.find(sql); it != statements.end()) return it->second;
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v3(db, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr) !=
+        SQLITE_OK)
+      fail(op);
+    statements.emplace(sql, stmt);
+    return stmt;
+  }
+
+  void exec_script(const char* sql, const std::string& op) {
+    char* message = nullptr;
+    if (sqlite3_exec(db, sql, nullptr, nullptr, &message) != SQLITE_OK) {
+      const std::string text = message ? message : sqlite3_errmsg(db);
+      sqlite3_free(message);
+      TB_FAIL("run database '", path, "': ", op, ": ", text);
+    }
+  }
+
+  void open();
+  int read_version();
+  void migrate();
+  int64_t series_id(const std::string& name, bool create);
+  void write_pending();
+  void flush_pending();
+  void maybe_flush();
+  void update_column(int64_t id, const char* column, const std::string& value, const char* op);
+  void expect_one_change(int64_t id, const char* op) const;
+  RunRecord read_run(sqlite3_stmt* stmt) const;
+};
+
+namespace {
+
+// A cached prepared statement in use; resets it on scope exit so it can be reused.
+class Query {
+ public:
+  Query(RunStore::Impl& impl, const std::string& sql, std::string op)
+      : impl_(impl), op_(std::move(op)), stmt_(impl.prepare(sql, op_)) {}
+  ~Query() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+  Query(const Query&) = delete;
+  Query& operator=(const Query&) = delete;
+
+  Query& bind_int(int i, int64_t v) { return check(sqlite3_bind_int64(stmt_, i, v)); }
+  Query& bind_text(int i, const std::string& v) {
+    return check(sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()),
+                                   SQLITE_TRANSIENT));
+  }
+  // SQLite has no NaN: it would store NULL anyway, so say so explicitly.
+  Query& bind_real(int i, double v) {
+    return check(std::isnan(v) ? sqlite3_bind_null(stmt_, i) : sqlite3_bind_double(stmt_, i, v));
+  }
+  Query& bind_optional_text(int i, const std::string& v) {
+    return v.empty() ? check(sqlite3_bind_null(stmt_, i)) : bind_text(i, v);
+  }
+
+  // True while a row is available.
+  bool next() {
+    const int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    impl_.fail(op_);
+  }
+  void run() {
+    while (next()) {
+    }
+  }
+
+  sqlite3_stmt* stmt() const { return stmt_; }
+  int64_t int_at(int col) const { return sqlite3_column_int64(stmt_, col); }
+  double real_at(int col) const {
+    return sqlite3_column_type(stmt_, col) == SQLITE_NULL ? std::numeric_limits<double>::quiet_NaN()
+                                                          : sqlite3_column_double(stmt_, col);
+  }
+  std::string text_at(int col) const { return column_text(stmt_, col); }
+
+  static std::string column_text(sqlite3_stmt* stmt, int col) {
+    const auto* p = sqlite3_column_text(stmt, col);
+    return p ? std::string(reinterpret_cast<const char*>(p),
+                           static_cast<size_t>(sqlite3_column_bytes(stmt, col)))
+             : std::string();
+  }
+
+ private:
+  Query& check(int rc) {
+    if (rc != SQLITE_OK) impl_.fail(op_);
+    return *this;
+  }
+
+  RunStore::Impl& impl_;
+  std::string op_;
+  sqlite3_stmt* stmt_;
+};
+
+// BEGIN IMMEDIATE takes the write lock up front, so a busy database makes us
+// wait (busy_timeout) instead of failing when a read would turn into a write.
+// Rolled back unless committed.
+class Transaction {
+ public:
+  Transaction(RunStore::Impl& impl, std::string op) : impl_(impl), op_(std::move(op)) {
+    Query(impl_, "BEGIN IMMEDIATE", op_).run();
+  }
+  void commit() {
+    Query(impl_, "COMMIT", op_).run();
+    committed_ = true;
+  }
+  ~Transaction() {
+    if (committed_) return;
+    // Some errors (disk full, I/O) already rolled back on their own.
+    if (!sqlite3_get_autocommit(impl_.db)) sqlite3_exec(impl_.db, "ROLLBACK", nullptr, nullptr, nullptr);
+    impl_.series_ids.clear();  // may hold ids inserted by the undone transaction
+  }
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+
+ private:
+  RunStore::Impl& impl_;
+  std::string op_;
+  bool committed_ = false;
+};
+
+constexpr const char* kRunColumns =
+    "id, name, created_at, started_at, finished_at, status, config_json, environment_json, "
+    "engine_version, tricks_json, summary_json, error, tags, notes, heartbeat_at";
+
+}  // namespace
+
+// --- Opening and migrating ---------------------------------------------------
+
+int RunStore::Impl::read_version() {
+  {
+    Query q(*this, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'",
+            "reading the schema");
+    q.next();
+    if (q.int_at(0) == 0) {
+      Query all(*this, "SELECT count(*) FROM sqlite_master", "reading the schema");
+      all.next();
+      TB_CHECK(all.int_at(0) == 0, "'", path,
+               "' is an SQLite database but not a Trainbench run database (it has no "
+               "schema_version table)");
+      return 0;  // a new, empty file
+    }
+  }
+  Query q(*this, "SELECT max(version) FROM schema_version", "reading the schema version");
+  TB_CHECK(q.next() && sqlite3_column_type(q.stmt(), 0) == SQLITE_INTEGER, "run database '", path,
+           "' has an empty schema_version table; it is damaged");
+  return static_cast<int>(q.int_at(0));
+}
+
+void RunStore::Impl::open() {
+  // Look before changing anything: a database from a newer Trainbench must
+  // be left exactly as it is, journal mode included.
+  const int version = read_version();
+  TB_CHECK(version <= kSchemaVersion, "run database '", path, "' has schema version ", version,
+           " but this Trainbench knows versions up to ", kSchemaVersion,
+           "; open it with a newer Trainbench (the file was not changed)");
+  Query(*this, "PRAGMA foreign_keys = ON", "enabling foreign keys").run();
+  if (mode == Mode::ReadOnly) {
+    TB_CHECK(version > 0, "'", path, "' is not a Trainbench run database (it is empty)");
+    TB_CHECK(version == kSchemaVersion, "run database '", path, "' has schema version ", version,
+             " but this Trainbench needs ", kSchemaVersion,
+             "; open it once read-write (e.g. in the workbench) to upgrade it");
+    return;
+  }
+  // WAL lets readers in other processes work while the engine writes; NORMAL
+  // sync is durable up to the last checkpoint and never corrupts on a crash.
+  Query(*this, "PRAGMA journal_mode = WAL", "switching to WAL mode").run();
+  Query(*this, "PRAGMA synchronous = NORMAL", "setting synchronous mode").run();
+  migrate();
+}
+
+void RunStore::Impl::migrate() {
+  for (;;) {
+    // One transaction per migration; the version is read again inside it
+    // because another process may have upgraded the file meanwhile.
+    Transaction tx(*this, "upgrading the schema");
+    const int version = read_version();
+    TB_CHECK(version <= kSchemaVersion, "run database '", path, "' has schema version ", version,
+             " but this Trainbench knows versions up to ", kSchemaVersion);
+    if (version == kSchemaVersion) {
+      tx.commit();
+      return;
+    }
+    const std::string op = detail::concat("upgrading the schema from version ", version, " to ",
+                                          version + 1);
+    exec_script(kMigrations[version], op);
+    Query(*this, "UPDATE schema_version SET version = ?", op).bind_int(1, version + 1).run();
+    tx.commit();
+  }
+}
+
+// --- Writing -----------------------------------------------------------------
+
+int64_t RunStore::Impl::series_id(const std::string& name, bool create) {
+  if (auto it = series_ids.find(name); it != series_ids.end()) return it->second;
+  if (create)
+    Query(*this, "INSERT OR IGNORE INTO series (name) VALUES (?)", "adding a metric series")
+        .bind_text(1, name)
+        .run();
+  Query q(*this, "SELECT id FROM series WHERE name = ?", "looking up a metric series");
+  q.bind_text(1, name);
+  if (!q.next()) return -1;
+  const int64_t id = q.int_at(0);
+  series_ids.emplace(name, id);
+  return id;
+}
+
+// Inside an open transaction.
+void RunStore::Impl::write_pending() {
+  if (pending_steps.empty() && pending_epochs.empty()) return;
+  // Taken out first: a failed batch is rolled back and dropped, never retried
+  // point by point (that could half-write it).
+  auto steps = std::move(pending_steps);
+  auto epochs = std::move(pending_epochs);
+  pending_steps.clear();
+  pending_epochs.clear();
+
+  std::set<int64_t> runs;
+  for (const auto& [run, p] : steps) {
+    const int64_t series = series_id(p.name, true);
+    Query(*this,
+          "INSERT INTO step_metrics (run_id, series_id, step, wall_time, value) "
+          "VALUES (?, ?, ?, ?, ?)",
+          detail::concat("writing step metrics of run ", run))
+        .bind_int(1, run)
+        .bind_int(2, series)
+        .bind_int(3, p.step)
+        .bind_real(4, p.wall_time)
+        .bind_real(5, p.value)
+        .run();
+    runs.insert(run);
+  }
+  for (const auto& [run, p] : epochs) {
+    const int64_t series = series_id(p.name, true);
+    Query(*this,
+          "INSERT INTO epoch_metrics (run_id, series_id, epoch, step, wall_time, value) "
+          "VALUES (?, ?, ?, ?, ?, ?)",
+          detail::concat("writing epoch metrics of run ", run))
+        .bind_int(1, run)
+        .bind_int(2, series)
+        .bind_int(3, p.epoch)
+        .bind_int(4, p.step)
+        .bind_real(5, p.wall_time)
+        .bind_real(6, p.value)
+        .run();
+    runs.insert(run);
+  }
+  const std::string now = now_utc();
+  for (int64_t run : runs)
+    Query(*this, "UPDATE runs SET heartbeat_at = ? WHERE id = ?", "updating the heartbeat")
+        .bind_text(1, now)
+        .bind_int(2, run)
+        .run();
+}
+
+void RunStore::Impl::flush_pending() {
+  if (pending_steps.empty() && pending_epochs.empty()) return;
+  Transaction tx(*this, "writing metrics");
+  write_pending();
+  tx.commit();
+}
+
+void RunStore::Impl::maybe_flush() {
+  const size_t n = pending_steps.size() + pending_epochs.size();
+  if (n == 0) return;
+  if (n >= options.batch_points ||
+      std::chrono::steady_clock::now() - oldest_pending >= options.batch_interval)
+    flush_pending();
+}
+
+void RunStore::Impl::expect_one_change(int64_t id, const char* op) const {
+  TB_CHECK(sqlite3_changes(db) == 1, "run database '", path, "': ", op, ": no run with id ", id);
+}
+
+void RunStore::Impl::update_column(int64_t id, const char* column, const std::string& value,
+                                   const char* op) {
+  require_writable(op);
+  Query(*this, detail::concat("UPDATE runs SET ", column, " = ? WHERE id = ?"), op)
+      .bind_text(1, value)
+      .bind_int(2, id)
+      .run();
+  expect_one_change(id, op);
+}
+
+RunRecord RunStore::Impl::read_run(sqlite3_stmt* s) const {
+  auto text = [s](int col) { return Query::column_text(s, col); };
+  RunRecord r;
+  r.id = sqlite3_column_int64(s, 0);
+  r.name = text(1);
+  r.created_at = text(2);
+  r.started_at = text(3);
+  r.finished_at = text(4);
+  r.status = text(5);
+  r.config = parse_json(text(6));
+  r.environment = parse_json(text(7));
+  r.engine_version = text(8);
+  r.tricks = parse_json(text(9));
+  r.summary = parse_json(text(10));
+  r.error = text(11);
+  r.tags = text(12);
+  r.notes = text(13);
+  r.heartbeat_at = text(14);
+  return r;
+}
+
+// --- RunStore ----------------------------------------------------------------
+
+std::string RunStore::default_path() {
+  fs::path base;
+  if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg && fs::path(xdg).is_absolute()) {
+    base = xdg;
+  } else {
+    const char* home = std::getenv("HOME");
+    TB_CHECK(home && *home,
+             "cannot locate the run database: neither XDG_DATA_HOME nor HOME is set");
+    base = fs::path(home) / ".local" / "share";
+  }
+  const fs::path dir = base / "trainbench";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  TB_CHECK(!ec, "cannot create the run database folder '", dir.string(), "': ", ec.message());
+  return (dir / "runs.db").string();
+}
+
+RunStore::RunStore(const std::string& path, Mode mode, const RunStoreOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& d = *impl_;
+  d.path = path;
+  d.mode = mode;
+  d.options = options;
+  if (d.options.batch_points == 0) d.options.batch_points = 1;
+
+  // SQLite only says "unable to open database file"; name the actual cause.
+  const fs::path parent = fs::path(path).parent_path();
+  std::error_code ec;
+  TB_CHECK(parent.empty() || fs::is_directory(parent, ec), "cannot open run database '", path,
+           "': the folder '", parent.string(), "' does not exist");
+  TB_CHECK(mode == Mode::ReadWrite || fs::exists(path, ec), "cannot open run database '", path,
+           "' read-only: the file does not exist");
+
+  // No SQLite mutex: Impl::mutex serialises every use of the connection.
+  const int flags = (mode == Mode::ReadOnly ? SQLITE_OPEN_READONLY
+                                            : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
+                    SQLITE_OPEN_NOMUTEX;
+  const int rc = sqlite3_open_v2(path.c_str(), &d.db, flags, nullptr);
+  if (rc != SQLITE_OK) {
+    const std::string message = d.db ? sqlite3_errmsg(d.db) : sqlite3_errstr(rc);
+    TB_FAIL("cannot open run database '", path, "': ", message);
+  }
+  sqlite3_extended_result_codes(d.db, 1);
+  sqlite3_busy_timeout(d.db, static_cast<int>(d.options.busy_timeout.count()));
+  d.open();
+}
+
+RunStore::~RunStore() {
+  if (!impl_) return;
+  try {
+    flush();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "trainbench: buffered metrics lost: %s\n", e.what());
+  }
+}
+
+RunStore::RunStore(RunStore&&) noexcept = default;
+
+RunStore& RunStore::operator=(RunStore&& other) noexcept {
+  if (this != &other) {
+    RunStore old(std::move(*this));  // flushes and closes the current database
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+
+RunStore::Impl& RunStore::impl() const {
+  TB_CHECK(impl_, "RunStore used after it was moved from");
+  return *impl_;
+}
+
+const std::string& RunStore::path() const { return impl().path; }
+
+int RunStore::schema_version() const {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  return d.read_version();
+}
+
+int64_t RunStore::create_run(const RunRecord& run) {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  d.require_writable("create a run");
+  const std::string status = run.status.empty() ? run_status::kQueued : run.status;
+  TB_CHECK(is_valid_run_status(status), "invalid run status '", status, "'");
+  const std::string now = now_utc();
+  Query q(d,
+          "INSERT INTO runs (name, created_at, started_at, finished_at, status, config_json, "
+          "environment_json, engine_version, tricks_json, summary_json, error, tags, notes, "
+          "heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+          "creating a run");
+  q.bind_text(1, run.name)
+      .bind_text(2, run.created_at.empty() ? now : run.created_at)
+      .bind_optional_text(3, run.started_at)
+      .bind_optional_text(4, run.finished_at)
+      .bind_text(5, status)
+      .bind_text(6, json_text(run.config))
+      .bind_text(7, json_text(run.environment))
+      .bind_text(8, run.engine_version.empty() ? kEngineVersion : run.engine_version)
+      .bind_text(9, json_text(run.tricks))
+      .bind_text(10, json_text(run.summary))
+      .bind_text(11, run.error)
+      .bind_text(12, run.tags)
+      .bind_text(13, run.notes)
+      .bind_text(14, run.heartbeat_at.empty() ? now : run.heartbeat_at);
+  q.run();
+  return sqlite3_last_insert_rowid(d.db);
+}
+
+void RunStore::set_status(int64_t id, const std::string& status, const std::string& error) {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  d.require_writable("set a run's status");
+  TB_CHECK(is_valid_run_status(status), "invalid run status '", status,
+           "' (expected queued, running, finished, failed or stopped)");
+  // Points and status in one transaction: whoever sees the final status also
+  // sees every point.
+  Transaction tx(d, "setting the status of a run");
+  d.write_pending();
+  Query(d,
+        "UPDATE runs SET status = ?1, error = ?2, heartbeat_at = ?3, "
+        "started_at = CASE WHEN ?1 = 'running' THEN coalesce(started_at, ?3) ELSE started_at END, "
+        "finished_at = CASE WHEN ?1 IN ('finished', 'failed', 'stopped') THEN ?3 ELSE NULL END "
+        "WHERE id = ?4",
+        "setting the status of a run")
+      .bind_text(1, status)
+      .bind_text(2, error)
+      .bind_text(3, now_utc())
+      .bind_int(4, id)
+      .run();
+  d.expect_one_change(id, "setting the status of a run");
+  tx.commit();
+}
+
+void RunStore::set_summary(int64_t id, const nlohmann::json& summary) {
+  std::lock_guard lock(impl().mutex);
+  impl_->update_column(id, "summary_json", json_text(summary), "setting a run's summary");
+}
+
+void RunStore::set_tricks(int64_t id, const nlohmann::json& tricks) {
+  std::lock_guard lock(impl().mutex);
+  impl_->update_column(id, "tricks_json", json_text(tricks), "setting a run's tricks");
+}
+
+void RunStore::set_environment(int64_t id, const nlohmann::json& environment) {
+  std::lock_guard lock(impl().mutex);
+  impl_->update_column(id, "environment_json", json_text(environment),
+                       "setting a run's environment");
+}
+
+void RunStore::rename_run(int64_t id, const std::string& name) {
+  std::lock_guard lock(impl().mutex);
+  impl_->update_column(id, "name", name, "renaming a run");
+}
+
+void RunStore::set_tags(int64_t id, const std::string& tags) {
+  std::lock_guard lock(impl().mutex);
+  impl_->update_column(id, "tags", tags, "setting a run's tags");
+}
+
+void RunStore::set_notes(int64_t id, const std::string& notes) {
+  std::lock_guard lock(impl().mutex);
+  impl_->update_column(id, "notes", notes, "setting a run's notes");
+}
+
+void RunStore::heartbeat(int64_t id) {
+  std::lock_guard lock(impl().mutex);
+  impl_->update_column(id, "heartbeat_at", now_utc(), "updating a run's heartbeat");
+}
+
+void RunStore::delete_run(int64_t id) {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  d.require_writable("delete a run");
+  // Buffered points of this run would break the next batch's foreign keys.
+  std::erase_if(d.pending_steps, [id](const auto& p) { return p.run == id; });
+  std::erase_if(d.pending_epochs, [id](const auto& p) { return p.run == id; });
+  Query(d, "DELETE FROM runs WHERE id = ?", "deleting a run").bind_int(1, id).run();
+  d.expect_one_change(id, "deleting a run");
+}
+
+void RunStore::append_step_metrics(int64_t run, const std::vector<MetricPoint>& points) {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  d.require_writable("append metrics");
+  if (points.empty()) return;
+  if (d.pending_steps.empty() && d.pending_epochs.empty())
+    d.oldest_pending = std::chrono::steady_clock::now();
+  for (const auto& p : points) d.pending_steps.push_back({run, p});
+  d.maybe_flush();
+}
+
+void RunStore::append_epoch_metrics(int64_t run, const std::vector<EpochPoint>& points) {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  d.require_writable("append metrics");
+  if (points.empty()) return;
+  if (d.pending_steps.empty() && d.pending_epochs.empty())
+    d.oldest_pending = std::chrono::steady_clock::now();
+  for (const auto& p : points) d.pending_epochs.push_back({run, p});
+  d.maybe_flush();
+}
+
+void RunStore::flush() {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  d.flush_pending();
+}
+
+void RunStore::append_event(int64_t run, const std::string& level, const std::string& message) {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  d.require_writable("append an event");
+  Query(d, "INSERT INTO events (run_id, time, level, message) VALUES (?, ?, ?, ?)",
+        detail::concat("appending an event to run ", run))
+      .bind_int(1, run)
+      .bind_text(2, now_utc())
+      .bind_text(3, level)
+      .bind_text(4, message)
+      .run();
+}
+
+std::vector<RunRecord> RunStore::list_runs() const {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  Query q(d, detail::concat("SELECT ", kRunColumns, " FROM runs ORDER BY id"), "listing runs");
+  std::vector<RunRecord> runs;
+  while (q.next()) runs.push_back(d.read_run(q.stmt()));
+  return runs;
+}
+
+std::optional<RunRecord> RunStore::get_run(int64_t id) const {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  Query q(d, detail::concat("SELECT ", kRunColumns, " FROM runs WHERE id = ?"), "reading a run");
+  q.bind_int(1, id);
+  if (!q.next()) return std::nullopt;
+  return d.read_run(q.stmt());
+}
+
+namespace {
+// EXISTS per series walks the (run_id, series_id, ...) index instead of every
+// point of the run.
+constexpr const char* kSeriesNamesSql =
+    "SELECT s.name FROM series s WHERE EXISTS "
+    "(SELECT 1 FROM %s m WHERE m.run_id = ? AND m.series_id = s.id) ORDER BY s.name";
+
+std::string series_names_sql(const char* table) {
+  std::string sql = kSeriesNamesSql;
+  sql.replace(sql.find("%s"), 2, table);
+  return sql;
+}
+}  // namespace
+
+std::vector<std::string> RunStore::step_series_names(int64_t run) const {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  Query q(d, series_names_sql("step_metrics"), "listing step series");
+  q.bind_int(1, run);
+  std::vector<std::string> names;
+  while (q.next()) names.push_back(q.text_at(0));
+  return names;
+}
+
+std::vector<std::string> RunStore::epoch_series_names(int64_t run) const {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  Query q(d, series_names_sql("epoch_metrics"), "listing epoch series");
+  q.bind_int(1, run);
+  std::vector<std::string> names;
+  while (q.next()) names.push_back(q.text_at(0));
+  return names;
+}
+
+std::vector<MetricPoint> RunStore::step_series(int64_t run, const std::string& name,
+                                               int64_t after_step) const {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  std::vector<MetricPoint> points;
+  const int64_t series = d.series_id(name, false);
+  if (series < 0) return points;
+  Query q(d,
+          "SELECT step, wall_time, value FROM step_metrics "
+          "WHERE run_id = ? AND series_id = ? AND step > ? ORDER BY step, rowid",
+          "reading a step series");
+  q.bind_int(1, run).bind_int(2, series).bind_int(3, after_step);
+  while (q.next()) points.push_back({name, q.int_at(0), q.real_at(1), q.real_at(2)});
+  return points;
+}
+
+std::vector<EpochPoint> RunStore::epoch_series(int64_t run, const std::string& name,
+                                               int64_t after_epoch) const {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  std::vector<EpochPoint> points;
+  const int64_t series = d.series_id(name, false);
+  if (series < 0) return points;
+  Query q(d,
+          "SELECT epoch, step, wall_time, value FROM epoch_metrics "
+          "WHERE run_id = ? AND series_id = ? AND epoch > ? ORDER BY epoch, rowid",
+          "reading an epoch series");
+  q.bind_int(1, run).bind_int(2, series).bind_int(3, after_epoch);
+  while (q.next())
+    points.push_back({name, q.int_at(0), q.int_at(1), q.real_at(2), q.real_at(3)});
+  return points;
+}
+
+std::vector<EventRecord> RunStore::events(int64_t run, int64_t after_id) const {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  Query q(d,
+          "SELECT id, time, level, message FROM events WHERE run_id = ? AND id > ? ORDER BY id",
+          "reading events");
+  q.bind_int(1, run).bind_int(2, after_id);
+  std::vector<EventRecord> events;
+  while (q.next()) events.push_back({q.int_at(0), q.text_at(1), q.text_at(2), q.text_at(3)});
+  return events;
+}
+
+int RunStore::mark_interrupted_runs(std::chrono::milliseconds stale_after) {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  d.require_writable("mark interrupted runs");
+  const std::string threshold = iso_utc(std::chrono::system_clock::now() - stale_after);
+  // Runs from schema v1 have no heartbeat; their start time stands in for it.
+  Query(d,
+        "UPDATE runs SET status = 'failed', error = ?1, finished_at = ?2 "
+        "WHERE status = 'running' AND coalesce(heartbeat_at, started_at, created_at) < ?3",
+        "marking interrupted runs")
+      .bind_text(1, kInterruptedError)
+      .bind_text(2, now_utc())
+      .bind_text(3, threshold)
+      .run();
+  return sqlite3_changes(d.db);
+}
+
+std::string RunStore::integrity_check() const {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  std::string problems;
+  {
+    Query q(d, "PRAGMA integrity_check", "checking integrity");
+    while (q.next()) {
+      const std::string line = q.text_at(0);
+      if (line != "ok") problems += line + "\n";
+    }
+  }
+  Query q(d, "PRAGMA foreign_key_check", "checking foreign keys");
+  while (q.next())
+    problems += detail::concat("row ", q.int_at(1), " of ", q.text_at(0),
+                               " refers to a missing row of ", q.text_at(2), "\n");
+  if (problems.empty()) return "ok";
+  problems.pop_back();
+  return problems;
+}
+
+}  // namespace tb

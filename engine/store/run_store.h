@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tb {
+
+// Values of runs.status. A run moves queued -> running -> one of the three
+// terminal states; see docs/store-schema.md.
+namespace run_status {
+inline constexpr const char* kQueued = "queued";
+inline constexpr const char* kRunning = "running";
+inline constexpr const char* kFinished = "finished";
+inline constexpr const char* kFailed = "failed";
+inline constexpr const char* kStopped = "stopped";
+}  // namespace run_status
+
+bool is_valid_run_status(const std::string& status);
+bool is_terminal_run_status(const std::string& status);  // finished, failed, stopped
+
+// One row of `runs`. Times are ISO-8601 UTC text ("2026-11-22T21:52:39.123Z"),
+// empty when not set yet.
+struct RunRecord {
+  int64_t id = 0;
+  std::string name, created_at, started_at, finished_at, status, engine_version, error, tags,
+      notes, heartbeat_at;
+  nlohmann::json config, environment, tricks, summary;
+};
+
+// value may be NaN (a diverged loss); it is stored as SQL NULL and read back as NaN.
+struct MetricPoint {
+  std::string name;
+  int64_t step = 0;
+  double wall_time = 0.0;  // seconds since the run started
+  double value = 0.0;
+};
+
+struct EpochPoint {
+  std::string name;
+  int64_t epoch = 0;
+  int64_t step = 0;
+  double wall_time = 0.0;
+  double value = 0.0;
+};
+
+struct EventRecord {
+  int64_t id = 0;  // increasing; pass the last one seen to events() to follow a run
+  std::string time, level, message;
+};
+
+struct RunStoreOptions {
+  // Buffered metric points are written in one transaction once this many are
+  // pending, or once the oldest pending point is batch_interval old (checked
+  // when points are appended), and always on flush(), set_status() and destruction.
+  size_t batch_points = 1000;
+  std::chrono::milliseconds batch_interval{500};
+  // How long a statement waits for another process's lock before failing.
+  std::chrono::milliseconds busy_timeout{10000};
+};
+
+// The SQLite database of runs, their metric series and events. One writer
+// process (the engine) and any number of readers (GUI, CLI) may use the same
+// file at once. An instance is internally locked, but meant for one thread.
+// Every failure throws tb::Error naming the database path and the operation.
+class RunStore {
+ public:
+  enum class Mode { ReadWrite, ReadOnly };
+
+  static constexpr int kSchemaVersion = 2;
+  // A 'running' run whose heartbeat is older than this is taken as abandoned.
+  static constexpr std::chrono::milliseconds kDefaultStaleAfter{60000};
+
+  // $XDG_DATA_HOME/trainbench/runs.db, else ~/.local/share/trainbench/runs.db;
+  // creates the folder.
+  static std::string default_path();
+
+  // Opens (ReadWrite: creates) the database and brings its schema up to date.
+  // Refuses, without touching it, a file that is not a run database or whose
+  // schema is newer than this code. ReadOnly needs an up-to-date schema.
+  explicit RunStore(const std::string& path, Mode mode = Mode::ReadWrite,
+                    const RunStoreOptions& options = {});
+  ~RunStore();  // flushes buffered points; reports a failure on stderr
+  RunStore(const RunStore&) = delete;
+  RunStore& operator=(const RunStore&) = delete;
+  RunStore(RunStore&&) noexcept;
+  RunStore& operator=(RunStore&&) noexcept;
+
+  const std::string& path() const;
+  int schema_version() const;
+
+  // --- Runs. created_at defaults to now, status to 'queued'.
+  int64_t create_run(const RunRecord& run);
+  // Flushes buffered points first, so a reader that sees a terminal status has
+  // every point. 'running' sets started_at (once), a terminal status sets finished_at.
+  void set_status(int64_t id, const std::string& status, const std::string& error = "");
+  void set_summary(int64_t id, const nlohmann::json& summary);
+  void set_tricks(int64_t id, const nlohmann::json& tricks);
+  void set_environment(int64_t id, const nlohmann::json& environment);
+  void rename_run(int64_t id, const std::string& name);
+  void set_tags(int64_t id, const std::string& tags);
+  void set_notes(int64_t id, const std::string& notes);
+  void delete_run(int64_t id);  // with all its metrics and events
+  // Tells readers the writer is alive; flushes also do this for their runs.
+  void heartbeat(int64_t id);
+
+  // --- Metrics, buffered (see RunStoreOptions). A failed batch is rolled back
+  // and dropped, and the error is thrown.
+  void append_step_metrics(int64_t run, const std::vector<MetricPoint>& points);
+  void append_epoch_metrics(int64_t run, const std::vector<EpochPoint>& points);
+  void flush();
+  // Written at once (events are rare and readers want them promptly).
+  void append_event(int64_t run, const std::string& level, const std::string& message);
+
+  // --- Reading: committed data only (a writer's buffered points are not visible
+  // until flushed). Series come back in step (epoch) order.
+  std::vector<RunRecord> list_runs() const;
+  std::optional<RunRecord> get_run(int64_t id) const;
+  std::vector<std::string> step_series_names(int64_t run) const;
+  std::vector<std::string> epoch_series_names(int64_t run) const;
+  // Points with step > after_step: a follower passes the last step it has.
+  std::vector<MetricPoint> step_series(int64_t run, const std::string& name,
+                                       int64_t after_step = -1) const;
+  std::vector<EpochPoint> epoch_series(int64_t run, const std::string& name,
+                                       int64_t after_epoch = -1) const;
+  std::vector<EventRecord> events(int64_t run, int64_t after_id = 0) const;
+
+  // --- Maintenance.
+  // Runs left 'running' whose heartbeat is older than stale_after become
+  // 'failed' with error "engine stopped without finishing (killed or crashed)".
+  // Returns how many were marked. Readers call it when they open the store.
+  int mark_interrupted_runs(std::chrono::milliseconds stale_after = kDefaultStaleAfter);
+  // "ok", or the problems PRAGMA integrity_check and foreign_key_check found.
+  std::string integrity_check() const;
+
+  struct Impl;  // opaque; named here only so run_store.cpp's helpers can use it
+
+ private:
+  Impl& impl() const;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tb

@@ -1,0 +1,652 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The SQLite run store: round trips, following a live run, two processes at
+// once, a writer killed mid-batch, schema migration and refusal of bad files.
+#include <QtTest>
+
+#include <sqlite3.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "engine/core/error.h"
+#include "engine/store/run_store.h"
+
+using namespace std::chrono_literals;
+using tb::RunStore;
+
+namespace {
+
+// A plain SQLite connection, standing in for an old engine or for a check
+// that must not go through the code under test.
+class RawDb {
+ public:
+  explicit RawDb(const std::string& path) {
+    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) throw std::runtime_error("cannot open " + path);
+    sqlite3_busy_timeout(db_, 10000);
+  }
+  ~RawDb() { sqlite3_close(db_); }
+  RawDb(const RawDb&) = delete;
+  RawDb& operator=(const RawDb&) = delete;
+
+  void exec(const std::string& sql) {
+    char* err = nullptr;
+    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+      const std::string msg = err ? err : "?";
+      sqlite3_free(err);
+      throw std::runtime_error(msg + " in: " + sql);
+    }
+  }
+  // The first column of the first row, as text ("" if there is none).
+  std::string text(const std::string& sql) {
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK)
+      throw std::runtime_error(std::string(sqlite3_errmsg(db_)) + " in: " + sql);
+    std::string result;
+    if (sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0))
+      result = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+    sqlite3_finalize(stmt);
+    return result;
+  }
+  long long integer(const std::string& sql) { return std::stoll(text(sql)); }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Runs `body` in a forked child. The child never returns into Qt Test: it
+// leaves with 0, or 1 after printing the exception.
+template <typename Body>
+pid_t fork_child(Body body) {
+  std::fflush(nullptr);  // or buffered output would be printed twice
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  int rc = 0;
+  try {
+    body();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "child: %s\n", e.what());
+    rc = 1;
+  }
+  std::fflush(nullptr);
+  _exit(rc);
+}
+
+// Exit status of a child that should have finished cleanly.
+int wait_exit_code(pid_t pid) {
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Schema version 1 exactly as the first engine release wrote it.
+constexpr const char* kVersion1Schema = R"sql(
+CREATE TABLE schema_version (version INTEGER NOT NULL);
+INSERT INTO schema_version (version) VALUES (1);
+CREATE TABLE runs (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL DEFAULT '',
+  created_at TEXT NOT NULL,
+  started_at TEXT,
+  finished_at TEXT,
+  status TEXT NOT NULL DEFAULT 'queued'
+    CHECK (status IN ('queued', 'running', 'finished', 'failed', 'stopped')),
+  config_json TEXT NOT NULL DEFAULT '{}',
+  environment_json TEXT NOT NULL DEFAULT '{}',
+  engine_version TEXT NOT NULL DEFAULT '',
+  tricks_json TEXT NOT NULL DEFAULT '{}',
+  summary_json TEXT NOT NULL DEFAULT '{}',
+  error TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE series (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE step_metrics (
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  series_id INTEGER NOT NULL REFERENCES series(id),
+  step INTEGER NOT NULL, wall_time REAL NOT NULL, value REAL
+);
+CREATE INDEX step_metrics_by_series ON step_metrics (run_id, series_id, step);
+CREATE TABLE epoch_metrics (
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  series_id INTEGER NOT NULL REFERENCES series(id),
+  epoch INTEGER NOT NULL, step INTEGER NOT NULL, wall_time REAL NOT NULL, value REAL
+);
+CREATE INDEX epoch_metrics_by_series ON epoch_metrics (run_id, series_id, epoch);
+CREATE TABLE events (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  time TEXT NOT NULL, level TEXT NOT NULL, message TEXT NOT NULL
+);
+CREATE INDEX events_by_run ON events (run_id, id);
+)sql";
+
+std::vector<tb::MetricPoint> one_point(const std::string& name, int64_t step, double value) {
+  return {{name, step, 0.01 * static_cast<double>(step), value}};
+}
+
+}  // namespace
+
+class TestStore : public QObject {
+  Q_OBJECT
+
+ private:
+  std::optional<QTemporaryDir> dir_;
+  std::string db_;  // this test's database; checked by cleanup() when it exists
+
+  std::string file(const char* name) const { return dir_->filePath(name).toStdString(); }
+
+  // A database with one run, made and closed before any fork.
+  int64_t make_run(const std::string& status = tb::run_status::kQueued) {
+    RunStore store(db_);
+    tb::RunRecord r;
+    r.name = "mlp";
+    r.status = status;
+    return store.create_run(r);
+  }
+
+ private slots:
+  void init() {
+    dir_.emplace();
+    QVERIFY(dir_->isValid());
+    db_ = file("runs.db");
+  }
+
+  // Every test leaves a sound database behind (checked by SQLite itself).
+  void cleanup() {
+    if (!db_.empty() && QFile::exists(QString::fromStdString(db_))) {
+      RawDb raw(db_);
+      QCOMPARE(QString::fromStdString(raw.text("PRAGMA integrity_check")), QString("ok"));
+      QCOMPARE(QString::fromStdString(raw.text("PRAGMA foreign_key_check")), QString());
+    }
+    dir_.reset();
+  }
+
+  void defaultPathFollowsXdgDataHome() {
+    const QByteArray old = qgetenv("XDG_DATA_HOME");
+    qputenv("XDG_DATA_HOME", QByteArray::fromStdString(file("xdg")));
+    const std::string path = RunStore::default_path();
+    if (old.isNull()) qunsetenv("XDG_DATA_HOME"); else qputenv("XDG_DATA_HOME", old);
+    QCOMPARE(QString::fromStdString(path), QString::fromStdString(file("xdg/trainbench/runs.db")));
+    QVERIFY(QFileInfo(QString::fromStdString(file("xdg/trainbench"))).isDir());
+  }
+
+  void roundTrip() {
+    RunStore store(db_);
+    QCOMPARE(store.schema_version(), RunStore::kSchemaVersion);
+    QCOMPARE(QString::fromStdString(store.integrity_check()), QString("ok"));
+
+    tb::RunRecord in;
+    in.name = "resnet-cifar";
+    in.config = {{"model", "resnet8"}, {"batch_size", 128}, {"lr", 0.1}};
+    in.environment = {{"device", "cpu"}, {"openblas", "0.3.21"}};
+    in.engine_version = "0.1.0";
+    in.tags = "baseline";
+    in.notes = "first try";
+    const int64_t id = store.create_run(in);
+    QVERIFY(id > 0);
+
+    auto created = store.get_run(id);
+    QVERIFY(created);
+    QCOMPARE(QString::fromStdString(created->status), QString("queued"));
+    QVERIFY(!created->created_at.empty());
+    QVERIFY(created->started_at.empty());
+
+    store.set_status(id, "running");
+    const std::string started = store.get_run(id)->started_at;
+    QVERIFY(!started.empty());
+
+    const double nan = std::nan("");
+    store.append_step_metrics(id, {{"loss", 0, 0.5, 2.3}, {"loss", 1, 1.0, nan}, {"lr", 0, 0.5, 0.1}});
+    store.append_step_metrics(id, {{"loss", 2, 1.5, 1.7}, {"lr", 1, 1.0, 0.09}});
+    store.append_epoch_metrics(id, {{"val_accuracy", 0, 2, 1.6, 0.41}, {"val_accuracy", 1, 4, 3.2, 0.58}});
+    store.append_event(id, "info", "epoch 1 done");
+    store.append_event(id, "warning", "loss is NaN at step 1");
+    store.flush();
+
+    const nlohmann::json tricks = {{"amp", {{"requested", true}, {"applied", false}, {"reason", "no GPU"}}}};
+    const nlohmann::json summary = {{"median_step_ms", 12.5}, {"final_accuracy", 0.58}};
+    store.set_tricks(id, tricks);
+    store.set_summary(id, summary);
+    store.set_environment(id, {{"device", "cuda:0"}});
+    store.set_status(id, "finished");
+
+    const auto out = store.get_run(id);
+    QVERIFY(out);
+    QCOMPARE(out->id, id);
+    QCOMPARE(QString::fromStdString(out->name), QString("resnet-cifar"));
+    QCOMPARE(QString::fromStdString(out->status), QString("finished"));
+    QCOMPARE(QString::fromStdString(out->started_at), QString::fromStdString(started));
+    QVERIFY(out->finished_at >= out->started_at);
+    QCOMPARE(out->config, in.config);
+    QCOMPARE(out->environment, (nlohmann::json{{"device", "cuda:0"}}));
+    QCOMPARE(out->tricks, tricks);
+    QCOMPARE(out->summary, summary);
+    QCOMPARE(QString::fromStdString(out->engine_version), QString("0.1.0"));
+    QCOMPARE(QString::fromStdString(out->tags), QString("baseline"));
+    QCOMPARE(QString::fromStdString(out->notes), QString("first try"));
+    QVERIFY(out->error.empty());
+
+    QCOMPARE(store.step_series_names(id), (std::vector<std::string>{"loss", "lr"}));
+    QCOMPARE(store.epoch_series_names(id), (std::vector<std::string>{"val_accuracy"}));
+
+    const auto loss = store.step_series(id, "loss");
+    QCOMPARE(loss.size(), size_t(3));
+    QCOMPARE(loss[0].step, int64_t(0));
+    QCOMPARE(loss[0].value, 2.3);
+    QCOMPARE(loss[0].wall_time, 0.5);
+    QVERIFY(std::isnan(loss[1].value));  // a diverged loss survives as NaN
+    QCOMPARE(loss[2].step, int64_t(2));
+    QCOMPARE(QString::fromStdString(loss[2].name), QString("loss"));
+    const auto tail = store.step_series(id, "loss", 1);
+    QCOMPARE(tail.size(), size_t(1));
+    QCOMPARE(tail[0].value, 1.7);
+    QVERIFY(store.step_series(id, "no such series").empty());
+
+    const auto acc = store.epoch_series(id, "val_accuracy");
+    QCOMPARE(acc.size(), size_t(2));
+    QCOMPARE(acc[1].epoch, int64_t(1));
+    QCOMPARE(acc[1].step, int64_t(4));
+    QCOMPARE(acc[1].wall_time, 3.2);
+    QCOMPARE(acc[1].value, 0.58);
+    QCOMPARE(store.epoch_series(id, "val_accuracy", 0).size(), size_t(1));
+
+    const auto events = store.events(id);
+    QCOMPARE(events.size(), size_t(2));
+    QCOMPARE(QString::fromStdString(events[0].level), QString("info"));
+    QCOMPARE(QString::fromStdString(events[1].message), QString("loss is NaN at step 1"));
+    QVERIFY(!events[0].time.empty());
+    QCOMPARE(store.events(id, events[0].id).size(), size_t(1));
+
+    store.rename_run(id, "renamed");
+    store.set_tags(id, "a,b");
+    store.set_notes(id, "ünïcode notes");
+    const auto runs = store.list_runs();
+    QCOMPARE(runs.size(), size_t(1));
+    QCOMPARE(QString::fromStdString(runs[0].name), QString("renamed"));
+    QCOMPARE(QString::fromStdString(runs[0].tags), QString("a,b"));
+    QCOMPARE(QString::fromStdString(runs[0].notes), QString("ünïcode notes"));
+
+    QVERIFY(!store.get_run(id + 100));
+    QVERIFY_THROWS_EXCEPTION(tb::Error, store.set_status(id, "exploded"));
+    QVERIFY_THROWS_EXCEPTION(tb::Error, store.rename_run(id + 100, "ghost"));
+
+    store.set_status(id, "failed", "out of memory at batch size 4096");
+    const auto failed = store.get_run(id);
+    QCOMPARE(QString::fromStdString(failed->status), QString("failed"));
+    QCOMPARE(QString::fromStdString(failed->error), QString("out of memory at batch size 4096"));
+    QCOMPARE(QString::fromStdString(store.integrity_check()), QString("ok"));
+  }
+
+  // Points become visible in batches of N, after T ms, on flush, on set_status
+  // and when the writer is destroyed; never one by one.
+  void writesAreBatched() {
+    const int64_t id = make_run();
+    RunStore reader(db_, RunStore::Mode::ReadOnly);
+    {
+      tb::RunStoreOptions options;
+      options.batch_points = 10;
+      options.batch_interval = 1h;
+      RunStore writer(db_, RunStore::Mode::ReadWrite, options);
+      for (int64_t step = 0; step < 9; ++step) writer.append_step_metrics(id, one_point("loss", step, 1.0));
+      QCOMPARE(reader.step_series(id, "loss").size(), size_t(0));
+      writer.append_step_metrics(id, one_point("loss", 9, 1.0));
+      QCOMPARE(reader.step_series(id, "loss").size(), size_t(10));
+
+      writer.append_step_metrics(id, one_point("loss", 10, 1.0));
+      QCOMPARE(reader.step_series(id, "loss").size(), size_t(10));
+      writer.flush();
+      QCOMPARE(reader.step_series(id, "loss").size(), size_t(11));
+
+      writer.append_step_metrics(id, one_point("loss", 11, 1.0));
+      writer.set_status(id, "running");
+      QCOMPARE(reader.step_series(id, "loss").size(), size_t(12));
+      writer.append_step_metrics(id, one_point("loss", 12, 1.0));
+    }  // destruction flushes
+    QCOMPARE(reader.step_series(id, "loss").size(), size_t(13));
+
+    tb::RunStoreOptions timed;
+    timed.batch_points = 1000;
+    timed.batch_interval = 50ms;
+    RunStore writer(db_, RunStore::Mode::ReadWrite, timed);
+    writer.append_step_metrics(id, one_point("loss", 13, 1.0));
+    QCOMPARE(reader.step_series(id, "loss").size(), size_t(13));
+    std::this_thread::sleep_for(80ms);
+    writer.append_step_metrics(id, one_point("loss", 14, 1.0));
+    QCOMPARE(reader.step_series(id, "loss").size(), size_t(15));
+  }
+
+  // A batch that fails half-way (here: a point for a run that does not exist)
+  // leaves none of its points behind, and the store stays usable.
+  void failedBatchIsRolledBack() {
+    const int64_t id = make_run();
+    RunStore store(db_);
+    store.append_step_metrics(id, one_point("loss", 0, 1.0));
+    store.append_step_metrics(id + 1000, one_point("loss", 0, 1.0));
+    store.append_step_metrics(id, one_point("new_series", 1, 1.0));
+    try {
+      store.flush();
+      QFAIL("a point of a missing run was accepted");
+    } catch (const tb::Error& e) {
+      const QString msg = e.what();
+      QVERIFY2(msg.contains(QString::fromStdString(db_)), e.what());
+      QVERIFY2(msg.contains("FOREIGN KEY"), e.what());
+    }
+    QCOMPARE(store.step_series(id, "loss").size(), size_t(0));
+    QVERIFY(store.step_series_names(id).empty());
+    store.append_step_metrics(id, one_point("new_series", 2, 1.0));
+    store.flush();
+    QCOMPARE(store.step_series(id, "new_series").size(), size_t(1));
+  }
+
+  // A reader polls with after_step/after_id and gets each point exactly once;
+  // once it reads a terminal status, one more read has everything.
+  void readerFollowsRunningRun() {
+    const int64_t id = make_run();
+    tb::RunStoreOptions options;
+    options.batch_points = 7;
+    RunStore writer(db_, RunStore::Mode::ReadWrite, options);
+    RunStore reader(db_, RunStore::Mode::ReadOnly);
+    writer.set_status(id, "running");
+
+    std::vector<int64_t> seen;
+    int64_t last_step = -1, last_event = 0;
+    size_t events_seen = 0;
+    auto poll = [&] {
+      for (const auto& p : reader.step_series(id, "loss", last_step)) {
+        seen.push_back(p.step);
+        last_step = p.step;
+      }
+      for (const auto& e : reader.events(id, last_event)) {
+        ++events_seen;
+        last_event = e.id;
+      }
+    };
+    for (int64_t step = 0; step < 100; ++step) {
+      writer.append_step_metrics(id, one_point("loss", step, 1.0 / double(step + 1)));
+      if (step % 25 == 0) writer.append_event(id, "info", "checkpoint");
+      if (step % 3 == 0) poll();
+    }
+    writer.append_step_metrics(id, one_point("loss", 100, 0.0));  // still buffered
+    writer.set_status(id, "finished");
+    QCOMPARE(QString::fromStdString(reader.get_run(id)->status), QString("finished"));
+    poll();
+    QCOMPARE(seen.size(), size_t(101));
+    for (size_t i = 0; i < seen.size(); ++i) QCOMPARE(seen[i], int64_t(i));
+    QCOMPARE(events_seen, size_t(4));
+  }
+
+  // Engine and GUI in separate processes: the child writes continuously while
+  // the parent reads (and now and then writes notes); no SQLITE_BUSY surfaces.
+  void concurrentReaderAndWriterProcesses() {
+    const int64_t id = make_run();
+    constexpr int64_t kPoints = 3000;
+    const std::string path = db_;
+    const pid_t child = fork_child([&] {
+      tb::RunStoreOptions options;
+      options.batch_points = 20;
+      RunStore writer(path, RunStore::Mode::ReadWrite, options);
+      writer.set_status(id, "running");
+      for (int64_t step = 0; step < kPoints; ++step) {
+        writer.append_step_metrics(id, {{"loss", step, 0.001 * double(step), 1.0},
+                                        {"accuracy", step, 0.001 * double(step), 0.5}});
+        if (step % 500 == 0) writer.append_event(id, "info", "progress");
+        std::this_thread::sleep_for(200us);
+      }
+      writer.set_status(id, "finished");
+    });
+    QVERIFY(child > 0);
+
+    int64_t last_step = -1, polls_with_news = 0, polls = 0;
+    std::string status;
+    try {
+      RunStore reader(path, RunStore::Mode::ReadOnly);
+      RunStore editor(path);
+      const auto deadline = std::chrono::steady_clock::now() + 60s;
+      do {
+        status = reader.get_run(id)->status;  // status first: see the docs
+        const auto points = reader.step_series(id, "loss", last_step);
+        for (const auto& p : points) {
+          QCOMPARE(p.step, last_step + 1);
+          last_step = p.step;
+        }
+        reader.step_series_names(id);
+        reader.events(id);
+        if (!points.empty()) ++polls_with_news;
+        if (++polls % 10 == 0) editor.set_notes(id, "poll " + std::to_string(polls));
+        QVERIFY(std::chrono::steady_clock::now() < deadline);
+      } while (status != "finished");
+    } catch (const tb::Error& e) {
+      kill(child, SIGKILL);
+      wait_exit_code(child);
+      QFAIL(e.what());
+    }
+    QCOMPARE(wait_exit_code(child), 0);
+    QCOMPARE(last_step, kPoints - 1);
+    QVERIFY2(polls_with_news > 3, "the reader never saw the run while it was running");
+    RunStore check(path, RunStore::Mode::ReadOnly);
+    QCOMPARE(check.step_series(id, "accuracy").size(), size_t(kPoints));
+    QCOMPARE(check.events(id).size(), size_t(kPoints / 500));
+  }
+
+  // kill -9 in the middle of writing: SQLite's WAL keeps every committed batch
+  // whole, and the run is later recognised as interrupted.
+  void killedWriterLeavesConsistentDatabase() {
+    const int64_t id = make_run();
+    const int64_t done = make_run(tb::run_status::kFinished);
+    constexpr size_t kBatch = 50;
+    const std::string path = db_;
+    const pid_t child = fork_child([&] {
+      tb::RunStoreOptions options;
+      options.batch_points = kBatch;
+      options.batch_interval = 1h;
+      RunStore writer(path, RunStore::Mode::ReadWrite, options);
+      writer.set_status(id, "running");
+      for (int64_t step = 0;; ++step) {
+        writer.append_step_metrics(id, one_point("loss", step, 1.0));
+        if (step % 1000 == 0) writer.append_event(id, "info", "still going");
+      }
+    });
+    QVERIFY(child > 0);
+    std::this_thread::sleep_for(200ms);
+    QCOMPARE(kill(child, SIGKILL), 0);
+    QCOMPARE(wait_exit_code(child), 128 + SIGKILL);
+
+    RunStore store(path);
+    QCOMPARE(QString::fromStdString(store.integrity_check()), QString("ok"));
+    const auto points = store.step_series(id, "loss");
+    QVERIFY2(!points.empty(), "the child committed nothing in 200 ms");
+    QCOMPARE(points.size() % kBatch, size_t(0));  // whole batches only
+    for (size_t i = 0; i < points.size(); ++i) QCOMPARE(points[i].step, int64_t(i));
+    QVERIFY(!store.events(id).empty());
+
+    // Its heartbeat is fresh, so with the default threshold it could still be alive.
+    QCOMPARE(store.mark_interrupted_runs(), 0);
+    QCOMPARE(QString::fromStdString(store.get_run(id)->status), QString("running"));
+    std::this_thread::sleep_for(300ms);
+    QCOMPARE(store.mark_interrupted_runs(100ms), 1);
+    const auto run = store.get_run(id);
+    QCOMPARE(QString::fromStdString(run->status), QString("failed"));
+    QCOMPARE(QString::fromStdString(run->error),
+             QString("engine stopped without finishing (killed or crashed)"));
+    QVERIFY(!run->finished_at.empty());
+    QCOMPARE(QString::fromStdString(store.get_run(done)->status), QString("finished"));
+  }
+
+  void migratesVersion1Database() {
+    {
+      RawDb old(db_);
+      old.exec(kVersion1Schema);
+      old.exec(
+          "INSERT INTO runs (id, name, created_at, started_at, status, config_json) VALUES "
+          "(1, 'old run', '2025-01-02T03:04:05.000Z', '2025-01-02T03:04:06.000Z', 'finished', "
+          "'{\"lr\":0.01}'),"
+          "(2, 'crashed run', '2025-01-03T00:00:00.000Z', '2025-01-03T00:00:01.000Z', 'running', '{}');"
+          "INSERT INTO series (id, name) VALUES (1, 'loss');"
+          "INSERT INTO step_metrics VALUES (1, 1, 0, 0.1, 2.0), (1, 1, 1, 0.2, 1.5), (1, 1, 2, 0.3, 1.0);"
+          "INSERT INTO epoch_metrics VALUES (1, 1, 0, 2, 0.3, 1.1);"
+          "INSERT INTO events (run_id, time, level, message) VALUES (1, '2025-01-02T03:05:00.000Z', 'info', 'done');");
+    }
+    RunStore store(db_);
+    QCOMPARE(store.schema_version(), 2);
+    QCOMPARE(RawDb(db_).integer("SELECT version FROM schema_version"), 2LL);
+    QCOMPARE(RawDb(db_).integer("SELECT count(*) FROM schema_version"), 1LL);
+
+    const auto run = store.get_run(1);
+    QVERIFY(run);
+    QCOMPARE(QString::fromStdString(run->name), QString("old run"));
+    QCOMPARE(run->config, (nlohmann::json{{"lr", 0.01}}));
+    QVERIFY(run->tags.empty());
+    QVERIFY(run->notes.empty());
+    QVERIFY(run->heartbeat_at.empty());
+    const auto loss = store.step_series(1, "loss");
+    QCOMPARE(loss.size(), size_t(3));
+    QCOMPARE(loss[2].value, 1.0);
+    QCOMPARE(store.epoch_series(1, "loss").size(), size_t(1));
+    QCOMPARE(store.events(1).size(), size_t(1));
+
+    store.set_tags(1, "legacy");
+    QCOMPARE(QString::fromStdString(store.get_run(1)->tags), QString("legacy"));
+    // A v1 run left running has no heartbeat; its start time counts instead.
+    QCOMPARE(store.mark_interrupted_runs(), 1);
+    QCOMPARE(QString::fromStdString(store.get_run(2)->status), QString("failed"));
+    const int64_t fresh = store.create_run({});
+    QVERIFY(fresh > 2);
+  }
+
+  void refusesNewerSchema() {
+    make_run();
+    RawDb(db_).exec("UPDATE schema_version SET version = 99");
+    const std::string before = read_file(db_);
+    for (auto mode : {RunStore::Mode::ReadWrite, RunStore::Mode::ReadOnly}) {
+      try {
+        RunStore store(db_, mode);
+        QFAIL("a database from the future was opened");
+      } catch (const tb::Error& e) {
+        const QString msg = e.what();
+        QVERIFY2(msg.contains(QString::fromStdString(db_)), e.what());
+        QVERIFY2(msg.contains("99"), e.what());
+      }
+    }
+    QVERIFY(read_file(db_) == before);
+    QCOMPARE(RawDb(db_).integer("SELECT version FROM schema_version"), 99LL);
+  }
+
+  void rejectsFilesThatAreNotRunDatabases() {
+    const std::string text_file = file("notes.txt");
+    std::string junk;
+    for (int i = 0; i < 200; ++i) junk += "this is not a database\n";
+    std::ofstream(text_file) << junk;
+    try {
+      RunStore store(text_file);
+      QFAIL("a text file was opened as a run database");
+    } catch (const tb::Error& e) {
+      const QString msg = e.what();
+      QVERIFY2(msg.contains(QString::fromStdString(text_file)), e.what());
+      QVERIFY2(msg.contains("not a database"), e.what());
+    }
+    QVERIFY(read_file(text_file) == junk);
+
+    const std::string other = file("other.db");
+    RawDb(other).exec("CREATE TABLE photos (id INTEGER PRIMARY KEY)");
+    try {
+      RunStore store(other);
+      QFAIL("a foreign SQLite database was opened as a run database");
+    } catch (const tb::Error& e) {
+      QVERIFY2(QString(e.what()).contains("not a Trainbench run database"), e.what());
+    }
+
+    const std::string missing_dir = file("no/such/dir/runs.db");
+    try {
+      RunStore store(missing_dir);
+      QFAIL("a database in a missing folder was created");
+    } catch (const tb::Error& e) {
+      QVERIFY2(QString(e.what()).contains(QString::fromStdString(missing_dir)), e.what());
+    }
+
+    const std::string absent = file("absent.db");
+    QVERIFY_THROWS_EXCEPTION(tb::Error, RunStore(absent, RunStore::Mode::ReadOnly));
+    QVERIFY(!QFile::exists(QString::fromStdString(absent)));
+
+    // Unwritable folder (root ignores permissions, so only checked as a user).
+    if (geteuid() != 0) {
+      const QString locked = dir_->filePath("locked");
+      QVERIFY(QDir().mkdir(locked));
+      QFile::setPermissions(locked, QFileDevice::ReadOwner | QFileDevice::ExeOwner);
+      const std::string path = (locked + "/runs.db").toStdString();
+      try {
+        RunStore store(path);
+        QFAIL("a database in a read-only folder was created");
+      } catch (const tb::Error& e) {
+        QVERIFY2(QString(e.what()).contains(QString::fromStdString(path)), e.what());
+      }
+      QFile::setPermissions(locked, QFileDevice::ReadOwner | QFileDevice::WriteOwner |
+                                        QFileDevice::ExeOwner);
+    }
+  }
+
+  void readOnlyStoreRefusesWrites() {
+    const int64_t id = make_run();
+    RunStore reader(db_, RunStore::Mode::ReadOnly);
+    QCOMPARE(reader.list_runs().size(), size_t(1));
+    QVERIFY_THROWS_EXCEPTION(tb::Error, reader.create_run({}));
+    QVERIFY_THROWS_EXCEPTION(tb::Error, reader.set_status(id, "running"));
+    QVERIFY_THROWS_EXCEPTION(tb::Error, reader.append_step_metrics(id, one_point("loss", 0, 1.0)));
+    QVERIFY_THROWS_EXCEPTION(tb::Error, reader.mark_interrupted_runs());
+    QCOMPARE(QString::fromStdString(reader.get_run(id)->status), QString("queued"));
+  }
+
+  void deleteCascades() {
+    RunStore store(db_);
+    const int64_t a = store.create_run({});
+    const int64_t b = store.create_run({});
+    for (int64_t run : {a, b}) {
+      store.append_step_metrics(run, {{"loss", 0, 0.0, 1.0}, {"loss", 1, 0.1, 0.5}});
+      store.append_epoch_metrics(run, {{"acc", 0, 1, 0.1, 0.3}});
+      store.append_event(run, "info", "hello");
+    }
+    store.flush();
+    store.append_step_metrics(a, one_point("loss", 2, 0.1));  // buffered, must not resurrect a
+    store.delete_run(a);
+    store.flush();
+    QVERIFY(!store.get_run(a));
+    QCOMPARE(store.list_runs().size(), size_t(1));
+    QVERIFY_THROWS_EXCEPTION(tb::Error, store.delete_run(a));
+
+    RawDb raw(db_);
+    for (const char* table : {"step_metrics", "epoch_metrics", "events"}) {
+      const std::string count = std::string("SELECT count(*) FROM ") + table + " WHERE run_id = ";
+      QCOMPARE(raw.integer(count + std::to_string(a)), 0LL);
+      QVERIFY(raw.integer(count + std::to_string(b)) > 0);
+    }
+    QCOMPARE(store.step_series(b, "loss").size(), size_t(2));
+    QCOMPARE(QString::fromStdString(store.integrity_check()), QString("ok"));
+  }
+
+  void movedStoreKeepsWorking() {
+    RunStore first(db_);
+    const int64_t id = first.create_run({});
+    first.append_step_metrics(id, one_point("loss", 0, 1.0));
+    RunStore second(std::move(first));
+    second.flush();
+    QCOMPARE(second.step_series(id, "loss").size(), size_t(1));
+    QVERIFY_THROWS_EXCEPTION(tb::Error, first.list_runs());  // NOLINT(bugprone-use-after-move)
+    first = RunStore(db_, RunStore::Mode::ReadOnly);
+    QCOMPARE(first.list_runs().size(), size_t(1));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestStore)
+#include "test_store.moc"
