@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// 2-d batch normalization: per channel over (N, H, W), PyTorch semantics
+// (biased batch variance for normalising, unbiased for running_var).
+//   x, y (N, C, H, W);  weight = γ (C, ones), bias = β (C, zeros), neither decayed;
+//   buffers running_mean (C, zeros), running_var (C, ones).
+// ctx.training picks batch statistics (and updates the running ones) or the
+// running statistics; backward follows whichever mode the last forward used.
+#include <string>
+
+#include "engine/nn/layer.h"
+
+namespace tb {
+
+class BatchNorm2d : public Layer {
+ public:
+  explicit BatchNorm2d(std::string name, float momentum = 0.1f, float eps = 1e-5f);
+
+  std::string kind() const override { return "batchnorm2d"; }
+  Shape setup(const Shape& in, ParamRegistry& reg) override;
+  Tensor forward(Context& ctx, const Tensor& x) override;
+  Tensor backward(Context& ctx, const Tensor& dy, bool need_dx) override;
+
+  float momentum() const { return momentum_; }
+  float eps() const { return eps_; }
+  int64_t channels() const { return C_; }
+  const Tensor& running_mean() const { return running_mean_; }
+  const Tensor& running_var() const { return running_var_; }
+
+ private:
+  float momentum_, eps_;
+  int64_t C_ = 0;
+  Tensor gamma_, beta_, dgamma_, dbeta_;      // views into the parameter/gradient blocks
+  Tensor running_mean_, running_var_;          // views into the buffer block
+  Tensor x_;                                   // input kept for backward
+  bool forward_was_training_ = true;
+  Tensor y_, dx_, save_mean_, save_invstd_;    // reused work buffers
+  Tensor ones_, zeros_, eval_invstd_;          // eval-mode backward helpers
+};
+
+}  // namespace tb
