@@ -597,6 +597,48 @@ class TestStore : public QObject {
     }
   }
 
+  // Damaged pages are reported as tb::Error naming the file, never as garbage.
+  void reportsCorruptDatabase() {
+    const std::string path = file("corrupt.db");
+    int64_t id = 0;
+    {
+      RunStore store(path);
+      id = store.create_run({});
+      for (int64_t step = 0; step < 5000; ++step) store.append_step_metrics(id, one_point("loss", step, 1.0));
+    }  // closing checkpoints the WAL into the main file
+    std::string bytes = read_file(path);
+    const size_t page = 4096;
+    QVERIFY(bytes.size() > 8 * page);
+
+    // Scribble over the data pages (pages 3.. hold step_metrics and its index).
+    std::string damaged = bytes;
+    for (size_t i = 2 * page; i < damaged.size(); ++i) damaged[i] = static_cast<char>(0xA5);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << damaged;
+    try {
+      RunStore store(path);
+      QVERIFY(store.integrity_check() != "ok");
+      store.step_series(id, "loss");
+      QFAIL("reading corrupt pages did not fail");
+    } catch (const tb::Error& e) {
+      const QString msg = e.what();
+      QVERIFY2(msg.contains(QString::fromStdString(path)), e.what());
+      QVERIFY2(msg.contains("malformed"), e.what());
+    }
+
+    // Scribble over the schema on page 1 (after the 100-byte file header).
+    damaged = bytes;
+    for (size_t i = 100; i < page; ++i) damaged[i] = static_cast<char>(0xA5);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << damaged;
+    try {
+      RunStore store(path);
+      QFAIL("a database with a destroyed schema was opened");
+    } catch (const tb::Error& e) {
+      const QString msg = e.what();
+      QVERIFY2(msg.contains(QString::fromStdString(path)), e.what());
+      QVERIFY2(msg.contains("malformed"), e.what());
+    }
+  }
+
   void readOnlyStoreRefusesWrites() {
     const int64_t id = make_run();
     RunStore reader(db_, RunStore::Mode::ReadOnly);
