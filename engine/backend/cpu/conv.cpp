@@ -1,0 +1,336 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// CpuBackend convolution: 2-D, square kernel/stride/zero padding, optional bias,
+// NCHW only (the CUDA backend does NHWC).
+//
+//   x  (N, Cin, H, W)   w  (Cout, Cin, K, K)   b  (Cout)   y  (N, Cout, Ho, Wo)
+//   y[n,co,oh,ow] = b[co] + sum_{ci,kh,kw} w[co,ci,kh,kw] * x[n,ci,oh*s-p+kh,ow*s-p+kw]
+//
+// Two implementations:
+// - reference<T> (float, double): the definition above as nested loops; the test
+//   oracle, used for f64 and when BackendOptions::reference is set.
+// - fast f32: im2col over a chunk of B images at once, so that each GEMM is
+//   (Cout x Kc) * (Kc x B*P) with Kc = Cin*K*K and P = Ho*Wo -- large enough for
+//   OpenBLAS to run at full speed even for the 1-channel first layer (Kc = 9).
+//   The GEMM output (Cout, B*P) is then copied to y one contiguous row (P) at a
+//   time, adding the bias on the way. Backward gathers dy into the same
+//   (Cout, B*P) form and does dW += dY * col^T and dcol = W^T * dY, then col2im.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/error.h"
+
+namespace tb {
+
+namespace {
+
+// ---------------------------------------------------------------- checks
+
+void check_conv_args(const char* op, const ConvGeometry& g, const Tensor& x, const Tensor& w,
+                     const Tensor& b, const Tensor& y_or_dy, const char* yname) {
+  TB_CHECK(x.defined() && w.defined() && y_or_dy.defined(), op,
+           ": x, w and ", yname, " must be defined");
+  const DType t = x.dtype();
+  TB_CHECK(t == DType::F32 || t == DType::F64, op, ": the cpu backend supports f32 and f64, got ",
+           x.describe());
+  for (const Tensor* p : {&x, &w, &y_or_dy}) {
+    TB_CHECK(p->device().is_cpu(), op, ": tensor on ", p->device().str(), " given to the cpu backend");
+    TB_CHECK(p->layout() == Layout::NCHW, op, ": the cpu backend supports only NCHW, got ",
+             layout_name(p->layout()), " tensor ", p->describe());
+    expect_dtype(*p, t, op);
+  }
+  TB_CHECK(x.shape() == g.input_shape(), op, ": input x ", x.describe(),
+           " does not match the geometry's input shape ", shape_str(g.input_shape()));
+  TB_CHECK(w.shape() == g.weight_shape(), op, ": weight ", w.describe(), " does not match ",
+           shape_str(g.weight_shape()), " for input ", shape_str(g.input_shape()));
+  TB_CHECK(y_or_dy.shape() == g.output_shape(), op, ": ", yname, " ", y_or_dy.describe(),
+           " does not match the output shape ", shape_str(g.output_shape()), " for input ",
+           shape_str(g.input_shape()));
+  if (b.defined()) {
+    expect_dtype(b, t, op);
+    TB_CHECK(b.shape() == Shape{g.C_out}, op, ": bias ", b.describe(), " does not match [",
+             g.C_out, "] output channels");
+  }
+}
+
+// An optional output (dx, dw, db): undefined means "not wanted".
+void check_optional(const char* op, const char* what, const Tensor& t, const Shape& shape,
+                    DType dtype) {
+  if (!t.defined()) return;
+  TB_CHECK(t.device().is_cpu(), op, ": ", what, " on ", t.device().str());
+  TB_CHECK(t.rank() != 4 || t.layout() == Layout::NCHW, op,
+           ": the cpu backend supports only NCHW, got ", layout_name(t.layout()), " ", what, " ",
+           t.describe());
+  expect_dtype(t, dtype, op);
+  TB_CHECK(t.shape() == shape, op, ": ", what, " ", t.describe(), " does not match ",
+           shape_str(shape));
+}
+
+// ---------------------------------------------------------------- reference
+
+template <typename T>
+void conv_forward_ref(const ConvGeometry& g, const T* x, const T* w, const T* b, T* y) {
+  const int64_t K = g.KH, s = g.stride, p = g.pad;
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t co = 0; co < g.C_out; ++co)
+      for (int64_t oh = 0; oh < g.H_out; ++oh)
+        for (int64_t ow = 0; ow < g.W_out; ++ow) {
+          T acc = b ? b[co] : T(0);
+          for (int64_t ci = 0; ci < g.C_in; ++ci)
+            for (int64_t kh = 0; kh < K; ++kh)
+              for (int64_t kw = 0; kw < K; ++kw) {
+                const int64_t ih = oh * s - p + kh, iw = ow * s - p + kw;
+                if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;  // zero padding
+                acc += w[((co * g.C_in + ci) * K + kh) * K + kw] *
+                       x[((n * g.C_in + ci) * g.H + ih) * g.W + iw];
+              }
+          y[((n * g.C_out + co) * g.H_out + oh) * g.W_out + ow] = acc;
+        }
+}
+
+// dx is written; dw/db are computed in full into locals and then written or added,
+// so accumulate=true adds exactly what accumulate=false writes.
+template <typename T>
+void conv_backward_ref(const ConvGeometry& g, const T* x, const T* w, const T* dy, T* dx, T* dw,
+                       T* db, bool accumulate) {
+  const int64_t K = g.KH, s = g.stride, p = g.pad;
+  std::vector<T> gw(static_cast<size_t>(g.C_out * g.C_in * K * K), T(0));
+  std::vector<T> gb(static_cast<size_t>(g.C_out), T(0));
+  if (dx) std::fill_n(dx, g.N * g.C_in * g.H * g.W, T(0));
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t co = 0; co < g.C_out; ++co)
+      for (int64_t oh = 0; oh < g.H_out; ++oh)
+        for (int64_t ow = 0; ow < g.W_out; ++ow) {
+          const T d = dy[((n * g.C_out + co) * g.H_out + oh) * g.W_out + ow];
+          gb[co] += d;
+          for (int64_t ci = 0; ci < g.C_in; ++ci)
+            for (int64_t kh = 0; kh < K; ++kh)
+              for (int64_t kw = 0; kw < K; ++kw) {
+                const int64_t ih = oh * s - p + kh, iw = ow * s - p + kw;
+                if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
+                const int64_t wi = ((co * g.C_in + ci) * K + kh) * K + kw;
+                const int64_t xi = ((n * g.C_in + ci) * g.H + ih) * g.W + iw;
+                gw[wi] += d * x[xi];
+                if (dx) dx[xi] += d * w[wi];
+              }
+        }
+  if (dw)
+    for (size_t i = 0; i < gw.size(); ++i) dw[i] = accumulate ? dw[i] + gw[i] : gw[i];
+  if (db)
+    for (size_t i = 0; i < gb.size(); ++i) db[i] = accumulate ? db[i] + gb[i] : gb[i];
+}
+
+// ---------------------------------------------------------------- fast f32
+
+// Per-thread scratch that only grows, so steady-state steps allocate nothing.
+float* scratch(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+thread_local std::vector<float> t_col, t_gemm, t_dw;
+
+// Output positions o in [0, n_out) whose input index o*s - p + k lies in [0, n_in):
+// the half-open range [lo, hi). Outside it the cell reads zero padding.
+inline void valid_range(int64_t n_in, int64_t n_out, int64_t s, int64_t p, int64_t k,
+                        int64_t& lo, int64_t& hi) {
+  lo = p - k > 0 ? (p - k + s - 1) / s : 0;
+  const int64_t last = n_in - 1 + p - k;  // largest o*s allowed
+  hi = last < 0 ? 0 : std::min(n_out, last / s + 1);
+  lo = std::min(lo, hi);
+}
+
+// col (Kc, L) with L = B*P, row r = (ci*K + kh)*K + kw, column b*P + oh*Wo + ow,
+// from x (B, Cin, H, W). Writes every cell (zeros for padding).
+void im2col(const ConvGeometry& g, const float* x, int64_t B, float* col) {
+  const int64_t K = g.KH, s = g.stride, p = g.pad, Ho = g.H_out, Wo = g.W_out;
+  const int64_t P = Ho * Wo, L = B * P;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t ci = 0; ci < g.C_in; ++ci) {
+      const float* plane = x + (b * g.C_in + ci) * g.H * g.W;
+      for (int64_t kh = 0; kh < K; ++kh) {
+        int64_t oh_lo, oh_hi;
+        valid_range(g.H, Ho, s, p, kh, oh_lo, oh_hi);
+        for (int64_t kw = 0; kw < K; ++kw) {
+          int64_t ow_lo, ow_hi;
+          valid_range(g.W, Wo, s, p, kw, ow_lo, ow_hi);
+          float* dst = col + ((ci * K + kh) * K + kw) * L + b * P;
+          std::fill(dst, dst + oh_lo * Wo, 0.0f);
+          for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
+            float* d = dst + oh * Wo;
+            const float* src = plane + (oh * s - p + kh) * g.W + (-p + kw);  // + ow*s
+            std::fill(d, d + ow_lo, 0.0f);
+            if (s == 1) {
+              std::memcpy(d + ow_lo, src + ow_lo, sizeof(float) * (ow_hi - ow_lo));
+            } else {
+              for (int64_t ow = ow_lo; ow < ow_hi; ++ow) d[ow] = src[ow * s];
+            }
+            std::fill(d + ow_hi, d + Wo, 0.0f);
+          }
+          std::fill(dst + oh_hi * Wo, dst + P, 0.0f);
+        }
+      }
+    }
+}
+
+// dx (B, Cin, H, W) = sum of col cells onto the input pixels they came from
+// (the adjoint of im2col). dx is overwritten.
+void col2im(const ConvGeometry& g, const float* col, int64_t B, float* dx) {
+  const int64_t K = g.KH, s = g.stride, p = g.pad, Ho = g.H_out, Wo = g.W_out;
+  const int64_t P = Ho * Wo, L = B * P;
+  std::fill_n(dx, B * g.C_in * g.H * g.W, 0.0f);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t ci = 0; ci < g.C_in; ++ci) {
+      float* plane = dx + (b * g.C_in + ci) * g.H * g.W;
+      for (int64_t kh = 0; kh < K; ++kh) {
+        int64_t oh_lo, oh_hi;
+        valid_range(g.H, Ho, s, p, kh, oh_lo, oh_hi);
+        for (int64_t kw = 0; kw < K; ++kw) {
+          int64_t ow_lo, ow_hi;
+          valid_range(g.W, Wo, s, p, kw, ow_lo, ow_hi);
+          const float* src = col + ((ci * K + kh) * K + kw) * L + b * P;
+          for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
+            const float* c = src + oh * Wo;
+            float* d = plane + (oh * s - p + kh) * g.W + (-p + kw);  // + ow*s
+            if (s == 1) {
+              for (int64_t ow = ow_lo; ow < ow_hi; ++ow) d[ow] += c[ow];
+            } else {
+              for (int64_t ow = ow_lo; ow < ow_hi; ++ow) d[ow * s] += c[ow];
+            }
+          }
+        }
+      }
+    }
+}
+
+// Images per chunk: bounded so the column buffer stays around 8 MiB (it is
+// written once and read by the GEMM right away, so it should not spill far).
+int64_t chunk_images(const ConvGeometry& g) {
+  const int64_t per_image = g.C_in * g.KH * g.KW * g.H_out * g.W_out;
+  const int64_t budget = int64_t(2) << 20;  // floats
+  return std::clamp<int64_t>(budget / std::max<int64_t>(per_image, 1), 1, std::max<int64_t>(g.N, 1));
+}
+
+void conv_forward_fast(const ConvGeometry& g, const float* x, const float* w, const float* b,
+                       float* y) {
+  const int64_t Kc = g.C_in * g.KH * g.KW, P = g.H_out * g.W_out;
+  const int64_t chunk = chunk_images(g);
+  float* col = scratch(t_col, size_t(Kc * chunk * P));
+  float* out = scratch(t_gemm, size_t(g.C_out * chunk * P));
+  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
+    const int64_t B = std::min(chunk, g.N - n0), L = B * P;
+    im2col(g, x + n0 * g.C_in * g.H * g.W, B, col);
+    // out (Cout, L) = w (Cout, Kc) * col (Kc, L)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(g.C_out), int(L), int(Kc), 1.0f,
+                w, int(Kc), col, int(L), 0.0f, out, int(L));
+    // y[n0+b, co, :] = out[co, b*P : (b+1)*P] + bias[co]
+    for (int64_t bi = 0; bi < B; ++bi)
+      for (int64_t co = 0; co < g.C_out; ++co) {
+        const float* src = out + co * L + bi * P;
+        float* dst = y + ((n0 + bi) * g.C_out + co) * P;
+        const float bias = b ? b[co] : 0.0f;
+        for (int64_t i = 0; i < P; ++i) dst[i] = src[i] + bias;
+      }
+  }
+}
+
+void conv_backward_fast(const ConvGeometry& g, const float* x, const float* w, const float* dy,
+                        float* dx, float* dw, float* db, bool accumulate) {
+  const int64_t Kc = g.C_in * g.KH * g.KW, P = g.H_out * g.W_out;
+
+  if (db) {
+    // db[co] = sum over n and the plane of dy[n, co, :]; double across planes.
+    for (int64_t co = 0; co < g.C_out; ++co) {
+      double s = 0.0;
+      for (int64_t n = 0; n < g.N; ++n) {
+        const float* d = dy + (n * g.C_out + co) * P;
+        float ps = 0.0f;
+        for (int64_t i = 0; i < P; ++i) ps += d[i];
+        s += ps;
+      }
+      db[co] = accumulate ? db[co] + float(s) : float(s);
+    }
+  }
+  if (!dx && !dw) return;
+
+  const int64_t chunk = chunk_images(g);
+  float* col = scratch(t_col, size_t(Kc * chunk * P));
+  float* dyc = scratch(t_gemm, size_t(g.C_out * chunk * P));
+  // With accumulate, the full dW is summed into scratch first and added once, so
+  // accumulate=true adds exactly what accumulate=false writes.
+  float* gw = dw ? (accumulate ? scratch(t_dw, size_t(g.C_out * Kc)) : dw) : nullptr;
+  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
+    const int64_t B = std::min(chunk, g.N - n0), L = B * P;
+    // dyc (Cout, L): dyc[co, b*P + i] = dy[n0+b, co, i]
+    for (int64_t bi = 0; bi < B; ++bi)
+      for (int64_t co = 0; co < g.C_out; ++co)
+        std::memcpy(dyc + co * L + bi * P, dy + ((n0 + bi) * g.C_out + co) * P,
+                    sizeof(float) * P);
+    if (gw) {
+      im2col(g, x + n0 * g.C_in * g.H * g.W, B, col);
+      // gw (Cout, Kc) (+)= dyc (Cout, L) * col^T (L, Kc)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(g.C_out), int(Kc), int(L), 1.0f,
+                  dyc, int(L), col, int(L), n0 == 0 ? 0.0f : 1.0f, gw, int(Kc));
+    }
+    if (dx) {
+      // col (Kc, L) = w^T (Kc, Cout) * dyc (Cout, L), then scattered back onto dx.
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(Kc), int(L), int(g.C_out), 1.0f,
+                  w, int(Kc), dyc, int(L), 0.0f, col, int(L));
+      col2im(g, col, B, dx + n0 * g.C_in * g.H * g.W);
+    }
+  }
+  if (dw && accumulate)
+    for (int64_t i = 0; i < g.C_out * Kc; ++i) dw[i] += gw[i];
+}
+
+template <typename T>
+const T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? t.data_as<T>() : nullptr;
+}
+
+}  // namespace
+
+void CpuBackend::conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
+                                const Tensor& b, Tensor& y) {
+  check_conv_args("conv2d_forward", g, x, w, b, y, "output y");
+  TB_CHECK(g.KH == g.KW, "conv2d_forward: only square kernels, got ", g.KH, "x", g.KW);
+  if (x.dtype() == DType::F64) {
+    conv_forward_ref<double>(g, x.data_as<double>(), w.data_as<double>(), ptr_or_null<double>(b),
+                             y.data_as<double>());
+  } else if (use_reference(x.dtype())) {
+    conv_forward_ref<float>(g, x.data_as<float>(), w.data_as<float>(), ptr_or_null<float>(b),
+                            y.data_as<float>());
+  } else {
+    conv_forward_fast(g, x.data_as<float>(), w.data_as<float>(), ptr_or_null<float>(b),
+                      y.data_as<float>());
+  }
+}
+
+void CpuBackend::conv2d_backward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
+                                 const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db,
+                                 bool accumulate) {
+  const char* op = "conv2d_backward";
+  check_conv_args(op, g, x, w, Tensor{}, dy, "gradient dy");
+  TB_CHECK(g.KH == g.KW, op, ": only square kernels, got ", g.KH, "x", g.KW);
+  check_optional(op, "dx", dx, g.input_shape(), x.dtype());
+  check_optional(op, "dw", dw, g.weight_shape(), x.dtype());
+  check_optional(op, "db", db, Shape{g.C_out}, x.dtype());
+  auto out = [](Tensor& t) { return t.defined() ? t.data() : nullptr; };
+  if (x.dtype() == DType::F64) {
+    conv_backward_ref<double>(g, x.data_as<double>(), w.data_as<double>(), dy.data_as<double>(),
+                              static_cast<double*>(out(dx)), static_cast<double*>(out(dw)),
+                              static_cast<double*>(out(db)), accumulate);
+  } else if (use_reference(x.dtype())) {
+    conv_backward_ref<float>(g, x.data_as<float>(), w.data_as<float>(), dy.data_as<float>(),
+                             static_cast<float*>(out(dx)), static_cast<float*>(out(dw)),
+                             static_cast<float*>(out(db)), accumulate);
+  } else {
+    conv_backward_fast(g, x.data_as<float>(), w.data_as<float>(), dy.data_as<float>(),
+                       static_cast<float*>(out(dx)), static_cast<float*>(out(dw)),
+                       static_cast<float*>(out(db)), accumulate);
+  }
+}
+
+}  // namespace tb

@@ -1,0 +1,308 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// CpuBackend pooling, NCHW only. PyTorch semantics:
+//
+//   max:    y[n,c,oh,ow] = max over the window's cells inside the image (padding
+//           never wins); argmax (i32) = ih*W + iw of the first maximum; NaN wins.
+//           dx[n,c,argmax] += dy  (windows may overlap).
+//   avg:    y = (sum over the window's cells inside the image) / (K*K): padded
+//           cells count as zeros (count_include_pad=true). dx spreads dy/(K*K).
+//   global: y[n,c] = mean over the H*W plane; dx = dy / (H*W).
+//
+// reference<T>: per-cell bounds checks (f64, or BackendOptions::reference).
+// fast f32: the window is clipped to the image once per output cell and the
+// plane pointers are hoisted, so the inner loops are plain strided reads.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/error.h"
+
+namespace tb {
+
+namespace {
+
+void check_pool_tensor(const char* op, const char* what, const Tensor& t, const Shape& shape,
+                       DType dtype) {
+  TB_CHECK(t.defined(), op, ": ", what, " must be defined");
+  TB_CHECK(t.device().is_cpu(), op, ": ", what, " on ", t.device().str(),
+           " given to the cpu backend");
+  TB_CHECK(t.rank() != 4 || t.layout() == Layout::NCHW, op,
+           ": the cpu backend supports only NCHW, got ", layout_name(t.layout()), " ", what, " ",
+           t.describe());
+  expect_dtype(t, dtype, op);
+  TB_CHECK(t.shape() == shape, op, ": ", what, " ", t.describe(), " does not match ",
+           shape_str(shape));
+}
+
+void check_float(const char* op, const Tensor& t) {
+  TB_CHECK(t.defined(), op, ": tensor must be defined");
+  TB_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64, op,
+           ": the cpu backend supports f32 and f64, got ", t.describe());
+}
+
+// The window of output cell o along one axis, clipped to the image: [lo, hi).
+inline void window(int64_t o, const PoolGeometry& g, int64_t n_in, int64_t& lo, int64_t& hi) {
+  const int64_t start = o * g.stride - g.pad;
+  lo = std::max<int64_t>(start, 0);
+  hi = std::min<int64_t>(start + g.kernel, n_in);
+}
+
+// ---------------------------------------------------------------- max pooling
+
+template <typename T>
+void maxpool_forward_ref(const PoolGeometry& g, const T* x, T* y, int32_t* argmax) {
+  for (int64_t nc = 0; nc < g.N * g.C; ++nc)
+    for (int64_t oh = 0; oh < g.H_out; ++oh)
+      for (int64_t ow = 0; ow < g.W_out; ++ow) {
+        T best = T(0);
+        int64_t arg = -1;
+        for (int64_t kh = 0; kh < g.kernel; ++kh)
+          for (int64_t kw = 0; kw < g.kernel; ++kw) {
+            const int64_t ih = oh * g.stride - g.pad + kh, iw = ow * g.stride - g.pad + kw;
+            if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
+            const T v = x[(nc * g.H + ih) * g.W + iw];
+            if (arg < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
+              best = v;
+              arg = ih * g.W + iw;
+            }
+          }
+        const int64_t o = (nc * g.H_out + oh) * g.W_out + ow;
+        y[o] = best;
+        argmax[o] = static_cast<int32_t>(arg);
+      }
+}
+
+void maxpool_forward_fast(const PoolGeometry& g, const float* x, float* y, int32_t* argmax) {
+  const int64_t HW = g.H * g.W, P = g.H_out * g.W_out;
+  for (int64_t nc = 0; nc < g.N * g.C; ++nc) {
+    const float* plane = x + nc * HW;
+    float* yp = y + nc * P;
+    int32_t* ap = argmax + nc * P;
+    for (int64_t oh = 0; oh < g.H_out; ++oh) {
+      int64_t h0, h1;
+      window(oh, g, g.H, h0, h1);
+      for (int64_t ow = 0; ow < g.W_out; ++ow) {
+        int64_t w0, w1;
+        window(ow, g, g.W, w0, w1);
+        int64_t arg = h0 * g.W + w0;
+        float best = plane[arg];
+        for (int64_t ih = h0; ih < h1; ++ih) {
+          const float* row = plane + ih * g.W;
+          for (int64_t iw = w0; iw < w1; ++iw) {
+            const float v = row[iw];
+            // v != v: NaN propagates (the first NaN wins), like PyTorch.
+            if (v > best || (v != v && best == best)) {
+              best = v;
+              arg = ih * g.W + iw;
+            }
+          }
+        }
+        yp[oh * g.W_out + ow] = best;
+        ap[oh * g.W_out + ow] = static_cast<int32_t>(arg);
+      }
+    }
+  }
+}
+
+// Same code is fast enough for both paths: one scattered add per output cell.
+template <typename T>
+void maxpool_backward(const PoolGeometry& g, const T* dy, const int32_t* argmax, T* dx) {
+  const int64_t HW = g.H * g.W, P = g.H_out * g.W_out;
+  std::fill_n(dx, g.N * g.C * HW, T(0));
+  for (int64_t nc = 0; nc < g.N * g.C; ++nc) {
+    T* plane = dx + nc * HW;
+    const T* d = dy + nc * P;
+    const int32_t* a = argmax + nc * P;
+    for (int64_t i = 0; i < P; ++i) plane[a[i]] += d[i];
+  }
+}
+
+// ---------------------------------------------------------------- average pooling
+
+template <typename T>
+void avgpool_forward_ref(const PoolGeometry& g, const T* x, T* y) {
+  const T inv = T(1) / T(g.kernel * g.kernel);
+  for (int64_t nc = 0; nc < g.N * g.C; ++nc)
+    for (int64_t oh = 0; oh < g.H_out; ++oh)
+      for (int64_t ow = 0; ow < g.W_out; ++ow) {
+        T acc = 0;
+        for (int64_t kh = 0; kh < g.kernel; ++kh)
+          for (int64_t kw = 0; kw < g.kernel; ++kw) {
+            const int64_t ih = oh * g.stride - g.pad + kh, iw = ow * g.stride - g.pad + kw;
+            if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
+            acc += x[(nc * g.H + ih) * g.W + iw];
+          }
+        y[(nc * g.H_out + oh) * g.W_out + ow] = acc * inv;
+      }
+}
+
+template <typename T>
+void avgpool_backward_ref(const PoolGeometry& g, const T* dy, T* dx) {
+  const T inv = T(1) / T(g.kernel * g.kernel);
+  std::fill_n(dx, g.N * g.C * g.H * g.W, T(0));
+  for (int64_t nc = 0; nc < g.N * g.C; ++nc)
+    for (int64_t oh = 0; oh < g.H_out; ++oh)
+      for (int64_t ow = 0; ow < g.W_out; ++ow) {
+        const T d = dy[(nc * g.H_out + oh) * g.W_out + ow] * inv;
+        for (int64_t kh = 0; kh < g.kernel; ++kh)
+          for (int64_t kw = 0; kw < g.kernel; ++kw) {
+            const int64_t ih = oh * g.stride - g.pad + kh, iw = ow * g.stride - g.pad + kw;
+            if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
+            dx[(nc * g.H + ih) * g.W + iw] += d;
+          }
+      }
+}
+
+void avgpool_forward_fast(const PoolGeometry& g, const float* x, float* y) {
+  const float inv = 1.0f / float(g.kernel * g.kernel);
+  const int64_t HW = g.H * g.W, P = g.H_out * g.W_out;
+  for (int64_t nc = 0; nc < g.N * g.C; ++nc) {
+    const float* plane = x + nc * HW;
+    float* yp = y + nc * P;
+    for (int64_t oh = 0; oh < g.H_out; ++oh) {
+      int64_t h0, h1;
+      window(oh, g, g.H, h0, h1);
+      for (int64_t ow = 0; ow < g.W_out; ++ow) {
+        int64_t w0, w1;
+        window(ow, g, g.W, w0, w1);
+        float acc = 0.0f;
+        for (int64_t ih = h0; ih < h1; ++ih)
+          for (int64_t iw = w0; iw < w1; ++iw) acc += plane[ih * g.W + iw];
+        yp[oh * g.W_out + ow] = acc * inv;
+      }
+    }
+  }
+}
+
+void avgpool_backward_fast(const PoolGeometry& g, const float* dy, float* dx) {
+  const float inv = 1.0f / float(g.kernel * g.kernel);
+  const int64_t HW = g.H * g.W, P = g.H_out * g.W_out;
+  std::fill_n(dx, g.N * g.C * HW, 0.0f);
+  for (int64_t nc = 0; nc < g.N * g.C; ++nc) {
+    float* plane = dx + nc * HW;
+    const float* dp = dy + nc * P;
+    for (int64_t oh = 0; oh < g.H_out; ++oh) {
+      int64_t h0, h1;
+      window(oh, g, g.H, h0, h1);
+      for (int64_t ow = 0; ow < g.W_out; ++ow) {
+        int64_t w0, w1;
+        window(ow, g, g.W, w0, w1);
+        const float d = dp[oh * g.W_out + ow] * inv;
+        for (int64_t ih = h0; ih < h1; ++ih)
+          for (int64_t iw = w0; iw < w1; ++iw) plane[ih * g.W + iw] += d;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- global average
+// One template serves both paths: a contiguous sum per plane (the f32 sum is
+// accumulated in double so large planes lose nothing).
+
+template <typename T>
+void global_avgpool_forward_impl(int64_t NC, int64_t HW, const T* x, T* y) {
+  for (int64_t i = 0; i < NC; ++i) {
+    const T* p = x + i * HW;
+    double s = 0.0;
+    for (int64_t j = 0; j < HW; ++j) s += p[j];
+    y[i] = static_cast<T>(s / double(HW));
+  }
+}
+
+template <typename T>
+void global_avgpool_backward_impl(int64_t NC, int64_t HW, const T* dy, T* dx) {
+  const T inv = T(1) / T(HW);
+  for (int64_t i = 0; i < NC; ++i) std::fill_n(dx + i * HW, HW, dy[i] * inv);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- entry points
+
+void CpuBackend::maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
+                                   Tensor& argmax) {
+  const char* op = "maxpool2d_forward";
+  check_float(op, x);
+  check_pool_tensor(op, "input x", x, g.input_shape(), x.dtype());
+  check_pool_tensor(op, "output y", y, g.output_shape(), x.dtype());
+  check_pool_tensor(op, "argmax", argmax, g.output_shape(), DType::I32);
+  if (x.dtype() == DType::F64)
+    maxpool_forward_ref<double>(g, x.data_as<double>(), y.data_as<double>(),
+                                argmax.data_as<int32_t>());
+  else if (use_reference(x.dtype()))
+    maxpool_forward_ref<float>(g, x.data_as<float>(), y.data_as<float>(),
+                               argmax.data_as<int32_t>());
+  else
+    maxpool_forward_fast(g, x.data_as<float>(), y.data_as<float>(), argmax.data_as<int32_t>());
+}
+
+void CpuBackend::maxpool2d_backward(const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,
+                                    Tensor& dx) {
+  const char* op = "maxpool2d_backward";
+  check_float(op, dy);
+  check_pool_tensor(op, "gradient dy", dy, g.output_shape(), dy.dtype());
+  check_pool_tensor(op, "argmax", argmax, g.output_shape(), DType::I32);
+  check_pool_tensor(op, "dx", dx, g.input_shape(), dy.dtype());
+  if (dy.dtype() == DType::F64)
+    maxpool_backward<double>(g, dy.data_as<double>(), argmax.data_as<int32_t>(),
+                             dx.data_as<double>());
+  else
+    maxpool_backward<float>(g, dy.data_as<float>(), argmax.data_as<int32_t>(),
+                            dx.data_as<float>());
+}
+
+void CpuBackend::avgpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y) {
+  const char* op = "avgpool2d_forward";
+  check_float(op, x);
+  check_pool_tensor(op, "input x", x, g.input_shape(), x.dtype());
+  check_pool_tensor(op, "output y", y, g.output_shape(), x.dtype());
+  if (x.dtype() == DType::F64)
+    avgpool_forward_ref<double>(g, x.data_as<double>(), y.data_as<double>());
+  else if (use_reference(x.dtype()))
+    avgpool_forward_ref<float>(g, x.data_as<float>(), y.data_as<float>());
+  else
+    avgpool_forward_fast(g, x.data_as<float>(), y.data_as<float>());
+}
+
+void CpuBackend::avgpool2d_backward(const PoolGeometry& g, const Tensor& dy, Tensor& dx) {
+  const char* op = "avgpool2d_backward";
+  check_float(op, dy);
+  check_pool_tensor(op, "gradient dy", dy, g.output_shape(), dy.dtype());
+  check_pool_tensor(op, "dx", dx, g.input_shape(), dy.dtype());
+  if (dy.dtype() == DType::F64)
+    avgpool_backward_ref<double>(g, dy.data_as<double>(), dx.data_as<double>());
+  else if (use_reference(dy.dtype()))
+    avgpool_backward_ref<float>(g, dy.data_as<float>(), dx.data_as<float>());
+  else
+    avgpool_backward_fast(g, dy.data_as<float>(), dx.data_as<float>());
+}
+
+void CpuBackend::global_avgpool_forward(const Tensor& x, Tensor& y) {
+  const char* op = "global_avgpool_forward";
+  check_float(op, x);
+  TB_CHECK(x.rank() == 4, op, ": input must be (N, C, H, W), got ", x.describe());
+  check_pool_tensor(op, "input x", x, x.shape(), x.dtype());
+  check_pool_tensor(op, "output y", y, {x.n(), x.c()}, x.dtype());
+  const int64_t NC = x.n() * x.c(), HW = x.h() * x.w();
+  if (x.dtype() == DType::F64)
+    global_avgpool_forward_impl<double>(NC, HW, x.data_as<double>(), y.data_as<double>());
+  else
+    global_avgpool_forward_impl<float>(NC, HW, x.data_as<float>(), y.data_as<float>());
+}
+
+void CpuBackend::global_avgpool_backward(const Tensor& dy, Tensor& dx) {
+  const char* op = "global_avgpool_backward";
+  check_float(op, dy);
+  TB_CHECK(dx.defined() && dx.rank() == 4, op, ": dx must be (N, C, H, W), got ",
+           dx.defined() ? dx.describe() : std::string("undefined"));
+  check_pool_tensor(op, "dx", dx, dx.shape(), dy.dtype());
+  check_pool_tensor(op, "gradient dy", dy, {dx.n(), dx.c()}, dy.dtype());
+  const int64_t NC = dx.n() * dx.c(), HW = dx.h() * dx.w();
+  if (dy.dtype() == DType::F64)
+    global_avgpool_backward_impl<double>(NC, HW, dy.data_as<double>(), dx.data_as<double>());
+  else
+    global_avgpool_backward_impl<float>(NC, HW, dy.data_as<float>(), dx.data_as<float>());
+}
+
+}  // namespace tb
