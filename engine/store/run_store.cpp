@@ -236,6 +236,18 @@ class Query {
     while (next()) {
     }
   }
+  // For a statement reused in a loop: runs it and makes it ready for new
+  // bindings. On failure returns false and leaves SQLite's message in place
+  // for the caller's more specific error.
+  bool try_run() {
+    int rc;
+    while ((rc = sqlite3_step(stmt_)) == SQLITE_ROW) {
+    }
+    if (rc != SQLITE_DONE) return false;
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+    return true;
+  }
 
   sqlite3_stmt* stmt() const { return stmt_; }
   int64_t int_at(int col) const { return sqlite3_column_int64(stmt_, col); }
@@ -337,6 +349,8 @@ void RunStore::Impl::open() {
   // sync is durable up to the last checkpoint and never corrupts on a crash.
   Query(*this, "PRAGMA journal_mode = WAL", "switching to WAL mode").run();
   Query(*this, "PRAGMA synchronous = NORMAL", "setting synchronous mode").run();
+  // Checkpoints keep the WAL file reused; this trims it back after a burst.
+  Query(*this, "PRAGMA journal_size_limit = 67108864", "limiting the WAL size").run();
   migrate();
 }
 
@@ -386,34 +400,37 @@ void RunStore::Impl::write_pending() {
   pending_steps.clear();
   pending_epochs.clear();
 
+  // One prepared insert per table for the whole batch.
   std::set<int64_t> runs;
+  Query insert_step(*this,
+                    "INSERT INTO step_metrics (run_id, series_id, step, wall_time, value) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    "writing step metrics");
   for (const auto& [run, p] : steps) {
-    const int64_t series = series_id(p.name, true);
-    Query(*this,
-          "INSERT INTO step_metrics (run_id, series_id, step, wall_time, value) "
-          "VALUES (?, ?, ?, ?, ?)",
-          detail::concat("writing step metrics of run ", run))
-        .bind_int(1, run)
-        .bind_int(2, series)
+    insert_step.bind_int(1, run)
+        .bind_int(2, series_id(p.name, true))
         .bind_int(3, p.step)
         .bind_real(4, p.wall_time)
-        .bind_real(5, p.value)
-        .run();
+        .bind_real(5, p.value);
+    if (!insert_step.try_run())
+      fail(detail::concat("writing step metrics of run ", run, " ('", p.name, "' at step ", p.step,
+                          ")"));
     runs.insert(run);
   }
+  Query insert_epoch(*this,
+                     "INSERT INTO epoch_metrics (run_id, series_id, epoch, step, wall_time, value) "
+                     "VALUES (?, ?, ?, ?, ?, ?)",
+                     "writing epoch metrics");
   for (const auto& [run, p] : epochs) {
-    const int64_t series = series_id(p.name, true);
-    Query(*this,
-          "INSERT INTO epoch_metrics (run_id, series_id, epoch, step, wall_time, value) "
-          "VALUES (?, ?, ?, ?, ?, ?)",
-          detail::concat("writing epoch metrics of run ", run))
-        .bind_int(1, run)
-        .bind_int(2, series)
+    insert_epoch.bind_int(1, run)
+        .bind_int(2, series_id(p.name, true))
         .bind_int(3, p.epoch)
         .bind_int(4, p.step)
         .bind_real(5, p.wall_time)
-        .bind_real(6, p.value)
-        .run();
+        .bind_real(6, p.value);
+    if (!insert_epoch.try_run())
+      fail(detail::concat("writing epoch metrics of run ", run, " ('", p.name, "' at epoch ",
+                          p.epoch, ")"));
     runs.insert(run);
   }
   const std::string now = now_utc();

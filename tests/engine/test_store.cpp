@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "engine/core/error.h"
 #include "engine/store/run_store.h"
@@ -86,12 +87,32 @@ pid_t fork_child(Body body) {
   _exit(rc);
 }
 
-// Exit status of a child that should have finished cleanly.
-int wait_exit_code(pid_t pid) {
-  int status = 0;
-  if (waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+// Owns a forked child: a test that fails early still kills and reaps it.
+class Child {
+ public:
+  explicit Child(pid_t pid) : pid_(pid) {}
+  ~Child() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  bool started() const { return pid_ > 0; }
+  bool kill_now() { return kill(pid_, SIGKILL) == 0; }
+  // Exit code, or 128 + signal like a shell.
+  int wait() {
+    int status = 0;
+    const pid_t pid = std::exchange(pid_, 0);
+    if (waitpid(pid, &status, 0) != pid) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+ private:
+  pid_t pid_;
+};
 
 // Schema version 1 exactly as the first engine release wrote it.
 constexpr const char* kVersion1Schema = R"sql(
@@ -394,7 +415,7 @@ class TestStore : public QObject {
     const int64_t id = make_run();
     constexpr int64_t kPoints = 3000;
     const std::string path = db_;
-    const pid_t child = fork_child([&] {
+    Child child(fork_child([&] {
       tb::RunStoreOptions options;
       options.batch_points = 20;
       RunStore writer(path, RunStore::Mode::ReadWrite, options);
@@ -406,8 +427,8 @@ class TestStore : public QObject {
         std::this_thread::sleep_for(200us);
       }
       writer.set_status(id, "finished");
-    });
-    QVERIFY(child > 0);
+    }));
+    QVERIFY(child.started());
 
     int64_t last_step = -1, polls_with_news = 0, polls = 0;
     std::string status;
@@ -429,11 +450,9 @@ class TestStore : public QObject {
         QVERIFY(std::chrono::steady_clock::now() < deadline);
       } while (status != "finished");
     } catch (const tb::Error& e) {
-      kill(child, SIGKILL);
-      wait_exit_code(child);
       QFAIL(e.what());
     }
-    QCOMPARE(wait_exit_code(child), 0);
+    QCOMPARE(child.wait(), 0);
     QCOMPARE(last_step, kPoints - 1);
     QVERIFY2(polls_with_news > 3, "the reader never saw the run while it was running");
     RunStore check(path, RunStore::Mode::ReadOnly);
@@ -448,7 +467,7 @@ class TestStore : public QObject {
     const int64_t done = make_run(tb::run_status::kFinished);
     constexpr size_t kBatch = 50;
     const std::string path = db_;
-    const pid_t child = fork_child([&] {
+    Child child(fork_child([&] {
       tb::RunStoreOptions options;
       options.batch_points = kBatch;
       options.batch_interval = 1h;
@@ -458,11 +477,11 @@ class TestStore : public QObject {
         writer.append_step_metrics(id, one_point("loss", step, 1.0));
         if (step % 1000 == 0) writer.append_event(id, "info", "still going");
       }
-    });
-    QVERIFY(child > 0);
+    }));
+    QVERIFY(child.started());
     std::this_thread::sleep_for(200ms);
-    QCOMPARE(kill(child, SIGKILL), 0);
-    QCOMPARE(wait_exit_code(child), 128 + SIGKILL);
+    QVERIFY(child.kill_now());
+    QCOMPARE(child.wait(), 128 + SIGKILL);
 
     RunStore store(path);
     QCOMPARE(QString::fromStdString(store.integrity_check()), QString("ok"));
