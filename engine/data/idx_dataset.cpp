@@ -33,7 +33,7 @@ struct GzCloser {
   void operator()(gzFile_s* f) const { gzclose(f); }
 };
 
-void check_length(const std::string& path, size_t expected, size_t found) {
+void check_length(const std::string& path, uint64_t expected, uint64_t found) {
   TB_CHECK(found >= expected, path, ": truncated: expected ", expected, " bytes, found ", found);
   TB_CHECK(found == expected, path, ": ", found - expected,
            " bytes of trailing data: expected ", expected, " bytes, found ", found);
@@ -89,12 +89,10 @@ IdxImages read_idx_images(const std::string& path) {
   im.count = read_be32(bytes.data() + 4);
   im.rows = read_be32(bytes.data() + 8);
   im.cols = read_be32(bytes.data() + 12);
-  // Bounds keep the size arithmetic below far from overflow.
-  TB_CHECK(im.count <= (int64_t(1) << 31), path, ": implausible image count ", im.count,
-           " at offset 4");
   TB_CHECK(im.rows >= 1 && im.rows <= 65536 && im.cols >= 1 && im.cols <= 65536, path,
            ": bad image dimensions ", im.rows, "x", im.cols, " at offset 8 (expected 1..65536)");
-  const size_t expected = 16 + static_cast<size_t>(im.count * im.rows * im.cols);
+  // count < 2^32 and rows * cols <= 2^32, so the product fits in 64 bits.
+  const uint64_t expected = 16 + uint64_t(im.count) * uint64_t(im.rows * im.cols);
   check_length(path, expected, bytes.size());
   bytes.erase(bytes.begin(), bytes.begin() + 16);
   im.pixels = std::move(bytes);
@@ -107,8 +105,7 @@ std::vector<int32_t> read_idx_labels(const std::string& path, int num_classes) {
   TB_CHECK(bytes.size() >= 8, path, ": truncated: expected at least 8 bytes (IDX label header), found ",
            bytes.size());
   const int64_t count = read_be32(bytes.data() + 4);
-  TB_CHECK(count <= (int64_t(1) << 31), path, ": implausible label count ", count, " at offset 4");
-  check_length(path, 8 + static_cast<size_t>(count), bytes.size());
+  check_length(path, 8 + uint64_t(count), bytes.size());
   std::vector<int32_t> labels(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
     const int v = bytes[8 + i];
