@@ -214,8 +214,8 @@ class Query {
 
   Query& bind_int(int i, int64_t v) { return check(sqlite3_bind_int64(stmt_, i, v)); }
   Query& bind_text(int i, const std::string& v) {
-    return check(sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()),
-                                   SQLITE_TRANSIENT));
+    return check(
+        sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
   }
   // SQLite has no NaN: it would store NULL anyway, so say so explicitly.
   Query& bind_real(int i, double v) {
@@ -290,7 +290,8 @@ class Transaction {
   ~Transaction() {
     if (committed_) return;
     // Some errors (disk full, I/O) already rolled back on their own.
-    if (!sqlite3_get_autocommit(impl_.db)) sqlite3_exec(impl_.db, "ROLLBACK", nullptr, nullptr, nullptr);
+    if (!sqlite3_get_autocommit(impl_.db))
+      sqlite3_exec(impl_.db, "ROLLBACK", nullptr, nullptr, nullptr);
     impl_.series_ids.clear();  // may hold ids inserted by the undone transaction
   }
   Transaction(const Transaction&) = delete;
@@ -312,7 +313,8 @@ constexpr const char* kRunColumns =
 
 int RunStore::Impl::read_version() {
   {
-    Query q(*this, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'",
+    Query q(*this,
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'",
             "reading the schema");
     q.next();
     if (q.int_at(0) == 0) {
@@ -366,8 +368,8 @@ void RunStore::Impl::migrate() {
       tx.commit();
       return;
     }
-    const std::string op = detail::concat("upgrading the schema from version ", version, " to ",
-                                          version + 1);
+    const std::string op =
+        detail::concat("upgrading the schema from version ", version, " to ", version + 1);
     exec_script(kMigrations[version], op);
     Query(*this, "UPDATE schema_version SET version = ?", op).bind_int(1, version + 1).run();
     tx.commit();
@@ -527,9 +529,9 @@ RunStore::RunStore(const std::string& path, Mode mode, const RunStoreOptions& op
            "' read-only: the file does not exist");
 
   // No SQLite mutex: Impl::mutex serialises every use of the connection.
-  const int flags = (mode == Mode::ReadOnly ? SQLITE_OPEN_READONLY
-                                            : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
-                    SQLITE_OPEN_NOMUTEX;
+  const int flags =
+      (mode == Mode::ReadOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
+      SQLITE_OPEN_NOMUTEX;
   const int rc = sqlite3_open_v2(path.c_str(), &d.db, flags, nullptr);
   if (rc != SQLITE_OK) {
     const std::string message = d.db ? sqlite3_errmsg(d.db) : sqlite3_errstr(rc);
@@ -795,16 +797,14 @@ std::vector<EpochPoint> RunStore::epoch_series(int64_t run, const std::string& n
           "WHERE run_id = ? AND series_id = ? AND epoch > ? ORDER BY epoch, rowid",
           "reading an epoch series");
   q.bind_int(1, run).bind_int(2, series).bind_int(3, after_epoch);
-  while (q.next())
-    points.push_back({name, q.int_at(0), q.int_at(1), q.real_at(2), q.real_at(3)});
+  while (q.next()) points.push_back({name, q.int_at(0), q.int_at(1), q.real_at(2), q.real_at(3)});
   return points;
 }
 
 std::vector<EventRecord> RunStore::events(int64_t run, int64_t after_id) const {
   Impl& d = impl();
   std::lock_guard lock(d.mutex);
-  Query q(d,
-          "SELECT id, time, level, message FROM events WHERE run_id = ? AND id > ? ORDER BY id",
+  Query q(d, "SELECT id, time, level, message FROM events WHERE run_id = ? AND id > ? ORDER BY id",
           "reading events");
   q.bind_int(1, run).bind_int(2, after_id);
   std::vector<EventRecord> events;

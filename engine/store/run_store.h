@@ -29,8 +29,8 @@ bool is_terminal_run_status(const std::string& status);  // finished, failed, st
 // empty when not set yet.
 struct RunRecord {
   int64_t id = 0;
-  std::string name, created_at, started_at, finished_at, status, engine_version, error, tags,
-      notes, heartbeat_at;
+  std::string name, created_at, started_at, finished_at, status, engine_version, error, tags, notes,
+      heartbeat_at;
   nlohmann::json config, environment, tricks, summary;
 };
 

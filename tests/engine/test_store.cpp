@@ -32,7 +32,8 @@ namespace {
 class RawDb {
  public:
   explicit RawDb(const std::string& path) {
-    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) throw std::runtime_error("cannot open " + path);
+    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK)
+      throw std::runtime_error("cannot open " + path);
     sqlite3_busy_timeout(db_, 10000);
   }
   ~RawDb() { sqlite3_close(db_); }
@@ -199,7 +200,10 @@ class TestStore : public QObject {
     const QByteArray old = qgetenv("XDG_DATA_HOME");
     qputenv("XDG_DATA_HOME", QByteArray::fromStdString(file("xdg")));
     const std::string path = RunStore::default_path();
-    if (old.isNull()) qunsetenv("XDG_DATA_HOME"); else qputenv("XDG_DATA_HOME", old);
+    if (old.isNull())
+      qunsetenv("XDG_DATA_HOME");
+    else
+      qputenv("XDG_DATA_HOME", old);
     QCOMPARE(QString::fromStdString(path), QString::fromStdString(file("xdg/trainbench/runs.db")));
     QVERIFY(QFileInfo(QString::fromStdString(file("xdg/trainbench"))).isDir());
   }
@@ -230,14 +234,17 @@ class TestStore : public QObject {
     QVERIFY(!started.empty());
 
     const double nan = std::nan("");
-    store.append_step_metrics(id, {{"loss", 0, 0.5, 2.3}, {"loss", 1, 1.0, nan}, {"lr", 0, 0.5, 0.1}});
+    store.append_step_metrics(id,
+                              {{"loss", 0, 0.5, 2.3}, {"loss", 1, 1.0, nan}, {"lr", 0, 0.5, 0.1}});
     store.append_step_metrics(id, {{"loss", 2, 1.5, 1.7}, {"lr", 1, 1.0, 0.09}});
-    store.append_epoch_metrics(id, {{"val_accuracy", 0, 2, 1.6, 0.41}, {"val_accuracy", 1, 4, 3.2, 0.58}});
+    store.append_epoch_metrics(
+        id, {{"val_accuracy", 0, 2, 1.6, 0.41}, {"val_accuracy", 1, 4, 3.2, 0.58}});
     store.append_event(id, "info", "epoch 1 done");
     store.append_event(id, "warning", "loss is NaN at step 1");
     store.flush();
 
-    const nlohmann::json tricks = {{"amp", {{"requested", true}, {"applied", false}, {"reason", "no GPU"}}}};
+    const nlohmann::json tricks = {
+        {"amp", {{"requested", true}, {"applied", false}, {"reason", "no GPU"}}}};
     const nlohmann::json summary = {{"median_step_ms", 12.5}, {"final_accuracy", 0.58}};
     store.set_tricks(id, tricks);
     store.set_summary(id, summary);
@@ -321,7 +328,8 @@ class TestStore : public QObject {
       options.batch_points = 10;
       options.batch_interval = 1h;
       RunStore writer(db_, RunStore::Mode::ReadWrite, options);
-      for (int64_t step = 0; step < 9; ++step) writer.append_step_metrics(id, one_point("loss", step, 1.0));
+      for (int64_t step = 0; step < 9; ++step)
+        writer.append_step_metrics(id, one_point("loss", step, 1.0));
       QCOMPARE(reader.step_series(id, "loss").size(), size_t(0));
       writer.append_step_metrics(id, one_point("loss", 9, 1.0));
       QCOMPARE(reader.step_series(id, "loss").size(), size_t(10));
@@ -512,11 +520,14 @@ class TestStore : public QObject {
           "INSERT INTO runs (id, name, created_at, started_at, status, config_json) VALUES "
           "(1, 'old run', '2025-01-02T03:04:05.000Z', '2025-01-02T03:04:06.000Z', 'finished', "
           "'{\"lr\":0.01}'),"
-          "(2, 'crashed run', '2025-01-03T00:00:00.000Z', '2025-01-03T00:00:01.000Z', 'running', '{}');"
+          "(2, 'crashed run', '2025-01-03T00:00:00.000Z', '2025-01-03T00:00:01.000Z', 'running', "
+          "'{}');"
           "INSERT INTO series (id, name) VALUES (1, 'loss');"
-          "INSERT INTO step_metrics VALUES (1, 1, 0, 0.1, 2.0), (1, 1, 1, 0.2, 1.5), (1, 1, 2, 0.3, 1.0);"
+          "INSERT INTO step_metrics VALUES (1, 1, 0, 0.1, 2.0), (1, 1, 1, 0.2, 1.5), (1, 1, 2, "
+          "0.3, 1.0);"
           "INSERT INTO epoch_metrics VALUES (1, 1, 0, 2, 0.3, 1.1);"
-          "INSERT INTO events (run_id, time, level, message) VALUES (1, '2025-01-02T03:05:00.000Z', 'info', 'done');");
+          "INSERT INTO events (run_id, time, level, message) VALUES (1, "
+          "'2025-01-02T03:05:00.000Z', 'info', 'done');");
     }
     RunStore store(db_);
     QCOMPARE(store.schema_version(), 2);
@@ -611,8 +622,8 @@ class TestStore : public QObject {
       } catch (const tb::Error& e) {
         QVERIFY2(QString(e.what()).contains(QString::fromStdString(path)), e.what());
       }
-      QFile::setPermissions(locked, QFileDevice::ReadOwner | QFileDevice::WriteOwner |
-                                        QFileDevice::ExeOwner);
+      QFile::setPermissions(
+          locked, QFileDevice::ReadOwner | QFileDevice::WriteOwner | QFileDevice::ExeOwner);
     }
   }
 
@@ -623,7 +634,8 @@ class TestStore : public QObject {
     {
       RunStore store(path);
       id = store.create_run({});
-      for (int64_t step = 0; step < 5000; ++step) store.append_step_metrics(id, one_point("loss", step, 1.0));
+      for (int64_t step = 0; step < 5000; ++step)
+        store.append_step_metrics(id, one_point("loss", step, 1.0));
     }  // closing checkpoints the WAL into the main file
     std::string bytes = read_file(path);
     const size_t page = 4096;
