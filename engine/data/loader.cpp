@@ -56,6 +56,7 @@ void DataLoader::drop_ready_locked() {
 }
 
 void DataLoader::start_epoch(int64_t epoch) {
+  TB_CHECK(epoch >= 0, "loader: epoch must be >= 0, got ", epoch);
   std::unique_lock lock(mu_);
   // Stop handing out tasks, abandon batches being built, wait for the workers.
   ++generation_;

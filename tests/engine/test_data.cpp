@@ -775,6 +775,20 @@ class TestData : public QObject {
     }
     QCOMPARE(allocations.load(), after_first);  // steady state reuses the buffers
 
+    // With workers: at most prefetch + 1 full batches are alive at once (built,
+    // queued or held by the caller), plus the partial one, so that many
+    // buffers serve any number of epochs.
+    IndexDataset quick(64);
+    allocations = 0;
+    o.workers = 2;
+    o.prefetch = 3;
+    DataLoader threaded(quick, o);
+    for (int64_t epoch = 0; epoch < 5; ++epoch) {
+      threaded.start_epoch(epoch);
+      while (threaded.next(b)) threaded.recycle(std::move(b));
+    }
+    QVERIFY2(allocations.load() <= 2 * (3 + 1 + 1), std::to_string(allocations.load()).c_str());
+
     o.allocator = [](const Shape& s, DType) { return Tensor::empty(s, DType::F64); };
     DataLoader wrong(slow, o);
     wrong.start_epoch(0);
