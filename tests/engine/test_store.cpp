@@ -5,6 +5,7 @@
 
 #include <sqlite3.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -510,6 +511,40 @@ class TestStore : public QObject {
              QString("engine stopped without finishing (killed or crashed)"));
     QVERIFY(!run->finished_at.empty());
     QCOMPARE(QString::fromStdString(store.get_run(done)->status), QString("finished"));
+  }
+
+  // A full disk (here: a file size limit on the writer) fails the batch with
+  // an error naming the database, and rolls it back whole.
+  void fullDiskFailsBatchCleanly() {
+    const int64_t id = make_run();
+    constexpr size_t kBatch = 100;
+    const std::string path = db_;
+    Child child(fork_child([&] {
+      signal(SIGXFSZ, SIG_IGN);  // make oversized writes fail instead of killing us
+      const rlimit limit{512 * 1024, 512 * 1024};
+      if (setrlimit(RLIMIT_FSIZE, &limit) != 0) throw std::runtime_error("setrlimit failed");
+      tb::RunStoreOptions options;
+      options.batch_points = kBatch;
+      RunStore writer(path, RunStore::Mode::ReadWrite, options);
+      try {
+        for (int64_t step = 0; step < 1'000'000; ++step)
+          writer.append_step_metrics(id, one_point("loss", step, 1.0));
+      } catch (const tb::Error& e) {
+        std::fprintf(stderr, "child got the expected error: %s\n", e.what());
+        if (std::string(e.what()).find(path) == std::string::npos) _exit(3);
+        _exit(0);
+      }
+      _exit(2);  // a million points fit in 512 KiB: the limit did not work
+    }));
+    QVERIFY(child.started());
+    QCOMPARE(child.wait(), 0);
+
+    RunStore store(path);
+    QCOMPARE(QString::fromStdString(store.integrity_check()), QString("ok"));
+    const auto points = store.step_series(id, "loss");
+    QVERIFY(!points.empty());
+    QCOMPARE(points.size() % kBatch, size_t(0));
+    for (size_t i = 0; i < points.size(); ++i) QCOMPARE(points[i].step, int64_t(i));
   }
 
   void migratesVersion1Database() {
