@@ -164,7 +164,8 @@ struct RunStore::Impl {
   }
 
   void require_writable(const char* op) const {
-    TB_CHECK(mode == Mode::ReadWrite, "run database '", path, "' is open read-only; cannot ", op);
+    TB_CHECK(mode == Mode::ReadWrite, "run database '", path, "': ", op,
+             ": the store was opened read-only");
   }
 
   sqlite3_stmt* prepare(const std::string& sql, const std::string& op) {
@@ -577,7 +578,7 @@ int RunStore::schema_version() const {
 int64_t RunStore::create_run(const RunRecord& run) {
   Impl& d = impl();
   std::lock_guard lock(d.mutex);
-  d.require_writable("create a run");
+  d.require_writable("creating a run");
   const std::string status = run.status.empty() ? run_status::kQueued : run.status;
   TB_CHECK(is_valid_run_status(status), "invalid run status '", status, "'");
   const std::string now = now_utc();
@@ -607,7 +608,7 @@ int64_t RunStore::create_run(const RunRecord& run) {
 void RunStore::set_status(int64_t id, const std::string& status, const std::string& error) {
   Impl& d = impl();
   std::lock_guard lock(d.mutex);
-  d.require_writable("set a run's status");
+  d.require_writable("setting the status of a run");
   TB_CHECK(is_valid_run_status(status), "invalid run status '", status,
            "' (expected queued, running, finished, failed or stopped)");
   // Points and status in one transaction: whoever sees the final status also
@@ -668,7 +669,7 @@ void RunStore::heartbeat(int64_t id) {
 void RunStore::delete_run(int64_t id) {
   Impl& d = impl();
   std::lock_guard lock(d.mutex);
-  d.require_writable("delete a run");
+  d.require_writable("deleting a run");
   // Buffered points of this run would break the next batch's foreign keys.
   std::erase_if(d.pending_steps, [id](const auto& p) { return p.run == id; });
   std::erase_if(d.pending_epochs, [id](const auto& p) { return p.run == id; });
@@ -679,7 +680,7 @@ void RunStore::delete_run(int64_t id) {
 void RunStore::append_step_metrics(int64_t run, const std::vector<MetricPoint>& points) {
   Impl& d = impl();
   std::lock_guard lock(d.mutex);
-  d.require_writable("append metrics");
+  d.require_writable("appending metrics");
   if (points.empty()) return;
   if (d.pending_steps.empty() && d.pending_epochs.empty())
     d.oldest_pending = std::chrono::steady_clock::now();
@@ -690,7 +691,7 @@ void RunStore::append_step_metrics(int64_t run, const std::vector<MetricPoint>& 
 void RunStore::append_epoch_metrics(int64_t run, const std::vector<EpochPoint>& points) {
   Impl& d = impl();
   std::lock_guard lock(d.mutex);
-  d.require_writable("append metrics");
+  d.require_writable("appending metrics");
   if (points.empty()) return;
   if (d.pending_steps.empty() && d.pending_epochs.empty())
     d.oldest_pending = std::chrono::steady_clock::now();
@@ -707,7 +708,7 @@ void RunStore::flush() {
 void RunStore::append_event(int64_t run, const std::string& level, const std::string& message) {
   Impl& d = impl();
   std::lock_guard lock(d.mutex);
-  d.require_writable("append an event");
+  d.require_writable("appending an event");
   Query(d, "INSERT INTO events (run_id, time, level, message) VALUES (?, ?, ?, ?)",
         detail::concat("appending an event to run ", run))
       .bind_int(1, run)
@@ -815,7 +816,7 @@ std::vector<EventRecord> RunStore::events(int64_t run, int64_t after_id) const {
 int RunStore::mark_interrupted_runs(std::chrono::milliseconds stale_after) {
   Impl& d = impl();
   std::lock_guard lock(d.mutex);
-  d.require_writable("mark interrupted runs");
+  d.require_writable("marking interrupted runs");
   const std::string threshold = iso_utc(std::chrono::system_clock::now() - stale_after);
   // Runs from schema v1 have no heartbeat; their start time stands in for it.
   Query(d,
