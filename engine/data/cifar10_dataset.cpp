@@ -25,8 +25,8 @@ void read_cifar10_batch(const std::string& path, std::vector<uint8_t>& pixels,
   const int64_t count = static_cast<int64_t>(size / kCifarRecordBytes);
   std::vector<uint8_t> bytes(static_cast<size_t>(size));
   in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size));
-  TB_CHECK(in.gcount() == static_cast<std::streamsize>(size), path, ": read ", in.gcount(),
-           " of ", size, " bytes");
+  TB_CHECK(in.gcount() == static_cast<std::streamsize>(size), path, ": read ", in.gcount(), " of ",
+           size, " bytes");
 
   const size_t pix0 = pixels.size();
   pixels.resize(pix0 + static_cast<size_t>(count) * (kCifarRecordBytes - 1));

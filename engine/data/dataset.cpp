@@ -3,9 +3,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "engine/core/error.h"
 #include "engine/data/cifar10_dataset.h"
@@ -27,8 +26,8 @@ InMemoryDataset::InMemoryDataset(std::string name, Shape sample_shape, int num_c
       pixels_(std::move(pixels)),
       labels_(std::move(labels)) {
   TB_CHECK(shape_.size() == 3, name_, ": sample shape must be {C, H, W}, got ", shape_str(shape_));
-  TB_CHECK(pixels_.size() == labels_.size() * static_cast<size_t>(shape_numel(shape_)), name_,
-           ": ", pixels_.size(), " pixel bytes do not hold ", labels_.size(), " samples of ",
+  TB_CHECK(pixels_.size() == labels_.size() * static_cast<size_t>(shape_numel(shape_)), name_, ": ",
+           pixels_.size(), " pixel bytes do not hold ", labels_.size(), " samples of ",
            shape_str(shape_));
 }
 
@@ -77,8 +76,8 @@ void check_fields(const json& spec, const std::string& name, const std::set<std:
     if (allowed.count(key)) continue;
     std::string list;
     for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
-    TB_FAIL("dataset spec: unknown field '", key, "' (value ", value.dump(), ") for dataset '", name,
-            "' (allowed: ", list, ")");
+    TB_FAIL("dataset spec: unknown field '", key, "' (value ", value.dump(), ") for dataset '",
+            name, "' (allowed: ", list, ")");
   }
 }
 
@@ -99,8 +98,8 @@ int64_t int_field(const json& spec, const char* field, int64_t fallback, int64_t
   TB_CHECK(v.is_number_integer(), "dataset spec: field '", field, "' must be an integer, got ",
            v.dump());
   // Unsigned values above INT64_MAX would wrap; compare them separately.
-  TB_CHECK(!(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(max)) && v.get<int64_t>() >= min &&
-               v.get<int64_t>() <= max,
+  TB_CHECK(!(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(max)) &&
+               v.get<int64_t>() >= min && v.get<int64_t>() <= max,
            "dataset spec: field '", field, "' = ", v.dump(), " out of range ", min, "..", max);
   return v.get<int64_t>();
 }
@@ -126,20 +125,25 @@ std::unique_ptr<Dataset> open_dataset(const nlohmann::json& spec, const std::str
     check_fields(spec, name, {"name", "path", "limit"});
     ds = open_cifar10(string_field(spec, "path", nullptr), split);
   } else if (name == "synthetic") {
-    check_fields(spec, name, {"name", "shape", "classes", "size", "test_size", "seed", "noise", "limit"});
+    check_fields(spec, name,
+                 {"name", "shape", "classes", "size", "test_size", "seed", "noise", "limit"});
     SyntheticOptions o;
     if (spec.contains("shape")) {
       const json& s = spec["shape"];
       TB_CHECK(s.is_array() && s.size() == 3 &&
                    std::all_of(s.begin(), s.end(),
-                               [](const json& d) { return d.is_number_integer() && d.get<int64_t>() >= 1 && d.get<int64_t>() <= 4096; }),
+                               [](const json& d) {
+                                 return d.is_number_integer() && d.get<int64_t>() >= 1 &&
+                                        d.get<int64_t>() <= 4096;
+                               }),
                "dataset spec: field 'shape' must be [C, H, W] of integers 1..4096, got ", s.dump());
       o.shape = {s[0].get<int64_t>(), s[1].get<int64_t>(), s[2].get<int64_t>()};
     }
     o.classes = static_cast<int>(int_field(spec, "classes", 10, 2, 100000));
     const int64_t train_size = int_field(spec, "size", 1000, 1, kBig);
-    o.size = split == "train" ? train_size
-                              : int_field(spec, "test_size", std::max<int64_t>(1, train_size / 5), 1, kBig);
+    o.size = split == "train"
+                 ? train_size
+                 : int_field(spec, "test_size", std::max<int64_t>(1, train_size / 5), 1, kBig);
     o.seed = static_cast<uint64_t>(int_field(spec, "seed", 0, 0, INT64_MAX));
     if (spec.contains("noise")) {
       const json& v = spec["noise"];

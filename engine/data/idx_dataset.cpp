@@ -25,7 +25,8 @@ std::string hex32(uint32_t v) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // Closes a gzFile on every exit path.
@@ -35,14 +36,14 @@ struct GzCloser {
 
 void check_length(const std::string& path, uint64_t expected, uint64_t found) {
   TB_CHECK(found >= expected, path, ": truncated: expected ", expected, " bytes, found ", found);
-  TB_CHECK(found == expected, path, ": ", found - expected,
-           " bytes of trailing data: expected ", expected, " bytes, found ", found);
+  TB_CHECK(found == expected, path, ": ", found - expected, " bytes of trailing data: expected ",
+           expected, " bytes, found ", found);
 }
 
 void check_magic(const std::string& path, const std::vector<uint8_t>& bytes, uint32_t expected,
                  const char* what) {
-  TB_CHECK(bytes.size() >= 4, path, ": truncated: expected at least 4 bytes (IDX magic number), found ",
-           bytes.size());
+  TB_CHECK(bytes.size() >= 4, path,
+           ": truncated: expected at least 4 bytes (IDX magic number), found ", bytes.size());
   const uint32_t magic = read_be32(bytes.data());
   TB_CHECK(magic == expected, path, ": bad magic number ", hex32(magic), " at offset 0, expected ",
            hex32(expected), " (", what, ")");
@@ -83,8 +84,8 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
 IdxImages read_idx_images(const std::string& path) {
   std::vector<uint8_t> bytes = read_file_bytes(path);
   check_magic(path, bytes, kIdxImagesMagic, "an IDX image file");
-  TB_CHECK(bytes.size() >= 16, path, ": truncated: expected at least 16 bytes (IDX image header), found ",
-           bytes.size());
+  TB_CHECK(bytes.size() >= 16, path,
+           ": truncated: expected at least 16 bytes (IDX image header), found ", bytes.size());
   IdxImages im;
   im.count = read_be32(bytes.data() + 4);
   im.rows = read_be32(bytes.data() + 8);
@@ -102,8 +103,8 @@ IdxImages read_idx_images(const std::string& path) {
 std::vector<int32_t> read_idx_labels(const std::string& path, int num_classes) {
   const std::vector<uint8_t> bytes = read_file_bytes(path);
   check_magic(path, bytes, kIdxLabelsMagic, "an IDX label file");
-  TB_CHECK(bytes.size() >= 8, path, ": truncated: expected at least 8 bytes (IDX label header), found ",
-           bytes.size());
+  TB_CHECK(bytes.size() >= 8, path,
+           ": truncated: expected at least 8 bytes (IDX label header), found ", bytes.size());
   const int64_t count = read_be32(bytes.data() + 4);
   check_length(path, 8 + uint64_t(count), bytes.size());
   std::vector<int32_t> labels(static_cast<size_t>(count));
@@ -122,8 +123,7 @@ std::unique_ptr<InMemoryDataset> open_idx_dataset(const std::string& images_path
   IdxImages im = read_idx_images(images_path);
   std::vector<int32_t> labels = read_idx_labels(labels_path, num_classes);
   TB_CHECK(static_cast<int64_t>(labels.size()) == im.count, name, ": image count ", im.count,
-           " in ", images_path, " does not match label count ", labels.size(), " in ",
-           labels_path);
+           " in ", images_path, " does not match label count ", labels.size(), " in ", labels_path);
   return std::make_unique<InMemoryDataset>(name, Shape{1, im.rows, im.cols}, num_classes,
                                            std::move(im.pixels), std::move(labels));
 }
@@ -131,7 +131,8 @@ std::unique_ptr<InMemoryDataset> open_idx_dataset(const std::string& images_path
 namespace {
 
 // dir/stem.gz if present, else dir/stem.
-std::string find_idx_file(const std::string& dir, const std::string& stem, const std::string& what) {
+std::string find_idx_file(const std::string& dir, const std::string& stem,
+                          const std::string& what) {
   namespace fs = std::filesystem;
   std::error_code ec;
   for (const std::string& name : {stem + ".gz", stem}) {
@@ -154,7 +155,8 @@ std::unique_ptr<InMemoryDataset> open_mnist_format(const std::string& dir, const
 
 }  // namespace
 
-std::unique_ptr<InMemoryDataset> open_fashion_mnist(const std::string& dir, const std::string& split) {
+std::unique_ptr<InMemoryDataset> open_fashion_mnist(const std::string& dir,
+                                                    const std::string& split) {
   return open_mnist_format(dir, split, "fashion-mnist");
 }
 

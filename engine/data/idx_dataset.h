@@ -41,8 +41,8 @@ std::unique_ptr<InMemoryDataset> open_idx_dataset(const std::string& images_path
 
 // Finds {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] in dir.
 // split is "train" (60000 samples) or "test" (10000).
-std::unique_ptr<InMemoryDataset> open_fashion_mnist(const std::string& dir = kFashionMnistDefaultDir,
-                                                    const std::string& split = "train");
+std::unique_ptr<InMemoryDataset> open_fashion_mnist(
+    const std::string& dir = kFashionMnistDefaultDir, const std::string& split = "train");
 // Same file names and format, for the original MNIST digits.
 std::unique_ptr<InMemoryDataset> open_mnist(const std::string& dir, const std::string& split);
 

@@ -146,8 +146,9 @@ bool DataLoader::build_batch(int64_t k, int64_t epoch, Scratch& scratch, Batch& 
       return false;
     }
     const int64_t idx = order_[static_cast<size_t>(begin + i)];
-    uint8_t* u8_dst = options_.format == BatchFormat::Uint8 ? b.images.data_as<uint8_t>() + i * out_numel
-                                                             : scratch.transformed.data();
+    uint8_t* u8_dst = options_.format == BatchFormat::Uint8
+                          ? b.images.data_as<uint8_t>() + i * out_numel
+                          : scratch.transformed.data();
     int32_t label = -1;
     if (identity_transform_) {
       dataset_.get(idx, u8_dst, &label);
@@ -194,8 +195,10 @@ void DataLoader::worker_main() {
 
     lock.lock();
     --in_flight_;
-    if (built && gen == generation_) ready_.emplace(k, std::move(slot));
-    else if (slot.batch.images.defined()) recycle(std::move(slot.batch));
+    if (built && gen == generation_)
+      ready_.emplace(k, std::move(slot));
+    else if (slot.batch.images.defined())
+      recycle(std::move(slot.batch));
     ready_cv_.notify_all();
   }
 }

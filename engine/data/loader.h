@@ -81,7 +81,7 @@ class DataLoader {
   // nothing. Optional; only call it once nothing reads the batch any more.
   void recycle(Batch&& batch);
 
-  int64_t num_batches() const { return num_batches_; }     // per epoch
+  int64_t num_batches() const { return num_batches_; }             // per epoch
   Shape image_shape() const { return transform_.output_shape(); }  // {C, H, W} after transforms
   const LoaderOptions& options() const { return options_; }
   const Dataset& dataset() const { return dataset_; }

@@ -12,12 +12,13 @@ namespace tb {
 SyntheticDataset::SyntheticDataset(const SyntheticOptions& options, const std::string& split)
     : options_(options), split_(split) {
   const Shape& s = options_.shape;
-  TB_CHECK(s.size() == 3 && s[0] >= 1 && s[1] >= 1 && s[2] >= 1, "synthetic: shape must be [C, H, W] with positive sizes, got ",
-           shape_str(s));
-  TB_CHECK(shape_numel(s) <= (int64_t(1) << 24), "synthetic: sample shape ", shape_str(s), " is too large");
+  TB_CHECK(s.size() == 3 && s[0] >= 1 && s[1] >= 1 && s[2] >= 1,
+           "synthetic: shape must be [C, H, W] with positive sizes, got ", shape_str(s));
+  TB_CHECK(shape_numel(s) <= (int64_t(1) << 24), "synthetic: sample shape ", shape_str(s),
+           " is too large");
   TB_CHECK(options_.size >= 1, "synthetic: size must be positive, got ", options_.size);
-  TB_CHECK(options_.classes >= 2 && options_.classes <= 100000, "synthetic: classes must be 2..100000, got ",
-           options_.classes);
+  TB_CHECK(options_.classes >= 2 && options_.classes <= 100000,
+           "synthetic: classes must be 2..100000, got ", options_.classes);
   TB_CHECK(options_.noise >= 0.0f, "synthetic: noise must be >= 0, got ", options_.noise);
   TB_CHECK(split == "train" || split == "test", "synthetic: unknown split '", split,
            "' (expected train or test)");
@@ -40,8 +41,9 @@ SyntheticDataset::SyntheticDataset(const SyntheticOptions& options, const std::s
       }
       for (int64_t y = 0; y < H; ++y)
         for (int64_t x = 0; x < W; ++x)
-          p[y * W + x] = static_cast<float>(128.0 + 50.0 * std::sin(kTwoPi * (fy[0] * y + fx[0] * x) + phase[0]) +
-                                            30.0 * std::sin(kTwoPi * (fy[1] * y + fx[1] * x) + phase[1]));
+          p[y * W + x] = static_cast<float>(
+              128.0 + 50.0 * std::sin(kTwoPi * (fy[0] * y + fx[0] * x) + phase[0]) +
+              30.0 * std::sin(kTwoPi * (fy[1] * y + fx[1] * x) + phase[1]));
     }
   }
 }

@@ -37,7 +37,7 @@ class SyntheticDataset : public Dataset {
  private:
   SyntheticOptions options_;
   std::string split_;
-  uint64_t stream_;              // 1 for train, 2 for test
+  uint64_t stream_;                // 1 for train, 2 for test
   std::vector<float> prototypes_;  // classes * C*H*W, 0..255
 };
 

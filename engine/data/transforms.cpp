@@ -113,8 +113,8 @@ void normalize(const uint8_t* in, float* out, const Shape& chw, const NormStats&
   const int64_t C = chw[0], HW = chw[1] * chw[2];
   TB_CHECK(stats.mean.size() == stats.std.size() &&
                (stats.mean.empty() || static_cast<int64_t>(stats.mean.size()) == C),
-           "normalize: ", stats.mean.size(), " means and ", stats.std.size(),
-           " stds for ", C, " channel(s)");
+           "normalize: ", stats.mean.size(), " means and ", stats.std.size(), " stds for ", C,
+           " channel(s)");
   for (int64_t c = 0; c < C; ++c) {
     // (b/255 - m)/s = b * scale + shift: one multiply-add per pixel.
     float scale = 1.0f / 255.0f, shift = 0.0f;
@@ -132,8 +132,8 @@ SampleTransform::SampleTransform(const Shape& in_chw, const TransformOptions& op
     : options_(options), in_(in_chw) {
   check_chw(in_chw, "transform");
   const TransformOptions& o = options_;
-  TB_CHECK((o.pad_to_h == 0) == (o.pad_to_w == 0), "transform: pad_to needs both height and width, got ",
-           o.pad_to_h, "x", o.pad_to_w);
+  TB_CHECK((o.pad_to_h == 0) == (o.pad_to_w == 0),
+           "transform: pad_to needs both height and width, got ", o.pad_to_h, "x", o.pad_to_w);
   out_ = in_;
   if (o.pad_to_h > 0) {
     TB_CHECK(o.pad_to_h >= in_[1] && o.pad_to_w >= in_[2], "transform: cannot pad ", in_[1], "x",
@@ -141,13 +141,16 @@ SampleTransform::SampleTransform(const Shape& in_chw, const TransformOptions& op
     out_[1] = o.pad_to_h;
     out_[2] = o.pad_to_w;
   }
-  TB_CHECK(!o.random_crop || (o.crop_padding >= 0 && o.crop_padding <= out_[1] && o.crop_padding <= out_[2]),
+  TB_CHECK(!o.random_crop ||
+               (o.crop_padding >= 0 && o.crop_padding <= out_[1] && o.crop_padding <= out_[2]),
            "transform: crop padding ", o.crop_padding, " must be 0..", std::min(out_[1], out_[2]));
   const NormStats& n = o.norm;
-  TB_CHECK(n.mean.size() == n.std.size() && (n.mean.empty() || static_cast<int64_t>(n.mean.size()) == in_[0]),
+  TB_CHECK(n.mean.size() == n.std.size() &&
+               (n.mean.empty() || static_cast<int64_t>(n.mean.size()) == in_[0]),
            "transform: ", n.mean.size(), " means and ", n.std.size(), " stds for ", in_[0],
            " channel(s)");
-  for (float s : n.std) TB_CHECK(s > 0.0f, "transform: normalisation std must be positive, got ", s);
+  for (float s : n.std)
+    TB_CHECK(s > 0.0f, "transform: normalisation std must be positive, got ", s);
 }
 
 void SampleTransform::apply(const uint8_t* in, uint8_t* out, uint64_t seed, int64_t epoch,
@@ -159,7 +162,8 @@ void SampleTransform::apply(const uint8_t* in, uint8_t* out, uint64_t seed, int6
   int64_t dy = 0, dx = 0;  // crop offset relative to the unshifted window
   bool flip = false;
   if (options_.random_crop || options_.random_hflip) {
-    SampleRng rng(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index), kTransformStream);
+    SampleRng rng(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index),
+                  kTransformStream);
     if (options_.random_crop) {
       const int64_t P = options_.crop_padding;
       dy = static_cast<int64_t>(rng.uniform_int(static_cast<uint64_t>(2 * P + 1))) - P;

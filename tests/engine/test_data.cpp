@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Tests of engine/data: the IDX, CIFAR-10 and synthetic readers, their error
 // messages on corrupt input, the transforms and the threaded loader.
-#include <QtTest>
-
 #include <zlib.h>
 
+#include <QtTest>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -12,12 +11,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
 #include "engine/data/cifar10_dataset.h"
@@ -84,8 +82,8 @@ std::string error_of(F&& f) {
   return "<no tb::Error thrown>";
 }
 
-#define EXPECT_CONTAINS(msg, part)                                                  \
-  QVERIFY2((msg).find(part) != std::string::npos,                                    \
+#define EXPECT_CONTAINS(msg, part)                \
+  QVERIFY2((msg).find(part) != std::string::npos, \
            ("message \"" + (msg) + "\" lacks \"" + std::string(part) + "\"").c_str())
 
 // Pixels of n images of rows x cols: a different byte pattern per image.
@@ -151,7 +149,9 @@ class TestData : public QObject {
 
  private:
   QTemporaryDir tmp_;
-  std::string path(const std::string& name) const { return tmp_.filePath(QString::fromStdString(name)).toStdString(); }
+  std::string path(const std::string& name) const {
+    return tmp_.filePath(QString::fromStdString(name)).toStdString();
+  }
 
  private slots:
   void initTestCase() { QVERIFY(tmp_.isValid()); }
@@ -179,7 +179,8 @@ class TestData : public QObject {
         QCOMPARE(label, int32_t(lab[i]));
         QVERIFY(std::equal(got.begin(), got.end(), px.begin() + i * 12));
       }
-      EXPECT_CONTAINS(error_of([&] { ds->get(5, got.data(), &label); }), "sample index 5 out of range 0..4");
+      EXPECT_CONTAINS(error_of([&] { ds->get(5, got.data(), &label); }),
+                      "sample index 5 out of range 0..4");
     }
   }
 
@@ -207,8 +208,11 @@ class TestData : public QObject {
   }
 
   void realFashionMnist() {
-    if (!std::filesystem::exists(std::string(kFashionMnistDefaultDir) + "/train-images-idx3-ubyte.gz"))
-      QSKIP("Fashion-MNIST not installed in /usr/share/datasets/fashion-mnist (Debian package dataset-fashion-mnist)");
+    if (!std::filesystem::exists(std::string(kFashionMnistDefaultDir) +
+                                 "/train-images-idx3-ubyte.gz"))
+      QSKIP(
+          "Fashion-MNIST not installed in /usr/share/datasets/fashion-mnist (Debian package "
+          "dataset-fashion-mnist)");
     auto train = open_fashion_mnist(kFashionMnistDefaultDir, "train");
     auto test = open_fashion_mnist(kFashionMnistDefaultDir, "test");
     QCOMPARE(train->size(), int64_t(60000));
@@ -226,15 +230,18 @@ class TestData : public QObject {
     // The standard constants are what the training images measure.
     const NormStats measured = compute_norm_stats(*train);
     const NormStats standard = standard_norm_stats(train->name(), 1);
-    QVERIFY2(std::abs(measured.mean[0] - standard.mean[0]) < 1e-3, std::to_string(measured.mean[0]).c_str());
-    QVERIFY2(std::abs(measured.std[0] - standard.std[0]) < 1e-3, std::to_string(measured.std[0]).c_str());
+    QVERIFY2(std::abs(measured.mean[0] - standard.mean[0]) < 1e-3,
+             std::to_string(measured.mean[0]).c_str());
+    QVERIFY2(std::abs(measured.std[0] - standard.std[0]) < 1e-3,
+             std::to_string(measured.std[0]).c_str());
   }
 
   void idxBadMagic() {
     write_raw(path("bm-images"), idx_images(2, 2, 2, pattern_pixels(2, 2, 2), kIdxLabelsMagic));
     std::string msg = error_of([&] { read_idx_images(path("bm-images")); });
     EXPECT_CONTAINS(msg, path("bm-images"));
-    EXPECT_CONTAINS(msg, "bad magic number 0x00000801 at offset 0, expected 0x00000803 (an IDX image file)");
+    EXPECT_CONTAINS(
+        msg, "bad magic number 0x00000801 at offset 0, expected 0x00000803 (an IDX image file)");
     write_gz(path("bm-labels.gz"), idx_labels({1, 2}, 0x12345678));
     msg = error_of([&] { read_idx_labels(path("bm-labels.gz")); });
     EXPECT_CONTAINS(msg, "bm-labels.gz");
@@ -274,7 +281,8 @@ class TestData : public QObject {
   void idxCountMismatch() {
     write_raw(path("cm-images"), idx_images(5, 2, 2, pattern_pixels(5, 2, 2)));
     write_raw(path("cm-labels"), idx_labels({1, 2, 3, 4}));
-    const std::string msg = error_of([&] { open_idx_dataset(path("cm-images"), path("cm-labels"), "cm"); });
+    const std::string msg =
+        error_of([&] { open_idx_dataset(path("cm-images"), path("cm-labels"), "cm"); });
     EXPECT_CONTAINS(msg, "image count 5 in " + path("cm-images"));
     EXPECT_CONTAINS(msg, "does not match label count 4 in " + path("cm-labels"));
   }
@@ -325,7 +333,8 @@ class TestData : public QObject {
   void cifarGoodAndBad() {
     auto record = [](uint8_t label, uint8_t base) {
       Bytes r{label};
-      for (int i = 0; i < 3072; ++i) r.push_back(static_cast<uint8_t>(base + i / 1024 * 100 + i % 7));
+      for (int i = 0; i < 3072; ++i)
+        r.push_back(static_cast<uint8_t>(base + i / 1024 * 100 + i % 7));
       return r;
     };
     const std::string dir = path("cifar");
@@ -415,7 +424,8 @@ class TestData : public QObject {
       double best_d = 1e300;
       for (int k = 0; k < 4; ++k) {
         double d = 0;
-        for (int64_t j = 0; j < n; ++j) d += std::pow(pt[j] - mean[static_cast<size_t>(k * n + j)], 2);
+        for (int64_t j = 0; j < n; ++j)
+          d += std::pow(pt[j] - mean[static_cast<size_t>(k * n + j)], 2);
         if (d < best_d) best_d = d, best = k;
       }
       correct += best == lt;
@@ -437,15 +447,20 @@ class TestData : public QObject {
     chosen.get(0, px.data(), &label);
     QCOMPARE(int(px[0]), 42);
     QCOMPARE(label, 2);
-    EXPECT_CONTAINS(error_of([&] { SubsetDataset s(base, std::vector<int64_t>{1, 50}); }),
+    EXPECT_CONTAINS(error_of([&] {
+                      SubsetDataset s(base, std::vector<int64_t>{1, 50});
+                    }),
                     "subset index 50 (entry 1) out of range 0..49");
-    EXPECT_CONTAINS(error_of([&] { SubsetDataset s(base, 51); }), "first 51 samples, but it has 50");
+    EXPECT_CONTAINS(error_of([&] { SubsetDataset s(base, 51); }),
+                    "first 51 samples, but it has 50");
   }
 
   void openDatasetFactory() {
     using nlohmann::json;
-    auto train = open_dataset(json{{"name", "synthetic"}, {"shape", {1, 8, 8}}, {"classes", 3}, {"size", 90}}, "train");
-    auto test = open_dataset(json{{"name", "synthetic"}, {"shape", {1, 8, 8}}, {"classes", 3}, {"size", 90}}, "test");
+    auto train = open_dataset(
+        json{{"name", "synthetic"}, {"shape", {1, 8, 8}}, {"classes", 3}, {"size", 90}}, "train");
+    auto test = open_dataset(
+        json{{"name", "synthetic"}, {"shape", {1, 8, 8}}, {"classes", 3}, {"size", 90}}, "test");
     QCOMPARE(train->size(), int64_t(90));
     QCOMPARE(test->size(), int64_t(18));  // default test_size = size / 5
     QCOMPARE(train->num_classes(), 3);
@@ -457,13 +472,16 @@ class TestData : public QObject {
     auto over = open_dataset(json{{"name", "synthetic"}, {"size", 90}, {"limit", 1000}}, "train");
     QCOMPARE(over->size(), int64_t(90));  // limit keeps min(limit, size)
 
-    auto fm = open_dataset(json{{"name", "fashion-mnist"}, {"path", path("fm")}, {"limit", 2}}, "train");
+    auto fm =
+        open_dataset(json{{"name", "fashion-mnist"}, {"path", path("fm")}, {"limit", 2}}, "train");
     QCOMPARE(fm->size(), int64_t(2));
     QCOMPARE(fm->sample_shape(), (Shape{1, 2, 2}));
 
     std::string msg = error_of([&] { open_dataset(json{{"name", "imagenet"}}, "train"); });
     EXPECT_CONTAINS(msg, "unknown dataset name 'imagenet'");
-    msg = error_of([&] { open_dataset(json{{"name", "cifar10"}, {"path", "/x"}, {"colour", "red"}}, "train"); });
+    msg = error_of([&] {
+      open_dataset(json{{"name", "cifar10"}, {"path", "/x"}, {"colour", "red"}}, "train");
+    });
     EXPECT_CONTAINS(msg, "unknown field 'colour' (value \"red\") for dataset 'cifar10'");
     msg = error_of([&] { open_dataset(json{{"name", "synthetic"}, {"size", "big"}}, "train"); });
     EXPECT_CONTAINS(msg, "field 'size' must be an integer, got \"big\"");
@@ -498,10 +516,11 @@ class TestData : public QObject {
     crop_padded(img.data(), a.data(), chw, 2, 2, 2);  // centred window
     QCOMPARE(a, img);
     crop_padded(img.data(), a.data(), chw, 1, 0, 0);  // shifted down-right by one
-    QCOMPARE(int(a[0]), 0);                          // padding
-    QCOMPARE(int(a[4 + 1]), int(img[0]));            // (1,1) <- (0,0)
-    QCOMPARE(int(a[12 + 4 + 1]), int(img[12]));      // channel 1 likewise
-    EXPECT_CONTAINS(error_of([&] { crop_padded(img.data(), a.data(), chw, 1, 3, 0); }), "outside 0..2");
+    QCOMPARE(int(a[0]), 0);                           // padding
+    QCOMPARE(int(a[4 + 1]), int(img[0]));             // (1,1) <- (0,0)
+    QCOMPARE(int(a[12 + 4 + 1]), int(img[12]));       // channel 1 likewise
+    EXPECT_CONTAINS(error_of([&] { crop_padded(img.data(), a.data(), chw, 1, 3, 0); }),
+                    "outside 0..2");
 
     Bytes padded(2 * 5 * 8);
     pad_to(img.data(), padded.data(), chw, 5, 8);  // top 1, left 2
@@ -530,7 +549,8 @@ class TestData : public QObject {
     QCOMPARE(c.mean.size(), size_t(3));
     QCOMPARE(c.mean[0], 0.4914f);
     QCOMPARE(standard_norm_stats("fashion-mnist/test[:100]", 1).std[0], 0.3530f);
-    EXPECT_CONTAINS(error_of([&] { standard_norm_stats("cifar10", 1); }), "for 3 channel(s), but the samples have 1");
+    EXPECT_CONTAINS(error_of([&] { standard_norm_stats("cifar10", 1); }),
+                    "for 3 channel(s), but the samples have 1");
     EXPECT_CONTAINS(error_of([&] { standard_norm_stats("svhn", 3); }), "'svhn'");
   }
 
@@ -600,10 +620,16 @@ class TestData : public QObject {
     QCOMPARE(int(fm32[2 * 32 + 1]), 0);
 
     o.norm = {{0.5f, 0.5f}, {0.5f, 0.5f}};
-    EXPECT_CONTAINS(error_of([&] { SampleTransform t({1, 28, 28}, o); }), "2 means and 2 stds for 1 channel(s)");
+    EXPECT_CONTAINS(error_of([&] {
+                      SampleTransform t({1, 28, 28}, o);
+                    }),
+                    "2 means and 2 stds for 1 channel(s)");
     o = {};
     o.pad_to_h = o.pad_to_w = 20;
-    EXPECT_CONTAINS(error_of([&] { SampleTransform t({1, 28, 28}, o); }), "cannot pad 28x28 samples to 20x20");
+    EXPECT_CONTAINS(error_of([&] {
+                      SampleTransform t({1, 28, 28}, o);
+                    }),
+                    "cannot pad 28x28 samples to 20x20");
   }
 
   // ---- loader ----------------------------------------------------------------
@@ -684,7 +710,10 @@ class TestData : public QObject {
     plain.shuffle = false;
     plain.batch_size = 100;
     DataLoader seq(ds, plain);
-    QVERIFY(error_of([&] { Batch b; seq.next(b); }).find("before start_epoch") != std::string::npos);
+    QVERIFY(error_of([&] {
+              Batch b;
+              seq.next(b);
+            }).find("before start_epoch") != std::string::npos);
     seq.start_epoch(0);
     QCOMPARE(seq.order()[5], int64_t(5));
   }
@@ -792,7 +821,8 @@ class TestData : public QObject {
     o.allocator = [](const Shape& s, DType) { return Tensor::empty(s, DType::F64); };
     DataLoader wrong(slow, o);
     wrong.start_epoch(0);
-    EXPECT_CONTAINS(error_of([&] { wrong.next(b); }), "batch allocator (images): expected dtype f32");
+    EXPECT_CONTAINS(error_of([&] { wrong.next(b); }),
+                    "batch allocator (images): expected dtype f32");
   }
 
   void loaderBadOptions() {
