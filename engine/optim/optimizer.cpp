@@ -80,7 +80,7 @@ void Optimizer::step(float lr, float grad_scale) {
   s.trust_coefficient = config_.trust_coefficient;
   s.step = steps_ + 1;
   s.grad_scale = grad_scale;
-  backend_.optimizer_step(s, slots_, config_.foreach);
+  backend_.optimizer_step(s, slots_, config_.multi_tensor);
   ++steps_;
 }
 

@@ -22,7 +22,7 @@ struct OptimizerConfig {
   float eps = 1e-8f;
   float alpha = 0.99f;        // RMSProp smoothing
   float trust_coefficient = 0.001f;  // LARS η
-  bool foreach = true;        // multi-tensor (fused) step instead of one pass per tensor
+  bool multi_tensor = true;   // fused multi-tensor step ("foreach") instead of one pass per tensor
 };
 
 class Optimizer {
@@ -42,7 +42,7 @@ class Optimizer {
   void reset();                              // zero the state and the step count
 
   const OptimizerConfig& config() const { return config_; }
-  const std::vector<ParamSlot>& slots() const { return slots_; }
+  const std::vector<ParamSlot>& param_slots() const { return slots_; }
   // The state blocks (0, 1 or 2 of them, each as long as the parameter block),
   // for checkpoints: SGD/LARS momentum; AdamW/LAMB m, v; RMSProp v (, momentum).
   const std::vector<Tensor>& state_blocks() const { return state_blocks_; }

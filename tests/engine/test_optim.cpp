@@ -1,0 +1,469 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Optimizers (first steps against values worked out by hand, per-tensor vs
+// multi-tensor bit equality, no-decay slots), LR schedules and scaling,
+// global-norm clipping, and gradient accumulation against one big batch.
+#include <QtTest>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/error.h"
+#include "engine/optim/clip.h"
+#include "engine/optim/optimizer.h"
+#include "engine/optim/schedule.h"
+
+using namespace tb;
+
+namespace {
+
+// Parameters and gradients in one contiguous block each, like Model::build:
+// tensor i has sizes[i] elements; decay[i] is its weight_decay flag.
+struct Params {
+  Tensor values, grads;
+  std::vector<ParamInfo> infos;
+
+  Params(const std::vector<int64_t>& sizes, const std::vector<bool>& decay, DType dt) {
+    int64_t total = 0;
+    for (int64_t s : sizes) total += s;
+    values = Tensor::zeros({total}, dt);
+    grads = Tensor::zeros({total}, dt);
+    int64_t off = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      infos.push_back({"p" + std::to_string(i), Tensor::view_of(values, off, {sizes[i]}),
+                       Tensor::view_of(grads, off, {sizes[i]}), decay[i]});
+      off += sizes[i];
+    }
+  }
+  double v(int64_t i) const {
+    return values.dtype() == DType::F64 ? values.data_as<double>()[i] : values.data_as<float>()[i];
+  }
+  void set(Tensor& t, std::initializer_list<double> xs) {
+    int64_t i = 0;
+    for (double x : xs) {
+      if (t.dtype() == DType::F64) t.data_as<double>()[i++] = x;
+      else t.data_as<float>()[i++] = float(x);
+    }
+  }
+};
+
+// p = [1, −2] (decayed) and b = [0.5] (no decay); gradients [0.5, 1] and [0.2],
+// held constant over the steps.
+Params tiny(DType dt) {
+  Params P({2, 1}, {true, false}, dt);
+  P.set(P.values, {1.0, -2.0, 0.5});
+  P.set(P.grads, {0.5, 1.0, 0.2});
+  return P;
+}
+
+// p = [3, 4] (‖p‖ = 5, decayed) and b = [0.5] (no decay); gradients [0.6, 0.8]
+// (‖g‖ = 1) and [0.2]: round numbers for the trust ratios of LARS and LAMB.
+Params tiny345(DType dt) {
+  Params P({2, 1}, {true, false}, dt);
+  P.set(P.values, {3.0, 4.0, 0.5});
+  P.set(P.grads, {0.6, 0.8, 0.2});
+  return P;
+}
+
+// Runs `steps` steps and checks the parameters after each against expected[step].
+void expect_steps(Optimizer& opt, const Params& P, float lr,
+                  const std::vector<std::vector<double>>& expected, double tol) {
+  for (size_t s = 0; s < expected.size(); ++s) {
+    opt.step(lr);
+    for (size_t i = 0; i < expected[s].size(); ++i) {
+      const double got = P.v(int64_t(i));
+      QVERIFY2(std::abs(got - expected[s][i]) < tol,
+               qPrintable(QString("step %1 element %2: got %3, expected %4")
+                              .arg(s + 1).arg(i).arg(got, 0, 'g', 12).arg(expected[s][i], 0, 'g', 12)));
+    }
+  }
+  QCOMPARE(opt.steps(), int64_t(expected.size()));
+}
+
+void fill_random(Tensor& t, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> d(-1.0, 1.0);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (t.dtype() == DType::F64) t.data_as<double>()[i] = d(rng);
+    else t.data_as<float>()[i] = float(d(rng));
+  }
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+}  // namespace
+
+class TestOptim : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // ---------------------------------------------------------------- optimizers by hand
+  // All in f64 on the reference path (tolerance 1e-9), then once in f32 on the
+  // fast path (tolerance 1e-6).
+
+  // lr 0.1, μ 0.9, wd 0.01.
+  // step 1: g = [0.5 + 0.01·1, 1 − 0.01·2] = [0.51, 0.98]; buf = g;
+  //         p = [1 − 0.051, −2 − 0.098] = [0.949, −2.098]
+  // step 2: g = [0.5 + 0.00949, 1 − 0.02098] = [0.50949, 0.97902]
+  //         buf = 0.9·[0.51, 0.98] + g = [0.96849, 1.86102]
+  //         p = [0.949 − 0.096849, −2.098 − 0.186102] = [0.852151, −2.284102]
+  // no-decay b: buf 0.2 → b = 0.48; buf 0.18 + 0.2 = 0.38 → b = 0.442
+  void sgdMomentum() {
+    for (DType dt : {DType::F64, DType::F32}) {
+      CpuBackend be(BackendOptions{.reference = dt == DType::F64});
+      Params P = tiny(dt);
+      OptimizerConfig c;
+      c.kind = OptimizerKind::SGD, c.momentum = 0.9f, c.weight_decay = 0.01f;
+      Optimizer opt(c, P.infos, be);
+      QCOMPARE(opt.state_blocks().size(), size_t(1));
+      expect_steps(opt, P, 0.1f, {{0.949, -2.098, 0.48}, {0.852151, -2.284102, 0.442}},
+                   dt == DType::F64 ? 1e-7 : 1e-6);  // f64 run: lr/μ/wd are f32 constants
+    }
+  }
+
+  // Nesterov, same setting: g ← g + μ·buf
+  // step 1: buf = [0.51, 0.98]; g = [0.51 + 0.459, 0.98 + 0.882] = [0.969, 1.862]
+  //         p = [0.9031, −2.1862]
+  // step 2: g = [0.509031, 0.978138]; buf = [0.968031, 1.860138]
+  //         g = [0.509031 + 0.8712279, 0.978138 + 1.6741242] = [1.3802589, 2.6522622]
+  //         p = [0.9031 − 0.13802589, −2.1862 − 0.26522622] = [0.76507411, −2.45142622]
+  void sgdNesterov() {
+    CpuBackend be(BackendOptions{.reference = true});
+    Params P = tiny(DType::F64);
+    OptimizerConfig c;
+    c.kind = OptimizerKind::SGD, c.momentum = 0.9f, c.nesterov = true, c.weight_decay = 0.01f;
+    Optimizer opt(c, P.infos, be);
+    expect_steps(opt, P, 0.1f, {{0.9031, -2.1862}, {0.76507411, -2.45142622}}, 1e-7);
+  }
+
+  // lr 0.01, β (0.9, 0.999), wd 0.1 (decoupled). With a constant gradient the
+  // bias-corrected moments are m̂ = g, v̂ = g², so the step is lr·g/|g| = 0.01
+  // (up to eps = 1e-8, i.e. 2e-10 here).
+  // step 1: p = [1, −2]·(1 − 0.001) − 0.01 = [0.989, −2.008]
+  // step 2: p = [0.989, −2.008]·0.999 − 0.01 = [0.978011, −2.015992]
+  // no-decay b: 0.49, 0.48
+  void adamw() {
+    for (DType dt : {DType::F64, DType::F32}) {
+      CpuBackend be(BackendOptions{.reference = dt == DType::F64});
+      Params P = tiny(dt);
+      OptimizerConfig c;
+      c.kind = OptimizerKind::AdamW, c.weight_decay = 0.1f;
+      Optimizer opt(c, P.infos, be);
+      QCOMPARE(opt.state_blocks().size(), size_t(2));
+      expect_steps(opt, P, 0.01f, {{0.989, -2.008, 0.49}, {0.978011, -2.015992, 0.48}},
+                   dt == DType::F64 ? 1e-7 : 2e-6);
+    }
+  }
+
+  // lr 0.01, α 0.99, no momentum.
+  // step 1: v = 0.01·g² = [0.0025, 0.01]; g/sqrt(v) = [10, 10]; p = [0.9, −2.1]
+  // step 2: v = 0.99·v + 0.01·g² = [0.004975, 0.0199]; sqrt = [0.0705337, 0.1410674]
+  //         g/sqrt(v) = 7.0888121 for both; p = [0.8291119, −2.1708881]
+  // with μ 0.9: buf = 10, then 9 + 7.0888121 = 16.0888121; p = [0.7391119, −2.2608881]
+  // (eps = 1e-8 shifts these by ~2e-8)
+  void rmsprop() {
+    CpuBackend be(BackendOptions{.reference = true});
+    {
+      Params P = tiny(DType::F64);
+      OptimizerConfig c;
+      c.kind = OptimizerKind::RMSProp;
+      Optimizer opt(c, P.infos, be);
+      QCOMPARE(opt.state_blocks().size(), size_t(1));
+      expect_steps(opt, P, 0.01f, {{0.9, -2.1}, {0.8291119, -2.1708881}}, 1e-6);
+    }
+    {
+      Params P = tiny(DType::F64);
+      OptimizerConfig c;
+      c.kind = OptimizerKind::RMSProp, c.momentum = 0.9f;
+      Optimizer opt(c, P.infos, be);
+      QCOMPARE(opt.state_blocks().size(), size_t(2));
+      expect_steps(opt, P, 0.01f, {{0.9, -2.1}, {0.7391119, -2.2608881}}, 1e-6);
+    }
+  }
+
+  // lr 0.1, η 0.001, wd 0.01, μ 0.9 on p = [3, 4], g = [0.6, 0.8]:
+  // step 1: trust = 0.001·5/(1 + 0.01·5) = 0.005/1.05; g + wd·p = [0.63, 0.84] = 1.05·[0.6, 0.8]
+  //         so buf = 0.005·[0.6, 0.8] = [0.003, 0.004]; p = [2.9997, 3.9996]
+  // step 2: p = 0.9999·[3, 4], ‖p‖ = 4.9995; g + wd·p = 1.049995·[0.6, 0.8], trust =
+  //         0.0049995/1.049995, so trust·(g + wd·p) = [0.0029997, 0.0039996]
+  //         buf = [0.0027 + 0.0029997, 0.0036 + 0.0039996] = [0.0056997, 0.0075996]
+  //         p = [2.99913003, 3.99884004]
+  // no-decay b: no adaptation, no decay: 0.48, 0.442 (as SGD)
+  void lars() {
+    CpuBackend be(BackendOptions{.reference = true});
+    Params P = tiny345(DType::F64);
+    OptimizerConfig c;
+    c.kind = OptimizerKind::LARS, c.momentum = 0.9f, c.weight_decay = 0.01f;
+    Optimizer opt(c, P.infos, be);
+    expect_steps(opt, P, 0.1f, {{2.9997, 3.9996, 0.48}, {2.99913003, 3.99884004, 0.442}}, 1e-8);
+  }
+
+  // lr 0.01, β (0.9, 0.999), wd 0.01 on p = [3, 4], g = [0.6, 0.8]. Constant g:
+  // m̂/sqrt(v̂) = 1, so u = 1 + wd·p.
+  // step 1: u = [1.03, 1.04], ‖u‖ = sqrt(2.1425) = 1.4637281, trust = 5/1.4637281 = 3.4159349
+  //         p = [3 − 0.034159349·1.03, 4 − 0.034159349·1.04] = [2.9648159, 3.9644743]
+  // step 2: u = [1.0296482, 1.0396447], ‖u‖ = 1.4632281, ‖p‖ = 4.9512, trust = 3.3832549
+  //         p = [2.9648159 − 0.033832549·1.0296482, …] = [2.9299802, 3.9293004]
+  // no-decay b: u = 1, trust = 0.5/1: b = 0.5 − 0.005 = 0.495, then 0.495 − 0.00495 = 0.49005
+  void lamb() {
+    CpuBackend be(BackendOptions{.reference = true});
+    Params P = tiny345(DType::F64);
+    OptimizerConfig c;
+    c.kind = OptimizerKind::LAMB, c.weight_decay = 0.01f;
+    Optimizer opt(c, P.infos, be);
+    expect_steps(opt, P, 0.01f, {{2.9648159, 3.9644743, 0.495}, {2.9299802, 3.9293004, 0.49005}},
+                 1e-6);
+  }
+
+  // grad_scale multiplies the gradient first: plain SGD with g·0.25.
+  // p = 1 − 0.1·(0.5·0.25) = 0.9875; −2 − 0.1·(1·0.25) = −2.025
+  void gradScale() {
+    CpuBackend be(BackendOptions{.reference = true});
+    Params P = tiny(DType::F64);
+    OptimizerConfig c;
+    Optimizer opt(c, P.infos, be);
+    QCOMPARE(opt.state_blocks().size(), size_t(0));
+    opt.step(0.1f, 0.25f);
+    QVERIFY(std::abs(P.v(0) - 0.9875) < 1e-9);
+    QVERIFY(std::abs(P.v(1) + 2.025) < 1e-9);
+  }
+
+  // With zero gradients only the decay moves p, and only in decayed slots:
+  // SGD/RMSProp-style L2 and AdamW's decoupled decay alike.
+  void noDecaySlotsAreNotDecayed() {
+    for (OptimizerKind k : {OptimizerKind::SGD, OptimizerKind::AdamW, OptimizerKind::LARS,
+                            OptimizerKind::LAMB, OptimizerKind::RMSProp}) {
+      CpuBackend be;
+      Params P({3, 2}, {true, false}, DType::F32);
+      P.set(P.values, {1, 2, 3, 4, 5});
+      OptimizerConfig c;
+      c.kind = k, c.weight_decay = 0.5f;
+      Optimizer opt(c, P.infos, be);
+      opt.step(0.1f);
+      QVERIFY2(P.v(0) < 1.0 && P.v(2) < 3.0, optimizer_name(k));
+      QVERIFY2(P.v(3) == 4.0 && P.v(4) == 5.0, optimizer_name(k));
+    }
+  }
+
+  // ---------------------------------------------------------------- multi-tensor
+  // Several tensors (one larger than a 65536-element chunk), one no-decay slot,
+  // grad_scale 0.5, three steps with fresh gradients: per-tensor and fused passes
+  // must agree bit for bit in parameters and state.
+  void multiTensorIsBitIdentical() {
+    struct Case { OptimizerKind kind; float momentum; bool nesterov; };
+    const std::vector<Case> cases = {
+        {OptimizerKind::SGD, 0.0f, false}, {OptimizerKind::SGD, 0.9f, false},
+        {OptimizerKind::SGD, 0.9f, true},  {OptimizerKind::AdamW, 0.0f, false},
+        {OptimizerKind::RMSProp, 0.0f, false}, {OptimizerKind::RMSProp, 0.9f, false},
+        {OptimizerKind::LARS, 0.9f, false}, {OptimizerKind::LAMB, 0.0f, false}};
+    const std::vector<int64_t> sizes = {7, 150000, 1, 33, 64};
+    const std::vector<bool> decay = {true, true, false, true, false};
+    for (DType dt : {DType::F32, DType::F64}) {
+      for (const Case& cs : cases) {
+        CpuBackend be;
+        Params A(sizes, decay, dt), B(sizes, decay, dt);
+        std::mt19937_64 rng(5);
+        fill_random(A.values, rng);
+        std::memcpy(B.values.data(), A.values.data(), A.values.nbytes());
+        OptimizerConfig c;
+        c.kind = cs.kind, c.momentum = cs.momentum, c.nesterov = cs.nesterov;
+        c.weight_decay = 0.01f;
+        c.multi_tensor = false;
+        Optimizer per_tensor(c, A.infos, be);
+        c.multi_tensor = true;
+        Optimizer fused(c, B.infos, be);
+        for (int s = 0; s < 3; ++s) {
+          fill_random(A.grads, rng);
+          std::memcpy(B.grads.data(), A.grads.data(), A.grads.nbytes());
+          per_tensor.step(0.05f, 0.5f);
+          fused.step(0.05f, 0.5f);
+        }
+        const QString what = QString("%1 momentum %2 %3").arg(optimizer_name(cs.kind))
+                                 .arg(cs.momentum).arg(dtype_name(dt));
+        QVERIFY2(bitwise_equal(A.values, B.values), qPrintable(what));
+        for (size_t i = 0; i < per_tensor.state_blocks().size(); ++i)
+          QVERIFY2(bitwise_equal(per_tensor.state_blocks()[i], fused.state_blocks()[i]),
+                   qPrintable(what + " state"));
+        // ...and the parameters did move.
+        QVERIFY(A.v(0) != 0.0);
+      }
+    }
+  }
+
+  void optimizerRejectsBadConfig() {
+    CpuBackend be;
+    Params P = tiny(DType::F32);
+    OptimizerConfig c;
+    c.nesterov = true;  // without momentum
+    QVERIFY_THROWS_EXCEPTION(Error, Optimizer(c, P.infos, be));
+    c = {};
+    c.kind = OptimizerKind::AdamW, c.beta2 = 1.0f;
+    QVERIFY_THROWS_EXCEPTION(Error, Optimizer(c, P.infos, be));
+  }
+
+  // ---------------------------------------------------------------- schedules
+
+  // base 0.1, warm-up 4: 0.025, 0.05, 0.075, 0.1, then 0.1 for ever.
+  void constantWithWarmup() {
+    ScheduleConfig c;
+    c.base_lr = 0.1, c.warmup_steps = 4;
+    LrSchedule s(c);
+    QCOMPARE(s.lr_for_step(0), 0.025);
+    QCOMPARE(s.lr_for_step(1), 0.05);
+    QVERIFY(std::abs(s.lr_for_step(2) - 0.075) < 1e-15);
+    QCOMPARE(s.lr_for_step(3), 0.1);
+    QCOMPARE(s.lr_for_step(4), 0.1);
+    QCOMPARE(s.lr_for_step(1000), 0.1);
+  }
+
+  // base 1, step_size 3, gamma 0.5: 1, 1, 1, 0.5, 0.5, 0.5, 0.25;
+  // with a 2-step warm-up the boundaries move by 2.
+  void stepSchedule() {
+    ScheduleConfig c;
+    c.kind = ScheduleKind::Step, c.base_lr = 1.0, c.step_size = 3, c.gamma = 0.5;
+    LrSchedule s(c);
+    QCOMPARE(s.lr_for_step(0), 1.0);
+    QCOMPARE(s.lr_for_step(2), 1.0);
+    QCOMPARE(s.lr_for_step(3), 0.5);
+    QCOMPARE(s.lr_for_step(5), 0.5);
+    QCOMPARE(s.lr_for_step(6), 0.25);
+    c.warmup_steps = 2;
+    LrSchedule w(c);
+    QCOMPARE(w.lr_for_step(0), 0.5);
+    QCOMPARE(w.lr_for_step(1), 1.0);
+    QCOMPARE(w.lr_for_step(4), 1.0);
+    QCOMPARE(w.lr_for_step(5), 0.5);
+    QCOMPARE(w.lr_for_step(8), 0.25);
+  }
+
+  // base 1 → min 0.1 over 10 steps: 1 at 0, 0.1 + 0.9·½ = 0.55 at 5, 0.1 at 10 and after.
+  // Warm-up 2 of 12: 0.5, 1, then the same curve shifted by 2.
+  void cosineSchedule() {
+    ScheduleConfig c;
+    c.kind = ScheduleKind::Cosine, c.base_lr = 1.0, c.min_lr = 0.1, c.total_steps = 10;
+    LrSchedule s(c);
+    QCOMPARE(s.lr_for_step(0), 1.0);
+    QVERIFY(std::abs(s.lr_for_step(5) - 0.55) < 1e-12);
+    QVERIFY(s.lr_for_step(9) > 0.1 && s.lr_for_step(9) < 0.13);  // 0.1 + 0.9·(1−cos 18°)/2... ≈ 0.122
+    QVERIFY(std::abs(s.lr_for_step(10) - 0.1) < 1e-12);
+    QVERIFY(std::abs(s.lr_for_step(50) - 0.1) < 1e-12);
+    c.warmup_steps = 2, c.total_steps = 12;
+    LrSchedule w(c);
+    QCOMPARE(w.lr_for_step(0), 0.5);
+    QCOMPARE(w.lr_for_step(1), 1.0);
+    QCOMPARE(w.lr_for_step(2), 1.0);
+    QVERIFY(std::abs(w.lr_for_step(7) - 0.55) < 1e-12);
+    QVERIFY(std::abs(w.lr_for_step(12) - 0.1) < 1e-12);
+    c.warmup_steps = 12;
+    QVERIFY_THROWS_EXCEPTION(Error, LrSchedule{c});
+  }
+
+  // PyTorch OneCycleLR(max_lr=1, total_steps=100): starts at 1/25 = 0.04, peaks at
+  // step 0.3·100 − 1 = 29, ends at step 99 at 0.04/1e4 = 4e-6; halfway down the
+  // second phase (step 29 + 35 = 64) it is (1 + 4e-6)/2 = 0.500002.
+  void oneCycleSchedule() {
+    ScheduleConfig c;
+    c.kind = ScheduleKind::OneCycle, c.base_lr = 1.0, c.total_steps = 100;
+    LrSchedule s(c);
+    QVERIFY(std::abs(s.lr_for_step(0) - 0.04) < 1e-12);
+    QVERIFY(std::abs(s.lr_for_step(29) - 1.0) < 1e-12);
+    QVERIFY(s.lr_for_step(28) < 1.0 && s.lr_for_step(30) < 1.0);
+    QVERIFY(std::abs(s.lr_for_step(64) - 0.500002) < 1e-12);
+    QVERIFY(std::abs(s.lr_for_step(99) - 4e-6) < 1e-15);
+    QVERIFY(std::abs(s.lr_for_step(150) - 4e-6) < 1e-15);
+  }
+
+  void scheduleNames() {
+    QVERIFY(schedule_from_name("cosine") == ScheduleKind::Cosine);
+    QVERIFY(schedule_from_name("onecycle") == ScheduleKind::OneCycle);
+    QVERIFY_THROWS_EXCEPTION(Error, schedule_from_name("linear"));
+    QVERIFY(lr_scaling_from_name("sqrt") == LrScaling::Sqrt);
+    QVERIFY_THROWS_EXCEPTION(Error, lr_scaling_from_name("cubic"));
+  }
+
+  // base 0.1 tuned for 256, used at 512: linear 0.2, sqrt 0.1·√2 = 0.14142136.
+  void lrScaling() {
+    QCOMPARE(scaled_lr(0.1, 512, 256, LrScaling::None), 0.1);
+    QVERIFY(std::abs(scaled_lr(0.1, 512, 256, LrScaling::Linear) - 0.2) < 1e-15);
+    QVERIFY(std::abs(scaled_lr(0.1, 512, 256, LrScaling::Sqrt) - 0.14142136) < 1e-8);
+    QVERIFY(std::abs(scaled_lr(0.1, 64, 256, LrScaling::Linear) - 0.025) < 1e-15);
+    QVERIFY_THROWS_EXCEPTION(Error, scaled_lr(0.1, 0, 256, LrScaling::Linear));
+  }
+
+  // ---------------------------------------------------------------- clipping
+  // Gradients [3, 4] and [0, 12]: global norm sqrt(9 + 16 + 144) = 13.
+  void clipping() {
+    CpuBackend be;
+    Params P({2, 2}, {true, true}, DType::F32);
+    P.set(P.grads, {3, 4, 0, 12});
+    ClipResult r = clip_grad_norm(be, P.grads, 6.5);
+    QVERIFY(std::abs(r.norm - 13.0) < 1e-9);
+    QVERIFY(std::abs(r.factor - 6.5 / (13.0 + 1e-6)) < 1e-7);
+    ClipResult t = clip_grad_norm(be, P.infos, 6.5);  // tensor by tensor: the same
+    QCOMPARE(t.norm, r.norm);
+    QCOMPARE(t.factor, r.factor);
+    QCOMPARE(clip_grad_norm(be, P.grads, 20.0).factor, 1.0f);  // below the limit
+    QCOMPARE(clip_grad_norm(be, P.grads, 0.0).factor, 1.0f);   // clipping off
+    // Stored gradients scaled by 2 (a loss scale): grad_scale 0.5 gives the true norm.
+    ClipResult s = clip_grad_norm(be, P.grads, 5.0, 0.5);
+    QVERIFY(std::abs(s.norm - 6.5) < 1e-9);
+    QVERIFY(std::abs(s.factor - 5.0 / (6.5 + 1e-6)) < 1e-7);
+    P.set(P.grads, {3, INFINITY, 0, 12});
+    ClipResult inf = clip_grad_norm(be, P.grads, 1.0);
+    QVERIFY(!std::isfinite(inf.norm));
+    QCOMPARE(inf.factor, 1.0f);
+  }
+
+  // ---------------------------------------------------------------- accumulation
+  // A linear classifier (w (4,3), b (4)) on 8 samples: one batch of 8 against two
+  // micro-batches of 4 whose gradients accumulate, with the 1/2 folded into the
+  // optimizer's grad_scale. Gradients and the SGD step must agree (f64, 1e-14).
+  void gradientAccumulationEqualsBigBatch() {
+    CpuBackend be(BackendOptions{.reference = true});
+    const int64_t N = 8, K = 3, M = 4;
+    std::mt19937_64 rng(17);
+    Tensor x = Tensor::empty({N, K}, DType::F64);
+    fill_random(x, rng);
+    Tensor labels = Tensor::empty({N}, DType::I32);
+    for (int64_t n = 0; n < N; ++n) labels.data_as<int32_t>()[n] = int32_t((n * 5) % M);
+
+    // Two identical parameter sets: [w (M·K) | b (M)].
+    Params big({M * K, M}, {true, false}, DType::F64), acc({M * K, M}, {true, false}, DType::F64);
+    fill_random(big.values, rng);
+    std::memcpy(acc.values.data(), big.values.data(), big.values.nbytes());
+    auto run = [&](Params& P, int64_t micro, float grad_scale, int64_t rows) {
+      Tensor w = P.infos[0].value.reshaped({M, K}), b = P.infos[1].value;
+      Tensor dw = P.infos[0].grad.reshaped({M, K}), db = P.infos[1].grad;
+      Tensor xs = x.rows(micro * rows, (micro + 1) * rows);
+      Tensor ls = labels.rows(micro * rows, (micro + 1) * rows);
+      Tensor y = Tensor::empty({rows, M}, DType::F64), dy = Tensor::empty({rows, M}, DType::F64);
+      Tensor stats = Tensor::zeros({2}, DType::F64), none;
+      be.linear_forward(xs, w, b, y);
+      be.softmax_cross_entropy(y, ls, 0.1f, grad_scale, dy, stats);
+      be.linear_backward(xs, w, dy, none, dw, db, /*accumulate=*/micro > 0);
+      return stats.data_as<double>()[0];
+    };
+    try {
+      const double loss_big = run(big, 0, 1.0f, N);
+      const double loss_acc = run(acc, 0, 1.0f, N / 2) + run(acc, 1, 1.0f, N / 2);
+      QVERIFY(std::abs(loss_big - loss_acc) < 1e-12);
+    } catch (const Error& e) {
+      QSKIP(qPrintable(QString("linear ops not available: ") + e.what()));
+    }
+    // Micro-batch gradients are means over 4: their sum is twice the mean over 8.
+    for (int64_t i = 0; i < big.grads.numel(); ++i)
+      QVERIFY(std::abs(2.0 * big.grads.data_as<double>()[i] - acc.grads.data_as<double>()[i]) < 1e-14);
+    OptimizerConfig c;
+    c.momentum = 0.9f, c.weight_decay = 0.01f;
+    Optimizer ob(c, big.infos, be), oa(c, acc.infos, be);
+    ob.step(0.5f, 1.0f);
+    oa.step(0.5f, 0.5f);
+    for (int64_t i = 0; i < big.values.numel(); ++i)
+      QVERIFY(std::abs(big.v(i) - acc.v(i)) < 1e-14);
+  }
+};
+
+QTEST_GUILESS_MAIN(TestOptim)
+#include "test_optim.moc"
