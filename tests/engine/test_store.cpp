@@ -197,16 +197,31 @@ class TestStore : public QObject {
     dir_.reset();
   }
 
-  void defaultPathFollowsXdgDataHome() {
-    const QByteArray old = qgetenv("XDG_DATA_HOME");
+  void defaultPathFollowsXdgBaseDirectories() {
+    const QByteArray old_xdg = qgetenv("XDG_DATA_HOME"), old_home = qgetenv("HOME");
+    auto restore = [&] {
+      if (old_xdg.isNull())
+        qunsetenv("XDG_DATA_HOME");
+      else
+        qputenv("XDG_DATA_HOME", old_xdg);
+      qputenv("HOME", old_home);
+    };
+    qputenv("HOME", QByteArray::fromStdString(file("home")));
     qputenv("XDG_DATA_HOME", QByteArray::fromStdString(file("xdg")));
-    const std::string path = RunStore::default_path();
-    if (old.isNull())
-      qunsetenv("XDG_DATA_HOME");
-    else
-      qputenv("XDG_DATA_HOME", old);
-    QCOMPARE(QString::fromStdString(path), QString::fromStdString(file("xdg/trainbench/runs.db")));
+    const std::string xdg_path = RunStore::default_path();
+    qunsetenv("XDG_DATA_HOME");
+    const std::string home_path = RunStore::default_path();
+    qputenv("XDG_DATA_HOME", "relative/dir");  // the XDG spec says: ignore it
+    const std::string relative_path = RunStore::default_path();
+    restore();
+
+    QCOMPARE(QString::fromStdString(xdg_path),
+             QString::fromStdString(file("xdg/trainbench/runs.db")));
     QVERIFY(QFileInfo(QString::fromStdString(file("xdg/trainbench"))).isDir());
+    QCOMPARE(QString::fromStdString(home_path),
+             QString::fromStdString(file("home/.local/share/trainbench/runs.db")));
+    QVERIFY(QFileInfo(QString::fromStdString(file("home/.local/share/trainbench"))).isDir());
+    QCOMPARE(relative_path, home_path);
   }
 
   void roundTrip() {
