@@ -227,6 +227,16 @@ class TestData : public QObject {
       }
       for (int64_t c : counts) QCOMPARE(c, ds->size() / 10);
     }
+    // The factory finds the Debian package's folder when no path is given.
+    auto limited = open_dataset(nlohmann::json{{"name", "fashion-mnist"}, {"limit", 1000}}, "test");
+    QCOMPARE(limited->size(), int64_t(1000));
+    Bytes a(784), b(784);
+    int32_t la = -1, lb = -2;
+    limited->get(999, a.data(), &la);
+    test->get(999, b.data(), &lb);
+    QCOMPARE(a, b);
+    QCOMPARE(la, lb);
+
     // The standard constants are what the training images measure.
     const NormStats measured = compute_norm_stats(*train);
     const NormStats standard = standard_norm_stats(train->name(), 1);
