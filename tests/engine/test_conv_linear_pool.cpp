@@ -284,8 +284,10 @@ class TestConvLinearPool : public QObject {
     QTest::newRow("kernel 1, stride 2, pad 1") << ConvCase{3, 2, 6, 5, 3, 1, 2, 1, false};
     QTest::newRow("kernel 5, stride 3, pad 2") << ConvCase{1, 3, 11, 7, 4, 5, 3, 2, true};
     QTest::newRow("kernel = input") << ConvCase{2, 2, 3, 3, 3, 3, 1, 0, true};
-    // 16*25*32*32 floats per image: the fast path works in chunks of 5 images.
-    QTest::newRow("several chunks") << ConvCase{7, 16, 32, 32, 8, 5, 1, 2, true};
+    // The fast path batches 4 conv1 images per GEMM: chunks of 4, 4 and 2.
+    QTest::newRow("fmnist conv1, batch 10") << ConvCase{10, 1, 28, 28, 32, 3, 1, 1, true};
+    // Large images: one image per GEMM, 7 chunks accumulating into dW.
+    QTest::newRow("one image per chunk") << ConvCase{7, 16, 32, 32, 8, 5, 1, 2, true};
   }
   void conv_fast_matches_reference() {
     QFETCH(ConvCase, c);
@@ -402,7 +404,10 @@ class TestConvLinearPool : public QObject {
     };
     std::mt19937_64 rng(24);
     CpuBackend fast, ref(BackendOptions{.reference = true});
-    for (P c : {P{4, 32, 28, 28, 2, 2, 0}, P{1, 2, 7, 9, 3, 2, 1}, P{3, 4, 5, 5, 2, 1, 0},
+    // 2x2/stride 2 has its own vector path: widths 14 (whole vectors), 7 and 5 (a
+    // ragged end), 3 (scalar only); then general windows.
+    for (P c : {P{4, 32, 28, 28, 2, 2, 0}, P{2, 3, 14, 14, 2, 2, 0}, P{2, 3, 9, 11, 2, 2, 0},
+                P{1, 2, 6, 7, 2, 2, 0}, P{1, 2, 7, 9, 3, 2, 1}, P{3, 4, 5, 5, 2, 1, 0},
                 P{2, 3, 9, 8, 3, 3, 1}}) {
       const auto g = PoolGeometry::make(c.N, c.C, c.H, c.W, c.k, c.s, c.p);
       Tensor x = random_tensor(g.input_shape(), DType::F32, rng);
@@ -424,6 +429,35 @@ class TestConvLinearPool : public QObject {
       fast.avgpool2d_backward(g, dy, dx_f);
       ref.avgpool2d_backward(g, dy, dx_r);
       CHECK_BELOW(scaled_error(dx_f, dx_r), kFastTol);
+    }
+  }
+
+  void maxpool_nan_propagates() {
+    // A NaN in a window wins (the first one), like PyTorch; elsewhere nothing changes.
+    CpuBackend fast, ref(BackendOptions{.reference = true});
+    std::mt19937_64 rng(26);
+    for (int64_t k : {2, 3}) {
+      const auto g = PoolGeometry::make(2, 2, 10, 18, k, 2, k == 3 ? 1 : 0);
+      Tensor x = random_tensor(g.input_shape(), DType::F32, rng);
+      float* xp = x.data_as<float>();
+      xp[3] = NAN;                 // plane 0, row 0: in an SSE block
+      xp[18 * 4 + 17] = NAN;       // row 4, last column: the ragged end
+      xp[180 + 18 * 9 + 0] = NAN;  // plane 1, last row
+      xp[180 + 18 * 9 + 1] = NAN;  // two NaNs in one window: the first wins
+      Tensor y_f = Tensor::empty(g.output_shape(), DType::F32), y_r = clone(y_f);
+      Tensor a_f = Tensor::empty(g.output_shape(), DType::I32), a_r = clone(a_f);
+      fast.maxpool2d_forward(g, x, y_f, a_f);
+      ref.maxpool2d_forward(g, x, y_r, a_r);
+      QVERIFY(std::memcmp(a_f.data(), a_r.data(), a_f.nbytes()) == 0);
+      int nans = 0;
+      for (int64_t i = 0; i < y_f.numel(); ++i) {
+        const float f = y_f.data_as<float>()[i], r = y_r.data_as<float>()[i];
+        QVERIFY((f != f) == (r != r));
+        if (f != f) ++nans;
+        else QCOMPARE(f, r);
+      }
+      QVERIFY(nans >= 3);
+      QCOMPARE(a_r.data_as<int32_t>()[1], 3);  // plane 0, output (0, 1) holds x[0, 3]
     }
   }
 

@@ -15,6 +15,10 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
 
@@ -73,7 +77,98 @@ void maxpool_forward_ref(const PoolGeometry& g, const T* x, T* y, int32_t* argma
       }
 }
 
+// The window [h0,h1) x [w0,w1) holds a NaN: it wins, the first one (PyTorch).
+void first_nan(const float* plane, int64_t W, int64_t h0, int64_t h1, int64_t w0, int64_t w1,
+               float& best, int64_t& arg) {
+  for (int64_t ih = h0; ih < h1; ++ih)
+    for (int64_t iw = w0; iw < w1; ++iw)
+      if (plane[ih * W + iw] != plane[ih * W + iw]) {
+        best = plane[ih * W + iw];
+        arg = ih * W + iw;
+        return;
+      }
+}
+
+// One output of a 2x2 window at (r0, r1) + 2*ow: the maximum and the first cell
+// that equals it (ties: first max). NaN-free windows only.
+inline void max4(const float* r0, const float* r1, int64_t ow, int32_t W, float& best,
+                 int32_t& arg) {
+  const float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+  best = std::max(std::max(a, b), std::max(c, d));
+  arg = a == best ? 0 : b == best ? 1 : c == best ? W : W + 1;
+}
+
+// The common 2x2 / stride 2 / no padding case, without window bookkeeping. With
+// SSE2, four outputs at a time: de-interleave the two rows into the four window
+// cells (a, b / c, d), take the maximum, then select the first cell equal to it.
+// Data-dependent branches would mispredict on half of random inputs. A window
+// with a NaN makes the comparisons meaningless; its row is redone at the end.
+void maxpool_forward_2x2(const PoolGeometry& g, const float* x, float* y, int32_t* argmax) {
+  const int64_t HW = g.H * g.W, P = g.H_out * g.W_out;
+  const int32_t W = static_cast<int32_t>(g.W);
+  for (int64_t nc = 0; nc < g.N * g.C; ++nc) {
+    const float* plane = x + nc * HW;
+    for (int64_t oh = 0; oh < g.H_out; ++oh) {
+      const float* r0 = plane + 2 * oh * W;
+      const float* r1 = r0 + W;
+      float* yp = y + nc * P + oh * g.W_out;
+      int32_t* ap = argmax + nc * P + oh * g.W_out;
+      const int32_t base = static_cast<int32_t>(2 * oh * W);
+      bool nan = false;
+      int64_t ow = 0;
+#if defined(__SSE2__)
+      const __m128i k0 = _mm_setzero_si128(), k1 = _mm_set1_epi32(1), kW = _mm_set1_epi32(W),
+                    kW1 = _mm_set1_epi32(W + 1), k0246 = _mm_setr_epi32(0, 2, 4, 6);
+      __m128 unordered = _mm_setzero_ps();
+      auto four = [&](int64_t o) {  // outputs o .. o+3
+        const __m128 u0 = _mm_loadu_ps(r0 + 2 * o), u1 = _mm_loadu_ps(r0 + 2 * o + 4);
+        const __m128 l0 = _mm_loadu_ps(r1 + 2 * o), l1 = _mm_loadu_ps(r1 + 2 * o + 4);
+        const __m128 a = _mm_shuffle_ps(u0, u1, _MM_SHUFFLE(2, 0, 2, 0));
+        const __m128 b = _mm_shuffle_ps(u0, u1, _MM_SHUFFLE(3, 1, 3, 1));
+        const __m128 c = _mm_shuffle_ps(l0, l1, _MM_SHUFFLE(2, 0, 2, 0));
+        const __m128 d = _mm_shuffle_ps(l0, l1, _MM_SHUFFLE(3, 1, 3, 1));
+        const __m128 m = _mm_max_ps(_mm_max_ps(a, b), _mm_max_ps(c, d));
+        unordered = _mm_or_ps(unordered, _mm_or_ps(_mm_cmpunord_ps(a, b), _mm_cmpunord_ps(c, d)));
+        // Lowest priority first, so the earliest equal cell is selected last.
+        auto select = [](__m128 eq, __m128i v, __m128i cur) {
+          const __m128i mk = _mm_castps_si128(eq);
+          return _mm_or_si128(_mm_and_si128(mk, v), _mm_andnot_si128(mk, cur));
+        };
+        __m128i arg = kW1;
+        arg = select(_mm_cmpeq_ps(c, m), kW, arg);
+        arg = select(_mm_cmpeq_ps(b, m), k1, arg);
+        arg = select(_mm_cmpeq_ps(a, m), k0, arg);
+        const __m128i pos = _mm_add_epi32(_mm_set1_epi32(base + static_cast<int32_t>(2 * o)), k0246);
+        _mm_storeu_ps(yp + o, m);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(ap + o), _mm_add_epi32(pos, arg));
+      };
+      for (; ow + 4 <= g.W_out; ow += 4) four(ow);
+      // A ragged end (e.g. 7 outputs) redoes the last four, overlapping.
+      if (ow < g.W_out && g.W_out >= 4) {
+        four(g.W_out - 4);
+        ow = g.W_out;
+      }
+      nan = _mm_movemask_ps(unordered) != 0;
+#endif
+      for (; ow < g.W_out; ++ow) {
+        int32_t arg;
+        max4(r0, r1, ow, W, yp[ow], arg);
+        ap[ow] = base + static_cast<int32_t>(2 * ow) + arg;
+        nan |= yp[ow] != yp[ow] || (r0[2 * ow] != r0[2 * ow]) || (r0[2 * ow + 1] != r0[2 * ow + 1]) ||
+               (r1[2 * ow] != r1[2 * ow]) || (r1[2 * ow + 1] != r1[2 * ow + 1]);
+      }
+      if (nan)
+        for (ow = 0; ow < g.W_out; ++ow) {
+          int64_t full = ap[ow];
+          first_nan(plane, W, 2 * oh, 2 * oh + 2, 2 * ow, 2 * ow + 2, yp[ow], full);
+          ap[ow] = static_cast<int32_t>(full);
+        }
+    }
+  }
+}
+
 void maxpool_forward_fast(const PoolGeometry& g, const float* x, float* y, int32_t* argmax) {
+  if (g.kernel == 2 && g.stride == 2 && g.pad == 0) return maxpool_forward_2x2(g, x, y, argmax);
   const int64_t HW = g.H * g.W, P = g.H_out * g.W_out;
   for (int64_t nc = 0; nc < g.N * g.C; ++nc) {
     const float* plane = x + nc * HW;
@@ -87,17 +182,20 @@ void maxpool_forward_fast(const PoolGeometry& g, const float* x, float* y, int32
         window(ow, g, g.W, w0, w1);
         int64_t arg = h0 * g.W + w0;
         float best = plane[arg];
+        bool nan = false;
         for (int64_t ih = h0; ih < h1; ++ih) {
           const float* row = plane + ih * g.W;
           for (int64_t iw = w0; iw < w1; ++iw) {
             const float v = row[iw];
-            // v != v: NaN propagates (the first NaN wins), like PyTorch.
-            if (v > best || (v != v && best == best)) {
-              best = v;
-              arg = ih * g.W + iw;
-            }
+            // Branch-free select (random data would mispredict a branch half
+            // the time); NaNs are rare and fixed up below.
+            const bool take = v > best;
+            best = take ? v : best;
+            arg = take ? ih * g.W + iw : arg;
+            nan |= v != v;
           }
         }
+        if (nan) first_nan(plane, g.W, h0, h1, w0, w1, best, arg);
         yp[oh * g.W_out + ow] = best;
         ap[oh * g.W_out + ow] = static_cast<int32_t>(arg);
       }
