@@ -1,2 +1,503 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-int main() { return 0; }
+// trainbench-engine: the headless training engine and its run-store tools.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "app/engine/table.h"
+#include "engine/backend/backend.h"
+#include "engine/core/error.h"
+#include "engine/store/run_store.h"
+#include "engine/train/config.h"
+#include "engine/train/events.h"
+#include "engine/train/trainer.h"
+
+using json = nlohmann::json;
+using namespace tb;
+
+namespace {
+
+// Exit codes, documented in --help.
+constexpr int kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitStopped = 130;
+
+std::atomic<bool> g_stop{false};
+
+void on_stop_signal(int) {
+  g_stop.store(true);
+  // A second signal ends the process at once.
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+}
+
+void install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  TB_CHECK(in, path, ": cannot open the configuration file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return json::parse(ss.str());
+  } catch (const json::parse_error& e) {
+    TB_FAIL(path, ": not valid JSON (", e.what(), ")");
+  }
+}
+
+std::string fmt(double v, int decimals) {
+  if (!std::isfinite(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+std::string bytes_str(double b) {
+  if (!std::isfinite(b) || b <= 0) return "-";
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  return fmt(b, u == 0 ? 0 : 1) + " " + units[u];
+}
+
+double num(const json& j, const char* key) {
+  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : NAN;
+}
+
+// Read commands open an existing store read-write so an older schema is migrated
+// once; a store that does not exist yet is reported, not created.
+std::unique_ptr<RunStore> open_existing_store(const std::string& path) {
+  TB_CHECK(access(path.c_str(), F_OK) == 0, path,
+           ": no run store here yet (runs are recorded by `trainbench-engine run`)");
+  return std::make_unique<RunStore>(path, RunStore::Mode::ReadWrite);
+}
+
+RunRecord require_run(const RunStore& store, int64_t id) {
+  auto r = store.get_run(id);
+  TB_CHECK(r.has_value(), store.path(), ": no run with id ", id, " (see `trainbench-engine list`)");
+  return *r;
+}
+
+// ---------------------------------------------------------------- run
+
+struct RunArgs {
+  std::string config_file, events = "none", db;
+  std::vector<std::string> sets;
+  std::string model, dataset, data_dir, device, optimizer, amp, name;
+  int64_t epochs = -1, steps = -1, batch = -1, workers = -1, train_limit = -1, test_limit = -1,
+          seed = -1;
+  double lr = -1;
+  bool quiet = false;
+};
+
+json build_config(const RunArgs& a, std::string& source) {
+  json cfg = json::object();
+  source = "command line";
+  if (!a.config_file.empty()) {
+    cfg = read_json_file(a.config_file);
+    TB_CHECK(cfg.is_object(), a.config_file, ": the configuration must be a JSON object");
+    source = a.config_file;
+  }
+  auto set_str = [&](const char* k, const std::string& v) { if (!v.empty()) cfg[k] = v; };
+  auto set_int = [&](const char* k, int64_t v) { if (v >= 0) cfg[k] = v; };
+  set_str("model", a.model), set_str("dataset", a.dataset), set_str("data_dir", a.data_dir);
+  set_str("device", a.device), set_str("optimizer", a.optimizer), set_str("amp", a.amp);
+  set_str("name", a.name);
+  set_int("epochs", a.epochs), set_int("max_steps", a.steps), set_int("batch_size", a.batch);
+  set_int("workers", a.workers), set_int("train_limit", a.train_limit);
+  set_int("test_limit", a.test_limit), set_int("seed", a.seed);
+  if (a.lr >= 0) cfg["lr"] = a.lr;
+  for (const auto& s : a.sets) apply_assignment(cfg, s);
+  if (!a.sets.empty() && a.config_file.empty()) source = "--set";
+  return cfg;
+}
+
+int cmd_run(const RunArgs& a) {
+  std::string source;
+  json validated;
+  try {
+    validated = validate_config(build_config(a, source), source);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitUsage;
+  }
+  RunConfig config = RunConfig::from_json(validated);
+  if (config.name.empty()) {
+    config.name = config.model + " b" + std::to_string(config.batch_size);
+    config.values["name"] = config.name;
+  }
+
+  const bool jsonl = a.events == "jsonl";
+  std::unique_ptr<RunStore> store;
+  int64_t run_id = 0;
+  try {
+    store = std::make_unique<RunStore>(a.db.empty() ? RunStore::default_path() : a.db);
+    RunRecord rec;
+    rec.name = config.name;
+    rec.status = "queued";
+    rec.config = config.values;
+    rec.engine_version = TRAINBENCH_VERSION;
+    run_id = store->create_run(rec);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitFailed;
+  }
+
+  EventBus bus;
+  StoreSink store_sink(*store, run_id);
+  JsonlSink jsonl_sink(stdout);
+  // With --events jsonl stdout carries the stream; people read stderr.
+  ProgressSink progress(jsonl ? stderr : stdout, isatty(fileno(jsonl ? stderr : stdout)) != 0,
+                        jsonl || a.quiet);
+  bus.add(&store_sink);
+  if (jsonl) bus.add(&jsonl_sink);
+  bus.add(&progress);
+
+  install_signal_handlers();
+  Trainer trainer(config, bus, g_stop);
+  std::string error;
+  try {
+    TrainResult r = trainer.run(run_id);
+    store->flush();
+    return r.status == "stopped" ? kExitStopped : kExitOk;
+  } catch (const OutOfMemory& e) {
+    error = std::string(e.what()) + " (batch_size " + std::to_string(config.batch_size) +
+            ", asked for " + bytes_str(double(e.requested_bytes)) + ")";
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  std::fprintf(stderr, "error: run %lld failed: %s\n", (long long)run_id, error.c_str());
+  try {
+    bus.emit("failed", {{"run_id", run_id}, {"error", error}, {"summary", trainer.summary_so_far()}});
+    store->flush();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: could not record the failure in %s: %s\n",
+                 store->path().c_str(), e.what());
+  }
+  return kExitFailed;
+}
+
+// ---------------------------------------------------------------- list / show
+
+int cmd_list(const std::string& db, bool as_json) {
+  if (access(db.c_str(), F_OK) != 0) {
+    if (as_json) std::cout << "[]\n";
+    else std::cout << "no runs yet: " << db << " does not exist\n";
+    return kExitOk;
+  }
+  auto store_ptr = open_existing_store(db);
+  RunStore& store = *store_ptr;
+  auto runs = store.list_runs();
+  if (as_json) {
+    json out = json::array();
+    for (const auto& r : runs)
+      out.push_back({{"id", r.id}, {"name", r.name}, {"status", r.status},
+                     {"created_at", r.created_at}, {"model", r.config.value("model", "")},
+                     {"device", r.environment.value("device", "")}, {"summary", r.summary}});
+    std::cout << out.dump(2) << "\n";
+    return kExitOk;
+  }
+  Table t({"id", "name", "status", "created", "model", "device", "batch", "median step ms",
+           "samples/s", "test acc"});
+  for (const auto& r : runs) {
+    t.add({std::to_string(r.id), r.name, r.status, r.created_at.substr(0, 19),
+           r.config.value("model", ""), r.environment.value("device", ""),
+           std::to_string(r.config.value("batch_size", 0)),
+           fmt(num(r.summary, "median_step_time_ms"), 2), fmt(num(r.summary, "samples_per_s"), 0),
+           fmt(num(r.summary, "final_test_accuracy"), 4)});
+  }
+  if (runs.empty()) std::cout << "no runs in " << store.path() << "\n";
+  else t.print(std::cout);
+  return kExitOk;
+}
+
+int cmd_show(const std::string& db, int64_t id) {
+  auto store_ptr = open_existing_store(db);
+  RunStore& store = *store_ptr;
+  RunRecord r = require_run(store, id);
+  std::cout << "run " << r.id << ": " << r.name << "\n"
+            << "  status    " << r.status << (r.error.empty() ? "" : " (" + r.error + ")") << "\n"
+            << "  created   " << r.created_at << "\n"
+            << "  started   " << r.started_at << "\n"
+            << "  finished  " << r.finished_at << "\n"
+            << "  engine    " << r.engine_version << "\n";
+  if (!r.tags.empty()) std::cout << "  tags      " << r.tags << "\n";
+  if (!r.notes.empty()) std::cout << "  notes     " << r.notes << "\n";
+  std::cout << "\nenvironment\n";
+  for (const auto& [k, v] : r.environment.items())
+    std::cout << "  " << k << ": " << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n";
+  std::cout << "\nconfiguration\n";
+  for (const auto& [k, v] : r.config.items()) std::cout << "  " << k << ": " << v.dump() << "\n";
+  std::cout << "\ntricks\n";
+  Table tt({"key", "requested", "applied", "note"});
+  for (const auto& [k, st] : r.tricks.items())
+    tt.add({k, st["requested"].dump(), st.value("applied", false) ? "yes" : "no",
+            st.value("reason", "")});
+  tt.print(std::cout);
+  std::cout << "\nsummary\n";
+  for (const auto& [k, v] : r.summary.items()) std::cout << "  " << k << ": " << v.dump() << "\n";
+  const auto names = store.epoch_series_names(id);
+  if (!names.empty()) {
+    std::cout << "\nepochs\n";
+    std::vector<std::string> header{"epoch", "step"};
+    header.insert(header.end(), names.begin(), names.end());
+    std::map<int64_t, std::vector<std::string>> rows;
+    for (size_t i = 0; i < names.size(); ++i)
+      for (const auto& p : store.epoch_series(id, names[i])) {
+        auto& row = rows[p.epoch];
+        if (row.empty()) row = std::vector<std::string>(header.size(), "-");
+        row[0] = std::to_string(p.epoch + 1), row[1] = std::to_string(p.step);
+        row[2 + i] = fmt(p.value, 4);
+      }
+    Table et(header);
+    for (auto& [e, row] : rows) et.add(row);
+    et.print(std::cout);
+  }
+  const auto events = store.events(id);
+  if (!events.empty()) {
+    std::cout << "\nevents\n";
+    for (const auto& e : events) std::cout << "  " << e.time << " " << e.level << ": " << e.message << "\n";
+  }
+  return kExitOk;
+}
+
+// ---------------------------------------------------------------- compare
+
+int cmd_compare(const std::string& db, const std::vector<int64_t>& ids) {
+  TB_CHECK(ids.size() >= 2, "compare needs at least two run ids");
+  auto store_ptr = open_existing_store(db);
+  RunStore& store = *store_ptr;
+  std::vector<RunRecord> runs;
+  for (int64_t id : ids) runs.push_back(require_run(store, id));
+
+  std::set<std::string> keys;
+  for (const auto& r : runs)
+    for (const auto& [k, v] : r.config.items()) keys.insert(k);
+  std::vector<std::string> header{"key"};
+  for (const auto& r : runs) header.push_back("run " + std::to_string(r.id));
+  Table diff(header);
+  for (const auto& k : keys) {
+    std::vector<std::string> row{k};
+    bool differs = false;
+    for (const auto& r : runs) {
+      row.push_back(r.config.contains(k) ? r.config[k].dump() : "(absent)");
+      if (row.back() != row[1]) differs = true;
+    }
+    if (differs) diff.add(row);
+  }
+  std::cout << "configuration (keys that differ)\n";
+  if (diff.rows() == 0) std::cout << "  (none: identical configurations)\n";
+  else diff.print(std::cout);
+
+  std::cout << "\nresults (speed-up vs run " << runs[0].id << ")\n";
+  Table t({"run", "name", "device", "batch", "peak memory", "median step ms", "samples/s",
+           "test acc", "speed-up"});
+  const double base = num(runs[0].summary, "samples_per_s");
+  for (const auto& r : runs) {
+    const double sps = num(r.summary, "samples_per_s");
+    t.add({std::to_string(r.id), r.name, r.environment.value("device", ""),
+           std::to_string(r.config.value("batch_size", 0)),
+           bytes_str(num(r.summary, "peak_memory_bytes")),
+           fmt(num(r.summary, "median_step_time_ms"), 2), fmt(sps, 0),
+           fmt(num(r.summary, "final_test_accuracy"), 4),
+           std::isfinite(base) && base > 0 ? fmt(sps / base, 2) + "x" : "-"});
+  }
+  t.print(std::cout);
+  return kExitOk;
+}
+
+// ---------------------------------------------------------------- export
+
+int cmd_export(const std::string& db, int64_t id, const std::string& format,
+               const std::string& output) {
+  auto store_ptr = open_existing_store(db);
+  RunStore& store = *store_ptr;
+  RunRecord r = require_run(store, id);
+  std::ofstream file;
+  if (!output.empty()) {
+    file.open(output);
+    TB_CHECK(file, output, ": cannot open for writing");
+  }
+  std::ostream& out = output.empty() ? std::cout : file;
+  const auto names = store.step_series_names(id);
+  if (format == "json") {
+    json j = {{"id", r.id},          {"name", r.name},       {"status", r.status},
+              {"created_at", r.created_at}, {"started_at", r.started_at},
+              {"finished_at", r.finished_at}, {"error", r.error}, {"config", r.config},
+              {"environment", r.environment}, {"tricks", r.tricks}, {"summary", r.summary},
+              {"tags", r.tags},      {"notes", r.notes}};
+    json steps = json::object(), epochs = json::object();
+    for (const auto& n : names) {
+      json s = json::array();
+      for (const auto& p : store.step_series(id, n)) s.push_back({p.step, p.wall_time, p.value});
+      steps[n] = s;
+    }
+    for (const auto& n : store.epoch_series_names(id)) {
+      json s = json::array();
+      for (const auto& p : store.epoch_series(id, n))
+        s.push_back({p.epoch, p.step, p.wall_time, p.value});
+      epochs[n] = s;
+    }
+    j["step_series"] = steps;  // [step, wall_time, value]
+    j["epoch_series"] = epochs;  // [epoch, step, wall_time, value]
+    out << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+  } else {
+    // Wide CSV: one row per step, one column per series (empty where a series has no point).
+    std::map<int64_t, std::pair<double, std::vector<std::string>>> rows;
+    for (size_t i = 0; i < names.size(); ++i)
+      for (const auto& p : store.step_series(id, names[i])) {
+        auto& row = rows[p.step];
+        if (row.second.empty()) row.second.assign(names.size(), "");
+        row.first = p.wall_time;
+        std::ostringstream v;
+        v.precision(9);
+        v << p.value;
+        row.second[i] = std::isfinite(p.value) ? v.str() : "nan";
+      }
+    out << "step,wall_time";
+    for (const auto& n : names) out << "," << n;
+    out << "\n";
+    for (const auto& [step, row] : rows) {
+      out << step << "," << fmt(row.first, 6);
+      for (const auto& v : row.second) out << "," << v;
+      out << "\n";
+    }
+  }
+  out.flush();
+  TB_CHECK(out.good(), (output.empty() ? "stdout" : output), ": write failed");
+  return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "trainbench-engine: trains a model with the chosen speed-up tricks and records every run\n"
+      "in a SQLite run store.\n\n"
+      "Exit codes: 0 finished, 1 the run failed (or a store error), 2 invalid usage or\n"
+      "configuration, 130 stopped by SIGINT/SIGTERM (the current step finishes, all is stored).",
+      "trainbench-engine"};
+  app.set_version_flag("--version", std::string("trainbench-engine ") + TRAINBENCH_VERSION);
+  app.require_subcommand(0, 1);
+  app.fallthrough();  // --db may follow the subcommand
+  std::string db;
+  app.add_option("--db", db, "Run store database (default: " + RunStore::default_path() + ")")
+      ->envname("TRAINBENCH_DB");
+
+  RunArgs ra;
+  CLI::App* run = app.add_subcommand(
+      "run", "Train one run. With no options: fmnist-cnn on Fashion-MNIST for one epoch.");
+  run->add_option("-c,--config", ra.config_file, "Run configuration (JSON object; see `config`)");
+  run->add_option("-s,--set", ra.sets, "Override one key: key=value (repeatable)");
+  run->add_option("--name", ra.name, "Run name");
+  run->add_option("--model", ra.model, "fmnist-cnn, resnet18-cifar, resnet9 or mlp");
+  run->add_option("--dataset", ra.dataset, "fashion-mnist, mnist, cifar10 or synthetic");
+  run->add_option("--data-dir", ra.data_dir, "Folder with the data set files");
+  run->add_option("--device", ra.device, "auto, cpu, cuda or cuda:N");
+  run->add_option("--epochs", ra.epochs, "Epochs");
+  run->add_option("--steps", ra.steps, "Stop after this many optimizer steps");
+  run->add_option("-b,--batch-size", ra.batch, "Batch size");
+  run->add_option("--lr", ra.lr, "Learning rate");
+  run->add_option("--optimizer", ra.optimizer, "sgd, adamw, rmsprop, lars or lamb");
+  run->add_option("--workers", ra.workers, "Data-loader threads");
+  run->add_option("--amp", ra.amp, "off, fp16 or bf16 (cuda backend)");
+  run->add_option("--seed", ra.seed, "Seed");
+  run->add_option("--train-limit", ra.train_limit, "Use the first N training samples");
+  run->add_option("--test-limit", ra.test_limit, "Use the first N test samples");
+  run->add_option("--events", ra.events, "none, or jsonl: a JSON-lines event stream on stdout "
+                                         "(docs/events.md)")
+      ->check(CLI::IsMember({"none", "jsonl"}));
+  run->add_flag("-q,--quiet", ra.quiet, "No progress output");
+
+  bool list_json = false;
+  CLI::App* list = app.add_subcommand("list", "List the runs in the store");
+  list->add_flag("--json", list_json, "JSON output");
+
+  int64_t show_id = 0;
+  CLI::App* show = app.add_subcommand("show", "Show one run: configuration, tricks, summary, epochs");
+  show->add_option("id", show_id, "Run id")->required();
+
+  std::vector<int64_t> compare_ids;
+  CLI::App* compare = app.add_subcommand(
+      "compare", "Compare runs: configuration differences and a results table with speed-ups "
+                 "relative to the first run");
+  compare->add_option("ids", compare_ids, "Two or more run ids")->required()->expected(2, -1);
+
+  int64_t export_id = 0;
+  std::string export_format = "csv", export_output;
+  CLI::App* exp = app.add_subcommand("export", "Export a run's metric series");
+  exp->add_option("id", export_id, "Run id")->required();
+  exp->add_option("--format", export_format, "csv (one row per step) or json (everything)")
+      ->check(CLI::IsMember({"csv", "json"}));
+  exp->add_option("-o,--output", export_output, "Output file (default: stdout)");
+
+  bool show_defaults = false, show_schema = false;
+  std::string validate_file;
+  CLI::App* cfg = app.add_subcommand("config", "Print the default configuration or the schema of "
+                                               "every key, or validate a configuration file");
+  cfg->add_flag("--defaults", show_defaults, "The default configuration (JSON)");
+  cfg->add_flag("--schema", show_schema, "Every key: type, default, choices, group, trick number");
+  cfg->add_option("--validate", validate_file, "Validate a configuration file");
+
+  bool devices_json = false;
+  CLI::App* devices = app.add_subcommand("devices", "List the devices this build can use");
+  devices->add_flag("--json", devices_json, "JSON output");
+
+  CLI11_PARSE(app, argc, argv);
+  const std::string db_path = db.empty() ? RunStore::default_path() : db;
+  try {
+    if (run->parsed() || app.get_subcommands().empty()) {
+      ra.db = db_path;
+      return cmd_run(ra);
+    }
+    if (list->parsed()) return cmd_list(db_path, list_json);
+    if (show->parsed()) return cmd_show(db_path, show_id);
+    if (compare->parsed()) return cmd_compare(db_path, compare_ids);
+    if (exp->parsed()) return cmd_export(db_path, export_id, export_format, export_output);
+    if (cfg->parsed()) {
+      if (!validate_file.empty()) {
+        validate_config(read_json_file(validate_file), validate_file);
+        std::cout << validate_file << ": valid\n";
+      } else if (show_schema) {
+        std::cout << config_schema_json().dump(2) << "\n";
+      } else {
+        std::cout << default_config().dump(2) << "\n";
+      }
+      return kExitOk;
+    }
+    if (devices->parsed()) {
+      const auto list_devices = available_devices();
+      if (devices_json) {
+        json out = json::array();
+        for (const auto& [id, name] : list_devices) out.push_back({{"id", id}, {"name", name}});
+        std::cout << out.dump(2) << "\n";
+      } else {
+        for (const auto& [id, name] : list_devices) std::cout << id << "\t" << name << "\n";
+      }
+      return kExitOk;
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return cfg->parsed() ? kExitUsage : kExitFailed;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitFailed;
+  }
+  return kExitOk;
+}

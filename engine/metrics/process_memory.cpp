@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "engine/metrics/process_memory.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+namespace tb {
+
+namespace {
+int64_t status_kib(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const std::string prefix = std::string(field) + ":";
+  while (std::getline(in, line))
+    if (line.rfind(prefix, 0) == 0) return std::stoll(line.substr(prefix.size()));
+  return 0;
+}
+}  // namespace
+
+int64_t process_rss_bytes() { return status_kib("VmRSS") * 1024; }
+int64_t process_peak_rss_bytes() { return status_kib("VmHWM") * 1024; }
+
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+}  // namespace tb

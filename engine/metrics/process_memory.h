@@ -1,0 +1,15 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+#include <cstdint>
+
+namespace tb {
+
+// Resident set size of this process now, and its peak (VmHWM), in bytes; 0
+// where /proc is not available. The CPU backend's memory figures.
+int64_t process_rss_bytes();
+int64_t process_peak_rss_bytes();
+// CPU time (user + system) this process has used, in seconds: with wall time
+// it gives the thread utilisation of the CPU backend.
+double process_cpu_seconds();
+
+}  // namespace tb

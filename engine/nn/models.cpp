@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "engine/nn/models.h"
+
+#include "engine/core/error.h"
+#include "engine/nn/activations.h"
+#include "engine/nn/batchnorm2d.h"
+#include "engine/nn/conv2d.h"
+#include "engine/nn/linear.h"
+#include "engine/nn/pooling.h"
+#include "engine/nn/residual.h"
+
+namespace tb {
+
+namespace {
+
+// conv3x3-BN-ReLU, the unit every model here is made of.
+void conv_bn_relu(LayerList& out, const std::string& name, int64_t channels, bool bias) {
+  out.push_back(std::make_unique<Conv2d>(name + ".conv", channels, 3, 1, 1, bias));
+  out.push_back(std::make_unique<BatchNorm2d>(name + ".bn"));
+  out.push_back(std::make_unique<ReLU>(name + ".relu"));
+}
+
+void add_all(Model& m, LayerList layers) {
+  for (auto& l : layers) m.add(std::move(l));
+}
+
+// Two conv blocks and a small classifier: 28x28 -> 14x14 -> 7x7 -> 128 -> classes.
+std::unique_ptr<Model> fmnist_cnn(const Shape& in, int64_t classes, const ModelOptions& o) {
+  auto m = std::make_unique<Model>("fmnist-cnn", in, classes);
+  LayerList l;
+  conv_bn_relu(l, "block1", 32, o.conv_bias_before_bn);
+  l.push_back(std::make_unique<MaxPool2d>("block1.pool", 2, 2));
+  conv_bn_relu(l, "block2", 64, o.conv_bias_before_bn);
+  l.push_back(std::make_unique<MaxPool2d>("block2.pool", 2, 2));
+  l.push_back(std::make_unique<Flatten>("flatten"));
+  l.push_back(std::make_unique<Linear>("fc1", 128));
+  l.push_back(std::make_unique<ReLU>("fc1.relu"));
+  l.push_back(std::make_unique<Linear>("fc2", classes));
+  add_all(*m, std::move(l));
+  return m;
+}
+
+// ResNet-18 as usually adapted to 32x32 inputs: a 3x3 stem without max-pool,
+// four stages of two basic blocks (64, 128, 256, 512 channels), global pooling.
+std::unique_ptr<Model> resnet18_cifar(const Shape& in, int64_t classes, const ModelOptions& o) {
+  auto m = std::make_unique<Model>("resnet18-cifar", in, classes);
+  LayerList l;
+  conv_bn_relu(l, "stem", 64, o.conv_bias_before_bn);
+  int64_t channels = 64;
+  const int64_t widths[4] = {64, 128, 256, 512};
+  for (int stage = 0; stage < 4; ++stage) {
+    for (int block = 0; block < 2; ++block) {
+      const int64_t stride = (stage > 0 && block == 0) ? 2 : 1;
+      const std::string name = "layer" + std::to_string(stage + 1) + "." + std::to_string(block);
+      l.push_back(make_basic_block(name, channels, widths[stage], stride, o.conv_bias_before_bn));
+      channels = widths[stage];
+    }
+  }
+  l.push_back(std::make_unique<GlobalAvgPool>("pool"));
+  l.push_back(std::make_unique<Linear>("fc", classes));
+  add_all(*m, std::move(l));
+  return m;
+}
+
+// The small fast CIFAR network (ResNet-9 of the DAWNBench entries): prep 64,
+// 128 + pool + residual(128, 128), 256 + pool, 512 + pool + residual(512, 512),
+// global pooling, classifier.
+std::unique_ptr<Model> resnet9(const Shape& in, int64_t classes, const ModelOptions& o) {
+  auto m = std::make_unique<Model>("resnet9", in, classes);
+  const bool bias = o.conv_bias_before_bn;
+  LayerList l;
+  conv_bn_relu(l, "prep", 64, bias);
+  auto stage = [&](const std::string& name, int64_t channels, bool residual) {
+    conv_bn_relu(l, name, channels, bias);
+    l.push_back(std::make_unique<MaxPool2d>(name + ".pool", 2, 2));
+    if (residual) {
+      LayerList inner;
+      conv_bn_relu(inner, "res1", channels, bias);
+      conv_bn_relu(inner, "res2", channels, bias);
+      l.push_back(std::make_unique<ResidualBlock>(name + ".residual", std::move(inner),
+                                                  LayerList{}, false));
+    }
+  };
+  stage("layer1", 128, true);
+  stage("layer2", 256, false);
+  stage("layer3", 512, true);
+  l.push_back(std::make_unique<GlobalAvgPool>("pool"));
+  l.push_back(std::make_unique<Linear>("fc", classes));
+  add_all(*m, std::move(l));
+  return m;
+}
+
+// A multilayer perceptron on the flattened image, with GELU activations.
+std::unique_ptr<Model> mlp(const Shape& in, int64_t classes, const ModelOptions&) {
+  auto m = std::make_unique<Model>("mlp", in, classes);
+  if (in.size() > 1) m->emplace<Flatten>("flatten");
+  m->emplace<Linear>("fc1", 256);
+  m->emplace<GELU>("fc1.gelu");
+  m->emplace<Linear>("fc2", 128);
+  m->emplace<GELU>("fc2.gelu");
+  m->emplace<Linear>("fc3", classes);
+  return m;
+}
+
+}  // namespace
+
+std::vector<std::string> model_names() { return {"fmnist-cnn", "resnet18-cifar", "resnet9", "mlp"}; }
+
+std::unique_ptr<Model> make_model(const std::string& name, const Shape& input, int64_t classes,
+                                  const ModelOptions& options) {
+  TB_CHECK(classes >= 2, "model ", name, ": needs at least 2 classes, got ", classes);
+  const bool image = input.size() == 3;
+  if (name == "mlp") return mlp(input, classes, options);
+  TB_CHECK(image, "model ", name, " needs image input {C, H, W}, got ", shape_str(input));
+  const int64_t H = input[1], W = input[2];
+  if (name == "fmnist-cnn") {
+    TB_CHECK(H >= 4 && W >= 4, "model fmnist-cnn needs images of at least 4x4, got ", H, "x", W);
+    return fmnist_cnn(input, classes, options);
+  }
+  if (name == "resnet18-cifar") {
+    TB_CHECK(H >= 8 && W >= 8, "model resnet18-cifar needs images of at least 8x8, got ", H, "x", W);
+    return resnet18_cifar(input, classes, options);
+  }
+  if (name == "resnet9") {
+    TB_CHECK(H >= 8 && W >= 8, "model resnet9 needs images of at least 8x8, got ", H, "x", W);
+    return resnet9(input, classes, options);
+  }
+  TB_FAIL("unknown model '", name, "' (expected fmnist-cnn, resnet18-cifar, resnet9 or mlp)");
+}
+
+}  // namespace tb

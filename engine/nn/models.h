@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/nn/model.h"
+
+namespace tb {
+
+struct ModelOptions {
+  bool conv_bias_before_bn = true;  // trick 10: false drops the bias BN cancels anyway
+};
+
+// Models by name: fmnist-cnn, resnet18-cifar, resnet9, mlp. Input channels and
+// size follow the data set (input = {C, H, W}). Throws tb::Error for an unknown
+// name or an input the model cannot take.
+std::unique_ptr<Model> make_model(const std::string& name, const Shape& input, int64_t classes,
+                                  const ModelOptions& options = {});
+std::vector<std::string> model_names();
+
+}  // namespace tb

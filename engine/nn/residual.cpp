@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "engine/nn/residual.h"
+
+#include "engine/core/error.h"
+#include "engine/nn/batchnorm2d.h"
+#include "engine/nn/activations.h"
+#include "engine/nn/conv2d.h"
+
+namespace tb {
+
+ResidualBlock::ResidualBlock(std::string name, LayerList main, LayerList shortcut,
+                             bool relu_after)
+    : Layer(std::move(name)),
+      main_(std::move(main)),
+      shortcut_(std::move(shortcut)),
+      relu_after_(relu_after) {}
+
+Shape ResidualBlock::setup(const Shape& in, ParamRegistry& reg) {
+  reg.push_prefix(name() + ".");
+  Shape a = in, s = in;
+  for (auto& l : main_) a = l->setup(a, reg);
+  for (auto& l : shortcut_) s = l->setup(s, reg);
+  reg.pop_prefix();
+  TB_CHECK(a == s, "residual block ", name(), ": main path gives ", shape_str(a),
+           " but the shortcut gives ", shape_str(s));
+  return a;
+}
+
+Tensor ResidualBlock::forward(Context& ctx, const Tensor& x) {
+  Tensor a = x, s = x;
+  for (auto& l : main_) a = l->forward(ctx, a);
+  for (auto& l : shortcut_) s = l->forward(ctx, s);
+  ensure_buffer(ctx, sum_, a.shape(), a.dtype(), a.layout());
+  ctx.backend.add(a, s, sum_);
+  if (relu_after_) ctx.backend.relu_forward(sum_, sum_);  // in place: backward needs only y
+  return sum_;
+}
+
+Tensor ResidualBlock::backward(Context& ctx, const Tensor& dy, bool need_dx) {
+  Tensor dz = dy;
+  if (relu_after_) {
+    ensure_buffer(ctx, dsum_, dy.shape(), dy.dtype(), dy.layout());
+    ctx.backend.relu_backward(sum_, dy, dsum_);
+    dz = dsum_;
+  }
+  Tensor g_main = dz;
+  for (size_t i = main_.size(); i-- > 0;) g_main = main_[i]->backward(ctx, g_main, need_dx || i > 0);
+  Tensor g_short = dz;
+  for (size_t i = shortcut_.size(); i-- > 0;)
+    g_short = shortcut_[i]->backward(ctx, g_short, need_dx || i > 0);
+  if (!need_dx) return Tensor{};
+  // dx = g_main + g_short, into a buffer of our own (g_short may be dz itself).
+  ensure_buffer(ctx, dx_, g_main.shape(), g_main.dtype(), g_main.layout());
+  ctx.backend.add(g_main, g_short, dx_);
+  return dx_;
+}
+
+std::unique_ptr<Layer> make_basic_block(const std::string& name, int64_t in_channels,
+                                        int64_t out_channels, int64_t stride, bool conv_bias) {
+  LayerList main, shortcut;
+  main.push_back(std::make_unique<Conv2d>("conv1", out_channels, 3, stride, 1, conv_bias));
+  main.push_back(std::make_unique<BatchNorm2d>("bn1"));
+  main.push_back(std::make_unique<ReLU>("relu1"));
+  main.push_back(std::make_unique<Conv2d>("conv2", out_channels, 3, 1, 1, conv_bias));
+  main.push_back(std::make_unique<BatchNorm2d>("bn2"));
+  if (stride != 1 || in_channels != out_channels) {
+    shortcut.push_back(std::make_unique<Conv2d>("shortcut.conv", out_channels, 1, stride, 0, conv_bias));
+    shortcut.push_back(std::make_unique<BatchNorm2d>("shortcut.bn"));
+  }
+  return std::make_unique<ResidualBlock>(name, std::move(main), std::move(shortcut), true);
+}
+
+}  // namespace tb

@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "engine/train/events.h"
+
+#include <cmath>
+
+#include "engine/store/run_store.h"
+
+namespace tb {
+
+using json = nlohmann::json;
+
+EventBus::EventBus() : start_(std::chrono::steady_clock::now()) {}
+
+double EventBus::seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void EventBus::emit(const std::string& type, json fields) {
+  json e = {{"v", kEventsVersion}, {"type", type}, {"t", seconds()}};
+  for (auto& [k, v] : fields.items()) e[k] = std::move(v);
+  for (EventSink* s : sinks_) s->emit(e);
+}
+
+void JsonlSink::emit(const json& event) {
+  // Non-finite numbers (a diverged loss) become null: JSON has no NaN.
+  const std::string line = event.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::fputs(line.c_str(), out_);
+  std::fputc('\n', out_);
+  std::fflush(out_);
+}
+
+// --- ProgressSink
+
+ProgressSink::ProgressSink(std::FILE* out, bool terminal, bool quiet)
+    : out_(out), terminal_(terminal), quiet_(quiet) {}
+
+namespace {
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+std::string duration_str(double s) {
+  if (!std::isfinite(s) || s < 0) return "--:--";
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  char buf[32];
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", (long long)(t / 3600),
+                  (long long)(t / 60 % 60), (long long)(t % 60));
+  else
+    std::snprintf(buf, sizeof buf, "%02lld:%02lld", (long long)(t / 60), (long long)(t % 60));
+  return buf;
+}
+}  // namespace
+
+void ProgressSink::draw_bar(const json& e) {
+  const int64_t step = e.value("step", int64_t(0));
+  const json& m = e["metrics"];
+  if (m.contains("loss") && m["loss"].is_number()) last_loss_ = fmt("%.4f", m["loss"].get<double>());
+  const double t = e.value("t", 0.0);
+  const double frac = total_steps_ > 0 ? double(step) / double(total_steps_) : 0.0;
+  const double eta = frac > 0 ? t / frac - t : NAN;
+  std::string line = "epoch " + std::to_string(e.value("epoch", int64_t(0)) + 1) + "/" +
+                     std::to_string(epochs_) + " ";
+  if (terminal_) {
+    const int width = 24, filled = static_cast<int>(frac * width);
+    line += "[" + std::string(filled, '#') + std::string(width - filled, '.') + "] ";
+  }
+  line += "step " + std::to_string(step) + "/" + std::to_string(total_steps_);
+  if (!last_loss_.empty()) line += "  loss " + last_loss_;
+  if (m.contains("step_time_ms")) line += "  " + fmt("%.1f", m["step_time_ms"].get<double>()) + " ms/step";
+  if (m.contains("samples_per_s")) line += "  " + fmt("%.0f", m["samples_per_s"].get<double>()) + " samples/s";
+  line += "  elapsed " + duration_str(t) + "  eta " + duration_str(eta);
+  if (terminal_) {
+    std::fprintf(out_, "\r\033[K%s", line.c_str());
+    bar_open_ = true;
+  } else {
+    std::fprintf(out_, "%s\n", line.c_str());
+  }
+  std::fflush(out_);
+}
+
+void ProgressSink::emit(const json& e) {
+  const std::string type = e.value("type", "");
+  auto end_bar = [&]() {
+    if (bar_open_) std::fputc('\n', out_), bar_open_ = false;
+  };
+  if (type == "run_started") {
+    total_steps_ = e.value("total_steps", int64_t(0));
+    steps_per_epoch_ = e.value("steps_per_epoch", int64_t(0));
+    epochs_ = e["config"].value("epochs", int64_t(1));
+    log_every_ = std::max<int64_t>(1, e["config"].value("log_every", int64_t(50)));
+    if (steps_per_epoch_ > 0 && e["config"].value("max_steps", int64_t(0)) > 0)
+      epochs_ = (total_steps_ + steps_per_epoch_ - 1) / steps_per_epoch_;
+    if (quiet_) return;
+    std::fprintf(out_, "run %lld: %s on %s, %lld parameters, %lld steps (%lld per epoch)\n",
+                 (long long)e.value("run_id", int64_t(0)), e["config"].value("model", "").c_str(),
+                 e["environment"].value("device_name", "").c_str(),
+                 (long long)e.value("parameters", int64_t(0)), (long long)total_steps_,
+                 (long long)steps_per_epoch_);
+  } else if (type == "step") {
+    if (quiet_) return;
+    const double t = e.value("t", 0.0);
+    const int64_t step = e.value("step", int64_t(0));
+    if (terminal_ ? (t - last_draw_ >= 0.1 || step == total_steps_)
+                  : (step % log_every_ == 0 || step == total_steps_)) {
+      last_draw_ = t;
+      draw_bar(e);
+    }
+  } else if (type == "epoch") {
+    if (quiet_) return;
+    end_bar();
+    const json& m = e["metrics"];
+    std::fprintf(out_, "epoch %lld: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.1f s\n",
+                 (long long)e.value("epoch", int64_t(0)) + 1, m.value("train_loss", NAN),
+                 m.value("train_accuracy", NAN), m.value("test_loss", NAN),
+                 m.value("test_accuracy", NAN), m.value("epoch_time_s", NAN));
+  } else if (type == "log") {
+    if (quiet_ && e.value("level", "") == "info") return;
+    end_bar();
+    std::fprintf(out_, "%s: %s\n", e.value("level", "info").c_str(),
+                 e.value("message", "").c_str());
+  } else if (type == "finished") {
+    end_bar();
+    const json& s = e["summary"];
+    std::fprintf(out_, "%s: %lld steps, median step %.2f ms, %.0f samples/s, test accuracy %.4f\n",
+                 e.value("status", "").c_str(), (long long)s.value("steps", int64_t(0)),
+                 s.value("median_step_time_ms", NAN), s.value("samples_per_s", NAN),
+                 s.value("final_test_accuracy", NAN));
+  } else if (type == "failed") {
+    end_bar();
+  }
+  std::fflush(out_);
+}
+
+// --- StoreSink
+
+void StoreSink::emit(const json& e) {
+  const std::string type = e.value("type", "");
+  const double t = e.value("t", 0.0);
+  if (type == "step") {
+    const int64_t step = e.value("step", int64_t(0));
+    std::vector<MetricPoint> points;
+    for (const auto& [name, value] : e["metrics"].items())
+      if (value.is_number()) points.push_back({name, step, t, value.get<double>()});
+    store_.append_step_metrics(run_, points);
+    if (t - last_heartbeat_ >= 2.0) {
+      store_.heartbeat(run_);
+      last_heartbeat_ = t;
+    }
+  } else if (type == "epoch") {
+    const int64_t epoch = e.value("epoch", int64_t(0)), step = e.value("step", int64_t(0));
+    std::vector<EpochPoint> points;
+    for (const auto& [name, value] : e["metrics"].items())
+      if (value.is_number()) points.push_back({name, epoch, step, t, value.get<double>()});
+    store_.append_epoch_metrics(run_, points);
+    store_.flush();
+  } else if (type == "log") {
+    store_.append_event(run_, e.value("level", "info"), e.value("message", ""));
+  } else if (type == "run_started") {
+    store_.set_environment(run_, e["environment"]);
+    store_.set_tricks(run_, e["tricks"]);
+    store_.set_status(run_, "running");
+  } else if (type == "finished") {
+    store_.set_summary(run_, e["summary"]);
+    store_.set_status(run_, e.value("status", "finished"));
+  } else if (type == "failed") {
+    if (e.contains("summary")) store_.set_summary(run_, e["summary"]);
+    store_.set_status(run_, "failed", e.value("error", ""));
+  }
+}
+
+}  // namespace tb

@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/train/config.h"
+#include "engine/train/events.h"
+
+namespace tb {
+
+struct TrainResult {
+  std::string status;  // "finished" or "stopped"
+  nlohmann::json summary;
+};
+
+// Runs one training run from a validated configuration and reports everything
+// through the event bus (which feeds the store, stdout and the terminal).
+// Setup or training errors (a corrupt data file, out of memory, a NaN caught by
+// anomaly_check) throw tb::Error; the caller marks the run failed.
+class Trainer {
+ public:
+  // `stop` is polled after every step (SIGINT/SIGTERM set it): the current step
+  // finishes, everything is reported, and the run ends as "stopped".
+  Trainer(RunConfig config, EventBus& bus, const std::atomic<bool>& stop);
+  TrainResult run(int64_t run_id);
+
+  // Partial summary of what ran so far (for a failed run's record).
+  const nlohmann::json& summary_so_far() const { return summary_; }
+
+ private:
+  RunConfig config_;
+  EventBus& bus_;
+  const std::atomic<bool>& stop_;
+  nlohmann::json summary_ = nlohmann::json::object();
+};
+
+}  // namespace tb

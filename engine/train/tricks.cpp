@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "engine/train/tricks.h"
+
+namespace tb {
+
+using json = nlohmann::json;
+
+json resolve_tricks(const RunConfig& c, const Device& device) {
+  json out = json::object();
+  for (const ConfigKey& k : config_schema()) {
+    if (k.trick == 0) continue;
+    const json& value = c.values.at(k.key);
+    const bool changed = value != k.default_value;  // the user asked for non-default behaviour
+    bool applied = true;
+    std::string reason;
+    if (k.backends == "cuda" && device.is_cpu()) {
+      // Streams, pinned memory, cuDNN, Tensor Cores and the caching allocator
+      // have no counterpart on the CPU backend.
+      applied = false;
+      reason = changed ? "not applicable on the cpu backend" : "off; needs the cuda backend";
+    } else if (k.backends == "cuda") {
+      applied = false;
+      reason = "not implemented by this build's cuda backend yet";
+    } else if (k.key == "eval_inference_mode" && !value.get<bool>()) {
+      applied = false;
+      reason = "evaluation in this engine never records activations for backward";
+    } else if (k.key == "deterministic" && device.is_cpu()) {
+      reason = "the cpu backend is deterministic for a fixed thread count";
+    }
+    json st = {{"trick", k.trick}, {"requested", value}, {"changed", changed}, {"applied", applied}};
+    if (!reason.empty()) st["reason"] = reason;
+    out[k.key] = st;
+  }
+  return out;
+}
+
+}  // namespace tb

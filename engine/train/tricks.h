@@ -1,0 +1,16 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include "engine/core/device.h"
+#include "engine/train/config.h"
+
+namespace tb {
+
+// For every trick key: what was requested, whether this run honours it on this
+// device, and why not when it does not. A trick that is on but cannot be
+// honoured is reported here and logged, never silently dropped.
+// {"amp": {"requested": "fp16", "applied": false, "reason": "..."}, ...}
+nlohmann::json resolve_tricks(const RunConfig& config, const Device& device);
+
+}  // namespace tb
