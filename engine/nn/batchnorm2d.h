@@ -30,12 +30,12 @@ class BatchNorm2d : public Layer {
  private:
   float momentum_, eps_;
   int64_t C_ = 0;
-  Tensor gamma_, beta_, dgamma_, dbeta_;      // views into the parameter/gradient blocks
-  Tensor running_mean_, running_var_;          // views into the buffer block
-  Tensor x_;                                   // input kept for backward
+  Tensor gamma_, beta_, dgamma_, dbeta_;  // views into the parameter/gradient blocks
+  Tensor running_mean_, running_var_;     // views into the buffer block
+  Tensor x_;                              // input kept for backward
   bool forward_was_training_ = true;
-  Tensor y_, dx_, save_mean_, save_invstd_;    // reused work buffers
-  Tensor ones_, zeros_, eval_invstd_;          // eval-mode backward helpers
+  Tensor y_, dx_, save_mean_, save_invstd_;  // reused work buffers
+  Tensor ones_, zeros_, eval_invstd_;        // eval-mode backward helpers
 };
 
 }  // namespace tb

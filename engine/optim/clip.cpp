@@ -21,8 +21,8 @@ ClipResult clip_grad_norm(Backend& backend, const Tensor& grad_block, double max
   return finish(backend.sum_squares(grad_block), max_norm, grad_scale);
 }
 
-ClipResult clip_grad_norm(Backend& backend, const std::vector<ParamInfo>& params,
-                          double max_norm, double grad_scale) {
+ClipResult clip_grad_norm(Backend& backend, const std::vector<ParamInfo>& params, double max_norm,
+                          double grad_scale) {
   double ss = 0.0;
   for (const auto& p : params) ss += backend.sum_squares(p.grad);
   return finish(ss, max_norm, grad_scale);

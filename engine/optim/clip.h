@@ -10,7 +10,7 @@
 namespace tb {
 
 struct ClipResult {
-  double norm = 0.0;   // global L2 norm of the true gradients (raw norm × grad_scale)
+  double norm = 0.0;    // global L2 norm of the true gradients (raw norm × grad_scale)
   float factor = 1.0f;  // min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0
 };
 
@@ -21,7 +21,7 @@ struct ClipResult {
 ClipResult clip_grad_norm(Backend& backend, const Tensor& grad_block, double max_norm,
                           double grad_scale = 1.0);
 // Or tensor by tensor (for gradients that are not one block):
-ClipResult clip_grad_norm(Backend& backend, const std::vector<ParamInfo>& params,
-                          double max_norm, double grad_scale = 1.0);
+ClipResult clip_grad_norm(Backend& backend, const std::vector<ParamInfo>& params, double max_norm,
+                          double grad_scale = 1.0);
 
 }  // namespace tb

@@ -11,7 +11,7 @@ namespace tb {
 int Optimizer::num_state_blocks(const OptimizerConfig& c) {
   switch (c.kind) {
     case OptimizerKind::SGD:
-    case OptimizerKind::LARS: return c.momentum != 0.0f ? 1 : 0;  // momentum buffer
+    case OptimizerKind::LARS: return c.momentum != 0.0f ? 1 : 0;     // momentum buffer
     case OptimizerKind::RMSProp: return c.momentum != 0.0f ? 2 : 1;  // square avg (, momentum)
     case OptimizerKind::AdamW:
     case OptimizerKind::LAMB: return 2;  // first and second moments
@@ -27,13 +27,13 @@ Optimizer::Optimizer(const OptimizerConfig& config, const std::vector<ParamInfo>
            config.lr);
   TB_CHECK(config.momentum >= 0.0f && config.momentum < 1.0f, name,
            ": momentum must be in [0, 1), got ", config.momentum);
-  TB_CHECK(!config.nesterov || (config.kind == OptimizerKind::SGD && config.momentum > 0.0f),
-           name, ": nesterov needs sgd with momentum > 0");
+  TB_CHECK(!config.nesterov || (config.kind == OptimizerKind::SGD && config.momentum > 0.0f), name,
+           ": nesterov needs sgd with momentum > 0");
   TB_CHECK(config.weight_decay >= 0.0f, name, ": weight_decay must be >= 0, got ",
            config.weight_decay);
-  TB_CHECK(config.beta1 >= 0.0f && config.beta1 < 1.0f && config.beta2 >= 0.0f &&
-               config.beta2 < 1.0f,
-           name, ": betas must be in [0, 1), got (", config.beta1, ", ", config.beta2, ")");
+  TB_CHECK(
+      config.beta1 >= 0.0f && config.beta1 < 1.0f && config.beta2 >= 0.0f && config.beta2 < 1.0f,
+      name, ": betas must be in [0, 1), got (", config.beta1, ", ", config.beta2, ")");
   TB_CHECK(config.eps > 0.0f, name, ": eps must be positive, got ", config.eps);
   TB_CHECK(config.alpha >= 0.0f && config.alpha < 1.0f, name, ": alpha must be in [0, 1), got ",
            config.alpha);

@@ -14,15 +14,15 @@ namespace tb {
 // Defaults follow PyTorch's (torch.optim) where it has one.
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::SGD;
-  float lr = 0.1f;            // base LR (informational: step() takes the current LR)
-  float momentum = 0.0f;      // SGD, RMSProp, LARS
-  bool nesterov = false;      // SGD (requires momentum > 0)
-  float weight_decay = 0.0f;  // L2 (SGD, RMSProp, LARS) or decoupled (AdamW, LAMB)
+  float lr = 0.1f;                     // base LR (informational: step() takes the current LR)
+  float momentum = 0.0f;               // SGD, RMSProp, LARS
+  bool nesterov = false;               // SGD (requires momentum > 0)
+  float weight_decay = 0.0f;           // L2 (SGD, RMSProp, LARS) or decoupled (AdamW, LAMB)
   float beta1 = 0.9f, beta2 = 0.999f;  // AdamW, LAMB
   float eps = 1e-8f;
-  float alpha = 0.99f;        // RMSProp smoothing
+  float alpha = 0.99f;               // RMSProp smoothing
   float trust_coefficient = 0.001f;  // LARS η
-  bool multi_tensor = true;   // fused multi-tensor step ("foreach") instead of one pass per tensor
+  bool multi_tensor = true;  // fused multi-tensor step ("foreach") instead of one pass per tensor
 };
 
 class Optimizer {
@@ -37,7 +37,7 @@ class Optimizer {
   // multiplied by grad_scale (1/loss_scale, times the clipping factor).
   void step(float lr, float grad_scale = 1.0f);
 
-  int64_t steps() const { return steps_; }  // completed steps
+  int64_t steps() const { return steps_; }   // completed steps
   void set_steps(int64_t n) { steps_ = n; }  // on resume from a checkpoint
   void reset();                              // zero the state and the step count
 

@@ -20,8 +20,8 @@ const char* schedule_name(ScheduleKind k) {
 }
 
 ScheduleKind schedule_from_name(const std::string& s) {
-  for (auto k : {ScheduleKind::Constant, ScheduleKind::Step, ScheduleKind::Cosine,
-                 ScheduleKind::OneCycle})
+  for (auto k :
+       {ScheduleKind::Constant, ScheduleKind::Step, ScheduleKind::Cosine, ScheduleKind::OneCycle})
     if (s == schedule_name(k)) return k;
   TB_FAIL("unknown LR schedule '", s, "' (expected constant, step, cosine or onecycle)");
 }
@@ -67,8 +67,7 @@ double LrSchedule::main_lr(int64_t s) const {
   const int64_t T = c.total_steps - c.warmup_steps;
   switch (c.kind) {
     case ScheduleKind::Constant: return c.base_lr;
-    case ScheduleKind::Step:
-      return c.base_lr * std::pow(c.gamma, double(s / c.step_size));
+    case ScheduleKind::Step: return c.base_lr * std::pow(c.gamma, double(s / c.step_size));
     case ScheduleKind::Cosine:
       return anneal_cos(c.base_lr, c.min_lr, double(std::min(s, T)) / double(T));
     case ScheduleKind::OneCycle: {

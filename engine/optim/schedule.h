@@ -19,26 +19,26 @@
 namespace tb {
 
 enum class ScheduleKind { Constant, Step, Cosine, OneCycle };
-const char* schedule_name(ScheduleKind k);            // "constant", "step", "cosine", "onecycle"
+const char* schedule_name(ScheduleKind k);              // "constant", "step", "cosine", "onecycle"
 ScheduleKind schedule_from_name(const std::string& s);  // throws tb::Error
 
 struct ScheduleConfig {
   ScheduleKind kind = ScheduleKind::Constant;
-  double base_lr = 0.1;      // one-cycle: the peak LR
-  int64_t total_steps = 0;   // cosine and one-cycle (warm-up included)
+  double base_lr = 0.1;     // one-cycle: the peak LR
+  int64_t total_steps = 0;  // cosine and one-cycle (warm-up included)
   int64_t warmup_steps = 0;
-  int64_t step_size = 1;     // step: steps between decays
-  double gamma = 0.1;        // step: decay factor
-  double min_lr = 0.0;       // cosine: final LR
-  double pct_start = 0.3;    // one-cycle: fraction of the steps spent rising
-  double div_factor = 25.0;  // one-cycle: initial LR = peak / div_factor
+  int64_t step_size = 1;          // step: steps between decays
+  double gamma = 0.1;             // step: decay factor
+  double min_lr = 0.0;            // cosine: final LR
+  double pct_start = 0.3;         // one-cycle: fraction of the steps spent rising
+  double div_factor = 25.0;       // one-cycle: initial LR = peak / div_factor
   double final_div_factor = 1e4;  // one-cycle: final LR = initial / final_div_factor
 };
 
 class LrSchedule {
  public:
   explicit LrSchedule(const ScheduleConfig& config);  // throws tb::Error on a bad config
-  double lr_for_step(int64_t step) const;              // steps past the end keep the last LR
+  double lr_for_step(int64_t step) const;             // steps past the end keep the last LR
   const ScheduleConfig& config() const { return config_; }
 
  private:
@@ -49,7 +49,7 @@ class LrSchedule {
 // LR for batch_size given base_lr tuned for base_batch: none keeps it, linear
 // multiplies by batch_size/base_batch (Goyal et al.), sqrt by its square root.
 enum class LrScaling { None, Linear, Sqrt };
-const char* lr_scaling_name(LrScaling m);             // "none", "linear", "sqrt"
+const char* lr_scaling_name(LrScaling m);              // "none", "linear", "sqrt"
 LrScaling lr_scaling_from_name(const std::string& s);  // throws tb::Error
 double scaled_lr(double base_lr, int64_t batch_size, int64_t base_batch, LrScaling mode);
 

@@ -3,7 +3,6 @@
 // gradients against central finite differences (f64, reference kernels), the
 // fast f32 kernels against the reference, and values computed by hand.
 #include <QtTest>
-
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -144,7 +143,8 @@ class TestBnActLoss : public QObject {
           for (int64_t i = 0; i < 3; ++i) {
             const int64_t k = (n * 2 + c) * 3 + i;
             const double xv = x.data_as<float>()[k], g = dy.data_as<float>()[k];
-            QVERIFY(std::abs(y.data_as<float>()[k] - (gamma[c] * (xv - rm[c]) * s + beta[c])) < 1e-5);
+            QVERIFY(std::abs(y.data_as<float>()[k] - (gamma[c] * (xv - rm[c]) * s + beta[c])) <
+                    1e-5);
             QVERIFY(std::abs(dx.data_as<float>()[k] - gamma[c] * g * s) < 1e-5);
             sg += g * (xv - rm[c]) * s;
             sb += g;
@@ -232,7 +232,8 @@ class TestBnActLoss : public QObject {
       QCOMPARE(g.data_as<float>()[1], 0.0f);
       QCOMPARE(g.data_as<float>()[2], 7.0f);
 
-      Tensor a = from_values<float>({2, 2}, {1, 2, 3, 4}), b = from_values<float>({2, 2}, {10, 20, 30, 40});
+      Tensor a = from_values<float>({2, 2}, {1, 2, 3, 4}),
+             b = from_values<float>({2, 2}, {10, 20, 30, 40});
       Tensor s = Tensor::empty({2, 2}, DType::F32);
       be.add(a, b, s);
       QCOMPARE(s.data_as<float>()[3], 44.0f);
@@ -320,7 +321,9 @@ class TestBnActLoss : public QObject {
     Tensor x = random_tensor<float>(xs, 21, 1.0, 5.0);
     Tensor dy = random_tensor<float>(xs, 22);
     Tensor gamma = random_tensor<float>({4}, 23, 0.5, 1.5), beta = random_tensor<float>({4}, 24);
-    struct Out { Tensor y, rm, rv, sm, si, dx, dg, db, ye; };
+    struct Out {
+      Tensor y, rm, rv, sm, si, dx, dg, db, ye;
+    };
     auto run = [&](Backend& be) {
       Out o;
       o.y = Tensor::empty(xs, DType::F32);
@@ -379,7 +382,8 @@ class TestBnActLoss : public QObject {
     Tensor sa, sb;
     Tensor da = loss(ref, sa), db = loss(fast, sb);
     QVERIFY2(std::abs(sa.data_as<double>()[0] - sb.data_as<double>()[0]) <
-                 1e-5 * sa.data_as<double>()[0], "loss sum");
+                 1e-5 * sa.data_as<double>()[0],
+             "loss sum");
     QCOMPARE(sa.data_as<double>()[1], sb.data_as<double>()[1]);
     QVERIFY2(max_abs_diff(da, db) < 1e-5, "dlogits");  // |dlogits| <= 2 here
   }

@@ -3,7 +3,6 @@
 // multi-tensor bit equality, no-decay slots), LR schedules and scaling,
 // global-norm clipping, and gradient accumulation against one big batch.
 #include <QtTest>
-
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -42,8 +41,10 @@ struct Params {
   void set(Tensor& t, std::initializer_list<double> xs) {
     int64_t i = 0;
     for (double x : xs) {
-      if (t.dtype() == DType::F64) t.data_as<double>()[i++] = x;
-      else t.data_as<float>()[i++] = float(x);
+      if (t.dtype() == DType::F64)
+        t.data_as<double>()[i++] = x;
+      else
+        t.data_as<float>()[i++] = float(x);
     }
   }
 };
@@ -75,7 +76,10 @@ void expect_steps(Optimizer& opt, const Params& P, float lr,
       const double got = P.v(int64_t(i));
       QVERIFY2(std::abs(got - expected[s][i]) < tol,
                qPrintable(QString("step %1 element %2: got %3, expected %4")
-                              .arg(s + 1).arg(i).arg(got, 0, 'g', 12).arg(expected[s][i], 0, 'g', 12)));
+                              .arg(s + 1)
+                              .arg(i)
+                              .arg(got, 0, 'g', 12)
+                              .arg(expected[s][i], 0, 'g', 12)));
     }
   }
   QCOMPARE(opt.steps(), int64_t(expected.size()));
@@ -84,8 +88,10 @@ void expect_steps(Optimizer& opt, const Params& P, float lr,
 void fill_random(Tensor& t, std::mt19937_64& rng) {
   std::uniform_real_distribution<double> d(-1.0, 1.0);
   for (int64_t i = 0; i < t.numel(); ++i) {
-    if (t.dtype() == DType::F64) t.data_as<double>()[i] = d(rng);
-    else t.data_as<float>()[i] = float(d(rng));
+    if (t.dtype() == DType::F64)
+      t.data_as<double>()[i] = d(rng);
+    else
+      t.data_as<float>()[i] = float(d(rng));
   }
 }
 
@@ -252,12 +258,16 @@ class TestOptim : public QObject {
   // grad_scale 0.5, three steps with fresh gradients: per-tensor and fused passes
   // must agree bit for bit in parameters and state.
   void multiTensorIsBitIdentical() {
-    struct Case { OptimizerKind kind; float momentum; bool nesterov; };
+    struct Case {
+      OptimizerKind kind;
+      float momentum;
+      bool nesterov;
+    };
     const std::vector<Case> cases = {
-        {OptimizerKind::SGD, 0.0f, false}, {OptimizerKind::SGD, 0.9f, false},
-        {OptimizerKind::SGD, 0.9f, true},  {OptimizerKind::AdamW, 0.0f, false},
+        {OptimizerKind::SGD, 0.0f, false},     {OptimizerKind::SGD, 0.9f, false},
+        {OptimizerKind::SGD, 0.9f, true},      {OptimizerKind::AdamW, 0.0f, false},
         {OptimizerKind::RMSProp, 0.0f, false}, {OptimizerKind::RMSProp, 0.9f, false},
-        {OptimizerKind::LARS, 0.9f, false}, {OptimizerKind::LAMB, 0.0f, false}};
+        {OptimizerKind::LARS, 0.9f, false},    {OptimizerKind::LAMB, 0.0f, false}};
     const std::vector<int64_t> sizes = {7, 150000, 1, 33, 64};
     const std::vector<bool> decay = {true, true, false, true, false};
     for (DType dt : {DType::F32, DType::F64}) {
@@ -280,8 +290,10 @@ class TestOptim : public QObject {
           per_tensor.step(0.05f, 0.5f);
           fused.step(0.05f, 0.5f);
         }
-        const QString what = QString("%1 momentum %2 %3").arg(optimizer_name(cs.kind))
-                                 .arg(cs.momentum).arg(dtype_name(dt));
+        const QString what = QString("%1 momentum %2 %3")
+                                 .arg(optimizer_name(cs.kind))
+                                 .arg(cs.momentum)
+                                 .arg(dtype_name(dt));
         QVERIFY2(bitwise_equal(A.values, B.values), qPrintable(what));
         for (size_t i = 0; i < per_tensor.state_blocks().size(); ++i)
           QVERIFY2(bitwise_equal(per_tensor.state_blocks()[i], fused.state_blocks()[i]),
@@ -346,7 +358,8 @@ class TestOptim : public QObject {
     LrSchedule s(c);
     QCOMPARE(s.lr_for_step(0), 1.0);
     QVERIFY(std::abs(s.lr_for_step(5) - 0.55) < 1e-12);
-    QVERIFY(s.lr_for_step(9) > 0.1 && s.lr_for_step(9) < 0.13);  // 0.1 + 0.9·(1−cos 18°)/2... ≈ 0.122
+    QVERIFY(s.lr_for_step(9) > 0.1 &&
+            s.lr_for_step(9) < 0.13);  // 0.1 + 0.9·(1−cos 18°)/2... ≈ 0.122
     QVERIFY(std::abs(s.lr_for_step(10) - 0.1) < 1e-12);
     QVERIFY(std::abs(s.lr_for_step(50) - 0.1) < 1e-12);
     c.warmup_steps = 2, c.total_steps = 12;
@@ -454,14 +467,14 @@ class TestOptim : public QObject {
     }
     // Micro-batch gradients are means over 4: their sum is twice the mean over 8.
     for (int64_t i = 0; i < big.grads.numel(); ++i)
-      QVERIFY(std::abs(2.0 * big.grads.data_as<double>()[i] - acc.grads.data_as<double>()[i]) < 1e-14);
+      QVERIFY(std::abs(2.0 * big.grads.data_as<double>()[i] - acc.grads.data_as<double>()[i]) <
+              1e-14);
     OptimizerConfig c;
     c.momentum = 0.9f, c.weight_decay = 0.01f;
     Optimizer ob(c, big.infos, be), oa(c, acc.infos, be);
     ob.step(0.5f, 1.0f);
     oa.step(0.5f, 0.5f);
-    for (int64_t i = 0; i < big.values.numel(); ++i)
-      QVERIFY(std::abs(big.v(i) - acc.v(i)) < 1e-14);
+    for (int64_t i = 0; i < big.values.numel(); ++i) QVERIFY(std::abs(big.v(i) - acc.v(i)) < 1e-14);
   }
 };
 

@@ -32,8 +32,8 @@ BnDims bn_dims(const Tensor& x, const char* op) {
   TB_CHECK(x.rank() == 4, op, ": expected a rank-4 (N, C, H, W) input, got ", x.describe());
   TB_CHECK(x.layout() == Layout::NCHW, op, ": the cpu backend supports only NCHW, got ",
            layout_name(x.layout()), " (", x.describe(), ")");
-  TB_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64, op,
-           ": expected f32 or f64, got ", x.describe());
+  TB_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64, op, ": expected f32 or f64, got ",
+           x.describe());
   return {x.n(), x.c(), x.h() * x.w()};
 }
 
@@ -129,9 +129,48 @@ void bn_backward_ref(const BnDims& d, const T* x, const T* dy, const T* gamma, c
 }
 
 // ---------------------------------------------------------------- fast f32
-// One read of x for the statistics (Σx and Σx² in double: with M up to ~10^7
-// the cancellation in E[x²]−E[x]² stays far below f32 resolution), then
-// y = x·scale + shift with per-channel constants over contiguous HW rows.
+// Row sums in kLanes independent double accumulators: the compiler may not
+// reorder one serial double sum, but it vectorises independent lanes.
+constexpr int kLanes = 8;
+
+// s += Σ x, s2 += Σ x² over x[0, n)
+void sum_sumsq(const float* x, int64_t n, double& s, double& s2) {
+  double a[kLanes] = {}, b[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const double v = x[i + l];
+      a[l] += v;
+      b[l] += v * v;
+    }
+  for (; i < n; ++i) {
+    const double v = x[i];
+    a[0] += v;
+    b[0] += v * v;
+  }
+  for (int l = 0; l < kLanes; ++l) s += a[l], s2 += b[l];
+}
+
+// s += Σ g, sx += Σ g·x over [0, n)
+void sum_dot(const float* g, const float* x, int64_t n, double& s, double& sx) {
+  double a[kLanes] = {}, b[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const double v = g[i + l];
+      a[l] += v;
+      b[l] += v * double(x[i + l]);
+    }
+  for (; i < n; ++i) {
+    a[0] += g[i];
+    b[0] += double(g[i]) * double(x[i]);
+  }
+  for (int l = 0; l < kLanes; ++l) s += a[l], sx += b[l];
+}
+
+// One read of x for the statistics: Σx and Σx² in double, whose cancellation in
+// E[x²] − E[x]² stays below f32 resolution unless |mean|/std exceeds ~10^4;
+// then y = x·scale + shift with per-channel constants over contiguous HW rows.
 
 void bn_train_f32(const BnDims& d, const float* x, const float* gamma, const float* beta,
                   float* rmean, float* rvar, double momentum, double eps, float* y, float* smean,
@@ -139,17 +178,7 @@ void bn_train_f32(const BnDims& d, const float* x, const float* gamma, const flo
   const double M = double(d.M());
   for (int64_t c = 0; c < d.C; ++c) {
     double s = 0.0, s2 = 0.0;
-    for (int64_t n = 0; n < d.N; ++n) {
-      const float* row = x + at(d, n, c, 0);
-      double rs = 0.0, rs2 = 0.0;
-      for (int64_t i = 0; i < d.HW; ++i) {
-        const double v = row[i];
-        rs += v;
-        rs2 += v * v;
-      }
-      s += rs;
-      s2 += rs2;
-    }
+    for (int64_t n = 0; n < d.N; ++n) sum_sumsq(x + at(d, n, c, 0), d.HW, s, s2);
     const double mean = s / M;
     const double var = std::max(s2 / M - mean * mean, 0.0);
     const double invstd = 1.0 / std::sqrt(var + eps);
@@ -191,17 +220,8 @@ void bn_backward_f32(const BnDims& d, const float* x, const float* dy, const flo
   for (int64_t c = 0; c < d.C; ++c) {
     const double mean = smean[c], invstd = sinvstd[c];
     double sdy = 0.0, sdyx = 0.0;
-    for (int64_t n = 0; n < d.N; ++n) {
-      const float* xr = x + at(d, n, c, 0);
-      const float* gr = dy + at(d, n, c, 0);
-      double rs = 0.0, rsx = 0.0;
-      for (int64_t i = 0; i < d.HW; ++i) {
-        rs += gr[i];
-        rsx += double(gr[i]) * double(xr[i]);
-      }
-      sdy += rs;
-      sdyx += rsx;
-    }
+    for (int64_t n = 0; n < d.N; ++n)
+      sum_dot(dy + at(d, n, c, 0), x + at(d, n, c, 0), d.HW, sdy, sdyx);
     const double sdyxh = invstd * (sdyx - mean * sdy);
     if (dx) {
       // dx = γ·invstd·dy − γ·invstd/M·(Σdy + x̂·Σdy·x̂), x̂ = (x − μ)·invstd
@@ -230,8 +250,8 @@ T* ptr_or_null(const Tensor& t) {
 }  // namespace
 
 void CpuBackend::batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                         Tensor& running_mean, Tensor& running_var,
-                                         float momentum, float eps, Tensor& y, Tensor& save_mean,
+                                         Tensor& running_mean, Tensor& running_var, float momentum,
+                                         float eps, Tensor& y, Tensor& save_mean,
                                          Tensor& save_invstd) {
   const BnDims d = bn_dims(x, "batchnorm_forward_train");
   check_channel(gamma, x, "batchnorm_forward_train: gamma");
@@ -249,8 +269,8 @@ void CpuBackend::batchnorm_forward_train(const Tensor& x, const Tensor& gamma, c
                          save_invstd.data_as<double>());
   } else if (use_reference(x.dtype())) {
     bn_train_ref<float>(d, x.data_as<float>(), gamma.data_as<float>(), beta.data_as<float>(),
-                        running_mean.data_as<float>(), running_var.data_as<float>(), momentum,
-                        eps, y.data_as<float>(), save_mean.data_as<float>(),
+                        running_mean.data_as<float>(), running_var.data_as<float>(), momentum, eps,
+                        y.data_as<float>(), save_mean.data_as<float>(),
                         save_invstd.data_as<float>());
   } else {
     bn_train_f32(d, x.data_as<float>(), gamma.data_as<float>(), beta.data_as<float>(),
@@ -284,8 +304,8 @@ void CpuBackend::batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, co
 }
 
 void CpuBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
-                                    const Tensor& save_mean, const Tensor& save_invstd,
-                                    Tensor& dx, Tensor& dgamma, Tensor& dbeta, bool accumulate) {
+                                    const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
+                                    Tensor& dgamma, Tensor& dbeta, bool accumulate) {
   const BnDims d = bn_dims(x, "batchnorm_backward");
   check_like(dy, x, "batchnorm_backward: dy");
   check_channel(gamma, x, "batchnorm_backward: gamma");

@@ -117,7 +117,8 @@ void CpuBackend::softmax_cross_entropy(const Tensor& logits, const Tensor& label
   if (dlogits.defined()) {
     expect_shape(dlogits, logits.shape(), "softmax_cross_entropy: dlogits");
     expect_dtype(dlogits, logits.dtype(), "softmax_cross_entropy: dlogits");
-    TB_CHECK(dlogits.data() != logits.data(), "softmax_cross_entropy: dlogits must not alias logits");
+    TB_CHECK(dlogits.data() != logits.data(),
+             "softmax_cross_entropy: dlogits must not alias logits");
   }
   TB_CHECK(label_smoothing >= 0.0f && label_smoothing <= 1.0f,
            "softmax_cross_entropy: label smoothing must be in [0, 1], got ", label_smoothing);

@@ -38,8 +38,8 @@ namespace {
 // Per-step constants, precomputed once in double.
 struct Consts {
   double lr, mu, wd, gs, b1, b2, eps, alpha, eta;
-  double step_size;    // AdamW: lr / (1 − β1^t)
-  double inv_sqrt_bc2; // AdamW: 1 / sqrt(1 − β2^t)
+  double step_size;         // AdamW: lr / (1 − β1^t)
+  double inv_sqrt_bc2;      // AdamW: 1 / sqrt(1 − β2^t)
   double inv_bc1, inv_bc2;  // LAMB
   bool nesterov;
 };
@@ -205,7 +205,8 @@ void lamb_apply(const Ptrs<T>& r, const Consts& k, double trust) {
   const T ibc1 = T(k.inv_bc1), ibc2 = T(k.inv_bc2), eps = T(k.eps);
   const T wd = r.decay ? T(k.wd) : T(0);
   const T step = T(k.lr * trust);
-  for (int64_t i = 0; i < r.n; ++i) r.p[i] -= step * lamb_u(r.s1[i], r.s2[i], r.p[i], ibc1, ibc2, eps, wd);
+  for (int64_t i = 0; i < r.n; ++i)
+    r.p[i] -= step * lamb_u(r.s1[i], r.s2[i], r.p[i], ibc1, ibc2, eps, wd);
 }
 
 // ---------------------------------------------------------------- drivers
@@ -239,9 +240,7 @@ void run_step(const OptimizerStep& step, const std::vector<Ptrs<T>>& slots, bool
   };
 
   switch (step.kind) {
-    case OptimizerKind::SGD:
-      for_each([&](size_t, const Ptrs<T>& r) { sgd_kernel(r, k); });
-      break;
+    case OptimizerKind::SGD: for_each([&](size_t, const Ptrs<T>& r) { sgd_kernel(r, k); }); break;
     case OptimizerKind::AdamW:
       for_each([&](size_t, const Ptrs<T>& r) { adamw_kernel(r, k); });
       break;
@@ -297,8 +296,9 @@ std::vector<Ptrs<T>> gather(const OptimizerStep& step, const std::vector<ParamSl
       if (!needed) return nullptr;
       TB_CHECK(t.defined(), "optimizer_step: ", optimizer_name(step.kind), " needs ", which,
                " for slot ", i, " (", s.param.describe(), ")");
-      TB_CHECK(t.numel() == s.param.numel() && t.dtype() == s.param.dtype(), "optimizer_step: ",
-               which, " ", t.describe(), " does not match parameter ", s.param.describe());
+      TB_CHECK(t.numel() == s.param.numel() && t.dtype() == s.param.dtype(),
+               "optimizer_step: ", which, " ", t.describe(), " does not match parameter ",
+               s.param.describe());
       return t.data_as<T>();
     };
     out.push_back({s.param.data_as<T>(), s.grad.data_as<T>(), state(s.state1, need1, "state1"),
