@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "engine_process.h"
+
+#include <QDir>
+#include <QJsonDocument>
+#include <exception>
+
+#include "engine/store/run_store.h"
+
+namespace {
+constexpr int kLastLines = 30;
+}
+
+EngineProcess::EngineProcess(const QString& enginePath, const QString& databasePath,
+                             const QJsonObject& config, QObject* parent)
+    : QObject(parent), enginePath_(enginePath), databasePath_(databasePath), config_(config) {
+  connect(&process_, &QProcess::readyReadStandardOutput, this, &EngineProcess::readStdout);
+  connect(&process_, &QProcess::readyReadStandardError, this, &EngineProcess::readStderr);
+  connect(&process_, &QProcess::finished, this, &EngineProcess::onFinished);
+  connect(&process_, &QProcess::errorOccurred, this, &EngineProcess::onError);
+}
+
+EngineProcess::~EngineProcess() {
+  if (process_.state() != QProcess::NotRunning) {
+    // Leaving the GUI: ask the engine to save and stop, then insist.
+    disconnect(&process_, nullptr, this, nullptr);
+    process_.terminate();
+    if (!process_.waitForFinished(3000)) {
+      process_.kill();
+      process_.waitForFinished(1000);
+    }
+  }
+}
+
+QString EngineProcess::name() const {
+  return config_.value(QLatin1String("name")).toString(tr("run"));
+}
+
+void EngineProcess::start() {
+  if (state_ != State::NotStarted) return;
+  configFile_ = std::make_unique<QTemporaryFile>(QDir::tempPath() + QStringLiteral("/trainbench-config-XXXXXX.json"));
+  if (!configFile_->open()) {
+    finish(QStringLiteral("failed"), tr("cannot write the run configuration: %1").arg(configFile_->errorString()));
+    return;
+  }
+  configFile_->write(QJsonDocument(config_).toJson(QJsonDocument::Indented));
+  configFile_->flush();
+  state_ = State::Running;
+  emit stateChanged(state_);
+  process_.start(enginePath_, {QStringLiteral("run"), QStringLiteral("--config"), configFile_->fileName(),
+                               QStringLiteral("--db"), databasePath_, QStringLiteral("--events"),
+                               QStringLiteral("jsonl")});
+}
+
+void EngineProcess::stop() {
+  if (state_ != State::Running) return;
+  state_ = State::Stopping;
+  emit stateChanged(state_);
+  process_.terminate();
+}
+
+void EngineProcess::kill() {
+  if (state_ != State::Running && state_ != State::Stopping) return;
+  killed_ = true;
+  process_.kill();
+}
+
+QString EngineProcess::lastWords() const {
+  QStringList words = lastLines_;
+  if (!reportedError_.isEmpty() && !words.contains(reportedError_)) words << reportedError_;
+  return words.join(QLatin1Char('\n'));
+}
+
+void EngineProcess::rememberLine(const QString& line) {
+  if (line.trimmed().isEmpty()) return;
+  lastLines_ << line;
+  while (lastLines_.size() > kLastLines) lastLines_.removeFirst();
+}
+
+void EngineProcess::readStdout() {
+  stdoutBuffer_ += process_.readAllStandardOutput();
+  int newline;
+  while ((newline = stdoutBuffer_.indexOf('\n')) >= 0) {
+    const QByteArray line = stdoutBuffer_.left(newline);
+    stdoutBuffer_.remove(0, newline + 1);
+    handleLine(line);
+  }
+}
+
+void EngineProcess::readStderr() {
+  stderrBuffer_ += process_.readAllStandardError();
+  int newline;
+  while ((newline = stderrBuffer_.indexOf('\n')) >= 0) {
+    const QString line = QString::fromUtf8(stderrBuffer_.left(newline));
+    stderrBuffer_.remove(0, newline + 1);
+    rememberLine(line);
+    emit logReceived(QStringLiteral("stderr"), line);
+  }
+}
+
+void EngineProcess::handleLine(const QByteArray& raw) {
+  const QByteArray line = raw.trimmed();
+  if (line.isEmpty()) return;
+  QJsonParseError pe;
+  const QJsonDocument doc = QJsonDocument::fromJson(line, &pe);
+  if (pe.error != QJsonParseError::NoError || !doc.isObject()) {
+    // Not an event: keep it as plain output.
+    rememberLine(QString::fromUtf8(line));
+    emit logReceived(QStringLiteral("stdout"), QString::fromUtf8(line));
+    return;
+  }
+  const QJsonObject event = doc.object();
+  const QString type = event.value(QLatin1String("type")).toString();
+  if (type == QLatin1String("step")) {
+    emit stepReceived(event);
+  } else if (type == QLatin1String("epoch")) {
+    emit epochReceived(event);
+  } else if (type == QLatin1String("run_started")) {
+    runId_ = event.value(QLatin1String("run_id")).toInteger();
+    startEvent_ = event;
+    emit runStarted(runId_, event);
+  } else if (type == QLatin1String("log")) {
+    const QString level = event.value(QLatin1String("level")).toString(QStringLiteral("info"));
+    const QString message = event.value(QLatin1String("message")).toString();
+    if (level == QLatin1String("error") || level == QLatin1String("warning")) rememberLine(message);
+    emit logReceived(level, message);
+  } else if (type == QLatin1String("finished")) {
+    reportedStatus_ = event.value(QLatin1String("status")).toString(QStringLiteral("finished"));
+  } else if (type == QLatin1String("failed")) {
+    reportedStatus_ = QStringLiteral("failed");
+    reportedError_ = event.value(QLatin1String("error")).toString();
+    rememberLine(reportedError_);
+    emit logReceived(QStringLiteral("error"), reportedError_);
+  }
+}
+
+void EngineProcess::onError(QProcess::ProcessError error) {
+  if (error == QProcess::FailedToStart) {
+    rememberLine(tr("could not start the engine '%1': %2").arg(enginePath_, process_.errorString()));
+    markFailedInStore(lastWords());
+    finish(QStringLiteral("failed"), lastWords());
+  }
+}
+
+void EngineProcess::onFinished(int exitCode, QProcess::ExitStatus exitStatus) {
+  readStdout();
+  if (!stdoutBuffer_.isEmpty()) handleLine(stdoutBuffer_);
+  stdoutBuffer_.clear();
+  readStderr();
+  if (!stderrBuffer_.isEmpty()) rememberLine(QString::fromUtf8(stderrBuffer_));
+  stderrBuffer_.clear();
+
+  if (exitStatus == QProcess::NormalExit && exitCode == 0 &&
+      (reportedStatus_ == QLatin1String("finished") || reportedStatus_ == QLatin1String("stopped"))) {
+    finish(reportedStatus_, QString());
+    return;
+  }
+  if (killed_) rememberLine(tr("the engine was killed (SIGKILL) from the workbench"));
+  else if (exitStatus == QProcess::CrashExit) rememberLine(tr("the engine crashed (%1)").arg(process_.errorString()));
+  else if (reportedStatus_.isEmpty() || exitCode != 0)
+    rememberLine(tr("the engine exited with code %1 without finishing the run").arg(exitCode));
+  markFailedInStore(lastWords());
+  finish(QStringLiteral("failed"), lastWords());
+}
+
+void EngineProcess::markFailedInStore(const QString& message) {
+  try {
+    tb::RunStore store(databasePath_.toStdString());
+    if (runId_ > 0) {
+      const auto run = store.get_run(runId_);
+      if (run && !tb::is_terminal_run_status(run->status))
+        store.set_status(runId_, tb::run_status::kFailed, message.toStdString());
+    } else {
+      // The engine died before it recorded the run: record it here.
+      tb::RunRecord record;
+      record.name = name().toStdString();
+      record.config = nlohmann::json::parse(QJsonDocument(config_).toJson(QJsonDocument::Compact).toStdString());
+      runId_ = store.create_run(record);
+      store.set_status(runId_, tb::run_status::kFailed, message.toStdString());
+    }
+  } catch (const std::exception& e) {
+    rememberLine(tr("could not mark the run failed in %1: %2").arg(databasePath_, QString::fromUtf8(e.what())));
+  }
+}
+
+void EngineProcess::finish(const QString& status, const QString& message) {
+  if (state_ == State::Ended) return;
+  state_ = State::Ended;
+  finalStatus_ = status;
+  emit stateChanged(state_);
+  emit ended(status, message);
+}

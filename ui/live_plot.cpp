@@ -1,0 +1,465 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "live_plot.h"
+
+#include <qcustomplot.h>
+
+#include <QDateTime>
+#include <QFileInfo>
+#include <QMenu>
+#include <QSaveFile>
+#include <QSvgGenerator>
+#include <QTextStream>
+#include <QTimer>
+#include <QVBoxLayout>
+#include <algorithm>
+#include <cmath>
+
+#include "plot_export_dialog.h"
+#include "series_downsampler.h"
+
+namespace {
+const QColor kCurveColors[] = {QColor(31, 119, 180), QColor(255, 127, 14), QColor(44, 160, 44),
+                               QColor(214, 39, 40),  QColor(148, 103, 189), QColor(140, 86, 75),
+                               QColor(227, 119, 194), QColor(127, 127, 127), QColor(188, 189, 34),
+                               QColor(23, 190, 207)};
+}  // namespace
+
+LivePlot::LivePlot(const QString& title, const QString& yLabel, QWidget* parent)
+    : QWidget(parent), title_(title), yLabel_(yLabel) {
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(0, 0, 0, 0);
+  plot_ = new QCustomPlot(this);
+  plot_->setMinimumHeight(220);
+  layout->addWidget(plot_);
+
+  plot_->plotLayout()->insertRow(0);
+  QFont titleFont = font();
+  titleFont.setBold(true);
+  plot_->plotLayout()->addElement(0, 0, new QCPTextElement(plot_, title_, titleFont));
+  plot_->yAxis->setLabel(yLabel_);
+  plot_->xAxis->setLabel(xAxisTitle(xAxis_));
+  plot_->legend->setVisible(true);
+  QFont small = font();
+  small.setPointSizeF(std::max(6.0, small.pointSizeF() * 0.85));
+  plot_->legend->setFont(small);
+  plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+
+  // Zoom and pan along x; y follows the visible data.
+  plot_->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+  plot_->axisRect()->setRangeDrag(Qt::Horizontal);
+  plot_->axisRect()->setRangeZoom(Qt::Horizontal);
+
+  trackerLine_ = new QCPItemStraightLine(plot_);
+  trackerLine_->setVisible(false);
+  trackerLine_->setPen(QPen(QColor(128, 128, 128), 1, Qt::DashLine));
+  trackerLabel_ = new QCPItemText(plot_);
+  trackerLabel_->setVisible(false);
+  trackerLabel_->setPositionAlignment(Qt::AlignTop | Qt::AlignLeft);
+  trackerLabel_->setTextAlignment(Qt::AlignLeft);
+  trackerLabel_->position->setType(QCPItemPosition::ptAxisRectRatio);
+  trackerLabel_->position->setCoords(0.01, 0.02);
+  trackerLabel_->setPadding(QMargins(4, 3, 4, 3));
+  trackerLabel_->setFont(small);
+  trackerLabel_->setClipToAxisRect(true);
+
+  rangeTimer_ = new QTimer(this);
+  rangeTimer_->setSingleShot(true);
+  rangeTimer_->setInterval(30);
+  connect(rangeTimer_, &QTimer::timeout, this, &LivePlot::redraw);
+  connect(plot_->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this] {
+    if (redrawing_) return;
+    follow_ = false;
+    rangeTimer_->start();
+    emit viewChanged();
+  });
+  connect(plot_, &QCustomPlot::mouseDoubleClick, this, [this] { resetView(); });
+  plot_->setContextMenuPolicy(Qt::CustomContextMenu);
+  connect(plot_, &QWidget::customContextMenuRequested, this, &LivePlot::showContextMenu);
+  plot_->setMouseTracking(true);
+  plot_->installEventFilter(this);
+  setToolTip(tr("Wheel: zoom the x axis. Drag: pan. Double-click: show everything again. "
+                "Right-click: export, log scale."));
+  applyPalette();
+}
+
+void LivePlot::addCurve(const QString& label, const SeriesPoints* points, double yScale) {
+  Curve c;
+  c.label = label;
+  c.points = points;
+  c.yScale = yScale;
+  c.color = kCurveColors[curves_.size() % (sizeof(kCurveColors) / sizeof(kCurveColors[0]))];
+  curves_.append(c);
+  rebuildGraphs();
+}
+
+void LivePlot::removeCurves() {
+  curves_.clear();
+  rebuildGraphs();
+}
+
+QStringList LivePlot::curveLabels() const {
+  QStringList out;
+  for (const Curve& c : curves_) out << c.label;
+  return out;
+}
+
+void LivePlot::setStacked(bool stacked) {
+  stacked_ = stacked;
+  rebuildGraphs();
+}
+
+void LivePlot::setXAxis(XAxis axis) {
+  if (axis == xAxis_) return;
+  xAxis_ = axis;
+  plot_->xAxis->setLabel(xAxisTitle(axis));
+  if (axis == XAxis::WallTime) {
+    auto ticker = QSharedPointer<QCPAxisTickerDateTime>::create();
+    ticker->setDateTimeFormat(QStringLiteral("hh:mm:ss"));
+    plot_->xAxis->setTicker(ticker);
+  } else {
+    plot_->xAxis->setTicker(QSharedPointer<QCPAxisTicker>::create());
+  }
+  follow_ = true;
+  redraw();
+}
+
+void LivePlot::setSmoothing(double alpha) {
+  alpha = std::clamp(alpha, 0.0, 0.999);
+  if (alpha == alpha_) return;
+  const bool modeChanged = (alpha > 0) != (alpha_ > 0);
+  alpha_ = alpha;
+  if (modeChanged) rebuildGraphs();
+  else redraw();
+}
+
+void LivePlot::setLogScale(bool on) {
+  log_ = on;
+  if (on) {
+    plot_->yAxis->setScaleType(QCPAxis::stLogarithmic);
+    plot_->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
+  } else {
+    plot_->yAxis->setScaleType(QCPAxis::stLinear);
+    plot_->yAxis->setTicker(QSharedPointer<QCPAxisTicker>::create());
+  }
+  redraw();
+}
+
+void LivePlot::refresh() { redraw(); }
+
+void LivePlot::resetView() {
+  follow_ = true;
+  redraw();
+  emit viewChanged();
+}
+
+int LivePlot::displayedPointCount() const {
+  int n = 0;
+  for (int i = 0; i < plot_->graphCount(); ++i)
+    if (plot_->graph(i)->visible()) n += plot_->graph(i)->data()->size();
+  return n;
+}
+
+void LivePlot::rebuildGraphs() {
+  plot_->clearGraphs();
+  QCPGraph* previous = nullptr;
+  for (Curve& c : curves_) {
+    c.raw = plot_->addGraph();
+    c.smooth = plot_->addGraph();
+    c.raw->setName(c.label);
+    c.smooth->setName(c.label);
+    if (stacked_) {
+      c.raw->setPen(QPen(c.color, 1.2));
+      QColor fill = c.color;
+      fill.setAlpha(110);
+      c.raw->setBrush(fill);
+      c.raw->setChannelFillGraph(previous);
+      c.smooth->setVisible(false);
+      c.smooth->removeFromLegend();
+      previous = c.raw;
+    } else if (alpha_ > 0) {
+      QColor faint = c.color;
+      faint.setAlpha(60);
+      c.raw->setPen(QPen(faint, 1));
+      c.raw->removeFromLegend();
+      c.smooth->setPen(QPen(c.color, 1.8));
+      c.smooth->setVisible(true);
+    } else {
+      c.raw->setPen(QPen(c.color, 1.5));
+      c.smooth->setVisible(false);
+      c.smooth->removeFromLegend();
+    }
+    if (c.points && c.points->size() < 200 && !stacked_) {
+      // Few points (epoch metrics): mark them.
+      c.raw->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 5));
+      c.smooth->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 5));
+    }
+  }
+  redraw();
+}
+
+void LivePlot::updateEma(Curve& c) {
+  if (c.emaAlpha != alpha_ || c.ema.size() > c.points->size()) {
+    c.ema.clear();
+    c.emaState = 0;
+    c.emaWeight = 0;
+    c.emaAlpha = alpha_;
+  }
+  const QVector<double>& v = c.points->value;
+  c.ema.reserve(v.size());
+  for (int i = c.ema.size(); i < v.size(); ++i) {
+    if (std::isnan(v[i])) {
+      c.ema.append(c.emaWeight > 0 ? c.emaState / c.emaWeight : v[i]);
+      continue;
+    }
+    // Exponential moving average, corrected for its start at zero.
+    c.emaState = alpha_ * c.emaState + (1 - alpha_) * v[i];
+    c.emaWeight = alpha_ * c.emaWeight + (1 - alpha_);
+    c.ema.append(c.emaState / c.emaWeight);
+  }
+}
+
+QVector<double> LivePlot::displayValues(const Curve& c, int n) const {
+  const QVector<double>& src = alpha_ > 0 ? c.ema : c.points->value;
+  if (c.yScale == 1.0 && src.size() == n) return src;
+  QVector<double> out(n);
+  for (int i = 0; i < n && i < src.size(); ++i) out[i] = src[i] * c.yScale;
+  return out;
+}
+
+bool LivePlot::dataRange(double* xMin, double* xMax) const {
+  bool any = false;
+  for (const Curve& c : curves_) {
+    if (!c.points || c.points->isEmpty()) continue;
+    const QVector<double>& x = c.points->x(xAxis_);
+    if (x.isEmpty()) continue;
+    if (!any) {
+      *xMin = x.first();
+      *xMax = x.last();
+    } else {
+      *xMin = std::min(*xMin, x.first());
+      *xMax = std::max(*xMax, x.last());
+    }
+    any = true;
+  }
+  return any;
+}
+
+void LivePlot::redraw() {
+  redrawing_ = true;
+  double lo = 0, hi = 1;
+  if (follow_ && dataRange(&lo, &hi)) {
+    if (hi <= lo) {
+      lo -= 0.5;
+      hi += 0.5;
+    }
+    plot_->xAxis->setRange(lo, hi);
+  }
+  const QCPRange r = plot_->xAxis->range();
+  const int columns = std::max(50, plot_->axisRect()->width());
+  double yMin = std::numeric_limits<double>::infinity(), yMax = -yMin;
+  auto account = [&](const QVector<double>& xs, const QVector<double>& ys) {
+    for (int i = 0; i < ys.size(); ++i) {
+      if (xs[i] < r.lower || xs[i] > r.upper) continue;
+      if (log_ && ys[i] <= 0) continue;
+      yMin = std::min(yMin, ys[i]);
+      yMax = std::max(yMax, ys[i]);
+    }
+  };
+  QVector<double> dx, dy, cumulative;
+  for (Curve& c : curves_) {
+    if (!c.points) continue;
+    const int n = c.points->size();
+    const QVector<double>& x = c.points->x(xAxis_);
+    if (alpha_ > 0) updateEma(c);
+    if (stacked_) {
+      const QVector<double> v = displayValues(c, n);
+      if (cumulative.size() < n) cumulative.resize(n, 0.0);
+      for (int i = 0; i < n; ++i)
+        if (!std::isnan(v[i])) cumulative[i] += v[i];
+      SeriesDownsampler::downsample(x, cumulative.mid(0, n), r.lower, r.upper, columns, &dx, &dy);
+      c.raw->setData(dx, dy, true);
+      account(dx, dy);
+      continue;
+    }
+    if (alpha_ > 0) {
+      QVector<double> rawScaled = c.points->value;
+      if (c.yScale != 1.0)
+        for (double& v : rawScaled) v *= c.yScale;
+      SeriesDownsampler::downsample(x, rawScaled, r.lower, r.upper, columns, &dx, &dy);
+      c.raw->setData(dx, dy, true);
+      SeriesDownsampler::downsample(x, displayValues(c, n), r.lower, r.upper, columns, &dx, &dy);
+      c.smooth->setData(dx, dy, true);
+      account(dx, dy);
+    } else {
+      SeriesDownsampler::downsample(x, displayValues(c, n), r.lower, r.upper, columns, &dx, &dy);
+      c.raw->setData(dx, dy, true);
+      account(dx, dy);
+    }
+  }
+  if (yMin <= yMax) {
+    if (log_) {
+      plot_->yAxis->setRange(yMin / 1.3, yMax * 1.3);
+    } else {
+      double pad = (yMax - yMin) * 0.06;
+      if (pad == 0) pad = std::max(std::abs(yMax) * 0.05, 1e-9);
+      plot_->yAxis->setRange(stacked_ ? std::min(0.0, yMin) : yMin - pad, yMax + pad);
+    }
+  }
+  plot_->replot(QCustomPlot::rpQueuedReplot);
+  redrawing_ = false;
+}
+
+static QString formatX(XAxis axis, double x) {
+  switch (axis) {
+    case XAxis::Step: return QObject::tr("step %1").arg(qint64(std::llround(x)));
+    case XAxis::Epoch: return QObject::tr("epoch %1").arg(x, 0, 'f', 3);
+    case XAxis::RelativeTime: return QObject::tr("t = %1 s").arg(x, 0, 'f', 2);
+    case XAxis::WallTime:
+      return QDateTime::fromMSecsSinceEpoch(qint64(x * 1000)).toString(QStringLiteral("yyyy-MM-dd hh:mm:ss"));
+  }
+  return {};
+}
+
+QString LivePlot::trackerText(double x) const {
+  QStringList lines{formatX(xAxis_, x)};
+  for (const Curve& c : curves_) {
+    if (!c.points || c.points->isEmpty()) continue;
+    const QVector<double>& xs = c.points->x(xAxis_);
+    int i = int(std::lower_bound(xs.begin(), xs.end(), x) - xs.begin());
+    if (i >= xs.size()) i = xs.size() - 1;
+    if (i > 0 && std::abs(xs[i - 1] - x) < std::abs(xs[i] - x)) --i;
+    const double v = (alpha_ > 0 && i < c.ema.size() ? c.ema[i] : c.points->value[i]) * c.yScale;
+    lines << QStringLiteral("%1: %2").arg(c.label, QString::number(v, 'g', 5));
+  }
+  return lines.join(QLatin1Char('\n'));
+}
+
+void LivePlot::updateTracker(double pixelX) {
+  const QRect rect = plot_->axisRect()->rect();
+  if (curves_.isEmpty() || pixelX < rect.left() || pixelX > rect.right()) {
+    trackerLine_->setVisible(false);
+    trackerLabel_->setVisible(false);
+  } else {
+    const double x = plot_->xAxis->pixelToCoord(pixelX);
+    trackerLine_->point1->setCoords(x, 0);
+    trackerLine_->point2->setCoords(x, 1);
+    trackerLine_->setVisible(true);
+    trackerLabel_->setText(trackerText(x));
+    trackerLabel_->setVisible(true);
+  }
+  plot_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+bool LivePlot::eventFilter(QObject* watched, QEvent* event) {
+  if (watched == plot_) {
+    if (event->type() == QEvent::MouseMove)
+      updateTracker(static_cast<QMouseEvent*>(event)->position().x());
+    else if (event->type() == QEvent::Leave)
+      updateTracker(-1e9);
+  }
+  return QWidget::eventFilter(watched, event);
+}
+
+void LivePlot::changeEvent(QEvent* event) {
+  if (event->type() == QEvent::PaletteChange || event->type() == QEvent::StyleChange) applyPalette();
+  QWidget::changeEvent(event);
+}
+
+void LivePlot::applyPalette() {
+  const QPalette pal = palette();
+  const QColor bg = pal.color(QPalette::Base), fg = pal.color(QPalette::Text);
+  QColor grid = fg;
+  grid.setAlpha(40);
+  plot_->setBackground(bg);
+  for (QCPAxis* axis : {plot_->xAxis, plot_->yAxis, plot_->xAxis2, plot_->yAxis2}) {
+    axis->setBasePen(QPen(fg));
+    axis->setTickPen(QPen(fg));
+    axis->setSubTickPen(QPen(fg));
+    axis->setTickLabelColor(fg);
+    axis->setLabelColor(fg);
+    axis->grid()->setPen(QPen(grid, 1, Qt::DotLine));
+  }
+  QColor legendBg = bg;
+  legendBg.setAlpha(200);
+  plot_->legend->setBrush(legendBg);
+  plot_->legend->setTextColor(fg);
+  plot_->legend->setBorderPen(QPen(grid));
+  if (auto* t = qobject_cast<QCPTextElement*>(plot_->plotLayout()->element(0, 0))) t->setTextColor(fg);
+  trackerLabel_->setColor(fg);
+  trackerLabel_->setBrush(legendBg);
+  trackerLabel_->setPen(QPen(grid));
+  plot_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void LivePlot::showContextMenu(const QPoint& pos) {
+  QMenu menu(this);
+  menu.addAction(tr("Show everything"), this, &LivePlot::resetView);
+  QAction* logAction = menu.addAction(tr("Logarithmic y axis"));
+  logAction->setCheckable(true);
+  logAction->setChecked(log_);
+  connect(logAction, &QAction::toggled, this, &LivePlot::setLogScale);
+  menu.addSeparator();
+  menu.addAction(tr("Export image (PNG, SVG, PDF)…"), this, [this] { PlotExportDialog::exportPlotImage(this); });
+  menu.addAction(tr("Export data as CSV…"), this, [this] { PlotExportDialog::exportPlotCsv(this); });
+  menu.exec(plot_->mapToGlobal(pos));
+}
+
+bool LivePlot::exportImage(const QString& path, int width, int height, QString* error) {
+  const bool trackerWasVisible = trackerLabel_->visible();
+  trackerLine_->setVisible(false);
+  trackerLabel_->setVisible(false);
+  plot_->legend->setVisible(true);
+  const QString suffix = QFileInfo(path).suffix().toLower();
+  bool ok = false;
+  if (suffix == QLatin1String("png")) {
+    ok = plot_->savePng(path, width, height, 1.0);
+  } else if (suffix == QLatin1String("pdf")) {
+    ok = plot_->savePdf(path, width, height);
+  } else if (suffix == QLatin1String("svg")) {
+    QSvgGenerator generator;
+    generator.setFileName(path);
+    generator.setSize(QSize(width, height));
+    generator.setViewBox(QRect(0, 0, width, height));
+    generator.setTitle(title_);
+    generator.setDescription(tr("Trainbench plot"));
+    QCPPainter painter;
+    if (painter.begin(&generator)) {
+      plot_->toPainter(&painter, width, height);
+      ok = painter.end();
+    }
+  } else if (error) {
+    *error = tr("unknown image type '%1' (use .png, .svg or .pdf)").arg(suffix);
+    return false;
+  }
+  trackerLine_->setVisible(trackerWasVisible);
+  trackerLabel_->setVisible(trackerWasVisible);
+  if (!ok && error) *error = tr("could not write %1").arg(path);
+  return ok;
+}
+
+bool LivePlot::exportCsv(const QString& path, QString* error) const {
+  QSaveFile f(path);
+  if (!f.open(QIODevice::WriteOnly | QIODevice::Text)) {
+    if (error) *error = f.errorString();
+    return false;
+  }
+  QTextStream out(&f);
+  out << "series,step,epoch,time_s,wall_time_unix_s,value\n";
+  for (const Curve& c : curves_) {
+    if (!c.points) continue;
+    QString label = c.label;
+    if (label.contains(QLatin1Char(',')) || label.contains(QLatin1Char('"')))
+      label = QLatin1Char('"') + label.replace(QLatin1Char('"'), QStringLiteral("\"\"")) + QLatin1Char('"');
+    const SeriesPoints& p = *c.points;
+    for (int i = 0; i < p.size(); ++i)
+      out << label << ',' << p.step[i] << ',' << p.epoch[i] << ',' << p.time[i] << ','
+          << QString::number(p.wall[i], 'f', 3) << ',' << QString::number(p.value[i] * c.yScale, 'g', 10)
+          << '\n';
+  }
+  out.flush();
+  if (!f.commit()) {
+    if (error) *error = f.errorString();
+    return false;
+  }
+  return true;
+}

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+#include <QColor>
+#include <QList>
+#include <QPointer>
+#include <QString>
+#include <QVector>
+#include <QWidget>
+
+#include "series_data.h"
+
+class QCustomPlot;
+class QCPGraph;
+class QCPItemStraightLine;
+class QCPItemText;
+class QTimer;
+
+// One plot of one or more metric curves, fed from SeriesPoints that its owner
+// keeps alive and appends to. Draws every curve downsampled to the plot's pixel
+// width (spikes kept), optionally EMA-smoothed with the raw curve drawn faintly
+// behind, optionally stacked (for the step-time breakdown). The x axis can be
+// step, epoch, relative or wall time; the y axis linear or logarithmic.
+// Zoom with the wheel, pan by dragging, double-click to reset; a hover tracker
+// shows every curve's value at the mouse's x.
+class LivePlot : public QWidget {
+  Q_OBJECT
+ public:
+  explicit LivePlot(const QString& title, const QString& yLabel, QWidget* parent = nullptr);
+
+  QString title() const { return title_; }
+  // points must outlive the plot (or removeCurves() must be called first).
+  void addCurve(const QString& label, const SeriesPoints* points, double yScale = 1.0);
+  void removeCurves();
+  int curveCount() const { return curves_.size(); }
+  QStringList curveLabels() const;
+
+  void setStacked(bool stacked);
+  void setXAxis(XAxis axis);
+  XAxis xAxis() const { return xAxis_; }
+  void setSmoothing(double alpha);  // 0 = off, up to 0.999
+  double smoothing() const { return alpha_; }
+  void setLogScale(bool on);
+  bool logScale() const { return log_; }
+
+  // Re-reads the curves' points (new data) and redraws; cheap enough to call a
+  // few times a second on million-point series.
+  void refresh();
+  // Back to showing all data, following new points.
+  void resetView();
+  bool followsData() const { return follow_; }
+
+  // Number of points currently handed to QCustomPlot over all graphs (tests).
+  int displayedPointCount() const;
+  // Text the hover tracker shows for data x (tests use it too).
+  QString trackerText(double x) const;
+
+  bool exportImage(const QString& path, int width = 1200, int height = 700, QString* error = nullptr);
+  bool exportCsv(const QString& path, QString* error = nullptr) const;
+  QCustomPlot* customPlot() const { return plot_; }
+
+ signals:
+  void viewChanged();
+
+ protected:
+  bool eventFilter(QObject* watched, QEvent* event) override;
+  void changeEvent(QEvent* event) override;
+
+ private:
+  struct Curve {
+    QString label;
+    const SeriesPoints* points = nullptr;
+    double yScale = 1.0;
+    QColor color;
+    QCPGraph* raw = nullptr;       // faint when smoothing, else the curve itself
+    QCPGraph* smooth = nullptr;
+    QVector<double> ema;           // smoothed values, same length as points->value
+    double emaState = 0, emaWeight = 0;
+    double emaAlpha = -1;
+  };
+  void updateEma(Curve& c);
+  QVector<double> displayValues(const Curve& c, int n) const;  // scaled, smoothed if on
+  void rebuildGraphs();
+  void redraw();
+  void applyPalette();
+  void updateTracker(double pixelX);
+  void showContextMenu(const QPoint& pos);
+  bool dataRange(double* xMin, double* xMax) const;
+
+  QString title_, yLabel_;
+  QCustomPlot* plot_ = nullptr;
+  QList<Curve> curves_;
+  XAxis xAxis_ = XAxis::Step;
+  double alpha_ = 0;
+  bool log_ = false, stacked_ = false, follow_ = true, redrawing_ = false;
+  QCPItemStraightLine* trackerLine_ = nullptr;
+  QCPItemText* trackerLabel_ = nullptr;
+  QTimer* rangeTimer_ = nullptr;
+};

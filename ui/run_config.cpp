@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "run_config.h"
+
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QSaveFile>
+#include <QSet>
+
+#include "trick_catalog.h"
+
+namespace RunConfig {
+
+QJsonObject fallbackDefaults() {
+  QJsonObject c{
+      {"name", "run"},
+      {"model", "fmnist-cnn"},
+      {"dataset", "fashion-mnist"},
+      {"data_dir", "/usr/share/datasets/fashion-mnist"},
+      {"train_limit", 0},
+      {"test_limit", 0},
+      {"synthetic_shape", QJsonArray{3, 32, 32}},
+      {"synthetic_size", 10000},
+      {"device", "auto"},
+      {"epochs", 1},
+      {"max_steps", 0},
+      {"batch_size", 64},
+      {"optimizer", "sgd"},
+      {"lr", 0.05},
+      {"momentum", 0.9},
+      {"nesterov", false},
+      {"weight_decay", 5e-4},
+      {"beta1", 0.9},
+      {"beta2", 0.999},
+      {"eps", 1e-8},
+      {"alpha", 0.99},
+      {"schedule", "constant"},
+      {"step_size", 1000},
+      {"gamma", 0.1},
+      {"min_lr", 0.0},
+      {"lr_scaling", "none"},
+      {"base_batch_size", 64},
+      {"warmup_steps", 0},
+      {"label_smoothing", 0.0},
+      {"seed", 1},
+      {"random_crop_padding", 0},
+      {"horizontal_flip", false},
+      {"pad_to_32", false},
+      {"log_every", 1},
+  };
+  // Every trick key with its neutral default.
+  for (const TrickInfo& t : TrickCatalog::instance().tricks())
+    if (!c.contains(t.key)) c.insert(t.key, t.defaultValue);
+  return c;
+}
+
+QJsonObject merged(const QJsonObject& base, const QJsonObject& overrides) {
+  QJsonObject out = base;
+  for (auto it = overrides.begin(); it != overrides.end(); ++it) out.insert(it.key(), it.value());
+  return out;
+}
+
+QStringList differingKeys(const QList<QJsonObject>& configs) {
+  QSet<QString> all;
+  for (const QJsonObject& c : configs)
+    for (const QString& k : c.keys()) all.insert(k);
+  QStringList out;
+  for (const QString& k : all) {
+    bool same = true;
+    for (int i = 1; i < configs.size() && same; ++i) {
+      if (configs[i].contains(k) != configs[0].contains(k) || configs[i].value(k) != configs[0].value(k))
+        same = false;
+    }
+    if (!same) out << k;
+  }
+  out.sort();
+  return out;
+}
+
+QString valueText(const QJsonValue& v) {
+  switch (v.type()) {
+    case QJsonValue::Bool: return v.toBool() ? QStringLiteral("true") : QStringLiteral("false");
+    case QJsonValue::Double: return QString::number(v.toDouble(), 'g', 8);
+    case QJsonValue::String: return v.toString();
+    case QJsonValue::Array:
+      return QString::fromUtf8(QJsonDocument(v.toArray()).toJson(QJsonDocument::Compact));
+    case QJsonValue::Object:
+      return QString::fromUtf8(QJsonDocument(v.toObject()).toJson(QJsonDocument::Compact));
+    case QJsonValue::Null: return QStringLiteral("null");
+    default: return QStringLiteral("—");
+  }
+}
+
+bool save(const QJsonObject& config, const QString& path, QString* error) {
+  QSaveFile f(path);
+  if (!f.open(QIODevice::WriteOnly)) {
+    if (error) *error = f.errorString();
+    return false;
+  }
+  f.write(QJsonDocument(config).toJson(QJsonDocument::Indented));
+  if (!f.commit()) {
+    if (error) *error = f.errorString();
+    return false;
+  }
+  return true;
+}
+
+bool load(const QString& path, QJsonObject* config, QString* error) {
+  QFile f(path);
+  if (!f.open(QIODevice::ReadOnly)) {
+    if (error) *error = f.errorString();
+    return false;
+  }
+  QJsonParseError pe;
+  const QJsonDocument doc = QJsonDocument::fromJson(f.readAll(), &pe);
+  if (pe.error != QJsonParseError::NoError || !doc.isObject()) {
+    if (error)
+      *error = pe.error != QJsonParseError::NoError
+                   ? QStringLiteral("%1 at offset %2").arg(pe.errorString()).arg(pe.offset)
+                   : QStringLiteral("the file does not hold a JSON object");
+    return false;
+  }
+  *config = doc.object();
+  return true;
+}
+
+}  // namespace RunConfig

@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+#include <QJsonObject>
+#include <QString>
+#include <QStringList>
+
+// Helpers for the flat run-configuration JSON object the engine reads.
+namespace RunConfig {
+
+// The defaults the GUI uses until the engine tells it its own
+// (`trainbench-engine config --defaults`).
+QJsonObject fallbackDefaults();
+
+// base with every key of overrides replaced.
+QJsonObject merged(const QJsonObject& base, const QJsonObject& overrides);
+
+// Keys whose values differ between any of the configs (union of keys; a key
+// missing from one config counts as different). Sorted.
+QStringList differingKeys(const QList<QJsonObject>& configs);
+
+// Compact text of one value for tables ("true", "0.1", "[1,28,28]").
+QString valueText(const QJsonValue& value);
+
+// Read/write a configuration file; on failure return false and set *error.
+bool save(const QJsonObject& config, const QString& path, QString* error);
+bool load(const QString& path, QJsonObject* config, QString* error);
+
+}  // namespace RunConfig

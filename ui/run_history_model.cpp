@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "run_history_model.h"
+
+#include <QBrush>
+#include <QColor>
+#include <QDateTime>
+#include <QSet>
+#include <cmath>
+#include <exception>
+
+RunHistoryModel::RunHistoryModel(QObject* parent) : QAbstractTableModel(parent) {}
+
+void RunHistoryModel::setRuns(const QList<RunSummary>& runs) {
+  beginResetModel();
+  runs_ = runs;
+  endResetModel();
+}
+
+bool RunHistoryModel::reload(const QString& databasePath, QString* error) {
+  try {
+    tb::RunStore store(databasePath.toStdString());
+    store.mark_interrupted_runs();
+    QList<RunSummary> runs;
+    for (const tb::RunRecord& r : store.list_runs()) runs.append(RunSummary::fromRecord(r));
+    setRuns(runs);
+    return true;
+  } catch (const std::exception& e) {
+    if (error) *error = QString::fromUtf8(e.what());
+    setRuns({});
+    return false;
+  }
+}
+
+const RunSummary* RunHistoryModel::run(qint64 id) const {
+  for (const RunSummary& r : runs_)
+    if (r.id == id) return &r;
+  return nullptr;
+}
+
+QStringList RunHistoryModel::models() const {
+  QSet<QString> set;
+  for (const RunSummary& r : runs_)
+    if (!r.model.isEmpty()) set.insert(r.model);
+  QStringList out(set.begin(), set.end());
+  out.sort();
+  return out;
+}
+
+QStringList RunHistoryModel::tags() const {
+  QSet<QString> set;
+  for (const RunSummary& r : runs_)
+    for (const QString& t : r.tags.split(QLatin1Char(','), Qt::SkipEmptyParts)) set.insert(t.trimmed());
+  QStringList out(set.begin(), set.end());
+  out.sort();
+  return out;
+}
+
+int RunHistoryModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : runs_.size(); }
+
+int RunHistoryModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : ColumnCount; }
+
+QString RunHistoryModel::formatNumber(double v, int decimals) {
+  return std::isnan(v) ? QStringLiteral("—") : QString::number(v, 'f', decimals);
+}
+
+QString RunHistoryModel::formatBytes(double bytes) {
+  if (std::isnan(bytes)) return QStringLiteral("—");
+  return QStringLiteral("%1 MiB").arg(bytes / (1024.0 * 1024.0), 0, 'f', 1);
+}
+
+static QString localDate(const QString& iso) {
+  const QDateTime t = QDateTime::fromString(iso, Qt::ISODateWithMs);
+  return t.isValid() ? t.toLocalTime().toString(QStringLiteral("yyyy-MM-dd hh:mm")) : iso;
+}
+
+QVariant RunHistoryModel::data(const QModelIndex& index, int role) const {
+  if (!index.isValid() || index.row() >= runs_.size()) return {};
+  const RunSummary& r = runs_[index.row()];
+  switch (role) {
+    case RunIdRole: return r.id;
+    case StatusRole: return r.status;
+    case ModelRole: return r.model;
+    case TagsRole: return r.tags;
+    case SearchTextRole:
+      return QStringList{r.name, r.model, r.dataset, r.device, r.status, r.tags, r.notes}.join(QLatin1Char(' '));
+    case Qt::ToolTipRole:
+      if (!r.error.isEmpty()) return tr("Error: %1").arg(r.error);
+      if (!r.notes.isEmpty()) return r.notes;
+      return {};
+    case Qt::ForegroundRole:
+      if (index.column() == Status) {
+        if (r.status == QLatin1String("failed")) return QBrush(QColor(200, 40, 40));
+        if (r.status == QLatin1String("running")) return QBrush(QColor(30, 120, 200));
+      }
+      return {};
+    case Qt::TextAlignmentRole:
+      if (index.column() >= MedianStep && index.column() <= FinalAccuracy)
+        return int(Qt::AlignRight | Qt::AlignVCenter);
+      return {};
+    case SortRole:
+      switch (index.column()) {
+        case MedianStep: return std::isnan(r.medianStepMs) ? -1.0 : r.medianStepMs;
+        case SamplesPerSecond: return std::isnan(r.samplesPerSecond) ? -1.0 : r.samplesPerSecond;
+        case PeakMemory: return std::isnan(r.peakMemoryBytes) ? -1.0 : r.peakMemoryBytes;
+        case FinalAccuracy: return std::isnan(r.finalAccuracy) ? -1.0 : r.finalAccuracy;
+        case Date: return r.createdAt;
+        default: break;
+      }
+      return data(index, Qt::DisplayRole);
+    case Qt::DisplayRole:
+      switch (index.column()) {
+        case Name: return r.name;
+        case Date: return localDate(r.createdAt);
+        case Model: return r.model;
+        case Dataset: return r.dataset;
+        case Device: return r.device;
+        case Status: return r.status;
+        case MedianStep: return formatNumber(r.medianStepMs, 2);
+        case SamplesPerSecond: return formatNumber(r.samplesPerSecond, 1);
+        case PeakMemory: return formatBytes(r.peakMemoryBytes);
+        case FinalAccuracy:
+          return std::isnan(r.finalAccuracy) ? QStringLiteral("—")
+                                             : QStringLiteral("%1 %").arg(r.finalAccuracy * (r.finalAccuracy <= 1.0 ? 100.0 : 1.0), 0, 'f', 2);
+        case Tags: return r.tags;
+      }
+      return {};
+    default: return {};
+  }
+}
+
+QVariant RunHistoryModel::headerData(int section, Qt::Orientation orientation, int role) const {
+  if (orientation != Qt::Horizontal) return {};
+  if (role == Qt::DisplayRole) {
+    switch (section) {
+      case Name: return tr("Name");
+      case Date: return tr("Date");
+      case Model: return tr("Model");
+      case Dataset: return tr("Data set");
+      case Device: return tr("Device");
+      case Status: return tr("Status");
+      case MedianStep: return tr("Median step (ms)");
+      case SamplesPerSecond: return tr("Samples/s");
+      case PeakMemory: return tr("Peak memory");
+      case FinalAccuracy: return tr("Final accuracy");
+      case Tags: return tr("Tags");
+    }
+  }
+  if (role == Qt::ToolTipRole) {
+    switch (section) {
+      case MedianStep: return tr("Median time of one training step (robust to the slow first steps).");
+      case SamplesPerSecond: return tr("Training throughput over the run.");
+      case PeakMemory: return tr("Highest GPU memory allocated by the run.");
+      case FinalAccuracy: return tr("Test accuracy after the last epoch.");
+      default: break;
+    }
+  }
+  return {};
+}

@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+#include <QAbstractTableModel>
+#include <QList>
+
+#include "run_summary.h"
+
+// The run store's runs as a table: one row per run.
+class RunHistoryModel : public QAbstractTableModel {
+  Q_OBJECT
+ public:
+  enum Column { Name, Date, Model, Dataset, Device, Status, MedianStep, SamplesPerSecond, PeakMemory,
+                FinalAccuracy, Tags, ColumnCount };
+  enum Role { RunIdRole = Qt::UserRole + 1, SortRole, StatusRole, ModelRole, TagsRole, SearchTextRole };
+
+  explicit RunHistoryModel(QObject* parent = nullptr);
+
+  void setRuns(const QList<RunSummary>& runs);
+  // Reads every run from the store (small query); returns false and sets
+  // *error when the database cannot be read.
+  bool reload(const QString& databasePath, QString* error = nullptr);
+
+  const QList<RunSummary>& runs() const { return runs_; }
+  const RunSummary* run(qint64 id) const;
+  QStringList models() const;
+  QStringList tags() const;
+
+  int rowCount(const QModelIndex& parent = {}) const override;
+  int columnCount(const QModelIndex& parent = {}) const override;
+  QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+  QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
+
+  static QString formatNumber(double v, int decimals);
+  static QString formatBytes(double bytes);
+
+ private:
+  QList<RunSummary> runs_;
+};

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "run_summary.h"
+
+#include <QJsonDocument>
+#include <cmath>
+#include <limits>
+
+namespace {
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// The first of several possible key names that holds a number.
+double firstNumber(const QJsonObject& o, std::initializer_list<const char*> keys) {
+  for (const char* k : keys) {
+    const QJsonValue v = o.value(QLatin1String(k));
+    if (v.isDouble()) return v.toDouble();
+  }
+  return kNaN;
+}
+}  // namespace
+
+RunSummary::RunSummary()
+    : medianStepMs(kNaN), samplesPerSecond(kNaN), peakMemoryBytes(kNaN), finalAccuracy(kNaN), batchSize(kNaN) {}
+
+QJsonObject RunSummary::toQt(const nlohmann::json& json) {
+  if (!json.is_object()) return {};
+  return QJsonDocument::fromJson(QByteArray::fromStdString(json.dump())).object();
+}
+
+RunSummary RunSummary::fromRecord(const tb::RunRecord& r) {
+  RunSummary s;
+  s.id = r.id;
+  s.name = QString::fromStdString(r.name);
+  s.createdAt = QString::fromStdString(r.created_at);
+  s.status = QString::fromStdString(r.status);
+  s.tags = QString::fromStdString(r.tags);
+  s.notes = QString::fromStdString(r.notes);
+  s.error = QString::fromStdString(r.error);
+  s.config = toQt(r.config);
+  s.summary = toQt(r.summary);
+  s.environment = toQt(r.environment);
+  s.tricks = toQt(r.tricks);
+  s.model = s.config.value(QLatin1String("model")).toString();
+  s.dataset = s.config.value(QLatin1String("dataset")).toString();
+  s.device = s.environment.value(QLatin1String("device")).toString();
+  if (s.device.isEmpty()) s.device = s.environment.value(QLatin1String("device_name")).toString();
+  if (s.device.isEmpty()) s.device = s.config.value(QLatin1String("device")).toString();
+  s.medianStepMs = firstNumber(s.summary, {"median_step_time_ms", "step_time_ms_median", "median_step_ms"});
+  s.samplesPerSecond = firstNumber(s.summary, {"samples_per_s", "median_samples_per_s", "samples_per_s_median"});
+  s.peakMemoryBytes = firstNumber(s.summary, {"gpu_mem_peak_bytes", "peak_memory_bytes", "peak_mem_bytes",
+                                              "host_mem_peak_bytes"});
+  s.finalAccuracy = firstNumber(s.summary, {"final_test_accuracy", "test_accuracy", "final_accuracy"});
+  s.batchSize = firstNumber(s.config, {"batch_size"});
+  return s;
+}

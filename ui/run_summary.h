@@ -1,0 +1,21 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+#include <QJsonObject>
+#include <QString>
+
+#include "engine/store/run_store.h"
+
+// The numbers the history and comparison tables show for one run, read from a
+// store record (its summary, config and environment), tolerant of summaries
+// that lack some of them (NaN then).
+struct RunSummary {
+  qint64 id = 0;
+  QString name, createdAt, model, dataset, device, status, tags, notes, error;
+  double medianStepMs, samplesPerSecond, peakMemoryBytes, finalAccuracy;
+  double batchSize;
+  QJsonObject config, summary, environment, tricks;
+
+  RunSummary();
+  static RunSummary fromRecord(const tb::RunRecord& record);
+  static QJsonObject toQt(const nlohmann::json& json);  // object or {}
+};

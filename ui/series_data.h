@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+#include <map>
+#include <QString>
+#include <QVector>
+
+// What a plot's x axis shows.
+enum class XAxis { Step, Epoch, RelativeTime, WallTime };
+
+// One metric series of one run, with every x the plots can show.
+// Times: RelativeTime in seconds since the run started, WallTime in seconds
+// since the Unix epoch.
+struct SeriesPoints {
+  QVector<double> step, epoch, time, wall, value;
+
+  int size() const { return value.size(); }
+  bool isEmpty() const { return value.isEmpty(); }
+  void reserve(int n);
+  void append(double stepX, double epochX, double timeX, double wallX, double y);
+  const QVector<double>& x(XAxis axis) const;
+};
+
+// All series of one run: per-step metrics and per-epoch metrics, by name.
+// std::map (not the implicitly shared QMap): values stay at the same address
+// while other keys are added, so a plot may keep pointers to them.
+struct RunSeries {
+  qint64 runId = 0;
+  QString runName;
+  double startWallSeconds = 0;  // Unix time of step 0
+  int stepsPerEpoch = 0;        // 0 when unknown
+  std::map<QString, SeriesPoints> step;
+  std::map<QString, SeriesPoints> epoch;
+
+  double epochOfStep(double stepIndex, double fallbackEpoch) const {
+    return stepsPerEpoch > 0 ? stepIndex / stepsPerEpoch : fallbackEpoch;
+  }
+};
+
+// Text for axis titles.
+QString xAxisTitle(XAxis axis);

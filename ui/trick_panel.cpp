@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "trick_panel.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QScrollArea>
+#include <QSpinBox>
+#include <QToolButton>
+#include <QVBoxLayout>
+
+#include "trick_catalog.h"
+
+TrickPanel::TrickPanel(QWidget* parent) : QWidget(parent) {
+  auto* outer = new QVBoxLayout(this);
+  outer->setContentsMargins(0, 0, 0, 0);
+  auto* scroll = new QScrollArea(this);
+  scroll->setWidgetResizable(true);
+  scroll->setFrameShape(QFrame::NoFrame);
+  auto* canvas = new QWidget(scroll);
+  auto* column = new QVBoxLayout(canvas);
+  scroll->setWidget(canvas);
+  outer->addWidget(scroll);
+
+  const TrickCatalog& catalog = TrickCatalog::instance();
+  for (const TrickGroup& group : catalog.groups()) {
+    auto* box = new QGroupBox(group.title, canvas);
+    auto* form = new QVBoxLayout(box);
+    form->setSpacing(2);
+    for (const TrickInfo& t : catalog.tricksInGroup(group.id)) {
+      auto* line = new QHBoxLayout;
+      QWidget* control = nullptr;
+      if (t.type == QLatin1String("bool")) {
+        auto* check = new QCheckBox(t.label, box);
+        connect(check, &QCheckBox::toggled, this, [this, key = t.key] {
+          if (!updating_) {
+            rows_[key].userValue = controlValue(key);
+            emit changed();
+          }
+        });
+        control = check;
+        line->addWidget(check, 1);
+      } else {
+        line->addWidget(new QLabel(t.label + QLatin1Char(':'), box), 1);
+        if (t.type == QLatin1String("choice")) {
+          auto* combo = new QComboBox(box);
+          for (const QVariant& option : t.options) combo->addItem(option.toString(), option);
+          connect(combo, &QComboBox::currentIndexChanged, this, [this, key = t.key] {
+            if (!updating_) {
+              rows_[key].userValue = controlValue(key);
+              emit changed();
+            }
+          });
+          control = combo;
+        } else if (t.type == QLatin1String("int")) {
+          auto* spin = new QSpinBox(box);
+          spin->setRange(int(t.minimum), int(std::min(t.maximum, 2.0e9)));
+          connect(spin, &QSpinBox::valueChanged, this, [this, key = t.key] {
+            if (!updating_) {
+              rows_[key].userValue = controlValue(key);
+              emit changed();
+            }
+          });
+          control = spin;
+        } else {
+          auto* spin = new QDoubleSpinBox(box);
+          spin->setDecimals(3);
+          spin->setRange(t.minimum, t.maximum);
+          spin->setSingleStep(0.1);
+          spin->setSpecialValueText(tr("off"));
+          connect(spin, &QDoubleSpinBox::valueChanged, this, [this, key = t.key] {
+            if (!updating_) {
+              rows_[key].userValue = controlValue(key);
+              emit changed();
+            }
+          });
+          control = spin;
+        }
+        control->setMinimumWidth(90);
+        line->addWidget(control);
+      }
+      control->setObjectName(QStringLiteral("trick_") + t.key);
+      control->setToolTip(QStringLiteral("<p><b>%1</b> (<code>%2</code>)</p><p>%3</p><p><i>%4</i></p>")
+                              .arg(t.label.toHtmlEscaped(), t.key, t.tooltip.toHtmlEscaped(),
+                                   tr("Watch: %1").arg(t.plot).toHtmlEscaped()));
+      auto* learn = new QToolButton(box);
+      learn->setText(QStringLiteral("?"));
+      learn->setAutoRaise(true);
+      learn->setToolTip(tr("Learn more about %1").arg(t.label));
+      connect(learn, &QToolButton::clicked, this, [this, key = t.key] { emit learnMoreRequested(key); });
+      line->addWidget(learn);
+      form->addLayout(line);
+      auto* reason = new QLabel(box);
+      reason->setObjectName(QStringLiteral("reason_") + t.key);
+      reason->setWordWrap(true);
+      QFont small = reason->font();
+      small.setPointSizeF(small.pointSizeF() * 0.9);
+      small.setItalic(true);
+      reason->setFont(small);
+      reason->setForegroundRole(QPalette::PlaceholderText);
+      reason->setVisible(false);
+      form->addWidget(reason);
+
+      Row row;
+      row.control = control;
+      row.reason = reason;
+      rows_.insert(t.key, row);
+      support_.insert(t.key, t.backends);
+      setControlValue(t.key, t.defaultValue);
+      rows_[t.key].userValue = t.defaultValue;
+    }
+    column->addWidget(box);
+  }
+  column->addStretch(1);
+  updateAvailability();
+}
+
+QWidget* TrickPanel::control(const QString& key) const {
+  auto it = rows_.constFind(key);
+  return it == rows_.constEnd() ? nullptr : it->control;
+}
+
+QJsonValue TrickPanel::controlValue(const QString& key) const {
+  QWidget* w = control(key);
+  if (auto* c = qobject_cast<QCheckBox*>(w)) return c->isChecked();
+  if (auto* c = qobject_cast<QComboBox*>(w)) return QJsonValue::fromVariant(c->currentData());
+  if (auto* s = qobject_cast<QSpinBox*>(w)) return s->value();
+  if (auto* s = qobject_cast<QDoubleSpinBox*>(w)) return s->value();
+  return {};
+}
+
+void TrickPanel::setControlValue(const QString& key, const QJsonValue& value) {
+  QWidget* w = control(key);
+  const bool wasUpdating = updating_;
+  updating_ = true;
+  if (auto* c = qobject_cast<QCheckBox*>(w)) {
+    c->setChecked(value.toBool());
+  } else if (auto* c = qobject_cast<QComboBox*>(w)) {
+    int index = -1;
+    for (int i = 0; i < c->count(); ++i)
+      if (QJsonValue::fromVariant(c->itemData(i)) == value ||
+          c->itemData(i).toString() == value.toVariant().toString())
+        index = i;
+    if (index >= 0) c->setCurrentIndex(index);
+  } else if (auto* s = qobject_cast<QSpinBox*>(w)) {
+    s->setValue(value.toInt());
+  } else if (auto* s = qobject_cast<QDoubleSpinBox*>(w)) {
+    s->setValue(value.toDouble());
+  }
+  updating_ = wasUpdating;
+}
+
+void TrickPanel::setValues(const QJsonObject& config) {
+  for (auto it = rows_.begin(); it != rows_.end(); ++it) {
+    if (!config.contains(it.key())) continue;
+    it->userValue = config.value(it.key());
+    if (it->enabled) setControlValue(it.key(), it->userValue);
+  }
+  emit changed();
+}
+
+QJsonObject TrickPanel::values() const {
+  QJsonObject out;
+  for (auto it = rows_.constBegin(); it != rows_.constEnd(); ++it) out.insert(it.key(), controlValue(it.key()));
+  return out;
+}
+
+void TrickPanel::setDeviceContext(const QString& backend, int gpuCount) {
+  backend_ = backend;
+  gpuCount_ = gpuCount;
+  updateAvailability();
+}
+
+void TrickPanel::setBackendSupport(const QMap<QString, QStringList>& support) {
+  for (auto it = support.constBegin(); it != support.constEnd(); ++it)
+    if (rows_.contains(it.key())) support_[it.key()] = it.value();
+  updateAvailability();
+}
+
+QString TrickPanel::disabledReason(const QString& key) const {
+  const TrickInfo* t = TrickCatalog::instance().find(key);
+  const QStringList backends = support_.value(key);
+  if (!backends.contains(backend_)) {
+    if (backend_ == QLatin1String("cpu"))
+      return tr("Not available on the CPU: it only changes how work reaches or runs on a CUDA GPU.");
+    return tr("Not honoured by the %1 backend.").arg(backend_);
+  }
+  if (t && t->minDevices > 1 && gpuCount_ < t->minDevices)
+    return tr("Needs at least %1 GPUs; the engine found %2.").arg(t->minDevices).arg(gpuCount_);
+  return {};
+}
+
+bool TrickPanel::isTrickEnabled(const QString& key) const {
+  auto it = rows_.constFind(key);
+  return it != rows_.constEnd() && it->enabled;
+}
+
+void TrickPanel::updateAvailability() {
+  bool anyChange = false;
+  for (auto it = rows_.begin(); it != rows_.end(); ++it) {
+    const QString reason = disabledReason(it.key());
+    const bool enable = reason.isEmpty();
+    it->reason->setText(reason);
+    it->reason->setVisible(!enable);
+    if (enable == it->enabled) continue;
+    anyChange = true;
+    it->enabled = enable;
+    it->control->setEnabled(enable);
+    const TrickInfo* t = TrickCatalog::instance().find(it.key());
+    setControlValue(it.key(), enable ? it->userValue : (t ? t->defaultValue : QJsonValue()));
+  }
+  if (anyChange) emit changed();
+}
