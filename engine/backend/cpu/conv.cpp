@@ -8,12 +8,14 @@
 // Two implementations:
 // - reference<T> (float, double): the definition above as nested loops; the test
 //   oracle, used for f64 and when BackendOptions::reference is set.
-// - fast f32: im2col over a chunk of B images at once, so that each GEMM is
-//   (Cout x Kc) * (Kc x B*P) with Kc = Cin*K*K and P = Ho*Wo -- large enough for
-//   OpenBLAS to run at full speed even for the 1-channel first layer (Kc = 9).
-//   The GEMM output (Cout, B*P) is then copied to y one contiguous row (P) at a
-//   time, adding the bias on the way. Backward gathers dy into the same
-//   (Cout, B*P) form and does dW += dY * col^T and dcol = W^T * dY, then col2im.
+// - fast f32: im2col of a chunk of B images, then one OpenBLAS GEMM
+//   (Cout x Kc) * (Kc x B*P), Kc = Cin*K*K, P = Ho*Wo. B is chosen so the column
+//   buffer stays in L2 (one image for most layers, several for small ones such
+//   as the 1-channel first layer, Kc = 9, whose per-image GEMM is too thin).
+//   With B = 1 the GEMM writes y[n] directly; otherwise its (Cout, B*P) output
+//   is copied to y one contiguous row (P) at a time, adding the bias on the way.
+//   Backward views dy in the same (Cout, B*P) form and does dW += dY * col^T and
+//   dcol = W^T * dY, then col2im. 1x1/stride 1/no padding skips im2col entirely.
 #include <cblas.h>
 
 #include <algorithm>
@@ -209,7 +211,12 @@ void col2im(const ConvGeometry& g, const float* col, int64_t B, float* dx) {
 // are written and read straight back, so they should stay in the L2 cache
 // (measured on the Fashion-MNIST shapes: 4 images of conv1, 1 of conv2 beat
 // bigger chunks by 10-40%). Tiny layers still batch several images per GEMM.
+// A 1x1 convolution with stride 1 and no padding: im2col of one image is the
+// image itself, (Cin, H*W), so the GEMMs read x and write dx directly.
+bool is_pointwise(const ConvGeometry& g) { return g.KH == 1 && g.stride == 1 && g.pad == 0; }
+
 int64_t chunk_images(const ConvGeometry& g) {
+  if (is_pointwise(g)) return 1;
   const int64_t per_image = (g.C_in * g.KH * g.KW + g.C_out) * g.H_out * g.W_out;
   const int64_t budget = int64_t(128) << 10;  // floats (512 KiB)
   return std::clamp<int64_t>(budget / std::max<int64_t>(per_image, 1), 1,
@@ -232,16 +239,19 @@ void conv_forward_fast(const ConvGeometry& g, const float* x, const float* w, co
                        float* y) {
   const int64_t Kc = g.C_in * g.KH * g.KW, P = g.H_out * g.W_out;
   const int64_t chunk = chunk_images(g);
-  float* col = scratch(t_col, size_t(Kc * chunk * P));
+  const bool direct = is_pointwise(g);
+  float* col = direct ? nullptr : scratch(t_col, size_t(Kc * chunk * P));
   float* out = chunk > 1 ? scratch(t_gemm, size_t(g.C_out * chunk * P)) : nullptr;
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t B = std::min(chunk, g.N - n0), L = B * P;
-    im2col(g, x + n0 * g.C_in * g.H * g.W, B, col);
+    const float* xn = x + n0 * g.C_in * g.H * g.W;
+    if (!direct) im2col(g, xn, B, col);
+    const float* cols = direct ? xn : col;
     // One image: the GEMM output (Cout, P) is y[n0] itself.
     float* dst = B == 1 ? y + n0 * g.C_out * P : out;
     // dst (Cout, L) = w (Cout, Kc) * col (Kc, L)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(g.C_out), int(L), int(Kc), 1.0f,
-                w, int(Kc), col, int(L), 0.0f, dst, int(L));
+                w, int(Kc), cols, int(L), 0.0f, dst, int(L));
     if (B == 1) {
       if (b)
         for (int64_t co = 0; co < g.C_out; ++co)
@@ -274,7 +284,8 @@ void conv_backward_fast(const ConvGeometry& g, const float* x, const float* w, c
   if (!dx && !dw) return;
 
   const int64_t chunk = chunk_images(g);
-  float* col = scratch(t_col, size_t(Kc * chunk * P));
+  const bool direct = is_pointwise(g);
+  float* col = direct ? nullptr : scratch(t_col, size_t(Kc * chunk * P));
   float* dyc_buf = chunk > 1 ? scratch(t_gemm, size_t(g.C_out * chunk * P)) : nullptr;
   // With accumulate, the full dW is summed into scratch first and added once, so
   // accumulate=true adds exactly what accumulate=false writes.
@@ -290,17 +301,19 @@ void conv_backward_fast(const ConvGeometry& g, const float* x, const float* w, c
                       sizeof(float) * P);
       dyc = dyc_buf;
     }
+    const float* xn = x + n0 * g.C_in * g.H * g.W;
+    float* dxn = dx ? dx + n0 * g.C_in * g.H * g.W : nullptr;
     if (gw) {
-      im2col(g, x + n0 * g.C_in * g.H * g.W, B, col);
+      if (!direct) im2col(g, xn, B, col);
       // gw (Cout, Kc) (+)= dyc (Cout, L) * col^T (L, Kc)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(g.C_out), int(Kc), int(L), 1.0f,
-                  dyc, int(L), col, int(L), n0 == 0 ? 0.0f : 1.0f, gw, int(Kc));
+                  dyc, int(L), direct ? xn : col, int(L), n0 == 0 ? 0.0f : 1.0f, gw, int(Kc));
     }
     if (dx) {
-      // col (Kc, L) = w^T (Kc, Cout) * dyc (Cout, L), then scattered back onto dx.
+      // dcol (Kc, L) = w^T (Kc, Cout) * dyc (Cout, L), then scattered back onto dx.
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(Kc), int(L), int(g.C_out), 1.0f,
-                  w, int(Kc), dyc, int(L), 0.0f, col, int(L));
-      col2im(g, col, B, dx + n0 * g.C_in * g.H * g.W);
+                  w, int(Kc), dyc, int(L), 0.0f, direct ? dxn : col, int(L));
+      if (!direct) col2im(g, col, B, dxn);
     }
   }
   if (dw && accumulate)
