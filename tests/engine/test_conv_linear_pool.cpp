@@ -360,6 +360,31 @@ class TestConvLinearPool : public QObject {
     CHECK_BELOW(scaled_error(acc_b, sum_of(old_b, db)), 1e-14);
   }
 
+  void empty_batch() {
+    // N = 0 (the tail of an exactly divided epoch never is, but a caller may ask):
+    // outputs are empty, written gradients are zero.
+    for (bool reference : {false, true}) {
+      CpuBackend be(BackendOptions{.reference = reference});
+      const auto g = ConvGeometry::make(0, 2, 5, 5, 3, 3, 1, 1);
+      Tensor x = Tensor::empty(g.input_shape(), DType::F32), w = Tensor::zeros({3, 2, 3, 3}, DType::F32);
+      Tensor dy = Tensor::empty(g.output_shape(), DType::F32), dx = Tensor::empty(g.input_shape(), DType::F32);
+      Tensor dw = Tensor::empty({3, 2, 3, 3}, DType::F32), db = Tensor::empty({3}, DType::F32);
+      be.fill(dw, 7.0);
+      be.fill(db, 7.0);
+      be.conv2d_backward(g, x, w, dy, dx, dw, db, false);
+      QCOMPARE(be.sum_squares(dw), 0.0);
+      QCOMPARE(be.sum_squares(db), 0.0);
+      Tensor lx = Tensor::empty({0, 4}, DType::F32), lw = Tensor::zeros({2, 4}, DType::F32);
+      Tensor ldy = Tensor::empty({0, 2}, DType::F32), ldx = Tensor::empty({0, 4}, DType::F32);
+      Tensor ldw = Tensor::empty({2, 4}, DType::F32), ldb = Tensor::empty({2}, DType::F32);
+      be.fill(ldw, 7.0);
+      be.fill(ldb, 7.0);
+      be.linear_backward(lx, lw, ldy, ldx, ldw, ldb, false);
+      QCOMPARE(be.sum_squares(ldw), 0.0);
+      QCOMPARE(be.sum_squares(ldb), 0.0);
+    }
+  }
+
   void linear_fast_matches_reference() {
     struct L {
       int64_t N, K, M;

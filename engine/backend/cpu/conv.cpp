@@ -282,6 +282,10 @@ void conv_backward_fast(const ConvGeometry& g, const float* x, const float* w, c
     }
   }
   if (!dx && !dw) return;
+  if (g.N == 0) {  // an empty batch: the chunk loop below would never write dW
+    if (dw && !accumulate) std::fill_n(dw, g.C_out * Kc, 0.0f);
+    return;
+  }
 
   const int64_t chunk = chunk_images(g);
   const bool direct = is_pointwise(g);
