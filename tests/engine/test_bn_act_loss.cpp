@@ -317,22 +317,22 @@ class TestBnActLoss : public QObject {
   void fastMatchesReference() {
     CpuBackend ref(BackendOptions{.reference = true});
     CpuBackend fast;
-    const Shape xs{8, 4, 5, 6};
+    const Shape xs{16, 8, 16, 16};  // 32768 elements: large enough for the threaded path
     Tensor x = random_tensor<float>(xs, 21, 1.0, 5.0);
     Tensor dy = random_tensor<float>(xs, 22);
-    Tensor gamma = random_tensor<float>({4}, 23, 0.5, 1.5), beta = random_tensor<float>({4}, 24);
+    Tensor gamma = random_tensor<float>({8}, 23, 0.5, 1.5), beta = random_tensor<float>({8}, 24);
     struct Out {
       Tensor y, rm, rv, sm, si, dx, dg, db, ye;
     };
     auto run = [&](Backend& be) {
       Out o;
       o.y = Tensor::empty(xs, DType::F32);
-      o.rm = random_tensor<float>({4}, 25), o.rv = random_tensor<float>({4}, 26, 0.5, 2.0);
-      o.sm = Tensor::empty({4}, DType::F32), o.si = Tensor::empty({4}, DType::F32);
+      o.rm = random_tensor<float>({8}, 25), o.rv = random_tensor<float>({8}, 26, 0.5, 2.0);
+      o.sm = Tensor::empty({8}, DType::F32), o.si = Tensor::empty({8}, DType::F32);
       be.batchnorm_forward_train(x, gamma, beta, o.rm, o.rv, 0.1f, 1e-5f, o.y, o.sm, o.si);
       o.dx = Tensor::empty(xs, DType::F32);
-      o.dg = from_values<float>({4}, {1, 2, 3, 4});
-      o.db = from_values<float>({4}, {1, 2, 3, 4});
+      o.dg = from_values<float>({8}, {1, 2, 3, 4, 5, 6, 7, 8});
+      o.db = from_values<float>({8}, {1, 2, 3, 4, 5, 6, 7, 8});
       be.batchnorm_backward(x, dy, gamma, o.sm, o.si, o.dx, o.dg, o.db, /*accumulate=*/true);
       o.ye = Tensor::empty(xs, DType::F32);
       be.batchnorm_forward_eval(x, gamma, beta, o.rm, o.rv, 1e-5f, o.ye);
@@ -345,13 +345,13 @@ class TestBnActLoss : public QObject {
     QVERIFY2(max_abs_diff(a.rm, b.rm) < 1e-6, "bn running_mean");
     QVERIFY2(max_abs_diff(a.rv, b.rv) < 1e-6, "bn running_var");
     QVERIFY2(max_abs_diff(a.dx, b.dx) < 1e-5, "bn dx");
-    QVERIFY2(max_abs_diff(a.dg, b.dg) < 1e-4, "bn dgamma (sums of 240 terms)");
-    QVERIFY2(max_abs_diff(a.db, b.db) < 1e-4, "bn dbeta (sums of 240 terms)");
+    QVERIFY2(max_abs_diff(a.dg, b.dg) < 1e-4, "bn dgamma (sums of 4096 terms)");
+    QVERIFY2(max_abs_diff(a.db, b.db) < 1e-4, "bn dbeta (sums of 4096 terms)");
     QVERIFY2(max_abs_diff(a.ye, b.ye) < 1e-5, "bn eval y");
 
     // Pointwise on inputs in [−4, 4].
-    Tensor px = random_tensor<float>({3, 1000}, 31, -4.0, 4.0);
-    Tensor pg = random_tensor<float>({3, 1000}, 32);
+    Tensor px = random_tensor<float>({70, 1000}, 31, -4.0, 4.0);  // > 65536: threaded
+    Tensor pg = random_tensor<float>({70, 1000}, 32);
     auto pointwise = [&](Backend& be, int op) {
       Tensor out = Tensor::empty(px.shape(), DType::F32);
       if (op == 0) be.relu_forward(px, out);

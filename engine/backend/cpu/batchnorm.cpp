@@ -129,6 +129,10 @@ void bn_backward_ref(const BnDims& d, const T* x, const T* dy, const T* gamma, c
 }
 
 // ---------------------------------------------------------------- fast f32
+// With OpenMP, channels are split across the backend's threads; each channel's
+// sums stay in one thread, so results do not depend on the thread count.
+constexpr int64_t kParallelMin = 1 << 15;  // elements below which threads cost more
+
 // Row sums in kLanes independent double accumulators: the compiler may not
 // reorder one serial double sum, but it vectorises independent lanes.
 constexpr int kLanes = 8;
@@ -171,11 +175,13 @@ void sum_dot(const float* g, const float* x, int64_t n, double& s, double& sx) {
 // One read of x for the statistics: Σx and Σx² in double, whose cancellation in
 // E[x²] − E[x]² stays below f32 resolution unless |mean|/std exceeds ~10^4;
 // then y = x·scale + shift with per-channel constants over contiguous HW rows.
-
 void bn_train_f32(const BnDims& d, const float* x, const float* gamma, const float* beta,
                   float* rmean, float* rvar, double momentum, double eps, float* y, float* smean,
-                  float* sinvstd) {
+                  float* sinvstd, [[maybe_unused]] int threads) {
   const double M = double(d.M());
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads) if (d.M() * d.C >= kParallelMin)
+#endif
   for (int64_t c = 0; c < d.C; ++c) {
     double s = 0.0, s2 = 0.0;
     for (int64_t n = 0; n < d.N; ++n) sum_sumsq(x + at(d, n, c, 0), d.HW, s, s2);
@@ -198,7 +204,11 @@ void bn_train_f32(const BnDims& d, const float* x, const float* gamma, const flo
 }
 
 void bn_eval_f32(const BnDims& d, const float* x, const float* gamma, const float* beta,
-                 const float* rmean, const float* rvar, double eps, float* y) {
+                 const float* rmean, const float* rvar, double eps, float* y,
+                 [[maybe_unused]] int threads) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads) if (d.M() * d.C >= kParallelMin)
+#endif
   for (int64_t c = 0; c < d.C; ++c) {
     const double invstd = 1.0 / std::sqrt(double(rvar[c]) + eps);
     const float scale = float(double(gamma[c]) * invstd);
@@ -215,8 +225,11 @@ void bn_eval_f32(const BnDims& d, const float* x, const float* gamma, const floa
 // dx = dy·a + x·b + c0 with per-channel constants.
 void bn_backward_f32(const BnDims& d, const float* x, const float* dy, const float* gamma,
                      const float* smean, const float* sinvstd, float* dx, float* dgamma,
-                     float* dbeta, bool accumulate) {
+                     float* dbeta, bool accumulate, [[maybe_unused]] int threads) {
   const double M = double(d.M());
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads) if (d.M() * d.C >= kParallelMin)
+#endif
   for (int64_t c = 0; c < d.C; ++c) {
     const double mean = smean[c], invstd = sinvstd[c];
     double sdy = 0.0, sdyx = 0.0;
@@ -275,7 +288,8 @@ void CpuBackend::batchnorm_forward_train(const Tensor& x, const Tensor& gamma, c
   } else {
     bn_train_f32(d, x.data_as<float>(), gamma.data_as<float>(), beta.data_as<float>(),
                  running_mean.data_as<float>(), running_var.data_as<float>(), momentum, eps,
-                 y.data_as<float>(), save_mean.data_as<float>(), save_invstd.data_as<float>());
+                 y.data_as<float>(), save_mean.data_as<float>(), save_invstd.data_as<float>(),
+                 threads_);
   }
 }
 
@@ -299,7 +313,7 @@ void CpuBackend::batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, co
   } else {
     bn_eval_f32(d, x.data_as<float>(), gamma.data_as<float>(), beta.data_as<float>(),
                 running_mean.data_as<float>(), running_var.data_as<float>(), eps,
-                y.data_as<float>());
+                y.data_as<float>(), threads_);
   }
 }
 
@@ -330,7 +344,7 @@ void CpuBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Ten
     bn_backward_f32(d, x.data_as<float>(), dy.data_as<float>(), gamma.data_as<float>(),
                     save_mean.data_as<float>(), save_invstd.data_as<float>(),
                     ptr_or_null<float>(dx), ptr_or_null<float>(dgamma), ptr_or_null<float>(dbeta),
-                    accumulate);
+                    accumulate, threads_);
   }
 }
 

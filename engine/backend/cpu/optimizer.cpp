@@ -24,6 +24,8 @@
 // so their results are bit-identical. The kernels are templated on T: f64 (and
 // options.reference) is the plain reference, f32 the fast path; the loops have
 // loop-invariant branches only, which the compiler unswitches and vectorises.
+// With OpenMP the fused pass spreads the chunks of elementwise passes across
+// threads; norm passes stay serial so their sums keep one order.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -219,7 +221,8 @@ struct Chunk {
 };
 
 template <typename T>
-void run_step(const OptimizerStep& step, const std::vector<Ptrs<T>>& slots, bool multi_tensor) {
+void run_step(const OptimizerStep& step, const std::vector<Ptrs<T>>& slots, bool multi_tensor,
+              [[maybe_unused]] int threads) {
   const Consts k = make_consts(step);
   const size_t S = slots.size();
 
@@ -230,7 +233,8 @@ void run_step(const OptimizerStep& step, const std::vector<Ptrs<T>>& slots, bool
       for (int64_t off = 0; off < slots[s].n; off += kChunk)
         chunks.push_back({s, off, std::min(kChunk, slots[s].n - off)});
   }
-  // Calls f(slot index, pointers) over every slot or every chunk.
+  // Calls f(slot index, pointers) over every slot or every chunk, in order
+  // (the norm passes accumulate into one double per slot).
   auto for_each = [&](auto&& f) {
     if (multi_tensor) {
       for (const Chunk& c : chunks) f(c.slot, slots[c.slot].offset(c.offset, c.len));
@@ -238,27 +242,45 @@ void run_step(const OptimizerStep& step, const std::vector<Ptrs<T>>& slots, bool
       for (size_t s = 0; s < S; ++s) f(s, slots[s]);
     }
   };
+  // The same for elementwise passes, whose chunks may run on any thread in any
+  // order (with OpenMP) without changing a bit.
+  auto for_each_elementwise = [&](auto&& f) {
+    if (multi_tensor) {
+      const int64_t nc = int64_t(chunks.size());
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads) if (nc > 1)
+#endif
+      for (int64_t i = 0; i < nc; ++i) {
+        const Chunk& c = chunks[size_t(i)];
+        f(c.slot, slots[c.slot].offset(c.offset, c.len));
+      }
+    } else {
+      for (size_t s = 0; s < S; ++s) f(s, slots[s]);
+    }
+  };
 
   switch (step.kind) {
-    case OptimizerKind::SGD: for_each([&](size_t, const Ptrs<T>& r) { sgd_kernel(r, k); }); break;
+    case OptimizerKind::SGD:
+      for_each_elementwise([&](size_t, const Ptrs<T>& r) { sgd_kernel(r, k); });
+      break;
     case OptimizerKind::AdamW:
-      for_each([&](size_t, const Ptrs<T>& r) { adamw_kernel(r, k); });
+      for_each_elementwise([&](size_t, const Ptrs<T>& r) { adamw_kernel(r, k); });
       break;
     case OptimizerKind::RMSProp:
-      for_each([&](size_t, const Ptrs<T>& r) { rmsprop_kernel(r, k); });
+      for_each_elementwise([&](size_t, const Ptrs<T>& r) { rmsprop_kernel(r, k); });
       break;
     case OptimizerKind::LARS: {
       std::vector<double> pp(S, 0.0), gg(S, 0.0), trust(S, 1.0);
       for_each([&](size_t s, const Ptrs<T>& r) { lars_norms(r, k, pp[s], gg[s]); });
       for (size_t s = 0; s < S; ++s) trust[s] = lars_trust(k, slots[s].decay, pp[s], gg[s]);
-      for_each([&](size_t s, const Ptrs<T>& r) { lars_kernel(r, k, trust[s]); });
+      for_each_elementwise([&](size_t s, const Ptrs<T>& r) { lars_kernel(r, k, trust[s]); });
       break;
     }
     case OptimizerKind::LAMB: {
       std::vector<double> pp(S, 0.0), uu(S, 0.0), trust(S, 1.0);
       for_each([&](size_t s, const Ptrs<T>& r) { lamb_moments(r, k, pp[s], uu[s]); });
       for (size_t s = 0; s < S; ++s) trust[s] = lamb_trust(pp[s], uu[s]);
-      for_each([&](size_t s, const Ptrs<T>& r) { lamb_apply(r, k, trust[s]); });
+      for_each_elementwise([&](size_t s, const Ptrs<T>& r) { lamb_apply(r, k, trust[s]); });
       break;
     }
   }
@@ -315,11 +337,11 @@ void CpuBackend::optimizer_step(const OptimizerStep& step, const std::vector<Par
   TB_CHECK(step.step >= 1, "optimizer_step: step count must start at 1, got ", step.step);
   const DType dt = slots.front().param.dtype();
   if (dt == DType::F64) {
-    run_step<double>(step, gather<double>(step, slots), multi_tensor);
+    run_step<double>(step, gather<double>(step, slots), multi_tensor, threads_);
   } else {
     TB_CHECK(dt == DType::F32, "optimizer_step: parameters must be f32 or f64, got ",
              slots.front().param.describe());
-    run_step<float>(step, gather<float>(step, slots), multi_tensor);
+    run_step<float>(step, gather<float>(step, slots), multi_tensor, threads_);
   }
 }
 

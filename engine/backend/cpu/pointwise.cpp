@@ -74,24 +74,40 @@ void accumulate_ref(const T* src, T* dst, int64_t n) {
 
 // ---------------------------------------------------------------- fast f32
 // Branch-free loops the compiler vectorises; GELU in float arithmetic
-// (erff/expf) instead of the reference's double.
+// (erff/expf) instead of the reference's double. With OpenMP the range is split
+// across the backend's threads (elementwise: no effect on the values).
 
-void relu_forward_f32(const float* x, float* y, int64_t n) {
+constexpr int64_t kParallelMin = 1 << 16;  // elements below which threads cost more
+
+#ifdef _OPENMP
+#define TB_PARALLEL_FOR \
+  _Pragma("omp parallel for schedule(static) num_threads(threads) if (n >= kParallelMin)")
+#else
+#define TB_PARALLEL_FOR
+#endif
+
+void relu_forward_f32(const float* x, float* y, int64_t n, [[maybe_unused]] int threads) {
+  TB_PARALLEL_FOR
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;  // maxps (std::fmax is a call)
 }
 
-void relu_backward_f32(const float* y, const float* dy, float* dx, int64_t n) {
+void relu_backward_f32(const float* y, const float* dy, float* dx, int64_t n,
+                       [[maybe_unused]] int threads) {
+  TB_PARALLEL_FOR
   for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
-void gelu_forward_f32(const float* x, float* y, int64_t n) {
+void gelu_forward_f32(const float* x, float* y, int64_t n, [[maybe_unused]] int threads) {
+  TB_PARALLEL_FOR
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
     y[i] = 0.5f * v * (1.0f + std::erf(v * float(kInvSqrt2)));
   }
 }
 
-void gelu_backward_f32(const float* x, const float* dy, float* dx, int64_t n) {
+void gelu_backward_f32(const float* x, const float* dy, float* dx, int64_t n,
+                       [[maybe_unused]] int threads) {
+  TB_PARALLEL_FOR
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
     const float cdf = 0.5f * (1.0f + std::erf(v * float(kInvSqrt2)));
@@ -99,6 +115,8 @@ void gelu_backward_f32(const float* x, const float* dy, float* dx, int64_t n) {
     dx[i] = dy[i] * (cdf + v * pdf);
   }
 }
+
+#undef TB_PARALLEL_FOR
 
 }  // namespace
 
@@ -110,7 +128,7 @@ void gelu_backward_f32(const float* x, const float* dy, float* dx, int64_t n) {
     } else if (use_reference(dt)) {           \
       REF<float>(__VA_ARGS__(float));         \
     } else {                                  \
-      FAST(__VA_ARGS__(float));               \
+      FAST(__VA_ARGS__(float), threads_);     \
     }                                         \
   } while (0)
 
