@@ -186,7 +186,7 @@ QString TrickPanel::disabledReason(const QString& key) const {
   const QStringList backends = support_.value(key);
   if (!backends.contains(backend_)) {
     if (backend_ == QLatin1String("cpu"))
-      return tr("Not available on the CPU: it only changes how work reaches or runs on a CUDA GPU.");
+      return tr("Needs a CUDA GPU (not used on the CPU).");
     return tr("Not honoured by the %1 backend.").arg(backend_);
   }
   if (t && t->minDevices > 1 && gpuCount_ < t->minDevices)

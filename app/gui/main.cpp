@@ -1,2 +1,81 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-int main() { return 0; }
+// trainbench: the Qt desktop workbench.
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QDir>
+#include <QFileInfo>
+#include <QJsonObject>
+#include <QTimer>
+
+#include "engine_locator.h"
+#include "main_window.h"
+#include "run_config.h"
+#include "run_dashboard.h"
+#include "run_history_view.h"
+
+int main(int argc, char** argv) {
+  Q_INIT_RESOURCE(trainbench);
+  QApplication app(argc, argv);
+  QApplication::setApplicationName(QStringLiteral("trainbench"));
+  QApplication::setOrganizationName(QStringLiteral("Trainbench"));
+  QApplication::setApplicationDisplayName(QStringLiteral("Trainbench"));
+  QApplication::setApplicationVersion(QStringLiteral(TRAINBENCH_VERSION));
+  QApplication::setWindowIcon(QIcon(QStringLiteral(":/icons/trainbench.svg")));
+
+  QCommandLineParser parser;
+  parser.setApplicationDescription(QStringLiteral("Trainbench: make deep-learning training fast."));
+  parser.addHelpOption();
+  parser.addVersionOption();
+  QCommandLineOption db(QStringLiteral("db"), QStringLiteral("Run database to open."), QStringLiteral("PATH"));
+  QCommandLineOption engine(QStringLiteral("engine"), QStringLiteral("trainbench-engine binary to use."), QStringLiteral("PATH"));
+  QCommandLineOption config(QStringLiteral("config"), QStringLiteral("Configuration JSON to load."), QStringLiteral("FILE"));
+  QCommandLineOption preset(QStringLiteral("preset"), QStringLiteral("Apply a preset by name."), QStringLiteral("NAME"));
+  QCommandLineOption learn(QStringLiteral("learn"), QStringLiteral("Show the 'learn more' text of a trick."), QStringLiteral("KEY"));
+  QCommandLineOption run(QStringLiteral("run"), QStringLiteral("Launch the loaded configuration at start."));
+  QCommandLineOption page(QStringLiteral("page"), QStringLiteral("Page to show: setup, runs, history, compare."), QStringLiteral("NAME"));
+  QCommandLineOption openRun(QStringLiteral("open-run"), QStringLiteral("Open the dashboard of a saved run."), QStringLiteral("ID"));
+  QCommandLineOption compare(QStringLiteral("compare"), QStringLiteral("Compare saved runs (comma-separated ids)."), QStringLiteral("IDS"));
+  QCommandLineOption screenshot(QStringLiteral("screenshot"), QStringLiteral("Save a picture of the window and quit."), QStringLiteral("FILE"));
+  QCommandLineOption delay(QStringLiteral("screenshot-delay"), QStringLiteral("Milliseconds to wait before the screenshot."), QStringLiteral("MS"), QStringLiteral("3000"));
+  QCommandLineOption size(QStringLiteral("size"), QStringLiteral("Window size WxH."), QStringLiteral("WxH"));
+  for (const auto& o : {db, engine, config, preset, learn, run, page, openRun, compare, screenshot, delay, size}) parser.addOption(o);
+  parser.process(app);
+
+  if (parser.isSet(engine)) qputenv("TRAINBENCH_ENGINE", QFileInfo(parser.value(engine)).absoluteFilePath().toLocal8Bit());
+  MainWindow window(parser.isSet(db) ? QFileInfo(parser.value(db)).absoluteFilePath() : QString());
+  if (parser.isSet(size)) {
+    const QStringList wh = parser.value(size).split(QLatin1Char('x'));
+    if (wh.size() == 2) window.resize(wh[0].toInt(), wh[1].toInt());
+  }
+  if (parser.isSet(config)) {
+    QJsonObject c;
+    QString error;
+    if (RunConfig::load(parser.value(config), &c, &error)) window.setConfig(RunConfig::merged(window.currentConfig(), c));
+    else qWarning("cannot load %s: %s", qPrintable(parser.value(config)), qPrintable(error));
+  }
+  if (parser.isSet(preset) && !window.applyPreset(parser.value(preset)))
+    qWarning("no preset named %s", qPrintable(parser.value(preset)));
+  if (parser.isSet(learn)) window.showLearnMore(parser.value(learn));
+  window.show();
+
+  const QString pageName = parser.value(page);
+  if (pageName == QLatin1String("setup")) window.showPage(MainWindow::SetupPage);
+  else if (pageName == QLatin1String("runs")) window.showPage(MainWindow::RunsPage);
+  else if (pageName == QLatin1String("history")) window.showPage(MainWindow::HistoryPage);
+  else if (pageName == QLatin1String("compare")) window.showPage(MainWindow::ComparePage);
+  if (parser.isSet(openRun)) window.openRun(parser.value(openRun).toLongLong());
+  if (parser.isSet(compare)) {
+    QList<qint64> ids;
+    for (const QString& id : parser.value(compare).split(QLatin1Char(','), Qt::SkipEmptyParts)) ids << id.toLongLong();
+    window.compareRuns(ids);
+  }
+  if (parser.isSet(run)) QTimer::singleShot(500, &window, [&window] { window.launchNow(); });
+  if (parser.isSet(screenshot)) {
+    const QString file = parser.value(screenshot);
+    QTimer::singleShot(parser.value(delay).toInt(), &window, [&window, file] {
+      window.grab().save(file);
+      QApplication::exit(0);
+    });
+  }
+  return app.exec();
+}

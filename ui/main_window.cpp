@@ -1,0 +1,520 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "main_window.h"
+
+#include <QApplication>
+#include <QCloseEvent>
+#include <QComboBox>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QHBoxLayout>
+#include <QJsonDocument>
+#include <QLabel>
+#include <QListWidget>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QPushButton>
+#include <QScrollArea>
+#include <QSettings>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QTabWidget>
+#include <QTextBrowser>
+#include <QVBoxLayout>
+
+#include "compare_view.h"
+#include "config_panel.h"
+#include "engine_info.h"
+#include "engine_locator.h"
+#include "engine_process.h"
+#include "live_plot.h"
+#include "plot_export_dialog.h"
+#include "preset_library.h"
+#include "run_config.h"
+#include "run_dashboard.h"
+#include "run_history_model.h"
+#include "run_history_view.h"
+#include "run_queue.h"
+#include "series_loader.h"
+#include "trick_catalog.h"
+#include "trick_panel.h"
+
+MainWindow::MainWindow(const QString& databasePath, QWidget* parent) : QMainWindow(parent) {
+  setWindowTitle(tr("Trainbench"));
+  setWindowIcon(QIcon(QStringLiteral(":/icons/trainbench.svg")));
+  queue_ = new RunQueue(this);
+  loader_ = new SeriesLoader(this);
+
+  pages_ = new QTabWidget(this);
+  pages_->setDocumentMode(true);
+  pages_->addTab(buildSetupPage(), tr("Set up"));
+  pages_->addTab(buildRunsPage(), tr("Runs"));
+  history_ = new RunHistoryView(pages_);
+  pages_->addTab(history_, tr("History"));
+  compare_ = new CompareView(pages_);
+  pages_->addTab(compare_, tr("Compare"));
+  setCentralWidget(pages_);
+
+  engineStatus_ = new QLabel(this);
+  dbStatus_ = new QLabel(this);
+  statusBar()->addPermanentWidget(engineStatus_);
+  statusBar()->addPermanentWidget(dbStatus_);
+  buildMenus();
+
+  connect(queue_, &RunQueue::launched, this, &MainWindow::onLaunched);
+  connect(queue_, &RunQueue::runEnded, this, &MainWindow::onRunEnded);
+  connect(queue_, &RunQueue::pendingChanged, this, &MainWindow::updateQueueList);
+  connect(history_, &RunHistoryView::openRunRequested, this, &MainWindow::openRun);
+  connect(history_, &RunHistoryView::compareRequested, this, &MainWindow::compareRuns);
+  connect(history_, &RunHistoryView::statusMessage, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
+  connect(compare_, &CompareView::statusMessage, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
+  connect(loader_, &SeriesLoader::loaded, this, [this](qint64 runId, const RunSeries& series) {
+    for (int i = 0; i < dashboards_->count(); ++i) {
+      auto* d = qobject_cast<RunDashboard*>(dashboards_->widget(i));
+      if (d && d->property("storedRunId").toLongLong() == runId) d->setSeries(series);
+    }
+  });
+  connect(loader_, &SeriesLoader::failed, this, [this](qint64 runId, const QString& error) {
+    statusBar()->showMessage(tr("Could not load run %1: %2").arg(runId).arg(error), 10000);
+  });
+
+  QSettings settings;
+  setDatabasePath(databasePath.isEmpty()
+                      ? settings.value(QStringLiteral("database/path"), EngineLocator::defaultDatabasePath()).toString()
+                      : databasePath);
+  setEnginePath(EngineLocator::enginePath());
+  const QJsonObject saved = QJsonDocument::fromJson(settings.value(QStringLiteral("setup/config")).toByteArray()).object();
+  setConfig(RunConfig::merged(RunConfig::fallbackDefaults(), saved));
+  if (!restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray())) resize(1500, 950);
+  restoreState(settings.value(QStringLiteral("window/state")).toByteArray());
+  pages_->setCurrentIndex(settings.value(QStringLiteral("window/page"), 0).toInt());
+}
+
+MainWindow::~MainWindow() = default;
+
+QWidget* MainWindow::buildSetupPage() {
+  auto* page = new QWidget(this);
+  auto* layout = new QVBoxLayout(page);
+
+  auto* presetBar = new QHBoxLayout;
+  presetBar->addWidget(new QLabel(tr("Preset:"), page));
+  presets_ = new QComboBox(page);
+  presets_->setToolTip(tr("Start from a known set of tricks: the baseline, everything on, or one article's recipe."));
+  presets_->addItem(tr("— choose a preset —"));
+  for (const Preset& p : PresetLibrary::builtIn()) presets_->addItem(p.name, p.name);
+  presetBar->addWidget(presets_);
+  presetDescription_ = new QLabel(page);
+  presetDescription_->setWordWrap(true);
+  presetBar->addWidget(presetDescription_, 1);
+  auto* load = new QPushButton(tr("Load…"), page);
+  load->setToolTip(tr("Load a configuration from a JSON file (Ctrl+L)."));
+  auto* save = new QPushButton(tr("Save…"), page);
+  save->setToolTip(tr("Save this configuration as a JSON file (Ctrl+S)."));
+  presetBar->addWidget(load);
+  presetBar->addWidget(save);
+  layout->addLayout(presetBar);
+
+  auto* splitter = new QSplitter(Qt::Horizontal, page);
+  auto* configScroll = new QScrollArea(splitter);
+  configScroll->setWidgetResizable(true);
+  config_ = new ConfigPanel(configScroll);
+  configScroll->setWidget(config_);
+  configScroll->setMinimumWidth(380);
+  splitter->addWidget(configScroll);
+  tricks_ = new TrickPanel(splitter);
+  tricks_->setMinimumWidth(380);
+  splitter->addWidget(tricks_);
+
+  auto* right = new QWidget(splitter);
+  auto* rightLayout = new QVBoxLayout(right);
+  rightLayout->setContentsMargins(0, 0, 0, 0);
+  rightLayout->addWidget(new QLabel(tr("<b>Learn more</b>"), right));
+  learnMore_ = new QTextBrowser(right);
+  learnMore_->setOpenExternalLinks(false);
+  learnMore_->setHtml(tr("<p>Click the <b>?</b> next to a trick to read what it does, why it helps, when it "
+                         "does not, and which plot should move.</p>"));
+  rightLayout->addWidget(learnMore_, 3);
+  rightLayout->addWidget(new QLabel(tr("<b>Configuration sent to the engine</b>"), right));
+  preview_ = new QTextBrowser(right);
+  QFont mono(QStringLiteral("monospace"));
+  mono.setStyleHint(QFont::Monospace);
+  preview_->setFont(mono);
+  rightLayout->addWidget(preview_, 2);
+  auto* buttons = new QHBoxLayout;
+  auto* runNow = new QPushButton(tr("Run now"), right);
+  runNow->setToolTip(tr("Start this configuration in the engine (Ctrl+R); queued behind a run in progress."));
+  runNow->setDefault(true);
+  auto* queueButton = new QPushButton(tr("Add to queue"), right);
+  queueButton->setToolTip(tr("Queue this configuration to run after the others (Ctrl+Shift+R)."));
+  buttons->addWidget(runNow);
+  buttons->addWidget(queueButton);
+  rightLayout->addLayout(buttons);
+  splitter->addWidget(right);
+  splitter->setStretchFactor(0, 3);
+  splitter->setStretchFactor(1, 3);
+  splitter->setStretchFactor(2, 3);
+  layout->addWidget(splitter, 1);
+
+  connect(presets_, &QComboBox::activated, this, [this](int index) {
+    if (index > 0) applyPreset(presets_->itemData(index).toString());
+  });
+  connect(load, &QPushButton::clicked, this, &MainWindow::loadConfigDialog);
+  connect(save, &QPushButton::clicked, this, &MainWindow::saveConfigDialog);
+  connect(runNow, &QPushButton::clicked, this, &MainWindow::launchNow);
+  connect(queueButton, &QPushButton::clicked, this, &MainWindow::addToQueue);
+  connect(tricks_, &TrickPanel::learnMoreRequested, this, &MainWindow::showLearnMore);
+  connect(tricks_, &TrickPanel::changed, this, &MainWindow::updateConfigPreview);
+  connect(config_, &ConfigPanel::changed, this, &MainWindow::updateConfigPreview);
+  connect(config_, &ConfigPanel::deviceChanged, this, &MainWindow::updateDeviceContext);
+  return page;
+}
+
+QWidget* MainWindow::buildRunsPage() {
+  auto* page = new QSplitter(Qt::Horizontal, this);
+  auto* left = new QWidget(page);
+  auto* leftLayout = new QVBoxLayout(left);
+  leftLayout->addWidget(new QLabel(tr("<b>Queue</b>"), left));
+  queueList_ = new QListWidget(left);
+  queueList_->setToolTip(tr("The run in progress, then the runs waiting. Del removes a waiting run."));
+  leftLayout->addWidget(queueList_, 1);
+  stopButton_ = new QPushButton(tr("Stop"), left);
+  stopButton_->setToolTip(tr("Ask the engine to finish the current step, save and stop (SIGTERM)."));
+  killButton_ = new QPushButton(tr("Kill"), left);
+  killButton_->setToolTip(tr("End the engine at once (SIGKILL) when Stop does not; the run is marked failed."));
+  auto* remove = new QPushButton(tr("Remove waiting run"), left);
+  leftLayout->addWidget(stopButton_);
+  leftLayout->addWidget(killButton_);
+  leftLayout->addWidget(remove);
+  left->setMinimumWidth(200);
+  page->addWidget(left);
+  dashboards_ = new QTabWidget(page);
+  dashboards_->setTabsClosable(true);
+  dashboards_->setMovable(true);
+  page->addWidget(dashboards_);
+  page->setStretchFactor(0, 1);
+  page->setStretchFactor(1, 6);
+
+  connect(stopButton_, &QPushButton::clicked, this, &MainWindow::stopRun);
+  connect(killButton_, &QPushButton::clicked, this, &MainWindow::killRun);
+  connect(remove, &QPushButton::clicked, this, [this] {
+    const int row = queueList_->currentRow() - (queue_->current() ? 1 : 0);
+    queue_->removePending(row);
+  });
+  connect(dashboards_, &QTabWidget::tabCloseRequested, this, [this](int index) {
+    QWidget* w = dashboards_->widget(index);
+    auto* d = qobject_cast<RunDashboard*>(w);
+    if (d && d->statusText() == QLatin1String("running")) {
+      statusBar()->showMessage(tr("Stop the run before closing its dashboard."), 5000);
+      return;
+    }
+    dashboards_->removeTab(index);
+    w->deleteLater();
+  });
+  updateQueueList();
+  return page;
+}
+
+void MainWindow::buildMenus() {
+  QMenu* file = menuBar()->addMenu(tr("&File"));
+  file->addAction(tr("&Open run database…"), QKeySequence::Open, this, &MainWindow::openDatabaseDialog);
+  file->addAction(tr("&Load configuration…"), QKeySequence(Qt::CTRL | Qt::Key_L), this, &MainWindow::loadConfigDialog);
+  file->addAction(tr("&Save configuration…"), QKeySequence::Save, this, &MainWindow::saveConfigDialog);
+  file->addSeparator();
+  file->addAction(tr("Export run history as CSV…"), this, [this] { history_->exportCsv(); });
+  file->addAction(tr("Export comparison report…"), this, [this] { compare_->exportReportDialog(); });
+  file->addSeparator();
+  file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
+
+  QMenu* run = menuBar()->addMenu(tr("&Run"));
+  run->addAction(tr("Run &now"), QKeySequence(Qt::CTRL | Qt::Key_R), this, &MainWindow::launchNow);
+  run->addAction(tr("Add to &queue"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_R), this, &MainWindow::addToQueue);
+  stopAction_ = run->addAction(tr("&Stop (save and end)"), QKeySequence(Qt::CTRL | Qt::Key_Period), this, &MainWindow::stopRun);
+  killAction_ = run->addAction(tr("&Kill engine"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_K), this, &MainWindow::killRun);
+  QMenu* presetMenu = run->addMenu(tr("&Presets"));
+  for (const Preset& p : PresetLibrary::builtIn()) {
+    QAction* a = presetMenu->addAction(p.name, this, [this, name = p.name] { applyPreset(name); });
+    a->setToolTip(p.description);
+  }
+
+  QMenu* view = menuBar()->addMenu(tr("&View"));
+  const QStringList names{tr("Set up"), tr("Runs"), tr("History"), tr("Compare")};
+  for (int i = 0; i < names.size(); ++i)
+    view->addAction(names[i], QKeySequence(Qt::CTRL | (Qt::Key_1 + i)), this, [this, i] { pages_->setCurrentIndex(i); });
+  view->addSeparator();
+  view->addAction(tr("&Refresh history"), QKeySequence::Refresh, this, [this] { history_->reload(); });
+  view->addAction(tr("Compare selected runs"), QKeySequence(Qt::CTRL | Qt::Key_M), this, [this] {
+    compareRuns(history_->selectedRunIds());
+  });
+
+  QMenu* help = menuBar()->addMenu(tr("&Help"));
+  help->addAction(tr("&About Trainbench"), this, &MainWindow::about);
+  help->addAction(tr("About &Qt"), qApp, &QApplication::aboutQt);
+}
+
+QJsonObject MainWindow::currentConfig() const { return RunConfig::merged(config_->config(), tricks_->values()); }
+
+void MainWindow::setConfig(const QJsonObject& config) {
+  config_->setConfig(config);
+  tricks_->setValues(config);
+  updateConfigPreview();
+}
+
+bool MainWindow::applyPreset(const QString& name) {
+  for (const Preset& p : PresetLibrary::builtIn()) {
+    if (p.name != name) continue;
+    const QJsonObject defaults = engineDefaults_.isEmpty() ? RunConfig::fallbackDefaults() : engineDefaults_;
+    setConfig(p.applyTo(currentConfig(), defaults));
+    presetDescription_->setText(p.description);
+    const int i = presets_->findData(name);
+    if (i >= 0) presets_->setCurrentIndex(i);
+    statusBar()->showMessage(tr("Preset applied: %1").arg(name), 5000);
+    return true;
+  }
+  return false;
+}
+
+void MainWindow::showLearnMore(const QString& key) {
+  const TrickInfo* t = TrickCatalog::instance().find(key);
+  if (!t) return;
+  QString html = TrickCatalog::learnMoreHtml(*t);
+  const QString reason = tricks_->disabledReason(key);
+  if (!reason.isEmpty())
+    html += QStringLiteral("<p style='color:#b05000'><b>%1</b> %2</p>").arg(tr("On this device:"), reason.toHtmlEscaped());
+  learnMore_->setHtml(html);
+}
+
+void MainWindow::updateConfigPreview() {
+  if (!preview_) return;
+  preview_->setPlainText(QString::fromUtf8(QJsonDocument(currentConfig()).toJson(QJsonDocument::Indented)));
+}
+
+void MainWindow::updateDeviceContext() { tricks_->setDeviceContext(config_->deviceBackend(), config_->gpuCount()); }
+
+void MainWindow::setDatabasePath(const QString& path) {
+  databasePath_ = path;
+  queue_->setDatabasePath(path);
+  history_->setDatabasePath(path);
+  dbStatus_->setText(tr("Database: %1").arg(QFileInfo(path).fileName()));
+  dbStatus_->setToolTip(path);
+}
+
+void MainWindow::setEnginePath(const QString& path) {
+  queue_->setEnginePath(path);
+  if (engineInfo_) engineInfo_->deleteLater();
+  engineInfo_ = new EngineInfo(path, this);
+  connect(engineInfo_, &EngineInfo::ready, this, &MainWindow::onEngineInfo);
+  engineStatus_->setText(tr("Engine: asking…"));
+  engineInfo_->query();
+}
+
+QString MainWindow::enginePath() const { return queue_->enginePath(); }
+
+void MainWindow::onEngineInfo() {
+  if (!engineInfo_->engineExists()) {
+    engineStatus_->setText(tr("Engine: not found"));
+    engineStatus_->setToolTip(tr("No engine at %1. Set TRAINBENCH_ENGINE or the engine/path setting.").arg(engineInfo_->enginePath()));
+    return;
+  }
+  engineStatus_->setText(tr("Engine: %1").arg(engineInfo_->version().isEmpty() ? tr("ready") : engineInfo_->version()));
+  engineStatus_->setToolTip(engineInfo_->enginePath());
+  if (!engineInfo_->defaults().isEmpty()) engineDefaults_ = engineInfo_->defaults();
+  if (!engineInfo_->backendSupport().isEmpty()) tricks_->setBackendSupport(engineInfo_->backendSupport());
+  config_->setDevices(engineInfo_->devices());
+  updateDeviceContext();
+}
+
+void MainWindow::launchNow() {
+  queue_->enqueue(currentConfig());
+  pages_->setCurrentIndex(RunsPage);
+  if (queue_->pending().size() > 0) statusBar()->showMessage(tr("A run is in progress; this one waits in the queue."), 6000);
+}
+
+void MainWindow::addToQueue() {
+  queue_->enqueue(currentConfig());
+  statusBar()->showMessage(tr("Queued: %1").arg(currentConfig().value(QLatin1String("name")).toString()), 5000);
+}
+
+void MainWindow::stopRun() {
+  if (!queue_->current()) return;
+  queue_->stopCurrent();
+  statusBar()->showMessage(tr("Asked the engine to stop after this step (Kill ends it at once)."), 8000);
+  updateQueueList();
+}
+
+void MainWindow::killRun() {
+  if (!queue_->current()) return;
+  queue_->killCurrent();
+}
+
+RunDashboard* MainWindow::dashboardFor(EngineProcess* process) const {
+  for (int i = 0; i < dashboards_->count(); ++i) {
+    auto* d = qobject_cast<RunDashboard*>(dashboards_->widget(i));
+    if (d && d->property("process").value<QObject*>() == process) return d;
+  }
+  return nullptr;
+}
+
+void MainWindow::onLaunched(EngineProcess* process) {
+  auto* dashboard = new RunDashboard(dashboards_);
+  dashboard->setProperty("process", QVariant::fromValue<QObject*>(process));
+  const int index = dashboards_->addTab(dashboard, process->name());
+  dashboards_->setCurrentIndex(index);
+  dashboard->setStatus(tr("starting"));
+  connect(process, &EngineProcess::runStarted, dashboard, [dashboard, this, index, process](qint64, const QJsonObject& e) {
+    dashboard->handleRunStarted(e);
+    const int i = dashboards_->indexOf(dashboard);
+    if (i >= 0) dashboards_->setTabText(i, QStringLiteral("%1 (#%2)").arg(process->name()).arg(process->runId()));
+    Q_UNUSED(index);
+    updateQueueList();
+  });
+  connect(process, &EngineProcess::stepReceived, dashboard, &RunDashboard::handleStep);
+  connect(process, &EngineProcess::epochReceived, dashboard, &RunDashboard::handleEpoch);
+  connect(process, &EngineProcess::logReceived, dashboard, &RunDashboard::appendLog);
+  connect(process, &EngineProcess::stateChanged, this, &MainWindow::updateQueueList);
+  updateQueueList();
+}
+
+void MainWindow::onRunEnded(EngineProcess* process, const QString& status, const QString& message) {
+  if (RunDashboard* d = dashboardFor(process)) {
+    d->refreshNow();
+    d->setStatus(status, status == QLatin1String("failed") ? tr("The engine's last words:\n%1").arg(message) : QString());
+  }
+  if (status == QLatin1String("failed")) {
+    statusBar()->showMessage(tr("Run '%1' failed: %2").arg(process->name(), message.section(QLatin1Char('\n'), -1)), 15000);
+  } else {
+    statusBar()->showMessage(tr("Run '%1' %2.").arg(process->name(), status), 8000);
+  }
+  history_->reload();
+  updateQueueList();
+}
+
+void MainWindow::updateQueueList() {
+  if (!queueList_) return;
+  queueList_->clear();
+  EngineProcess* current = queue_->current();
+  if (current) {
+    const QString state = current->state() == EngineProcess::State::Stopping ? tr("stopping") : tr("running");
+    queueList_->addItem(QStringLiteral("▶ %1 — %2").arg(current->name(), state));
+  }
+  for (const QJsonObject& c : queue_->pending())
+    queueList_->addItem(QStringLiteral("… %1").arg(c.value(QLatin1String("name")).toString()));
+  stopButton_->setEnabled(current != nullptr);
+  killButton_->setEnabled(current != nullptr);
+  if (stopAction_) stopAction_->setEnabled(current != nullptr);
+  if (killAction_) killAction_->setEnabled(current != nullptr);
+}
+
+void MainWindow::showPage(Page page) { pages_->setCurrentIndex(int(page)); }
+
+void MainWindow::openRun(qint64 runId) {
+  for (int i = 0; i < dashboards_->count(); ++i) {
+    auto* d = qobject_cast<RunDashboard*>(dashboards_->widget(i));
+    if (d && (d->property("storedRunId").toLongLong() == runId || d->series().runId == runId)) {
+      dashboards_->setCurrentIndex(i);
+      showPage(RunsPage);
+      return;
+    }
+  }
+  const RunSummary* run = history_->model()->run(runId);
+  auto* dashboard = new RunDashboard(dashboards_);
+  dashboard->setProperty("storedRunId", runId);
+  dashboard->setStatus(run ? run->status : tr("loading"), run && !run->error.isEmpty() ? run->error : QString());
+  dashboards_->setCurrentIndex(dashboards_->addTab(dashboard, run ? QStringLiteral("%1 (#%2)").arg(run->name).arg(runId)
+                                                                   : tr("Run %1").arg(runId)));
+  loader_->request(databasePath_, runId);
+  showPage(RunsPage);
+}
+
+void MainWindow::compareRuns(const QList<qint64>& ids) {
+  if (ids.size() < 2) {
+    statusBar()->showMessage(tr("Select two or more runs in the history to compare."), 6000);
+    return;
+  }
+  QList<RunSummary> runs;
+  for (qint64 id : ids)
+    if (const RunSummary* r = history_->model()->run(id)) runs << *r;
+  std::sort(runs.begin(), runs.end(), [](const RunSummary& a, const RunSummary& b) { return a.id < b.id; });
+  compare_->setRuns(databasePath_, runs);
+  showPage(ComparePage);
+}
+
+void MainWindow::saveConfigDialog() {
+  QSettings settings;
+  const QString path = QFileDialog::getSaveFileName(
+      this, tr("Save configuration"),
+      settings.value(QStringLiteral("config/folder"), QDir::homePath()).toString() + QLatin1Char('/') +
+          currentConfig().value(QLatin1String("name")).toString() + QStringLiteral(".json"),
+      tr("Run configuration (*.json)"));
+  if (path.isEmpty()) return;
+  settings.setValue(QStringLiteral("config/folder"), QFileInfo(path).absolutePath());
+  QString error;
+  if (!RunConfig::save(currentConfig(), path, &error)) QMessageBox::warning(this, tr("Save failed"), error);
+  else statusBar()->showMessage(tr("Saved %1").arg(path), 5000);
+}
+
+void MainWindow::loadConfigDialog() {
+  QSettings settings;
+  const QString path = QFileDialog::getOpenFileName(this, tr("Load configuration"),
+                                                    settings.value(QStringLiteral("config/folder"), QDir::homePath()).toString(),
+                                                    tr("Run configuration (*.json)"));
+  if (path.isEmpty()) return;
+  settings.setValue(QStringLiteral("config/folder"), QFileInfo(path).absolutePath());
+  QJsonObject config;
+  QString error;
+  if (!RunConfig::load(path, &config, &error)) {
+    QMessageBox::warning(this, tr("Load failed"), tr("%1: %2").arg(path, error));
+    return;
+  }
+  setConfig(RunConfig::merged(currentConfig(), config));
+  statusBar()->showMessage(tr("Loaded %1").arg(path), 5000);
+}
+
+void MainWindow::openDatabaseDialog() {
+  const QString path = QFileDialog::getOpenFileName(this, tr("Open run database"), QFileInfo(databasePath_).absolutePath(),
+                                                    tr("Run databases (*.db *.sqlite);;All files (*)"));
+  if (path.isEmpty()) return;
+  setDatabasePath(path);
+  QSettings().setValue(QStringLiteral("database/path"), path);
+  showPage(HistoryPage);
+}
+
+void MainWindow::about() {
+  QString cuda = tr("not reported"), cudnn = tr("not reported");
+  if (engineInfo_) {
+    const QJsonObject env = engineInfo_->environment();
+    for (const char* k : {"cuda_version", "cuda_runtime_version", "cuda"})
+      if (env.contains(QLatin1String(k))) cuda = RunConfig::valueText(env.value(QLatin1String(k)));
+    for (const char* k : {"cudnn_version", "cudnn"})
+      if (env.contains(QLatin1String(k))) cudnn = RunConfig::valueText(env.value(QLatin1String(k)));
+  }
+  QMessageBox::about(
+      this, tr("About Trainbench"),
+      tr("<h3>Trainbench %1</h3><p>A workbench for making deep-learning training fast: switch speed-up tricks "
+         "on and off, run, watch and compare.</p>"
+         "<table><tr><td>Qt (run time / build)</td><td>%2 / %3</td></tr>"
+         "<tr><td>Engine</td><td>%4</td></tr><tr><td>CUDA</td><td>%5</td></tr><tr><td>cuDNN</td><td>%6</td></tr>"
+         "<tr><td>Run database</td><td>%7</td></tr></table>"
+         "<p>License: GPL-3.0-or-later. Plots by QCustomPlot.</p>")
+          .arg(QStringLiteral(TRAINBENCH_VERSION), QString::fromLatin1(qVersion()), QStringLiteral(QT_VERSION_STR),
+               engineInfo_ && !engineInfo_->version().isEmpty() ? engineInfo_->version().toHtmlEscaped() : tr("unknown"),
+               cuda.toHtmlEscaped(), cudnn.toHtmlEscaped(), databasePath_.toHtmlEscaped()));
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  if (queue_->current()) {
+    const auto answer = QMessageBox::question(this, tr("A run is in progress"),
+                                              tr("Stop the run in progress (it is saved as stopped) and quit?"),
+                                              QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel);
+    if (answer != QMessageBox::Yes) {
+      event->ignore();
+      return;
+    }
+  }
+  QSettings settings;
+  settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
+  settings.setValue(QStringLiteral("window/state"), saveState());
+  settings.setValue(QStringLiteral("window/page"), pages_->currentIndex());
+  settings.setValue(QStringLiteral("setup/config"), QJsonDocument(currentConfig()).toJson(QJsonDocument::Compact));
+  settings.setValue(QStringLiteral("database/path"), databasePath_);
+  queue_->clearPending();
+  event->accept();
+}

@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+#include <QJsonObject>
+#include <QMainWindow>
+#include <QPointer>
+
+class CompareView;
+class ConfigPanel;
+class EngineInfo;
+class EngineProcess;
+class QAction;
+class QComboBox;
+class QLabel;
+class QListWidget;
+class QPushButton;
+class QTabWidget;
+class QTextBrowser;
+class RunDashboard;
+class RunHistoryView;
+class RunQueue;
+class SeriesLoader;
+class TrickPanel;
+
+// The workbench window: Set up (configuration, tricks, presets), Runs (queue
+// and one live dashboard per run), History and Compare.
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+ public:
+  enum Page { SetupPage, RunsPage, HistoryPage, ComparePage };
+
+  explicit MainWindow(const QString& databasePath = QString(), QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  QJsonObject currentConfig() const;
+  void setConfig(const QJsonObject& config);
+  bool applyPreset(const QString& name);
+  void showLearnMore(const QString& key);
+
+  void setDatabasePath(const QString& path);
+  QString databasePath() const { return databasePath_; }
+  void setEnginePath(const QString& path);
+  QString enginePath() const;
+
+  void showPage(Page page);
+  void openRun(qint64 runId);
+  void compareRuns(const QList<qint64>& ids);
+
+  ConfigPanel* configPanel() const { return config_; }
+  TrickPanel* trickPanel() const { return tricks_; }
+  RunQueue* runQueue() const { return queue_; }
+  RunHistoryView* historyView() const { return history_; }
+  CompareView* compareView() const { return compare_; }
+  QTabWidget* dashboards() const { return dashboards_; }
+  RunDashboard* dashboardFor(EngineProcess* process) const;
+
+ public slots:
+  void launchNow();
+  void addToQueue();
+  void stopRun();
+  void killRun();
+  void saveConfigDialog();
+  void loadConfigDialog();
+  void openDatabaseDialog();
+  void about();
+
+ protected:
+  void closeEvent(QCloseEvent* event) override;
+
+ private:
+  QWidget* buildSetupPage();
+  QWidget* buildRunsPage();
+  void buildMenus();
+  void onLaunched(EngineProcess* process);
+  void onRunEnded(EngineProcess* process, const QString& status, const QString& message);
+  void updateQueueList();
+  void updateDeviceContext();
+  void onEngineInfo();
+  void updateConfigPreview();
+
+  QString databasePath_;
+  ConfigPanel* config_ = nullptr;
+  TrickPanel* tricks_ = nullptr;
+  QComboBox* presets_ = nullptr;
+  QLabel* presetDescription_ = nullptr;
+  QTextBrowser* learnMore_ = nullptr;
+  QTextBrowser* preview_ = nullptr;
+  QTabWidget* pages_ = nullptr;
+  QTabWidget* dashboards_ = nullptr;
+  QListWidget* queueList_ = nullptr;
+  QPushButton *stopButton_ = nullptr, *killButton_ = nullptr;
+  RunQueue* queue_ = nullptr;
+  RunHistoryView* history_ = nullptr;
+  CompareView* compare_ = nullptr;
+  EngineInfo* engineInfo_ = nullptr;
+  SeriesLoader* loader_ = nullptr;
+  QLabel *engineStatus_ = nullptr, *dbStatus_ = nullptr;
+  QAction *stopAction_ = nullptr, *killAction_ = nullptr;
+  QJsonObject engineDefaults_;
+};

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+#include <QList>
+#include <QWidget>
+#include <functional>
+
+class QComboBox;
+class QLabel;
+class QLineEdit;
+class QPlainTextEdit;
+class QTableView;
+class RunHistoryFilter;
+class RunHistoryModel;
+
+// The run history: a sortable, searchable table over the store with filters by
+// status, model and tag; rename, tags, notes and delete (confirmed); open a
+// run's dashboard or compare the selected runs.
+class RunHistoryView : public QWidget {
+  Q_OBJECT
+ public:
+  explicit RunHistoryView(QWidget* parent = nullptr);
+
+  void setDatabasePath(const QString& path);
+  QString databasePath() const { return databasePath_; }
+  void reload();
+
+  RunHistoryModel* model() const { return model_; }
+  RunHistoryFilter* filter() const { return filter_; }
+  QTableView* table() const { return table_; }
+  QList<qint64> selectedRunIds() const;
+  void selectRuns(const QList<qint64>& ids);
+
+  // Edits, also used by tests (no dialogs).
+  bool renameRun(qint64 id, const QString& name);
+  bool setRunTags(qint64 id, const QString& tags);
+  bool setRunNotes(qint64 id, const QString& notes);
+  bool deleteRuns(const QList<qint64>& ids);
+
+ public slots:
+  void renameSelected();
+  void tagSelected();
+  void deleteSelected();
+  void exportCsv();
+
+ signals:
+  void openRunRequested(qint64 runId);
+  void compareRequested(const QList<qint64>& runIds);
+  void statusMessage(const QString& message);
+
+ private:
+  void updateFilterChoices();
+  void showSelectedNotes();
+  bool edit(const std::function<void()>& action, const QString& what);
+
+  QString databasePath_;
+  RunHistoryModel* model_;
+  RunHistoryFilter* filter_;
+  QTableView* table_;
+  QLineEdit* search_;
+  QComboBox *status_, *modelFilter_, *tag_;
+  QPlainTextEdit* notes_;
+  QLabel* details_;
+  qint64 notesRun_ = 0;
+};
