@@ -278,6 +278,10 @@ class TestConvLinearPool : public QObject {
     QTest::addColumn<ConvCase>("c");
     QTest::newRow("fmnist conv1, batch 1") << ConvCase{1, 1, 28, 28, 32, 3, 1, 1, true};
     QTest::newRow("fmnist conv2, batch 3") << ConvCase{3, 32, 14, 14, 64, 3, 1, 1, true};
+    // "Same" padding (stride 1, output size = input size) has a shifted-copy path.
+    QTest::newRow("same, odd sizes") << ConvCase{2, 3, 7, 9, 5, 3, 1, 1, true};
+    QTest::newRow("same, kernel 5 > height") << ConvCase{1, 2, 3, 4, 3, 5, 1, 2, false};
+    QTest::newRow("same, height 1") << ConvCase{2, 2, 1, 5, 3, 3, 1, 1, true};
     QTest::newRow("odd, stride 2, pad 1") << ConvCase{2, 3, 7, 9, 5, 3, 2, 1, true};
     QTest::newRow("stride 2, pad 0, no bias") << ConvCase{5, 2, 8, 6, 3, 3, 2, 0, false};
     QTest::newRow("kernel 1") << ConvCase{2, 4, 5, 5, 6, 1, 1, 0, true};

@@ -144,6 +144,22 @@ inline void valid_range(int64_t n_in, int64_t n_out, int64_t s, int64_t p, int64
   lo = std::min(lo, hi);
 }
 
+// Stride 1 and an output plane the size of the input ("same" padding, e.g.
+// 3x3 with padding 1): each im2col row is the input plane shifted.
+inline bool same_size(const ConvGeometry& g) {
+  return g.stride == 1 && g.H_out == g.H && g.W_out == g.W;
+}
+
+// Zeroes the cells of rows [oh_lo, oh_hi) outside columns [ow_lo, ow_hi).
+inline void zero_wrapped_columns(float* row0, int64_t Wo, int64_t oh_lo, int64_t oh_hi,
+                                 int64_t ow_lo, int64_t ow_hi) {
+  for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
+    float* r = row0 + oh * Wo;
+    for (int64_t ow = 0; ow < ow_lo; ++ow) r[ow] = 0.0f;
+    for (int64_t ow = ow_hi; ow < Wo; ++ow) r[ow] = 0.0f;
+  }
+}
+
 // col (Kc, L) with L = B*P, row r = (ci*K + kh)*K + kw, column b*P + oh*Wo + ow,
 // from x (B, Cin, H, W). Writes every cell (zeros for padding).
 void im2col(const ConvGeometry& g, const float* x, int64_t B, float* col) {
@@ -159,6 +175,22 @@ void im2col(const ConvGeometry& g, const float* x, int64_t B, float* col) {
           int64_t ow_lo, ow_hi;
           valid_range(g.W, Wo, s, p, kw, ow_lo, ow_hi);
           float* dst = col + ((ci * K + kh) * K + kw) * L + b * P;
+          if (same_size(g)) {
+            // Output and input planes have the same shape: this row is the plane
+            // shifted by (kh-p, kw-p), one contiguous copy; then the cells whose
+            // column fell off an edge (wrapped to the next row) become padding.
+            if (oh_lo >= oh_hi || ow_lo >= ow_hi) {
+              std::fill(dst, dst + P, 0.0f);
+              continue;
+            }
+            const int64_t first = oh_lo * Wo + ow_lo, last = (oh_hi - 1) * Wo + ow_hi;
+            const int64_t shift = (kh - p) * g.W + (kw - p);
+            std::fill(dst, dst + first, 0.0f);
+            std::memcpy(dst + first, plane + first + shift, sizeof(float) * (last - first));
+            std::fill(dst + last, dst + P, 0.0f);
+            zero_wrapped_columns(dst, Wo, oh_lo, oh_hi, ow_lo, ow_hi);
+            continue;
+          }
           std::fill(dst, dst + oh_lo * Wo, 0.0f);
           for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
             float* d = dst + oh * Wo;
@@ -178,8 +210,8 @@ void im2col(const ConvGeometry& g, const float* x, int64_t B, float* col) {
 }
 
 // dx (B, Cin, H, W) = sum of col cells onto the input pixels they came from
-// (the adjoint of im2col). dx is overwritten.
-void col2im(const ConvGeometry& g, const float* col, int64_t B, float* dx) {
+// (the adjoint of im2col). dx is overwritten; col is clobbered.
+void col2im(const ConvGeometry& g, float* col, int64_t B, float* dx) {
   const int64_t K = g.KH, s = g.stride, p = g.pad, Ho = g.H_out, Wo = g.W_out;
   const int64_t P = Ho * Wo, L = B * P;
   std::fill_n(dx, B * g.C_in * g.H * g.W, 0.0f);
@@ -192,7 +224,18 @@ void col2im(const ConvGeometry& g, const float* col, int64_t B, float* dx) {
         for (int64_t kw = 0; kw < K; ++kw) {
           int64_t ow_lo, ow_hi;
           valid_range(g.W, Wo, s, p, kw, ow_lo, ow_hi);
-          const float* src = col + ((ci * K + kh) * K + kw) * L + b * P;
+          float* src = col + ((ci * K + kh) * K + kw) * L + b * P;
+          if (same_size(g)) {
+            // The adjoint of the shifted copy in im2col: zero the padding cells
+            // (they hold GEMM output that belongs to no pixel), then one
+            // contiguous add.
+            if (oh_lo >= oh_hi || ow_lo >= ow_hi) continue;
+            const int64_t first = oh_lo * Wo + ow_lo, last = (oh_hi - 1) * Wo + ow_hi;
+            float* d = plane + (kh - p) * g.W + (kw - p);
+            zero_wrapped_columns(src, Wo, oh_lo, oh_hi, ow_lo, ow_hi);
+            for (int64_t i = first; i < last; ++i) d[i] += src[i];
+            continue;
+          }
           for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
             const float* c = src + oh * Wo;
             float* d = plane + (oh * s - p + kh) * g.W + (-p + kw);  // + ow*s
