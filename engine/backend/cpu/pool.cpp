@@ -2,7 +2,8 @@
 // CpuBackend pooling, NCHW only. PyTorch semantics:
 //
 //   max:    y[n,c,oh,ow] = max over the window's cells inside the image (padding
-//           never wins); argmax (i32) = ih*W + iw of the first maximum; NaN wins.
+//           never wins); argmax (i32) = ih*W + iw of the first maximum. A NaN
+//           propagates, as in PyTorch (argmax: the window's first NaN).
 //           dx[n,c,argmax] += dy  (windows may overlap).
 //   avg:    y = (sum over the window's cells inside the image) / (K*K): padded
 //           cells count as zeros (count_include_pad=true). dx spreads dy/(K*K).
@@ -10,7 +11,8 @@
 //
 // reference<T>: per-cell bounds checks (f64, or BackendOptions::reference).
 // fast f32: the window is clipped to the image once per output cell and the
-// plane pointers are hoisted, so the inner loops are plain strided reads.
+// plane pointers are hoisted, so the inner loops are plain strided reads; max
+// pooling 2x2/stride 2 (the usual one) has an SSE2 path without branches.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -77,7 +79,7 @@ void maxpool_forward_ref(const PoolGeometry& g, const T* x, T* y, int32_t* argma
       }
 }
 
-// The window [h0,h1) x [w0,w1) holds a NaN: it wins, the first one (PyTorch).
+// The window [h0,h1) x [w0,w1) holds a NaN: the first one is the result.
 void first_nan(const float* plane, int64_t W, int64_t h0, int64_t h1, int64_t w0, int64_t w1,
                float& best, int64_t& arg) {
   for (int64_t ih = h0; ih < h1; ++ih)
