@@ -158,6 +158,33 @@ class TestBnActLoss : public QObject {
     }
   }
 
+  // ctx.accumulate_grads: a second backward with the same dy adds the same
+  // parameter gradients again (gradient accumulation through the layer).
+  void batchnormAccumulatesParameterGradients() {
+    for (bool training : {true, false}) {
+      CpuBackend be;
+      Model model("m", {3, 2, 2}, 0);
+      model.emplace<BatchNorm2d>("bn");
+      model.build(be, 2, DType::F32);
+      Context ctx{be};
+      ctx.training = training;
+      Tensor x = random_tensor<float>({4, 3, 2, 2}, 5);
+      Tensor dy = random_tensor<float>({4, 3, 2, 2}, 6);
+      model.forward(ctx, x);
+      ctx.accumulate_grads = false;
+      model.layers()[0]->backward(ctx, dy, false);
+      std::vector<float> once(model.grad_block().data_as<float>(),
+                              model.grad_block().data_as<float>() + 6);
+      ctx.accumulate_grads = true;
+      model.layers()[0]->backward(ctx, dy, false);
+      for (int i = 0; i < 6; ++i) {
+        QVERIFY(once[size_t(i)] != 0.0f);
+        QVERIFY(std::abs(model.grad_block().data_as<float>()[i] - 2.0f * once[size_t(i)]) <
+                1e-5f * (1.0f + std::abs(once[size_t(i)])));
+      }
+    }
+  }
+
   // ---------------------------------------------------------------- hand values
 
   // One channel holds {1, 2, 3, 6}: mean 3, biased var 14/4 = 3.5, unbiased 14/3.

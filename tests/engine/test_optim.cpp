@@ -236,6 +236,25 @@ class TestOptim : public QObject {
     QVERIFY(std::abs(P.v(1) + 2.025) < 1e-9);
   }
 
+  // reset() zeroes the state and the step count: the next step repeats the first
+  // (AdamW's first step is lr·sign(g) = 0.01 after the 0.1% decay, as above).
+  void resetRestartsFromStepOne() {
+    CpuBackend be(BackendOptions{.reference = true});
+    Params P = tiny(DType::F64);
+    OptimizerConfig c;
+    c.kind = OptimizerKind::AdamW, c.weight_decay = 0.1f;
+    Optimizer opt(c, P.infos, be);
+    opt.step(0.01f);
+    opt.step(0.01f);
+    opt.reset();
+    QCOMPARE(opt.steps(), int64_t(0));
+    P.set(P.values, {1.0, -2.0, 0.5});
+    opt.step(0.01f);
+    QVERIFY(std::abs(P.v(0) - 0.989) < 1e-7);
+    QVERIFY(std::abs(P.v(1) + 2.008) < 1e-7);
+    QCOMPARE(opt.steps(), int64_t(1));
+  }
+
   // With zero gradients only the decay moves p, and only in decayed slots:
   // SGD/RMSProp-style L2 and AdamW's decoupled decay alike.
   void noDecaySlotsAreNotDecayed() {
