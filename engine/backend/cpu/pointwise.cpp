@@ -73,7 +73,7 @@ void accumulate_ref(const T* src, T* dst, int64_t n) {
 }
 
 // ---------------------------------------------------------------- fast f32
-// Branch-free loops the compiler vectorises; GELU in float arithmetic
+// Branch-free loops (ReLU vectorises); GELU in float arithmetic
 // (erff/expf) instead of the reference's double. With OpenMP the range is split
 // across the backend's threads (elementwise: no effect on the values).
 
