@@ -462,7 +462,7 @@ class TestConvLinearPool : public QObject {
   }
 
   void maxpool_nan_propagates() {
-    // A NaN in a window wins (the first one), like PyTorch; elsewhere nothing changes.
+    // A NaN in a window propagates (argmax: its first NaN); other windows are unaffected.
     CpuBackend fast, ref(BackendOptions{.reference = true});
     std::mt19937_64 rng(26);
     for (int64_t k : {2, 3}) {
