@@ -96,9 +96,16 @@ QMap<QString, QStringList> EngineInfo::parseSchemaBackends(const QByteArray& jso
   const QJsonDocument doc = QJsonDocument::fromJson(json);
   auto take = [&out](const QString& key, const QJsonObject& entry) {
     const QJsonValue b = entry.value(QLatin1String("backends"));
-    if (!b.isArray()) return;
     QStringList backends;
-    for (const QJsonValue& v : b.toArray()) backends << v.toString();
+    if (b.isArray()) {
+      for (const QJsonValue& v : b.toArray()) backends << v.toString();
+    } else if (b.isString()) {
+      // "all", or one backend name.
+      if (b.toString() == QLatin1String("all")) backends << QStringLiteral("cpu") << QStringLiteral("cuda");
+      else backends << b.toString();
+    } else {
+      return;
+    }
     out.insert(key, backends);
   };
   QJsonObject root = doc.object();

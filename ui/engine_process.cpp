@@ -150,7 +150,8 @@ void EngineProcess::onFinished(int exitCode, QProcess::ExitStatus exitStatus) {
   if (!stderrBuffer_.isEmpty()) rememberLine(QString::fromUtf8(stderrBuffer_));
   stderrBuffer_.clear();
 
-  if (exitStatus == QProcess::NormalExit && exitCode == 0 &&
+  // Exit code 0 = finished, 130 = stopped by SIGTERM/SIGINT (docs/events.md).
+  if (exitStatus == QProcess::NormalExit && (exitCode == 0 || exitCode == 130) &&
       (reportedStatus_ == QLatin1String("finished") || reportedStatus_ == QLatin1String("stopped"))) {
     finish(reportedStatus_, QString());
     return;

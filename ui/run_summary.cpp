@@ -43,6 +43,7 @@ RunSummary RunSummary::fromRecord(const tb::RunRecord& r) {
   s.dataset = s.config.value(QLatin1String("dataset")).toString();
   s.device = s.environment.value(QLatin1String("device")).toString();
   if (s.device.isEmpty()) s.device = s.environment.value(QLatin1String("device_name")).toString();
+  if (s.device.isEmpty()) s.device = s.summary.value(QLatin1String("device")).toString();
   if (s.device.isEmpty()) s.device = s.config.value(QLatin1String("device")).toString();
   s.medianStepMs = firstNumber(s.summary, {"median_step_time_ms", "step_time_ms_median", "median_step_ms"});
   s.samplesPerSecond = firstNumber(s.summary, {"samples_per_s", "median_samples_per_s", "samples_per_s_median"});
