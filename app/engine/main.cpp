@@ -184,7 +184,7 @@ int cmd_run(const RunArgs& a) {
   }
   std::fprintf(stderr, "error: run %lld failed: %s\n", (long long)run_id, error.c_str());
   try {
-    bus.emit("failed", {{"run_id", run_id}, {"error", error}, {"summary", trainer.summary_so_far()}});
+    bus.publish("failed", {{"run_id", run_id}, {"error", error}, {"summary", trainer.summary_so_far()}});
     store->flush();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: could not record the failure in %s: %s\n",

@@ -15,13 +15,13 @@ double EventBus::seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
-void EventBus::emit(const std::string& type, json fields) {
+void EventBus::publish(const std::string& type, json fields) {
   json e = {{"v", kEventsVersion}, {"type", type}, {"t", seconds()}};
   for (auto& [k, v] : fields.items()) e[k] = std::move(v);
-  for (EventSink* s : sinks_) s->emit(e);
+  for (EventSink* s : sinks_) s->on_event(e);
 }
 
-void JsonlSink::emit(const json& event) {
+void JsonlSink::on_event(const json& event) {
   // Non-finite numbers (a diverged loss) become null: JSON has no NaN.
   const std::string line = event.dump(-1, ' ', false, json::error_handler_t::replace);
   std::fputs(line.c_str(), out_);
@@ -80,7 +80,7 @@ void ProgressSink::draw_bar(const json& e) {
   std::fflush(out_);
 }
 
-void ProgressSink::emit(const json& e) {
+void ProgressSink::on_event(const json& e) {
   const std::string type = e.value("type", "");
   auto end_bar = [&]() {
     if (bar_open_) std::fputc('\n', out_), bar_open_ = false;
@@ -135,7 +135,7 @@ void ProgressSink::emit(const json& e) {
 
 // --- StoreSink
 
-void StoreSink::emit(const json& e) {
+void StoreSink::on_event(const json& e) {
   const std::string type = e.value("type", "");
   const double t = e.value("t", 0.0);
   if (type == "step") {

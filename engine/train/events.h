@@ -21,7 +21,7 @@ class RunStore;
 class EventSink {
  public:
   virtual ~EventSink() = default;
-  virtual void emit(const nlohmann::json& event) = 0;
+  virtual void on_event(const nlohmann::json& event) = 0;
 };
 
 class EventBus {
@@ -29,7 +29,7 @@ class EventBus {
   EventBus();
   void add(EventSink* sink) { sinks_.push_back(sink); }
   // Stamps version and time, then hands the event to every sink.
-  void emit(const std::string& type, nlohmann::json fields);
+  void publish(const std::string& type, nlohmann::json fields);
   double seconds() const;  // since construction (the run's start)
 
  private:
@@ -41,7 +41,7 @@ class EventBus {
 class JsonlSink final : public EventSink {
  public:
   explicit JsonlSink(std::FILE* out) : out_(out) {}
-  void emit(const nlohmann::json& event) override;
+  void on_event(const nlohmann::json& event) override;
 
  private:
   std::FILE* out_;
@@ -51,7 +51,7 @@ class JsonlSink final : public EventSink {
 class ProgressSink final : public EventSink {
  public:
   ProgressSink(std::FILE* out, bool terminal, bool quiet = false);
-  void emit(const nlohmann::json& event) override;
+  void on_event(const nlohmann::json& event) override;
 
  private:
   void draw_bar(const nlohmann::json& event);
@@ -67,7 +67,7 @@ class ProgressSink final : public EventSink {
 class StoreSink final : public EventSink {
  public:
   StoreSink(RunStore& store, int64_t run_id) : store_(store), run_(run_id) {}
-  void emit(const nlohmann::json& event) override;
+  void on_event(const nlohmann::json& event) override;
 
  private:
   RunStore& store_;

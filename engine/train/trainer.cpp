@@ -92,7 +92,7 @@ Trainer::Trainer(RunConfig config, EventBus& bus, const std::atomic<bool>& stop)
 TrainResult Trainer::run(int64_t run_id) {
   const RunConfig& c = config_;
   auto log = [&](const std::string& level, const std::string& message) {
-    bus_.emit("log", {{"level", level}, {"message", message}});
+    bus_.publish("log", {{"level", level}, {"message", message}});
   };
 
   // --- backend
@@ -177,7 +177,7 @@ TrainResult Trainer::run(int64_t run_id) {
               {"parameters", model->num_params()},
               {"device", be.device().str()}};
 
-  bus_.emit("run_started", {{"run_id", run_id},
+  bus_.publish("run_started", {{"run_id", run_id},
                             {"name", c.name},
                             {"config", c.values},
                             {"environment", environment},
@@ -335,7 +335,7 @@ TrainResult Trainer::run(int64_t run_id) {
         if (wall > 0) metrics["cpu_threads_busy"] = (cpu - cpu_mark) / wall;
         cpu_mark = cpu, wall_mark = Clock::now();
       }
-      bus_.emit("step", {{"step", step}, {"epoch", epoch}, {"metrics", metrics}});
+      bus_.publish("step", {{"step", step}, {"epoch", epoch}, {"metrics", metrics}});
       summary_["steps"] = step;
       if (stop_.load()) {
         stopped = true;
@@ -359,7 +359,7 @@ TrainResult Trainer::run(int64_t run_id) {
       em["train_accuracy"] = epoch_correct / double(epoch_samples);
     }
     em["epoch_time_s"] = ms_since(epoch_start) / 1e3;
-    bus_.emit("epoch", {{"epoch", epoch}, {"step", step}, {"metrics", em}});
+    bus_.publish("epoch", {{"epoch", epoch}, {"step", step}, {"metrics", em}});
     summary_["epochs"] = epoch + 1;
   }
 
@@ -373,7 +373,7 @@ TrainResult Trainer::run(int64_t run_id) {
   summary_["final_train_loss"] = last_train_loss;
   summary_["total_time_s"] = ms_since(run_start) / 1e3;
   TrainResult r{stopped ? "stopped" : "finished", summary_};
-  bus_.emit("finished", {{"status", r.status}, {"summary", summary_}});
+  bus_.publish("finished", {{"status", r.status}, {"summary", summary_}});
   return r;
 }
 

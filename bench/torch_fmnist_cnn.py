@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""PyTorch peer of Trainbench's fmnist-cnn training step, for side-by-side timing.
+
+Same model (conv32-BN-ReLU-pool, conv64-BN-ReLU-pool, fc128-ReLU-fc10), same
+optimizer (SGD, momentum 0.9, weight decay 5e-4), same batch, on real
+Fashion-MNIST batches already in memory. Prints one JSON object: median step
+time (forward + backward + optimizer) over the timed steps.
+"""
+import argparse
+import gzip
+import json
+import statistics
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+
+def read_idx_images(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    n, h, w = int.from_bytes(data[4:8], "big"), int.from_bytes(data[8:12], "big"), int.from_bytes(data[12:16], "big")
+    return np.frombuffer(data, dtype=np.uint8, offset=16).reshape(n, 1, h, w)
+
+
+def read_idx_labels(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    return np.frombuffer(data, dtype=np.uint8, offset=8).astype(np.int64)
+
+
+def model(classes=10):
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, classes))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--threads", type=int, default=0)
+    a = p.parse_args()
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    x = read_idx_images(f"{a.data_dir}/train-images-idx3-ubyte.gz")
+    y = read_idx_labels(f"{a.data_dir}/train-labels-idx1-ubyte.gz")
+    x = (torch.from_numpy(x.astype(np.float32)) / 255.0 - 0.2860) / 0.3530
+    y = torch.from_numpy(y)
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
+    loss_fn = nn.CrossEntropyLoss()
+    perm = torch.randperm(x.shape[0])
+    times = []
+    for step in range(a.warmup + a.steps):
+        idx = perm[(step * a.batch_size) % (x.shape[0] - a.batch_size):][: a.batch_size]
+        xb, yb = x[idx], y[idx]
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(net(xb), yb)
+        loss.backward()
+        opt.step()
+        t1 = time.perf_counter()
+        if step >= a.warmup:
+            times.append((t1 - t0) * 1e3)
+    med = statistics.median(times)
+    print(json.dumps({
+        "framework": "pytorch", "version": torch.__version__, "threads": torch.get_num_threads(),
+        "batch_size": a.batch_size, "steps": a.steps, "median_step_ms": med,
+        "samples_per_s": a.batch_size * 1e3 / med, "final_loss": float(loss)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The trainer's trick toggles: each pair of paths must compute the same thing
+// (bitwise where the arithmetic is the same, within a stated tolerance where only
+// the summation order differs).
+#include <QtTest>
+
+#include <cmath>
+
+#include "engine/core/error.h"
+#include "engine/train/config.h"
+#include "engine/train/events.h"
+#include "engine/train/trainer.h"
+
+using namespace tb;
+using json = nlohmann::json;
+
+namespace {
+
+// Collects the per-step losses and the run_started/finished events.
+struct Recorder final : EventSink {
+  std::vector<double> losses;
+  json started, finished;
+  std::vector<json> warnings;
+  void on_event(const json& e) override {
+    const std::string type = e["type"];
+    if (type == "step" && e["metrics"].contains("loss"))
+      losses.push_back(e["metrics"]["loss"].get<double>());
+    if (type == "run_started") started = e;
+    if (type == "finished") finished = e;
+    if (type == "log" && e["level"] == "warning") warnings.push_back(e);
+  }
+};
+
+struct Outcome {
+  std::vector<double> losses;
+  json started, summary;
+  std::vector<json> warnings;
+};
+
+Outcome train(json overrides) {
+  json base = {{"device", "cpu"},        {"dataset", "fashion-mnist"}, {"train_limit", 512},
+               {"test_limit", 128},      {"max_steps", 6},             {"batch_size", 32},
+               {"model", "fmnist-cnn"},  {"seed", 7}};
+  for (auto& [k, v] : overrides.items()) base[k] = v;
+  RunConfig c = RunConfig::from_json(validate_config(base, "test"));
+  EventBus bus;
+  Recorder rec;
+  bus.add(&rec);
+  std::atomic<bool> stop{false};
+  Trainer t(c, bus, stop);
+  TrainResult r = t.run(0);
+  return {rec.losses, rec.started, r.summary, rec.warnings};
+}
+
+double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double m = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    m = std::max(m, std::abs(a[i] - b[i]) / std::max(1e-12, std::abs(b[i])));
+  return m;
+}
+
+}  // namespace
+
+class TestTrainer : public QObject {
+  Q_OBJECT
+ private slots:
+  void initTestCase() {
+    if (!QFile::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
+      QSKIP("Fashion-MNIST is not installed (Debian package dataset-fashion-mnist; scripts/setup.sh)");
+  }
+
+  void lossDecreases() {
+    Outcome o = train({{"max_steps", 30}, {"lr", 0.05}});
+    QCOMPARE(o.losses.size(), size_t(30));
+    QVERIFY2(o.losses.back() < 0.8 * o.losses.front(),
+             qPrintable(QString("loss %1 -> %2").arg(o.losses.front()).arg(o.losses.back())));
+    QVERIFY(std::isfinite(o.summary["final_test_accuracy"].get<double>()));
+  }
+
+  void sameSeedIsBitIdentical() {
+    Outcome a = train({}), b = train({});
+    QCOMPARE(a.losses, b.losses);
+    Outcome c = train({{"seed", 8}});
+    QVERIFY(a.losses != c.losses);
+  }
+
+  void gradSetToNoneMatchesMemset() {
+    // Writing the first gradient equals zeroing then adding (x + 0 == x exactly).
+    QCOMPARE(train({{"grad_set_to_none", true}}).losses,
+             train({{"grad_set_to_none", false}}).losses);
+    QCOMPARE(train({{"grad_set_to_none", true}, {"accumulation_steps", 2}}).losses,
+             train({{"grad_set_to_none", false}, {"accumulation_steps", 2}}).losses);
+  }
+
+  void workersGiveIdenticalTraining() {
+    const auto a = train({{"workers", 0}}).losses;
+    QCOMPARE(train({{"workers", 1}}).losses, a);
+    QCOMPARE(train({{"workers", 3}}).losses, a);
+  }
+
+  void multiTensorOptimizerMatchesPerTensor() {
+    for (const char* opt : {"sgd", "adamw", "rmsprop", "lars", "lamb"}) {
+      json o = {{"optimizer", opt}, {"lr", std::string(opt) == "sgd" ? 0.05 : 0.001}};
+      json on = o, off = o;
+      on["optimizer_foreach"] = true, off["optimizer_foreach"] = false;
+      QVERIFY2(train(on).losses == train(off).losses, opt);
+    }
+  }
+
+  void accumulationEqualsOneBigBatch() {
+    // Without batch norm (mlp) K micro-batches of B sum to the gradient of one batch
+    // of K*B; only the summation order differs (tolerance 1e-5 relative on the loss).
+    json big = {{"model", "mlp"}, {"batch_size", 64}, {"accumulation_steps", 1}};
+    json acc = {{"model", "mlp"}, {"batch_size", 32}, {"accumulation_steps", 2}};
+    const auto a = train(big).losses, b = train(acc).losses;
+    QCOMPARE(a.size(), b.size());
+    QVERIFY2(max_rel_diff(a, b) < 1e-5, qPrintable(QString::number(max_rel_diff(a, b))));
+  }
+
+  void clippingAboveTheNormChangesNothing() {
+    const auto plain = train({}).losses;
+    QCOMPARE(train({{"clip_grad_norm", 1e6}}).losses, plain);
+    QVERIFY(train({{"clip_grad_norm", 1e-3}}).losses != plain);
+  }
+
+  void readBackEveryNStepsGivesTheSameMeans() {
+    // sync_every_step off: the loss is read every log_every steps as the mean over them.
+    const auto every = train({{"sync_every_step", true}}).losses;
+    const auto sparse = train({{"sync_every_step", false}, {"log_every", 3}}).losses;
+    QCOMPARE(sparse.size(), size_t(2));
+    const double mean0 = (every[0] + every[1] + every[2]) / 3;
+    QVERIFY(std::abs(sparse[0] - mean0) < 1e-9 * std::abs(mean0) + 1e-12);
+  }
+
+  void convBiasBeforeBnOffDropsTheBiases() {
+    const int64_t with = train({{"max_steps", 1}}).started["parameters"];
+    const int64_t without = train({{"max_steps", 1}, {"conv_bias_before_bn", false}}).started["parameters"];
+    QCOMPARE(with - without, int64_t(32 + 64));  // fmnist-cnn's two convolutions
+  }
+
+  void gpuTricksOnTheCpuAreReportedNotApplied() {
+    Outcome o = train({{"max_steps", 1}, {"pin_memory", true}, {"amp", "bf16"}});
+    const json& tricks = o.started["tricks"];
+    QCOMPARE(tricks["pin_memory"]["applied"].get<bool>(), false);
+    QCOMPARE(tricks["pin_memory"]["reason"].get<std::string>(),
+             std::string("not applicable on the cpu backend"));
+    QCOMPARE(tricks["amp"]["applied"].get<bool>(), false);
+    QCOMPARE(tricks["workers"]["applied"].get<bool>(), true);
+    QCOMPARE(o.warnings.size(), size_t(2));  // one log line each, never silent
+  }
+
+  void anomalyCheckStopsOnNonFinite() {
+    try {
+      // Without batch norm, lr 100 overflows float32 within a few steps (seen: loss 2.3,
+      // 7e3, 1e14, 3e27, then non-finite).
+      train({{"model", "mlp"}, {"lr", 100}, {"weight_decay", 0}, {"anomaly_check", true},
+             {"max_steps", 20}});
+      QFAIL("expected an anomaly error");
+    } catch (const Error& e) {
+      QVERIFY2(QString(e.what()).contains("anomaly_check"), e.what());
+    }
+  }
+
+  void tooSmallDataSetIsAClearError() {
+    try {
+      train({{"train_limit", 10}, {"batch_size", 32}});
+      QFAIL("expected an error");
+    } catch (const Error& e) {
+      QVERIFY2(QString(e.what()).contains("not enough for one step"), e.what());
+    }
+  }
+};
+
+QTEST_GUILESS_MAIN(TestTrainer)
+#include "test_trainer.moc"
