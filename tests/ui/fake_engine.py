@@ -7,6 +7,10 @@
 # | hang (ignores SIGTERM, so only SIGKILL ends it).
 import json, os, signal, sys, time
 
+if len(sys.argv) < 2 or sys.argv[1] != "run":
+    print("fake engine: only 'run' is supported", file=sys.stderr)
+    sys.exit(2)
+
 stop = False
 def on_term(signum, frame):
     global stop

@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Plots: min/max downsampling keeps every spike and stays bounded at a
+// million points, smoothing, log scale, hover tracker, stacked breakdown,
+// and exports (PNG, SVG, PDF, CSV) that are real files of their type.
+#include <QElapsedTimer>
+#include <QFile>
+#include <QStandardPaths>
+#include <QTemporaryDir>
+#include <QtTest>
+#include <cmath>
+#include <qcustomplot.h>
+
+#include "live_plot.h"
+#include "series_data.h"
+#include "series_downsampler.h"
+#include "table_export.h"
+
+namespace {
+SeriesPoints makeSeries(int n, double (*f)(int)) {
+  SeriesPoints s;
+  s.reserve(n);
+  for (int i = 0; i < n; ++i) s.append(i + 1, (i + 1) / 1000.0, i * 0.01, 1.7e9 + i * 0.01, f(i));
+  return s;
+}
+double noisy(int i) { return 10.0 + std::sin(i * 0.001) + ((qint64(i) * 7919) % 13) * 0.01; }
+QByteArray head(const QString& path, int n) {
+  QFile f(path);
+  if (!f.open(QIODevice::ReadOnly)) return {};
+  return f.read(n);
+}
+}  // namespace
+
+class TestLivePlot : public QObject {
+  Q_OBJECT
+ private slots:
+  void initTestCase() {
+    Q_INIT_RESOURCE(trainbench);
+    QStandardPaths::setTestModeEnabled(true);
+  }
+
+  void downsamplerKeepsExtremesPerColumn() {
+    // Compare with a brute-force min/max per column on random-looking data.
+    const int n = 100000, columns = 300;
+    QVector<double> x(n), y(n);
+    for (int i = 0; i < n; ++i) {
+      x[i] = i;
+      y[i] = std::sin(i * 0.37) * 5 + ((quint64(i) * 2654435761u) % 1000) / 100.0;
+    }
+    QVector<double> ox, oy;
+    SeriesDownsampler::downsample(x, y, 0, n - 1, columns, &ox, &oy);
+    QVERIFY(ox.size() <= 4 * columns + 8);
+    QVERIFY(ox.size() >= columns);
+    for (int i = 1; i < ox.size(); ++i) QVERIFY(ox[i] >= ox[i - 1]);  // still in x order
+    const double width = double(n - 1) / columns;
+    for (int c = 0; c < columns; ++c) {
+      double lo = 1e300, hi = -1e300, olo = 1e300, ohi = -1e300;
+      for (int i = 0; i < n; ++i) {
+        const int col = std::min(columns, int(std::floor(x[i] / width)));
+        if (col != c) continue;
+        lo = std::min(lo, y[i]);
+        hi = std::max(hi, y[i]);
+      }
+      for (int i = 0; i < ox.size(); ++i) {
+        const int col = std::min(columns, int(std::floor(ox[i] / width)));
+        if (col != c) continue;
+        olo = std::min(olo, oy[i]);
+        ohi = std::max(ohi, oy[i]);
+      }
+      QCOMPARE(olo, lo);
+      QCOMPARE(ohi, hi);
+    }
+  }
+
+  void downsamplerSmallAndEdgeCases() {
+    QVector<double> ox, oy;
+    SeriesDownsampler::downsample({}, {}, 0, 1, 100, &ox, &oy);
+    QVERIFY(ox.isEmpty());
+    // Few points come back unchanged (plus neighbours outside the range).
+    SeriesDownsampler::downsample({1, 2, 3, 4, 5}, {5, 4, NAN, 2, 1}, 2, 4, 100, &ox, &oy);
+    QCOMPARE(ox, (QVector<double>{1, 2, 4, 5}));  // NaN dropped
+    QCOMPARE(oy, (QVector<double>{5, 4, 2, 1}));
+  }
+
+  void millionPointsStayFluidAndSpikesShow() {
+    SeriesPoints s = makeSeries(1000000, noisy);
+    s.value[777777] = 1000.0;  // one spike in a million
+    s.value[123456] = -50.0;   // one dip
+    LivePlot plot(QStringLiteral("Step time"), QStringLiteral("ms"));
+    plot.resize(900, 400);
+    plot.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&plot));
+    plot.addCurve(QStringLiteral("step time"), &s);
+    QElapsedTimer timer;
+    timer.start();
+    for (int i = 0; i < 5; ++i) plot.refresh();
+    const qint64 perRefresh = timer.elapsed() / 5;
+    qInfo("refresh of 1,000,000 points: %lld ms", perRefresh);
+    QVERIFY2(perRefresh < 400, qPrintable(QStringLiteral("refresh took %1 ms").arg(perRefresh)));
+    const int width = plot.customPlot()->axisRect()->width();
+    QVERIFY(plot.displayedPointCount() <= 4 * std::max(50, width) + 8);
+    QCPGraph* g = plot.customPlot()->graph(0);
+    double hi = -1e300, lo = 1e300;
+    for (auto it = g->data()->constBegin(); it != g->data()->constEnd(); ++it) {
+      hi = std::max(hi, it->value);
+      lo = std::min(lo, it->value);
+    }
+    QCOMPARE(hi, 1000.0);
+    QCOMPARE(lo, -50.0);
+    QVERIFY(plot.customPlot()->yAxis->range().contains(1000.0));
+    // Zooming in re-samples the visible range only: the spike's neighbourhood at full detail.
+    plot.customPlot()->xAxis->setRange(777700, 777900);
+    QTRY_VERIFY(!plot.followsData());
+    plot.refresh();
+    QVERIFY(plot.displayedPointCount() >= 200);
+    QVERIFY(plot.displayedPointCount() < 1000);
+    plot.resetView();
+    QVERIFY(plot.followsData());
+    QCOMPARE(plot.customPlot()->xAxis->range().upper, 1000000.0);
+  }
+
+  void smoothingDrawsRawFaintlyBehind() {
+    SeriesPoints s = makeSeries(2000, [](int i) { return (i % 2) ? 1.0 : 3.0; });
+    LivePlot plot(QStringLiteral("Loss"), QStringLiteral("loss"));
+    plot.resize(600, 300);
+    plot.addCurve(QStringLiteral("train"), &s);
+    plot.setSmoothing(0.9);
+    plot.refresh();
+    QCPGraph* raw = plot.customPlot()->graph(0);
+    QCPGraph* smooth = plot.customPlot()->graph(1);
+    QVERIFY(raw->visible() && smooth->visible());
+    QVERIFY(raw->pen().color().alpha() < 100);  // faint
+    QCOMPARE(smooth->pen().color().alpha(), 255);
+    // The EMA of an alternating 1/3 series settles near 2.
+    const double last = (smooth->data()->constEnd() - 1)->value;
+    QVERIFY2(std::abs(last - 2.0) < 0.15, qPrintable(QString::number(last)));
+    QVERIFY(plot.trackerText(1999).contains(QLatin1String("train: ")));
+    plot.setSmoothing(0);
+    QVERIFY(!plot.customPlot()->graph(1)->visible());
+  }
+
+  void logScaleXAxesAndTracker() {
+    SeriesPoints a = makeSeries(100, [](int i) { return std::exp(-i * 0.05); });
+    SeriesPoints b = makeSeries(100, [](int i) { return 2.0 * std::exp(-i * 0.05); });
+    LivePlot plot(QStringLiteral("Loss"), QStringLiteral("loss"));
+    plot.resize(600, 300);
+    plot.addCurve(QStringLiteral("a"), &a);
+    plot.addCurve(QStringLiteral("b"), &b);
+    plot.setLogScale(true);
+    plot.refresh();
+    QCOMPARE(plot.customPlot()->yAxis->scaleType(), QCPAxis::stLogarithmic);
+    QVERIFY(plot.customPlot()->yAxis->range().lower > 0);
+    const QString text = plot.trackerText(11);  // step 11 = index 10
+    QVERIFY2(text.contains(QStringLiteral("a: %1").arg(QString::number(std::exp(-0.5), 'g', 5))), qPrintable(text));
+    QVERIFY2(text.contains(QStringLiteral("b: %1").arg(QString::number(2 * std::exp(-0.5), 'g', 5))), qPrintable(text));
+    for (XAxis axis : {XAxis::Epoch, XAxis::RelativeTime, XAxis::WallTime, XAxis::Step}) {
+      plot.setXAxis(axis);
+      QCOMPARE(plot.customPlot()->xAxis->range().upper, a.x(axis).last());
+    }
+    plot.setXAxis(XAxis::WallTime);
+    QVERIFY(!plot.customPlot()->xAxis->ticker().dynamicCast<QCPAxisTickerDateTime>().isNull());
+  }
+
+  void stackedBreakdownAddsUp() {
+    SeriesPoints f = makeSeries(50, [](int) { return 4.0; });
+    SeriesPoints b = makeSeries(50, [](int) { return 6.0; });
+    LivePlot plot(QStringLiteral("Breakdown"), QStringLiteral("ms"));
+    plot.resize(600, 300);
+    plot.setStacked(true);
+    plot.addCurve(QStringLiteral("forward"), &f);
+    plot.addCurve(QStringLiteral("backward"), &b);
+    plot.refresh();
+    QCOMPARE(plot.customPlot()->graph(0)->data()->constBegin()->value, 4.0);
+    QCOMPARE(plot.customPlot()->graph(2)->data()->constBegin()->value, 10.0);  // forward + backward
+    QCOMPARE(plot.customPlot()->graph(2)->channelFillGraph(), plot.customPlot()->graph(0));
+  }
+
+  void exportsAreValidFiles() {
+    SeriesPoints s = makeSeries(500, noisy);
+    LivePlot plot(QStringLiteral("Samples, per \"second\""), QStringLiteral("samples/s"));
+    plot.resize(600, 300);
+    plot.addCurve(QStringLiteral("run, one"), &s);
+    plot.refresh();
+    QTemporaryDir dir;
+    QString error;
+    const QString png = dir.filePath(QStringLiteral("p.png")), svg = dir.filePath(QStringLiteral("p.svg")),
+                  pdf = dir.filePath(QStringLiteral("p.pdf")), csv = dir.filePath(QStringLiteral("p.csv"));
+    QVERIFY2(plot.exportImage(png, 800, 500, &error), qPrintable(error));
+    QVERIFY2(plot.exportImage(svg, 800, 500, &error), qPrintable(error));
+    QVERIFY2(plot.exportImage(pdf, 800, 500, &error), qPrintable(error));
+    QVERIFY(!plot.exportImage(dir.filePath(QStringLiteral("p.xyz")), 800, 500, &error));
+    QCOMPARE(head(png, 8), QByteArray("\x89PNG\r\n\x1a\n", 8));
+    QImage image(png);
+    QCOMPARE(image.size(), QSize(800, 500));
+    QCOMPARE(head(pdf, 5), QByteArray("%PDF-"));
+    QFile svgFile(svg);
+    QVERIFY(svgFile.open(QIODevice::ReadOnly));
+    const QByteArray svgText = svgFile.readAll();
+    QVERIFY(svgText.contains("<svg") && svgText.contains("</svg>"));
+    QVERIFY(svgText.contains("run, one"));  // the legend is in the drawing
+    QVERIFY2(plot.exportCsv(csv, &error), qPrintable(error));
+    QFile csvFile(csv);
+    QVERIFY(csvFile.open(QIODevice::ReadOnly | QIODevice::Text));
+    const QStringList lines = QString::fromUtf8(csvFile.readAll()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+    QCOMPARE(lines.size(), 501);
+    QCOMPARE(lines[0], QStringLiteral("series,step,epoch,time_s,wall_time_unix_s,value"));
+    QVERIFY(lines[1].startsWith(QLatin1String("\"run, one\",1,")));
+  }
+
+  void csvQuoting() {
+    QCOMPARE(TableExport::csvField(QStringLiteral("plain")), QStringLiteral("plain"));
+    QCOMPARE(TableExport::csvField(QStringLiteral("a,b")), QStringLiteral("\"a,b\""));
+    QCOMPARE(TableExport::csvField(QStringLiteral("say \"hi\"")), QStringLiteral("\"say \"\"hi\"\"\""));
+  }
+};
+
+QTEST_MAIN(TestLivePlot)
+#include "test_live_plot.moc"
