@@ -1,0 +1,274 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// History and comparison over a real run store: the history table reads the
+// store, sorts, searches and filters; rename, tags, notes and delete reach the
+// store; the configuration diff can hide equal keys; the summary computes the
+// speed-up against a chosen baseline; reports and CSV exports are written.
+#include <QDir>
+#include <QFile>
+#include <QStandardPaths>
+#include <QTableView>
+#include <QTemporaryDir>
+#include <QtTest>
+#include <cmath>
+
+#include "compare_summary_model.h"
+#include "compare_view.h"
+#include "config_diff_model.h"
+#include "engine/store/run_store.h"
+#include "live_plot.h"
+#include "run_config.h"
+#include "run_history_filter.h"
+#include "run_history_model.h"
+#include "run_history_view.h"
+#include "series_loader.h"
+#include "table_export.h"
+
+namespace {
+nlohmann::json toJson(const QJsonObject& o) {
+  return nlohmann::json::parse(QJsonDocument(o).toJson(QJsonDocument::Compact).toStdString());
+}
+
+qint64 addRun(tb::RunStore& store, const QString& name, const QString& model, const QString& status,
+              const QJsonObject& overrides, double stepMs, double samplesPerS, double accuracy, int steps = 50) {
+  tb::RunRecord r;
+  r.name = name.toStdString();
+  r.config = toJson(RunConfig::merged(RunConfig::merged(RunConfig::fallbackDefaults(), {{"model", model}}), overrides));
+  const qint64 id = store.create_run(r);
+  store.set_status(id, tb::run_status::kRunning);
+  std::vector<tb::MetricPoint> points;
+  for (int s = 1; s <= steps; ++s) {
+    points.push_back({"step_time_ms", s, s * stepMs / 1000.0, stepMs + (s % 5)});
+    points.push_back({"samples_per_s", s, s * stepMs / 1000.0, samplesPerS});
+    points.push_back({"loss", s, s * stepMs / 1000.0, 2.0 / s});
+  }
+  store.append_step_metrics(id, points);
+  store.append_epoch_metrics(id, {{"test_accuracy", 0, steps, steps * stepMs / 1000.0, accuracy}});
+  store.set_summary(id, {{"median_step_time_ms", stepMs},
+                         {"samples_per_s", samplesPerS},
+                         {"peak_memory_bytes", 300.0 * 1024 * 1024},
+                         {"final_test_accuracy", accuracy},
+                         {"steps_per_epoch", steps}});
+  store.set_status(id, status.toStdString(), status == QLatin1String("failed") ? "boom" : "");
+  return id;
+}
+}  // namespace
+
+class TestHistoryCompare : public QObject {
+  Q_OBJECT
+ private slots:
+  void initTestCase() {
+    Q_INIT_RESOURCE(trainbench);
+    QStandardPaths::setTestModeEnabled(true);
+    QVERIFY(dir_.isValid());
+    db_ = dir_.filePath(QStringLiteral("runs.db"));
+    tb::RunStore store(db_.toStdString());
+    baseline_ = addRun(store, QStringLiteral("baseline"), QStringLiteral("fmnist-cnn"), QStringLiteral("finished"),
+                       {{"batch_size", 64}}, 20.0, 3200.0, 0.80);
+    amp_ = addRun(store, QStringLiteral("amp bf16"), QStringLiteral("fmnist-cnn"), QStringLiteral("finished"),
+                  {{"batch_size", 64}, {"amp", "bf16"}}, 10.0, 6400.0, 0.81);
+    broken_ = addRun(store, QStringLiteral("resnet attempt"), QStringLiteral("resnet9"), QStringLiteral("failed"),
+                     {{"batch_size", 128}, {"model", "resnet9"}}, 50.0, 2560.0, 0.10, 5);
+  }
+
+  void historyReadsTheStore() {
+    RunHistoryModel model;
+    QString error;
+    QVERIFY2(model.reload(db_, &error), qPrintable(error));
+    QCOMPARE(model.rowCount(), 3);
+    QCOMPARE(model.columnCount(), int(RunHistoryModel::ColumnCount));
+    const RunSummary* amp = model.run(amp_);
+    QVERIFY(amp);
+    QCOMPARE(amp->medianStepMs, 10.0);
+    QCOMPARE(amp->samplesPerSecond, 6400.0);
+    QCOMPARE(amp->finalAccuracy, 0.81);
+    int row = -1;
+    for (int r = 0; r < model.rowCount(); ++r)
+      if (model.index(r, 0).data(RunHistoryModel::RunIdRole).toLongLong() == amp_) row = r;
+    QCOMPARE(model.index(row, RunHistoryModel::Name).data().toString(), QStringLiteral("amp bf16"));
+    QCOMPARE(model.index(row, RunHistoryModel::Model).data().toString(), QStringLiteral("fmnist-cnn"));
+    QCOMPARE(model.index(row, RunHistoryModel::Status).data().toString(), QStringLiteral("finished"));
+    QCOMPARE(model.index(row, RunHistoryModel::MedianStep).data().toString(), QStringLiteral("10.00"));
+    QCOMPARE(model.index(row, RunHistoryModel::SamplesPerSecond).data().toString(), QStringLiteral("6400.0"));
+    QCOMPARE(model.index(row, RunHistoryModel::PeakMemory).data().toString(), QStringLiteral("300.0 MiB"));
+    QCOMPARE(model.index(row, RunHistoryModel::FinalAccuracy).data().toString(), QStringLiteral("81.00 %"));
+    QCOMPARE(model.models(), (QStringList{"fmnist-cnn", "resnet9"}));
+    // An unreadable file is reported, not fatal.
+    QFile junk(dir_.filePath(QStringLiteral("junk.db")));
+    QVERIFY(junk.open(QIODevice::WriteOnly));
+    junk.write("this is not sqlite at all, not even close................................................");
+    junk.close();
+    QVERIFY(!model.reload(junk.fileName(), &error));
+    QVERIFY(!error.isEmpty());
+    QCOMPARE(model.rowCount(), 0);
+  }
+
+  void sortSearchFilter() {
+    RunHistoryModel model;
+    QVERIFY(model.reload(db_));
+    RunHistoryFilter filter;
+    filter.setSourceModel(&model);
+    filter.sort(RunHistoryModel::MedianStep, Qt::AscendingOrder);
+    QCOMPARE(filter.index(0, RunHistoryModel::Name).data().toString(), QStringLiteral("amp bf16"));
+    QCOMPARE(filter.index(2, RunHistoryModel::Name).data().toString(), QStringLiteral("resnet attempt"));
+    filter.setStatusFilter(QStringLiteral("failed"));
+    QCOMPARE(filter.rowCount(), 1);
+    filter.setStatusFilter(QString());
+    filter.setModelFilter(QStringLiteral("fmnist-cnn"));
+    QCOMPARE(filter.rowCount(), 2);
+    filter.setModelFilter(QString());
+    filter.setSearchText(QStringLiteral("AMP"));
+    QCOMPARE(filter.rowCount(), 1);
+    filter.setSearchText(QStringLiteral("resnet9 failed"));
+    QCOMPARE(filter.rowCount(), 1);
+    filter.setSearchText(QString());
+    QCOMPARE(filter.rowCount(), 3);
+  }
+
+  void editsReachTheStore() {
+    // A copy of the database, so the other tests keep their runs.
+    const QString copy = dir_.filePath(QStringLiteral("edit.db"));
+    {
+      tb::RunStore store(copy.toStdString());
+      addRun(store, QStringLiteral("one"), QStringLiteral("mlp"), QStringLiteral("finished"), {{"model", "mlp"}}, 5, 100, 0.5);
+      addRun(store, QStringLiteral("two"), QStringLiteral("mlp"), QStringLiteral("stopped"), {{"model", "mlp"}}, 5, 100, 0.5);
+    }
+    RunHistoryView view;
+    view.setDatabasePath(copy);
+    QCOMPARE(view.model()->rowCount(), 2);
+    const qint64 id = view.model()->runs().first().id;
+    QVERIFY(view.renameRun(id, QStringLiteral("renamed")));
+    QVERIFY(view.setRunTags(id, QStringLiteral("ladder, amp")));
+    QVERIFY(view.setRunNotes(id, QStringLiteral("fast one")));
+    {
+      tb::RunStore store(copy.toStdString(), tb::RunStore::Mode::ReadOnly);
+      const auto run = store.get_run(id);
+      QCOMPARE(QString::fromStdString(run->name), QStringLiteral("renamed"));
+      QCOMPARE(QString::fromStdString(run->tags), QStringLiteral("ladder, amp"));
+      QCOMPARE(QString::fromStdString(run->notes), QStringLiteral("fast one"));
+    }
+    QCOMPARE(view.model()->tags(), (QStringList{"amp", "ladder"}));
+    view.filter()->setTagFilter(QStringLiteral("amp"));
+    QCOMPARE(view.filter()->rowCount(), 1);
+    view.filter()->setTagFilter(QString());
+    view.selectRuns({id});
+    QCOMPARE(view.selectedRunIds(), QList<qint64>{id});
+    QVERIFY(view.deleteRuns({id}));
+    QCOMPARE(view.model()->rowCount(), 1);
+    tb::RunStore store(copy.toStdString(), tb::RunStore::Mode::ReadOnly);
+    QVERIFY(!store.get_run(id).has_value());
+    QCOMPARE(QString::fromStdString(store.integrity_check()), QStringLiteral("ok"));
+  }
+
+  void diffOnlyHidesEqualKeys() {
+    ConfigDiffModel diff;
+    const QJsonObject a = RunConfig::merged(RunConfig::fallbackDefaults(), {{"name", "a"}});
+    const QJsonObject b = RunConfig::merged(a, {{"name", "b"}, {"amp", "bf16"}, {"batch_size", 256}});
+    diff.setRuns({"a", "b"}, {a, b});
+    QCOMPARE(diff.rowCount(), a.size());
+    QCOMPARE(diff.columnCount(), 3);
+    diff.setDifferencesOnly(true);
+    QCOMPARE(diff.shownKeys(), (QStringList{"amp", "batch_size", "name"}));
+    QCOMPARE(diff.rowCount(), 3);
+    QCOMPARE(diff.index(0, 1).data().toString(), QStringLiteral("off"));
+    QCOMPARE(diff.index(0, 2).data().toString(), QStringLiteral("bf16"));
+    QVERIFY(diff.index(0, 2).data(Qt::BackgroundRole).isValid());  // highlighted
+    QVERIFY(!diff.index(0, 1).data(Qt::BackgroundRole).isValid());
+    QCOMPARE(diff.headerData(2, Qt::Horizontal).toString(), QStringLiteral("b"));
+    diff.setRuns({"a", "a2"}, {a, a});
+    QCOMPARE(diff.rowCount(), 0);
+  }
+
+  void summarySpeedUpAgainstChosenBaseline() {
+    RunHistoryModel model;
+    QVERIFY(model.reload(db_));
+    CompareSummaryModel summary;
+    summary.setRuns({*model.run(baseline_), *model.run(amp_)});
+    summary.setBaseline(baseline_);
+    QCOMPARE(summary.speedUp(0), 1.0);
+    QCOMPARE(summary.speedUp(1), 2.0);
+    QCOMPARE(summary.index(1, CompareSummaryModel::SpeedUp).data().toString(), QStringLiteral("200 %"));
+    QCOMPARE(summary.index(0, CompareSummaryModel::Batch).data().toString(), QStringLiteral("64"));
+    QCOMPARE(summary.index(1, CompareSummaryModel::MedianStep).data().toString(), QStringLiteral("10.00"));
+    summary.setBaseline(amp_);
+    QCOMPARE(summary.speedUp(0), 0.5);
+    QVERIFY(summary.index(1, CompareSummaryModel::Name).data().toString().contains(QLatin1String("baseline")));
+  }
+
+  void compareViewOverlaysAndExportsReports() {
+    RunHistoryModel model;
+    QVERIFY(model.reload(db_));
+    CompareView view;
+    view.resize(1200, 800);
+    QSignalSpy loaded(&view, &CompareView::allLoaded);
+    view.setRuns(db_, {*model.run(baseline_), *model.run(amp_), *model.run(broken_)});
+    QVERIFY(loaded.wait(20000));
+    QCOMPARE(view.loadedCount(), 3);
+    QVERIFY(view.plots().size() >= 4);  // loss, test accuracy, step time, samples/s
+    for (LivePlot* p : view.plots()) {
+      if (p->title() == QLatin1String("Step time")) QCOMPARE(p->curveCount(), 3);
+    }
+    view.setDifferencesOnly(true);
+    QVERIFY(view.diffModel()->shownKeys().contains(QStringLiteral("amp")));
+    QVERIFY(!view.diffModel()->shownKeys().contains(QStringLiteral("pin_memory")));
+    view.setDifferencesOnly(false);
+    QVERIFY(view.diffModel()->shownKeys().contains(QStringLiteral("pin_memory")));
+    view.setBaseline(baseline_);
+
+    for (const QString& name : {QStringLiteral("report.md"), QStringLiteral("report.html")}) {
+      const QString path = dir_.filePath(name);
+      QString error;
+      QVERIFY2(view.exportReport(path, &error), qPrintable(error));
+      QFile f(path);
+      QVERIFY(f.open(QIODevice::ReadOnly));
+      const QString text = QString::fromUtf8(f.readAll());
+      QVERIFY(text.contains(QLatin1String("amp bf16")));
+      QVERIFY(text.contains(QLatin1String("200 %")));
+      QVERIFY(text.contains(QLatin1String("bf16")));
+      QVERIFY(!text.contains(QLatin1String("pin_memory")));  // reports list only the keys that differ
+      if (name.endsWith(QLatin1String(".html"))) {
+        QVERIFY(text.startsWith(QLatin1String("<!DOCTYPE html>")) && text.contains(QLatin1String("<img src=")));
+      } else {
+        QVERIFY(text.contains(QLatin1String("| Run |")) && text.contains(QLatin1String("![")));
+      }
+      const QString folder = dir_.filePath(QFileInfo(name).completeBaseName() + QStringLiteral("_plots"));
+      const QStringList images = QDir(folder).entryList({QStringLiteral("*.png")});
+      QCOMPARE(images.size(), view.plots().size());
+      QVERIFY(!QImage(QDir(folder).filePath(images.first())).isNull());
+    }
+    QVERIFY(!view.diffModel()->differencesOnly());  // the table's own setting came back (all keys)
+    QVERIFY(view.diffModel()->shownKeys().contains(QStringLiteral("pin_memory")));
+
+    // Tables as CSV.
+    const QString csv = TableExport::toCsv(view.summaryModel());
+    const QStringList lines = csv.split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+    QCOMPARE(lines.size(), 4);
+    QVERIFY(lines[0].startsWith(QLatin1String("Run,Batch,Peak memory")));
+    QString error;
+    QVERIFY(TableExport::writeCsv(view.diffModel(), dir_.filePath(QStringLiteral("diff.csv")), &error));
+    QVERIFY(QFileInfo(dir_.filePath(QStringLiteral("diff.csv"))).size() > 100);
+  }
+
+  void seriesLoaderWorksOffTheGuiThread() {
+    SeriesLoader loader;
+    QSignalSpy loaded(&loader, &SeriesLoader::loaded);
+    QSignalSpy failed(&loader, &SeriesLoader::failed);
+    loader.request(db_, amp_);
+    loader.request(db_, 99999);
+    QTRY_COMPARE_WITH_TIMEOUT(loaded.count() + failed.count(), 2, 10000);
+    QCOMPARE(loaded.count(), 1);
+    QCOMPARE(failed.count(), 1);
+    const RunSeries s = loaded.first().at(1).value<RunSeries>();
+    QCOMPARE(s.runName, QStringLiteral("amp bf16"));
+    QCOMPARE(s.step.at(QStringLiteral("step_time_ms")).size(), 50);
+    QCOMPARE(s.stepsPerEpoch, 50);
+    QCOMPARE(s.epoch.at(QStringLiteral("test_accuracy")).value.first(), 0.81);
+  }
+
+ private:
+  QTemporaryDir dir_;
+  QString db_;
+  qint64 baseline_ = 0, amp_ = 0, broken_ = 0;
+};
+
+QTEST_MAIN(TestHistoryCompare)
+#include "test_history_compare.moc"
