@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// A caching device allocator, in the spirit of PyTorch's: cudaMalloc and
+// cudaFree synchronise the device and cost tens of microseconds, so freed
+// blocks are kept and handed out again.
+//
+// - Size classes: requests up to kSmallLimit (1 MiB) round up to a multiple of
+//   512 B (small pool); larger ones to a multiple of 2 MiB (large pool). Each
+//   pool keeps its free blocks per stream, ordered by size; a request takes the
+//   smallest free block of its pool that fits (large: at most twice the rounded
+//   size, so one huge block does not serve a small request). No splitting yet.
+// - Stream-aware: a block remembers the stream current when it was allocated
+//   and is reused only for that stream. Work on one stream runs in order, so a
+//   block freed on the host while its last kernel is still queued can be handed
+//   to the next kernel of the same stream without waiting. A tensor used on a
+//   second stream would need an event (record_stream); nothing does that yet.
+// - On cudaMalloc failure: free every cached block (empty_cache) and retry once,
+//   then throw tb::OutOfMemory naming the bytes asked for and the statistics.
+//
+// This header is plain C++ (streams are void*), so tests and the app can read
+// the statistics without the CUDA headers.
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/core/tensor.h"
+
+namespace tb::cuda {
+
+struct AllocatorStats {
+  size_t allocated_bytes = 0;       // in live blocks (rounded sizes)
+  size_t requested_bytes = 0;       // in live blocks, as asked
+  size_t reserved_bytes = 0;        // held from cudaMalloc (live + cached)
+  size_t peak_allocated_bytes = 0;  // since start or reset_peak()
+  size_t peak_reserved_bytes = 0;
+  int64_t cuda_malloc_count = 0;  // cudaMalloc calls that succeeded
+  int64_t cuda_free_count = 0;
+  int64_t cache_hits = 0;  // allocations served from the cache
+  int64_t oom_retries = 0;  // cudaMalloc failures followed by empty_cache + retry
+  int64_t live_blocks = 0;
+  int64_t cached_blocks = 0;
+};
+
+constexpr size_t kSmallLimit = size_t(1) << 20;  // 1 MiB
+constexpr size_t kSmallRound = 512;
+constexpr size_t kLargeRound = size_t(2) << 20;  // 2 MiB
+
+// The size class of a request: 0 B asks for one small block (a valid pointer).
+inline size_t round_size(size_t bytes) {
+  if (bytes <= kSmallLimit) return (bytes == 0 ? 1 : (bytes + kSmallRound - 1) / kSmallRound) * kSmallRound;
+  return (bytes + kLargeRound - 1) / kLargeRound * kLargeRound;
+}
+inline bool is_small(size_t rounded) { return rounded <= kSmallLimit; }
+
+class CachingAllocator final : public Allocator {
+ public:
+  CachingAllocator() = default;
+  ~CachingAllocator() override;  // leaks cached blocks on purpose if the driver is gone
+
+  void* allocate(size_t bytes) override;  // on the current stream of this device
+  void deallocate(void* ptr, size_t bytes) override;
+
+  // The stream (cudaStream_t as void*) new allocations are tagged with.
+  void set_current_stream(void* stream);
+  void* current_stream() const;
+
+  void empty_cache();  // cudaFree every cached (free) block
+  void reset_peak();   // peaks := current values
+  AllocatorStats stats() const;
+
+  // Test hook: the next `count` cudaMalloc calls fail as if the device were full.
+  void inject_malloc_failures(int count);
+
+  // The process-wide instance, registered for DeviceKind::CUDA by the backend.
+  static CachingAllocator& instance();
+
+ private:
+  struct Block {
+    void* ptr = nullptr;
+    size_t size = 0;       // rounded
+    size_t requested = 0;  // while live
+    void* stream = nullptr;
+    int device = 0;
+  };
+  using FreeList = std::multimap<size_t, Block>;  // by size
+  struct PoolKey {
+    int device;
+    void* stream;
+    bool small;
+    bool operator==(const PoolKey&) const = default;
+  };
+  struct PoolKeyHash {
+    size_t operator()(const PoolKey& k) const {
+      return std::hash<void*>()(k.stream) ^ (size_t(k.device) << 1) ^ size_t(k.small);
+    }
+  };
+
+  void* malloc_or_throw(size_t rounded, size_t requested, int device);  // lock held
+  void release_cached();                                                 // lock held
+
+  mutable std::mutex mutex_;
+  void* stream_ = nullptr;
+  std::unordered_map<PoolKey, FreeList, PoolKeyHash> free_;
+  std::unordered_map<void*, Block> live_;
+  AllocatorStats stats_;
+  int fail_next_ = 0;
+};
+
+}  // namespace tb::cuda

@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// Convolutions through cuDNN 9's graph API (cudnn-frontend), behind a plain
+// header: the frontend's headers are large and slow to compile, so only
+// conv_cudnn.cpp includes them, and this header names no cuDNN or CUDA type.
+//
+// Built graphs (operation graph + chosen execution plan) are cached by
+// ConvPlanKey: one entry per (op, shape, stride, padding, dtype, layouts,
+// policy). Plan choice:
+//   default          heuristics mode A, first plan that builds (FALLBACK mode
+//                    is added as a second source when A yields none)
+//   cudnn_benchmark  every candidate plan is built and timed once per key
+//                    (cudnn-frontend's autotune); the fastest is kept
+//   deterministic    engines with the NONDETERMINISTIC numerical note are
+//                    filtered out before plans are built
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "engine/core/dtype.h"
+#include "engine/core/tensor.h"
+
+namespace tb::cuda {
+
+enum class ConvOp : uint8_t { Fprop, Dgrad, Wgrad };
+
+struct ConvPlanKey {
+  ConvOp op = ConvOp::Fprop;
+  int64_t N = 0, C = 0, H = 0, W = 0;  // input (N, C, H, W)
+  int64_t K = 0, R = 0, S = 0;         // filters (K, C, R, S)
+  int64_t stride = 1, pad = 0;
+  DType dtype = DType::F32;
+  Layout x_layout = Layout::NCHW;  // activations (x, y, dx, dy)
+  Layout w_layout = Layout::NCHW;  // filters (w, dw): NCHW = KCRS, NHWC = KRSC
+  bool deterministic = false;
+  bool benchmark = false;
+
+  bool operator==(const ConvPlanKey&) const = default;
+  int64_t H_out() const { return (H + 2 * pad - R) / stride + 1; }
+  int64_t W_out() const { return (W + 2 * pad - S) / stride + 1; }
+  // "fprop N=8 C=3 H=32 W=32 K=16 R=3 S=3 stride=1 pad=1 f32 x=NCHW w=NCHW heuristic"
+  std::string str() const;
+};
+
+// FNV-1a over every field, so keys that differ in any field rarely collide
+// (and equality settles the rest).
+struct ConvPlanKeyHash {
+  size_t operator()(const ConvPlanKey& k) const {
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](uint64_t v) {
+      for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+    };
+    mix(uint64_t(k.op));
+    for (int64_t v : {k.N, k.C, k.H, k.W, k.K, k.R, k.S, k.stride, k.pad}) mix(uint64_t(v));
+    mix(uint64_t(k.dtype));
+    mix(uint64_t(k.x_layout));
+    mix(uint64_t(k.w_layout));
+    mix(uint64_t(k.deterministic) | (uint64_t(k.benchmark) << 1));
+    return size_t(h);
+  }
+};
+
+inline std::string ConvPlanKey::str() const {
+  const char* ops[] = {"fprop", "dgrad", "wgrad"};
+  return std::string(ops[int(op)]) + " N=" + std::to_string(N) + " C=" + std::to_string(C) +
+         " H=" + std::to_string(H) + " W=" + std::to_string(W) + " K=" + std::to_string(K) +
+         " R=" + std::to_string(R) + " S=" + std::to_string(S) + " stride=" +
+         std::to_string(stride) + " pad=" + std::to_string(pad) + " " + dtype_name(dtype) +
+         " x=" + layout_name(x_layout) + " w=" + layout_name(w_layout) +
+         (deterministic ? " deterministic" : "") + (benchmark ? " autotuned" : " heuristic");
+}
+
+// Memory strides of a logical (N, C, H, W) tensor in the given layout.
+inline void layout_strides(Layout l, int64_t N, int64_t C, int64_t H, int64_t W, int64_t out[4]) {
+  (void)N;
+  if (l == Layout::NCHW) {
+    out[0] = C * H * W, out[1] = H * W, out[2] = W, out[3] = 1;
+  } else {
+    out[0] = H * W * C, out[1] = 1, out[2] = W * C, out[3] = C;
+  }
+}
+
+// The cache of built graphs for one cuDNN handle (one per backend).
+class ConvPlanCache {
+ public:
+  // cudnn_handle is a cudnnHandle_t already bound to the backend's stream.
+  explicit ConvPlanCache(void* cudnn_handle);
+  ~ConvPlanCache();
+  ConvPlanCache(const ConvPlanCache&) = delete;
+  ConvPlanCache& operator=(const ConvPlanCache&) = delete;
+
+  // Enqueues one convolution on the handle's stream, building (and, for
+  // benchmark keys, timing) its plan on first use. Operands by op:
+  //   Fprop: a = x, b = w, out = y         Dgrad: a = dy, b = w, out = dx
+  //   Wgrad: a = x, b = dy, out = dw       (out is overwritten, never accumulated)
+  // `workspace(bytes)` returns device memory that stays valid until the work is
+  // enqueued (stream order makes it safe to free right after).
+  void run(const ConvPlanKey& key, const void* a, const void* b, void* out,
+           const std::function<void*(size_t)>& workspace);
+
+  size_t size() const;  // cached plans
+  // The chosen engine's tag for a cached key ("" when not cached), for logs.
+  std::string plan_tag(const ConvPlanKey& key) const;
+
+ private:
+  struct Entry;
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace tb::cuda

@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// The CUDA backend (first slice). This header is plain C++: it names no CUDA
+// type, so the registry (backend.cpp), the tests and the app include it without
+// the toolkit's headers. Device state lives in CudaBackend::Impl
+// (cuda_internal.h), seen only by the backend's own .cpp/.cu files.
+//
+// Layout of the backend, one file per op family:
+//   cuda_backend.cpp   device selection, stream, library handles, describe(), fill/copy
+//   caching_allocator  stream-aware caching device allocator (registered for DeviceKind::CUDA)
+//   memory.cu          fill, dtype cast, NCHW<->NHWC conversion kernels
+//   pointwise.cu       relu/gelu forward+backward, add, accumulate, scale
+//   loss.cu            softmax cross-entropy with label smoothing
+//   reduce.cu          sum of squares
+//   pool.cu            max (argmax) / avg / global-avg pooling, NCHW and NHWC
+//   linear.cu/.cpp     cuBLAS GEMMs, bias kernels
+//   batchnorm.cu       per-channel statistics, running stats, backward
+//   optimizer.cu       SGD/AdamW/RMSProp/LARS/LAMB, per-tensor and multi-tensor
+//   conv_cudnn.cpp     convolutions through the cuDNN 9 graph API (cudnn-frontend)
+//   cuda_ops.cpp       argument checks and dispatch for the kernel families above
+//
+// NOTE: written and compiled on a machine without a GPU; see the tests.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/backend/backend.h"
+
+namespace tb {
+
+// Number of usable CUDA devices; 0 with the reason in *why (no driver, no
+// device, driver too old for the runtime ...).
+int cuda_device_count(std::string* why = nullptr);
+// {"cuda:0", "NVIDIA H100 80GB HBM3"}, ...
+std::vector<std::pair<std::string, std::string>> cuda_device_names();
+std::unique_ptr<Backend> make_cuda_backend(int index, const BackendOptions& options);
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int index, const BackendOptions& options);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  Device device() const override { return Device::cuda(index_); }
+  std::string name() const override;
+  nlohmann::json describe() const override;
+  void synchronize() override;
+  const BackendOptions& options() const { return options_; }
+
+  void fill(Tensor& t, double value) override;
+  void copy(const Tensor& src, Tensor& dst) override;
+
+  void conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
+                      Tensor& y) override;
+  void conv2d_backward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
+                       Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
+
+  void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
+  void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
+                       Tensor& db, bool accumulate) override;
+
+  void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                               Tensor& running_mean, Tensor& running_var, float momentum,
+                               float eps, Tensor& y, Tensor& save_mean,
+                               Tensor& save_invstd) override;
+  void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                              const Tensor& running_mean, const Tensor& running_var, float eps,
+                              Tensor& y) override;
+  void batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                          const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
+                          Tensor& dgamma, Tensor& dbeta, bool accumulate) override;
+
+  void relu_forward(const Tensor& x, Tensor& y) override;
+  void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void gelu_forward(const Tensor& x, Tensor& y) override;
+  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void add(const Tensor& a, const Tensor& b, Tensor& y) override;
+  void accumulate(const Tensor& src, Tensor& dst) override;
+  void scale(Tensor& t, double alpha) override;
+
+  void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
+                         Tensor& argmax) override;
+  void maxpool2d_backward(const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,
+                          Tensor& dx) override;
+  void avgpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y) override;
+  void avgpool2d_backward(const PoolGeometry& g, const Tensor& dy, Tensor& dx) override;
+  void global_avgpool_forward(const Tensor& x, Tensor& y) override;
+  void global_avgpool_backward(const Tensor& dy, Tensor& dx) override;
+
+  void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing,
+                             float grad_scale, Tensor& dlogits, Tensor& stats) override;
+
+  double sum_squares(const Tensor& t) override;
+  void optimizer_step(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
+                      bool multi_tensor) override;
+
+  // Backend-private state (stream, handles, plan caches); defined in cuda_internal.h.
+  struct Impl;
+  Impl& impl() const { return *impl_; }
+
+ private:
+  int index_ = 0;
+  BackendOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tb

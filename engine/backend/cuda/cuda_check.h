@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// Turning CUDA runtime errors into tb::Error. Safe to include from .cu files
+// (no JSON, no Backend): only the runtime API and engine/core/error.h.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "engine/core/error.h"
+
+namespace tb::cuda {
+
+// Throws tb::Error "cuda: <call> failed: <cudaErrorName>: <description> (file:line)".
+// cudaErrorMemoryAllocation becomes tb::OutOfMemory with `bytes` (0 when the
+// call allocates nothing the caller can name).
+[[noreturn]] void throw_cuda_error(cudaError_t e, const char* call, const char* file, int line,
+                                   size_t bytes = 0);
+
+inline void check(cudaError_t e, const char* call, const char* file, int line) {
+  if (e != cudaSuccess) throw_cuda_error(e, call, file, line);
+}
+
+}  // namespace tb::cuda
+
+#define TB_CUDA_CHECK(call) ::tb::cuda::check((call), #call, __FILE__, __LINE__)
+// After a <<<>>> launch: a bad configuration shows up here, not at the next call.
+#define TB_CUDA_LAUNCH_CHECK(kernel_name) \
+  ::tb::cuda::check(cudaGetLastError(), "launch of " kernel_name, __FILE__, __LINE__)

@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// CudaBackend's private state and the library error checks, for the backend's
+// .cpp files only (the .cu files use cuda_check.h and kernels.h).
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <memory>
+#include <vector>
+
+#include "engine/backend/cuda/caching_allocator.h"
+#include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_check.h"
+#include "engine/backend/cuda/kernels.h"
+
+namespace tb {
+
+namespace cuda {
+[[noreturn]] void throw_cublas_error(cublasStatus_t st, const char* call, const char* file,
+                                     int line);
+[[noreturn]] void throw_cudnn_error(cudnnStatus_t st, const char* call, const char* file,
+                                    int line);
+class ConvPlanCache;  // conv_cudnn.cpp
+void destroy_conv_cache(ConvPlanCache* c);
+}  // namespace cuda
+
+#define TB_CUBLAS_CHECK(call)                                                 \
+  do {                                                                        \
+    const cublasStatus_t st_ = (call);                                        \
+    if (st_ != CUBLAS_STATUS_SUCCESS)                                         \
+      ::tb::cuda::throw_cublas_error(st_, #call, __FILE__, __LINE__);         \
+  } while (0)
+#define TB_CUDNN_CHECK(call)                                                  \
+  do {                                                                        \
+    const cudnnStatus_t st_ = (call);                                         \
+    if (st_ != CUDNN_STATUS_SUCCESS)                                          \
+      ::tb::cuda::throw_cudnn_error(st_, #call, __FILE__, __LINE__);          \
+  } while (0)
+
+struct CudaBackend::Impl {
+  int device = 0;
+  cudaDeviceProp prop{};
+  cudaStream_t stream = nullptr;  // every op of this backend runs here, in order
+  cublasHandle_t cublas = nullptr;
+  cublasLtHandle_t cublaslt = nullptr;  // for epilogue-fused GEMMs (later: bias+GELU, AMP)
+  cudnnHandle_t cudnn = nullptr;
+  cuda::CachingAllocator* allocator = nullptr;
+
+  // Scratch for reductions (sum_squares partials + result), allocated once.
+  Tensor reduce_scratch;  // f64 [kReducePartials + 1] on the device
+  double* host_result = nullptr;  // pinned double for sum_squares reads
+
+  // Optimizer chunk descriptors, re-uploaded only when the parameter set changes.
+  std::vector<cuda::OptChunk> opt_chunks_host;
+  std::vector<int64_t> opt_slot_begin_host;
+  std::vector<int32_t> opt_decay_host;
+  Tensor opt_chunks_dev, opt_slot_begin_dev, opt_decay_dev;  // raw bytes as u8
+  Tensor opt_partials, opt_trust;                            // f64
+
+  std::unique_ptr<cuda::ConvPlanCache, void (*)(cuda::ConvPlanCache*)> conv{nullptr,
+                                                                            cuda::destroy_conv_cache};
+
+  // Makes this backend's device current on the calling thread and points the
+  // allocator at this stream; every public op starts with it.
+  void activate() const {
+    TB_CUDA_CHECK(cudaSetDevice(device));
+    allocator->set_current_stream(stream);
+  }
+  // Device scratch of `bytes` (freed back to the cache when the Tensor goes).
+  Tensor scratch(size_t bytes) const {
+    return Tensor::empty({int64_t((bytes + 7) / 8)}, DType::F64, Device::cuda(device));
+  }
+};
+
+// Argument checks shared by the op files.
+namespace cuda {
+// Defined, on this backend's device, dtype f32; rank-4 tensors NCHW or NHWC.
+void check_on(const CudaBackend& b, const Tensor& t, const char* op, const char* what);
+void check_f32(const Tensor& t, const char* op, const char* what);
+inline float* fptr(const Tensor& t) { return t.defined() ? t.data_as<float>() : nullptr; }
+}  // namespace cuda
+
+}  // namespace tb

@@ -1,0 +1,342 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Argument checks and dispatch for the backend's own kernels: pointwise
+// (pointwise.cu), pooling (pool.cu), loss (loss.cu), batch norm (batchnorm.cu).
+// Every op checks shapes, dtypes, devices and layouts on the host, then
+// enqueues on the backend's stream and returns without waiting.
+#include "engine/backend/cuda/cuda_internal.h"
+
+namespace tb {
+
+using cuda::check_f32;
+using cuda::check_on;
+using cuda::fptr;
+
+namespace {
+
+// Same shape, dtype and (rank 4) layout; f32 or f64; both on this device.
+void check_pair(const CudaBackend& be, const Tensor& a, const Tensor& b, const char* op) {
+  check_on(be, a, op, "first operand");
+  check_on(be, b, op, "second operand");
+  TB_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype(), op, ": operands differ: ",
+           a.describe(), " vs ", b.describe());
+  TB_CHECK(a.rank() != 4 || a.layout() == b.layout(), op, ": layouts differ: ", a.describe(),
+           " vs ", b.describe());
+  TB_CHECK(a.dtype() == DType::F32 || a.dtype() == DType::F64, op, ": expected f32 or f64, got ",
+           a.describe());
+}
+
+// Calls f(T*) with the tensor's element type (float or double).
+template <typename F>
+void by_dtype(const Tensor& t, F&& f) {
+  if (t.dtype() == DType::F64) f(double{});
+  else f(float{});
+}
+
+template <typename T>
+T* p(const Tensor& t) {
+  return t.data_as<T>();
+}
+
+bool is_nhwc(const Tensor& t) { return t.rank() == 4 && t.layout() == Layout::NHWC; }
+
+}  // namespace
+
+// ---------------------------------------------------------------- pointwise
+
+void CudaBackend::relu_forward(const Tensor& x, Tensor& y) {
+  check_pair(*this, x, y, "relu_forward");
+  impl_->activate();
+  by_dtype(x, [&](auto z) {
+    using T = decltype(z);
+    cuda::launch_relu_forward(p<T>(x), p<T>(y), x.numel(), impl_->stream);
+  });
+}
+
+void CudaBackend::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+  check_pair(*this, y, dy, "relu_backward");
+  check_pair(*this, y, dx, "relu_backward");
+  impl_->activate();
+  by_dtype(y, [&](auto z) {
+    using T = decltype(z);
+    cuda::launch_relu_backward(p<T>(y), p<T>(dy), p<T>(dx), y.numel(), impl_->stream);
+  });
+}
+
+void CudaBackend::gelu_forward(const Tensor& x, Tensor& y) {
+  check_pair(*this, x, y, "gelu_forward");
+  impl_->activate();
+  by_dtype(x, [&](auto z) {
+    using T = decltype(z);
+    cuda::launch_gelu_forward(p<T>(x), p<T>(y), x.numel(), impl_->stream);
+  });
+}
+
+void CudaBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  check_pair(*this, x, dy, "gelu_backward");
+  check_pair(*this, x, dx, "gelu_backward");
+  impl_->activate();
+  by_dtype(x, [&](auto z) {
+    using T = decltype(z);
+    cuda::launch_gelu_backward(p<T>(x), p<T>(dy), p<T>(dx), x.numel(), impl_->stream);
+  });
+}
+
+void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& y) {
+  check_pair(*this, a, b, "add");
+  check_pair(*this, a, y, "add");
+  impl_->activate();
+  by_dtype(a, [&](auto z) {
+    using T = decltype(z);
+    cuda::launch_add(p<T>(a), p<T>(b), p<T>(y), a.numel(), impl_->stream);
+  });
+}
+
+void CudaBackend::accumulate(const Tensor& src, Tensor& dst) {
+  check_pair(*this, src, dst, "accumulate");
+  impl_->activate();
+  by_dtype(src, [&](auto z) {
+    using T = decltype(z);
+    cuda::launch_accumulate(p<T>(src), p<T>(dst), src.numel(), impl_->stream);
+  });
+}
+
+void CudaBackend::scale(Tensor& t, double alpha) {
+  check_on(*this, t, "scale", "tensor");
+  TB_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64, "scale: expected f32 or f64, got ",
+           t.describe());
+  impl_->activate();
+  by_dtype(t, [&](auto z) {
+    using T = decltype(z);
+    cuda::launch_scale(p<T>(t), alpha, t.numel(), impl_->stream);
+  });
+}
+
+// ---------------------------------------------------------------- pooling
+
+namespace {
+
+void check_pool(const CudaBackend& be, const char* op, const char* what, const Tensor& t,
+                const Shape& shape, DType dt, Layout layout) {
+  check_on(be, t, op, what);
+  expect_dtype(t, dt, op);
+  TB_CHECK(t.shape() == shape, op, ": ", what, " ", t.describe(), " does not match ",
+           shape_str(shape));
+  TB_CHECK(t.layout() == layout, op, ": ", what, " ", t.describe(), " is not ",
+           layout_name(layout), " like the other operands");
+}
+
+cuda::PoolDims dims(const PoolGeometry& g, bool nhwc) {
+  return {g.N, g.C, g.H, g.W, g.kernel, g.stride, g.pad, g.H_out, g.W_out, nhwc};
+}
+
+}  // namespace
+
+void CudaBackend::maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
+                                    Tensor& argmax) {
+  const char* op = "maxpool2d_forward";
+  check_on(*this, x, op, "x");
+  const Layout l = x.layout();
+  check_pool(*this, op, "x", x, g.input_shape(), DType::F32, l);
+  check_pool(*this, op, "y", y, g.output_shape(), DType::F32, l);
+  check_pool(*this, op, "argmax", argmax, g.output_shape(), DType::I32, l);
+  impl_->activate();
+  cuda::launch_maxpool_forward(dims(g, l == Layout::NHWC), fptr(x), fptr(y),
+                               argmax.data_as<int32_t>(), impl_->stream);
+}
+
+void CudaBackend::maxpool2d_backward(const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,
+                                     Tensor& dx) {
+  const char* op = "maxpool2d_backward";
+  check_on(*this, dy, op, "dy");
+  const Layout l = dy.layout();
+  check_pool(*this, op, "dy", dy, g.output_shape(), DType::F32, l);
+  check_pool(*this, op, "argmax", argmax, g.output_shape(), DType::I32, l);
+  check_pool(*this, op, "dx", dx, g.input_shape(), DType::F32, l);
+  impl_->activate();
+  cuda::launch_maxpool_backward(dims(g, l == Layout::NHWC), fptr(dy), argmax.data_as<int32_t>(),
+                                fptr(dx), impl_->stream);
+}
+
+void CudaBackend::avgpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y) {
+  const char* op = "avgpool2d_forward";
+  check_on(*this, x, op, "x");
+  const Layout l = x.layout();
+  check_pool(*this, op, "x", x, g.input_shape(), DType::F32, l);
+  check_pool(*this, op, "y", y, g.output_shape(), DType::F32, l);
+  impl_->activate();
+  cuda::launch_avgpool_forward(dims(g, l == Layout::NHWC), fptr(x), fptr(y), impl_->stream);
+}
+
+void CudaBackend::avgpool2d_backward(const PoolGeometry& g, const Tensor& dy, Tensor& dx) {
+  const char* op = "avgpool2d_backward";
+  check_on(*this, dy, op, "dy");
+  const Layout l = dy.layout();
+  check_pool(*this, op, "dy", dy, g.output_shape(), DType::F32, l);
+  check_pool(*this, op, "dx", dx, g.input_shape(), DType::F32, l);
+  impl_->activate();
+  cuda::launch_avgpool_backward(dims(g, l == Layout::NHWC), fptr(dy), fptr(dx), impl_->stream);
+}
+
+void CudaBackend::global_avgpool_forward(const Tensor& x, Tensor& y) {
+  const char* op = "global_avgpool_forward";
+  check_on(*this, x, op, "x");
+  check_on(*this, y, op, "y");
+  TB_CHECK(x.rank() == 4, op, ": x must be (N, C, H, W), got ", x.describe());
+  check_f32(x, op, "x");
+  check_f32(y, op, "y");
+  expect_shape(y, {x.n(), x.c()}, op);
+  impl_->activate();
+  cuda::launch_global_avgpool_forward(fptr(x), fptr(y), x.n(), x.c(), x.h() * x.w(), is_nhwc(x),
+                                      impl_->stream);
+}
+
+void CudaBackend::global_avgpool_backward(const Tensor& dy, Tensor& dx) {
+  const char* op = "global_avgpool_backward";
+  check_on(*this, dy, op, "dy");
+  check_on(*this, dx, op, "dx");
+  TB_CHECK(dx.rank() == 4, op, ": dx must be (N, C, H, W), got ", dx.describe());
+  check_f32(dy, op, "dy");
+  check_f32(dx, op, "dx");
+  expect_shape(dy, {dx.n(), dx.c()}, op);
+  impl_->activate();
+  cuda::launch_global_avgpool_backward(fptr(dy), fptr(dx), dx.n(), dx.c(), dx.h() * dx.w(),
+                                       is_nhwc(dx), impl_->stream);
+}
+
+// ---------------------------------------------------------------- loss
+
+void CudaBackend::softmax_cross_entropy(const Tensor& logits, const Tensor& labels,
+                                        float label_smoothing, float grad_scale, Tensor& dlogits,
+                                        Tensor& stats) {
+  const char* op = "softmax_cross_entropy";
+  check_on(*this, logits, op, "logits");
+  check_on(*this, stats, op, "stats");
+  TB_CHECK(logits.rank() == 2, op, ": logits must be (N, K), got ", logits.describe());
+  check_f32(logits, op, "logits");
+  const int64_t N = logits.dim(0), K = logits.dim(1);
+  TB_CHECK(K > 0, op, ": no classes in ", logits.describe());
+  TB_CHECK(labels.defined(), op, ": labels must be defined");
+  expect_shape(labels, {N}, "softmax_cross_entropy: labels");
+  expect_dtype(labels, DType::I32, "softmax_cross_entropy: labels");
+  expect_shape(stats, {2}, "softmax_cross_entropy: stats");
+  expect_dtype(stats, DType::F64, "softmax_cross_entropy: stats");
+  if (dlogits.defined()) {
+    check_on(*this, dlogits, op, "dlogits");
+    expect_shape(dlogits, logits.shape(), "softmax_cross_entropy: dlogits");
+    expect_dtype(dlogits, logits.dtype(), "softmax_cross_entropy: dlogits");
+    TB_CHECK(dlogits.data() != logits.data(), op, ": dlogits must not alias logits");
+  }
+  TB_CHECK(label_smoothing >= 0.0f && label_smoothing <= 1.0f, op,
+           ": label smoothing must be in [0, 1], got ", label_smoothing);
+  Impl& m = *impl_;
+  m.activate();
+  // Host labels are checked here and copied; device labels cannot be checked
+  // without a sync, so the kernel turns a bad one into a NaN loss instead.
+  Tensor y = labels;
+  if (labels.device().is_cpu()) {
+    const int32_t* h = labels.data_as<int32_t>();
+    for (int64_t n = 0; n < N; ++n)
+      TB_CHECK(h[n] >= 0 && h[n] < K, op, ": label ", h[n], " of sample ", n, " is outside [0, ",
+               K, ")");
+    y = Tensor::empty({N}, DType::I32, device());
+    copy(labels, y);
+  } else {
+    check_on(*this, labels, op, "labels");
+  }
+  Tensor rows = m.scratch(size_t(2 * std::max<int64_t>(N, 1)) * sizeof(double));
+  cuda::launch_softmax_xent(fptr(logits), y.data_as<int32_t>(), N, K, label_smoothing, grad_scale,
+                            fptr(dlogits), rows.data_as<double>(), stats.data_as<double>(),
+                            m.stream);
+}
+
+// ---------------------------------------------------------------- batch norm
+
+namespace {
+
+struct Bn {
+  int64_t N, C, HW;
+  bool nhwc;
+};
+
+Bn check_bn(const CudaBackend& be, const Tensor& x, const char* op) {
+  check_on(be, x, op, "x");
+  TB_CHECK(x.rank() == 4, op, ": expected a rank-4 (N, C, H, W) input, got ", x.describe());
+  check_f32(x, op, "x");
+  return {x.n(), x.c(), x.h() * x.w(), x.layout() == Layout::NHWC};
+}
+
+void check_channel(const CudaBackend& be, const Tensor& t, const Tensor& x, const char* op,
+                   const char* what) {
+  check_on(be, t, op, what);
+  expect_shape(t, {x.c()}, what);
+  expect_dtype(t, DType::F32, what);
+}
+
+void check_like(const CudaBackend& be, const Tensor& t, const Tensor& x, const char* op,
+                const char* what) {
+  check_on(be, t, op, what);
+  expect_shape(t, x.shape(), what);
+  expect_dtype(t, x.dtype(), what);
+  TB_CHECK(t.layout() == x.layout(), op, ": ", what, " ", t.describe(), " is not ",
+           layout_name(x.layout()), " like x");
+}
+
+}  // namespace
+
+void CudaBackend::batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                          Tensor& running_mean, Tensor& running_var,
+                                          float momentum, float eps, Tensor& y, Tensor& save_mean,
+                                          Tensor& save_invstd) {
+  const char* op = "batchnorm_forward_train";
+  const Bn d = check_bn(*this, x, op);
+  check_channel(*this, gamma, x, op, "batchnorm gamma");
+  check_channel(*this, beta, x, op, "batchnorm beta");
+  check_channel(*this, running_mean, x, op, "batchnorm running_mean");
+  check_channel(*this, running_var, x, op, "batchnorm running_var");
+  check_channel(*this, save_mean, x, op, "batchnorm save_mean");
+  check_channel(*this, save_invstd, x, op, "batchnorm save_invstd");
+  check_like(*this, y, x, op, "y");
+  TB_CHECK(d.N * d.HW > 0, op, ": empty batch ", x.describe());
+  impl_->activate();
+  cuda::launch_bn_forward_train(fptr(x), fptr(gamma), fptr(beta), fptr(running_mean),
+                                fptr(running_var), momentum, eps, fptr(y), fptr(save_mean),
+                                fptr(save_invstd), d.N, d.C, d.HW, d.nhwc, impl_->stream);
+}
+
+void CudaBackend::batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                         const Tensor& running_mean, const Tensor& running_var,
+                                         float eps, Tensor& y) {
+  const char* op = "batchnorm_forward_eval";
+  const Bn d = check_bn(*this, x, op);
+  check_channel(*this, gamma, x, op, "batchnorm gamma");
+  check_channel(*this, beta, x, op, "batchnorm beta");
+  check_channel(*this, running_mean, x, op, "batchnorm running_mean");
+  check_channel(*this, running_var, x, op, "batchnorm running_var");
+  check_like(*this, y, x, op, "y");
+  impl_->activate();
+  cuda::launch_bn_forward_eval(fptr(x), fptr(gamma), fptr(beta), fptr(running_mean),
+                               fptr(running_var), eps, fptr(y), d.N, d.C, d.HW, d.nhwc,
+                               impl_->stream);
+}
+
+void CudaBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                                     const Tensor& save_mean, const Tensor& save_invstd,
+                                     Tensor& dx, Tensor& dgamma, Tensor& dbeta, bool accumulate) {
+  const char* op = "batchnorm_backward";
+  const Bn d = check_bn(*this, x, op);
+  check_like(*this, dy, x, op, "dy");
+  check_channel(*this, gamma, x, op, "batchnorm gamma");
+  check_channel(*this, save_mean, x, op, "batchnorm save_mean");
+  check_channel(*this, save_invstd, x, op, "batchnorm save_invstd");
+  if (dx.defined()) check_like(*this, dx, x, op, "dx");
+  if (dgamma.defined()) check_channel(*this, dgamma, x, op, "batchnorm dgamma");
+  if (dbeta.defined()) check_channel(*this, dbeta, x, op, "batchnorm dbeta");
+  Impl& m = *impl_;
+  m.activate();
+  Tensor work = m.scratch(size_t(2 * std::max<int64_t>(d.C, 1)) * sizeof(double));
+  cuda::launch_bn_backward(fptr(x), fptr(dy), fptr(gamma), fptr(save_mean), fptr(save_invstd),
+                           fptr(dx), fptr(dgamma), fptr(dbeta), accumulate, work.data_as<double>(),
+                           d.N, d.C, d.HW, d.nhwc, m.stream);
+}
+
+}  // namespace tb

@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// Host-side launchers of the backend's own kernels, one block per .cu file.
+// Plain declarations on raw device pointers and a stream: the .cpp files that
+// check Tensors call these; the .cu files never see a Tensor or JSON.
+// Every launcher enqueues on `s` and returns at once (no host sync) unless it
+// says otherwise; every launcher checks the launch (tb::Error on failure).
+// Shapes are in the comments: (N, C, H, W) logical; `nhwc` picks the memory order.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace tb::cuda {
+
+// ---------------------------------------------------------------- memory.cu
+// p[0, n) := pattern, an element of elem_size bytes (1, 2, 4 or 8).
+void launch_fill(void* p, int64_t n, int elem_size, uint64_t pattern, cudaStream_t s);
+uint16_t half_bits(float v);      // IEEE binary16, round to nearest even
+uint16_t bfloat16_bits(float v);  // bfloat16, round to nearest even
+void launch_cast_f32_f64(const float* src, double* dst, int64_t n, cudaStream_t s);
+void launch_cast_f64_f32(const double* src, float* dst, int64_t n, cudaStream_t s);
+// (N,C,H,W) in NCHW -> NHWC (to_nhwc) or back, elements of elem_size bytes.
+void launch_convert_layout(const void* src, void* dst, int64_t N, int64_t C, int64_t H, int64_t W,
+                           int elem_size, bool to_nhwc, cudaStream_t s);
+
+// ---------------------------------------------------------------- pointwise.cu
+// Any rank, n elements; y may alias x, dx may alias dy. T = float or double.
+template <typename T> void launch_relu_forward(const T* x, T* y, int64_t n, cudaStream_t s);
+template <typename T>
+void launch_relu_backward(const T* y, const T* dy, T* dx, int64_t n, cudaStream_t s);
+template <typename T> void launch_gelu_forward(const T* x, T* y, int64_t n, cudaStream_t s);
+template <typename T>
+void launch_gelu_backward(const T* x, const T* dy, T* dx, int64_t n, cudaStream_t s);
+template <typename T> void launch_add(const T* a, const T* b, T* y, int64_t n, cudaStream_t s);
+template <typename T> void launch_accumulate(const T* src, T* dst, int64_t n, cudaStream_t s);
+template <typename T> void launch_scale(T* t, double alpha, int64_t n, cudaStream_t s);
+
+// ---------------------------------------------------------------- reduce.cu
+// out[0] := Σ x² in double, deterministic (fixed grid, fixed tree, no atomics).
+// `partials` holds kReducePartials doubles of scratch.
+constexpr int kReducePartials = 1024;
+template <typename T>
+void launch_sum_squares(const T* x, int64_t n, double* partials, double* out, cudaStream_t s);
+
+// ---------------------------------------------------------------- bias.cu
+// Per-channel bias of y (N, C, HW): y[n,c,i] += b[c]. A linear layer's y (N, M)
+// is (N, M, 1) in either order.
+void launch_bias_add(float* y, const float* b, int64_t N, int64_t C, int64_t HW, bool nhwc,
+                     cudaStream_t s);
+// db[c] (+)= Σ_{n,i} dy[n,c,i], sums in double, one thread block per channel group.
+void launch_bias_grad(const float* dy, float* db, int64_t N, int64_t C, int64_t HW, bool nhwc,
+                      bool accumulate, cudaStream_t s);
+
+// ---------------------------------------------------------------- loss.cu
+// logits, dlogits (N, K), labels i32 (N) on the device, stats f64 (2) on the device.
+// rows: 2·N doubles of scratch (per-sample loss and hit).
+// A label outside [0, K) makes that sample's loss NaN (the host cannot check
+// device labels without a sync; NaN makes the error visible in the loss).
+void launch_softmax_xent(const float* logits, const int32_t* labels, int64_t N, int64_t K,
+                         float label_smoothing, float grad_scale, float* dlogits, double* rows,
+                         double* stats, cudaStream_t s);
+
+// ---------------------------------------------------------------- pool.cu
+struct PoolDims {
+  int64_t N, C, H, W, kernel, stride, pad, H_out, W_out;
+  bool nhwc;
+};
+// argmax (same shape as y) = ih*W + iw of the first maximum (NaN wins), as the CPU.
+void launch_maxpool_forward(const PoolDims& d, const float* x, float* y, int32_t* argmax,
+                            cudaStream_t s);
+// dx written (not accumulated): each input cell gathers the dy of the windows
+// whose argmax it is, in window order (deterministic, no atomics).
+void launch_maxpool_backward(const PoolDims& d, const float* dy, const int32_t* argmax, float* dx,
+                             cudaStream_t s);
+void launch_avgpool_forward(const PoolDims& d, const float* x, float* y, cudaStream_t s);
+void launch_avgpool_backward(const PoolDims& d, const float* dy, float* dx, cudaStream_t s);
+// x (N,C,H,W) -> y (N,C) and back; sums in double.
+void launch_global_avgpool_forward(const float* x, float* y, int64_t N, int64_t C, int64_t HW,
+                                   bool nhwc, cudaStream_t s);
+void launch_global_avgpool_backward(const float* dy, float* dx, int64_t N, int64_t C, int64_t HW,
+                                    bool nhwc, cudaStream_t s);
+
+// ---------------------------------------------------------------- batchnorm.cu
+// x, y, dy, dx (N, C, HW); per-channel vectors (C). `work` holds 2·C doubles.
+void launch_bn_forward_train(const float* x, const float* gamma, const float* beta,
+                             float* running_mean, float* running_var, float momentum, float eps,
+                             float* y, float* save_mean, float* save_invstd, int64_t N, int64_t C,
+                             int64_t HW, bool nhwc, cudaStream_t s);
+void launch_bn_forward_eval(const float* x, const float* gamma, const float* beta,
+                            const float* running_mean, const float* running_var, float eps,
+                            float* y, int64_t N, int64_t C, int64_t HW, bool nhwc, cudaStream_t s);
+// dx may be null (not wanted); dgamma/dbeta may be null; written or accumulated.
+void launch_bn_backward(const float* x, const float* dy, const float* gamma,
+                        const float* save_mean, const float* save_invstd, float* dx,
+                        float* dgamma, float* dbeta, bool accumulate, double* work, int64_t N,
+                        int64_t C, int64_t HW, bool nhwc, cudaStream_t s);
+
+// ---------------------------------------------------------------- optimizer.cu
+// One piece of one parameter tensor: pointers already offset to the piece.
+struct OptChunk {
+  float* p;
+  const float* g;
+  float* s1;  // null when the optimizer does not use it
+  float* s2;
+  int64_t n;       // elements in this chunk (<= kOptChunk)
+  int32_t slot;    // index of the parameter tensor
+  int32_t decay;   // weight decay applies (0 for biases / BN affine)
+};
+constexpr int64_t kOptChunk = 1 << 16;  // elements per chunk (the CPU's fused pass uses the same)
+
+// Per-step constants, computed once on the host in double exactly as the CPU
+// backend does, then rounded to float where its f32 path rounds them.
+struct OptConsts {
+  int kind;  // OptimizerKind as int
+  double lr, mu, wd, gs, b1, b2, eps, alpha, eta;
+  double step_size, inv_sqrt_bc2, inv_bc1, inv_bc2;
+  bool nesterov;
+};
+
+// Elementwise pass (SGD, AdamW, RMSProp; LARS/LAMB apply with trust[slot]) over
+// chunks[first, first+count) of the device array `chunks`.
+void launch_opt_elementwise(const OptConsts& k, const OptChunk* chunks, int64_t first,
+                            int64_t count, const double* trust, cudaStream_t s);
+// Norm pass (LARS: Σp², Σg²; LAMB: moments update + Σp², Σu²) writing
+// partials[2·chunk + {0, 1}] for chunks[first, first+count).
+void launch_opt_norms(const OptConsts& k, const OptChunk* chunks, int64_t first, int64_t count,
+                      double* partials, cudaStream_t s);
+// trust[slot] for slots [first_slot, first_slot+slot_count) from the partials
+// of their chunks; slot_begin[i]..slot_begin[i+1] are slot i's chunk indices;
+// decay[i] says whether slot i takes weight decay.
+void launch_opt_trust(const OptConsts& k, const double* partials, const int64_t* slot_begin,
+                      const int32_t* decay, int64_t first_slot, int64_t slot_count, double* trust,
+                      cudaStream_t s);
+
+}  // namespace tb::cuda
