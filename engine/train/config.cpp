@@ -75,8 +75,11 @@ std::vector<ConfigKey> make_schema() {
       f("beta2", 0.999, 0, 1, "optimizer", 0, "all", "Second-moment decay (AdamW, LAMB)"),
       f("eps", 1e-8, 0, 1, "optimizer", 0, "all", "Denominator epsilon"),
       f("alpha", 0.99, 0, 1, "optimizer", 0, "all", "Squared-gradient smoothing (RMSProp)"),
-      s("schedule", "constant", {"constant", "step", "cosine", "onecycle"}, "optimizer", 0, "all",
-        "Learning-rate schedule"),
+      // Cosine decay over the run is the default recipe: with it fmnist-cnn reaches
+      // 0.916 test accuracy in 3 epochs, against 0.893 at a constant rate
+      // (bench/results/cpu-fmnist-cnn-accuracy.json).
+      s("schedule", "cosine", {"constant", "step", "cosine", "onecycle"}, "optimizer", 0, "all",
+        "Learning-rate schedule (cosine: decay to min_lr over the run)"),
       i("step_size", 1000, 1, big, "optimizer", 0, "all", "Steps between decays (step schedule)"),
       f("gamma", 0.1, 0, 1, "optimizer", 0, "all", "Decay factor (step schedule)"),
       f("min_lr", 0.0, 0, 100, "optimizer", 0, "all", "Final learning rate (cosine, one-cycle)"),
