@@ -119,6 +119,7 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   splitter->addWidget(tables);
   splitter->setStretchFactor(0, 3);
   splitter->setStretchFactor(1, 2);
+  splitter->setSizes({620, 260});
   layout->addWidget(splitter, 1);
   diff_->setDifferencesOnly(true);
 

@@ -188,11 +188,6 @@ void LivePlot::rebuildGraphs() {
       c.smooth->setVisible(false);
       c.smooth->removeFromLegend();
     }
-    if (c.points && c.points->size() < 200 && !stacked_) {
-      // Few points (epoch metrics): mark them.
-      c.raw->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 5));
-      c.smooth->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 5));
-    }
   }
   redraw();
 }
@@ -271,6 +266,10 @@ void LivePlot::redraw() {
     const int n = c.points->size();
     const QVector<double>& x = c.points->x(xAxis_);
     if (alpha_ > 0) updateEma(c);
+    // Few points (epoch metrics, sparse series): mark each one.
+    const QCPScatterStyle marks(n <= 30 && !stacked_ ? QCPScatterStyle::ssDisc : QCPScatterStyle::ssNone, 5);
+    c.raw->setScatterStyle(marks);
+    c.smooth->setScatterStyle(marks);
     if (stacked_) {
       const QVector<double> v = displayValues(c, n);
       if (cumulative.size() < n) cumulative.resize(n, 0.0);

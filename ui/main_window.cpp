@@ -83,6 +83,7 @@ MainWindow::MainWindow(const QString& databasePath, QWidget* parent) : QMainWind
                       : databasePath);
   setEnginePath(EngineLocator::enginePath());
   const QJsonObject saved = QJsonDocument::fromJson(settings.value(QStringLiteral("setup/config")).toByteArray()).object();
+  hadSavedConfig_ = !saved.isEmpty();
   setConfig(RunConfig::merged(RunConfig::fallbackDefaults(), saved));
   if (!restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray())) resize(1500, 950);
   restoreState(settings.value(QStringLiteral("window/state")).toByteArray());
@@ -316,7 +317,19 @@ void MainWindow::onEngineInfo() {
   }
   engineStatus_->setText(tr("Engine: %1").arg(engineInfo_->version().isEmpty() ? tr("ready") : engineInfo_->version()));
   engineStatus_->setToolTip(engineInfo_->enginePath());
-  if (!engineInfo_->defaults().isEmpty()) engineDefaults_ = engineInfo_->defaults();
+  if (!engineInfo_->defaults().isEmpty()) {
+    engineDefaults_ = engineInfo_->defaults();
+    // First start: begin from the engine's own defaults (keeping a name and
+    // the Fashion-MNIST folder so the first run works as it is).
+    if (!hadSavedConfig_) {
+      QJsonObject start = RunConfig::merged(currentConfig(), engineDefaults_);
+      if (start.value(QLatin1String("name")).toString().isEmpty()) start.insert(QStringLiteral("name"), QStringLiteral("run"));
+      if (start.value(QLatin1String("data_dir")).toString().isEmpty() &&
+          start.value(QLatin1String("dataset")).toString() == QLatin1String("fashion-mnist"))
+        start.insert(QStringLiteral("data_dir"), QStringLiteral("/usr/share/datasets/fashion-mnist"));
+      setConfig(start);
+    }
+  }
   if (!engineInfo_->backendSupport().isEmpty()) tricks_->setBackendSupport(engineInfo_->backendSupport());
   config_->setDevices(engineInfo_->devices());
   updateDeviceContext();
@@ -418,6 +431,7 @@ void MainWindow::openRun(qint64 runId) {
   auto* dashboard = new RunDashboard(dashboards_);
   dashboard->setProperty("storedRunId", runId);
   dashboard->setStatus(run ? run->status : tr("loading"), run && !run->error.isEmpty() ? run->error : QString());
+  if (run) dashboard->setTricks(run->tricks);
   dashboards_->setCurrentIndex(dashboards_->addTab(dashboard, run ? QStringLiteral("%1 (#%2)").arg(run->name).arg(runId)
                                                                    : tr("Run %1").arg(runId)));
   loader_->request(databasePath_, runId);
@@ -478,25 +492,34 @@ void MainWindow::openDatabaseDialog() {
 }
 
 void MainWindow::about() {
-  QString cuda = tr("not reported"), cudnn = tr("not reported");
-  if (engineInfo_) {
-    const QJsonObject env = engineInfo_->environment();
-    for (const char* k : {"cuda_version", "cuda_runtime_version", "cuda"})
-      if (env.contains(QLatin1String(k))) cuda = RunConfig::valueText(env.value(QLatin1String(k)));
-    for (const char* k : {"cudnn_version", "cudnn"})
-      if (env.contains(QLatin1String(k))) cudnn = RunConfig::valueText(env.value(QLatin1String(k)));
-  }
+  // Library versions: what the engine reported about itself, and the
+  // environment of the most recent run in the store (CUDA, cuDNN, BLAS...).
+  QJsonObject env = engineInfo_ ? engineInfo_->environment() : QJsonObject();
+  qint64 newest = 0;
+  for (const RunSummary& r : history_->model()->runs())
+    if (r.id > newest && !r.environment.isEmpty()) {
+      newest = r.id;
+      env = RunConfig::merged(engineInfo_ ? engineInfo_->environment() : QJsonObject(), r.environment);
+    }
+  auto lookup = [&env](const QString& word, const QString& unless = QString()) {
+    QStringList found;
+    for (auto it = env.begin(); it != env.end(); ++it)
+      if (it.key().contains(word, Qt::CaseInsensitive) && (unless.isEmpty() || !it.key().contains(unless)))
+        found << QStringLiteral("%1 = %2").arg(it.key(), RunConfig::valueText(it.value()));
+    return found.isEmpty() ? tr("not reported (no CUDA run yet, or a CPU-only build)") : found.join(QStringLiteral(", "));
+  };
   QMessageBox::about(
       this, tr("About Trainbench"),
       tr("<h3>Trainbench %1</h3><p>A workbench for making deep-learning training fast: switch speed-up tricks "
          "on and off, run, watch and compare.</p>"
-         "<table><tr><td>Qt (run time / build)</td><td>%2 / %3</td></tr>"
+         "<table cellspacing='4'><tr><td>Qt (run time / build)</td><td>%2 / %3</td></tr>"
          "<tr><td>Engine</td><td>%4</td></tr><tr><td>CUDA</td><td>%5</td></tr><tr><td>cuDNN</td><td>%6</td></tr>"
-         "<tr><td>Run database</td><td>%7</td></tr></table>"
+         "<tr><td>BLAS</td><td>%7</td></tr><tr><td>Run database</td><td>%8</td></tr></table>"
          "<p>License: GPL-3.0-or-later. Plots by QCustomPlot.</p>")
           .arg(QStringLiteral(TRAINBENCH_VERSION), QString::fromLatin1(qVersion()), QStringLiteral(QT_VERSION_STR),
                engineInfo_ && !engineInfo_->version().isEmpty() ? engineInfo_->version().toHtmlEscaped() : tr("unknown"),
-               cuda.toHtmlEscaped(), cudnn.toHtmlEscaped(), databasePath_.toHtmlEscaped()));
+               lookup(QStringLiteral("cuda"), QStringLiteral("cudnn")).toHtmlEscaped(), lookup(QStringLiteral("cudnn")).toHtmlEscaped(),
+               lookup(QStringLiteral("blas")).toHtmlEscaped(), databasePath_.toHtmlEscaped()));
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {

@@ -96,4 +96,5 @@ class MainWindow : public QMainWindow {
   QLabel *engineStatus_ = nullptr, *dbStatus_ = nullptr;
   QAction *stopAction_ = nullptr, *killAction_ = nullptr;
   QJsonObject engineDefaults_;
+  bool hadSavedConfig_ = false;
 };

@@ -42,11 +42,11 @@ QJsonObject fallbackDefaults() {
       {"base_batch_size", 64},
       {"warmup_steps", 0},
       {"label_smoothing", 0.0},
-      {"seed", 1},
+      {"seed", 0},
       {"random_crop_padding", 0},
       {"horizontal_flip", false},
       {"pad_to_32", false},
-      {"log_every", 1},
+      {"log_every", 20},
   };
   // Every trick key with its neutral default.
   for (const TrickInfo& t : TrickCatalog::instance().tricks())

@@ -17,6 +17,7 @@
 #include <QTabWidget>
 #include <QTimer>
 #include <QVBoxLayout>
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -84,6 +85,7 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   splitter->addWidget(bottom);
   splitter->setStretchFactor(0, 5);
   splitter->setStretchFactor(1, 1);
+  splitter->setSizes({800, 150});
   layout->addWidget(splitter, 1);
 
   connect(xAxisBox_, &QComboBox::currentIndexChanged, this,
@@ -176,13 +178,24 @@ void RunDashboard::handleRunStarted(const QJsonObject& event) {
   totalSteps_ = event.value(QLatin1String("total_steps")).toInteger();
   series_.startWallSeconds =
       QDateTime::currentMSecsSinceEpoch() / 1000.0 - event.value(QLatin1String("t")).toDouble();
-  // Which tricks the engine applied, and why not where it did not.
-  const QJsonObject tricks = event.value(QLatin1String("tricks")).toObject();
+  setTricks(event.value(QLatin1String("tricks")).toObject());
+  setStatus(QStringLiteral("running"));
+}
+
+void RunDashboard::setTricks(const QJsonObject& tricks) {
+  // Which tricks the engine applied, and why not where it did not: the ones
+  // changed from their default first.
   if (!tricks.isEmpty()) {
     QString html = QStringLiteral("<table cellspacing='4'><tr><th align='left'>%1</th><th align='left'>%2</th>"
                                   "<th align='left'>%3</th><th align='left'>%4</th></tr>")
                        .arg(tr("Trick"), tr("Requested"), tr("Applied"), tr("Reason"));
-    for (auto it = tricks.begin(); it != tricks.end(); ++it) {
+    QStringList keys = tricks.keys();
+    std::stable_sort(keys.begin(), keys.end(), [&tricks](const QString& a, const QString& b) {
+      return tricks.value(a).toObject().value(QLatin1String("changed")).toBool() &&
+             !tricks.value(b).toObject().value(QLatin1String("changed")).toBool();
+    });
+    for (const QString& key : keys) {
+      const auto it = tricks.constFind(key);
       const QJsonObject t = it.value().toObject();
       const TrickInfo* info = TrickCatalog::instance().find(it.key());
       const QString requested = QString::fromUtf8(QJsonDocument(QJsonObject{{"v", t.value(QLatin1String("requested"))}})
@@ -199,7 +212,6 @@ void RunDashboard::handleRunStarted(const QJsonObject& event) {
     }
     tricks_->setText(html + QStringLiteral("</table>"));
   }
-  setStatus(QStringLiteral("running"));
 }
 
 SeriesPoints& RunDashboard::stepSeries(const QString& name) { return series_.step[name]; }

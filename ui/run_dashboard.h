@@ -33,6 +33,8 @@ class RunDashboard : public QWidget {
   void handleEpoch(const QJsonObject& event);
   void appendLog(const QString& level, const QString& message);
   void setStatus(const QString& status, const QString& message = QString());
+  // The engine's per-trick report: {key: {requested, applied, changed, reason}}.
+  void setTricks(const QJsonObject& tricks);
 
   // Saved run.
   void setSeries(const RunSeries& series);

@@ -42,7 +42,9 @@ RunSummary RunSummary::fromRecord(const tb::RunRecord& r) {
   s.model = s.config.value(QLatin1String("model")).toString();
   s.dataset = s.config.value(QLatin1String("dataset")).toString();
   s.device = s.environment.value(QLatin1String("device")).toString();
-  if (s.device.isEmpty()) s.device = s.environment.value(QLatin1String("device_name")).toString();
+  const QString deviceName = s.environment.value(QLatin1String("device_name")).toString();
+  if (s.device.isEmpty()) s.device = deviceName;
+  else if (!deviceName.isEmpty() && deviceName != s.device) s.device += QStringLiteral(" (%1)").arg(deviceName);
   if (s.device.isEmpty()) s.device = s.summary.value(QLatin1String("device")).toString();
   if (s.device.isEmpty()) s.device = s.config.value(QLatin1String("device")).toString();
   s.medianStepMs = firstNumber(s.summary, {"median_step_time_ms", "step_time_ms_median", "median_step_ms"});

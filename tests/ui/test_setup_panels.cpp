@@ -139,6 +139,7 @@ class TestSetupPanels : public QObject {
     QCOMPARE(c.value(QLatin1String("amp")).toString(), QStringLiteral("off"));
     QCOMPARE(c.value(QLatin1String("pin_memory")).toBool(), false);
     QCOMPARE(c.value(QLatin1String("workers")).toInt(), 0);
+    QCOMPARE(c.value(QLatin1String("grad_set_to_none")).toBool(), false);  // the memset baseline
     QCOMPARE(c.value(QLatin1String("model")).toString(), QStringLiteral("fmnist-cnn"));  // kept
     QVERIFY(window.applyPreset(QStringLiteral("Recipe: memory-analysis ladder (seed 004)")));
     c = window.currentConfig();
