@@ -322,7 +322,11 @@ void MainWindow::onEngineInfo() {
     // First start: begin from the engine's own defaults (keeping a name and
     // the Fashion-MNIST folder so the first run works as it is).
     if (!hadSavedConfig_) {
-      QJsonObject start = RunConfig::merged(currentConfig(), engineDefaults_);
+      // Values the user (or a preset, or --config) already changed stay.
+      const QJsonObject current = currentConfig(), fallback = RunConfig::fallbackDefaults();
+      QJsonObject start = RunConfig::merged(current, engineDefaults_);
+      for (auto it = current.begin(); it != current.end(); ++it)
+        if (fallback.value(it.key()) != it.value()) start.insert(it.key(), it.value());
       if (start.value(QLatin1String("name")).toString().isEmpty()) start.insert(QStringLiteral("name"), QStringLiteral("run"));
       if (start.value(QLatin1String("data_dir")).toString().isEmpty() &&
           start.value(QLatin1String("dataset")).toString() == QLatin1String("fashion-mnist"))
