@@ -51,6 +51,8 @@ cuda::ConvPlanCache& cache(CudaBackend::Impl& m) {
 
 }  // namespace
 
+size_t CudaBackend::conv_plan_count() const { return impl_->conv ? impl_->conv->size() : 0; }
+
 void CudaBackend::conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
                                  const Tensor& b, Tensor& y) {
   const char* op = "conv2d_forward";

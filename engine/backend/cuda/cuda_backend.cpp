@@ -94,6 +94,10 @@ namespace {
 void release(CudaBackend::Impl& m) {
   // Best effort: a failing driver must not turn a destructor into a throw.
   if (m.stream) (void)cudaStreamSynchronize(m.stream);
+  // New allocations must not be tagged with a destroyed stream. (Blocks cached
+  // for this stream stay in the cache until empty_cache.)
+  if (m.allocator && m.allocator->current_stream() == m.stream)
+    m.allocator->set_current_stream(nullptr);
   m.conv.reset();
   if (m.cudnn) (void)cudnnDestroy(m.cudnn), m.cudnn = nullptr;
   if (m.cublaslt) (void)cublasLtDestroy(m.cublaslt), m.cublaslt = nullptr;

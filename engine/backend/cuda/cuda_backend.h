@@ -48,6 +48,8 @@ class CudaBackend final : public Backend {
   nlohmann::json describe() const override;
   void synchronize() override;
   const BackendOptions& options() const { return options_; }
+  // Built cuDNN convolution plans (forward, dgrad, wgrad counted apart).
+  size_t conv_plan_count() const;
 
   void fill(Tensor& t, double value) override;
   void copy(const Tensor& src, Tensor& dst) override;
