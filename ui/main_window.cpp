@@ -19,6 +19,7 @@
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QTextBrowser>
+#include <QTimer>
 #include <QVBoxLayout>
 
 #include "compare_view.h"
@@ -219,6 +220,12 @@ void MainWindow::buildMenus() {
   file->addAction(tr("&Open run database…"), QKeySequence::Open, this, &MainWindow::openDatabaseDialog);
   file->addAction(tr("&Load configuration…"), QKeySequence(Qt::CTRL | Qt::Key_L), this, &MainWindow::loadConfigDialog);
   file->addAction(tr("&Save configuration…"), QKeySequence::Save, this, &MainWindow::saveConfigDialog);
+  file->addAction(tr("Choose engine binary…"), this, [this] {
+    const QString path = QFileDialog::getOpenFileName(this, tr("trainbench-engine binary"), QFileInfo(enginePath()).absolutePath());
+    if (path.isEmpty()) return;
+    QSettings().setValue(QStringLiteral("engine/path"), path);
+    setEnginePath(path);
+  });
   file->addSeparator();
   file->addAction(tr("Export run history as CSV…"), this, [this] { history_->exportCsv(); });
   file->addAction(tr("Export comparison report…"), this, [this] { compare_->exportReportDialog(); });
@@ -352,8 +359,15 @@ void MainWindow::addToQueue() {
 
 void MainWindow::stopRun() {
   if (!queue_->current()) return;
+  QPointer<EngineProcess> process = queue_->current();
   queue_->stopCurrent();
   statusBar()->showMessage(tr("Asked the engine to stop after this step (Kill ends it at once)."), 8000);
+  QTimer::singleShot(15000, this, [this, process] {
+    if (process && process->state() == EngineProcess::State::Stopping)
+      statusBar()->showMessage(tr("The engine has not stopped after 15 s: Kill (Ctrl+Shift+K) ends it at once; "
+                                  "the run is then marked failed."),
+                               20000);
+  });
   updateQueueList();
 }
 

@@ -261,6 +261,7 @@ void RunDashboard::setSeries(const RunSeries& series) {
     p.attached.clear();
   }
   series_ = series;
+  for (const QString& line : series_.events) log_->appendPlainText(line);
   lastStep_ = 0;
   for (const auto& [name, points] : series_.step)
     if (!points.isEmpty()) lastStep_ = std::max(lastStep_, qint64(points.step.last()));

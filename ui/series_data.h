@@ -2,6 +2,7 @@
 #pragma once
 #include <map>
 #include <QString>
+#include <QStringList>
 #include <QVector>
 
 // What a plot's x axis shows.
@@ -30,6 +31,7 @@ struct RunSeries {
   int stepsPerEpoch = 0;        // 0 when unknown
   std::map<QString, SeriesPoints> step;
   std::map<QString, SeriesPoints> epoch;
+  QStringList events;  // "[level] message" lines the engine stored (saved runs)
 
   double epochOfStep(double stepIndex, double fallbackEpoch) const {
     return stepsPerEpoch > 0 ? stepIndex / stepsPerEpoch : fallbackEpoch;

@@ -79,6 +79,8 @@ RunSeries SeriesLoader::load(const QString& databasePath, qint64 runId) {
       s.append(double(p.step), out.epochOfStep(double(p.step), 0), p.wall_time, out.startWallSeconds + p.wall_time,
                p.value);
   }
+  for (const tb::EventRecord& e : store.events(runId))
+    out.events << QStringLiteral("[%1] %2").arg(QString::fromStdString(e.level), QString::fromStdString(e.message));
   for (const auto& [name, points] : epochData) {
     SeriesPoints& s = out.epoch[QString::fromStdString(name)];
     s.reserve(int(points.size()));

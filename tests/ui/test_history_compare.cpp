@@ -16,6 +16,9 @@
 #include "config_diff_model.h"
 #include "engine/store/run_store.h"
 #include "live_plot.h"
+#include "main_window.h"
+#include "run_dashboard.h"
+#include <QTabWidget>
 #include "run_config.h"
 #include "run_history_filter.h"
 #include "run_history_model.h"
@@ -246,6 +249,22 @@ class TestHistoryCompare : public QObject {
     QString error;
     QVERIFY(TableExport::writeCsv(view.diffModel(), dir_.filePath(QStringLiteral("diff.csv")), &error));
     QVERIFY(QFileInfo(dir_.filePath(QStringLiteral("diff.csv"))).size() > 100);
+  }
+
+  void historyOpensSavedRunDashboards() {
+    MainWindow window(db_);
+    QCOMPARE(window.historyView()->model()->rowCount(), 3);
+    window.openRun(amp_);
+    QCOMPARE(window.dashboards()->count(), 1);
+    auto* d = qobject_cast<RunDashboard*>(window.dashboards()->widget(0));
+    QTRY_VERIFY_WITH_TIMEOUT(d->plot(QStringLiteral("Step time")) != nullptr, 10000);
+    QCOMPARE(d->plot(QStringLiteral("Step time"))->curveCount(), 1);
+    QVERIFY(d->plot(QStringLiteral("Step time"))->displayedPointCount() >= 50);
+    QCOMPARE(d->series().runName, QStringLiteral("amp bf16"));
+    window.openRun(amp_);  // already open: no second tab
+    QCOMPARE(window.dashboards()->count(), 1);
+    window.compareRuns({baseline_, amp_});
+    QCOMPARE(window.compareView()->runs().size(), 2);
   }
 
   void seriesLoaderWorksOffTheGuiThread() {

@@ -206,6 +206,21 @@ class TestLivePlot : public QObject {
     QVERIFY(lines[1].startsWith(QLatin1String("\"run, one\",1,")));
   }
 
+  void followsTheDarkPalette() {
+    SeriesPoints s = makeSeries(10, noisy);
+    LivePlot plot(QStringLiteral("Loss"), QStringLiteral("loss"));
+    plot.addCurve(QStringLiteral("a"), &s);
+    QPalette dark = plot.palette();
+    dark.setColor(QPalette::Base, QColor(30, 30, 30));
+    dark.setColor(QPalette::Text, QColor(230, 230, 230));
+    plot.setPalette(dark);
+    QCoreApplication::processEvents();
+    QCOMPARE(plot.customPlot()->xAxis->tickLabelColor(), QColor(230, 230, 230));
+    QCOMPARE(plot.customPlot()->legend->textColor(), QColor(230, 230, 230));
+    const QImage image = plot.customPlot()->toPixmap(400, 300).toImage();
+    QCOMPARE(QColor(image.pixel(2, 2)), QColor(30, 30, 30));  // background follows Base
+  }
+
   void csvQuoting() {
     QCOMPARE(TableExport::csvField(QStringLiteral("plain")), QStringLiteral("plain"));
     QCOMPARE(TableExport::csvField(QStringLiteral("a,b")), QStringLiteral("\"a,b\""));
