@@ -26,6 +26,7 @@
 #include "live_plot.h"
 #include "plot_export_dialog.h"
 #include "series_loader.h"
+#include "speedup_chart.h"
 #include "table_export.h"
 
 namespace {
@@ -79,7 +80,9 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   auto* scroll = new QScrollArea(splitter);
   scroll->setWidgetResizable(true);
   plotCanvas_ = new QWidget(scroll);
-  new QGridLayout(plotCanvas_);
+  auto* plotGrid = new QGridLayout(plotCanvas_);
+  speedup_ = new SpeedupChart(summary_, plotCanvas_);
+  plotGrid->addWidget(speedup_, 0, 0, 1, 2);
   scroll->setWidget(plotCanvas_);
   splitter->addWidget(scroll);
 
@@ -215,7 +218,7 @@ void CompareView::rebuildPlots() {
     if (!plot) continue;
     plot->setXAxis(XAxis(xAxis_->currentData().toInt()));
     plot->setSmoothing(smoothing_->value() / 100.0);
-    grid->addWidget(plot, plots_.size() / 2, plots_.size() % 2);
+    grid->addWidget(plot, 1 + plots_.size() / 2, plots_.size() % 2);
     plots_ << plot;
     plot->refresh();
   }
@@ -232,6 +235,15 @@ bool CompareView::exportReport(const QString& path, QString* error) {
     return false;
   }
   QStringList images, titles;
+  if (speedup_->barCount() > 0) {
+    const QString file = QStringLiteral("%1/speedup.png").arg(folderName);
+    if (!speedup_->exportPng(dir.filePath(file), 1000, 120 + 60 * runs_.size())) {
+      if (error) *error = tr("cannot write %1").arg(dir.filePath(file));
+      return false;
+    }
+    images << file;
+    titles << tr("Speed-up vs baseline");
+  }
   for (int i = 0; i < plots_.size(); ++i) {
     const QString file = QStringLiteral("%1/plot%2.png").arg(folderName).arg(i + 1);
     if (!plots_[i]->exportImage(dir.filePath(file), 1000, 560, error)) return false;

@@ -17,6 +17,7 @@ class QLabel;
 class QSlider;
 class QTableView;
 class SeriesLoader;
+class SpeedupChart;
 
 // Two or more saved runs side by side: overlaid plots (loss, test accuracy,
 // step time, samples/s, GPU memory), a summary table with the speed-up over a
@@ -35,6 +36,7 @@ class CompareView : public QWidget {
   ConfigDiffModel* diffModel() const { return diff_; }
   CompareSummaryModel* summaryModel() const { return summary_; }
   QList<LivePlot*> plots() const { return plots_; }
+  SpeedupChart* speedupChart() const { return speedup_; }
   void setDifferencesOnly(bool on);
   void setBaseline(qint64 runId);
 
@@ -64,5 +66,6 @@ class CompareView : public QWidget {
   QComboBox *baseline_, *xAxis_;
   QSlider* smoothing_;
   QLabel* title_;
+  SpeedupChart* speedup_ = nullptr;
   QWidget* plotCanvas_;
 };

@@ -24,6 +24,7 @@
 #include "run_history_model.h"
 #include "run_history_view.h"
 #include "series_loader.h"
+#include "speedup_chart.h"
 #include "table_export.h"
 
 namespace {
@@ -216,6 +217,7 @@ class TestHistoryCompare : public QObject {
     view.setDifferencesOnly(false);
     QVERIFY(view.diffModel()->shownKeys().contains(QStringLiteral("pin_memory")));
     view.setBaseline(baseline_);
+    QCOMPARE(view.speedupChart()->barCount(), 3);
 
     for (const QString& name : {QStringLiteral("report.md"), QStringLiteral("report.html")}) {
       const QString path = dir_.filePath(name);
@@ -235,7 +237,8 @@ class TestHistoryCompare : public QObject {
       }
       const QString folder = dir_.filePath(QFileInfo(name).completeBaseName() + QStringLiteral("_plots"));
       const QStringList images = QDir(folder).entryList({QStringLiteral("*.png")});
-      QCOMPARE(images.size(), view.plots().size());
+      QCOMPARE(images.size(), view.plots().size() + 1);  // + the speed-up chart
+      QVERIFY(images.contains(QStringLiteral("speedup.png")));
       QVERIFY(!QImage(QDir(folder).filePath(images.first())).isNull());
     }
     QVERIFY(!view.diffModel()->differencesOnly());  // the table's own setting came back (all keys)

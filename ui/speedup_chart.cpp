@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "speedup_chart.h"
+
+#include <qcustomplot.h>
+
+#include <QVBoxLayout>
+#include <cmath>
+
+#include "compare_summary_model.h"
+
+SpeedupChart::SpeedupChart(CompareSummaryModel* model, QWidget* parent) : QWidget(parent), model_(model) {
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(0, 0, 0, 0);
+  plot_ = new QCustomPlot(this);
+  plot_->setMinimumHeight(200);
+  layout->addWidget(plot_);
+  plot_->plotLayout()->insertRow(0);
+  QFont titleFont = font();
+  titleFont.setBold(true);
+  plot_->plotLayout()->addElement(0, 0, new QCPTextElement(plot_, tr("Speed-up vs baseline (samples/s)"), titleFont));
+  plot_->xAxis->setLabel(tr("% of the baseline's throughput"));
+  setToolTip(tr("Each run's training throughput relative to the chosen baseline (100 %)."));
+  connect(model_, &QAbstractItemModel::modelReset, this, &SpeedupChart::refresh);
+  connect(model_, &QAbstractItemModel::dataChanged, this, &SpeedupChart::refresh);
+  refresh();
+}
+
+void SpeedupChart::refresh() {
+  plot_->clearPlottables();
+  plot_->clearItems();
+  const QPalette pal = palette();
+  const QColor bg = pal.color(QPalette::Base), fg = pal.color(QPalette::Text);
+  plot_->setBackground(bg);
+  for (QCPAxis* axis : {plot_->xAxis, plot_->yAxis}) {
+    axis->setBasePen(QPen(fg));
+    axis->setTickPen(QPen(fg));
+    axis->setSubTickPen(QPen(fg));
+    axis->setTickLabelColor(fg);
+    axis->setLabelColor(fg);
+  }
+  if (auto* t = qobject_cast<QCPTextElement*>(plot_->plotLayout()->element(0, 0))) t->setTextColor(fg);
+
+  auto* bars = new QCPBars(plot_->yAxis, plot_->xAxis);  // horizontal bars
+  bars->setWidth(0.6);
+  bars->setPen(Qt::NoPen);
+  bars->setBrush(QColor(31, 119, 180));
+  auto ticker = QSharedPointer<QCPAxisTickerText>::create();
+  const int n = model_->rowCount();
+  double hi = 100;
+  bars_ = 0;
+  for (int row = 0; row < n; ++row) {
+    const double s = model_->speedUp(row);
+    const double position = n - row;  // first run on top
+    ticker->addTick(position, model_->index(row, CompareSummaryModel::Name).data().toString());
+    if (std::isnan(s)) continue;
+    bars->addData(position, s * 100.0);
+    hi = std::max(hi, s * 100.0);
+    ++bars_;
+    auto* label = new QCPItemText(plot_);
+    label->setClipToAxisRect(false);
+    label->position->setAxes(plot_->xAxis, plot_->yAxis);
+    label->position->setCoords(s * 100.0, position);
+    label->setPositionAlignment(Qt::AlignLeft | Qt::AlignVCenter);
+    label->setPadding(QMargins(4, 0, 0, 0));
+    label->setText(QStringLiteral("%1 %").arg(s * 100.0, 0, 'f', 0));
+    label->setColor(fg);
+  }
+  plot_->yAxis->setTicker(ticker);
+  plot_->yAxis->setRange(0.4, n + 0.6);
+  plot_->yAxis->grid()->setVisible(false);
+  plot_->xAxis->setRange(0, hi * 1.15);
+  auto* baseline = new QCPItemStraightLine(plot_);
+  baseline->point1->setCoords(100, 0);
+  baseline->point2->setCoords(100, 1);
+  baseline->setPen(QPen(QColor(214, 39, 40), 1.5, Qt::DashLine));
+  plot_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+bool SpeedupChart::exportPng(const QString& path, int width, int height) {
+  return plot_->savePng(path, width, height, 1.0);
+}
+
+void SpeedupChart::changeEvent(QEvent* event) {
+  if (event->type() == QEvent::PaletteChange) refresh();
+  QWidget::changeEvent(event);
+}
