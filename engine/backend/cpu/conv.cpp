@@ -16,7 +16,15 @@
 //   is copied to y one contiguous row (P) at a time, adding the bias on the way.
 //   Backward views dy in the same (Cout, B*P) form and does dW += dY * col^T and
 //   dcol = W^T * dY, then col2im. 1x1/stride 1/no padding skips im2col entirely.
+//   With OpenMP the batch is split into one contiguous range of images per
+//   thread, each running single-threaded GEMMs on its own scratch (OpenBLAS's
+//   own threads spin-wait between the many small per-image GEMMs, which cost
+//   more than the GEMMs on 2 cores). Backward sums each thread's partial dW in
+//   thread order, so results depend on the thread count but not on timing.
 #include <cblas.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -132,7 +140,7 @@ float* scratch(std::vector<float>& v, size_t n) {
   if (v.size() < n) v.resize(n);
   return v.data();
 }
-thread_local std::vector<float> t_col, t_gemm, t_dw;
+thread_local std::vector<float> t_col, t_gemm;
 
 // Output positions o in [0, n_out) whose input index o*s - p + k lies in [0, n_in):
 // the half-open range [lo, hi). Outside it the cell reads zero padding.
@@ -278,15 +286,46 @@ float sum_floats(const float* p, int64_t n) {
   return s;
 }
 
-void conv_forward_fast(const ConvGeometry& g, const float* x, const float* w, const float* b,
-                       float* y) {
+// Threads worth using for a convolution of this size (at least ~1 MFLOP of
+// GEMM per thread and one image each), at most `threads`.
+int conv_threads(const ConvGeometry& g, int threads) {
+#ifndef _OPENMP
+  return 1;
+#endif
+  const int64_t flops = 2 * g.N * g.C_out * g.C_in * g.KH * g.KW * g.H_out * g.W_out;
+  const int64_t by_work = flops >> 20;
+  return int(std::clamp<int64_t>(std::min<int64_t>(by_work, g.N), 1, std::max(threads, 1)));
+}
+
+// Images [lo, hi) of thread t out of nt: contiguous, sizes differing by at most one.
+inline void split_range(int64_t n, int t, int nt, int64_t& lo, int64_t& hi) {
+  lo = n * t / nt;
+  hi = n * (t + 1) / nt;
+}
+
+// Runs f(t, nt) on nt threads (inline when nt == 1 or without OpenMP).
+template <typename F>
+void run_threads(int nt, F&& f) {
+#ifdef _OPENMP
+  if (nt > 1) {
+#pragma omp parallel num_threads(nt)
+    f(omp_get_thread_num(), omp_get_num_threads());
+    return;
+  }
+#endif
+  f(0, 1);
+}
+
+// Forward of images [n_lo, n_hi) on the calling thread.
+void conv_forward_range(const ConvGeometry& g, const float* x, const float* w, const float* b,
+                        float* y, int64_t n_lo, int64_t n_hi) {
   const int64_t Kc = g.C_in * g.KH * g.KW, P = g.H_out * g.W_out;
-  const int64_t chunk = chunk_images(g);
+  const int64_t chunk = std::min(chunk_images(g), std::max<int64_t>(n_hi - n_lo, 1));
   const bool direct = is_pointwise(g);
   float* col = direct ? nullptr : scratch(t_col, size_t(Kc * chunk * P));
   float* out = chunk > 1 ? scratch(t_gemm, size_t(g.C_out * chunk * P)) : nullptr;
-  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
-    const int64_t B = std::min(chunk, g.N - n0), L = B * P;
+  for (int64_t n0 = n_lo; n0 < n_hi; n0 += chunk) {
+    const int64_t B = std::min(chunk, n_hi - n0), L = B * P;
     const float* xn = x + n0 * g.C_in * g.H * g.W;
     if (!direct) im2col(g, xn, B, col);
     const float* cols = direct ? xn : col;
@@ -312,33 +351,30 @@ void conv_forward_fast(const ConvGeometry& g, const float* x, const float* w, co
   }
 }
 
-void conv_backward_fast(const ConvGeometry& g, const float* x, const float* w, const float* dy,
-                        float* dx, float* dw, float* db, bool accumulate) {
-  const int64_t Kc = g.C_in * g.KH * g.KW, P = g.H_out * g.W_out;
+void conv_forward_fast(const ConvGeometry& g, const float* x, const float* w, const float* b,
+                       float* y, int threads) {
+  run_threads(conv_threads(g, threads), [&](int t, int nt) {
+    int64_t lo, hi;
+    split_range(g.N, t, nt, lo, hi);
+    conv_forward_range(g, x, w, b, y, lo, hi);
+  });
+}
 
-  if (db) {
-    // db[co] = sum over n and the plane of dy[n, co, :]; double across planes.
-    for (int64_t co = 0; co < g.C_out; ++co) {
-      double s = 0.0;
-      for (int64_t n = 0; n < g.N; ++n) s += sum_floats(dy + (n * g.C_out + co) * P, P);
-      db[co] = accumulate ? db[co] + float(s) : float(s);
-    }
-  }
-  if (!dx && !dw) return;
-  if (g.N == 0) {  // an empty batch: the chunk loop below would never write dW
-    if (dw && !accumulate) std::fill_n(dw, g.C_out * Kc, 0.0f);
+// Backward of images [n_lo, n_hi) on the calling thread: dx for those images,
+// and (when gw is given) their dW written to gw (Cout, Kc).
+void conv_backward_range(const ConvGeometry& g, const float* x, const float* w, const float* dy,
+                         float* dx, float* gw, int64_t n_lo, int64_t n_hi) {
+  const int64_t Kc = g.C_in * g.KH * g.KW, P = g.H_out * g.W_out;
+  if (n_lo >= n_hi) {  // no images: an empty sum
+    if (gw) std::fill_n(gw, g.C_out * Kc, 0.0f);
     return;
   }
-
-  const int64_t chunk = chunk_images(g);
+  const int64_t chunk = std::min(chunk_images(g), n_hi - n_lo);
   const bool direct = is_pointwise(g);
   float* col = direct ? nullptr : scratch(t_col, size_t(Kc * chunk * P));
   float* dyc_buf = chunk > 1 ? scratch(t_gemm, size_t(g.C_out * chunk * P)) : nullptr;
-  // With accumulate, the full dW is summed into scratch first and added once, so
-  // accumulate=true adds exactly what accumulate=false writes.
-  float* gw = dw ? (accumulate ? scratch(t_dw, size_t(g.C_out * Kc)) : dw) : nullptr;
-  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
-    const int64_t B = std::min(chunk, g.N - n0), L = B * P;
+  for (int64_t n0 = n_lo; n0 < n_hi; n0 += chunk) {
+    const int64_t B = std::min(chunk, n_hi - n0), L = B * P;
     // dyc (Cout, L): dyc[co, b*P + i] = dy[n0+b, co, i]; for one image that is dy[n0].
     const float* dyc = dy + n0 * g.C_out * P;
     if (B > 1) {
@@ -354,7 +390,7 @@ void conv_backward_fast(const ConvGeometry& g, const float* x, const float* w, c
       if (!direct) im2col(g, xn, B, col);
       // gw (Cout, Kc) (+)= dyc (Cout, L) * col^T (L, Kc)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(g.C_out), int(Kc), int(L), 1.0f,
-                  dyc, int(L), direct ? xn : col, int(L), n0 == 0 ? 0.0f : 1.0f, gw, int(Kc));
+                  dyc, int(L), direct ? xn : col, int(L), n0 == n_lo ? 0.0f : 1.0f, gw, int(Kc));
     }
     if (dx) {
       // dcol (Kc, L) = w^T (Kc, Cout) * dyc (Cout, L), then scattered back onto dx.
@@ -363,8 +399,51 @@ void conv_backward_fast(const ConvGeometry& g, const float* x, const float* w, c
       if (!direct) col2im(g, col, B, dxn);
     }
   }
-  if (dw && accumulate)
-    for (int64_t i = 0; i < g.C_out * Kc; ++i) dw[i] += gw[i];
+}
+
+// Partial dW of each thread: (threads, Cout, Kc), owned by the calling thread.
+thread_local std::vector<float> t_dw_parts;
+
+void conv_backward_fast(const ConvGeometry& g, const float* x, const float* w, const float* dy,
+                        float* dx, float* dw, float* db, bool accumulate, int threads) {
+  const int64_t Kc = g.C_in * g.KH * g.KW, P = g.H_out * g.W_out, nw = g.C_out * Kc;
+  const int nt = (dx || dw) ? conv_threads(g, threads) : 1;
+
+  if (db) {
+    // db[co] = sum over n and the plane of dy[n, co, :]; double across planes.
+    // Each channel is summed by one thread, so the thread count does not matter.
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads) if (g.N * g.C_out * P >= (1 << 16))
+#endif
+    for (int64_t co = 0; co < g.C_out; ++co) {
+      double s = 0.0;
+      for (int64_t n = 0; n < g.N; ++n) s += sum_floats(dy + (n * g.C_out + co) * P, P);
+      db[co] = accumulate ? db[co] + float(s) : float(s);
+    }
+  }
+  if (!dx && !dw) return;
+  if (g.N == 0) {  // an empty batch: no image writes dW
+    if (dw && !accumulate) std::fill_n(dw, nw, 0.0f);
+    return;
+  }
+
+  // One thread without accumulate writes dW in place; otherwise each thread's
+  // partial goes to scratch and is summed below in thread order, so
+  // accumulate=true adds exactly what accumulate=false writes.
+  const bool in_place = nt == 1 && !accumulate;
+  float* parts = dw && !in_place ? scratch(t_dw_parts, size_t(nt * nw)) : nullptr;
+  run_threads(nt, [&](int t, int n_threads) {
+    int64_t lo, hi;
+    split_range(g.N, t, n_threads, lo, hi);
+    float* gw = dw ? (in_place ? dw : parts + t * nw) : nullptr;
+    conv_backward_range(g, x, w, dy, dx, gw, lo, hi);
+  });
+  if (dw && !in_place)
+    for (int64_t i = 0; i < nw; ++i) {
+      float s = parts[i];
+      for (int t = 1; t < nt; ++t) s += parts[t * nw + i];
+      dw[i] = accumulate ? dw[i] + s : s;
+    }
 }
 
 template <typename T>
@@ -386,7 +465,7 @@ void CpuBackend::conv2d_forward(const ConvGeometry& g, const Tensor& x, const Te
                             y.data_as<float>());
   } else {
     conv_forward_fast(g, x.data_as<float>(), w.data_as<float>(), ptr_or_null<float>(b),
-                      y.data_as<float>());
+                      y.data_as<float>(), threads_);
   }
 }
 
@@ -411,7 +490,7 @@ void CpuBackend::conv2d_backward(const ConvGeometry& g, const Tensor& x, const T
   } else {
     conv_backward_fast(g, x.data_as<float>(), w.data_as<float>(), dy.data_as<float>(),
                        static_cast<float*>(out(dx)), static_cast<float*>(out(dw)),
-                       static_cast<float*>(out(db)), accumulate);
+                       static_cast<float*>(out(db)), accumulate, threads_);
   }
 }
 

@@ -18,7 +18,14 @@ namespace tb {
 CpuBackend::CpuBackend(const BackendOptions& options) : options_(options) {
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   threads_ = options.threads > 0 ? options.threads : hw;
+#ifdef _OPENMP
+  // The fast kernels split their work across threads_ OpenMP threads and call
+  // single-threaded GEMMs: OpenBLAS's own pool, next to ours, would spin-wait
+  // (sched_yield) on the same cores between the many small GEMMs.
+  openblas_set_num_threads(1);
+#else
   openblas_set_num_threads(threads_);
+#endif
 }
 
 std::string CpuBackend::host_name() {

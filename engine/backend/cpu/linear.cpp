@@ -6,8 +6,14 @@
 //
 // reference<T>: the sums as loops (f64, or BackendOptions::reference).
 // fast f32: three OpenBLAS GEMMs; the bias is copied into y first and the GEMM
-// adds onto it (beta = 1).
+// adds onto it (beta = 1). With OpenMP each GEMM is split into row blocks of
+// its output, one per thread, each a single-threaded GEMM (OpenBLAS runs with
+// one thread, see cpu_backend.cpp): no output cell is shared, so there is
+// nothing to reduce and the values do not depend on the thread count.
 #include <cblas.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include <algorithm>
 #include <vector>
@@ -85,25 +91,52 @@ void linear_backward_ref(int64_t N, int64_t K, int64_t M, const T* x, const T* w
 
 // ---------------------------------------------------------------- fast f32
 
+// Runs f(lo, hi) over row blocks of [0, rows) on up to `threads` threads, when the
+// GEMM (rows x cols x inner) is big enough to pay for waking them.
+template <typename F>
+void split_rows(int64_t rows, int64_t cols, int64_t inner, int threads, F&& f) {
+#ifdef _OPENMP
+  const int64_t work = rows * cols * inner;
+  const int nt = int(std::clamp<int64_t>(std::min<int64_t>(work >> 19, rows), 1, std::max(threads, 1)));
+  if (nt > 1) {
+#pragma omp parallel num_threads(nt)
+    {
+      const int t = omp_get_thread_num(), n = omp_get_num_threads();
+      const int64_t lo = rows * t / n, hi = rows * (t + 1) / n;
+      if (lo < hi) f(lo, hi);
+    }
+    return;
+  }
+#endif
+  if (rows > 0) f(0, rows);
+}
+
 void linear_forward_fast(int64_t N, int64_t K, int64_t M, const float* x, const float* w,
-                         const float* b, float* y) {
-  if (b)
-    for (int64_t n = 0; n < N; ++n) std::copy_n(b, M, y + n * M);
-  // y (N, M) = x (N, K) * w^T (K, M) [+ y]
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(N), int(M), int(K), 1.0f, x, int(K), w,
-              int(K), b ? 1.0f : 0.0f, y, int(M));
+                         const float* b, float* y, int threads) {
+  // y rows [lo, hi) (N, M) = x (N, K) * w^T (K, M) [+ y]
+  split_rows(N, M, K, threads, [&](int64_t lo, int64_t hi) {
+    if (b)
+      for (int64_t n = lo; n < hi; ++n) std::copy_n(b, M, y + n * M);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(hi - lo), int(M), int(K), 1.0f,
+                x + lo * K, int(K), w, int(K), b ? 1.0f : 0.0f, y + lo * M, int(M));
+  });
 }
 
 void linear_backward_fast(int64_t N, int64_t K, int64_t M, const float* x, const float* w,
-                          const float* dy, float* dx, float* dw, float* db, bool accumulate) {
-  // dx (N, K) = dy (N, M) * w (M, K)
+                          const float* dy, float* dx, float* dw, float* db, bool accumulate,
+                          int threads) {
+  // dx rows [lo, hi) (N, K) = dy (N, M) * w (M, K)
   if (dx)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(N), int(K), int(M), 1.0f, dy,
-                int(M), w, int(K), 0.0f, dx, int(K));
-  // dw (M, K) (+)= dy^T (M, N) * x (N, K)
+    split_rows(N, K, M, threads, [&](int64_t lo, int64_t hi) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(hi - lo), int(K), int(M), 1.0f,
+                  dy + lo * M, int(M), w, int(K), 0.0f, dx + lo * K, int(K));
+    });
+  // dw rows [lo, hi) (M, K) (+)= dy^T (M, N) * x (N, K)
   if (dw)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(M), int(K), int(N), 1.0f, dy, int(M),
-                x, int(K), accumulate ? 1.0f : 0.0f, dw, int(K));
+    split_rows(M, K, N, threads, [&](int64_t lo, int64_t hi) {
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(hi - lo), int(K), int(N), 1.0f,
+                  dy + lo, int(M), x, int(K), accumulate ? 1.0f : 0.0f, dw + lo * K, int(K));
+    });
   if (db) {
     // Row by row so the inner loop runs over contiguous memory.
     std::vector<double> acc(size_t(M), 0.0);
@@ -132,7 +165,8 @@ void CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& 
   else if (use_reference(x.dtype()))
     linear_forward_ref<float>(N, K, M, ptr<float>(x), ptr<float>(w), ptr<float>(b), ptr<float>(y));
   else
-    linear_forward_fast(N, K, M, ptr<float>(x), ptr<float>(w), ptr<float>(b), ptr<float>(y));
+    linear_forward_fast(N, K, M, ptr<float>(x), ptr<float>(w), ptr<float>(b), ptr<float>(y),
+                        threads_);
 }
 
 void CpuBackend::linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
@@ -153,7 +187,7 @@ void CpuBackend::linear_backward(const Tensor& x, const Tensor& w, const Tensor&
                                ptr<float>(dx), ptr<float>(dw), ptr<float>(db), accumulate);
   else
     linear_backward_fast(N, K, M, ptr<float>(x), ptr<float>(w), ptr<float>(dy), ptr<float>(dx),
-                         ptr<float>(dw), ptr<float>(db), accumulate);
+                         ptr<float>(dw), ptr<float>(db), accumulate, threads_);
 }
 
 }  // namespace tb
