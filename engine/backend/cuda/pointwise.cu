@@ -2,8 +2,8 @@
 // Pointwise kernels: ReLU, exact (erf) GELU, add, accumulate, scale; forward and
 // backward side by side. Any rank, n elements, grid-stride loops; each thread
 // reads element i before writing element i, so y may alias x and dx may alias dy.
-// T = float or double. The f32 GELU uses erff/expf (the CPU fast path does the
-// same in float; the CPU reference uses double: compare with a tolerance).
+// T = float or double. The f32 GELU uses erfcf/expf in float (the CPU reference
+// uses double: compare with a tolerance).
 // Later: fused chains (BN-apply+ReLU+add) belong in a separate fused.cu.
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/device_utils.cuh"
@@ -17,8 +17,10 @@ namespace {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); \
        i += int64_t(gridDim.x) * blockDim.x)
 
-__device__ __forceinline__ float erf_(float v) { return erff(v); }
-__device__ __forceinline__ double erf_(double v) { return erf(v); }
+// Φ(x) = erfc(−x/√2)/2: erfc keeps the relative accuracy of Φ for negative x,
+// where 1 + erf(x/√2) would cancel.
+__device__ __forceinline__ float erfc_(float v) { return erfcf(v); }
+__device__ __forceinline__ double erfc_(double v) { return erfc(v); }
 __device__ __forceinline__ float exp_(float v) { return expf(v); }
 __device__ __forceinline__ double exp_(double v) { return exp(v); }
 
@@ -34,13 +36,13 @@ __global__ void relu_backward_kernel(const T* y, const T* dy, T* dx, int64_t n) 
   TB_GRID_STRIDE(i, n) { dx[i] = y[i] > T(0) ? dy[i] : T(0); }
 }
 
-// GELU(x) = x/2·(1 + erf(x/√2))
+// GELU(x) = x/2·(1 + erf(x/√2)) = x·Φ(x)
 template <typename T>
 __global__ void gelu_forward_kernel(const T* x, T* y, int64_t n) {
   const T inv_sqrt2 = T(0.70710678118654752440);
   TB_GRID_STRIDE(i, n) {
     const T v = x[i];
-    y[i] = T(0.5) * v * (T(1) + erf_(v * inv_sqrt2));
+    y[i] = T(0.5) * v * erfc_(-v * inv_sqrt2);
   }
 }
 
@@ -50,7 +52,7 @@ __global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) 
   const T inv_sqrt2 = T(0.70710678118654752440), inv_sqrt2pi = T(0.39894228040143267794);
   TB_GRID_STRIDE(i, n) {
     const T v = x[i];
-    const T cdf = T(0.5) * (T(1) + erf_(v * inv_sqrt2));
+    const T cdf = T(0.5) * erfc_(-v * inv_sqrt2);
     const T pdf = inv_sqrt2pi * exp_(T(-0.5) * v * v);
     dx[i] = dy[i] * (cdf + v * pdf);
   }
