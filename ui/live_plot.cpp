@@ -240,6 +240,12 @@ bool LivePlot::dataRange(double* xMin, double* xMax) const {
 }
 
 void LivePlot::redraw() {
+  // Plots on a hidden tab of a shown window wait until they are shown.
+  if (window()->isVisible() && !isVisible()) {
+    redrawPending_ = true;
+    return;
+  }
+  redrawPending_ = false;
   redrawing_ = true;
   double lo = 0, hi = 1;
   if (follow_ && dataRange(&lo, &hi)) {
@@ -362,6 +368,11 @@ bool LivePlot::eventFilter(QObject* watched, QEvent* event) {
 void LivePlot::changeEvent(QEvent* event) {
   if (event->type() == QEvent::PaletteChange || event->type() == QEvent::StyleChange) applyPalette();
   QWidget::changeEvent(event);
+}
+
+void LivePlot::showEvent(QShowEvent* event) {
+  QWidget::showEvent(event);
+  if (redrawPending_) redraw();
 }
 
 void LivePlot::applyPalette() {

@@ -64,6 +64,7 @@ class LivePlot : public QWidget {
  protected:
   bool eventFilter(QObject* watched, QEvent* event) override;
   void changeEvent(QEvent* event) override;
+  void showEvent(QShowEvent* event) override;
 
  private:
   struct Curve {
@@ -91,7 +92,7 @@ class LivePlot : public QWidget {
   QList<Curve> curves_;
   XAxis xAxis_ = XAxis::Step;
   double alpha_ = 0;
-  bool log_ = false, stacked_ = false, follow_ = true, redrawing_ = false;
+  bool log_ = false, stacked_ = false, follow_ = true, redrawing_ = false, redrawPending_ = false;
   QCPItemStraightLine* trackerLine_ = nullptr;
   QCPItemText* trackerLabel_ = nullptr;
   QTimer* rangeTimer_ = nullptr;

@@ -147,8 +147,13 @@ QWidget* MainWindow::buildSetupPage() {
   runNow->setDefault(true);
   auto* queueButton = new QPushButton(tr("Add to queue"), right);
   queueButton->setToolTip(tr("Queue this configuration to run after the others (Ctrl+Shift+R)."));
+  auto* ladderButton = new QPushButton(tr("Queue ladder"), right);
+  ladderButton->setToolTip(tr("Queue the baseline, then this configuration's tricks added one at a time "
+                              "(Ctrl+Alt+R): an optimization ladder to compare."));
   buttons->addWidget(runNow);
   buttons->addWidget(queueButton);
+  buttons->addWidget(ladderButton);
+  connect(ladderButton, &QPushButton::clicked, this, [this] { queueLadder(); });
   rightLayout->addLayout(buttons);
   splitter->addWidget(right);
   splitter->setStretchFactor(0, 3);
@@ -235,6 +240,9 @@ void MainWindow::buildMenus() {
   QMenu* run = menuBar()->addMenu(tr("&Run"));
   run->addAction(tr("Run &now"), QKeySequence(Qt::CTRL | Qt::Key_R), this, &MainWindow::launchNow);
   run->addAction(tr("Add to &queue"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_R), this, &MainWindow::addToQueue);
+  QAction* ladder = run->addAction(tr("Queue optimization &ladder"), QKeySequence(Qt::CTRL | Qt::ALT | Qt::Key_R), this,
+                                   [this] { queueLadder(); });
+  ladder->setToolTip(tr("Queue the baseline, then this configuration's tricks added one at a time."));
   stopAction_ = run->addAction(tr("&Stop (save and end)"), QKeySequence(Qt::CTRL | Qt::Key_Period), this, &MainWindow::stopRun);
   killAction_ = run->addAction(tr("&Kill engine"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_K), this, &MainWindow::killRun);
   QMenu* presetMenu = run->addMenu(tr("&Presets"));
@@ -355,6 +363,24 @@ void MainWindow::launchNow() {
 void MainWindow::addToQueue() {
   queue_->enqueue(currentConfig());
   statusBar()->showMessage(tr("Queued: %1").arg(currentConfig().value(QLatin1String("name")).toString()), 5000);
+}
+
+int MainWindow::queueLadder() {
+  const QJsonObject defaults = engineDefaults_.isEmpty() ? RunConfig::fallbackDefaults() : engineDefaults_;
+  QJsonObject baseline = defaults;
+  for (const Preset& p : PresetLibrary::builtIn())
+    if (p.name == QLatin1String("Baseline")) baseline = p.applyTo(defaults, defaults);
+  const QJsonObject target = currentConfig();
+  const QList<QJsonObject> rungs =
+      RunConfig::ladder(baseline, target, target.value(QLatin1String("name")).toString(tr("ladder")));
+  if (rungs.size() < 2) {
+    statusBar()->showMessage(tr("This configuration uses no trick beyond the baseline: nothing to climb."), 8000);
+    return 0;
+  }
+  for (const QJsonObject& rung : rungs) queue_->enqueue(rung);
+  statusBar()->showMessage(tr("Queued a ladder of %1 runs; compare them in the history when they are done.").arg(rungs.size()), 10000);
+  showPage(RunsPage);
+  return int(rungs.size());
 }
 
 void MainWindow::stopRun() {

@@ -56,6 +56,8 @@ class MainWindow : public QMainWindow {
  public slots:
   void launchNow();
   void addToQueue();
+  // Baseline, then the current configuration's tricks added one at a time.
+  int queueLadder();
   void stopRun();
   void killRun();
   void saveConfigDialog();
