@@ -413,14 +413,12 @@ RunDashboard* MainWindow::dashboardFor(EngineProcess* process) const {
 void MainWindow::onLaunched(EngineProcess* process) {
   auto* dashboard = new RunDashboard(dashboards_);
   dashboard->setProperty("process", QVariant::fromValue<QObject*>(process));
-  const int index = dashboards_->addTab(dashboard, process->name());
-  dashboards_->setCurrentIndex(index);
+  dashboards_->setCurrentIndex(dashboards_->addTab(dashboard, process->name()));
   dashboard->setStatus(tr("starting"));
-  connect(process, &EngineProcess::runStarted, dashboard, [dashboard, this, index, process](qint64, const QJsonObject& e) {
+  connect(process, &EngineProcess::runStarted, dashboard, [dashboard, this, process](qint64, const QJsonObject& e) {
     dashboard->handleRunStarted(e);
     const int i = dashboards_->indexOf(dashboard);
     if (i >= 0) dashboards_->setTabText(i, QStringLiteral("%1 (#%2)").arg(process->name()).arg(process->runId()));
-    Q_UNUSED(index);
     updateQueueList();
   });
   connect(process, &EngineProcess::stepReceived, dashboard, &RunDashboard::handleStep);

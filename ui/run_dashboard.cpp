@@ -22,6 +22,7 @@
 #include <limits>
 
 #include "live_plot.h"
+#include "run_config.h"
 #include "trick_catalog.h"
 
 namespace {
@@ -198,14 +199,8 @@ void RunDashboard::setTricks(const QJsonObject& tricks) {
       const auto it = tricks.constFind(key);
       const QJsonObject t = it.value().toObject();
       const TrickInfo* info = TrickCatalog::instance().find(it.key());
-      const QString requested = QString::fromUtf8(QJsonDocument(QJsonObject{{"v", t.value(QLatin1String("requested"))}})
-                                                      .toJson(QJsonDocument::Compact))
-                                    .mid(5)
-                                    .chopped(1);
-      const QString applied = QString::fromUtf8(QJsonDocument(QJsonObject{{"v", t.value(QLatin1String("applied"))}})
-                                                    .toJson(QJsonDocument::Compact))
-                                  .mid(5)
-                                  .chopped(1);
+      const QString requested = RunConfig::valueText(t.value(QLatin1String("requested")));
+      const QString applied = RunConfig::valueText(t.value(QLatin1String("applied")));
       html += QStringLiteral("<tr><td>%1</td><td>%2</td><td>%3</td><td>%4</td></tr>")
                   .arg((info ? info->label : it.key()).toHtmlEscaped(), requested.toHtmlEscaped(),
                        applied.toHtmlEscaped(), t.value(QLatin1String("reason")).toString().toHtmlEscaped());
