@@ -157,7 +157,7 @@ void EngineProcess::onFinished(int exitCode, QProcess::ExitStatus exitStatus) {
     return;
   }
   if (killed_) rememberLine(tr("the engine was killed (SIGKILL) from the workbench"));
-  else if (exitStatus == QProcess::CrashExit) rememberLine(tr("the engine crashed (%1)").arg(process_.errorString()));
+  else if (exitStatus == QProcess::CrashExit) rememberLine(tr("the engine crashed or was killed by a signal (%1)").arg(process_.errorString()));
   else if (reportedStatus_.isEmpty() || exitCode != 0)
     rememberLine(tr("the engine exited with code %1 without finishing the run").arg(exitCode));
   markFailedInStore(lastWords());

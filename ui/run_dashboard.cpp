@@ -242,11 +242,17 @@ void RunDashboard::appendLog(const QString& level, const QString& message) {
 
 void RunDashboard::setStatus(const QString& status, const QString& message) {
   status_ = status;
+  if (status == QLatin1String("failed") && !message.isEmpty())
+    lastWords_ = message.trimmed().section(QLatin1Char('\n'), -1);
   QString progress;
   if (totalSteps_ > 0) progress = tr(" — step %1 of %2").arg(lastStep_).arg(totalSteps_);
   else if (lastStep_ > 0) progress = tr(" — step %1").arg(lastStep_);
-  header_->setText(QStringLiteral("<b>%1</b> &nbsp; %2%3")
-                       .arg(series_.runName.toHtmlEscaped(), status.toHtmlEscaped(), progress.toHtmlEscaped()));
+  QString html = QStringLiteral("<b>%1</b> &nbsp; %2%3")
+                     .arg(series_.runName.toHtmlEscaped(), status.toHtmlEscaped(), progress.toHtmlEscaped());
+  if (status == QLatin1String("failed") && !lastWords_.isEmpty())
+    html += QStringLiteral(" &nbsp; <span style='color:#c83232'>%1</span>").arg(lastWords_.left(200).toHtmlEscaped());
+  header_->setText(html);
+  header_->setToolTip(status == QLatin1String("failed") ? tr("The engine's last words are in the Engine log tab.") : QString());
   if (!message.isEmpty()) appendLog(status, message);
 }
 

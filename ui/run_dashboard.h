@@ -80,6 +80,7 @@ class RunDashboard : public QWidget {
   QCheckBox* logScale_ = nullptr;
   QTimer* refreshTimer_ = nullptr;
   QString status_ = QStringLiteral("waiting");
+  QString lastWords_;
   qint64 totalSteps_ = 0, lastStep_ = 0;
   bool dirty_ = false;
 };
