@@ -63,9 +63,12 @@ Cmp compare(const Tensor& ref, const Tensor& got, double rtol, double atol, cons
   }
   auto val = [](const Tensor& t, int64_t i) -> double {
     switch (t.dtype()) {
-      case DType::F64: return t.data_as<double>()[i];
-      case DType::I32: return t.data_as<int32_t>()[i];
-      default: return t.data_as<float>()[i];
+      case DType::F64:
+        return t.data_as<double>()[i];
+      case DType::I32:
+        return t.data_as<int32_t>()[i];
+      default:
+        return t.data_as<float>()[i];
     }
   };
   double mx = 0.0;
@@ -88,15 +91,15 @@ Cmp compare(const Tensor& ref, const Tensor& got, double rtol, double atol, cons
   return c;
 }
 
-#define EXPECT_CLOSE(ref, got, rtol, atol, what)               \
-  do {                                                         \
+#define EXPECT_CLOSE(ref, got, rtol, atol, what)                \
+  do {                                                          \
     const Cmp c_ = compare((ref), (got), (rtol), (atol), what); \
-    QVERIFY2(c_.ok, c_.msg.c_str());                           \
+    QVERIFY2(c_.ok, c_.msg.c_str());                            \
   } while (0)
-#define EXPECT_CLOSE_SCALED(ref, got, rtol, what)                     \
-  do {                                                                \
-    const Cmp c_ = compare((ref), (got), (rtol), 0.0, what, true);    \
-    QVERIFY2(c_.ok, c_.msg.c_str());                                  \
+#define EXPECT_CLOSE_SCALED(ref, got, rtol, what)                  \
+  do {                                                             \
+    const Cmp c_ = compare((ref), (got), (rtol), 0.0, what, true); \
+    QVERIFY2(c_.ok, c_.msg.c_str());                               \
   } while (0)
 
 bool bitwise_equal(const Tensor& a, const Tensor& b) {
@@ -326,7 +329,8 @@ class TestCudaBackend : public QObject {
   void layoutConversion() {
     NEED_GPU();
     // Odd sizes and a channel count above the 32-wide tile.
-    for (Shape s : {Shape{2, 3, 5, 7}, Shape{3, 37, 6, 11}, Shape{1, 64, 1, 1}, Shape{2, 1, 33, 35}}) {
+    for (Shape s :
+         {Shape{2, 3, 5, 7}, Shape{3, 37, 6, 11}, Shape{1, 64, 1, 1}, Shape{2, 1, 33, 35}}) {
       const Tensor h = random_host(s, 11);
       Tensor ref = Tensor::empty(s, DType::F32, Device::cpu(), Layout::NHWC);
       cpu.copy(h, ref);
@@ -354,15 +358,20 @@ class TestCudaBackend : public QObject {
     };
     const Tensor dx_ = up(x), ddy = up(dy), db = up(b);
     Cmp c;
-    c = run2([&](Tensor& y) { cpu.relu_forward(x, y); }, [&](Tensor& y) { gpu->relu_forward(dx_, y); }, 0, 0, "relu_forward");
+    c = run2([&](Tensor& y) { cpu.relu_forward(x, y); },
+             [&](Tensor& y) { gpu->relu_forward(dx_, y); }, 0, 0, "relu_forward");
     QVERIFY2(c.ok, c.msg.c_str());
-    c = run2([&](Tensor& y) { cpu.relu_backward(x, dy, y); }, [&](Tensor& y) { gpu->relu_backward(dx_, ddy, y); }, 0, 0, "relu_backward");
+    c = run2([&](Tensor& y) { cpu.relu_backward(x, dy, y); },
+             [&](Tensor& y) { gpu->relu_backward(dx_, ddy, y); }, 0, 0, "relu_backward");
     QVERIFY2(c.ok, c.msg.c_str());
-    c = run2([&](Tensor& y) { cpu.gelu_forward(x, y); }, [&](Tensor& y) { gpu->gelu_forward(dx_, y); }, 1e-5, 1e-6, "gelu_forward");
+    c = run2([&](Tensor& y) { cpu.gelu_forward(x, y); },
+             [&](Tensor& y) { gpu->gelu_forward(dx_, y); }, 1e-5, 1e-6, "gelu_forward");
     QVERIFY2(c.ok, c.msg.c_str());
-    c = run2([&](Tensor& y) { cpu.gelu_backward(x, dy, y); }, [&](Tensor& y) { gpu->gelu_backward(dx_, ddy, y); }, 1e-5, 1e-6, "gelu_backward");
+    c = run2([&](Tensor& y) { cpu.gelu_backward(x, dy, y); },
+             [&](Tensor& y) { gpu->gelu_backward(dx_, ddy, y); }, 1e-5, 1e-6, "gelu_backward");
     QVERIFY2(c.ok, c.msg.c_str());
-    c = run2([&](Tensor& y) { cpu.add(x, b, y); }, [&](Tensor& y) { gpu->add(dx_, db, y); }, 0, 0, "add");
+    c = run2([&](Tensor& y) { cpu.add(x, b, y); }, [&](Tensor& y) { gpu->add(dx_, db, y); }, 0, 0,
+             "add");
     QVERIFY2(c.ok, c.msg.c_str());
     // accumulate and scale in place; ReLU in place (y aliases x).
     Tensor acc_c = Tensor::empty(s, DType::F32);
@@ -382,8 +391,8 @@ class TestCudaBackend : public QObject {
 
   void softmaxCrossEntropy() {
     NEED_GPU();
-    for (auto [N, K, eps] : {std::tuple{67, 10, 0.1f}, std::tuple{5, 1000, 0.0f},
-                             std::tuple{33, 37, 0.3f}}) {
+    for (auto [N, K, eps] :
+         {std::tuple{67, 10, 0.1f}, std::tuple{5, 1000, 0.0f}, std::tuple{33, 37, 0.3f}}) {
       const Tensor z = random_host({N, K}, 31 + K, -6, 6);
       Tensor labels = Tensor::empty({N}, DType::I32);
       std::mt19937 rng(7);
@@ -414,8 +423,8 @@ class TestCudaBackend : public QObject {
       gpu->softmax_cross_entropy(up(z), labels, eps, 1.0f, none, stats_g);
       QVERIFY(down(stats_g).data_as<double>()[1] > sg.data_as<double>()[1]);
       labels.data_as<int32_t>()[1] = K;  // out of range: rejected on the host path
-      QVERIFY_THROWS_EXCEPTION(tb::Error, gpu->softmax_cross_entropy(up(z), labels, eps, 1.0f,
-                                                                     none, stats_g));
+      QVERIFY_THROWS_EXCEPTION(tb::Error,
+                               gpu->softmax_cross_entropy(up(z), labels, eps, 1.0f, none, stats_g));
     }
   }
 
@@ -454,9 +463,11 @@ class TestCudaBackend : public QObject {
     const Tensor x = random_host(g.input_shape(), 51);
     const Tensor dy = random_host(g.output_shape(), 52);
     // max
-    Tensor y_c = Tensor::empty(g.output_shape(), DType::F32), a_c = Tensor::empty(g.output_shape(), DType::I32);
+    Tensor y_c = Tensor::empty(g.output_shape(), DType::F32),
+           a_c = Tensor::empty(g.output_shape(), DType::I32);
     cpu.maxpool2d_forward(g, x, y_c, a_c);
-    Tensor y_g = gpu->empty(g.output_shape(), DType::F32, L), a_g = gpu->empty(g.output_shape(), DType::I32, L);
+    Tensor y_g = gpu->empty(g.output_shape(), DType::F32, L),
+           a_g = gpu->empty(g.output_shape(), DType::I32, L);
     gpu->maxpool2d_forward(g, up_as(x, L), y_g, a_g);
     EXPECT_CLOSE(y_c, down_nchw(y_g), 0, 0, "maxpool y");
     EXPECT_CLOSE(a_c, down_nchw(a_g), 0, 0, "maxpool argmax");
@@ -601,10 +612,12 @@ class TestCudaBackend : public QObject {
     for (bool accumulate : {false, true}) {
       const Tensor dw0 = random_host(g.weight_shape(), 85), db0 = random_host({K}, 86);
       Tensor dx_c = Tensor::empty(g.input_shape(), DType::F32),
-             dw_c = Tensor::empty(g.weight_shape(), DType::F32), db_c = Tensor::empty({K}, DType::F32);
+             dw_c = Tensor::empty(g.weight_shape(), DType::F32),
+             db_c = Tensor::empty({K}, DType::F32);
       cpu.copy(dw0, dw_c), cpu.copy(db0, db_c);
       cpu.conv2d_backward(g, x, w, dy, dx_c, dw_c, db_c, accumulate);
-      Tensor dx_g = gpu->empty(g.input_shape(), DType::F32, L), dw_g = up_as(dw0, L), db_g = up(db0);
+      Tensor dx_g = gpu->empty(g.input_shape(), DType::F32, L), dw_g = up_as(dw0, L),
+             db_g = up(db0);
       gpu->conv2d_backward(g, xg, wg, dyg, dx_g, dw_g, db_g, accumulate);
       EXPECT_CLOSE_SCALED(dx_c, down_nchw(dx_g), 5e-3, "conv dx");
       EXPECT_CLOSE_SCALED(dw_c, down_nchw(dw_g), 5e-3, "conv dw");
@@ -706,7 +719,8 @@ class TestCudaBackend : public QObject {
     }
     for (size_t i = 0; i < sizes.size(); ++i) {
       const Tensor pp = down(per.p[i]), pm = down(multi.p[i]);
-      QVERIFY2(bitwise_equal(pp, pm), ("per-tensor vs multi-tensor, slot " + std::to_string(i)).c_str());
+      QVERIFY2(bitwise_equal(pp, pm),
+               ("per-tensor vs multi-tensor, slot " + std::to_string(i)).c_str());
       QVERIFY2(bitwise_equal(down(per.s1[i]), down(multi.s1[i])), "state1 per vs multi");
       QVERIFY2(bitwise_equal(down(per.s2[i]), down(multi.s2[i])), "state2 per vs multi");
       EXPECT_CLOSE(c.p[i], pp, 1e-5, 1e-6, "parameters vs cpu");
@@ -736,7 +750,7 @@ class TestCudaBackend : public QObject {
       QVERIFY(s1.peak_allocated_bytes >= s1.allocated_bytes);
     }
     const auto s2 = a.stats();
-    QCOMPARE(s2.allocated_bytes, s0.allocated_bytes);  // freed to the cache ...
+    QCOMPARE(s2.allocated_bytes, s0.allocated_bytes);                    // freed to the cache ...
     QCOMPARE(s2.reserved_bytes, s0.reserved_bytes + (size_t(6) << 20));  // ... not to the driver
     {
       Tensor t = gpu->empty({int64_t(big) - 100}, DType::U8);  // same class: a cache hit

@@ -125,9 +125,8 @@ void launch_bn_forward_train(const float* x, const float* gamma, const float* be
                              int64_t HW, bool nhwc, cudaStream_t s) {
   const int64_t M = N * HW, total = M * C;
   if (C <= 0 || M <= 0) return;
-  bn_stats_kernel<<<unsigned(C), kStatThreads, 0, s>>>(x, running_mean, running_var, momentum,
-                                                       eps, save_mean, save_invstd, M, C, HW,
-                                                       nhwc);
+  bn_stats_kernel<<<unsigned(C), kStatThreads, 0, s>>>(x, running_mean, running_var, momentum, eps,
+                                                       save_mean, save_invstd, M, C, HW, nhwc);
   TB_CUDA_LAUNCH_CHECK("bn_stats_kernel");
   bn_apply_kernel<<<grid_for(total), kThreads, 0, s>>>(x, gamma, beta, save_mean, save_invstd,
                                                        false, eps, y, total, C, HW, nhwc);
@@ -144,10 +143,10 @@ void launch_bn_forward_eval(const float* x, const float* gamma, const float* bet
   TB_CUDA_LAUNCH_CHECK("bn_apply_kernel");
 }
 
-void launch_bn_backward(const float* x, const float* dy, const float* gamma,
-                        const float* save_mean, const float* save_invstd, float* dx,
-                        float* dgamma, float* dbeta, bool accumulate, double* work, int64_t N,
-                        int64_t C, int64_t HW, bool nhwc, cudaStream_t s) {
+void launch_bn_backward(const float* x, const float* dy, const float* gamma, const float* save_mean,
+                        const float* save_invstd, float* dx, float* dgamma, float* dbeta,
+                        bool accumulate, double* work, int64_t N, int64_t C, int64_t HW, bool nhwc,
+                        cudaStream_t s) {
   const int64_t M = N * HW, total = M * C;
   if (C <= 0 || M <= 0) return;
   bn_backward_reduce_kernel<<<unsigned(C), kStatThreads, 0, s>>>(

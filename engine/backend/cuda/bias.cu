@@ -20,8 +20,8 @@ __global__ void bias_add_kernel(float* y, const float* b, int64_t total, int64_t
 }
 
 // NCHW: one block per channel c; the channel's N runs of HW contiguous values.
-__global__ void bias_grad_nchw_kernel(const float* dy, float* db, int64_t N, int64_t C,
-                                      int64_t HW, bool accumulate) {
+__global__ void bias_grad_nchw_kernel(const float* dy, float* db, int64_t N, int64_t C, int64_t HW,
+                                      bool accumulate) {
   __shared__ double smem[32];
   const int64_t c = blockIdx.x;
   double acc = 0.0;

@@ -55,7 +55,8 @@ void* CachingAllocator::malloc_or_throw(size_t rounded, size_t requested, int de
       stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
       return p;
     }
-    if (e != cudaErrorMemoryAllocation) throw_cuda_error(e, "cudaMalloc", __FILE__, __LINE__, requested);
+    if (e != cudaErrorMemoryAllocation)
+      throw_cuda_error(e, "cudaMalloc", __FILE__, __LINE__, requested);
     (void)cudaGetLastError();  // clear the sticky-free allocation error
     if (attempt == 0) {
       // Give the cached blocks back to the driver and try once more.

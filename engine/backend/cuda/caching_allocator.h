@@ -39,7 +39,7 @@ struct AllocatorStats {
   size_t peak_reserved_bytes = 0;
   int64_t cuda_malloc_count = 0;  // cudaMalloc calls that succeeded
   int64_t cuda_free_count = 0;
-  int64_t cache_hits = 0;  // allocations served from the cache
+  int64_t cache_hits = 0;   // allocations served from the cache
   int64_t oom_retries = 0;  // cudaMalloc failures followed by empty_cache + retry
   int64_t live_blocks = 0;
   int64_t cached_blocks = 0;
@@ -51,7 +51,8 @@ constexpr size_t kLargeRound = size_t(2) << 20;  // 2 MiB
 
 // The size class of a request: 0 B asks for one small block (a valid pointer).
 inline size_t round_size(size_t bytes) {
-  if (bytes <= kSmallLimit) return (bytes == 0 ? 1 : (bytes + kSmallRound - 1) / kSmallRound) * kSmallRound;
+  if (bytes <= kSmallLimit)
+    return (bytes == 0 ? 1 : (bytes + kSmallRound - 1) / kSmallRound) * kSmallRound;
   return (bytes + kLargeRound - 1) / kLargeRound * kLargeRound;
 }
 inline bool is_small(size_t rounded) { return rounded <= kSmallLimit; }
@@ -100,7 +101,7 @@ class CachingAllocator final : public Allocator {
   };
 
   void* malloc_or_throw(size_t rounded, size_t requested, int device);  // lock held
-  void release_cached();                                                 // lock held
+  void release_cached();                                                // lock held
 
   mutable std::mutex mutex_;
   void* stream_ = nullptr;

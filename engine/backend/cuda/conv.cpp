@@ -25,8 +25,8 @@ void check_act(const CudaBackend& be, const char* op, const char* what, const Te
   check_f32(t, op, what);
   TB_CHECK(t.shape() == shape, op, ": ", what, " ", t.describe(), " does not match ",
            shape_str(shape));
-  TB_CHECK(t.layout() == layout, op, ": ", what, " ", t.describe(), " is not ",
-           layout_name(layout), " like x (layouts are converted only by copy)");
+  TB_CHECK(t.layout() == layout, op, ": ", what, " ", t.describe(), " is not ", layout_name(layout),
+           " like x (layouts are converted only by copy)");
 }
 
 cuda::ConvPlanKey key_of(cuda::ConvOp op, const ConvGeometry& g, const Tensor& x, const Tensor& w,

@@ -39,11 +39,16 @@ constexpr int64_t kUidA = 1, kUidB = 2, kUidOut = 3;
 
 fe::DataType_t fe_type(DType t) {
   switch (t) {
-    case DType::F32: return fe::DataType_t::FLOAT;
-    case DType::F16: return fe::DataType_t::HALF;
-    case DType::BF16: return fe::DataType_t::BFLOAT16;
-    case DType::F64: return fe::DataType_t::DOUBLE;
-    default: TB_FAIL("convolution: unsupported dtype ", dtype_name(t));
+    case DType::F32:
+      return fe::DataType_t::FLOAT;
+    case DType::F16:
+      return fe::DataType_t::HALF;
+    case DType::BF16:
+      return fe::DataType_t::BFLOAT16;
+    case DType::F64:
+      return fe::DataType_t::DOUBLE;
+    default:
+      TB_FAIL("convolution: unsupported dtype ", dtype_name(t));
   }
 }
 
@@ -113,34 +118,43 @@ std::shared_ptr<fe::graph::Graph> build(cudnnHandle_t handle, const ConvPlanKey&
     case ConvOp::Fprop: {
       auto x = tensor(*g, "x", kUidA, k.x_layout, k.N, k.C, k.H, k.W);
       auto w = tensor(*g, "w", kUidB, k.w_layout, k.K, k.C, k.R, k.S);
-      auto y = g->conv_fprop(x, w,
-                             fe::graph::Conv_fprop_attributes().set_padding(pad).set_stride(stride).set_dilation(dil));
+      auto y = g->conv_fprop(
+          x, w,
+          fe::graph::Conv_fprop_attributes().set_padding(pad).set_stride(stride).set_dilation(dil));
       int64_t st[4];
       layout_strides(k.x_layout, k.N, k.K, Ho, Wo, st);
-      y->set_output(true).set_uid(kUidOut).set_dim({k.N, k.K, Ho, Wo}).set_stride(
-          {st[0], st[1], st[2], st[3]});
+      y->set_output(true)
+          .set_uid(kUidOut)
+          .set_dim({k.N, k.K, Ho, Wo})
+          .set_stride({st[0], st[1], st[2], st[3]});
       break;
     }
     case ConvOp::Dgrad: {
       auto dy = tensor(*g, "dy", kUidA, k.x_layout, k.N, k.K, Ho, Wo);
       auto w = tensor(*g, "w", kUidB, k.w_layout, k.K, k.C, k.R, k.S);
-      auto dx = g->conv_dgrad(dy, w,
-                              fe::graph::Conv_dgrad_attributes().set_padding(pad).set_stride(stride).set_dilation(dil));
+      auto dx = g->conv_dgrad(
+          dy, w,
+          fe::graph::Conv_dgrad_attributes().set_padding(pad).set_stride(stride).set_dilation(dil));
       int64_t st[4];
       layout_strides(k.x_layout, k.N, k.C, k.H, k.W, st);
-      dx->set_output(true).set_uid(kUidOut).set_dim({k.N, k.C, k.H, k.W}).set_stride(
-          {st[0], st[1], st[2], st[3]});
+      dx->set_output(true)
+          .set_uid(kUidOut)
+          .set_dim({k.N, k.C, k.H, k.W})
+          .set_stride({st[0], st[1], st[2], st[3]});
       break;
     }
     case ConvOp::Wgrad: {
       auto x = tensor(*g, "x", kUidA, k.x_layout, k.N, k.C, k.H, k.W);
       auto dy = tensor(*g, "dy", kUidB, k.x_layout, k.N, k.K, Ho, Wo);
-      auto dw = g->conv_wgrad(dy, x,
-                              fe::graph::Conv_wgrad_attributes().set_padding(pad).set_stride(stride).set_dilation(dil));
+      auto dw = g->conv_wgrad(
+          dy, x,
+          fe::graph::Conv_wgrad_attributes().set_padding(pad).set_stride(stride).set_dilation(dil));
       int64_t st[4];
       layout_strides(k.w_layout, k.K, k.C, k.R, k.S, st);
-      dw->set_output(true).set_uid(kUidOut).set_dim({k.K, k.C, k.R, k.S}).set_stride(
-          {st[0], st[1], st[2], st[3]});
+      dw->set_output(true)
+          .set_uid(kUidOut)
+          .set_dim({k.K, k.C, k.R, k.S})
+          .set_stride({st[0], st[1], st[2], st[3]});
       break;
     }
   }

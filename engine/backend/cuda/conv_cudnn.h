@@ -66,9 +66,9 @@ inline std::string ConvPlanKey::str() const {
   const char* ops[] = {"fprop", "dgrad", "wgrad"};
   return std::string(ops[int(op)]) + " N=" + std::to_string(N) + " C=" + std::to_string(C) +
          " H=" + std::to_string(H) + " W=" + std::to_string(W) + " K=" + std::to_string(K) +
-         " R=" + std::to_string(R) + " S=" + std::to_string(S) + " stride=" +
-         std::to_string(stride) + " pad=" + std::to_string(pad) + " " + dtype_name(dtype) +
-         " x=" + layout_name(x_layout) + " w=" + layout_name(w_layout) +
+         " R=" + std::to_string(R) + " S=" + std::to_string(S) +
+         " stride=" + std::to_string(stride) + " pad=" + std::to_string(pad) + " " +
+         dtype_name(dtype) + " x=" + layout_name(x_layout) + " w=" + layout_name(w_layout) +
          (deterministic ? " deterministic" : "") + (benchmark ? " autotuned" : " heuristic");
 }
 

@@ -32,9 +32,9 @@ void throw_cuda_error(cudaError_t e, const char* call, const char* file, int lin
 }
 
 void throw_cublas_error(cublasStatus_t st, const char* call, const char* file, int line) {
-  const std::string msg = detail::concat("cublas: ", call, " failed: ", cublasGetStatusName(st),
-                                         ": ", cublasGetStatusString(st), " (", file, ":", line,
-                                         ")");
+  const std::string msg =
+      detail::concat("cublas: ", call, " failed: ", cublasGetStatusName(st), ": ",
+                     cublasGetStatusString(st), " (", file, ":", line, ")");
   if (st == CUBLAS_STATUS_ALLOC_FAILED) throw OutOfMemory(msg, 0);
   throw Error(msg);
 }
@@ -164,26 +164,27 @@ nlohmann::json CudaBackend::describe() const {
   };
   const size_t cudnn_v = cudnnGetVersion();  // 91900 -> 9.19.0
   const auto st = m.allocator->stats();
-  return {{"backend", "cuda"},
-          {"device", device().str()},
-          {"device_name", m.prop.name},
-          {"compute_capability", std::to_string(m.prop.major) + "." + std::to_string(m.prop.minor)},
-          {"multiprocessors", m.prop.multiProcessorCount},
-          {"memory_bytes", m.prop.totalGlobalMem},
-          {"l2_bytes", m.prop.l2CacheSize},
-          {"driver", ver(driver)},
-          {"runtime", ver(runtime)},
-          {"cudnn", detail::concat(cudnn_v / 10000, ".", (cudnn_v % 10000) / 100, ".", cudnn_v % 100)},
-          {"cublas", detail::concat(cublas_v / 10000, ".", (cublas_v % 10000) / 100, ".",
-                                    cublas_v % 100)},
-          {"cublaslt", size_t(cublasLtGetVersion())},
-          {"deterministic", options_.deterministic},
-          {"cudnn_benchmark", options_.cudnn_benchmark},
-          {"allocator",
-           {{"allocated_bytes", st.allocated_bytes},
-            {"reserved_bytes", st.reserved_bytes},
-            {"peak_allocated_bytes", st.peak_allocated_bytes},
-            {"cuda_malloc_count", st.cuda_malloc_count}}}};
+  return {
+      {"backend", "cuda"},
+      {"device", device().str()},
+      {"device_name", m.prop.name},
+      {"compute_capability", std::to_string(m.prop.major) + "." + std::to_string(m.prop.minor)},
+      {"multiprocessors", m.prop.multiProcessorCount},
+      {"memory_bytes", m.prop.totalGlobalMem},
+      {"l2_bytes", m.prop.l2CacheSize},
+      {"driver", ver(driver)},
+      {"runtime", ver(runtime)},
+      {"cudnn", detail::concat(cudnn_v / 10000, ".", (cudnn_v % 10000) / 100, ".", cudnn_v % 100)},
+      {"cublas",
+       detail::concat(cublas_v / 10000, ".", (cublas_v % 10000) / 100, ".", cublas_v % 100)},
+      {"cublaslt", size_t(cublasLtGetVersion())},
+      {"deterministic", options_.deterministic},
+      {"cudnn_benchmark", options_.cudnn_benchmark},
+      {"allocator",
+       {{"allocated_bytes", st.allocated_bytes},
+        {"reserved_bytes", st.reserved_bytes},
+        {"peak_allocated_bytes", st.peak_allocated_bytes},
+        {"cuda_malloc_count", st.cuda_malloc_count}}}};
 }
 
 void CudaBackend::synchronize() {
@@ -199,12 +200,28 @@ void CudaBackend::fill(Tensor& t, double value) {
   impl_->activate();
   uint64_t bits = 0;
   switch (t.dtype()) {
-    case DType::F32: { const float v = float(value); std::memcpy(&bits, &v, 4); break; }
-    case DType::F64: std::memcpy(&bits, &value, 8); break;
-    case DType::I32: { const int32_t v = int32_t(value); std::memcpy(&bits, &v, 4); break; }
-    case DType::U8: bits = uint8_t(value); break;
-    case DType::F16: bits = cuda::half_bits(float(value)); break;
-    case DType::BF16: bits = cuda::bfloat16_bits(float(value)); break;
+    case DType::F32: {
+      const float v = float(value);
+      std::memcpy(&bits, &v, 4);
+      break;
+    }
+    case DType::F64:
+      std::memcpy(&bits, &value, 8);
+      break;
+    case DType::I32: {
+      const int32_t v = int32_t(value);
+      std::memcpy(&bits, &v, 4);
+      break;
+    }
+    case DType::U8:
+      bits = uint8_t(value);
+      break;
+    case DType::F16:
+      bits = cuda::half_bits(float(value));
+      break;
+    case DType::BF16:
+      bits = cuda::bfloat16_bits(float(value));
+      break;
   }
   cuda::launch_fill(t.data(), t.numel(), int(dtype_size(t.dtype())), bits, impl_->stream);
 }
@@ -232,8 +249,8 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
       return;
     }
     if (src.data() != dst.data())
-      TB_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDefault,
-                                    m.stream));
+      TB_CUDA_CHECK(
+          cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDefault, m.stream));
     if (host_involved) TB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
     return;
   }
@@ -245,11 +262,11 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
   Tensor s = src;
   if (src.device().is_cpu()) {
     s = Tensor::empty(src.shape(), src.dtype(), device(), src.layout());
-    TB_CUDA_CHECK(cudaMemcpyAsync(s.data(), src.data(), src.nbytes(), cudaMemcpyHostToDevice,
-                                  m.stream));
+    TB_CUDA_CHECK(
+        cudaMemcpyAsync(s.data(), src.data(), src.nbytes(), cudaMemcpyHostToDevice, m.stream));
   }
-  Tensor d = dst.device().is_cpu() ? Tensor::empty(dst.shape(), dst.dtype(), device(), dst.layout())
-                                   : dst;
+  Tensor d =
+      dst.device().is_cpu() ? Tensor::empty(dst.shape(), dst.dtype(), device(), dst.layout()) : dst;
   if (relayout) {
     TB_CHECK(s.data() != d.data(), op, ": a layout conversion cannot run in place");
     cuda::launch_convert_layout(s.data(), d.data(), src.n(), src.c(), src.h(), src.w(),
@@ -261,8 +278,8 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
     cuda::launch_cast_f64_f32(s.data_as<double>(), d.data_as<float>(), src.numel(), m.stream);
   }
   if (dst.device().is_cpu())
-    TB_CUDA_CHECK(cudaMemcpyAsync(dst.data(), d.data(), dst.nbytes(), cudaMemcpyDeviceToHost,
-                                  m.stream));
+    TB_CUDA_CHECK(
+        cudaMemcpyAsync(dst.data(), d.data(), dst.nbytes(), cudaMemcpyDeviceToHost, m.stream));
   if (host_involved) TB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
 }
 
@@ -281,8 +298,8 @@ double CudaBackend::sum_squares(const Tensor& t) {
     cuda::launch_sum_squares(t.data_as<float>(), t.numel(), partials, out, m.stream);
   else
     cuda::launch_sum_squares(t.data_as<double>(), t.numel(), partials, out, m.stream);
-  TB_CUDA_CHECK(cudaMemcpyAsync(m.host_result, out, sizeof(double), cudaMemcpyDeviceToHost,
-                                m.stream));
+  TB_CUDA_CHECK(
+      cudaMemcpyAsync(m.host_result, out, sizeof(double), cudaMemcpyDeviceToHost, m.stream));
   TB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   return *m.host_result;
 }

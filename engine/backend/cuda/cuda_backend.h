@@ -64,9 +64,8 @@ class CudaBackend final : public Backend {
                        Tensor& db, bool accumulate) override;
 
   void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                               Tensor& running_mean, Tensor& running_var, float momentum,
-                               float eps, Tensor& y, Tensor& save_mean,
-                               Tensor& save_invstd) override;
+                               Tensor& running_mean, Tensor& running_var, float momentum, float eps,
+                               Tensor& y, Tensor& save_mean, Tensor& save_invstd) override;
   void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                               const Tensor& running_mean, const Tensor& running_var, float eps,
                               Tensor& y) override;

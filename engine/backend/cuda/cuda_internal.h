@@ -20,23 +20,22 @@ namespace tb {
 namespace cuda {
 [[noreturn]] void throw_cublas_error(cublasStatus_t st, const char* call, const char* file,
                                      int line);
-[[noreturn]] void throw_cudnn_error(cudnnStatus_t st, const char* call, const char* file,
-                                    int line);
+[[noreturn]] void throw_cudnn_error(cudnnStatus_t st, const char* call, const char* file, int line);
 class ConvPlanCache;  // conv_cudnn.cpp
 void destroy_conv_cache(ConvPlanCache* c);
 }  // namespace cuda
 
-#define TB_CUBLAS_CHECK(call)                                                 \
-  do {                                                                        \
-    const cublasStatus_t st_ = (call);                                        \
-    if (st_ != CUBLAS_STATUS_SUCCESS)                                         \
-      ::tb::cuda::throw_cublas_error(st_, #call, __FILE__, __LINE__);         \
+#define TB_CUBLAS_CHECK(call)                                         \
+  do {                                                                \
+    const cublasStatus_t st_ = (call);                                \
+    if (st_ != CUBLAS_STATUS_SUCCESS)                                 \
+      ::tb::cuda::throw_cublas_error(st_, #call, __FILE__, __LINE__); \
   } while (0)
-#define TB_CUDNN_CHECK(call)                                                  \
-  do {                                                                        \
-    const cudnnStatus_t st_ = (call);                                         \
-    if (st_ != CUDNN_STATUS_SUCCESS)                                          \
-      ::tb::cuda::throw_cudnn_error(st_, #call, __FILE__, __LINE__);          \
+#define TB_CUDNN_CHECK(call)                                         \
+  do {                                                               \
+    const cudnnStatus_t st_ = (call);                                \
+    if (st_ != CUDNN_STATUS_SUCCESS)                                 \
+      ::tb::cuda::throw_cudnn_error(st_, #call, __FILE__, __LINE__); \
   } while (0)
 
 struct CudaBackend::Impl {
@@ -49,7 +48,7 @@ struct CudaBackend::Impl {
   cuda::CachingAllocator* allocator = nullptr;
 
   // Scratch for reductions (sum_squares partials + result), allocated once.
-  Tensor reduce_scratch;  // f64 [kReducePartials + 1] on the device
+  Tensor reduce_scratch;          // f64 [kReducePartials + 1] on the device
   double* host_result = nullptr;  // pinned double for sum_squares reads
 
   // Optimizer chunk descriptors, re-uploaded only when the parameter set changes.
@@ -59,8 +58,8 @@ struct CudaBackend::Impl {
   Tensor opt_chunks_dev, opt_slot_begin_dev, opt_decay_dev;  // raw bytes as u8
   Tensor opt_partials, opt_trust;                            // f64
 
-  std::unique_ptr<cuda::ConvPlanCache, void (*)(cuda::ConvPlanCache*)> conv{nullptr,
-                                                                            cuda::destroy_conv_cache};
+  std::unique_ptr<cuda::ConvPlanCache, void (*)(cuda::ConvPlanCache*)> conv{
+      nullptr, cuda::destroy_conv_cache};
 
   // Makes this backend's device current on the calling thread and points the
   // allocator at this stream; every public op starts with it.

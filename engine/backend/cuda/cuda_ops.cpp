@@ -17,8 +17,8 @@ namespace {
 void check_pair(const CudaBackend& be, const Tensor& a, const Tensor& b, const char* op) {
   check_on(be, a, op, "first operand");
   check_on(be, b, op, "second operand");
-  TB_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype(), op, ": operands differ: ",
-           a.describe(), " vs ", b.describe());
+  TB_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype(), op,
+           ": operands differ: ", a.describe(), " vs ", b.describe());
   TB_CHECK(a.rank() != 4 || a.layout() == b.layout(), op, ": layouts differ: ", a.describe(),
            " vs ", b.describe());
   TB_CHECK(a.dtype() == DType::F32 || a.dtype() == DType::F64, op, ": expected f32 or f64, got ",
@@ -28,8 +28,10 @@ void check_pair(const CudaBackend& be, const Tensor& a, const Tensor& b, const c
 // Calls f(T*) with the tensor's element type (float or double).
 template <typename F>
 void by_dtype(const Tensor& t, F&& f) {
-  if (t.dtype() == DType::F64) f(double{});
-  else f(float{});
+  if (t.dtype() == DType::F64)
+    f(double{});
+  else
+    f(float{});
 }
 
 template <typename T>
@@ -121,8 +123,8 @@ void check_pool(const CudaBackend& be, const char* op, const char* what, const T
   expect_dtype(t, dt, op);
   TB_CHECK(t.shape() == shape, op, ": ", what, " ", t.describe(), " does not match ",
            shape_str(shape));
-  TB_CHECK(t.layout() == layout, op, ": ", what, " ", t.describe(), " is not ",
-           layout_name(layout), " like the other operands");
+  TB_CHECK(t.layout() == layout, op, ": ", what, " ", t.describe(), " is not ", layout_name(layout),
+           " like the other operands");
 }
 
 cuda::PoolDims dims(const PoolGeometry& g, bool nhwc) {
@@ -236,8 +238,8 @@ void CudaBackend::softmax_cross_entropy(const Tensor& logits, const Tensor& labe
   if (labels.device().is_cpu()) {
     const int32_t* h = labels.data_as<int32_t>();
     for (int64_t n = 0; n < N; ++n)
-      TB_CHECK(h[n] >= 0 && h[n] < K, op, ": label ", h[n], " of sample ", n, " is outside [0, ",
-               K, ")");
+      TB_CHECK(h[n] >= 0 && h[n] < K, op, ": label ", h[n], " of sample ", n, " is outside [0, ", K,
+               ")");
     y = Tensor::empty({N}, DType::I32, device());
     copy(labels, y);
   } else {
@@ -284,8 +286,8 @@ void check_like(const CudaBackend& be, const Tensor& t, const Tensor& x, const c
 }  // namespace
 
 void CudaBackend::batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                          Tensor& running_mean, Tensor& running_var,
-                                          float momentum, float eps, Tensor& y, Tensor& save_mean,
+                                          Tensor& running_mean, Tensor& running_var, float momentum,
+                                          float eps, Tensor& y, Tensor& save_mean,
                                           Tensor& save_invstd) {
   const char* op = "batchnorm_forward_train";
   const Bn d = check_bn(*this, x, op);
@@ -320,8 +322,8 @@ void CudaBackend::batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, c
 }
 
 void CudaBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
-                                     const Tensor& save_mean, const Tensor& save_invstd,
-                                     Tensor& dx, Tensor& dgamma, Tensor& dbeta, bool accumulate) {
+                                     const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
+                                     Tensor& dgamma, Tensor& dbeta, bool accumulate) {
   const char* op = "batchnorm_backward";
   const Bn d = check_bn(*this, x, op);
   check_like(*this, dy, x, op, "dy");

@@ -23,10 +23,16 @@ namespace {
 void needed_states(const OptimizerStep& s, bool& need1, bool& need2) {
   switch (s.kind) {
     case OptimizerKind::SGD:
-    case OptimizerKind::LARS: need1 = s.momentum != 0.0f, need2 = false; break;
+    case OptimizerKind::LARS:
+      need1 = s.momentum != 0.0f, need2 = false;
+      break;
     case OptimizerKind::AdamW:
-    case OptimizerKind::LAMB: need1 = true, need2 = true; break;
-    case OptimizerKind::RMSProp: need1 = true, need2 = s.momentum != 0.0f; break;
+    case OptimizerKind::LAMB:
+      need1 = true, need2 = true;
+      break;
+    case OptimizerKind::RMSProp:
+      need1 = true, need2 = s.momentum != 0.0f;
+      break;
   }
 }
 
@@ -48,7 +54,8 @@ cuda::OptConsts make_consts(const OptimizerStep& s) {
 
 template <typename T>
 bool same(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 // Device copy of a host vector into `dev` (grown when too small).

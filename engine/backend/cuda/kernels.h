@@ -25,15 +25,20 @@ void launch_convert_layout(const void* src, void* dst, int64_t N, int64_t C, int
 
 // ---------------------------------------------------------------- pointwise.cu
 // Any rank, n elements; y may alias x, dx may alias dy. T = float or double.
-template <typename T> void launch_relu_forward(const T* x, T* y, int64_t n, cudaStream_t s);
+template <typename T>
+void launch_relu_forward(const T* x, T* y, int64_t n, cudaStream_t s);
 template <typename T>
 void launch_relu_backward(const T* y, const T* dy, T* dx, int64_t n, cudaStream_t s);
-template <typename T> void launch_gelu_forward(const T* x, T* y, int64_t n, cudaStream_t s);
+template <typename T>
+void launch_gelu_forward(const T* x, T* y, int64_t n, cudaStream_t s);
 template <typename T>
 void launch_gelu_backward(const T* x, const T* dy, T* dx, int64_t n, cudaStream_t s);
-template <typename T> void launch_add(const T* a, const T* b, T* y, int64_t n, cudaStream_t s);
-template <typename T> void launch_accumulate(const T* src, T* dst, int64_t n, cudaStream_t s);
-template <typename T> void launch_scale(T* t, double alpha, int64_t n, cudaStream_t s);
+template <typename T>
+void launch_add(const T* a, const T* b, T* y, int64_t n, cudaStream_t s);
+template <typename T>
+void launch_accumulate(const T* src, T* dst, int64_t n, cudaStream_t s);
+template <typename T>
+void launch_scale(T* t, double alpha, int64_t n, cudaStream_t s);
 
 // ---------------------------------------------------------------- reduce.cu
 // out[0] := Σ x² in double, deterministic (fixed grid, fixed tree, no atomics).
@@ -90,10 +95,10 @@ void launch_bn_forward_eval(const float* x, const float* gamma, const float* bet
                             const float* running_mean, const float* running_var, float eps,
                             float* y, int64_t N, int64_t C, int64_t HW, bool nhwc, cudaStream_t s);
 // dx may be null (not wanted); dgamma/dbeta may be null; written or accumulated.
-void launch_bn_backward(const float* x, const float* dy, const float* gamma,
-                        const float* save_mean, const float* save_invstd, float* dx,
-                        float* dgamma, float* dbeta, bool accumulate, double* work, int64_t N,
-                        int64_t C, int64_t HW, bool nhwc, cudaStream_t s);
+void launch_bn_backward(const float* x, const float* dy, const float* gamma, const float* save_mean,
+                        const float* save_invstd, float* dx, float* dgamma, float* dbeta,
+                        bool accumulate, double* work, int64_t N, int64_t C, int64_t HW, bool nhwc,
+                        cudaStream_t s);
 
 // ---------------------------------------------------------------- optimizer.cu
 // One piece of one parameter tensor: pointers already offset to the piece.
@@ -102,9 +107,9 @@ struct OptChunk {
   const float* g;
   float* s1;  // null when the optimizer does not use it
   float* s2;
-  int64_t n;       // elements in this chunk (<= kOptChunk)
-  int32_t slot;    // index of the parameter tensor
-  int32_t decay;   // weight decay applies (0 for biases / BN affine)
+  int64_t n;      // elements in this chunk (<= kOptChunk)
+  int32_t slot;   // index of the parameter tensor
+  int32_t decay;  // weight decay applies (0 for biases / BN affine)
 };
 constexpr int64_t kOptChunk = 1 << 16;  // elements per chunk (the CPU's fused pass uses the same)
 

@@ -50,8 +50,8 @@ void check_out(const CudaBackend& be, const char* op, const char* what, const Te
 
 // C (m, n) = alpha·op(A)·op(B) + beta·C, column-major, fp32 in and out.
 void gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
-          int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-          float* C, int64_t ldc) {
+          int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc) {
   const float alpha = 1.0f;
   TB_CUBLAS_CHECK(cublasGemmEx(h, ta, tb, int(m), int(n), int(k), &alpha, A, CUDA_R_32F, int(lda),
                                B, CUDA_R_32F, int(ldb), &beta, C, CUDA_R_32F, int(ldc),
@@ -95,8 +95,10 @@ void CudaBackend::linear_backward(const Tensor& x, const Tensor& w, const Tensor
   m.activate();
   // Degenerate sizes: cuBLAS rejects k = 0, so write the empty sums ourselves.
   if (dx.defined() && dx.numel() > 0) {
-    if (M == 0) cuda::launch_fill(dx.data(), dx.numel(), 4, 0, m.stream);
-    else gemm(m.cublas, CUBLAS_OP_N, CUBLAS_OP_N, K, N, M, fptr(w), K, fptr(dy), M, 0.0f, fptr(dx), K);
+    if (M == 0)
+      cuda::launch_fill(dx.data(), dx.numel(), 4, 0, m.stream);
+    else
+      gemm(m.cublas, CUBLAS_OP_N, CUBLAS_OP_N, K, N, M, fptr(w), K, fptr(dy), M, 0.0f, fptr(dx), K);
   }
   if (dw.defined() && dw.numel() > 0) {
     if (N == 0) {
@@ -106,7 +108,8 @@ void CudaBackend::linear_backward(const Tensor& x, const Tensor& w, const Tensor
            accumulate ? 1.0f : 0.0f, fptr(dw), K);
     }
   }
-  if (db.defined() && M > 0) cuda::launch_bias_grad(fptr(dy), fptr(db), N, M, 1, true, accumulate, m.stream);
+  if (db.defined() && M > 0)
+    cuda::launch_bias_grad(fptr(dy), fptr(db), N, M, 1, true, accumulate, m.stream);
 }
 
 }  // namespace tb

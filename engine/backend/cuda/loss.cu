@@ -91,9 +91,8 @@ void launch_softmax_xent(const float* logits, const int32_t* labels, int64_t N, 
                          double* stats, cudaStream_t s) {
   if (N <= 0) return;
   const unsigned blocks = unsigned((N + kRowsPerBlock - 1) / kRowsPerBlock);
-  softmax_xent_rows_kernel<<<blocks, 32 * kRowsPerBlock, 0, s>>>(logits, labels, N, K,
-                                                                  label_smoothing, grad_scale,
-                                                                  dlogits, rows);
+  softmax_xent_rows_kernel<<<blocks, 32 * kRowsPerBlock, 0, s>>>(
+      logits, labels, N, K, label_smoothing, grad_scale, dlogits, rows);
   TB_CUDA_LAUNCH_CHECK("softmax_xent_rows_kernel");
   softmax_xent_sum_kernel<<<1, 1024, 0, s>>>(rows, N, stats);
   TB_CUDA_LAUNCH_CHECK("softmax_xent_sum_kernel");

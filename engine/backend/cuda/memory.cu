@@ -73,11 +73,20 @@ void launch_fill(void* p, int64_t n, int elem_size, uint64_t pattern, cudaStream
   if (n <= 0) return;
   const unsigned g = grid_for(n);
   switch (elem_size) {
-    case 1: fill_kernel<<<g, kThreads, 0, s>>>(static_cast<uint8_t*>(p), n, uint8_t(pattern)); break;
-    case 2: fill_kernel<<<g, kThreads, 0, s>>>(static_cast<uint16_t*>(p), n, uint16_t(pattern)); break;
-    case 4: fill_kernel<<<g, kThreads, 0, s>>>(static_cast<uint32_t*>(p), n, uint32_t(pattern)); break;
-    case 8: fill_kernel<<<g, kThreads, 0, s>>>(static_cast<uint64_t*>(p), n, pattern); break;
-    default: TB_FAIL("fill: unsupported element size ", elem_size);
+    case 1:
+      fill_kernel<<<g, kThreads, 0, s>>>(static_cast<uint8_t*>(p), n, uint8_t(pattern));
+      break;
+    case 2:
+      fill_kernel<<<g, kThreads, 0, s>>>(static_cast<uint16_t*>(p), n, uint16_t(pattern));
+      break;
+    case 4:
+      fill_kernel<<<g, kThreads, 0, s>>>(static_cast<uint32_t*>(p), n, uint32_t(pattern));
+      break;
+    case 8:
+      fill_kernel<<<g, kThreads, 0, s>>>(static_cast<uint64_t*>(p), n, pattern);
+      break;
+    default:
+      TB_FAIL("fill: unsupported element size ", elem_size);
   }
   TB_CUDA_LAUNCH_CHECK("fill_kernel");
 }
@@ -111,11 +120,20 @@ void launch_convert_layout(const void* src, void* dst, int64_t N, int64_t C, int
   // to_nhwc: each image (C, HW) -> (HW, C); else (HW, C) -> (C, HW).
   const int64_t rows = to_nhwc ? C : HW, cols = to_nhwc ? HW : C;
   switch (elem_size) {
-    case 1: transpose<uint8_t>(src, dst, N, rows, cols, s); break;
-    case 2: transpose<uint16_t>(src, dst, N, rows, cols, s); break;
-    case 4: transpose<uint32_t>(src, dst, N, rows, cols, s); break;
-    case 8: transpose<uint64_t>(src, dst, N, rows, cols, s); break;
-    default: TB_FAIL("layout conversion: unsupported element size ", elem_size);
+    case 1:
+      transpose<uint8_t>(src, dst, N, rows, cols, s);
+      break;
+    case 2:
+      transpose<uint16_t>(src, dst, N, rows, cols, s);
+      break;
+    case 4:
+      transpose<uint32_t>(src, dst, N, rows, cols, s);
+      break;
+    case 8:
+      transpose<uint64_t>(src, dst, N, rows, cols, s);
+      break;
+    default:
+      TB_FAIL("layout conversion: unsupported element size ", elem_size);
   }
 }
 

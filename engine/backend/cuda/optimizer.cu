@@ -188,8 +188,7 @@ void launch_opt_elementwise(const OptConsts& k, const OptChunk* chunks, int64_t 
                             int64_t count, const double* trust, cudaStream_t s) {
   if (count <= 0) return;
   TB_CHECK(count <= 0x7fffffff, "optimizer: too many chunks (", count, ")");
-  opt_elementwise_kernel<<<unsigned(count), kOptThreads, 0, s>>>(to_float(k), chunks, first,
-                                                                 trust);
+  opt_elementwise_kernel<<<unsigned(count), kOptThreads, 0, s>>>(to_float(k), chunks, first, trust);
   TB_CUDA_LAUNCH_CHECK("opt_elementwise_kernel");
 }
 

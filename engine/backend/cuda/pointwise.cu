@@ -13,7 +13,7 @@ namespace tb::cuda {
 
 namespace {
 
-#define TB_GRID_STRIDE(i, n)                                                   \
+#define TB_GRID_STRIDE(i, n)                                                \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); \
        i += int64_t(gridDim.x) * blockDim.x)
 
@@ -27,7 +27,10 @@ __device__ __forceinline__ double exp_(double v) { return exp(v); }
 // y = x > 0 ? x : 0, as the CPU (a NaN input gives 0).
 template <typename T>
 __global__ void relu_forward_kernel(const T* x, T* y, int64_t n) {
-  TB_GRID_STRIDE(i, n) { const T v = x[i]; y[i] = v > T(0) ? v : T(0); }
+  TB_GRID_STRIDE(i, n) {
+    const T v = x[i];
+    y[i] = v > T(0) ? v : T(0);
+  }
 }
 
 // dx = dy·(y > 0): y is the forward output, so the layer may drop x.
@@ -118,13 +121,13 @@ void launch_scale(T* t, double alpha, int64_t n, cudaStream_t s) {
   TB_CUDA_LAUNCH_CHECK("scale_kernel");
 }
 
-#define TB_INSTANTIATE(T)                                                            \
-  template void launch_relu_forward<T>(const T*, T*, int64_t, cudaStream_t);         \
+#define TB_INSTANTIATE(T)                                                               \
+  template void launch_relu_forward<T>(const T*, T*, int64_t, cudaStream_t);            \
   template void launch_relu_backward<T>(const T*, const T*, T*, int64_t, cudaStream_t); \
-  template void launch_gelu_forward<T>(const T*, T*, int64_t, cudaStream_t);         \
+  template void launch_gelu_forward<T>(const T*, T*, int64_t, cudaStream_t);            \
   template void launch_gelu_backward<T>(const T*, const T*, T*, int64_t, cudaStream_t); \
-  template void launch_add<T>(const T*, const T*, T*, int64_t, cudaStream_t);        \
-  template void launch_accumulate<T>(const T*, T*, int64_t, cudaStream_t);           \
+  template void launch_add<T>(const T*, const T*, T*, int64_t, cudaStream_t);           \
+  template void launch_accumulate<T>(const T*, T*, int64_t, cudaStream_t);              \
   template void launch_scale<T>(T*, double, int64_t, cudaStream_t);
 TB_INSTANTIATE(float)
 TB_INSTANTIATE(double)

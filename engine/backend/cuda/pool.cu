@@ -29,13 +29,19 @@ struct Coord {
 __device__ __forceinline__ Coord decode(int64_t j, int64_t C, int64_t H, int64_t W, bool nhwc) {
   Coord k;
   if (nhwc) {
-    k.c = j % C; j /= C;
-    k.w = j % W; j /= W;
-    k.h = j % H; k.n = j / H;
+    k.c = j % C;
+    j /= C;
+    k.w = j % W;
+    j /= W;
+    k.h = j % H;
+    k.n = j / H;
   } else {
-    k.w = j % W; j /= W;
-    k.h = j % H; j /= H;
-    k.c = j % C; k.n = j / C;
+    k.w = j % W;
+    j /= W;
+    k.h = j % H;
+    j /= H;
+    k.c = j % C;
+    k.n = j / C;
   }
   return k;
 }
