@@ -27,15 +27,44 @@ for p in "${packages[@]}"; do
   need+=("$p")
 done
 
-if [ ${#need[@]} -eq 0 ]; then
-  echo "setup: all ${#packages[@]} packages already installed"
-  exit 0
+# With a CUDA toolkit present, the CUDA backend also needs cudnn-frontend's
+# headers, which ship in PyPI's nvidia-cudnn-frontend (fetched with pip, unpacked
+# into .deps/, nothing installed into the system Python).
+cuda=""
+if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null 2>&1; then
+  cuda=1
+  for p in python3-pip unzip; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+  done
 fi
 
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-echo "setup: installing ${need[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
+if [ ${#need[@]} -eq 0 ]; then
+  echo "setup: all Debian packages already installed"
+else
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  echo "setup: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+
+frontend_version=1.32.0
+frontend_dir="$(cd "$(dirname "$0")/.." && pwd)/.deps/cudnn-frontend"
+if [ -n "$cuda" ]; then
+  if [ -f "$frontend_dir/include/cudnn_frontend.h" ] && \
+     [ "$(cat "$frontend_dir/VERSION" 2>/dev/null)" = "$frontend_version" ]; then
+    echo "setup: cudnn-frontend $frontend_version already in .deps/"
+  else
+    echo "setup: fetching cudnn-frontend $frontend_version headers into .deps/ (CUDA toolkit found)"
+    wheels=$(mktemp -d)
+    python3 -m pip download -q --no-deps --only-binary=:all: -d "$wheels" \
+      "nvidia-cudnn-frontend==$frontend_version"
+    rm -rf "$frontend_dir"
+    mkdir -p "$frontend_dir"
+    unzip -q "$wheels"/nvidia_cudnn_frontend-*.whl 'include/*' -d "$frontend_dir"
+    echo "$frontend_version" > "$frontend_dir/VERSION"
+    rm -rf "$wheels"
+  fi
+fi
 echo "setup: done"
