@@ -461,10 +461,11 @@ bool LivePlot::exportCsv(const QString& path, QString* error) const {
     if (label.contains(QLatin1Char(',')) || label.contains(QLatin1Char('"')))
       label = QLatin1Char('"') + label.replace(QLatin1Char('"'), QStringLiteral("\"\"")) + QLatin1Char('"');
     const SeriesPoints& p = *c.points;
+    const QVector<double> epochs = p.x(XAxis::Epoch);  // a copy: the cache is shared by axes
     for (int i = 0; i < p.size(); ++i)
-      out << label << ',' << p.step[i] << ',' << p.epoch[i] << ',' << p.time[i] << ','
-          << QString::number(p.wall[i], 'f', 3) << ',' << QString::number(p.value[i] * c.yScale, 'g', 10)
-          << '\n';
+      out << label << ',' << p.step[i] << ',' << epochs[i] << ',' << p.time[i] << ','
+          << QString::number(p.time[i] + p.wallOffset(), 'f', 3) << ','
+          << QString::number(p.value[i] * c.yScale, 'g', 10) << '\n';
   }
   out.flush();
   if (!f.commit()) {

@@ -5,28 +5,34 @@
 
 void SeriesPoints::reserve(int n) {
   step.reserve(n);
-  epoch.reserve(n);
   time.reserve(n);
-  wall.reserve(n);
   value.reserve(n);
+  epoch_.reserve(n);
 }
 
 void SeriesPoints::append(double stepX, double epochX, double timeX, double wallX, double y) {
+  if (value.isEmpty()) wallOffset_ = wallX - timeX;
   step.append(stepX);
-  epoch.append(epochX);
   time.append(timeX);
-  wall.append(wallX);
   value.append(y);
+  epoch_.append(float(epochX));
 }
 
 const QVector<double>& SeriesPoints::x(XAxis axis) const {
   switch (axis) {
     case XAxis::Step: return step;
-    case XAxis::Epoch: return epoch;
     case XAxis::RelativeTime: return time;
-    case XAxis::WallTime: return wall;
+    case XAxis::Epoch:
+    case XAxis::WallTime: break;
   }
-  return step;
+  if (cacheAxis_ != int(axis) || cache_.size() > size()) {
+    cache_.clear();
+    cacheAxis_ = int(axis);
+  }
+  cache_.reserve(size());
+  for (int i = cache_.size(); i < size(); ++i)
+    cache_.append(axis == XAxis::Epoch ? double(epoch_[i]) : time[i] + wallOffset_);
+  return cache_;
 }
 
 QString xAxisTitle(XAxis axis) {

@@ -10,15 +10,25 @@ enum class XAxis { Step, Epoch, RelativeTime, WallTime };
 
 // One metric series of one run, with every x the plots can show.
 // Times: RelativeTime in seconds since the run started, WallTime in seconds
-// since the Unix epoch.
+// since the Unix epoch. To keep long runs small (about 28 bytes a point), only
+// step, time and value are stored as doubles, the epoch as a float, and wall
+// time as one offset; epoch and wall-time x values are built on demand into a
+// cache (one axis at a time) that grows with the series.
 struct SeriesPoints {
-  QVector<double> step, epoch, time, wall, value;
+  QVector<double> step, time, value;
 
   int size() const { return value.size(); }
   bool isEmpty() const { return value.isEmpty(); }
   void reserve(int n);
   void append(double stepX, double epochX, double timeX, double wallX, double y);
   const QVector<double>& x(XAxis axis) const;
+  double wallOffset() const { return wallOffset_; }
+
+ private:
+  QVector<float> epoch_;
+  double wallOffset_ = 0;  // wall = time + wallOffset_
+  mutable QVector<double> cache_;
+  mutable int cacheAxis_ = -1;
 };
 
 // All series of one run: per-step metrics and per-epoch metrics, by name.

@@ -115,7 +115,7 @@ class TestEngineRuns : public QObject {
     QVERIFY(d->plot(QStringLiteral("Step time"))->displayedPointCount() >= 20);
     QCOMPARE(d->statusText(), QStringLiteral("finished"));
     QCOMPARE(d->series().stepsPerEpoch, 10);
-    QCOMPARE(d->series().step.at(QStringLiteral("loss")).epoch.last(), 2.0);  // step 20 of 10 per epoch
+    QCOMPARE(d->series().step.at(QStringLiteral("loss")).x(XAxis::Epoch).last(), 2.0);  // step 20 of 10 per epoch
   }
 
   void queueRunsOneAfterAnother() {

@@ -118,6 +118,20 @@ class TestLivePlot : public QObject {
     QCOMPARE(plot.customPlot()->xAxis->range().upper, 1000000.0);
   }
 
+  void seriesAxesAreExactAndGrow() {
+    SeriesPoints s;
+    s.append(1, 0.01, 0.5, 1.7e9 + 0.5, 3.0);
+    s.append(2, 0.02, 1.0, 1.7e9 + 1.0, 2.0);
+    QCOMPARE(s.x(XAxis::WallTime), (QVector<double>{1.7e9 + 0.5, 1.7e9 + 1.0}));
+    QCOMPARE(s.x(XAxis::Step), (QVector<double>{1, 2}));
+    QCOMPARE(s.x(XAxis::Epoch).size(), 2);
+    QVERIFY(std::abs(s.x(XAxis::Epoch)[1] - 0.02) < 1e-7);
+    s.append(3, 0.03, 1.5, 1.7e9 + 1.5, 1.0);  // the cache follows new points
+    QCOMPARE(s.x(XAxis::Epoch).size(), 3);
+    QCOMPARE(s.x(XAxis::WallTime).last(), 1.7e9 + 1.5);
+    QCOMPARE(s.x(XAxis::RelativeTime), (QVector<double>{0.5, 1.0, 1.5}));
+  }
+
   void smoothingDrawsRawFaintlyBehind() {
     SeriesPoints s = makeSeries(2000, [](int i) { return (i % 2) ? 1.0 : 3.0; });
     LivePlot plot(QStringLiteral("Loss"), QStringLiteral("loss"));
