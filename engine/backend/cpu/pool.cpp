@@ -13,6 +13,8 @@
 // fast f32: the window is clipped to the image once per output cell and the
 // plane pointers are hoisted, so the inner loops are plain strided reads; max
 // pooling 2x2/stride 2 (the usual one) has an SSE2 path without branches.
+// With OpenMP, max pooling splits the N*C planes across the backend's threads
+// (each plane is read and written by one thread: no effect on the values).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -27,6 +29,8 @@
 namespace tb {
 
 namespace {
+
+constexpr int64_t kParallelMin = 1 << 15;  // input elements below which threads cost more
 
 void check_pool_tensor(const char* op, const char* what, const Tensor& t, const Shape& shape,
                        DType dtype) {
@@ -105,9 +109,13 @@ inline void max4(const float* r0, const float* r1, int64_t ow, int32_t W, float&
 // cells (a, b / c, d), take the maximum, then select the first cell equal to it.
 // Data-dependent branches would mispredict on half of random inputs. A window
 // with a NaN makes the comparisons meaningless; its row is redone at the end.
-void maxpool_forward_2x2(const PoolGeometry& g, const float* x, float* y, int32_t* argmax) {
+void maxpool_forward_2x2(const PoolGeometry& g, const float* x, float* y, int32_t* argmax,
+                         [[maybe_unused]] int threads) {
   const int64_t HW = g.H * g.W, P = g.H_out * g.W_out;
   const int32_t W = static_cast<int32_t>(g.W);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads) if (g.N * g.C * HW >= kParallelMin)
+#endif
   for (int64_t nc = 0; nc < g.N * g.C; ++nc) {
     const float* plane = x + nc * HW;
     for (int64_t oh = 0; oh < g.H_out; ++oh) {
@@ -169,9 +177,14 @@ void maxpool_forward_2x2(const PoolGeometry& g, const float* x, float* y, int32_
   }
 }
 
-void maxpool_forward_fast(const PoolGeometry& g, const float* x, float* y, int32_t* argmax) {
-  if (g.kernel == 2 && g.stride == 2 && g.pad == 0) return maxpool_forward_2x2(g, x, y, argmax);
+void maxpool_forward_fast(const PoolGeometry& g, const float* x, float* y, int32_t* argmax,
+                          [[maybe_unused]] int threads) {
+  if (g.kernel == 2 && g.stride == 2 && g.pad == 0)
+    return maxpool_forward_2x2(g, x, y, argmax, threads);
   const int64_t HW = g.H * g.W, P = g.H_out * g.W_out;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads) if (g.N * g.C * HW >= kParallelMin)
+#endif
   for (int64_t nc = 0; nc < g.N * g.C; ++nc) {
     const float* plane = x + nc * HW;
     float* yp = y + nc * P;
@@ -206,12 +219,17 @@ void maxpool_forward_fast(const PoolGeometry& g, const float* x, float* y, int32
 }
 
 // Same code is fast enough for both paths: one scattered add per output cell.
+// argmax indexes within a plane, so planes are independent.
 template <typename T>
-void maxpool_backward(const PoolGeometry& g, const T* dy, const int32_t* argmax, T* dx) {
+void maxpool_backward(const PoolGeometry& g, const T* dy, const int32_t* argmax, T* dx,
+                      [[maybe_unused]] int threads = 1) {
   const int64_t HW = g.H * g.W, P = g.H_out * g.W_out;
-  std::fill_n(dx, g.N * g.C * HW, T(0));
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads) if (g.N * g.C * HW >= kParallelMin)
+#endif
   for (int64_t nc = 0; nc < g.N * g.C; ++nc) {
     T* plane = dx + nc * HW;
+    std::fill_n(plane, HW, T(0));
     const T* d = dy + nc * P;
     const int32_t* a = argmax + nc * P;
     for (int64_t i = 0; i < P; ++i) plane[a[i]] += d[i];
@@ -334,7 +352,8 @@ void CpuBackend::maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tenso
     maxpool_forward_ref<float>(g, x.data_as<float>(), y.data_as<float>(),
                                argmax.data_as<int32_t>());
   else
-    maxpool_forward_fast(g, x.data_as<float>(), y.data_as<float>(), argmax.data_as<int32_t>());
+    maxpool_forward_fast(g, x.data_as<float>(), y.data_as<float>(), argmax.data_as<int32_t>(),
+                         threads_);
 }
 
 void CpuBackend::maxpool2d_backward(const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,
@@ -349,7 +368,7 @@ void CpuBackend::maxpool2d_backward(const PoolGeometry& g, const Tensor& dy, con
                              dx.data_as<double>());
   else
     maxpool_backward<float>(g, dy.data_as<float>(), argmax.data_as<int32_t>(),
-                            dx.data_as<float>());
+                            dx.data_as<float>(), use_reference(DType::F32) ? 1 : threads_);
 }
 
 void CpuBackend::avgpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y) {
