@@ -4,6 +4,9 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDateTime>
+#include <QDir>
+#include <QFileDialog>
+#include <QMessageBox>
 #include <QGridLayout>
 #include <QHBoxLayout>
 #include <QJsonDocument>
@@ -56,6 +59,9 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   logScale_ = new QCheckBox(tr("Log y"), this);
   logScale_->setToolTip(tr("Logarithmic y axis on every plot (useful for the loss)."));
   controls->addWidget(logScale_);
+  auto* exportAll = new QPushButton(tr("Export plots…"), this);
+  exportAll->setToolTip(tr("Save every plot of this dashboard as PNG, SVG and PDF (with legends) into a folder."));
+  controls->addWidget(exportAll);
   auto* reset = new QPushButton(tr("Reset zoom"), this);
   reset->setToolTip(tr("Show all data again on every plot and follow new points."));
   controls->addWidget(reset);
@@ -96,6 +102,14 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   });
   connect(logScale_, &QCheckBox::toggled, this, [this](bool on) {
     for (LivePlot* p : plots()) p->setLogScale(on);
+  });
+  connect(exportAll, &QPushButton::clicked, this, [this] {
+    const QString folder = QFileDialog::getExistingDirectory(this, tr("Folder for the plots"));
+    if (folder.isEmpty()) return;
+    QString error;
+    const int written = exportPlots(folder, &error);
+    if (!error.isEmpty()) QMessageBox::warning(this, tr("Export failed"), error);
+    else appendLog(QStringLiteral("export"), tr("%1 files written to %2").arg(written).arg(folder));
   });
   connect(reset, &QPushButton::clicked, this, [this] {
     for (LivePlot* p : plots()) p->resetView();
@@ -318,6 +332,24 @@ void RunDashboard::refreshNow() {
   ensurePanels();
   for (LivePlot* p : plots()) p->refresh();
   if (status_ == QLatin1String("running")) setStatus(status_);
+}
+
+int RunDashboard::exportPlots(const QString& folder, QString* error) {
+  int written = 0;
+  QString base = series_.runName.isEmpty() ? QStringLiteral("run") : series_.runName;
+  for (QChar& c : base)
+    if (!c.isLetterOrNumber() && c != QLatin1Char('-')) c = QLatin1Char('_');
+  for (LivePlot* p : plots()) {
+    QString title = p->title();
+    for (QChar& c : title)
+      if (!c.isLetterOrNumber() && c != QLatin1Char('-')) c = QLatin1Char('_');
+    for (const char* suffix : {"png", "svg", "pdf"}) {
+      const QString path = QDir(folder).filePath(QStringLiteral("%1-%2.%3").arg(base, title, QLatin1String(suffix)));
+      if (!p->exportImage(path, 1200, 700, error)) return written;
+      ++written;
+    }
+  }
+  return written;
 }
 
 void RunDashboard::setXAxis(XAxis axis) {

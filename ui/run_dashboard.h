@@ -47,7 +47,9 @@ class RunDashboard : public QWidget {
   void setXAxis(XAxis axis);
   void setSmoothing(double alpha);
   void setLogScale(bool on);
-  void refreshNow();  // redraw all plots (normally done a few times a second)
+  void refreshNow();
+  // Every plot as PNG, SVG and PDF into folder; returns the number of files.
+  int exportPlots(const QString& folder, QString* error = nullptr);  // redraw all plots (normally done a few times a second)
 
  private:
   struct PanelCurve {

@@ -40,6 +40,7 @@ TrickPanel::TrickPanel(QWidget* parent) : QWidget(parent) {
           if (!updating_) {
             rows_[key].userValue = controlValue(key);
             emit changed();
+            emit learnMoreRequested(key);
           }
         });
         control = check;
@@ -53,6 +54,7 @@ TrickPanel::TrickPanel(QWidget* parent) : QWidget(parent) {
             if (!updating_) {
               rows_[key].userValue = controlValue(key);
               emit changed();
+              emit learnMoreRequested(key);
             }
           });
           control = combo;
@@ -63,6 +65,7 @@ TrickPanel::TrickPanel(QWidget* parent) : QWidget(parent) {
             if (!updating_) {
               rows_[key].userValue = controlValue(key);
               emit changed();
+              emit learnMoreRequested(key);
             }
           });
           control = spin;
@@ -76,6 +79,7 @@ TrickPanel::TrickPanel(QWidget* parent) : QWidget(parent) {
             if (!updating_) {
               rows_[key].userValue = controlValue(key);
               emit changed();
+              emit learnMoreRequested(key);
             }
           });
           control = spin;

@@ -33,6 +33,7 @@ class TrickPanel : public QWidget {
 
  signals:
   void changed();
+  // The "?" button was pressed, or the user changed that trick.
   void learnMoreRequested(const QString& key);
 
  private:

@@ -4,6 +4,7 @@
 // GUI working, shows its last words and marks the run failed in the store.
 // First against the fake engine (tests/ui/fake_engine.py), then through the
 // real trainbench-engine.
+#include <QDir>
 #include <QFileInfo>
 #include <QJsonObject>
 #include <QSignalSpy>
@@ -115,7 +116,13 @@ class TestEngineRuns : public QObject {
     QVERIFY(d->plot(QStringLiteral("Step time"))->displayedPointCount() >= 20);
     QCOMPARE(d->statusText(), QStringLiteral("finished"));
     QCOMPARE(d->series().stepsPerEpoch, 10);
-    QCOMPARE(d->series().step.at(QStringLiteral("loss")).x(XAxis::Epoch).last(), 2.0);  // step 20 of 10 per epoch
+    QCOMPARE(d->series().step.at(QStringLiteral("loss")).x(XAxis::Epoch).last(), 2.0);
+    // Every plot exports in the three formats.
+    QTemporaryDir out;
+    QString error;
+    QCOMPARE(d->exportPlots(out.path(), &error), 3 * int(d->plots().size()));
+    QVERIFY2(error.isEmpty(), qPrintable(error));
+    QCOMPARE(QDir(out.path()).entryList({QStringLiteral("*.svg")}).size(), int(d->plots().size()));  // step 20 of 10 per epoch
   }
 
   void queueRunsOneAfterAnother() {
