@@ -17,7 +17,11 @@ int main(int argc, char** argv) {
   Q_INIT_RESOURCE(trainbench);
   QApplication app(argc, argv);
   QApplication::setApplicationName(QStringLiteral("trainbench"));
-  QApplication::setOrganizationName(QStringLiteral("Trainbench"));
+  // No organization name, so AppDataLocation is $XDG_DATA_HOME/trainbench: the
+  // default runs.db is the engine's own default store (runs started from the
+  // command line show up here). QSettings falls back to the domain:
+  // ~/.config/trainbench/trainbench.conf.
+  QApplication::setOrganizationDomain(QStringLiteral("trainbench"));
   QApplication::setApplicationDisplayName(QStringLiteral("Trainbench"));
   QApplication::setApplicationVersion(QStringLiteral(TRAINBENCH_VERSION));
   QApplication::setWindowIcon(QIcon(QStringLiteral(":/icons/trainbench.svg")));
