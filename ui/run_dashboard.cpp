@@ -303,12 +303,39 @@ void RunDashboard::attachCurves(Panel& panel) {
     if (it == map.end() || it->second.isEmpty()) continue;
     if (!panel.plot) {
       panel.plot = new LivePlot(panel.title, panel.unit, this);
+      const QString movers = tricksThatMove(panel.title);
+      if (!movers.isEmpty())
+        panel.plot->setToolTip(panel.plot->toolTip() + QStringLiteral("\n\n") +
+                               tr("Tricks that should move this plot: %1").arg(movers));
       panel.plot->setStacked(panel.stacked);
       placePlot(panel.plot);
     }
     panel.plot->addCurve(c.label, &it->second, panel.yScale);
     panel.attached.insert(id);
   }
+}
+
+QString RunDashboard::tricksThatMove(const QString& title) {
+  // Words of a plot's title as they appear in the tricks' "which plot should
+  // move" texts (resources/tricks/tricks.json).
+  static const QList<QPair<QString, QStringList>> words = {
+      {QStringLiteral("Step time"), {QStringLiteral("step time")}},
+      {QStringLiteral("Samples per second"), {QStringLiteral("samples/s")}},
+      {QStringLiteral("Step-time breakdown (stacked)"), {QStringLiteral("breakdown"), QStringLiteral("slice")}},
+      {QStringLiteral("Memory"), {QStringLiteral("memory")}},
+      {QStringLiteral("Tensor Core utilization"), {QStringLiteral("tensor core")}},
+      {QStringLiteral("Loss"), {QStringLiteral("loss")}},
+      {QStringLiteral("Accuracy"), {QStringLiteral("accuracy")}},
+      {QStringLiteral("Learning rate"), {QStringLiteral("learning-rate"), QStringLiteral("learning rate")}},
+  };
+  QStringList labels;
+  for (const auto& [plotTitle, keys] : words) {
+    if (plotTitle != title) continue;
+    for (const TrickInfo& t : TrickCatalog::instance().tricks())
+      for (const QString& k : keys)
+        if (t.plot.contains(k, Qt::CaseInsensitive) && !labels.contains(t.label)) labels << t.label;
+  }
+  return labels.join(QStringLiteral(", "));
 }
 
 void RunDashboard::ensurePanels() {

@@ -47,9 +47,11 @@ class RunDashboard : public QWidget {
   void setXAxis(XAxis axis);
   void setSmoothing(double alpha);
   void setLogScale(bool on);
-  void refreshNow();
+  // Labels of the tricks whose "which plot should move" text names this plot.
+  static QString tricksThatMove(const QString& plotTitle);
+  void refreshNow();  // redraw all plots (normally done a few times a second)
   // Every plot as PNG, SVG and PDF into folder; returns the number of files.
-  int exportPlots(const QString& folder, QString* error = nullptr);  // redraw all plots (normally done a few times a second)
+  int exportPlots(const QString& folder, QString* error = nullptr);
 
  private:
   struct PanelCurve {

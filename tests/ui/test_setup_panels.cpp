@@ -17,6 +17,7 @@
 #include "main_window.h"
 #include "preset_library.h"
 #include "run_config.h"
+#include "run_dashboard.h"
 #include "trick_catalog.h"
 #include "trick_panel.h"
 
@@ -207,6 +208,16 @@ class TestSetupPanels : public QObject {
     QVERIFY(rungs[3].value(QLatin1String("name")).toString().contains(QLatin1String("Mixed precision")));
     QCOMPARE(RunConfig::differingKeys({rungs[3], target}), QStringList{QStringLiteral("name")});
     QCOMPARE(RunConfig::ladder(base, base, QStringLiteral("x")).size(), 1);
+  }
+
+  void plotsNameTheTricksThatMoveThem() {
+    const QString breakdown = RunDashboard::tricksThatMove(QStringLiteral("Step-time breakdown (stacked)"));
+    QVERIFY2(breakdown.contains(QLatin1String("Pinned host memory")), qPrintable(breakdown));
+    QVERIFY(breakdown.contains(QLatin1String("Data-loader workers")));
+    const QString memory = RunDashboard::tricksThatMove(QStringLiteral("Memory"));
+    QVERIFY2(memory.contains(QLatin1String("Mixed precision")), qPrintable(memory));
+    QVERIFY(!memory.contains(QLatin1String("Data-loader workers")));
+    QVERIFY(RunDashboard::tricksThatMove(QStringLiteral("no such plot")).isEmpty());
   }
 
   void engineSchemaParsing() {
