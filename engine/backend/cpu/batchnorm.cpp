@@ -14,6 +14,9 @@
 // dx may be undefined (not wanted); dgamma/dbeta are written or accumulated.
 #include <algorithm>
 #include <cmath>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
@@ -137,16 +140,47 @@ constexpr int64_t kParallelMin = 1 << 15;  // elements below which threads cost 
 // reorder one serial double sum, but it vectorises independent lanes.
 constexpr int kLanes = 8;
 
-// s += Σ x, s2 += Σ x² over x[0, n)
+#if defined(__SSE2__)
+// Eight floats widened to four pairs of doubles, lanes (0,1) (2,3) (4,5) (6,7).
+inline void widen8(const float* p, __m128d& v0, __m128d& v1, __m128d& v2, __m128d& v3) {
+  const __m128 lo = _mm_loadu_ps(p), hi = _mm_loadu_ps(p + 4);
+  v0 = _mm_cvtps_pd(lo);
+  v1 = _mm_cvtps_pd(_mm_movehl_ps(lo, lo));
+  v2 = _mm_cvtps_pd(hi);
+  v3 = _mm_cvtps_pd(_mm_movehl_ps(hi, hi));
+}
+#endif
+
+// s += Σ x, s2 += Σ x² over x[0, n). The SSE2 loop keeps lane l on elements
+// i+l exactly like the plain loop (GCC leaves that one scalar: cvtss2sd/addsd
+// per element), so both give the same bits.
 void sum_sumsq(const float* x, int64_t n, double& s, double& s2) {
   double a[kLanes] = {}, b[kLanes] = {};
   int64_t i = 0;
+#if defined(__SSE2__)
+  {
+    __m128d a0 = _mm_setzero_pd(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    for (; i + kLanes <= n; i += kLanes) {
+      __m128d v0, v1, v2, v3;
+      widen8(x + i, v0, v1, v2, v3);
+      a0 = _mm_add_pd(a0, v0), a1 = _mm_add_pd(a1, v1);
+      a2 = _mm_add_pd(a2, v2), a3 = _mm_add_pd(a3, v3);
+      b0 = _mm_add_pd(b0, _mm_mul_pd(v0, v0)), b1 = _mm_add_pd(b1, _mm_mul_pd(v1, v1));
+      b2 = _mm_add_pd(b2, _mm_mul_pd(v2, v2)), b3 = _mm_add_pd(b3, _mm_mul_pd(v3, v3));
+    }
+    _mm_storeu_pd(a, a0), _mm_storeu_pd(a + 2, a1), _mm_storeu_pd(a + 4, a2);
+    _mm_storeu_pd(a + 6, a3);
+    _mm_storeu_pd(b, b0), _mm_storeu_pd(b + 2, b1), _mm_storeu_pd(b + 4, b2);
+    _mm_storeu_pd(b + 6, b3);
+  }
+#else
   for (; i + kLanes <= n; i += kLanes)
     for (int l = 0; l < kLanes; ++l) {
       const double v = x[i + l];
       a[l] += v;
       b[l] += v * v;
     }
+#endif
   for (; i < n; ++i) {
     const double v = x[i];
     a[0] += v;
@@ -155,16 +189,35 @@ void sum_sumsq(const float* x, int64_t n, double& s, double& s2) {
   for (int l = 0; l < kLanes; ++l) s += a[l], s2 += b[l];
 }
 
-// s += Σ g, sx += Σ g·x over [0, n)
+// s += Σ g, sx += Σ g·x over [0, n); lanes as in sum_sumsq.
 void sum_dot(const float* g, const float* x, int64_t n, double& s, double& sx) {
   double a[kLanes] = {}, b[kLanes] = {};
   int64_t i = 0;
+#if defined(__SSE2__)
+  {
+    __m128d a0 = _mm_setzero_pd(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    for (; i + kLanes <= n; i += kLanes) {
+      __m128d v0, v1, v2, v3, w0, w1, w2, w3;
+      widen8(g + i, v0, v1, v2, v3);
+      widen8(x + i, w0, w1, w2, w3);
+      a0 = _mm_add_pd(a0, v0), a1 = _mm_add_pd(a1, v1);
+      a2 = _mm_add_pd(a2, v2), a3 = _mm_add_pd(a3, v3);
+      b0 = _mm_add_pd(b0, _mm_mul_pd(v0, w0)), b1 = _mm_add_pd(b1, _mm_mul_pd(v1, w1));
+      b2 = _mm_add_pd(b2, _mm_mul_pd(v2, w2)), b3 = _mm_add_pd(b3, _mm_mul_pd(v3, w3));
+    }
+    _mm_storeu_pd(a, a0), _mm_storeu_pd(a + 2, a1), _mm_storeu_pd(a + 4, a2);
+    _mm_storeu_pd(a + 6, a3);
+    _mm_storeu_pd(b, b0), _mm_storeu_pd(b + 2, b1), _mm_storeu_pd(b + 4, b2);
+    _mm_storeu_pd(b + 6, b3);
+  }
+#else
   for (; i + kLanes <= n; i += kLanes)
     for (int l = 0; l < kLanes; ++l) {
       const double v = g[i + l];
       a[l] += v;
       b[l] += v * double(x[i + l]);
     }
+#endif
   for (; i < n; ++i) {
     a[0] += g[i];
     b[0] += double(g[i]) * double(x[i]);
