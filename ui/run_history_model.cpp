@@ -16,16 +16,25 @@ void RunHistoryModel::setRuns(const QList<RunSummary>& runs) {
   endResetModel();
 }
 
-bool RunHistoryModel::reload(const QString& databasePath, QString* error) {
+bool RunHistoryModel::reload(const QString& databasePath, QString* error, bool* changed) {
   try {
     tb::RunStore store(databasePath.toStdString());
     store.mark_interrupted_runs();
     QList<RunSummary> runs;
     for (const tb::RunRecord& r : store.list_runs()) runs.append(RunSummary::fromRecord(r));
-    setRuns(runs);
+    // Only reset (which loses the view's scroll position) when something changed.
+    bool same = runs.size() == runs_.size();
+    for (int i = 0; same && i < runs.size(); ++i) {
+      const RunSummary &a = runs[i], &b = runs_[i];
+      same = a.id == b.id && a.name == b.name && a.status == b.status && a.tags == b.tags && a.notes == b.notes &&
+             a.summary == b.summary && a.error == b.error;
+    }
+    if (!same) setRuns(runs);
+    if (changed) *changed = !same;
     return true;
   } catch (const std::exception& e) {
     if (error) *error = QString::fromUtf8(e.what());
+    if (changed) *changed = !runs_.isEmpty();
     setRuns({});
     return false;
   }

@@ -17,8 +17,9 @@ class RunHistoryModel : public QAbstractTableModel {
 
   void setRuns(const QList<RunSummary>& runs);
   // Reads every run from the store (small query); returns false and sets
-  // *error when the database cannot be read.
-  bool reload(const QString& databasePath, QString* error = nullptr);
+  // *error when the database cannot be read. The model is reset only when
+  // the runs changed (*changed says whether).
+  bool reload(const QString& databasePath, QString* error = nullptr, bool* changed = nullptr);
 
   const QList<RunSummary>& runs() const { return runs_; }
   const RunSummary* run(qint64 id) const;

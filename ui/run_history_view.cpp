@@ -14,6 +14,7 @@
 #include <QPushButton>
 #include <QSplitter>
 #include <QTableView>
+#include <QTimer>
 #include <QVBoxLayout>
 #include <exception>
 #include <functional>
@@ -123,9 +124,21 @@ RunHistoryView::RunHistoryView(QWidget* parent) : QWidget(parent) {
   });
   connect(table_->selectionModel(), &QItemSelectionModel::selectionChanged, this, &RunHistoryView::showSelectedNotes);
   connect(saveNotes, &QPushButton::clicked, this, [this] {
-    if (notesRun_ > 0 && setRunNotes(notesRun_, notes_->toPlainText())) emit statusMessage(tr("Notes saved."));
+    if (notesRun_ > 0 && setRunNotes(notesRun_, notes_->toPlainText())) {
+      notes_->document()->setModified(false);
+      emit statusMessage(tr("Notes saved."));
+    }
   });
   updateFilterChoices();
+
+  // Runs started elsewhere (the command line, another workbench) appear on
+  // their own while the history is shown; typing notes is never interrupted.
+  autoRefresh_ = new QTimer(this);
+  autoRefresh_->setInterval(5000);
+  connect(autoRefresh_, &QTimer::timeout, this, [this] {
+    if (isVisible() && !databasePath_.isEmpty() && !notes_->document()->isModified()) reload();
+  });
+  autoRefresh_->start();
 }
 
 void RunHistoryView::setDatabasePath(const QString& path) {
@@ -136,8 +149,10 @@ void RunHistoryView::setDatabasePath(const QString& path) {
 void RunHistoryView::reload() {
   const QList<qint64> selected = selectedRunIds();
   QString error;
-  if (!model_->reload(databasePath_, &error))
+  bool changed = false;
+  if (!model_->reload(databasePath_, &error, &changed))
     emit statusMessage(tr("Cannot read %1: %2").arg(databasePath_, error));
+  if (!changed) return;
   updateFilterChoices();
   table_->resizeColumnsToContents();
   selectRuns(selected);
@@ -181,6 +196,7 @@ void RunHistoryView::showSelectedNotes() {
   const RunSummary* run = ids.isEmpty() ? nullptr : model_->run(ids.first());
   notesRun_ = run ? run->id : 0;
   notes_->setPlainText(run ? run->notes : QString());
+  notes_->document()->setModified(false);
   notes_->setEnabled(run != nullptr);
   if (!run) {
     details_->setText(tr("Select a run."));

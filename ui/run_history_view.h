@@ -61,4 +61,5 @@ class RunHistoryView : public QWidget {
   QPlainTextEdit* notes_;
   QLabel* details_;
   qint64 notesRun_ = 0;
+  class QTimer* autoRefresh_ = nullptr;
 };

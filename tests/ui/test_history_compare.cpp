@@ -96,6 +96,12 @@ class TestHistoryCompare : public QObject {
     QCOMPARE(model.index(row, RunHistoryModel::PeakMemory).data().toString(), QStringLiteral("300.0 MiB"));
     QCOMPARE(model.index(row, RunHistoryModel::FinalAccuracy).data().toString(), QStringLiteral("81.00 %"));
     QCOMPARE(model.models(), (QStringList{"fmnist-cnn", "resnet9"}));
+    // Reading an unchanged store again does not reset the model (views keep their place).
+    QSignalSpy resets(&model, &QAbstractItemModel::modelReset);
+    bool changed = true;
+    QVERIFY(model.reload(db_, &error, &changed));
+    QVERIFY(!changed);
+    QCOMPARE(resets.count(), 0);
     // An unreadable file is reported, not fatal.
     QFile junk(dir_.filePath(QStringLiteral("junk.db")));
     QVERIFY(junk.open(QIODevice::WriteOnly));
@@ -161,6 +167,23 @@ class TestHistoryCompare : public QObject {
     tb::RunStore store(copy.toStdString(), tb::RunStore::Mode::ReadOnly);
     QVERIFY(!store.get_run(id).has_value());
     QCOMPARE(QString::fromStdString(store.integrity_check()), QStringLiteral("ok"));
+  }
+
+  void runsWrittenElsewhereAppearOnTheirOwn() {
+    const QString path = dir_.filePath(QStringLiteral("follow.db"));
+    { tb::RunStore store(path.toStdString()); }
+    RunHistoryView view;
+    view.setDatabasePath(path);
+    view.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    QCOMPARE(view.model()->rowCount(), 0);
+    {
+      // Another process (here: another connection) records a run.
+      tb::RunStore store(path.toStdString());
+      addRun(store, QStringLiteral("from the command line"), QStringLiteral("mlp"), QStringLiteral("finished"),
+             {{"model", "mlp"}}, 5, 100, 0.5);
+    }
+    QTRY_COMPARE_WITH_TIMEOUT(view.model()->rowCount(), 1, 12000);
   }
 
   void diffOnlyHidesEqualKeys() {
