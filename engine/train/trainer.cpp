@@ -173,6 +173,7 @@ TrainResult Trainer::run(int64_t run_id) {
   summary_ = {{"steps", 0},
               {"epochs", 0},
               {"batch_size", c.batch_size},
+              {"steps_per_epoch", steps_per_epoch},
               {"effective_batch_size", samples_per_step},
               {"parameters", model->num_params()},
               {"device", be.device().str()}};
