@@ -64,7 +64,9 @@ void ProgressSink::draw_bar(const json& e) {
                      std::to_string(epochs_) + " ";
   if (terminal_) {
     const int width = 24, filled = static_cast<int>(frac * width);
-    line += "[" + std::string(filled, '#') + std::string(width - filled, '.') + "] ";
+    line += '[';
+    line.append(static_cast<size_t>(filled), '#').append(static_cast<size_t>(width - filled), '.');
+    line += "] ";
   }
   line += "step " + std::to_string(step) + "/" + std::to_string(total_steps_);
   if (!last_loss_.empty()) line += "  loss " + last_loss_;
