@@ -23,10 +23,11 @@ class Table {
     for (const auto& r : rows_)
       for (size_t i = 0; i < r.size(); ++i) w[i] = std::max(w[i], r[i].size());
     auto line = [&](const std::vector<std::string>& r) {
-      out << " ";
+      std::string text = " ";
       for (size_t i = 0; i < r.size(); ++i)
-        out << " " << r[i] << std::string(w[i] - r[i].size(), ' ') << (i + 1 < r.size() ? " " : "");
-      out << "\n";
+        text += " " + r[i] + std::string(w[i] - r[i].size(), ' ') + " ";
+      text.erase(text.find_last_not_of(' ') + 1);  // no trailing blanks
+      out << text << "\n";
     };
     line(header_);
     std::vector<std::string> rule;
