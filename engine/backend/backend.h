@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/core/error.h"
 #include "engine/core/tensor.h"
 
 namespace tb {
@@ -151,6 +152,43 @@ class Backend {
   // tensor; true: all tensors in one (or a few) passes. Both give the same values.
   virtual void optimizer_step(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
                               bool multi_tensor) = 0;
+
+  // --- mixed precision (engine/amp, trick 1). A backend opts in by overriding;
+  // the defaults throw. `scaler_state` is f32 [kAmpStateSize] on this device and
+  // stays there, so no training step waits for the host:
+  //   [0] loss scale   [1] clean steps since the scale last changed
+  //   [2] found_inf of the current step (0 or 1)   [3] skipped steps so far
+  // Order within one optimizer step: amp_scale(dlogits) -> backward ->
+  // amp_unscale_and_check(every gradient block) -> optimizer_step_amp ->
+  // amp_update_scale (which clears found_inf for the next step).
+  static constexpr int64_t kAmpStateSize = 4;
+  // dst = src converted elementwise, same shape and layout: f32 <-> f16/bf16,
+  // round to nearest even (overflow to f16 gives inf, NaN stays NaN).
+  virtual void cast(const Tensor& src, Tensor& dst) { amp_unsupported("cast"); }
+  // t *= scale (the loss gradient before backward), the scale read on the device.
+  virtual void amp_scale(Tensor& t, const Tensor& scaler_state) { amp_unsupported("amp_scale"); }
+  // found_inf |= any element of grads is inf or NaN; grads *= 1/scale.
+  virtual void amp_unscale_and_check(Tensor& grads, Tensor& scaler_state) {
+    amp_unsupported("amp_unscale_and_check");
+  }
+  // optimizer_step, except when found_inf is set: then parameters and optimizer
+  // state stay bit-unchanged (the step is skipped on the device).
+  virtual void optimizer_step_amp(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
+                                  bool multi_tensor, const Tensor& scaler_state) {
+    amp_unsupported("optimizer_step_amp");
+  }
+  // GradScaler.update(): found_inf -> scale *= backoff, tracker = 0, skipped += 1;
+  // else tracker += 1 and, at growth_interval, scale *= growth, tracker = 0.
+  // Then found_inf = 0.
+  virtual void amp_update_scale(Tensor& scaler_state, float growth_factor, float backoff_factor,
+                                int64_t growth_interval) {
+    amp_unsupported("amp_update_scale");
+  }
+
+ private:
+  [[noreturn]] void amp_unsupported(const char* op) const {
+    TB_FAIL(op, " (mixed precision) is not supported by the ", name(), " backend");
+  }
 };
 
 struct BackendOptions {

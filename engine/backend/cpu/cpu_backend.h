@@ -68,6 +68,16 @@ class CpuBackend final : public Backend {
   void optimizer_step(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
                       bool multi_tensor) override;
 
+  // Mixed precision, reference form (amp.cpp): the loss-scaler logic on the host,
+  // for tests with planted inf/NaN; gradients f32 or f64.
+  void cast(const Tensor& src, Tensor& dst) override;
+  void amp_scale(Tensor& t, const Tensor& scaler_state) override;
+  void amp_unscale_and_check(Tensor& grads, Tensor& scaler_state) override;
+  void optimizer_step_amp(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
+                          bool multi_tensor, const Tensor& scaler_state) override;
+  void amp_update_scale(Tensor& scaler_state, float growth_factor, float backoff_factor,
+                        int64_t growth_interval) override;
+
  private:
   // True when an op on tensors of dtype t must take the reference path.
   bool use_reference(DType t) const { return options_.reference || t == DType::F64; }
