@@ -18,6 +18,7 @@
 //   optimizer.cu       SGD/AdamW/RMSProp/LARS/LAMB, per-tensor and multi-tensor
 //   conv_cudnn.cpp     convolutions through the cuDNN 9 graph API (cudnn-frontend)
 //   cuda_ops.cpp       argument checks and dispatch for the kernel families above
+//   amp.cu/amp_ops.cpp mixed precision: f32<->f16/bf16 casts, loss-scaler kernels
 //
 // NOTE: written and compiled on a machine without a GPU; see the tests.
 #include <memory>
@@ -96,6 +97,15 @@ class CudaBackend final : public Backend {
   double sum_squares(const Tensor& t) override;
   void optimizer_step(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
                       bool multi_tensor) override;
+
+  // Mixed precision (amp.cu, amp_ops.cpp). NOT yet run on a GPU.
+  void cast(const Tensor& src, Tensor& dst) override;
+  void amp_scale(Tensor& t, const Tensor& scaler_state) override;
+  void amp_unscale_and_check(Tensor& grads, Tensor& scaler_state) override;
+  void optimizer_step_amp(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
+                          bool multi_tensor, const Tensor& scaler_state) override;
+  void amp_update_scale(Tensor& scaler_state, float growth_factor, float backoff_factor,
+                        int64_t growth_interval) override;
 
   // Backend-private state (stream, handles, plan caches); defined in cuda_internal.h.
   struct Impl;

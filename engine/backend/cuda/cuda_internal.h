@@ -57,6 +57,8 @@ struct CudaBackend::Impl {
   std::vector<int32_t> opt_decay_host;
   Tensor opt_chunks_dev, opt_slot_begin_dev, opt_decay_dev;  // raw bytes as u8
   Tensor opt_partials, opt_trust;                            // f64
+  // Set by optimizer_step_amp for the duration of one optimizer_step (amp_ops.cpp).
+  const float* opt_found_inf = nullptr;
 
   std::unique_ptr<cuda::ConvPlanCache, void (*)(cuda::ConvPlanCache*)> conv{
       nullptr, cuda::destroy_conv_cache};

@@ -132,7 +132,8 @@ void CudaBackend::optimizer_step(const OptimizerStep& step, const std::vector<Pa
   const auto* dbegin = static_cast<const int64_t*>(m.opt_slot_begin_dev.data());
   const auto* ddecay = static_cast<const int32_t*>(m.opt_decay_dev.data());
   const auto& begin = m.opt_slot_begin_host;
-  const cuda::OptConsts k = make_consts(step);
+  cuda::OptConsts k = make_consts(step);
+  k.found_inf = m.opt_found_inf;  // null except under optimizer_step_amp
 
   const bool norms = step.kind == OptimizerKind::LARS || step.kind == OptimizerKind::LAMB;
   double* partials = nullptr;

@@ -120,6 +120,9 @@ struct OptConsts {
   double lr, mu, wd, gs, b1, b2, eps, alpha, eta;
   double step_size, inv_sqrt_bc2, inv_bc1, inv_bc2;
   bool nesterov;
+  // AMP (amp_ops.cpp): when set, a device flag; every optimizer kernel returns
+  // at once while *found_inf != 0, so a skipped step costs no host sync.
+  const float* found_inf = nullptr;
 };
 
 // Elementwise pass (SGD, AdamW, RMSProp; LARS/LAMB apply with trust[slot]) over
@@ -136,5 +139,21 @@ void launch_opt_norms(const OptConsts& k, const OptChunk* chunks, int64_t first,
 void launch_opt_trust(const OptConsts& k, const double* partials, const int64_t* slot_begin,
                       const int32_t* decay, int64_t first_slot, int64_t slot_count, double* trust,
                       cudaStream_t s);
+
+// ---------------------------------------------------------------- amp.cu
+// Mixed precision. `state` is the loss scaler's f32 [4] device array
+// (scale, growth tracker, found_inf, skipped), see Backend::kAmpStateSize.
+// f32 <-> f16/bf16, round to nearest even; n elements.
+void launch_cast_f32_f16(const float* src, uint16_t* dst, int64_t n, cudaStream_t s);
+void launch_cast_f16_f32(const uint16_t* src, float* dst, int64_t n, cudaStream_t s);
+void launch_cast_f32_bf16(const float* src, uint16_t* dst, int64_t n, cudaStream_t s);
+void launch_cast_bf16_f32(const uint16_t* src, float* dst, int64_t n, cudaStream_t s);
+// t *= state[0]
+void launch_amp_scale(float* t, int64_t n, const float* state, cudaStream_t s);
+// state[2] := 1 when any g is inf/NaN (never cleared here); g *= 1/state[0].
+void launch_amp_unscale_check(float* g, int64_t n, float* state, cudaStream_t s);
+// One thread: backoff or growth from state[2], then state[2] := 0.
+void launch_amp_update_scale(float* state, float growth, float backoff, int64_t interval,
+                             cudaStream_t s);
 
 }  // namespace tb::cuda

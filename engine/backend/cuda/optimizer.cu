@@ -33,6 +33,7 @@ struct F {
   bool nesterov;
   float lr, mu, wd, gs, b1, b2, c1, c2, adam_decay, step, isb, eps, a, ca, ibc1, ibc2;
   double lr_d;  // LAMB: the step lr·trust is formed in double, then rounded
+  const float* found_inf;  // AMP skip flag on the device, or null
 };
 
 F to_float(const OptConsts& k) {
@@ -46,6 +47,7 @@ F to_float(const OptConsts& k) {
   f.a = float(k.alpha), f.ca = float(1.0 - k.alpha);
   f.ibc1 = float(k.inv_bc1), f.ibc2 = float(k.inv_bc2);
   f.lr_d = k.lr;
+  f.found_inf = k.found_inf;
   return f;
 }
 
@@ -56,6 +58,7 @@ __device__ __forceinline__ float lamb_u(float m, float v, float p, float ibc1, f
 
 __global__ void __launch_bounds__(kOptThreads)
     opt_elementwise_kernel(F k, const OptChunk* chunks, int64_t first, const double* trust) {
+  if (k.found_inf && *k.found_inf != 0.0f) return;  // AMP: skipped step, touch nothing
   const OptChunk r = chunks[first + blockIdx.x];
   float* p = r.p;
   const float* g = r.g;
@@ -134,6 +137,9 @@ __global__ void __launch_bounds__(kOptThreads)
 // after updating the moments).
 __global__ void __launch_bounds__(kOptThreads)
     opt_norms_kernel(F k, const OptChunk* chunks, int64_t first, double* partials) {
+  // AMP: skipped step; LAMB's moments stay unchanged. The whole block leaves
+  // before block_sum's barriers (the flag is the same for every thread).
+  if (k.found_inf && *k.found_inf != 0.0f) return;
   __shared__ double smem[32];
   const int64_t ci = first + blockIdx.x;
   const OptChunk r = chunks[ci];
