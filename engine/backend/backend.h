@@ -184,6 +184,19 @@ class Backend {
                                 int64_t growth_interval) {
     amp_unsupported("amp_update_scale");
   }
+  // Linear layer under AMP: x (N,K) and w (M,K) in f16 or bf16 (the same), b (M)
+  // and y (N,M) in f32; the products of the low-precision inputs are summed in
+  // fp32 (Tensor Cores on the GPU). Keeping y in f32 leaves what follows (BN,
+  // loss, activations) in fp32, as the precision policy wants.
+  virtual void linear_forward_lp(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
+    amp_unsupported("linear_forward_lp");
+  }
+  // dy f32 is rounded to x's dtype for the two GEMMs (dx = dy w, dw (+)= dyᵀ x);
+  // db (+)= the column sums of the unrounded dy; dx, dw, db f32 (master gradients).
+  virtual void linear_backward_lp(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
+                                  Tensor& dw, Tensor& db, bool accumulate) {
+    amp_unsupported("linear_backward_lp");
+  }
 
  private:
   [[noreturn]] void amp_unsupported(const char* op) const {

@@ -67,6 +67,17 @@ Optimizer::Optimizer(const OptimizerConfig& config, const std::vector<ParamInfo>
 }
 
 void Optimizer::step(float lr, float grad_scale) {
+  backend_.optimizer_step(make_step(lr, grad_scale), slots_, config_.multi_tensor);
+  ++steps_;
+}
+
+void Optimizer::step(float lr, float grad_scale, const Tensor& amp_scaler_state) {
+  backend_.optimizer_step_amp(make_step(lr, grad_scale), slots_, config_.multi_tensor,
+                              amp_scaler_state);
+  ++steps_;
+}
+
+OptimizerStep Optimizer::make_step(float lr, float grad_scale) const {
   OptimizerStep s;
   s.kind = config_.kind;
   s.lr = lr;
@@ -80,8 +91,7 @@ void Optimizer::step(float lr, float grad_scale) {
   s.trust_coefficient = config_.trust_coefficient;
   s.step = steps_ + 1;
   s.grad_scale = grad_scale;
-  backend_.optimizer_step(s, slots_, config_.multi_tensor);
-  ++steps_;
+  return s;
 }
 
 void Optimizer::reset() {

@@ -36,6 +36,10 @@ class Optimizer {
   // One update of every parameter with learning rate `lr`; gradients are used
   // multiplied by grad_scale (1/loss_scale, times the clipping factor).
   void step(float lr, float grad_scale = 1.0f);
+  // The same under fp16 AMP: skipped on the device when the loss scaler's
+  // found_inf flag (in amp_scaler_state, see engine/amp/loss_scaler.h) is set.
+  // The step count still advances (the host cannot know without a sync).
+  void step(float lr, float grad_scale, const Tensor& amp_scaler_state);
 
   int64_t steps() const { return steps_; }   // completed steps
   void set_steps(int64_t n) { steps_ = n; }  // on resume from a checkpoint
@@ -54,6 +58,8 @@ class Optimizer {
   std::vector<ParamSlot> slots_;
   std::vector<Tensor> state_blocks_;
   int64_t steps_ = 0;
+
+  OptimizerStep make_step(float lr, float grad_scale) const;
 };
 
 }  // namespace tb

@@ -9,12 +9,14 @@
 // steps; a training sequence with an overflow in the middle skips that step,
 // backs off, and goes on converging. Casts: exact bits for chosen values,
 // round-to-nearest-even ties, overflow, subnormals, and round-trip error bounds
-// (f16: 2^-11 relative for normal values, bf16: 2^-8).
+// (f16: 2^-11 relative for normal values, bf16: 2^-8). The low-precision
+// linear layer stays within the input rounding's bound of the fp32 layer.
 //
 // The cuda* slots run the same scenarios on the CUDA backend and compare with
 // the CPU (scaler decisions and skipped steps exactly; parameters to 1e-6
 // relative, the optimizer kernels' FMA contraction being the only difference;
-// casts bit for bit except NaN payloads). Each begins with QSKIP naming the
+// casts bit for bit except NaN payloads; the low-precision linear layer to 1e-5
+// of the output's magnitude, the summation order being the only difference). Each begins with QSKIP naming the
 // reason when there is no CUDA device.
 //
 // NOTE: written on a machine without a GPU; the cuda* slots compiled there and
@@ -26,11 +28,13 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/amp/loss_scaler.h"
 #include "engine/amp/precision_policy.h"
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/optim/optimizer.h"
 #include "engine/core/error.h"
 #ifdef TRAINBENCH_HAVE_CUDA
 #include "engine/backend/cuda/cuda_backend.h"
@@ -273,6 +277,45 @@ std::pair<Tensor, Tensor> round_trip(Backend& b, const Tensor& src_h, DType dt) 
 }
 uint16_t bits16(const Tensor& t, int64_t i) { return t.data_as<uint16_t>()[i]; }
 
+// Linear under AMP on backend b: x (N,K), w (M,K) rounded to dt; returns
+// {y, dx, dw, db} on the host (f32).
+struct LinearOut {
+  Tensor y, dx, dw, db;
+};
+LinearOut linear_lp(Backend& b, const Tensor& x, const Tensor& w, const Tensor& bias,
+                    const Tensor& dy, DType dt) {
+  const int64_t N = x.dim(0), K = x.dim(1), M = w.dim(0);
+  Tensor xd = to_dev(b, x), wd = to_dev(b, w), bd = to_dev(b, bias), dyd = to_dev(b, dy);
+  Tensor xl = b.empty({N, K}, dt), wl = b.empty({M, K}, dt);
+  b.cast(xd, xl);
+  b.cast(wd, wl);
+  Tensor y = b.empty({N, M}, DType::F32), dx = b.empty({N, K}, DType::F32);
+  Tensor dw = b.empty({M, K}, DType::F32), db = b.empty({M}, DType::F32);
+  b.linear_forward_lp(xl, wl, bd, y);
+  b.linear_backward_lp(xl, wl, dyd, dx, dw, db, false);
+  return {to_host(b, y), to_host(b, dx), to_host(b, dw), to_host(b, db)};
+}
+LinearOut linear_f32(Backend& b, const Tensor& x, const Tensor& w, const Tensor& bias,
+                     const Tensor& dy) {
+  const int64_t N = x.dim(0), K = x.dim(1), M = w.dim(0);
+  LinearOut o{Tensor::empty({N, M}, DType::F32), Tensor::empty({N, K}, DType::F32),
+              Tensor::empty({M, K}, DType::F32), Tensor::empty({M}, DType::F32)};
+  b.linear_forward(x, w, bias, o.y);
+  b.linear_backward(x, w, dy, o.dx, o.dw, o.db, false);
+  return o;
+}
+// Σ_k |a[i,k]|·|b[j,k]| for row-major a (I,K), b (J,K): the scale of one GEMM output.
+double abs_dot(const Tensor& a, int64_t i, const Tensor& b, int64_t j, int64_t K, bool a_t = false,
+               bool b_t = false, int64_t I = 0, int64_t J = 0) {
+  double s = 0.0;
+  for (int64_t k = 0; k < K; ++k) {
+    const float av = a_t ? f32_at(a, k * I + i) : f32_at(a, i * K + k);
+    const float bv = b_t ? f32_at(b, k * J + j) : f32_at(b, j * K + k);
+    s += std::abs(double(av)) * std::abs(double(bv));
+  }
+  return s;
+}
+
 }  // namespace
 
 class TestAmp : public QObject {
@@ -461,6 +504,29 @@ class TestAmp : public QObject {
     }
   }
 
+  void optimizerFrontEndSkipsOnFoundInf() {
+    // Optimizer::step(lr, gs, scaler_state): the trainer's entry under fp16.
+    Tensor p = random_host(50, 61), g = random_host(50, 62);
+    std::vector<ParamInfo> infos{{"w", p, g, true}};
+    OptimizerConfig oc;
+    oc.kind = OptimizerKind::AdamW;
+    Optimizer opt(oc, infos, cpu);
+    LossScaler sc(cpu, opts(4.0f, 2000));
+    const Tensor p0 = random_host(50, 61);
+    g.data_as<float>()[17] = kNaN;
+    sc.unscale(g);
+    opt.step(0.1f, 1.0f, sc.state());
+    QVERIFY(same_bits(p, p0));
+    for (const Tensor& b : opt.state_blocks())
+      for (int64_t i = 0; i < b.numel(); ++i) QCOMPARE(f32_at(b, i), 0.0f);
+    sc.update();
+    g.data_as<float>()[17] = 0.25f;  // clean again
+    sc.unscale(g);
+    opt.step(0.1f, 1.0f, sc.state());
+    QVERIFY(!same_bits(p, p0));
+    QCOMPARE(opt.steps(), int64_t(2));  // the host's count includes the skipped step
+  }
+
   void argumentChecks() {
     Tensor s = Tensor::zeros({Backend::kAmpStateSize}, DType::F32);
     Tensor g = Tensor::zeros({4}, DType::F32);
@@ -469,6 +535,49 @@ class TestAmp : public QObject {
     QVERIFY_THROWS_EXCEPTION(Error, cpu.amp_unscale_and_check(g, wrong));
     Tensor i32 = Tensor::zeros({4}, DType::I32);
     QVERIFY_THROWS_EXCEPTION(Error, cpu.cast(i32, g));
+  }
+
+  void linearLowPrecisionWithinRoundingOfF32() {
+    const int64_t N = 16, K = 64, M = 8;
+    const Tensor x = random_host(N * K, 41).reshaped({N, K}), w = random_host(M * K, 42).reshaped({M, K});
+    const Tensor bias = random_host(M, 43), dy = random_host(N * M, 44).reshaped({N, M});
+    const LinearOut ref = linear_f32(cpu, x, w, bias, dy);
+    for (DType dt : {DType::F16, DType::BF16}) {
+      // Each input rounded by at most u (half an ulp, relative): a product by
+      // (1+u)²; the fp32 sums add far less. Bound: 2.5·u·Σ|a||b| per output.
+      const double u = dt == DType::F16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+      const LinearOut lp = linear_lp(cpu, x, w, bias, dy, dt);
+      bool any_diff = false;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t m = 0; m < M; ++m) {
+          const double e = std::abs(double(f32_at(lp.y, n * M + m)) - f32_at(ref.y, n * M + m));
+          any_diff |= e > 0;
+          QVERIFY2(e <= 2.5 * u * abs_dot(x, n, w, m, K) + 1e-6, dtype_name(dt));
+        }
+      QVERIFY2(any_diff, "the inputs were not rounded");
+      for (int64_t n = 0; n < N; ++n)  // dx[n,k] = Σ_m dy[n,m] w[m,k]
+        for (int64_t k = 0; k < K; ++k) {
+          double sc = 0.0;
+          for (int64_t m = 0; m < M; ++m)
+            sc += std::abs(double(f32_at(dy, n * M + m))) * std::abs(double(f32_at(w, m * K + k)));
+          const double e = std::abs(double(f32_at(lp.dx, n * K + k)) - f32_at(ref.dx, n * K + k));
+          QVERIFY2(e <= 2.5 * u * sc + 1e-6, dtype_name(dt));
+        }
+      for (int64_t m = 0; m < M; ++m)  // dw[m,k] = Σ_n dy[n,m] x[n,k]
+        for (int64_t k = 0; k < K; ++k) {
+          double sc = 0.0;
+          for (int64_t n = 0; n < N; ++n)
+            sc += std::abs(double(f32_at(dy, n * M + m))) * std::abs(double(f32_at(x, n * K + k)));
+          const double e = std::abs(double(f32_at(lp.dw, m * K + k)) - f32_at(ref.dw, m * K + k));
+          QVERIFY2(e <= 2.5 * u * sc + 1e-6, dtype_name(dt));
+        }
+      // db sums the unrounded f32 dy: the same as the fp32 layer's.
+      QVERIFY(same_bits(lp.db, ref.db));
+    }
+    // Mixed or f32 inputs are refused.
+    Tensor xf = x;
+    Tensor y = Tensor::empty({N, M}, DType::F32);
+    QVERIFY_THROWS_EXCEPTION(Error, cpu.linear_forward_lp(xf, w, bias, y));
   }
 
   // ------------------------------------------------------------ CUDA vs CPU
@@ -548,6 +657,28 @@ class TestAmp : public QObject {
     const auto [hn, hnb] = round_trip(*gpu, host_of({kNaN}), DType::F16);
     const auto [bn, bnb] = round_trip(*gpu, host_of({kNaN}), DType::BF16);
     QVERIFY(std::isnan(f32_at(hnb, 0)) && std::isnan(f32_at(bnb, 0)));
+  }
+
+  void cudaLinearLowPrecision() {
+    NEED_GPU();
+    // Same rounded inputs on both: only the summation order differs (Tensor
+    // Core fp32 accumulation vs the CPU's), so 1e-5 of the output's magnitude.
+    const int64_t N = 64, K = 96, M = 40;
+    const Tensor x = random_host(N * K, 51).reshaped({N, K}), w = random_host(M * K, 52).reshaped({M, K});
+    const Tensor bias = random_host(M, 53), dy = random_host(N * M, 54).reshaped({N, M});
+    for (DType dt : {DType::F16, DType::BF16}) {
+      const LinearOut c = linear_lp(cpu, x, w, bias, dy, dt);
+      const LinearOut d = linear_lp(*gpu, x, w, bias, dy, dt);
+      for (auto [rt, gt, what] : {std::tuple{c.y, d.y, "y"}, std::tuple{c.dx, d.dx, "dx"},
+                                  std::tuple{c.dw, d.dw, "dw"}, std::tuple{c.db, d.db, "db"}}) {
+        double mx = 0.0;
+        for (int64_t i = 0; i < rt.numel(); ++i) mx = std::max(mx, double(std::abs(f32_at(rt, i))));
+        for (int64_t i = 0; i < rt.numel(); ++i)
+          QVERIFY2(std::abs(double(f32_at(rt, i)) - f32_at(gt, i)) <= 1e-5 * mx,
+                   qPrintable(QString("%1 %2[%3]: cpu %4 cuda %5").arg(dtype_name(dt)).arg(what)
+                                  .arg(i).arg(f32_at(rt, i)).arg(f32_at(gt, i))));
+      }
+    }
   }
 };
 

@@ -106,6 +106,9 @@ class CudaBackend final : public Backend {
                           bool multi_tensor, const Tensor& scaler_state) override;
   void amp_update_scale(Tensor& scaler_state, float growth_factor, float backoff_factor,
                         int64_t growth_interval) override;
+  void linear_forward_lp(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
+  void linear_backward_lp(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
+                          Tensor& dw, Tensor& db, bool accumulate) override;
 
   // Backend-private state (stream, handles, plan caches); defined in cuda_internal.h.
   struct Impl;
