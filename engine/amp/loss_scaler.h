@@ -12,26 +12,33 @@
 // never waits for the host. The host reads the scale only when it asks
 // (read_scale(), e.g. every log_every steps for the "loss_scale" series).
 //
-// How the trainer drives it, once per optimizer step (K micro-batches):
+// How the trainer drives it (engine/train/trainer.cpp, owned elsewhere; not
+// wired yet), once per optimizer step of K micro-batches:
 //
-//   LossScaler scaler(backend);                  // when policy.needs_loss_scaling()
-//   for each micro-batch:
-//     forward (conv/linear in the policy's dtype, loss in fp32)
-//     backend.softmax_cross_entropy(logits, labels, ls, 1.0f / K, dlogits, stats);
-//     scaler.scale_grad(dlogits);                // dlogits *= scale (on the device)
-//     backward
-//   scaler.unscale(grad_block);                  // every contiguous gradient block
-//   [clipping: sum_squares on the UNSCALED gradients; a non-finite norm is fine,
-//    the step is skipped anyway]
-//   scaler.step(opt_step, slots, multi_tensor);  // skipped on the device if found_inf
-//   scaler.update();                             // backoff or growth, clears found_inf
-//   refresh the low-precision weight copies (cast) from the fp32 masters
-//   every log_every steps: metric "loss_scale" = scaler.read_scale()
+//   const PrecisionPolicy policy = PrecisionPolicy::from_config(c.amp);
+//   std::optional<LossScaler> scaler;
+//   if (policy.needs_loss_scaling()) scaler.emplace(be);     // once, before training
+//   ...
+//   for each micro-batch k:
+//     logits = forward(x)                                     // fp32 logits
+//     be.softmax_cross_entropy(logits, y, ls, 1.0f / K, dlogits, stats);  // loss in fp32
+//     if (scaler) scaler->scale_grad(dlogits);               // dlogits *= scale, on the device
+//     model->backward(ctx, dlogits);
+//   if (scaler) scaler->unscale(model->grad_block());        // /= scale, found_inf on the device
+//   clipping (if any) as now, on the unscaled gradients: a non-finite norm
+//     gives a non-finite factor, harmless since that step is skipped anyway
+//   anomaly_check: skip it under fp16 (overflows are expected and handled)
+//   if (scaler) optimizer.step(lr, grad_scale, scaler->state());  // skipped on the device
+//   else        optimizer.step(lr, grad_scale);
+//   if (scaler) scaler->update();                            // backoff/growth, clears found_inf
+//   when the train stats are read (log_every / sync_every_step):
+//     metrics["loss_scale"] = scaler->read_scale();          // the only host read
+//     (optionally metrics["amp_skipped_steps"] = scaler->read_skipped())
 //
-// opt_step.grad_scale must NOT include 1/scale (unscale already divided).
-// Known difference from PyTorch: the host's Adam step count advances on a
-// skipped step too (the host does not know it was skipped); the bias
-// correction is then off by the number of skipped steps (read_skipped()).
+// grad_scale passed to the optimizer must NOT include 1/scale: unscale() has
+// already divided. bf16 needs no scaler (fp32's exponent range).
+// Known difference from PyTorch: the host's step count (Adam bias correction)
+// advances on a skipped step too; the host cannot know without a sync.
 #include <cstdint>
 #include <vector>
 

@@ -12,6 +12,14 @@
 // bound or numerically delicate (variances, log-softmax, norms), so it stays
 // fp32. fp16's 5-bit exponent underflows small gradients, hence the dynamic
 // loss scaler (loss_scaler.h); bf16 has fp32's exponent range and needs none.
+//
+// Status (see the report in the commit history): the scaler, the casts and the
+// low-precision linear (Backend::linear_forward_lp / linear_backward_lp: f16 or
+// bf16 inputs, fp32 outputs and sums) exist on the CPU (reference) and CUDA
+// backends; the CUDA side is compiled but NOT yet run on a GPU. Not done yet:
+// convolutions with f16/bf16 IO through cuDNN graphs (conv_cudnn.cpp), the
+// layers' low-precision weight copies (refreshed by Backend::cast after each
+// optimizer step) and activation casts, and the trainer's calls.
 #include <string>
 
 #include "engine/core/dtype.h"
