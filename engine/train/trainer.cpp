@@ -4,12 +4,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "engine/backend/backend.h"
 #include "engine/core/error.h"
 #include "engine/data/dataset.h"
 #include "engine/data/loader.h"
+#include "engine/metrics/chrome_trace.h"
 #include "engine/metrics/process_memory.h"
+#include "engine/metrics/step_timer.h"
 #include "engine/nn/models.h"
 #include "engine/optim/clip.h"
 #include "engine/optim/optimizer.h"
@@ -87,7 +91,10 @@ struct DeviceStats {
 }  // namespace
 
 Trainer::Trainer(RunConfig config, EventBus& bus, const std::atomic<bool>& stop)
-    : config_(std::move(config)), bus_(bus), stop_(stop) {}
+    : config_(std::move(config)), bus_(bus), stop_(stop) {
+  const char* env = std::getenv("TRAINBENCH_MEASURE");
+  measure_ = !(env && std::strcmp(env, "off") == 0);
+}
 
 TrainResult Trainer::run(int64_t run_id) {
   const RunConfig& c = config_;
@@ -212,15 +219,30 @@ TrainResult Trainer::run(int64_t run_id) {
   };
 
   // Forward that checks every layer's output for NaN/Inf when anomaly_check is on.
+  // With a trace, every layer's forward is a span.
   auto forward = [&](const Tensor& x, int64_t step) {
-    if (!c.anomaly_check) return model->forward(ctx, x);
+    if (!c.anomaly_check && !trace_) return model->forward(ctx, x);
     Tensor h = x;
     for (const auto& layer : model->layers()) {
-      h = layer->forward(ctx, h);
-      TB_CHECK(std::isfinite(be.sum_squares(h)), "anomaly_check: layer '", layer->name(),
-               "' produced NaN or Inf at step ", step);
+      {
+        TraceSpan span(trace_, layer->name(), "forward");
+        h = layer->forward(ctx, h);
+      }
+      if (c.anomaly_check)
+        TB_CHECK(std::isfinite(be.sum_squares(h)), "anomaly_check: layer '", layer->name(),
+                 "' produced NaN or Inf at step ", step);
     }
     return h;
+  };
+  // The same order as Model::backward, one span per layer when tracing.
+  auto backward = [&](const Tensor& dlogits) {
+    if (!trace_) return model->backward(ctx, dlogits);
+    const auto& layers = model->layers();
+    Tensor g = dlogits;
+    for (size_t i = layers.size(); i-- > 0;) {
+      TraceSpan span(trace_, layers[i]->name(), "backward");
+      g = layers[i]->backward(ctx, g, /*need_dx=*/i > 0);
+    }
   };
 
   auto evaluate = [&]() -> std::pair<double, double> {
@@ -251,6 +273,16 @@ TrainResult Trainer::run(int64_t run_id) {
   const auto run_start = Clock::now();
   double cpu_mark = process_cpu_seconds();
   auto wall_mark = Clock::now();
+  // Phase breakdown on the host clock (the CUDA event timer, cuda_step_timer.h,
+  // is not wired in yet: it has not been run on a GPU).
+  std::unique_ptr<StepTimer> base_timer;
+  if (measure_)
+    base_timer = std::make_unique<HostStepTimer>(/*report_h2d=*/!on_host);
+  else
+    base_timer = std::make_unique<TotalOnlyStepTimer>();
+  std::unique_ptr<TracingStepTimer> tracing_timer;
+  if (trace_) tracing_timer = std::make_unique<TracingStepTimer>(*base_timer, *trace_);
+  StepTimer& timer = trace_ ? static_cast<StepTimer&>(*tracing_timer) : *base_timer;
 
   for (int64_t epoch = 0; epoch < epochs && !stopped; ++epoch) {
     const auto epoch_start = Clock::now();
@@ -268,8 +300,7 @@ TrainResult Trainer::run(int64_t run_id) {
     };
 
     for (int64_t s = 0; s < steps_per_epoch && step < total_steps; ++s) {
-      const auto t_step = Clock::now();
-      double wait_ms = 0, fwd_ms = 0, bwd_ms = 0, h2d_ms = 0;
+      timer.begin_step(step + 1);
       if (!c.grad_set_to_none) {
         Tensor grads = model->grad_block();
         be.fill(grads, 0.0);
@@ -278,55 +309,64 @@ TrainResult Trainer::run(int64_t run_id) {
         Batch b;
         double wait_s = 0;
         TB_CHECK(train_loader.next(b, &wait_s), "data loader ended early in epoch ", epoch);
-        wait_ms += 1e3 * wait_s;
-        auto t = Clock::now();
+        timer.add_host_ms(Phase::DataWait, 1e3 * wait_s);
         Tensor x, y;
-        to_device(b, x, y);
-        h2d_ms += ms_since(t);
-        t = Clock::now();
-        Tensor logits = forward(x, step);
-        Tensor& dlogits = ensure_buffer(ctx, dlogits_buf, logits.shape(), logits.dtype());
-        // The loss is divided by K so K micro-batches sum to one big batch's gradient.
-        be.softmax_cross_entropy(logits, y, static_cast<float>(c.label_smoothing),
-                                 1.0f / static_cast<float>(K), dlogits, train_stats.device);
-        fwd_ms += ms_since(t);
-        t = Clock::now();
-        // grad_set_to_none: the first micro-batch writes the gradients, later ones add.
-        ctx.accumulate_grads = !c.grad_set_to_none || k > 0;
-        model->backward(ctx, dlogits);
-        bwd_ms += ms_since(t);
+        if (on_host) {
+          to_device(b, x, y);  // no copy on the host: not a phase
+        } else {
+          PhaseScope ps(timer, Phase::H2D);
+          to_device(b, x, y);
+        }
+        Tensor* dlogits = nullptr;
+        {
+          PhaseScope ps(timer, Phase::Forward);
+          Tensor logits = forward(x, step);
+          dlogits = &ensure_buffer(ctx, dlogits_buf, logits.shape(), logits.dtype());
+          // The loss is divided by K so K micro-batches sum to one big batch's gradient.
+          be.softmax_cross_entropy(logits, y, static_cast<float>(c.label_smoothing),
+                                   1.0f / static_cast<float>(K), *dlogits, train_stats.device);
+        }
+        {
+          PhaseScope ps(timer, Phase::Backward);
+          // grad_set_to_none: the first micro-batch writes the gradients, later ones add.
+          ctx.accumulate_grads = !c.grad_set_to_none || k > 0;
+          backward(*dlogits);
+        }
         pending_samples += b.labels.dim(0);
         train_loader.recycle(std::move(b));
       }
-      auto t = Clock::now();
       json metrics;
-      float grad_scale = 1.0f;
-      if (c.clip_grad_norm > 0) {
-        ClipResult clip = clip_grad_norm(be, model->grad_block(), c.clip_grad_norm);
-        grad_scale = clip.factor;
-        metrics["grad_norm"] = clip.norm;
+      double lr = 0;
+      {
+        PhaseScope ps(timer, Phase::Optimizer);
+        float grad_scale = 1.0f;
+        if (c.clip_grad_norm > 0) {
+          ClipResult clip = clip_grad_norm(be, model->grad_block(), c.clip_grad_norm);
+          grad_scale = clip.factor;
+          metrics["grad_norm"] = clip.norm;
+        }
+        if (c.anomaly_check)
+          TB_CHECK(std::isfinite(be.sum_squares(model->grad_block())),
+                   "anomaly_check: gradients contain NaN or Inf at step ", step);
+        lr = schedule.lr_for_step(step);
+        optimizer.step(static_cast<float>(lr), grad_scale);
       }
-      if (c.anomaly_check)
-        TB_CHECK(std::isfinite(be.sum_squares(model->grad_block())),
-                 "anomaly_check: gradients contain NaN or Inf at step ", step);
-      const double lr = schedule.lr_for_step(step);
-      optimizer.step(static_cast<float>(lr), grad_scale);
-      const double opt_ms = ms_since(t);
       ++step;
 
       if (c.sync_every_step || step % c.log_every == 0 || s + 1 == steps_per_epoch ||
           step == total_steps)
         read_train_stats(metrics);
-      const double total_ms = ms_since(t_step);
+      timer.end_step();
+      // The host timers have this step ready now; a device timer would hand
+      // back an earlier step (not wired in yet, see above).
+      std::optional<StepTimes> times = timer.poll();
+      TB_CHECK(times && times->step == step, "step timer: step ", step, " not ready");
+      const double total_ms = times->total_ms;
       step_ms.push_back(total_ms);
-      metrics["step_time_ms"] = total_ms;
-      metrics["data_wait_ms"] = wait_ms;
-      if (!on_host) metrics["h2d_ms"] = h2d_ms;
-      metrics["forward_ms"] = fwd_ms;
-      metrics["backward_ms"] = bwd_ms;
-      metrics["optimizer_ms"] = opt_ms;
-      metrics["other_ms"] =
-          std::max(0.0, total_ms - wait_ms - (on_host ? 0.0 : h2d_ms) - fwd_ms - bwd_ms - opt_ms);
+      if (measure_)
+        times->write_metrics(metrics);
+      else
+        metrics["step_time_ms"] = total_ms;
       metrics["samples_per_s"] = 1e3 * double(samples_per_step) / total_ms;
       metrics["lr"] = lr;
       if (on_host && (step % 10 == 0 || step == 1)) {

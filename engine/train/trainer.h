@@ -11,6 +11,8 @@
 
 namespace tb {
 
+class ChromeTrace;
+
 struct TrainResult {
   std::string status;  // "finished" or "stopped"
   nlohmann::json summary;
@@ -27,6 +29,14 @@ class Trainer {
   Trainer(RunConfig config, EventBus& bus, const std::atomic<bool>& stop);
   TrainResult run(int64_t run_id);
 
+  // Measurement off: only step_time_ms is timed (no phase breakdown); the
+  // baseline of bench/measurement_cost.py. Default on, or off when the
+  // environment has TRAINBENCH_MEASURE=off.
+  void set_measure(bool on) { measure_ = on; }
+  // Records host spans into `trace` (steps, phases, and every layer's forward
+  // and backward) for `trainbench-engine trace`. Not owned.
+  void set_trace(ChromeTrace* trace) { trace_ = trace; }
+
   // Partial summary of what ran so far (for a failed run's record).
   const nlohmann::json& summary_so_far() const { return summary_; }
 
@@ -35,6 +45,8 @@ class Trainer {
   EventBus& bus_;
   const std::atomic<bool>& stop_;
   nlohmann::json summary_ = nlohmann::json::object();
+  bool measure_;
+  ChromeTrace* trace_ = nullptr;
 };
 
 }  // namespace tb

@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "engine/metrics/step_timer.h"
+
+#include <algorithm>
+
+namespace tb {
+
+namespace {
+double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+}  // namespace
+
+const char* phase_metric(Phase p) {
+  switch (p) {
+    case Phase::DataWait: return "data_wait_ms";
+    case Phase::H2D: return "h2d_ms";
+    case Phase::Forward: return "forward_ms";
+    case Phase::Backward: return "backward_ms";
+    case Phase::Optimizer: return "optimizer_ms";
+  }
+  return "?";
+}
+
+const char* phase_name(Phase p) {
+  switch (p) {
+    case Phase::DataWait: return "data_wait";
+    case Phase::H2D: return "h2d";
+    case Phase::Forward: return "forward";
+    case Phase::Backward: return "backward";
+    case Phase::Optimizer: return "optimizer";
+  }
+  return "?";
+}
+
+double StepTimes::measured_ms() const {
+  double s = 0;
+  for (int i = 0; i < kPhaseCount; ++i)
+    if (has_h2d || static_cast<Phase>(i) != Phase::H2D) s += phase_ms[i];
+  return s;
+}
+
+double StepTimes::other_ms() const { return std::max(0.0, total_ms - measured_ms()); }
+
+void StepTimes::write_metrics(nlohmann::json& metrics) const {
+  metrics["step_time_ms"] = total_ms;
+  for (int i = 0; i < kPhaseCount; ++i) {
+    const Phase p = static_cast<Phase>(i);
+    if (p == Phase::H2D && !has_h2d) continue;
+    metrics[phase_metric(p)] = phase_ms[i];
+  }
+  metrics["other_ms"] = other_ms();
+}
+
+void HostStepTimer::begin_step(int64_t step) {
+  current_ = StepTimes{};
+  current_.step = step;
+  current_.has_h2d = report_h2d_;
+  step_start_ = Clock::now();
+}
+
+void HostStepTimer::end_step() {
+  current_.total_ms = ms_between(step_start_, Clock::now());
+  ready_.push_back(current_);
+}
+
+void HostStepTimer::begin(Phase p) { phase_start_[static_cast<int>(p)] = Clock::now(); }
+
+void HostStepTimer::end(Phase p) {
+  const int i = static_cast<int>(p);
+  current_.phase_ms[i] += ms_between(phase_start_[i], Clock::now());
+}
+
+void HostStepTimer::add_host_ms(Phase p, double ms) { current_.phase_ms[static_cast<int>(p)] += ms; }
+
+std::optional<StepTimes> HostStepTimer::poll() {
+  if (ready_.empty()) return std::nullopt;
+  StepTimes t = ready_.front();
+  ready_.pop_front();
+  return t;
+}
+
+void TotalOnlyStepTimer::begin_step(int64_t step) {
+  current_ = StepTimes{};
+  current_.step = step;
+  step_start_ = std::chrono::steady_clock::now();
+}
+
+void TotalOnlyStepTimer::end_step() {
+  current_.total_ms = ms_between(step_start_, std::chrono::steady_clock::now());
+  ready_ = current_;
+}
+
+std::optional<StepTimes> TotalOnlyStepTimer::poll() {
+  std::optional<StepTimes> r = ready_;
+  ready_.reset();
+  return r;
+}
+
+}  // namespace tb
