@@ -19,6 +19,7 @@
 #include "app/engine/table.h"
 #include "engine/backend/backend.h"
 #include "engine/core/error.h"
+#include "engine/metrics/chrome_trace.h"
 #include "engine/store/run_store.h"
 #include "engine/train/config.h"
 #include "engine/train/events.h"
@@ -92,6 +93,51 @@ RunRecord require_run(const RunStore& store, int64_t id) {
   auto r = store.get_run(id);
   TB_CHECK(r.has_value(), store.path(), ": no run with id ", id, " (see `trainbench-engine list`)");
   return *r;
+}
+
+// ---------------------------------------------------------------- trace
+
+// Re-runs a stored run's configuration for `steps` steps with host spans
+// (steps, phases, every layer's forward and backward) and writes a Chrome
+// trace (open it in https://ui.perfetto.dev). Nothing is written to the store.
+// On CUDA the trace will also hold CUPTI kernel/memcpy/memset rows
+// (cupti_activity.h; not wired in: it has not been run on a GPU).
+int cmd_trace(const std::string& db, int64_t id, int64_t steps, std::string output) {
+  TB_CHECK(steps > 0, "trace: --steps must be at least 1");
+  RunRecord rec;
+  {
+    auto store = open_existing_store(db);
+    rec = require_run(*store, id);
+  }
+  json cfg = rec.config;
+  cfg["max_steps"] = steps;
+  cfg["epochs"] = 1;
+  // The end-of-run evaluation is outside the traced steps: keep it short.
+  cfg["test_limit"] = cfg.value("batch_size", 1);
+  RunConfig config = RunConfig::from_json(validate_config(cfg, "run " + std::to_string(id)));
+  if (output.empty()) output = "trace-" + std::to_string(id) + ".json";
+
+  EventBus bus;  // no store sink: a trace is not a run
+  ProgressSink progress(stderr, false, /*quiet=*/true);
+  bus.add(&progress);
+  ChromeTrace trace;
+  Trainer trainer(config, bus, g_stop);
+  trainer.set_trace(&trace);
+  TrainResult r = trainer.run(0);
+  json doc = trace.to_json();
+  doc["otherData"] = {{"run_id", id},
+                      {"steps", r.summary.value("steps", 0)},
+                      {"device", r.summary.value("device", "")},
+                      {"model", config.model},
+                      {"engine_version", TRAINBENCH_VERSION}};
+  std::ofstream out(output);
+  TB_CHECK(out, output, ": cannot open for writing");
+  out << doc.dump() << "\n";
+  TB_CHECK(out.good(), output, ": write failed");
+  std::fprintf(stderr, "trace of run %lld, %lld steps: %s (open in https://ui.perfetto.dev)\n",
+               static_cast<long long>(id), static_cast<long long>(r.summary.value("steps", 0)),
+               output.c_str());
+  return r.status == "stopped" ? kExitStopped : kExitOk;
 }
 
 // ---------------------------------------------------------------- run
@@ -455,6 +501,14 @@ int main(int argc, char** argv) {
   cfg->add_flag("--schema", show_schema, "Every key: type, default, choices, group, trick number");
   cfg->add_option("--validate", validate_file, "Validate a configuration file");
 
+  int64_t trace_id = 0, trace_steps = 5;
+  std::string trace_output;
+  CLI::App* trace = app.add_subcommand(
+      "trace", "Re-run a stored run's configuration for N steps and write a Chrome/Perfetto trace");
+  trace->add_option("id", trace_id, "Run id")->required();
+  trace->add_option("--steps", trace_steps, "Steps to trace")->check(CLI::PositiveNumber);
+  trace->add_option("-o,--output", trace_output, "Trace file (default: trace-ID.json)");
+
   bool devices_json = false;
   CLI::App* devices = app.add_subcommand("devices", "List the devices this build can use");
   devices->add_flag("--json", devices_json, "JSON output");
@@ -469,6 +523,7 @@ int main(int argc, char** argv) {
     if (list->parsed()) return cmd_list(db_path, list_json);
     if (show->parsed()) return cmd_show(db_path, show_id);
     if (compare->parsed()) return cmd_compare(db_path, compare_ids);
+    if (trace->parsed()) return cmd_trace(db_path, trace_id, trace_steps, trace_output);
     if (exp->parsed()) return cmd_export(db_path, export_id, export_format, export_output);
     if (cfg->parsed()) {
       if (!validate_file.empty()) {

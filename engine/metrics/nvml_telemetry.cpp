@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Not run on a GPU: written against NVML's documented API; on this machine only
+// the path without a driver has been tested.
+#include "engine/metrics/nvml_telemetry.h"
+
+#include <dlfcn.h>
+
+#include <type_traits>
+
+namespace tb {
+
+namespace {
+// NVML's C types, as documented: nvmlReturn_t is an int enum (0 = success),
+// nvmlDevice_t an opaque pointer, nvmlUtilization_t two unsigned ints.
+using NvmlReturn = int;
+using NvmlDevice = void*;
+struct NvmlUtilization {
+  unsigned int gpu, memory;
+};
+constexpr NvmlReturn kNvmlSuccess = 0;
+constexpr int kNvmlClockSm = 1;           // NVML_CLOCK_SM
+constexpr int kNvmlTemperatureGpu = 0;    // NVML_TEMPERATURE_GPU
+}  // namespace
+
+struct NvmlTelemetry::Api {
+  NvmlReturn (*init)() = nullptr;
+  NvmlReturn (*shutdown)() = nullptr;
+  NvmlReturn (*handle_by_index)(unsigned int, NvmlDevice*) = nullptr;
+  NvmlReturn (*utilization)(NvmlDevice, NvmlUtilization*) = nullptr;
+  NvmlReturn (*power_usage)(NvmlDevice, unsigned int*) = nullptr;  // milliwatts
+  NvmlReturn (*clock_info)(NvmlDevice, int, unsigned int*) = nullptr;  // MHz
+  NvmlReturn (*temperature)(NvmlDevice, int, unsigned int*) = nullptr;  // degrees C
+};
+
+void GpuTelemetry::write_metrics(nlohmann::json& metrics) const {
+  metrics["gpu_util_pct"] = gpu_utilization_pct;
+  metrics["gpu_mem_util_pct"] = memory_utilization_pct;
+  metrics["gpu_power_w"] = power_w;
+  metrics["gpu_sm_clock_mhz"] = sm_clock_mhz;
+  metrics["gpu_temp_c"] = temperature_c;
+}
+
+NvmlTelemetry::NvmlTelemetry(unsigned index) { open("libnvidia-ml.so.1", index); }
+
+NvmlTelemetry::NvmlTelemetry(const std::string& library, unsigned index) { open(library, index); }
+
+void NvmlTelemetry::open(const std::string& library, unsigned index) {
+  lib_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib_) {
+    const char* e = dlerror();
+    reason_ = "not available: cannot load " + library + " (" + (e ? e : "no reason given") +
+              "); is the NVIDIA driver installed?";
+    return;
+  }
+  api_ = new Api;
+  auto load = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib_, name));
+    if (!fn && reason_.empty()) reason_ = std::string("not available: ") + library + " has no " + name;
+  };
+  load(api_->init, "nvmlInit_v2");
+  load(api_->shutdown, "nvmlShutdown");
+  load(api_->handle_by_index, "nvmlDeviceGetHandleByIndex_v2");
+  load(api_->utilization, "nvmlDeviceGetUtilizationRates");
+  load(api_->power_usage, "nvmlDeviceGetPowerUsage");
+  load(api_->clock_info, "nvmlDeviceGetClockInfo");
+  load(api_->temperature, "nvmlDeviceGetTemperature");
+  if (!reason_.empty()) return;
+  if (NvmlReturn r = api_->init(); r != kNvmlSuccess) {
+    reason_ = "not available: nvmlInit_v2 failed (NVML error " + std::to_string(r) + ")";
+    api_->shutdown = nullptr;  // nothing to shut down
+    return;
+  }
+  NvmlDevice d = nullptr;
+  if (NvmlReturn r = api_->handle_by_index(index, &d); r != kNvmlSuccess || !d) {
+    reason_ = "not available: no NVML device " + std::to_string(index) + " (NVML error " +
+              std::to_string(r) + ")";
+    return;
+  }
+  device_ = d;
+}
+
+NvmlTelemetry::~NvmlTelemetry() {
+  if (api_ && api_->shutdown) api_->shutdown();
+  delete api_;
+  if (lib_) dlclose(lib_);
+}
+
+std::optional<GpuTelemetry> NvmlTelemetry::read() const {
+  if (!available()) return std::nullopt;
+  GpuTelemetry t;
+  NvmlUtilization u{};
+  unsigned int mw = 0, mhz = 0, celsius = 0;
+  if (api_->utilization(device_, &u) != kNvmlSuccess ||
+      api_->power_usage(device_, &mw) != kNvmlSuccess ||
+      api_->clock_info(device_, kNvmlClockSm, &mhz) != kNvmlSuccess ||
+      api_->temperature(device_, kNvmlTemperatureGpu, &celsius) != kNvmlSuccess)
+    return std::nullopt;
+  t.gpu_utilization_pct = u.gpu;
+  t.memory_utilization_pct = u.memory;
+  t.power_w = mw / 1000.0;
+  t.sm_clock_mhz = mhz;
+  t.temperature_c = celsius;
+  return t;
+}
+
+}  // namespace tb
