@@ -1,0 +1,395 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Measurement: the step-time breakdown, the Tensor Core kernel classifier and
+// share, the Chrome trace (written, parsed back, checked), NVML's absence
+// without a driver, and the metric series through the store. No GPU needed.
+#include <QtTest>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "engine/metrics/chrome_trace.h"
+#include "engine/metrics/kernel_classifier.h"
+#include "engine/metrics/nvml_telemetry.h"
+#include "engine/metrics/step_timer.h"
+#include "engine/store/run_store.h"
+#include "engine/train/config.h"
+#include "engine/train/events.h"
+#include "engine/train/trainer.h"
+
+using namespace tb;
+using json = nlohmann::json;
+
+namespace {
+
+// Series names that only a GPU can produce: absent on the CPU, never zero.
+const char* const kGpuOnly[] = {"h2d_ms",         "gpu_util_pct",       "gpu_mem_util_pct",
+                                "gpu_power_w",    "gpu_sm_clock_mhz",   "gpu_temp_c",
+                                "gpu_allocated_bytes", "gpu_reserved_bytes", "gpu_peak_bytes",
+                                "gpu_used_bytes", "gpu_total_bytes",    "tensor_core_kernel_share",
+                                "tensor_pipe_active_pct"};
+
+struct StepRecorder final : EventSink {
+  std::vector<json> steps;
+  void on_event(const json& e) override {
+    if (e["type"] == "step") steps.push_back(e);
+  }
+};
+
+RunConfig small_config(int64_t steps) {
+  json c = {{"device", "cpu"},         {"dataset", "synthetic"},  {"synthetic_shape", {1, 8, 8}},
+            {"synthetic_size", 256},   {"test_limit", 32},        {"max_steps", steps},
+            {"batch_size", 16},        {"model", "mlp"},          {"seed", 3}};
+  return RunConfig::from_json(validate_config(c, "test"));
+}
+
+std::vector<json> run_steps(int64_t steps, bool measure, ChromeTrace* trace = nullptr) {
+  EventBus bus;
+  StepRecorder rec;
+  bus.add(&rec);
+  std::atomic<bool> stop{false};
+  Trainer t(small_config(steps), bus, stop);
+  t.set_measure(measure);
+  t.set_trace(trace);
+  t.run(0);
+  return rec.steps;
+}
+
+double sum_of_parts(const json& m) {
+  double s = 0;
+  for (const char* k : {"data_wait_ms", "h2d_ms", "forward_ms", "backward_ms", "optimizer_ms",
+                        "other_ms"})
+    if (m.contains(k)) s += m[k].get<double>();
+  return s;
+}
+
+}  // namespace
+
+class TestMetrics : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // --- breakdown arithmetic
+  void partsAddUpToTheTotal() {
+    StepTimes t;
+    t.total_ms = 10;
+    t.phase_ms = {1, 0.5, 3, 4, 0.75};
+    t.has_h2d = true;
+    QCOMPARE(t.measured_ms(), 9.25);
+    QCOMPARE(t.other_ms(), 0.75);
+    json m;
+    t.write_metrics(m);
+    QCOMPARE(sum_of_parts(m), 10.0);
+    QCOMPARE(m["step_time_ms"].get<double>(), 10.0);
+  }
+
+  void hostStepsLeaveH2dOutOfTheSum() {
+    StepTimes t;
+    t.total_ms = 10;
+    t.phase_ms = {1, 2, 3, 1, 1};  // h2d is not reported on the host...
+    t.has_h2d = false;
+    json m;
+    t.write_metrics(m);
+    QVERIFY(!m.contains("h2d_ms"));
+    QCOMPARE(m["other_ms"].get<double>(), 4.0);  // ...so it is not taken off "other"
+    QCOMPARE(sum_of_parts(m), 10.0);
+  }
+
+  void overlappingPhasesNeverGiveNegativeOther() {
+    StepTimes t;
+    t.total_ms = 5;
+    t.phase_ms = {0, 0, 4, 4, 0};
+    QCOMPARE(t.other_ms(), 0.0);
+  }
+
+  void hostTimerMeasuresPhases() {
+    HostStepTimer timer(/*report_h2d=*/false);
+    timer.begin_step(1);
+    {
+      PhaseScope p(timer, Phase::Forward);
+      std::this_thread::sleep_for(std::chrono::milliseconds(4));
+    }
+    {
+      PhaseScope p(timer, Phase::Backward);  // entered twice: times add
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    {
+      PhaseScope p(timer, Phase::Backward);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    timer.add_host_ms(Phase::DataWait, 1.5);
+    timer.end_step();
+    std::optional<StepTimes> t = timer.poll();
+    QVERIFY(t.has_value());
+    QVERIFY(!timer.poll().has_value());  // each step once
+    QCOMPARE(t->step, int64_t(1));
+    QVERIFY(t->phase(Phase::Forward) >= 4.0);
+    QVERIFY(t->phase(Phase::Backward) >= 4.0);
+    QCOMPARE(t->phase(Phase::DataWait), 1.5);
+    QVERIFY(t->total_ms >= t->phase(Phase::Forward) + t->phase(Phase::Backward));
+  }
+
+  // --- the trainer's step metrics on the CPU
+  void cpuStepMetricsAddUpAndGpuSeriesAreAbsent() {
+    const std::vector<json> steps = run_steps(4, true);
+    QCOMPARE(steps.size(), size_t(4));
+    bool saw_rss = false;
+    for (const json& e : steps) {
+      const json& m = e["metrics"];
+      for (const char* k : {"step_time_ms", "data_wait_ms", "forward_ms", "backward_ms",
+                            "optimizer_ms", "other_ms"})
+        QVERIFY2(m.contains(k), k);
+      QVERIFY(m["forward_ms"].get<double>() > 0);
+      QVERIFY(m["other_ms"].get<double>() >= 0);
+      QVERIFY(std::abs(sum_of_parts(m) - m["step_time_ms"].get<double>()) < 1e-9);
+      for (const char* k : kGpuOnly) QVERIFY2(!m.contains(k), k);
+      saw_rss = saw_rss || m.contains("host_rss_bytes");
+    }
+    QVERIFY(saw_rss);
+    QVERIFY(steps[0]["metrics"].contains("cpu_threads_busy"));
+  }
+
+  void measurementOffKeepsOnlyTheStepTime() {
+    const std::vector<json> steps = run_steps(2, false);
+    QCOMPARE(steps.size(), size_t(2));
+    for (const json& e : steps) {
+      const json& m = e["metrics"];
+      QVERIFY(m.contains("step_time_ms"));
+      QVERIFY(!m.contains("forward_ms"));
+      QVERIFY(!m.contains("other_ms"));
+    }
+  }
+
+  // --- the metric series in the run store
+  void breakdownSeriesAreWrittenAndReadBack() {
+    QTemporaryDir dir;
+    const std::string db = dir.filePath("runs.db").toStdString();
+    std::vector<json> published;
+    {
+      RunStore store(db);
+      RunRecord rec;
+      rec.name = "metrics";
+      const int64_t id = store.create_run(rec);
+      EventBus bus;
+      StoreSink sink(store, id);
+      StepRecorder steps;
+      bus.add(&sink);
+      bus.add(&steps);
+      std::atomic<bool> stop{false};
+      Trainer t(small_config(3), bus, stop);
+      t.run(id);
+      store.flush();
+      published = steps.steps;
+      for (const char* name : {"step_time_ms", "forward_ms", "backward_ms", "other_ms"}) {
+        const std::vector<MetricPoint> pts = store.step_series(id, name);
+        QCOMPARE(pts.size(), size_t(3));
+        for (size_t i = 0; i < pts.size(); ++i) {
+          QCOMPARE(pts[i].step, int64_t(i + 1));
+          QCOMPARE(pts[i].value, published[i]["metrics"][name].get<double>());
+        }
+      }
+      for (const std::string& name : store.step_series_names(id))
+        for (const char* k : kGpuOnly) QVERIFY2(name != k, k);
+    }
+  }
+
+  // --- Tensor Core classification
+  void classifierLabelsRecordedKernelNames() {
+    std::ifstream in(std::string(TRAINBENCH_SOURCE_DIR) + "/tests/engine/data/kernel_names.txt");
+    QVERIFY(in.good());
+    std::string line;
+    int tc = 0, no = 0;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      const size_t tab = line.find('\t');
+      QVERIFY2(tab != std::string::npos, line.c_str());
+      const std::string label = line.substr(0, tab), name = line.substr(tab + 1);
+      QVERIFY2(label == "tc" || label == "no", line.c_str());
+      const KernelClass k = classify_kernel_name(name);
+      const std::string msg = name + " -> " + (k.tensor_core ? "tc" : "no") + " by " + k.rule;
+      QVERIFY2(k.tensor_core == (label == "tc"), msg.c_str());
+      (label == "tc" ? tc : no)++;
+    }
+    QVERIFY(tc >= 20);
+    QVERIFY(no >= 15);
+  }
+
+  void declaredKernelsWinOverNameRules() {
+    KernelClassifier c;
+    // The name rules cannot see that our own GEMM uses mma.sync: the engine says so.
+    const std::string own = "_ZN2tb4cuda19linear_bf16_kernelEPK";
+    QVERIFY(!c.classify(own).tensor_core);
+    c.declare("linear_bf16_kernel", true);
+    QVERIFY(c.classify(own).tensor_core);
+    QVERIFY(c.classify(own).source == KernelSource::Declared);
+    // A cuDNN engine known to be FFMA despite a reduced-precision name.
+    const std::string cudnn = "sm80_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_example";
+    QVERIFY(c.classify(cudnn).tensor_core);
+    c.declare("sm80_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_example", false);
+    QVERIFY(!c.classify(cudnn).tensor_core);
+    c.declare("implicit_gemm_f16", true);  // a later declaration wins
+    QVERIFY(c.classify(cudnn).tensor_core);
+    QVERIFY(c.classify("ampere_sgemm_128x64_nn").source == KernelSource::Name);
+  }
+
+  void tensorCoreShareIsATimeShare() {
+    KernelClassifier c;
+    c.declare("own_tc", true);
+    const std::vector<KernelRecord> ks = {
+        {"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_kernel", 1000, 1300, 7},  // 300 ns TC
+        {"ampere_sgemm_128x64_nn", 2000, 2100, 7},                           // 100 ns
+        {"own_tc_kernel", 3000, 3600, 13},                                   // 600 ns TC
+        {"nchwToNhwcKernel", 4000, 4000, 7},                                 // 0 ns
+    };
+    const TensorCoreShare s = tensor_core_share(ks, c);
+    QCOMPARE(s.kernels, int64_t(4));
+    QCOMPARE(s.tensor_core_kernels, int64_t(2));
+    QCOMPARE(s.total_ns, uint64_t(1000));
+    QCOMPARE(s.tensor_core_ns, uint64_t(900));
+    QCOMPARE(s.share(), 0.9);
+    QVERIFY(std::isnan(tensor_core_share({}, c).share()));  // absent, not 0
+  }
+
+  // --- Chrome trace
+  void traceWriterRoundTrips() {
+    ChromeTrace t;
+    t.name_process(kTraceDevicePid, "cuda:0");
+    t.name_thread(kTraceDevicePid, 7, "stream 7");
+    t.add("step 1", "step", 10, 100);
+    t.add("gemm", "kernel", 20, 30, kTraceDevicePid, 7, {{"grid", "8x1x1"}});
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("t.json").toStdString();
+    t.write(path);
+    std::ifstream in(path);
+    const json doc = json::parse(in);
+    QVERIFY(doc["traceEvents"].is_array());
+    int meta = 0, complete = 0;
+    for (const json& e : doc["traceEvents"]) {
+      if (e["ph"] == "M") {
+        ++meta;
+        QVERIFY(e["args"].contains("name"));
+      } else {
+        ++complete;
+        QCOMPARE(e["ph"].get<std::string>(), std::string("X"));
+      }
+    }
+    QCOMPARE(meta, 4);  // host process + training thread + the two above
+    QCOMPARE(complete, 2);
+    const json& k = doc["traceEvents"].back();
+    QCOMPARE(k["tid"].get<int>(), 7);
+    QCOMPARE(k["args"]["grid"].get<std::string>(), std::string("8x1x1"));
+    QCOMPARE(k["dur"].get<double>(), 30.0);
+  }
+
+  void trainerTraceNestsLayersInPhasesInSteps() {
+    ChromeTrace trace;
+    const std::vector<json> steps = run_steps(3, true, &trace);
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("trace.json").toStdString();
+    trace.write(path);
+    std::ifstream in(path);
+    const json doc = json::parse(in);
+    checkTrainerTrace(doc, 3);
+  }
+
+  void traceSubcommandWritesAParsableFile() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("runs.db"), out = dir.filePath("cli.json");
+    QProcess run;
+    run.start(TRAINBENCH_ENGINE_BIN,
+              {"--db", db, "run", "--dataset", "synthetic", "--set", "synthetic_shape=[1,8,8]",
+               "--set", "synthetic_size=128", "--model", "mlp", "--steps", "2", "-b", "16",
+               "--test-limit", "16"});
+    QVERIFY(run.waitForFinished(120000));
+    QCOMPARE(run.exitCode(), 0);
+    QProcess tr;
+    tr.start(TRAINBENCH_ENGINE_BIN, {"--db", db, "trace", "1", "--steps", "4", "--output", out});
+    QVERIFY(tr.waitForFinished(120000));
+    QVERIFY2(tr.exitCode() == 0, tr.readAllStandardError().constData());
+    std::ifstream in(out.toStdString());
+    QVERIFY(in.good());
+    const json doc = json::parse(in);
+    QCOMPARE(doc["otherData"]["run_id"].get<int>(), 1);
+    checkTrainerTrace(doc, 4);
+    // Nothing was recorded: the store still holds one run.
+    RunStore store(db.toStdString());
+    QCOMPARE(store.list_runs().size(), size_t(1));
+    QProcess missing;
+    missing.start(TRAINBENCH_ENGINE_BIN, {"--db", db, "trace", "99", "--output", out});
+    QVERIFY(missing.waitForFinished(60000));
+    QVERIFY(missing.exitCode() != 0);
+  }
+
+  // --- NVML
+  void nvmlIsAbsentWithAReasonWithoutADriver() {
+    NvmlTelemetry missing("libtrainbench-no-such-nvml.so", 0);
+    QVERIFY(!missing.available());
+    QVERIFY(missing.reason().rfind("not available: ", 0) == 0);
+    QVERIFY(!missing.read().has_value());
+    // The real library: on this machine without a driver it must say why; with
+    // a driver it reads plausible values.
+    NvmlTelemetry nvml;
+    if (nvml.available()) {
+      std::optional<GpuTelemetry> t = nvml.read();
+      QVERIFY(t.has_value());
+      QVERIFY(t->sm_clock_mhz > 0);
+    } else {
+      QVERIFY(nvml.reason().rfind("not available: ", 0) == 0);
+    }
+  }
+
+ private:
+  // Every event has name/ph/ts/dur/pid/tid; phases lie within their step, layer
+  // spans within their phase; the phases of a step add up to at most the step.
+  void checkTrainerTrace(const json& doc, int expected_steps) {
+    struct Span {
+      std::string name, cat;
+      double ts, end;
+      int64_t step;
+    };
+    std::vector<Span> spans;
+    for (const json& e : doc["traceEvents"]) {
+      for (const char* k : {"name", "ph", "ts", "dur", "pid", "tid"}) QVERIFY2(e.contains(k), k);
+      if (e["ph"] != "X") continue;
+      QVERIFY(e["dur"].get<double>() >= 0);
+      spans.push_back({e["name"], e["cat"], e["ts"], e["ts"].get<double>() + e["dur"].get<double>(),
+                       e.contains("args") ? e["args"].value("step", int64_t(-1)) : -1});
+    }
+    const double eps = 1e-3;  // microseconds, for the JSON round trip
+    auto within = [&](const Span& in, const Span& out) {
+      return in.ts >= out.ts - eps && in.end <= out.end + eps;
+    };
+    std::vector<Span> step_spans, phases;
+    for (const Span& s : spans) (s.cat == "step" ? step_spans : phases).push_back(s);
+    QCOMPARE(int(step_spans.size()), expected_steps);
+    std::map<std::string, int> per_phase;
+    for (const Span& step : step_spans) {
+      double phase_sum = 0;
+      for (const Span& p : spans) {
+        if (p.cat != "phase" || p.step != step.step) continue;
+        QVERIFY2(within(p, step), p.name.c_str());
+        phase_sum += p.end - p.ts;
+        ++per_phase[p.name];
+      }
+      QVERIFY(phase_sum <= step.end - step.ts + eps);
+    }
+    for (const char* p : {"data_wait", "forward", "backward", "optimizer"})
+      QCOMPARE(per_phase[p], expected_steps);
+    // Every layer span sits inside a phase of its own kind.
+    int layers = 0;
+    for (const Span& l : spans) {
+      if (l.cat != "forward" && l.cat != "backward") continue;
+      ++layers;
+      bool inside = false;
+      for (const Span& p : spans)
+        if (p.cat == "phase" && p.name == l.cat && within(l, p)) inside = true;
+      QVERIFY2(inside, l.name.c_str());
+    }
+    QVERIFY(layers >= 2 * expected_steps);
+  }
+};
+
+QTEST_GUILESS_MAIN(TestMetrics)
+#include "test_metrics.moc"
