@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// The step-time breakdown on a CUDA stream: CUDA events are recorded around
+// every phase and read back `lag` steps later through a ring of event sets, so
+// measuring never synchronises the host with the device (cudaEventQuery, not
+// cudaEventSynchronize, unless the device falls more than `lag` steps behind).
+//
+// NOT RUN ON A GPU: compiled only with TRAINBENCH_HAVE_CUDA and never executed
+// yet, and not wired into the trainer (which uses HostStepTimer). To wire it:
+// create it with the backend's stream, and publish each StepTimes that poll()
+// returns for its own (earlier) step.
+#include "engine/metrics/step_timer.h"
+
+#ifdef TRAINBENCH_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include <deque>
+#include <vector>
+
+namespace tb {
+
+class CudaStepTimer final : public StepTimer {
+ public:
+  // max_entries: how often one phase may be entered per step (micro-batches).
+  CudaStepTimer(cudaStream_t stream, int lag = 3, int max_entries = 64);
+  ~CudaStepTimer() override;
+  CudaStepTimer(const CudaStepTimer&) = delete;
+  CudaStepTimer& operator=(const CudaStepTimer&) = delete;
+
+  void begin_step(int64_t step) override;
+  void end_step() override;
+  void begin(Phase p) override;
+  void end(Phase p) override;
+  void add_host_ms(Phase p, double ms) override;  // data wait: a host figure
+  std::optional<StepTimes> poll() override;
+  void flush() override;
+  int lag_steps() const override { return lag_; }
+
+ private:
+  struct EventSet {
+    int64_t step = 0;
+    bool pending = false;  // recorded, not yet read back
+    cudaEvent_t start = nullptr, end = nullptr;
+    // Per phase, begin/end events of every entry this step, and how many were used.
+    std::vector<cudaEvent_t> begins[kPhaseCount], ends[kPhaseCount];
+    int used[kPhaseCount] = {};
+    double host_ms[kPhaseCount] = {};
+  };
+  StepTimes read(EventSet& s);  // the set must have completed
+
+  cudaStream_t stream_;
+  int lag_, max_entries_;
+  std::vector<EventSet> ring_;
+  size_t next_ = 0;               // the set the next step records into
+  std::deque<size_t> in_flight_;  // recorded sets not yet read back, oldest first
+  std::deque<StepTimes> ready_;   // read back early (see begin_step), not yet polled
+  EventSet* current_ = nullptr;
+};
+
+}  // namespace tb
+#endif  // TRAINBENCH_HAVE_CUDA
