@@ -129,7 +129,12 @@ int cmd_trace(const std::string& db, int64_t id, int64_t steps, std::string outp
                       {"steps", r.summary.value("steps", 0)},
                       {"device", r.summary.value("device", "")},
                       {"model", config.model},
-                      {"engine_version", TRAINBENCH_VERSION}};
+                      {"engine_version", TRAINBENCH_VERSION},
+                      // The cost of tracing, shown: traced steps against the stored run's
+                      // untraced median (same configuration, a different moment).
+                      {"median_step_time_ms", r.summary.value("median_step_time_ms", 0.0)},
+                      {"untraced_median_step_time_ms",
+                       rec.summary.value("median_step_time_ms", 0.0)}};
   std::ofstream out(output);
   TB_CHECK(out, output, ": cannot open for writing");
   out << doc.dump() << "\n";
@@ -137,6 +142,11 @@ int cmd_trace(const std::string& db, int64_t id, int64_t steps, std::string outp
   std::fprintf(stderr, "trace of run %lld, %lld steps: %s (open in https://ui.perfetto.dev)\n",
                static_cast<long long>(id), static_cast<long long>(r.summary.value("steps", 0)),
                output.c_str());
+  const double traced = r.summary.value("median_step_time_ms", 0.0);
+  const double untraced = rec.summary.value("median_step_time_ms", 0.0);
+  if (traced > 0 && untraced > 0)
+    std::fprintf(stderr, "median step %.2f ms traced vs %.2f ms in the stored run (%+.1f %%)\n",
+                 traced, untraced, 100.0 * (traced - untraced) / untraced);
   return r.status == "stopped" ? kExitStopped : kExitOk;
 }
 

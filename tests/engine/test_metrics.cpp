@@ -312,6 +312,8 @@ class TestMetrics : public QObject {
     QVERIFY(in.good());
     const json doc = json::parse(in);
     QCOMPARE(doc["otherData"]["run_id"].get<int>(), 1);
+    QVERIFY(doc["otherData"]["median_step_time_ms"].get<double>() > 0);
+    QVERIFY(doc["otherData"]["untraced_median_step_time_ms"].get<double>() > 0);
     checkTrainerTrace(doc, 4);
     // Nothing was recorded: the store still holds one run.
     RunStore store(db.toStdString());
