@@ -151,45 +151,9 @@ inline void widen8(const float* p, __m128d& v0, __m128d& v1, __m128d& v2, __m128
 }
 #endif
 
-// s += Σ x, s2 += Σ x² over x[0, n). The SSE2 loop keeps lane l on elements
+// s += Σ g, sx += Σ g·x over [0, n). The SSE2 loop keeps lane l on elements
 // i+l exactly like the plain loop (GCC leaves that one scalar: cvtss2sd/addsd
 // per element), so both give the same bits.
-void sum_sumsq(const float* x, int64_t n, double& s, double& s2) {
-  double a[kLanes] = {}, b[kLanes] = {};
-  int64_t i = 0;
-#if defined(__SSE2__)
-  {
-    __m128d a0 = _mm_setzero_pd(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-    for (; i + kLanes <= n; i += kLanes) {
-      __m128d v0, v1, v2, v3;
-      widen8(x + i, v0, v1, v2, v3);
-      a0 = _mm_add_pd(a0, v0), a1 = _mm_add_pd(a1, v1);
-      a2 = _mm_add_pd(a2, v2), a3 = _mm_add_pd(a3, v3);
-      b0 = _mm_add_pd(b0, _mm_mul_pd(v0, v0)), b1 = _mm_add_pd(b1, _mm_mul_pd(v1, v1));
-      b2 = _mm_add_pd(b2, _mm_mul_pd(v2, v2)), b3 = _mm_add_pd(b3, _mm_mul_pd(v3, v3));
-    }
-    _mm_storeu_pd(a, a0), _mm_storeu_pd(a + 2, a1), _mm_storeu_pd(a + 4, a2);
-    _mm_storeu_pd(a + 6, a3);
-    _mm_storeu_pd(b, b0), _mm_storeu_pd(b + 2, b1), _mm_storeu_pd(b + 4, b2);
-    _mm_storeu_pd(b + 6, b3);
-  }
-#else
-  for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) {
-      const double v = x[i + l];
-      a[l] += v;
-      b[l] += v * v;
-    }
-#endif
-  for (; i < n; ++i) {
-    const double v = x[i];
-    a[0] += v;
-    b[0] += v * v;
-  }
-  for (int l = 0; l < kLanes; ++l) s += a[l], s2 += b[l];
-}
-
-// s += Σ g, sx += Σ g·x over [0, n); lanes as in sum_sumsq.
 void sum_dot(const float* g, const float* x, int64_t n, double& s, double& sx) {
   double a[kLanes] = {}, b[kLanes] = {};
   int64_t i = 0;
@@ -224,6 +188,9 @@ void sum_dot(const float* g, const float* x, int64_t n, double& s, double& sx) {
   }
   for (int l = 0; l < kLanes; ++l) s += a[l], sx += b[l];
 }
+
+// s += Σ x, s2 += Σ x²: the same lanes and order as sum_dot(x, x).
+void sum_sumsq(const float* x, int64_t n, double& s, double& s2) { sum_dot(x, x, n, s, s2); }
 
 // One read of x for the statistics: Σx and Σx² in double, whose cancellation in
 // E[x²] − E[x]² stays below f32 resolution unless |mean|/std exceeds ~10^4;
