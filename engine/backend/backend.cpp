@@ -38,6 +38,19 @@ PoolGeometry PoolGeometry::make(int64_t N, int64_t C, int64_t H, int64_t W, int6
   return g;
 }
 
+void check_normalize_u8_args(const Tensor& src, const std::vector<float>& scale,
+                             const std::vector<float>& shift, const Tensor& dst) {
+  TB_CHECK(src.defined() && dst.defined(), "normalize_u8: undefined tensor");
+  TB_CHECK(src.rank() == 4 && src.dtype() == DType::U8, "normalize_u8: src must be u8 (N, C, H, W), got ",
+           src.describe());
+  TB_CHECK(dst.dtype() == DType::F32 && dst.shape() == src.shape() && dst.layout() == src.layout(),
+           "normalize_u8: dst ", dst.describe(), " must be f32 of src's shape and layout (",
+           src.describe(), ")");
+  TB_CHECK(static_cast<int64_t>(scale.size()) == src.c() && shift.size() == scale.size(),
+           "normalize_u8: ", scale.size(), " scales and ", shift.size(), " shifts for ", src.c(),
+           " channels");
+}
+
 const char* optimizer_name(OptimizerKind k) {
   switch (k) {
     case OptimizerKind::SGD: return "sgd";

@@ -11,7 +11,9 @@
 //   gradients were set to none), true adds into what is there.
 // - An undefined Tensor (Tensor{}) means "not wanted" (e.g. dx of the first layer,
 //   db of a convolution without bias).
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +73,18 @@ struct OptimizerStep {
 struct ParamSlot {
   Tensor param, grad, state1, state2;
   bool weight_decay = true;  // false for biases and BN affine parameters
+};
+
+// Device memory as the caching allocator and the driver see it (the GPU memory
+// plots, trick 20). Host backends have none (Backend::memory_stats is empty).
+struct DeviceMemoryStats {
+  int64_t allocated_bytes = 0;       // in live tensors (allocator block sizes)
+  int64_t reserved_bytes = 0;        // held by the caching allocator: live + cached
+  int64_t peak_allocated_bytes = 0;  // since the start or the last reset_peak_memory()
+  int64_t peak_reserved_bytes = 0;
+  int64_t malloc_count = 0;          // cudaMalloc calls so far
+  int64_t device_used_bytes = -1;    // the driver's view (cudaMemGetInfo), all processes;
+  int64_t device_total_bytes = -1;   //   -1 when not asked for
 };
 
 class Backend {
@@ -198,11 +212,50 @@ class Backend {
     amp_unsupported("linear_backward_lp");
   }
 
+  // --- device memory and the input path (tricks 4, 5, 6, 20). The defaults
+  // suit a host backend: no device memory, pageable buffers, copies that are
+  // done when they return.
+  //
+  // Allocator and device figures; empty on a host backend. query_device also
+  // asks the driver for used/total (a cheap call, but not free: not every step).
+  virtual std::optional<DeviceMemoryStats> memory_stats(bool query_device) { return std::nullopt; }
+  virtual void empty_cache() {}        // give cached free blocks back to the driver
+  virtual void reset_peak_memory() {}  // peaks := current values
+  // A host buffer the loader fills with a batch: page-locked (cudaHostAlloc) on
+  // a device backend, so a copy from it can run asynchronously (pin_memory).
+  virtual Tensor pinned_host_empty(const Shape& shape, DType dtype) {
+    return Tensor::empty(shape, dtype);
+  }
+  // Non-blocking upload (non_blocking): enqueues host src -> device dst on a
+  // copy stream and makes the compute stream wait for it through an event, so
+  // the copy overlaps whatever the compute stream is still doing. Returns a
+  // ticket; src must stay untouched until wait_upload(ticket) returns. dst must
+  // not be one that work already enqueued still reads: the caller double-buffers
+  // and passes the previous use's fence (see fence()).
+  virtual uint64_t upload_async(const Tensor& src, Tensor& dst, uint64_t after_fence) {
+    copy(src, dst);
+    return 0;
+  }
+  virtual void wait_upload(uint64_t ticket) {}
+  // A marker after everything enqueued on the compute stream so far, for
+  // upload_async's after_fence (0 = nothing to wait for).
+  virtual uint64_t fence() { return 0; }
+  // h2d_uint8: dst f32 (N,C,H,W) = src u8 (N,C,H,W) * scale[c] + shift[c], with
+  // the loader's arithmetic exactly (one multiply, one add, no fused
+  // multiply-add), so the images are bit-identical to normalising on the host.
+  virtual void normalize_u8(const Tensor& src, const std::vector<float>& scale,
+                            const std::vector<float>& shift, Tensor& dst) = 0;
+
  private:
   [[noreturn]] void amp_unsupported(const char* op) const {
     TB_FAIL(op, " (mixed precision) is not supported by the ", name(), " backend");
   }
 };
+
+// normalize_u8's argument checks, shared by the backends: src u8 and dst f32
+// of one rank-4 shape and layout, one scale and shift per channel.
+void check_normalize_u8_args(const Tensor& src, const std::vector<float>& scale,
+                             const std::vector<float>& shift, const Tensor& dst);
 
 struct BackendOptions {
   bool reference = false;      // cpu: the plain reference kernels (the test oracle)

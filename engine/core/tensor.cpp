@@ -97,6 +97,11 @@ void register_allocator(DeviceKind kind, Allocator* allocator) {
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, Layout layout) {
+  return empty_with(allocator_for(device), shape, dtype, device, layout);
+}
+
+Tensor Tensor::empty_with(Allocator& allocator, const Shape& shape, DType dtype, Device device,
+                          Layout layout) {
   for (int64_t d : shape) TB_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
   Tensor t;
   t.shape_ = shape;
@@ -104,7 +109,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, Layout layo
   t.device_ = device;
   t.layout_ = layout;
   const size_t bytes = t.nbytes();
-  Allocator* a = &allocator_for(device);
+  Allocator* a = &allocator;
   void* p = a->allocate(bytes);
   t.storage_ = std::shared_ptr<void>(p, [a, bytes](void* q) { a->deallocate(q, bytes); });
   t.data_ = p;

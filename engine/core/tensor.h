@@ -41,6 +41,10 @@ class Tensor {
 
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu(),
                       Layout layout = Layout::NCHW);
+  // Like empty, with memory from `allocator` (page-locked host memory for
+  // batches, say). The allocator must outlive the tensor.
+  static Tensor empty_with(Allocator& allocator, const Shape& shape, DType dtype,
+                           Device device = Device::cpu(), Layout layout = Layout::NCHW);
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu(),
                       Layout layout = Layout::NCHW);  // CPU only; devices use Backend::fill
   // A view of `shape` starting `element_offset` elements into `base` (contiguous).

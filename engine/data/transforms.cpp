@@ -115,16 +115,27 @@ void normalize(const uint8_t* in, float* out, const Shape& chw, const NormStats&
                (stats.mean.empty() || static_cast<int64_t>(stats.mean.size()) == C),
            "normalize: ", stats.mean.size(), " means and ", stats.std.size(), " stds for ", C,
            " channel(s)");
+  thread_local std::vector<float> scale, shift;
+  norm_scale_shift(stats, C, scale, shift);
   for (int64_t c = 0; c < C; ++c) {
-    // (b/255 - m)/s = b * scale + shift: one multiply-add per pixel.
-    float scale = 1.0f / 255.0f, shift = 0.0f;
-    if (!stats.mean.empty()) {
-      scale = 1.0f / (255.0f * stats.std[static_cast<size_t>(c)]);
-      shift = -stats.mean[static_cast<size_t>(c)] / stats.std[static_cast<size_t>(c)];
-    }
+    const float sc = scale[static_cast<size_t>(c)], sh = shift[static_cast<size_t>(c)];
     const uint8_t* src = in + c * HW;
     float* dst = out + c * HW;
-    for (int64_t j = 0; j < HW; ++j) dst[j] = static_cast<float>(src[j]) * scale + shift;
+    for (int64_t j = 0; j < HW; ++j) dst[j] = static_cast<float>(src[j]) * sc + sh;
+  }
+}
+
+void norm_scale_shift(const NormStats& stats, int64_t channels, std::vector<float>& scale,
+                      std::vector<float>& shift) {
+  TB_CHECK(stats.mean.empty() || static_cast<int64_t>(stats.mean.size()) == channels,
+           "normalize: ", stats.mean.size(), " means for ", channels, " channel(s)");
+  scale.assign(static_cast<size_t>(channels), 1.0f / 255.0f);
+  shift.assign(static_cast<size_t>(channels), 0.0f);
+  if (stats.mean.empty()) return;
+  for (size_t c = 0; c < scale.size(); ++c) {
+    // (b/255 - m)/s = b * scale + shift: one multiply-add per pixel.
+    scale[c] = 1.0f / (255.0f * stats.std[c]);
+    shift[c] = -stats.mean[c] / stats.std[c];
   }
 }
 

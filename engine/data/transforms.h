@@ -38,6 +38,11 @@ void crop_padded(const uint8_t* in, uint8_t* out, const Shape& chw, int64_t pad,
 void pad_to(const uint8_t* in, uint8_t* out, const Shape& chw, int64_t out_h, int64_t out_w);
 // (byte / 255 - mean[c]) / std[c]; empty stats means byte / 255.
 void normalize(const uint8_t* in, float* out, const Shape& chw, const NormStats& stats);
+// normalize's per-channel constants: out = float(b) * scale[c] + shift[c]
+// (no statistics: scale 1/255, shift 0). Backend::normalize_u8 uses the same
+// constants, so normalising on the device gives the same bits.
+void norm_scale_shift(const NormStats& stats, int64_t channels, std::vector<float>& scale,
+                      std::vector<float>& shift);
 
 // ---- the per-sample pipeline the loader runs ----
 

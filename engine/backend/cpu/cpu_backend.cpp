@@ -125,6 +125,23 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
   }
 }
 
+void CpuBackend::normalize_u8(const Tensor& src, const std::vector<float>& scale,
+                              const std::vector<float>& shift, Tensor& dst) {
+  check_normalize_u8_args(src, scale, shift, dst);
+  TB_CHECK(src.device().is_cpu() && dst.device().is_cpu(), "cpu normalize_u8 between ",
+           src.describe(), " and ", dst.describe());
+  const int64_t N = src.n(), C = src.c(), HW = src.h() * src.w();
+  const uint8_t* s = src.data_as<uint8_t>();
+  float* d = dst.data_as<float>();
+  // The loader's expression, element by element (engine/data/transforms.cpp).
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t j = 0; j < HW; ++j) {
+        const int64_t i = src.layout() == Layout::NCHW ? (n * C + c) * HW + j : (n * HW + j) * C + c;
+        d[i] = static_cast<float>(s[i]) * scale[size_t(c)] + shift[size_t(c)];
+      }
+}
+
 double CpuBackend::sum_squares(const Tensor& t) {
   if (t.dtype() == DType::F64) return sum_squares_typed<double>(t);
   expect_dtype(t, DType::F32, "sum_squares");

@@ -23,6 +23,8 @@ class CpuBackend final : public Backend {
 
   void fill(Tensor& t, double value) override;
   void copy(const Tensor& src, Tensor& dst) override;
+  void normalize_u8(const Tensor& src, const std::vector<float>& scale,
+                    const std::vector<float>& shift, Tensor& dst) override;
 
   void conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
                       Tensor& y) override;

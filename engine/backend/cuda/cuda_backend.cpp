@@ -99,6 +99,7 @@ void release(CudaBackend::Impl& m) {
   if (m.allocator && m.allocator->current_stream() == m.stream)
     m.allocator->set_current_stream(nullptr);
   m.conv.reset();
+  cuda::release_staging(m);
   if (m.cudnn) (void)cudnnDestroy(m.cudnn), m.cudnn = nullptr;
   if (m.cublaslt) (void)cublasLtDestroy(m.cublaslt), m.cublaslt = nullptr;
   if (m.cublas) (void)cublasDestroy(m.cublas), m.cublas = nullptr;

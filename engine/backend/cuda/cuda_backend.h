@@ -110,6 +110,19 @@ class CudaBackend final : public Backend {
   void linear_backward_lp(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
                           Tensor& dw, Tensor& db, bool accumulate) override;
 
+  // Device memory and the input path (staging.cpp, input.cu). NOT yet run on a GPU.
+  std::optional<DeviceMemoryStats> memory_stats(bool query_device) override;
+  void empty_cache() override;
+  void reset_peak_memory() override;
+  Tensor pinned_host_empty(const Shape& shape, DType dtype) override;
+  uint64_t upload_async(const Tensor& src, Tensor& dst, uint64_t after_fence) override;
+  void wait_upload(uint64_t ticket) override;
+  uint64_t fence() override;
+  void normalize_u8(const Tensor& src, const std::vector<float>& scale,
+                    const std::vector<float>& shift, Tensor& dst) override;
+  // The compute stream (a cudaStream_t), for the CUDA-event step timer.
+  void* stream_handle() const;
+
   // Backend-private state (stream, handles, plan caches); defined in cuda_internal.h.
   struct Impl;
   Impl& impl() const { return *impl_; }

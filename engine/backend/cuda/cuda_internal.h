@@ -60,6 +60,18 @@ struct CudaBackend::Impl {
   // Set by optimizer_step_amp for the duration of one optimizer_step (amp_ops.cpp).
   const float* opt_found_inf = nullptr;
 
+  // Input path (staging.cpp), made on first use: the copy stream of
+  // non-blocking uploads, and rings of events behind upload tickets and
+  // compute fences (a ticket older than the ring waits on a later event of the
+  // same kind, which is later in stream order: safe, never too early).
+  static constexpr int kEventRing = 16;
+  cudaStream_t copy_stream = nullptr;
+  cudaEvent_t upload_events[kEventRing] = {};
+  cudaEvent_t fence_events[kEventRing] = {};
+  uint64_t next_upload = 1, next_fence = 1;
+  Tensor norm_coef;                  // f32 [2C] on the device: normalize_u8's scale, shift
+  std::vector<float> norm_coef_host;  // what norm_coef holds
+
   std::unique_ptr<cuda::ConvPlanCache, void (*)(cuda::ConvPlanCache*)> conv{
       nullptr, cuda::destroy_conv_cache};
 
@@ -74,6 +86,11 @@ struct CudaBackend::Impl {
     return Tensor::empty({int64_t((bytes + 7) / 8)}, DType::F64, Device::cuda(device));
   }
 };
+
+namespace cuda {
+// staging.cpp: destroys the copy stream and events (best effort, no throw).
+void release_staging(CudaBackend::Impl& m);
+}  // namespace cuda
 
 // Argument checks shared by the op files.
 namespace cuda {

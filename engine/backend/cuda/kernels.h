@@ -23,6 +23,12 @@ void launch_cast_f64_f32(const double* src, float* dst, int64_t n, cudaStream_t 
 void launch_convert_layout(const void* src, void* dst, int64_t N, int64_t C, int64_t H, int64_t W,
                            int elem_size, bool to_nhwc, cudaStream_t s);
 
+// ---------------------------------------------------------------- input.cu
+// dst f32 (N,C,H,W) = src u8 * scale[c] + shift[c] (scale/shift: C floats on
+// the device), without fused multiply-add: the host loader's bits exactly.
+void launch_normalize_u8(const uint8_t* src, float* dst, const float* scale, const float* shift,
+                         int64_t N, int64_t C, int64_t HW, bool nhwc, cudaStream_t s);
+
 // ---------------------------------------------------------------- pointwise.cu
 // Any rank, n elements; y may alias x, dx may alias dy. T = float or double.
 template <typename T>
