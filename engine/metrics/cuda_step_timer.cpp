@@ -23,15 +23,15 @@ float elapsed_ms(cudaEvent_t a, cudaEvent_t b) {
 }
 }  // namespace
 
-CudaStepTimer::CudaStepTimer(cudaStream_t stream, int lag, int max_entries)
-    : stream_(stream), lag_(lag), max_entries_(max_entries) {
+CudaStepTimer::CudaStepTimer(cudaStream_t stream, int lag, int max_entries, bool phases)
+    : stream_(stream), lag_(lag), max_entries_(max_entries), phases_(phases) {
   TB_CHECK(lag >= 1 && max_entries >= 1, "CudaStepTimer: lag and max_entries must be >= 1");
   // lag + 1 sets: the step being recorded plus `lag` steps in flight.
   ring_.resize(static_cast<size_t>(lag + 1));
   for (EventSet& s : ring_) {
     s.start = make_event();
     s.end = make_event();
-    for (int p = 0; p < kPhaseCount; ++p)
+    for (int p = 0; p < kPhaseCount && phases; ++p)
       for (int i = 0; i < max_entries; ++i) {
         s.begins[p].push_back(make_event());
         s.ends[p].push_back(make_event());
@@ -76,6 +76,7 @@ void CudaStepTimer::end_step() {
 }
 
 void CudaStepTimer::begin(Phase p) {
+  if (!phases_) return;
   EventSet& s = *current_;
   const int i = static_cast<int>(p);
   TB_CHECK(s.used[i] < max_entries_, "CudaStepTimer: phase ", phase_name(p), " entered more than ",
@@ -84,13 +85,16 @@ void CudaStepTimer::begin(Phase p) {
 }
 
 void CudaStepTimer::end(Phase p) {
+  if (!phases_) return;
   EventSet& s = *current_;
   const int i = static_cast<int>(p);
   check(cudaEventRecord(s.ends[i][s.used[i]], stream_), "cudaEventRecord");
   ++s.used[i];
 }
 
-void CudaStepTimer::add_host_ms(Phase p, double ms) { current_->host_ms[static_cast<int>(p)] += ms; }
+void CudaStepTimer::add_host_ms(Phase p, double ms) {
+  if (phases_) current_->host_ms[static_cast<int>(p)] += ms;
+}
 
 StepTimes CudaStepTimer::read(EventSet& s) {
   StepTimes t;

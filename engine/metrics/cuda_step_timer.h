@@ -6,9 +6,8 @@
 // cudaEventSynchronize, unless the device falls more than `lag` steps behind).
 //
 // NOT RUN ON A GPU: compiled only with TRAINBENCH_HAVE_CUDA and never executed
-// yet, and not wired into the trainer (which uses HostStepTimer). To wire it:
-// create it with the backend's stream, and publish each StepTimes that poll()
-// returns for its own (earlier) step.
+// yet. The trainer uses it on the CUDA backend and publishes each step's
+// metrics when poll() hands that step's times back.
 #include "engine/metrics/step_timer.h"
 
 #ifdef TRAINBENCH_HAVE_CUDA
@@ -22,7 +21,8 @@ namespace tb {
 class CudaStepTimer final : public StepTimer {
  public:
   // max_entries: how often one phase may be entered per step (micro-batches).
-  CudaStepTimer(cudaStream_t stream, int lag = 3, int max_entries = 64);
+  // phases = false: the step total only (measurement off), two events a step.
+  CudaStepTimer(cudaStream_t stream, int lag = 3, int max_entries = 64, bool phases = true);
   ~CudaStepTimer() override;
   CudaStepTimer(const CudaStepTimer&) = delete;
   CudaStepTimer& operator=(const CudaStepTimer&) = delete;
@@ -50,6 +50,7 @@ class CudaStepTimer final : public StepTimer {
 
   cudaStream_t stream_;
   int lag_, max_entries_;
+  bool phases_;
   std::vector<EventSet> ring_;
   size_t next_ = 0;               // the set the next step records into
   std::deque<size_t> in_flight_;  // recorded sets not yet read back, oldest first

@@ -60,8 +60,11 @@ uint64_t CuptiActivityCollector::timestamp_ns() {
 
 void CuptiActivityCollector::start() {
   if (started_) return;
-  check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed),
-        "cuptiActivityRegisterCallbacks");
+  // Once per process: start/stop may alternate (the sampled kernel census).
+  if (!registered_)
+    check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed),
+          "cuptiActivityRegisterCallbacks");
+  registered_ = true;
   check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enable kernel records");
   check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY), "enable memcpy records");
   check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET), "enable memset records");

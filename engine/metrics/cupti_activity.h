@@ -55,6 +55,7 @@ class CuptiActivityCollector {
   std::vector<KernelRecord> kernels_;
   std::vector<CopyRecord> copies_;
   bool started_ = false;
+  bool registered_ = false;
 };
 
 }  // namespace tb

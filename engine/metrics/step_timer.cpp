@@ -97,4 +97,17 @@ std::optional<StepTimes> TotalOnlyStepTimer::poll() {
   return r;
 }
 
+void LaggedStepTimer::end_step() {
+  inner_->end_step();
+  while (std::optional<StepTimes> t = inner_->poll()) held_.push_back(*t);
+  flushed_ = false;
+}
+
+std::optional<StepTimes> LaggedStepTimer::poll() {
+  if (held_.empty() || (!flushed_ && int(held_.size()) <= lag_)) return std::nullopt;
+  StepTimes t = held_.front();
+  held_.pop_front();
+  return t;
+}
+
 }  // namespace tb

@@ -101,6 +101,27 @@ class TotalOnlyStepTimer final : public StepTimer {
   std::optional<StepTimes> ready_;
 };
 
+// Hands another timer's steps back `lag` steps late, the way the CUDA event
+// timer does on a GPU: lets the CPU tests drive the trainer's late publishing.
+class LaggedStepTimer final : public StepTimer {
+ public:
+  LaggedStepTimer(std::unique_ptr<StepTimer> inner, int lag) : inner_(std::move(inner)), lag_(lag) {}
+  void begin_step(int64_t step) override { inner_->begin_step(step); }
+  void end_step() override;
+  void begin(Phase p) override { inner_->begin(p); }
+  void end(Phase p) override { inner_->end(p); }
+  void add_host_ms(Phase p, double ms) override { inner_->add_host_ms(p, ms); }
+  std::optional<StepTimes> poll() override;
+  void flush() override { flushed_ = true; }
+  int lag_steps() const override { return lag_; }
+
+ private:
+  std::unique_ptr<StepTimer> inner_;
+  int lag_;
+  bool flushed_ = false;
+  std::deque<StepTimes> held_;
+};
+
 // RAII phase mark.
 class PhaseScope {
  public:

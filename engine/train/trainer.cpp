@@ -6,19 +6,29 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <optional>
 
 #include "engine/backend/backend.h"
 #include "engine/core/error.h"
 #include "engine/data/dataset.h"
 #include "engine/data/loader.h"
 #include "engine/metrics/chrome_trace.h"
+#include "engine/metrics/kernel_census.h"
+#include "engine/metrics/nvml_telemetry.h"
 #include "engine/metrics/process_memory.h"
 #include "engine/metrics/step_timer.h"
 #include "engine/nn/models.h"
 #include "engine/optim/clip.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/schedule.h"
+#include "engine/train/input_stager.h"
 #include "engine/train/tricks.h"
+
+#ifdef TRAINBENCH_HAVE_CUDA
+#include "engine/backend/cuda/cuda_backend.h"
+#include "engine/metrics/cuda_step_timer.h"
+#endif
 
 namespace tb {
 
@@ -88,6 +98,49 @@ struct DeviceStats {
   }
 };
 
+// GPU memory series: the allocator's figures every step (host-side counters),
+// the driver's used/total when query_device (a driver call: every 10 steps).
+void write_memory_metrics(const DeviceMemoryStats& m, json& metrics) {
+  metrics["gpu_mem_allocated_bytes"] = double(m.allocated_bytes);
+  metrics["gpu_mem_reserved_bytes"] = double(m.reserved_bytes);
+  metrics["gpu_mem_peak_bytes"] = double(m.peak_allocated_bytes);
+  if (m.device_used_bytes >= 0) {
+    metrics["gpu_mem_used_bytes"] = double(m.device_used_bytes);
+    metrics["gpu_mem_total_bytes"] = double(m.device_total_bytes);
+  }
+}
+
+constexpr int64_t kCensusInterval = 50;  // steps between sampled kernel censuses
+
+// Trick 20 between training and evaluation: cached blocks go back to the
+// driver and the peak counters restart, so each phase's own peak shows. The
+// run's peak so far is kept first.
+void release_cached_memory(Backend& be, int64_t& run_peak_bytes) {
+  if (std::optional<DeviceMemoryStats> m = be.memory_stats(false))
+    run_peak_bytes = std::max(run_peak_bytes, m->peak_allocated_bytes);
+  be.empty_cache();
+  be.reset_peak_memory();
+}
+
+// Phase times: CUDA events on the CUDA backend (device time, read back a few
+// steps late: measuring never waits for the device), steady_clock on the CPU.
+std::unique_ptr<StepTimer> make_step_timer(Backend& be, bool measure, int test_lag) {
+  std::unique_ptr<StepTimer> t;
+#ifdef TRAINBENCH_HAVE_CUDA
+  if (auto* cuda = dynamic_cast<CudaBackend*>(&be))
+    t = std::make_unique<CudaStepTimer>(static_cast<cudaStream_t>(cuda->stream_handle()), 3, 64,
+                                        measure);
+#endif
+  if (!t) {
+    if (measure)
+      t = std::make_unique<HostStepTimer>(/*report_h2d=*/!be.device().is_cpu());
+    else
+      t = std::make_unique<TotalOnlyStepTimer>();
+  }
+  if (test_lag > 0) t = std::make_unique<LaggedStepTimer>(std::move(t), test_lag);
+  return t;
+}
+
 }  // namespace
 
 Trainer::Trainer(RunConfig config, EventBus& bus, const std::atomic<bool>& stop)
@@ -110,6 +163,7 @@ TrainResult Trainer::run(int64_t run_id) {
   std::unique_ptr<Backend> backend = make_backend(c.device, bo, &note);
   Backend& be = *backend;
   if (!note.empty()) log("info", note);
+  const bool on_host = be.device().is_cpu();
 
   // --- data
   std::unique_ptr<Dataset> train_set = open_dataset(dataset_spec(c, c.train_limit), "train");
@@ -121,6 +175,10 @@ TrainResult Trainer::run(int64_t run_id) {
   lo.shuffle = true;
   lo.drop_last = true;  // equal batch shapes every step
   lo.transform = transform_for(c, *train_set, true);
+  // Tricks 4 and 6 change where the loader's buffers live and what they hold.
+  if (!on_host && c.pin_memory)
+    lo.allocator = [&be](const Shape& s, DType t) { return be.pinned_host_empty(s, t); };
+  if (!on_host && c.h2d_uint8) lo.format = BatchFormat::Uint8;
   DataLoader train_loader(*train_set, lo);
   lo.shuffle = false;
   lo.drop_last = false;
@@ -202,21 +260,13 @@ TrainResult Trainer::run(int64_t run_id) {
   ctx.dtype = DType::F32;
   ctx.layout = Layout::NCHW;
   DeviceStats train_stats(be);
-  const bool on_host = be.device().is_cpu();
-  Tensor device_images, device_labels;  // staging on a device backend
-  auto to_device = [&](const Batch& b, Tensor& images, Tensor& labels) {
-    if (on_host) {
-      images = b.images, labels = b.labels;
-      return;
-    }
-    if (!device_images.defined() || device_images.shape() != b.images.shape()) {
-      device_images = be.empty(b.images.shape(), b.images.dtype());
-      device_labels = be.empty(b.labels.shape(), b.labels.dtype());
-    }
-    be.copy(b.images, device_images);
-    be.copy(b.labels, device_labels);
-    images = device_images, labels = device_labels;
-  };
+  InputOptions io;
+  io.non_blocking = !on_host && c.non_blocking;
+  io.uint8 = !on_host && c.h2d_uint8;
+  if (io.uint8)
+    norm_scale_shift(train_loader.options().transform.norm, train_loader.image_shape()[0],
+                     io.scale, io.shift);
+  InputStager stager(be, io);
 
   // Forward that checks every layer's output for NaN/Inf when anomaly_check is on.
   // With a trace, every layer's forward is a span.
@@ -253,12 +303,13 @@ TrainResult Trainer::run(int64_t run_id) {
     Batch b;
     Tensor none, x, y;
     while (test_loader.next(b)) {
-      to_device(b, x, y);
+      n += b.labels.dim(0);
+      stager.stage(std::move(b), test_loader, x, y);
       Tensor logits = model->forward(ctx, x);
       be.softmax_cross_entropy(logits, y, 0.0f, 1.0f, none, eval_stats.device);
-      n += b.labels.dim(0);
-      test_loader.recycle(std::move(b));
+      stager.consumed();
     }
+    stager.release_all();  // the test loader's batches go home before its next epoch
     ctx.training = true;
     auto [loss_sum, correct] = eval_stats.read_and_reset();
     return {loss_sum / std::max<int64_t>(n, 1), correct / std::max<int64_t>(n, 1)};
@@ -273,16 +324,58 @@ TrainResult Trainer::run(int64_t run_id) {
   const auto run_start = Clock::now();
   double cpu_mark = process_cpu_seconds();
   auto wall_mark = Clock::now();
-  // Phase breakdown on the host clock (the CUDA event timer, cuda_step_timer.h,
-  // is not wired in yet: it has not been run on a GPU).
-  std::unique_ptr<StepTimer> base_timer;
-  if (measure_)
-    base_timer = std::make_unique<HostStepTimer>(/*report_h2d=*/!on_host);
-  else
-    base_timer = std::make_unique<TotalOnlyStepTimer>();
+  std::unique_ptr<StepTimer> base_timer = make_step_timer(be, measure_, timer_lag_for_test_);
   std::unique_ptr<TracingStepTimer> tracing_timer;
   if (trace_) tracing_timer = std::make_unique<TracingStepTimer>(*base_timer, *trace_);
   StepTimer& timer = trace_ ? static_cast<StepTimer&>(*tracing_timer) : *base_timer;
+
+  // A step's event goes out when its times are known: at once with host
+  // timers, a few steps later with CUDA events (so no step waits to be timed).
+  struct PendingStep {
+    int64_t step, epoch;
+    json metrics;
+  };
+  std::deque<PendingStep> pending;
+  auto publish_ready = [&](bool flush) {
+    if (flush) timer.flush();
+    while (std::optional<StepTimes> t = timer.poll()) {
+      TB_CHECK(!pending.empty() && pending.front().step == t->step, "step timer: times of step ",
+               t->step, " arrived, but the next unpublished step is ",
+               pending.empty() ? int64_t(-1) : pending.front().step);
+      PendingStep p = std::move(pending.front());
+      pending.pop_front();
+      step_ms.push_back(t->total_ms);
+      if (measure_)
+        t->write_metrics(p.metrics);
+      else
+        p.metrics["step_time_ms"] = t->total_ms;
+      p.metrics["samples_per_s"] = 1e3 * double(samples_per_step) / t->total_ms;
+      bus_.publish("step", {{"step", p.step}, {"epoch", p.epoch}, {"metrics", p.metrics}});
+    }
+  };
+
+  // GPU telemetry (NVML, from the driver at run time); absent, with the reason
+  // logged, where there is none. NVML numbers devices in PCI order, CUDA
+  // fastest first: the same on one-GPU machines.
+  std::unique_ptr<NvmlTelemetry> nvml;
+  if (!on_host) {
+    nvml = std::make_unique<NvmlTelemetry>(unsigned(be.device().index));
+    if (!nvml->available()) {
+      log("info", "GPU telemetry " + nvml->reason());
+      nvml.reset();
+    }
+  }
+  int64_t device_peak_bytes = 0;  // over the run (peaks reset between phases, trick 20)
+  // Kernel counts and the Tensor Core share: one step in 50, every step with
+  // the profiler trick (17), which makes its cost visible in the step times.
+  std::unique_ptr<KernelCensus> census;
+  if (!on_host) {
+    census = std::make_unique<KernelCensus>(be, c.profiler ? 1 : kCensusInterval);
+    if (!census->available()) {
+      log(c.profiler ? "warning" : "info", "kernel census " + census->reason());
+      census.reset();
+    }
+  }
 
   for (int64_t epoch = 0; epoch < epochs && !stopped; ++epoch) {
     const auto epoch_start = Clock::now();
@@ -300,22 +393,27 @@ TrainResult Trainer::run(int64_t run_id) {
     };
 
     for (int64_t s = 0; s < steps_per_epoch && step < total_steps; ++s) {
+      if (census) census->begin_step(step + 1);
       timer.begin_step(step + 1);
       if (!c.grad_set_to_none) {
         Tensor grads = model->grad_block();
         be.fill(grads, 0.0);
       }
+      int64_t h2d_bytes = 0;
       for (int64_t k = 0; k < K; ++k) {
         Batch b;
         double wait_s = 0;
         TB_CHECK(train_loader.next(b, &wait_s), "data loader ended early in epoch ", epoch);
         timer.add_host_ms(Phase::DataWait, 1e3 * wait_s);
+        pending_samples += b.labels.dim(0);
         Tensor x, y;
-        if (on_host) {
-          to_device(b, x, y);  // no copy on the host: not a phase
-        } else {
-          PhaseScope ps(timer, Phase::H2D);
-          to_device(b, x, y);
+        {
+          // No copy on the host: not a phase there. With non_blocking this
+          // times only what the compute stream waits for (the exposed copy).
+          std::optional<PhaseScope> ps;
+          if (!on_host) ps.emplace(timer, Phase::H2D);
+          stager.stage(std::move(b), train_loader, x, y);
+          h2d_bytes += stager.last_bytes();
         }
         Tensor* dlogits = nullptr;
         {
@@ -332,8 +430,7 @@ TrainResult Trainer::run(int64_t run_id) {
           ctx.accumulate_grads = !c.grad_set_to_none || k > 0;
           backward(*dlogits);
         }
-        pending_samples += b.labels.dim(0);
-        train_loader.recycle(std::move(b));
+        stager.consumed();  // the last reader of x and y (conv weight gradients) is queued
       }
       json metrics;
       double lr = 0;
@@ -357,18 +454,18 @@ TrainResult Trainer::run(int64_t run_id) {
           step == total_steps)
         read_train_stats(metrics);
       timer.end_step();
-      // The host timers have this step ready now; a device timer would hand
-      // back an earlier step (not wired in yet, see above).
-      std::optional<StepTimes> times = timer.poll();
-      TB_CHECK(times && times->step == step, "step timer: step ", step, " not ready");
-      const double total_ms = times->total_ms;
-      step_ms.push_back(total_ms);
-      if (measure_)
-        times->write_metrics(metrics);
-      else
-        metrics["step_time_ms"] = total_ms;
-      metrics["samples_per_s"] = 1e3 * double(samples_per_step) / total_ms;
+      if (census) census->end_step(metrics);
       metrics["lr"] = lr;
+      if (!on_host) {
+        const bool every10 = step % 10 == 0 || step == 1;
+        metrics["h2d_bytes"] = double(h2d_bytes);
+        if (std::optional<DeviceMemoryStats> m = be.memory_stats(/*query_device=*/every10)) {
+          write_memory_metrics(*m, metrics);
+          device_peak_bytes = std::max(device_peak_bytes, m->peak_allocated_bytes);
+        }
+        if (nvml && every10)
+          if (std::optional<GpuTelemetry> g = nvml->read()) g->write_metrics(metrics);
+      }
       if (on_host && (step % 10 == 0 || step == 1)) {
         metrics["host_rss_bytes"] = double(process_rss_bytes());
         const double wall = std::chrono::duration<double>(Clock::now() - wall_mark).count();
@@ -376,7 +473,8 @@ TrainResult Trainer::run(int64_t run_id) {
         if (wall > 0) metrics["cpu_threads_busy"] = (cpu - cpu_mark) / wall;
         cpu_mark = cpu, wall_mark = Clock::now();
       }
-      bus_.publish("step", {{"step", step}, {"epoch", epoch}, {"metrics", metrics}});
+      pending.push_back({step, epoch, std::move(metrics)});
+      publish_ready(/*flush=*/false);
       summary_["steps"] = step;
       if (stop_.load()) {
         stopped = true;
@@ -385,11 +483,15 @@ TrainResult Trainer::run(int64_t run_id) {
       }
     }
 
+    // The epoch's last step events go out before its epoch event.
+    publish_ready(/*flush=*/true);
     // Evaluate at the end of every epoch (and of a run cut short by max_steps).
     const auto t_eval = Clock::now();
     json em;
     if (!stopped) {
+      if (c.empty_cache_between_phases) release_cached_memory(be, device_peak_bytes);
       auto [test_loss, test_acc] = evaluate();
+      if (c.empty_cache_between_phases) release_cached_memory(be, device_peak_bytes);
       last_test_loss = test_loss, last_test_acc = test_acc;
       em["test_loss"] = test_loss;
       em["test_accuracy"] = test_acc;
@@ -407,8 +509,11 @@ TrainResult Trainer::run(int64_t run_id) {
   const double med = median(step_ms);
   summary_["median_step_time_ms"] = med;
   summary_["samples_per_s"] = std::isfinite(med) && med > 0 ? 1e3 * samples_per_step / med : 0.0;
-  summary_["peak_memory_bytes"] = on_host ? process_peak_rss_bytes() : 0;
+  if (std::optional<DeviceMemoryStats> m = be.memory_stats(false))
+    device_peak_bytes = std::max(device_peak_bytes, m->peak_allocated_bytes);
+  summary_["peak_memory_bytes"] = on_host ? process_peak_rss_bytes() : device_peak_bytes;
   summary_["peak_memory_kind"] = on_host ? "host_peak_rss" : "device_peak_allocated";
+  if (!on_host) summary_["gpu_mem_peak_bytes"] = device_peak_bytes;
   summary_["final_test_accuracy"] = last_test_acc;
   summary_["final_test_loss"] = last_test_loss;
   summary_["final_train_loss"] = last_train_loss;

@@ -37,6 +37,10 @@ class Trainer {
   // and backward) for `trainbench-engine trace`. Not owned.
   void set_trace(ChromeTrace* trace) { trace_ = trace; }
 
+  // Test hook: step times are handed back `lag` steps late, as the CUDA event
+  // timer does on a GPU, so the CPU tests cover the trainer's late publishing.
+  void set_step_timer_lag_for_test(int lag) { timer_lag_for_test_ = lag; }
+
   // Partial summary of what ran so far (for a failed run's record).
   const nlohmann::json& summary_so_far() const { return summary_; }
 
@@ -47,6 +51,7 @@ class Trainer {
   nlohmann::json summary_ = nlohmann::json::object();
   bool measure_;
   ChromeTrace* trace_ = nullptr;
+  int timer_lag_for_test_ = 0;
 };
 
 }  // namespace tb

@@ -16,7 +16,14 @@ namespace {
 // it real (and tests it).
 bool cuda_trick_implemented(const std::string& key) {
   static const std::set<std::string> implemented = {
-      "cudnn_benchmark",  // conv_cudnn.cpp: autotuned plans per shape key
+      "cudnn_benchmark",             // conv_cudnn.cpp: autotuned plans per shape key
+      "pin_memory",                  // loader buffers from Backend::pinned_host_empty
+      "non_blocking",                // InputStager: copy stream, events, two device slots
+      "h2d_uint8",                   // u8 batches, Backend::normalize_u8 on the device
+      "empty_cache_between_phases",  // trainer: around every evaluation
+#ifdef TRAINBENCH_HAVE_CUPTI
+      "profiler",  // KernelCensus of every step (CUPTI activity records)
+#endif
   };
   return implemented.count(key) > 0;
 }
@@ -39,6 +46,9 @@ json resolve_tricks(const RunConfig& c, const Device& device) {
     } else if (k.backends == "cuda" && !cuda_trick_implemented(k.key)) {
       applied = false;
       reason = "not implemented by this build's cuda backend yet";
+    } else if (k.key == "non_blocking" && value.get<bool>() && !c.pin_memory) {
+      reason = "without pin_memory the driver stages pageable batches first, so the copy "
+               "does not overlap compute";
     } else if (k.key == "eval_inference_mode" && !value.get<bool>()) {
       applied = false;
       reason = "evaluation in this engine never records activations for backward";

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// A census of one training step's kernels from CUPTI activity records: how
+// many kernels and memsets ran, their summed time, and the share of that time
+// in Tensor Core kernels (kernel_classifier.h). Published as the step's
+// `tensor_core_share`, `kernels_per_step`, `memsets_per_step`, `kernel_time_ms`.
+//
+// Recording every kernel costs time, so by default one step in `interval` is
+// sampled (the records are switched on for that step only, and the host waits
+// for the device once at its end to collect them); with the `profiler` trick
+// every step is. Where CUPTI is missing or refuses (another profiler holds it,
+// counters disabled) the census is unavailable with the reason, and the
+// figures are absent, never zero.
+//
+// NOT RUN ON A GPU: compiled with TRAINBENCH_HAVE_CUPTI; without it, always
+// unavailable.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/metrics/kernel_classifier.h"
+
+namespace tb {
+
+class Backend;
+
+class KernelCensus {
+ public:
+  // interval 1: every step (profiler on); N: steps 1, N+1, 2N+1, ...
+  KernelCensus(Backend& backend, int64_t interval);
+  ~KernelCensus();
+  KernelCensus(const KernelCensus&) = delete;
+  KernelCensus& operator=(const KernelCensus&) = delete;
+
+  bool available() const { return available_; }
+  const std::string& reason() const { return reason_; }
+  KernelClassifier& classifier() { return classifier_; }
+
+  // Around one optimizer step; a no-op for steps that are not sampled.
+  void begin_step(int64_t step);
+  // Adds the figures of a sampled step to `metrics` (waits for the device).
+  void end_step(nlohmann::json& metrics);
+
+ private:
+  Backend& be_;
+  int64_t interval_;
+  bool available_ = false;
+  bool sampling_ = false;
+  std::string reason_;
+  KernelClassifier classifier_;
+};
+
+}  // namespace tb

@@ -1,0 +1,336 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The input path and the device figures (tricks 4, 5, 6, 20; the step timer
+// read back late; GPU memory series):
+//   - normalize_u8 gives the loader's host normalisation bit for bit (CPU here;
+//     the CUDA kernel against it in a GPU slot);
+//   - the trainer publishes every step exactly once, in order, before its
+//     epoch event, when step times come back late (LaggedStepTimer stands in
+//     for the CUDA event timer on the CPU);
+//   - trick resolution names what each device honours;
+//   - GPU slots (QSKIP without a device): uploads through the copy stream,
+//     memory statistics and empty_cache, and whole training runs whose losses
+//     are bit-identical with pin_memory / non_blocking / h2d_uint8 on and off.
+#include <QtTest>
+
+#include <cmath>
+#include <random>
+
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/error.h"
+#include "engine/data/transforms.h"
+#include "engine/metrics/step_timer.h"
+#include "engine/train/config.h"
+#include "engine/train/events.h"
+#include "engine/train/trainer.h"
+#include "engine/train/tricks.h"
+#ifdef TRAINBENCH_HAVE_CUDA
+#include "engine/backend/cuda/cuda_backend.h"
+#endif
+
+using namespace tb;
+using json = nlohmann::json;
+
+namespace {
+
+Tensor random_u8(const Shape& s, uint64_t seed, Layout l = Layout::NCHW) {
+  std::mt19937_64 rng(seed);
+  Tensor t = Tensor::empty(s, DType::U8, Device::cpu(), l);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data_as<uint8_t>()[i] = uint8_t(rng() & 0xff);
+  return t;
+}
+
+// The loader's normalisation of every image of a u8 NCHW batch.
+Tensor host_normalized(const Tensor& u8, const NormStats& stats) {
+  Tensor f = Tensor::empty(u8.shape(), DType::F32);
+  const Shape chw{u8.c(), u8.h(), u8.w()};
+  const int64_t per = u8.c() * u8.h() * u8.w();
+  for (int64_t n = 0; n < u8.n(); ++n)
+    normalize(u8.data_as<uint8_t>() + n * per, f.data_as<float>() + n * per, chw, stats);
+  return f;
+}
+
+bool bit_equal(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+struct Recorder final : EventSink {
+  std::vector<json> events;
+  void on_event(const json& e) override { events.push_back(e); }
+  std::vector<json> of(const std::string& type) const {
+    std::vector<json> out;
+    for (const json& e : events)
+      if (e["type"] == type) out.push_back(e);
+    return out;
+  }
+};
+
+json base_config() {
+  return {{"device", "cpu"},   {"dataset", "synthetic"}, {"synthetic_shape", {1, 12, 12}},
+          {"synthetic_size", 256}, {"test_limit", 64},   {"batch_size", 32},
+          {"model", "fmnist-cnn"}, {"seed", 3},          {"epochs", 2}};
+}
+
+Recorder run(json config, int lag, const std::atomic<bool>* stop = nullptr) {
+  RunConfig c = RunConfig::from_json(validate_config(config, "test"));
+  EventBus bus;
+  Recorder rec;
+  bus.add(&rec);
+  std::atomic<bool> never{false};
+  Trainer t(c, bus, stop ? *stop : never);
+  t.set_step_timer_lag_for_test(lag);
+  t.run(0);
+  return rec;
+}
+
+#ifdef TRAINBENCH_HAVE_CUDA
+bool have_gpu(QString* why) {
+  std::string w;
+  if (cuda_device_count(&w) > 0) return true;
+  *why = QString::fromStdString("no CUDA device: " + w);
+  return false;
+}
+#endif
+
+}  // namespace
+
+#ifdef TRAINBENCH_HAVE_CUDA
+#define NEED_GPU()                              \
+  do {                                          \
+    QString why_;                               \
+    if (!have_gpu(&why_)) QSKIP(qPrintable(why_)); \
+  } while (0)
+#else
+#define NEED_GPU() QSKIP("this build has no CUDA backend (TRAINBENCH_CUDA=OFF or no toolkit)")
+#endif
+
+class TestStaging : public QObject {
+  Q_OBJECT
+ private slots:
+  // --- normalize_u8: the device path of h2d_uint8 must give the host loader's bits.
+  void cpuNormalizeU8MatchesLoaderBits() {
+    CpuBackend be;
+    for (const char* ds : {"fashion-mnist", "cifar10", "synthetic"}) {
+      const int64_t C = std::string(ds) == "fashion-mnist" ? 1 : 3;
+      const NormStats stats = standard_norm_stats(ds, C);
+      std::vector<float> scale, shift;
+      norm_scale_shift(stats, C, scale, shift);
+      Tensor u8 = random_u8({5, C, 7, 9}, 11 + C);
+      Tensor ref = host_normalized(u8, stats);
+      Tensor got = Tensor::empty(u8.shape(), DType::F32);
+      be.normalize_u8(u8, scale, shift, got);
+      QVERIFY2(bit_equal(ref, got), ds);
+    }
+  }
+
+  void normalizeU8RejectsBadArguments() {
+    CpuBackend be;
+    Tensor u8 = random_u8({2, 3, 4, 4}, 1);
+    Tensor f = Tensor::empty({2, 3, 4, 4}, DType::F32);
+    std::vector<float> one(1, 1.0f), three(3, 1.0f);
+    QVERIFY_THROWS_EXCEPTION(Error, be.normalize_u8(u8, one, one, f));  // 1 scale, 3 channels
+    Tensor wrong = Tensor::empty({2, 3, 4, 5}, DType::F32);
+    QVERIFY_THROWS_EXCEPTION(Error, be.normalize_u8(u8, three, three, wrong));
+    QVERIFY_THROWS_EXCEPTION(Error, be.normalize_u8(f, three, three, f));  // src not u8
+  }
+
+  // --- host backends: the defaults of the device-memory API.
+  void cpuHasNoDeviceMemory() {
+    CpuBackend be;
+    QVERIFY(!be.memory_stats(true).has_value());
+    Tensor p = be.pinned_host_empty({3, 4}, DType::F32);  // plain host memory
+    QVERIFY(p.device().is_cpu());
+    QCOMPARE(be.fence(), uint64_t(0));
+  }
+
+  // --- late step times: every step once, in order, before its epoch's event.
+  void lateStepTimesArePublishedInOrder() {
+    for (int lag : {0, 3}) {
+      Recorder rec = run(base_config(), lag);
+      const auto steps = rec.of("step");
+      QCOMPARE(steps.size(), size_t(16));  // 256 / 32 per epoch, 2 epochs
+      for (size_t i = 0; i < steps.size(); ++i) {
+        QCOMPARE(steps[i]["step"].get<int64_t>(), int64_t(i + 1));
+        const json& m = steps[i]["metrics"];
+        QVERIFY(m.contains("step_time_ms") && m.contains("samples_per_s") && m.contains("lr"));
+        double parts = m["other_ms"].get<double>();
+        for (const char* k : {"data_wait_ms", "forward_ms", "backward_ms", "optimizer_ms"})
+          parts += m[k].get<double>();
+        QVERIFY(std::abs(parts - m["step_time_ms"].get<double>()) <= 1e-9 * (1 + parts) ||
+                m["other_ms"].get<double>() == 0.0);
+        QVERIFY(!m.contains("gpu_mem_allocated_bytes"));  // absent on the CPU, never zero
+        QVERIFY(!m.contains("h2d_bytes"));
+      }
+      // Every epoch event comes after that epoch's last step event.
+      int64_t last_step = 0;
+      for (const json& e : rec.events) {
+        if (e["type"] == "step") last_step = e["step"];
+        if (e["type"] == "epoch") QCOMPARE(last_step, e["step"].get<int64_t>());
+      }
+      QCOMPARE(rec.of("finished").at(0)["summary"]["steps"].get<int64_t>(), int64_t(16));
+    }
+  }
+
+  void lateTimesSameLossesAsOnTime() {
+    auto losses = [](const Recorder& r) {
+      std::vector<double> l;
+      for (const json& s : r.of("step"))
+        if (s["metrics"].contains("loss")) l.push_back(s["metrics"]["loss"]);
+      return l;
+    };
+    const auto a = losses(run(base_config(), 0)), b = losses(run(base_config(), 3));
+    QCOMPARE(a.size(), size_t(16));
+    QVERIFY(a == b);  // the timer only moves when events go out, never what is computed
+  }
+
+  void lateTimesWithStop() {
+    json c = base_config();
+    c["epochs"] = 1;
+    std::atomic<bool> stop{true};  // stop after the first step
+    Recorder rec = run(c, 3, &stop);
+    const auto steps = rec.of("step");
+    QCOMPARE(steps.size(), size_t(1));  // the pending step is still published
+    QCOMPARE(rec.of("finished").at(0)["status"].get<std::string>(), std::string("stopped"));
+  }
+
+  void laggedTimerHoldsBackThenFlushes() {
+    LaggedStepTimer t(std::make_unique<HostStepTimer>(false), 2);
+    for (int64_t s = 1; s <= 3; ++s) {
+      t.begin_step(s);
+      t.end_step();
+    }
+    std::optional<StepTimes> a = t.poll();
+    QVERIFY(a && a->step == 1);
+    QVERIFY(!t.poll());  // steps 2 and 3 are within the lag
+    t.flush();
+    QCOMPARE(t.poll()->step, int64_t(2));
+    QCOMPARE(t.poll()->step, int64_t(3));
+    QVERIFY(!t.poll());
+  }
+
+  // --- what each device honours.
+  void trickResolutionNamesTheDevice() {
+    json cfg = base_config();
+    cfg["pin_memory"] = true;
+    cfg["non_blocking"] = true;
+    cfg["h2d_uint8"] = true;
+    cfg["empty_cache_between_phases"] = true;
+    RunConfig c = RunConfig::from_json(validate_config(cfg, "test"));
+    json cpu = resolve_tricks(c, Device::cpu());
+    json gpu = resolve_tricks(c, Device::cuda(0));
+    for (const char* k : {"pin_memory", "non_blocking", "h2d_uint8", "empty_cache_between_phases"}) {
+      QVERIFY2(!cpu[k]["applied"].get<bool>(), k);
+      QVERIFY2(gpu[k]["applied"].get<bool>(), k);
+    }
+    cfg["pin_memory"] = false;
+    json warn = resolve_tricks(RunConfig::from_json(validate_config(cfg, "test")), Device::cuda(0));
+    QVERIFY(warn["non_blocking"]["reason"].get<std::string>().find("pin_memory") !=
+            std::string::npos);
+  }
+
+  // ------------------------------------------------------------ GPU slots
+  void gpuNormalizeU8MatchesLoaderBits() {
+    NEED_GPU();
+#ifdef TRAINBENCH_HAVE_CUDA
+    CudaBackend be(0, {});
+    const NormStats stats = standard_norm_stats("cifar10", 3);
+    std::vector<float> scale, shift;
+    norm_scale_shift(stats, 3, scale, shift);
+    for (Layout l : {Layout::NCHW, Layout::NHWC}) {
+      Tensor u8 = random_u8({6, 3, 11, 13}, 21, l);
+      CpuBackend cpu;
+      Tensor ref = Tensor::empty(u8.shape(), DType::F32, Device::cpu(), l);
+      cpu.normalize_u8(u8, scale, shift, ref);
+      Tensor du8 = be.empty(u8.shape(), DType::U8, l), dout = be.empty(u8.shape(), DType::F32, l);
+      be.copy(u8, du8);
+      be.normalize_u8(du8, scale, shift, dout);
+      Tensor got = Tensor::empty(u8.shape(), DType::F32, Device::cpu(), l);
+      be.copy(dout, got);
+      QVERIFY2(bit_equal(ref, got), layout_name(l));
+    }
+#endif
+  }
+
+  void gpuUploadAsyncRoundTrip() {
+    NEED_GPU();
+#ifdef TRAINBENCH_HAVE_CUDA
+    CudaBackend be(0, {});
+    Tensor host = be.pinned_host_empty({64, 3, 32, 32}, DType::U8);
+    QVERIFY(host.device().is_cpu());
+    Tensor dev[2] = {be.empty(host.shape(), DType::U8), be.empty(host.shape(), DType::U8)};
+    uint64_t fence[2] = {0, 0};
+    for (int k = 0; k < 6; ++k) {  // two slots, alternating, as the trainer does
+      Tensor src = random_u8(host.shape(), 100 + k);
+      std::memcpy(host.data(), src.data(), src.nbytes());
+      const uint64_t ticket = be.upload_async(host, dev[k % 2], fence[k % 2]);
+      be.wait_upload(ticket);  // host buffer free again
+      fence[k % 2] = be.fence();
+      Tensor back = Tensor::empty(host.shape(), DType::U8);
+      be.copy(dev[k % 2], back);
+      QVERIFY(bit_equal(src, back));
+    }
+    Tensor f32 = be.empty(host.shape(), DType::F32);
+    QVERIFY_THROWS_EXCEPTION(Error, be.upload_async(host, f32, 0));  // no conversions
+#endif
+  }
+
+  void gpuMemoryStatsAndEmptyCache() {
+    NEED_GPU();
+#ifdef TRAINBENCH_HAVE_CUDA
+    CudaBackend be(0, {});
+    const DeviceMemoryStats before = *be.memory_stats(true);
+    QVERIFY(before.device_total_bytes > 0 && before.device_used_bytes > 0);
+    {
+      Tensor big = be.empty({64 << 20}, DType::U8);
+      const DeviceMemoryStats during = *be.memory_stats(false);
+      QVERIFY(during.allocated_bytes >= before.allocated_bytes + (64 << 20));
+      QVERIFY(during.peak_allocated_bytes >= during.allocated_bytes);
+      QCOMPARE(during.device_used_bytes, int64_t(-1));  // not asked
+    }
+    const DeviceMemoryStats cached = *be.memory_stats(false);
+    QVERIFY(cached.reserved_bytes >= cached.allocated_bytes + (64 << 20));  // kept in the cache
+    be.empty_cache();
+    be.reset_peak_memory();
+    const DeviceMemoryStats after = *be.memory_stats(false);
+    QVERIFY(after.reserved_bytes < cached.reserved_bytes);
+    QCOMPARE(after.peak_allocated_bytes, after.allocated_bytes);
+#endif
+  }
+
+  void gpuInputTricksGiveBitIdenticalLosses() {
+    NEED_GPU();
+    auto losses = [](json overrides) {
+      json c = base_config();
+      c["device"] = "cuda";
+      c["deterministic"] = true;  // same plans and sums in every run
+      for (auto& [k, v] : overrides.items()) c[k] = v;
+      Recorder rec = run(c, 0);
+      std::vector<double> l;
+      for (const json& s : rec.of("step")) {
+        const json& m = s["metrics"];
+        if (m.contains("loss")) l.push_back(m["loss"]);
+        if (!m.contains("gpu_mem_allocated_bytes") || !m.contains("h2d_ms") ||
+            !m.contains("h2d_bytes"))
+          l.push_back(NAN);  // a missing GPU series fails the comparison below
+      }
+      return std::make_pair(l, rec);
+    };
+    const auto [base, base_rec] = losses({});
+    QCOMPARE(base.size(), size_t(16));
+    for (json o : {json{{"pin_memory", true}}, json{{"pin_memory", true}, {"non_blocking", true}},
+                   json{{"non_blocking", true}}, json{{"h2d_uint8", true}},
+                   json{{"pin_memory", true}, {"non_blocking", true}, {"h2d_uint8", true}},
+                   json{{"empty_cache_between_phases", true}}}) {
+      const auto [got, rec] = losses(o);
+      QVERIFY2(got == base, qPrintable(QString::fromStdString(o.dump())));
+      if (o.contains("h2d_uint8")) {  // 1 byte per pixel instead of 4
+        const double u8 = rec.of("step").at(0)["metrics"]["h2d_bytes"];
+        const double f32 = base_rec.of("step").at(0)["metrics"]["h2d_bytes"];
+        QCOMPARE(u8, 32.0 * 144 + 32 * 4);
+        QCOMPARE(f32, 32.0 * 144 * 4 + 32 * 4);
+      }
+    }
+  }
+};
+
+QTEST_GUILESS_MAIN(TestStaging)
+#include "test_staging.moc"
