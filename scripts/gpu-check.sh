@@ -1,87 +1,101 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-3.0-or-later
-# One command for the lent GPU machine: check the CUDA backend there.
+# Checking the CUDA backend on the lent GPU machine, in three calls at most.
 #
 # The GPU machine has the driver, nvcc, cuDNN/cuBLAS (in /usr/local/cuda/lib64
-# and/or PyTorch's python nvidia.* packages) but no Qt and no OpenBLAS, and
-# only the working tree plus up to 8 ignored paths travel (64 MiB). So the
-# test binaries are built HERE and packed with the non-CUDA runtime libraries
-# they need (Qt6Core/Qt6Test, ICU, OpenBLAS ...) into build-gpu/stage.tar.gz,
-# which the run tool carries. See docs/gpu-check.md for the exact call.
+# and/or PyTorch's python nvidia.* packages) and PyTorch, but no Qt and no
+# OpenBLAS, and only the working tree plus up to 8 ignored paths travel
+# (64 MiB). So the binaries are built HERE and packed with the non-CUDA runtime
+# libraries they need (Qt6Core/Qt6Test, ICU, OpenBLAS ...) into
+# build-gpu/stage.tar.gz; Fashion-MNIST goes into build-gpu-data/. See
+# docs/gpu-check.md for the exact calls.
 #
-#   scripts/gpu-check.sh stage [BUILD_DIR | TEST_BINARY]   (here, no GPU needed)
-#       BUILD_DIR defaults to build-cuda; it is configured and built when missing
+#   scripts/gpu-check.sh stage [BUILD_DIR]      (here, no GPU needed)
+#       BUILD_DIR defaults to build-cuda; configured and built when missing
 #       (-DTRAINBENCH_CUDA=ON -DTRAINBENCH_GUI=OFF -DCMAKE_CUDA_ARCHITECTURES=90).
-#       A path to a test binary stages that binary alone.
-#   scripts/gpu-check.sh run                                (on the GPU machine)
-#       prints nvidia-smi and library versions, runs the CUDA test suite, then
-#       compute-sanitizer memcheck on a subset of it, and copies logs to $OUT.
-#       MEMCHECK=0 skips the sanitizer run.
+#   scripts/gpu-check.sh run                    (on the GPU machine; carry build-gpu)
+#       nvidia-smi and library versions; every test suite with GPU slots;
+#       compute-sanitizer memcheck and racecheck on the backend's own kernels;
+#       $OUT/gpu-check-summary.json with pass/fail/skip counts per suite.
+#       MEMCHECK=0 skips the sanitizers.
+#   scripts/gpu-check.sh bench                  (GPU; carry build-gpu)
+#       bench/gpu_vs_pytorch.py: Trainbench vs PyTorch side by side, then the
+#       optimization ladder; $OUT/gpu-vs-pytorch.json. QUICK=1 for a short one.
+#   scripts/gpu-check.sh accuracy               (GPU; carry build-gpu and build-gpu-data)
+#       fmnist-cnn for 3 epochs and resnet18-cifar on Fashion-MNIST padded to
+#       32x32 (EPOCHS, default 15) on the GPU; $OUT/gpu-accuracy.json.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
 stage_dir=build-gpu
+data_dir=build-gpu-data
 tarball=$stage_dir/stage.tar.gz
+# Test suites with GPU slots (each QSKIPs them where there is no device).
+suites=(test_cuda_backend test_amp test_staging test_fused test_channels_last)
 
 # Libraries the GPU machine provides itself (driver, CUDA, glibc): never packed.
 is_system_lib() {
   case "$(basename "$1")" in
     libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libgcc_s.so*|linux-vdso*) return 0 ;;
-    libcuda.so*|libcudart*|libcublas*|libcudnn*|libnvrtc*|libnvidia*|libnvJitLink*) return 0 ;;
+    libcuda.so*|libcudart*|libcublas*|libcudnn*|libnvrtc*|libnvidia*|libnvJitLink*|libcupti*) return 0 ;;
   esac
   return 1
 }
 
 stage() {
   local src=${1:-build-cuda}
-  local bins=()
-  if [[ -f "$src" ]]; then
-    bins=("$src")
-  else
-    if [[ ! -d "$src" ]]; then
-      cmake -S . -B "$src" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINBENCH_CUDA=ON \
-        -DTRAINBENCH_GUI=OFF -DCMAKE_CUDA_ARCHITECTURES=90
-    fi
-    # Two cores here: build only what the GPU run needs.
-    cmake --build "$src" --target test_cuda_backend -j 2
-    bins=("$src/bin/test_cuda_backend")
+  if [[ ! -d "$src" ]]; then
+    cmake -S . -B "$src" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINBENCH_CUDA=ON \
+      -DTRAINBENCH_GUI=OFF -DCMAKE_CUDA_ARCHITECTURES=90
   fi
+  local targets=(trainbench-engine)
+  for s in "${suites[@]}"; do
+    [[ -f tests/engine/$s.cpp ]] && targets+=("$s")
+  done
+  # Two cores here: build only what the GPU run needs.
+  cmake --build "$src" --target "${targets[@]}" -j 2
   rm -rf "$stage_dir/pack"
-  mkdir -p "$stage_dir/pack/bin" "$stage_dir/pack/lib"
-  for b in "${bins[@]}"; do
-    cp "$b" "$stage_dir/pack/bin/test_cuda_backend"
+  mkdir -p "$stage_dir/pack/bin" "$stage_dir/pack/lib" "$stage_dir/pack/bench"
+  for t in "${targets[@]}"; do
+    cp "$src/bin/$t" "$stage_dir/pack/bin/"
     # Every shared library it resolves here, except the ones the device has.
-    ldd "$b" | awk '/=> \//{print $3}' | while read -r lib; do
+    ldd "$src/bin/$t" | awk '/=> \//{print $3}' | while read -r lib; do
       is_system_lib "$lib" || cp -L "$lib" "$stage_dir/pack/lib/"
     done
   done
+  cp bench/gpu_vs_pytorch.py bench/torch_train_step.py "$stage_dir/pack/bench/"
   tar -C "$stage_dir/pack" -czf "$tarball" .
   rm -rf "$stage_dir/pack"
   echo "staged $(du -h "$tarball" | cut -f1) in $tarball:"
   tar -tzf "$tarball" | sed 's/^/  /'
+  # The data set for the accuracy runs travels apart (carry it only then).
+  mkdir -p "$data_dir/fashion-mnist"
+  cp /usr/share/datasets/fashion-mnist/*.gz "$data_dir/fashion-mnist/" 2>/dev/null ||
+    echo "warning: no Fashion-MNIST here (scripts/setup.sh installs it); accuracy needs it" >&2
   local mib=$(( $(stat -c %s "$tarball") / 1048576 ))
-  if (( mib > 56 )); then
-    echo "warning: $mib MiB; the working tree and carried paths must stay under 64 MiB" >&2
+  if (( mib > 30 )); then
+    echo "warning: $mib MiB; with build-gpu-data (30 MiB) the carried paths must stay under 64 MiB" >&2
   fi
 }
 
-# Folders holding libcudnn/libcublas/libcublasLt/libnvrtc on the device.
+# Folders holding libcudnn/libcublas/libcublasLt/libnvrtc/libcupti on the device.
 cuda_lib_dirs() {
-  local roots=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib)
+  local roots=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/extras/CUPTI/lib64)
   local nv
   nv=$(python3 -c 'import nvidia, sys; print("\n".join(list(nvidia.__path__)))' 2>/dev/null || true)
   [[ -n "$nv" ]] && roots+=($nv)
-  for name in libcudnn.so.9 libcublas.so.13 libcublasLt.so.13 libnvrtc.so.13; do
+  for name in libcudnn.so.9 libcublas.so.13 libcublasLt.so.13 libnvrtc.so.13 libcupti.so.13; do
     { find -H "${roots[@]}" -name "$name" 2>/dev/null || true; } | head -n 1 | xargs -r dirname || true
   done | awk '!seen[$0]++'
 }
 
-run() {
-  local out=${OUT:-$here/build-gpu/out}
+root=/tmp/trainbench-gpu
+out=${OUT:-$here/build-gpu/out}
+
+unpack() {
   mkdir -p "$out"
   [[ -f "$tarball" ]] || { echo "no $tarball: run 'scripts/gpu-check.sh stage' first and carry build-gpu" >&2; exit 2; }
-  local root=/tmp/trainbench-gpu
   rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xzf "$tarball"
   # The packed libstdc++ (from the build machine) is a fallback only: the
   # device's own is newer there, and cuDNN/cuBLAS may need its newer symbols.
@@ -94,49 +108,109 @@ run() {
       rm -f "$root/lib/libstdc++.so.6"
     fi
   fi
-
   local dirs
   dirs=$(cuda_lib_dirs | paste -sd: - || true)
   export LD_LIBRARY_PATH="$root/lib${dirs:+:$dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export QT_QPA_PLATFORM=offscreen
+}
 
+environment() {
   {
     echo "== date"; date -u
     echo "== nvidia-smi"; nvidia-smi || true
     echo "== nvcc"; nvcc --version 2>/dev/null || echo "(no nvcc)"
     echo "== library folders"; echo "$LD_LIBRARY_PATH" | tr ':' '\n'
-    echo "== libraries the test resolves"; ldd "$root/bin/test_cuda_backend"
-    echo "== python nvidia packages"
+    echo "== libraries the engine resolves"; ldd "$root/bin/trainbench-engine"
+    echo "== devices the engine sees"; "$root/bin/trainbench-engine" devices || true
+    echo "== python packages"
     python3 -m pip list 2>/dev/null | grep -i -E '^(nvidia|torch)' || true
   } 2>&1 | tee "$out/environment.txt"
+}
 
-  # Qt Test writes the plain log to stdout and a JUnit file beside it.
-  local rc=0
-  set +e
-  QT_QPA_PLATFORM=offscreen timeout 480 "$root/bin/test_cuda_backend" \
-    -o "$out/test_cuda_backend.txt,txt" -o "$out/test_cuda_backend.xml,junitxml" -o -,txt
-  rc=$?
-  set -e
-  echo "test_cuda_backend exit status: $rc" | tee -a "$out/environment.txt"
+# "Totals: 12 passed, 0 failed, 3 skipped, ..." -> {"passed":12,...}
+totals_json() {
+  local line
+  line=$(grep -a '^Totals:' "$1" | tail -n 1 || true)
+  if [[ -z "$line" ]]; then echo '{"error":"no Totals line (crashed?)"}'; return; fi
+  echo "$line" | sed -E 's/Totals: ([0-9]+) passed, ([0-9]+) failed, ([0-9]+) skipped.*/{"passed":\1,"failed":\2,"skipped":\3}/'
+}
 
+run() {
+  unpack
+  environment
+  local rc=0 summary="" s
+  for s in "${suites[@]}"; do
+    [[ -x "$root/bin/$s" ]] || continue
+    set +e
+    timeout 300 "$root/bin/$s" -o "$out/$s.txt,txt" -o -,txt >/dev/null 2>"$out/$s.stderr"
+    local st=$?
+    set -e
+    (( st == 0 )) || rc=1
+    echo "$s exit status: $st" | tee -a "$out/environment.txt"
+    summary+="\"$s\": {\"exit\": $st, \"totals\": $(totals_json "$out/$s.txt")},"
+  done
+
+  local sanitizers=""
   if [[ "${MEMCHECK:-1}" != 0 ]] && command -v compute-sanitizer >/dev/null; then
     # The backend's own kernels (cuDNN/cuBLAS internals are not ours to check).
     # The allocator test is left out: its 1 PiB request is an expected failure.
-    set +e
-    timeout 300 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 99 \
-      "$root/bin/test_cuda_backend" copyRoundTrip fillValues layoutConversion pointwise \
-      softmaxCrossEntropy sumSquares pooling linear batchnorm optimizers \
-      >"$out/memcheck.txt" 2>&1
-    local mc=$?
-    set -e
-    tail -n 20 "$out/memcheck.txt"
-    echo "memcheck exit status: $mc (99 = errors found)" | tee -a "$out/environment.txt"
+    local tool
+    for tool in memcheck racecheck; do
+      set +e
+      timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 99 \
+        "$root/bin/test_cuda_backend" copyRoundTrip fillValues layoutConversion pointwise \
+        softmaxCrossEntropy sumSquares pooling linear batchnorm optimizers \
+        >"$out/$tool.txt" 2>&1
+      local mc=$?
+      set -e
+      tail -n 5 "$out/$tool.txt"
+      echo "$tool exit status: $mc (99 = errors found)" | tee -a "$out/environment.txt"
+      sanitizers+="\"$tool\": $mc,"
+    done
   fi
-  ls -l "$out"
+  local gpu
+  gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1 || echo unknown)
+  cat >"$out/gpu-check-summary.json" <<EOF
+{"date": "$(date -u +%FT%TZ)", "gpu": "$gpu",
+ "engine_devices": $(python3 -c 'import json,sys; print(json.dumps(sys.stdin.read().strip()))' < <("$root/bin/trainbench-engine" devices 2>&1 || true)),
+ "suites": {${summary%,}},
+ "sanitizers": {${sanitizers%,}}}
+EOF
+  cat "$out/gpu-check-summary.json"
   return $rc
+}
+
+bench() {
+  unpack
+  environment >/dev/null
+  local args=()
+  [[ "${QUICK:-0}" != 0 ]] && args+=(--quick)
+  PYTHONUNBUFFERED=1 python3 "$root/bench/gpu_vs_pytorch.py" --engine "$root/bin/trainbench-engine" \
+    --output "$out/gpu-vs-pytorch.json" "${args[@]}"
+}
+
+accuracy() {
+  unpack
+  environment >/dev/null
+  local data="$here/$data_dir/fashion-mnist"
+  [[ -f "$data/train-images-idx3-ubyte.gz" ]] || { echo "no $data: carry build-gpu-data" >&2; exit 2; }
+  local db="$out/accuracy.db" epochs=${EPOCHS:-15}
+  local eng="$root/bin/trainbench-engine"
+  "$eng" run --db "$db" --quiet --device cuda --epochs 3 --set data_dir="$data" \
+    --set name="fmnist-cnn gpu 3 epochs" || true
+  "$eng" run --db "$db" --quiet --device cuda --set data_dir="$data" --set model=resnet18-cifar \
+    --set pad_to_32=true --set random_crop_padding=4 --set horizontal_flip=true \
+    --batch-size 256 --set lr=0.1 --epochs "$epochs" --set workers=8 --set pin_memory=true \
+    --set non_blocking=true --set amp=bf16 --set channels_last=true \
+    --set name="resnet18-cifar gpu fmnist-32 $epochs epochs" || true
+  "$eng" list --db "$db" --json >"$out/gpu-accuracy.json"
+  cat "$out/gpu-accuracy.json"
 }
 
 case "${1:-run}" in
   stage) shift; stage "$@" ;;
   run) run ;;
-  *) echo "usage: $0 stage [BUILD_DIR|TEST_BINARY] | run" >&2; exit 2 ;;
+  bench) bench ;;
+  accuracy) accuracy ;;
+  *) echo "usage: $0 stage [BUILD_DIR] | run | bench | accuracy" >&2; exit 2 ;;
 esac
