@@ -58,8 +58,8 @@ def sh(cmd, **kw):
     return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw).stdout
 
 
-def trainbench(engine, db, name, model, chw, batch, tricks, steps, warmup):
-    config = {"name": name, "device": "cuda", "model": model, "dataset": "synthetic",
+def trainbench(engine, db, name, model, chw, batch, tricks, steps, warmup, device="cuda"):
+    config = {"name": name, "device": device, "model": model, "dataset": "synthetic",
               "synthetic_shape": list(chw), "synthetic_size": (steps + warmup + 2) * max(batch, 512),
               "test_limit": 512, "max_steps": steps + warmup, "batch_size": batch, "seed": 0,
               "workers": 4}
@@ -117,6 +117,8 @@ def main():
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--quick", action="store_true", help="fewer steps, first pairs only")
     p.add_argument("--skip-ladder", action="store_true")
+    p.add_argument("--device", default="cuda",
+                   help="Trainbench's device; anything but cuda skips PyTorch (a smoke test)")
     a = p.parse_args()
     steps, warmup = (30, 10) if a.quick else (a.steps, a.warmup)
     db = tempfile.mktemp(suffix=".db")
@@ -129,8 +131,9 @@ def main():
         result["nvidia_smi"] = f"unavailable: {e}"
     pairs = []
     for name, model, chw, batch, tricks in (PAIRS[:2] if a.quick else PAIRS):
-        tb = trainbench(a.engine, db, name, model, chw, batch, tricks, steps, warmup)
-        pt = pytorch(a.python, model, chw, batch, tricks, steps, warmup)
+        tb = trainbench(a.engine, db, name, model, chw, batch, tricks, steps, warmup, a.device)
+        pt = (pytorch(a.python, model, chw, batch, tricks, steps, warmup) if a.device == "cuda"
+              else {"framework": "pytorch", "error": "skipped: not a cuda run"})
         pair = {"name": name, "trainbench": tb, "pytorch": pt}
         if "median_step_ms" in tb and "median_step_ms" in pt:
             pair["trainbench_speedup_vs_pytorch"] = pt["median_step_ms"] / tb["median_step_ms"]
@@ -144,7 +147,8 @@ def main():
             tricks = {**tricks, **add}
             batch = tricks.get("batch_size", 256)
             r = trainbench(a.engine, db, "ladder: " + rung, "resnet18-cifar", (3, 32, 32), batch,
-                           {k: v for k, v in tricks.items() if k != "batch_size"}, steps, warmup)
+                           {k: v for k, v in tricks.items() if k != "batch_size"}, steps, warmup,
+                           a.device)
             r["rung"] = rung
             if ladder and "median_step_ms" in r and "median_step_ms" in ladder[0]:
                 r["speedup_vs_baseline"] = (r["samples_per_s"] / ladder[0]["samples_per_s"])
