@@ -330,6 +330,43 @@ class TestStaging : public QObject {
       }
     }
   }
+
+  void gpuSameSeedIsBitIdentical() {  // trick 19 on the GPU
+    NEED_GPU();
+    auto losses = [] {
+      json c = base_config();
+      c["device"] = "cuda";
+      c["deterministic"] = true;
+      std::vector<double> l;
+      for (const json& s : run(c, 0).of("step")) l.push_back(s["metrics"]["loss"]);
+      return l;
+    };
+    const auto a = losses(), b = losses();
+    QCOMPARE(a.size(), size_t(16));
+    QVERIFY(a == b);
+  }
+
+  void gpuOutOfMemoryNamesTheRequest() {
+    NEED_GPU();
+    json c = base_config();
+    c["device"] = "cuda";
+    c["model"] = "resnet18-cifar";
+    // ResNet-18 keeps tens of MB of activations per 32x32 sample for backward:
+    // about a terabyte at this batch, while the host batch itself is 0.8 GB.
+    c["synthetic_shape"] = {3, 32, 32};
+    c["synthetic_size"] = 1 << 16;
+    c["batch_size"] = 1 << 16;
+    c["epochs"] = 1;
+    bool thrown = false;
+    try {
+      run(c, 0);
+    } catch (const OutOfMemory& e) {
+      thrown = true;
+      QVERIFY(e.requested_bytes > 0);
+      QVERIFY2(std::string(e.what()).find("bytes") != std::string::npos, e.what());
+    }
+    QVERIFY(thrown);
+  }
 };
 
 QTEST_GUILESS_MAIN(TestStaging)
