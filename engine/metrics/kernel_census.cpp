@@ -4,15 +4,19 @@
 
 #include "engine/backend/backend.h"
 #include "engine/core/error.h"
+#include "engine/metrics/chrome_trace.h"
 #include "engine/metrics/cupti_activity.h"
 
 namespace tb {
 
+KernelClassifier engine_kernel_classifier() {
+  KernelClassifier c;
+  c.declare("tb::cuda::", false);
+  return c;
+}
+
 KernelCensus::KernelCensus(Backend& backend, int64_t interval)
-    : be_(backend), interval_(interval < 1 ? 1 : interval) {
-  // The engine's own kernels (tb::cuda::...) use no Tensor Cores: declared, so
-  // no name rule can misfile them.
-  classifier_.declare("tb::cuda::", false);
+    : be_(backend), interval_(interval < 1 ? 1 : interval), classifier_(engine_kernel_classifier()) {
 #ifdef TRAINBENCH_HAVE_CUPTI
   if (backend.device().is_cpu()) {
     reason_ = "not available: no kernels on the cpu backend";
@@ -77,6 +81,44 @@ void KernelCensus::end_step(nlohmann::json& metrics) {
 #else
   (void)metrics;
 #endif
+}
+
+bool DeviceTraceRecorder::start(ChromeTrace& trace) {
+#ifdef TRAINBENCH_HAVE_CUPTI
+  try {
+    auto& c = CuptiActivityCollector::instance();
+    c.start();
+    (void)c.take_kernels();
+    (void)c.take_copies();
+    // One instant on both clocks lines the device records up with host spans.
+    const double host_us = trace.now_us();
+    cupti_ns_at_trace_zero_ = CuptiActivityCollector::timestamp_ns() - uint64_t(host_us * 1e3);
+    trace_ = &trace;
+    return true;
+  } catch (const Error& e) {
+    reason_ = std::string("not available: ") + e.what();
+    return false;
+  }
+#else
+  (void)trace;
+  reason_ = "not available: this build has no CUPTI";
+  return false;
+#endif
+}
+
+void DeviceTraceRecorder::finish(Backend& backend, const KernelClassifier& classifier) {
+  if (!trace_) return;
+#ifdef TRAINBENCH_HAVE_CUPTI
+  backend.synchronize();
+  auto& c = CuptiActivityCollector::instance();
+  c.stop();
+  CuptiActivityCollector::append_to(*trace_, c.take_kernels(), c.take_copies(),
+                                    cupti_ns_at_trace_zero_, classifier);
+#else
+  (void)backend;
+  (void)classifier;
+#endif
+  trace_ = nullptr;
 }
 
 }  // namespace tb

@@ -26,6 +26,10 @@ namespace tb {
 
 class Backend;
 
+// The classifier with what the engine knows of its own kernels: they use no
+// Tensor Cores (declared, so no name rule can misfile them).
+KernelClassifier engine_kernel_classifier();
+
 class KernelCensus {
  public:
   // interval 1: every step (profiler on); N: steps 1, N+1, 2N+1, ...
@@ -50,6 +54,25 @@ class KernelCensus {
   bool sampling_ = false;
   std::string reason_;
   KernelClassifier classifier_;
+};
+
+// The device rows of `trainbench-engine trace` on a GPU: every kernel, copy
+// and memset from start() to finish() (CUPTI activity records), added to the
+// trace on the host's time base, one row per stream. Unavailable, with the
+// reason, where CUPTI is. NOT RUN ON A GPU.
+class ChromeTrace;
+class DeviceTraceRecorder {
+ public:
+  // Starts recording; false (and reason()) when it cannot.
+  bool start(ChromeTrace& trace);
+  // Waits for the device, stops recording and appends the records to the trace.
+  void finish(Backend& backend, const KernelClassifier& classifier);
+  const std::string& reason() const { return reason_; }
+
+ private:
+  ChromeTrace* trace_ = nullptr;
+  uint64_t cupti_ns_at_trace_zero_ = 0;
+  std::string reason_;
 };
 
 }  // namespace tb

@@ -369,7 +369,11 @@ TrainResult Trainer::run(int64_t run_id) {
   // Kernel counts and the Tensor Core share: one step in 50, every step with
   // the profiler trick (17), which makes its cost visible in the step times.
   std::unique_ptr<KernelCensus> census;
-  if (!on_host) {
+  // A trace records every kernel itself (device rows), so no census then.
+  DeviceTraceRecorder device_trace;
+  if (trace_ && !on_host && !device_trace.start(*trace_))
+    log("warning", "trace: device rows " + device_trace.reason());
+  if (!on_host && !trace_) {
     census = std::make_unique<KernelCensus>(be, c.profiler ? 1 : kCensusInterval);
     if (!census->available()) {
       log(c.profiler ? "warning" : "info", "kernel census " + census->reason());
@@ -506,6 +510,7 @@ TrainResult Trainer::run(int64_t run_id) {
     summary_["epochs"] = epoch + 1;
   }
 
+  if (trace_ && !on_host) device_trace.finish(be, engine_kernel_classifier());
   const double med = median(step_ms);
   summary_["median_step_time_ms"] = med;
   summary_["samples_per_s"] = std::isfinite(med) && med > 0 ? 1e3 * samples_per_step / med : 0.0;
