@@ -15,6 +15,7 @@
 #include "engine/metrics/process_memory.h"
 #include "engine/metrics/step_timer.h"
 #include "engine/nn/models.h"
+#include "engine/nn/pad_channels.h"
 #include "engine/optim/clip.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/schedule.h"
@@ -139,9 +140,20 @@ TrainResult Trainer::run(int64_t run_id) {
   // --- model and optimizer
   ModelOptions mo;
   mo.conv_bias_before_bn = c.conv_bias_before_bn;
+  // Tricks 8 (channels_last) and 22 (pad_channels_to) are cuda-only (schema
+  // backends "cuda"; resolve_tricks reports them not applied on the CPU).
+  const bool on_cuda = be.device().is_cuda();
+  const Layout act_layout = c.channels_last && on_cuda ? Layout::NHWC : Layout::NCHW;
+  if (on_cuda) mo.pad_channels_to = c.pad_channels_to;
   std::unique_ptr<Model> model =
       make_model(c.model, train_loader.image_shape(), train_set->num_classes(), mo);
-  model->build(be, c.seed, DType::F32, Layout::NCHW);
+  // NHWC: KRSC filters and NHWC activations end to end (cuDNN's channels-last).
+  model->build(be, c.seed, DType::F32, act_layout);
+  for (const auto& layer : model->layers())
+    if (const auto* pad = dynamic_cast<const PadChannels*>(layer.get()))
+      log("info", "pad_channels_to=" + std::to_string(c.pad_channels_to) + ": input channels " +
+                      std::to_string(pad->in_channels()) + " -> " +
+                      std::to_string(pad->out_channels()));
 
   OptimizerConfig oc;
   oc.kind = optimizer_from_name(c.optimizer);
@@ -200,7 +212,7 @@ TrainResult Trainer::run(int64_t run_id) {
 
   Context ctx{be};
   ctx.dtype = DType::F32;
-  ctx.layout = Layout::NCHW;
+  ctx.layout = act_layout;
   DeviceStats train_stats(be);
   const bool on_host = be.device().is_cpu();
   Tensor device_images, device_labels;  // staging on a device backend
@@ -210,7 +222,10 @@ TrainResult Trainer::run(int64_t run_id) {
       return;
     }
     if (!device_images.defined() || device_images.shape() != b.images.shape()) {
-      device_images = be.empty(b.images.shape(), b.images.dtype());
+      // channels_last: the host batch is NCHW; this copy converts it once per
+      // step on the device (x.to(memory_format=torch.channels_last)).
+      device_images = be.empty(b.images.shape(), b.images.dtype(),
+                               b.images.rank() == 4 ? act_layout : Layout::NCHW);
       device_labels = be.empty(b.labels.shape(), b.labels.dtype());
     }
     be.copy(b.images, device_images);

@@ -17,6 +17,8 @@ namespace {
 bool cuda_trick_implemented(const std::string& key) {
   static const std::set<std::string> implemented = {
       "cudnn_benchmark",  // conv_cudnn.cpp: autotuned plans per shape key
+      "channels_last",    // trainer: NHWC activations + KRSC filters, input relayout once per step
+      "pad_channels_to",  // PadChannels layer: input channels to a multiple (1/3 -> 8)
   };
   return implemented.count(key) > 0;
 }
