@@ -589,7 +589,7 @@ class TestChannelsLast : public QObject {
       m->build(be, 3, DType::F32, l);
       OptimizerConfig oc;
       oc.kind = OptimizerKind::SGD;
-      oc.lr = 0.05f;
+      oc.lr = 0.01f;
       oc.momentum = 0.9f;
       Optimizer opt(oc, *m, be);
       Context ctx{be};
@@ -605,9 +605,13 @@ class TestChannelsLast : public QObject {
         opt.step(oc.lr);
       }
     }
+    qDebug("padded fmnist-cnn losses (NCHW): %g %g %g %g %g", losses[0][0], losses[0][1],
+           losses[0][2], losses[0][3], losses[0][4]);
     for (int li = 0; li < 2; ++li) {
       for (double v : losses[li]) QVERIFY(std::isfinite(v));
-      QVERIFY2(losses[li].back() < 0.8 * losses[li].front(),
+      // SGD lr 0.01, momentum 0.9 on one batch: about 2.35 -> 0.45, every step lower.
+      for (int64_t s = 1; s < steps; ++s) QVERIFY(losses[li][s] < losses[li][s - 1]);
+      QVERIFY2(losses[li].back() < 0.5 * losses[li].front(),
                qPrintable(QString("loss %1 -> %2").arg(losses[li].front()).arg(losses[li].back())));
     }
     for (int64_t s = 0; s < steps; ++s)
