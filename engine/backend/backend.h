@@ -152,6 +152,12 @@ class Backend {
   virtual void global_avgpool_forward(const Tensor& x /*N,C,H,W*/, Tensor& y /*N,C*/) = 0;
   virtual void global_avgpool_backward(const Tensor& dy /*N,C*/, Tensor& dx /*N,C,H,W*/) = 0;
 
+  // --- channel padding (trick 22, pad_channels_to): x (N,C,H,W) -> y (N,Cp,H,W),
+  // Cp >= C, x and y in one layout (NCHW or NHWC): y[:, :C] = x, y[:, C:] = 0.
+  // Backward is the slice dx = dy[:, :C] (the zero channels take no gradient).
+  virtual void pad_channels_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void pad_channels_backward(const Tensor& dy /*N,Cp,H,W*/, Tensor& dx /*N,C,H,W*/) = 0;
+
   // --- loss: softmax cross-entropy with label smoothing, mean over the batch.
   // Adds {sum of per-sample losses, number of correct argmax predictions} into
   // stats (f64 [2], on this device) so the host reads them only when it wants.

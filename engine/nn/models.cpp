@@ -6,6 +6,7 @@
 #include "engine/nn/batchnorm2d.h"
 #include "engine/nn/conv2d.h"
 #include "engine/nn/linear.h"
+#include "engine/nn/pad_channels.h"
 #include "engine/nn/pooling.h"
 #include "engine/nn/residual.h"
 
@@ -20,6 +21,13 @@ void conv_bn_relu(LayerList& out, const std::string& name, int64_t channels, boo
   out.push_back(std::make_unique<ReLU>(name + ".relu"));
 }
 
+// Trick 22: zero channels up to a multiple of pad_channels_to, when the input's
+// channel count is not one already (then there is nothing to pad).
+void maybe_pad_input(LayerList& out, const Shape& in, const ModelOptions& o) {
+  if (o.pad_channels_to > 0 && in[0] % o.pad_channels_to != 0)
+    out.push_back(std::make_unique<PadChannels>("pad_channels", o.pad_channels_to));
+}
+
 void add_all(Model& m, LayerList layers) {
   for (auto& l : layers) m.add(std::move(l));
 }
@@ -28,6 +36,7 @@ void add_all(Model& m, LayerList layers) {
 std::unique_ptr<Model> fmnist_cnn(const Shape& in, int64_t classes, const ModelOptions& o) {
   auto m = std::make_unique<Model>("fmnist-cnn", in, classes);
   LayerList l;
+  maybe_pad_input(l, in, o);
   conv_bn_relu(l, "block1", 32, o.conv_bias_before_bn);
   l.push_back(std::make_unique<MaxPool2d>("block1.pool", 2, 2));
   conv_bn_relu(l, "block2", 64, o.conv_bias_before_bn);
@@ -45,6 +54,7 @@ std::unique_ptr<Model> fmnist_cnn(const Shape& in, int64_t classes, const ModelO
 std::unique_ptr<Model> resnet18_cifar(const Shape& in, int64_t classes, const ModelOptions& o) {
   auto m = std::make_unique<Model>("resnet18-cifar", in, classes);
   LayerList l;
+  maybe_pad_input(l, in, o);
   conv_bn_relu(l, "stem", 64, o.conv_bias_before_bn);
   int64_t channels = 64;
   const int64_t widths[4] = {64, 128, 256, 512};
@@ -69,6 +79,7 @@ std::unique_ptr<Model> resnet9(const Shape& in, int64_t classes, const ModelOpti
   auto m = std::make_unique<Model>("resnet9", in, classes);
   const bool bias = o.conv_bias_before_bn;
   LayerList l;
+  maybe_pad_input(l, in, o);
   conv_bn_relu(l, "prep", 64, bias);
   auto stage = [&](const std::string& name, int64_t channels, bool residual) {
     conv_bn_relu(l, name, channels, bias);

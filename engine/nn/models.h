@@ -10,6 +10,10 @@ namespace tb {
 
 struct ModelOptions {
   bool conv_bias_before_bn = true;  // trick 10: false drops the bias BN cancels anyway
+  // trick 22: > 0 puts a PadChannels layer in front of the image models, so the
+  // input's channels (1 or 3) become a multiple of this (conv widths already are;
+  // the class count is never padded, that would change the softmax).
+  int64_t pad_channels_to = 0;
 };
 
 // Models by name: fmnist-cnn, resnet18-cifar, resnet9, mlp. Input channels and

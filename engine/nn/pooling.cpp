@@ -112,21 +112,35 @@ Shape Flatten::setup(const Shape& in, ParamRegistry&) {
   return {in[0], f};
 }
 
-Tensor Flatten::forward(Context&, const Tensor& x) {
+// x (N, C, H, W) or (N, d1, ...) -> (N, F)
+Tensor Flatten::forward(Context& ctx, const Tensor& x) {
   TB_CHECK(x.rank() >= 2, "flatten ", name(), ": input must have a batch dimension, got ",
            x.describe());
   in_shape_ = x.shape();
-  in_layout_ = x.layout();
+  in_layout_ = x.rank() == 4 ? x.layout() : Layout::NCHW;
   int64_t f = 1;
   for (int i = 1; i < x.rank(); ++i) f *= x.dim(i);
+  if (in_layout_ == Layout::NHWC) {
+    // channels-last -> NCHW, explicitly (see pooling.h): logical (C, H, W) features.
+    Tensor& nchw = ensure_buffer(ctx, nchw_, x.shape(), x.dtype(), Layout::NCHW);
+    ctx.backend.copy(x, nchw);
+    return nchw.reshaped({x.dim(0), f});
+  }
   return x.reshaped({x.dim(0), f});
 }
 
-Tensor Flatten::backward(Context&, const Tensor& dy, bool need_dx) {
+// dy (N, F) -> dx in the input's shape and layout
+Tensor Flatten::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   TB_CHECK(!in_shape_.empty(), "flatten ", name(), ": backward without a forward");
   if (!need_dx) return {};
   TB_CHECK(dy.numel() == shape_numel(in_shape_), "flatten ", name(), ": gradient ", dy.describe(),
            " does not match the input ", shape_str(in_shape_));
+  if (in_layout_ == Layout::NHWC) {
+    // NCHW view of dy -> NHWC dx: the inverse of the forward's conversion.
+    Tensor& dx = ensure_buffer(ctx, dx_, in_shape_, dy.dtype(), Layout::NHWC);
+    ctx.backend.copy(Tensor::view_of(dy, 0, in_shape_, Layout::NCHW), dx);
+    return dx;
+  }
   return Tensor::view_of(dy, 0, in_shape_, in_layout_);
 }
 

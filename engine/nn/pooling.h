@@ -57,9 +57,14 @@ class GlobalAvgPool : public Layer {
   Tensor y_, dx_;
 };
 
-// (N, d1, d2, ...) -> (N, d1*d2*...): a view of the same memory, no copy; dx is
-// the view of dy back in the input's shape. For an NHWC input the features come
-// out in (H, W, C) order (the memory order), which a following Linear learns as is.
+// (N, d1, d2, ...) -> (N, d1*d2*...): features in logical (C, H, W) order.
+// NCHW or rank != 4: a view of the same memory, no copy; dx is the view of dy
+// back in the input's shape.
+// NHWC: the one place channels-last meets a dense layer. The input is copied
+// into an NCHW buffer (be.copy, an explicit conversion) so the classifier sees
+// the same features in the same order as in an NCHW model (PyTorch's flatten of
+// a channels_last tensor copies too); backward copies dy back to NHWC.
+// Models whose head is global pooling never get here.
 class Flatten : public Layer {
  public:
   explicit Flatten(std::string name);
@@ -71,6 +76,7 @@ class Flatten : public Layer {
  private:
   Shape in_shape_;
   Layout in_layout_ = Layout::NCHW;
+  Tensor nchw_, dx_;  // NHWC input only: its NCHW copy, and dx in NHWC
 };
 
 }  // namespace tb

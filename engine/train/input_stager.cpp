@@ -55,6 +55,9 @@ void InputStager::stage(Batch&& b, DataLoader& loader, Tensor& images, Tensor& l
     // keeps the old buffers alive for work already queued on them.
     s.images_raw = be_.empty(shape, raw);
     s.images = options_.uint8 ? be_.empty(shape, DType::F32) : s.images_raw;
+    s.images_act = options_.layout == Layout::NCHW
+                       ? s.images
+                       : be_.empty(shape, DType::F32, options_.layout);
     s.labels = be_.empty(b.labels.shape(), DType::I32);
   }
   if (options_.non_blocking) {
@@ -71,7 +74,8 @@ void InputStager::stage(Batch&& b, DataLoader& loader, Tensor& images, Tensor& l
   if (s.held.images.defined())
     last_bytes_ = int64_t(s.held.images.nbytes() + s.held.labels.nbytes());
   if (options_.uint8) be_.normalize_u8(s.images_raw, options_.scale, options_.shift, s.images);
-  images = s.images, labels = s.labels;
+  if (options_.layout != Layout::NCHW) be_.copy(s.images, s.images_act);  // the one relayout
+  images = s.images_act, labels = s.labels;
 }
 
 void InputStager::consumed() {

@@ -10,6 +10,8 @@
 //                 back to the loader only once its copy has finished.
 //   uint8         the loader ships transformed bytes, the device normalises
 //                 them (Backend::normalize_u8), 4x fewer bytes per image
+//   NHWC layout   (channels_last) the NCHW batch is converted once on the
+//                 device, by an explicit Backend::copy
 //
 // On a host backend the batch is used where it is (nothing is copied). Off,
 // on a device: a blocking copy per tensor, as before.
@@ -25,6 +27,7 @@ struct InputOptions {
   bool non_blocking = false;
   bool uint8 = false;              // batches arrive as u8 and are normalised here
   std::vector<float> scale, shift;  // normalize_u8's constants (uint8 only)
+  Layout layout = Layout::NCHW;     // of the images handed to the model
 };
 
 class InputStager {
@@ -34,7 +37,7 @@ class InputStager {
   InputStager(const InputStager&) = delete;
   InputStager& operator=(const InputStager&) = delete;
 
-  // Takes batch `b` from `loader` and returns its images (f32, NCHW) and labels
+  // Takes batch `b` from `loader` and returns its images (f32, options.layout) and labels
   // (i32) on the backend's device. The batch goes back to the loader (recycle)
   // once nothing reads its host memory any more.
   void stage(Batch&& b, DataLoader& loader, Tensor& images, Tensor& labels);
@@ -49,7 +52,8 @@ class InputStager {
  private:
   struct Slot {
     Tensor images_raw;  // the device copy of the host images (u8 or f32)
-    Tensor images;      // f32 images (images_raw itself unless uint8)
+    Tensor images;      // f32 NCHW images (images_raw itself unless uint8)
+    Tensor images_act;  // in the model's layout (images itself for NCHW)
     Tensor labels;
     uint64_t fence = 0;   // the last step that read this slot
     uint64_t ticket = 0;  // the upload into this slot

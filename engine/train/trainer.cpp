@@ -19,6 +19,7 @@
 #include "engine/metrics/process_memory.h"
 #include "engine/metrics/step_timer.h"
 #include "engine/nn/models.h"
+#include "engine/nn/pad_channels.h"
 #include "engine/optim/clip.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/schedule.h"
@@ -197,9 +198,19 @@ TrainResult Trainer::run(int64_t run_id) {
   // --- model and optimizer
   ModelOptions mo;
   mo.conv_bias_before_bn = c.conv_bias_before_bn;
+  // Tricks 8 (channels_last) and 22 (pad_channels_to) are cuda-only (schema
+  // backends "cuda"; resolve_tricks reports them not applied on the CPU).
+  const Layout act_layout = c.channels_last && !on_host ? Layout::NHWC : Layout::NCHW;
+  if (!on_host) mo.pad_channels_to = c.pad_channels_to;
   std::unique_ptr<Model> model =
       make_model(c.model, train_loader.image_shape(), train_set->num_classes(), mo);
-  model->build(be, c.seed, DType::F32, Layout::NCHW);
+  // NHWC: KRSC filters and NHWC activations end to end (cuDNN's channels-last).
+  model->build(be, c.seed, DType::F32, act_layout);
+  for (const auto& layer : model->layers())
+    if (const auto* pad = dynamic_cast<const PadChannels*>(layer.get()))
+      log("info", "pad_channels_to=" + std::to_string(c.pad_channels_to) + ": input channels " +
+                      std::to_string(pad->in_channels()) + " -> " +
+                      std::to_string(pad->out_channels()));
 
   OptimizerConfig oc;
   oc.kind = optimizer_from_name(c.optimizer);
@@ -258,7 +269,7 @@ TrainResult Trainer::run(int64_t run_id) {
 
   Context ctx{be};
   ctx.dtype = DType::F32;
-  ctx.layout = Layout::NCHW;
+  ctx.layout = act_layout;
   DeviceStats train_stats(be);
   InputOptions io;
   io.non_blocking = !on_host && c.non_blocking;
@@ -266,6 +277,7 @@ TrainResult Trainer::run(int64_t run_id) {
   if (io.uint8)
     norm_scale_shift(train_loader.options().transform.norm, train_loader.image_shape()[0],
                      io.scale, io.shift);
+  io.layout = act_layout;  // channels_last: one explicit NCHW -> NHWC copy per batch
   InputStager stager(be, io);
 
   // Forward that checks every layer's output for NaN/Inf when anomaly_check is on.

@@ -21,6 +21,8 @@ bool cuda_trick_implemented(const std::string& key) {
       "non_blocking",                // InputStager: copy stream, events, two device slots
       "h2d_uint8",                   // u8 batches, Backend::normalize_u8 on the device
       "empty_cache_between_phases",  // trainer: around every evaluation
+      "channels_last",               // trainer: NHWC activations + KRSC filters, input relayout once per step
+      "pad_channels_to",             // PadChannels layer: input channels to a multiple (1/3 -> 8)
 #ifdef TRAINBENCH_HAVE_CUPTI
       "profiler",  // KernelCensus of every step (CUPTI activity records)
 #endif

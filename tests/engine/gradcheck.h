@@ -29,25 +29,29 @@ inline double rel_error(double analytic, double numeric) {
 }
 
 // `training` selects train/eval behaviour (e.g. BatchNorm2d batch vs running statistics).
+// `layout`: memory order of rank-4 activations and weights (NHWC: channels-last).
 inline GradCheckResult gradcheck_layer(std::unique_ptr<Layer> layer, const Shape& input_shape,
-                                       uint64_t seed, bool training = true, double h = 1e-6) {
+                                       uint64_t seed, bool training = true, double h = 1e-6,
+                                       Layout layout = Layout::NCHW) {
   CpuBackend be(BackendOptions{.reference = true});
   Shape per_sample(input_shape.begin() + 1, input_shape.end());
   Model model("gradcheck", per_sample, 0);
   const std::string layer_name = layer->name();
   model.add(std::move(layer));
-  model.build(be, seed, DType::F64);
+  model.build(be, seed, DType::F64, layout);
   Context ctx{be};
   ctx.training = training;
   ctx.dtype = DType::F64;
+  ctx.layout = layout;
 
   std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
   std::uniform_real_distribution<double> dist(-1.0, 1.0);
-  Tensor x = Tensor::empty(input_shape, DType::F64);
+  Tensor x = Tensor::empty(input_shape, DType::F64, Device::cpu(),
+                           input_shape.size() == 4 ? layout : Layout::NCHW);
   for (int64_t i = 0; i < x.numel(); ++i) x.data_as<double>()[i] = dist(rng);
 
   Tensor y0 = model.forward(ctx, x);
-  Tensor g = Tensor::empty(y0.shape(), DType::F64);
+  Tensor g = Tensor::empty(y0.shape(), DType::F64, Device::cpu(), y0.layout());
   for (int64_t i = 0; i < g.numel(); ++i) g.data_as<double>()[i] = dist(rng);
 
   auto loss = [&]() {

@@ -590,6 +590,7 @@ class TestConvLinearPool : public QObject {
     Tensor y64 = Tensor::zeros({2, 4, 8, 8}, DType::F64);
     m = error_of([&] { be.conv2d_forward(g, x, w, Tensor{}, y64); });
     QVERIFY2(m.contains("f64") && m.contains("f32"), qPrintable(m));
+    // NHWC x with an NCHW y: activations must share one layout.
     Tensor x_nhwc = Tensor::zeros({2, 3, 8, 8}, DType::F32, Device::cpu(), Layout::NHWC);
     m = error_of([&] { be.conv2d_forward(g, x_nhwc, w, Tensor{}, y); });
     QVERIFY2(m.contains("NHWC"), qPrintable(m));

@@ -123,6 +123,22 @@ class TestTrainer : public QObject {
     QVERIFY(train({{"clip_grad_norm", 1e-3}}).losses != plain);
   }
 
+  // Tricks 8 and 22 are cuda-only: on the CPU they are reported not applied and
+  // the run is the plain NCHW, unpadded one (same parameter count, same losses).
+  void channelsLastAndPaddingOnTheCpuAreNotApplied() {
+    const Outcome plain = train({{"max_steps", 2}});
+    const Outcome o = train({{"max_steps", 2}, {"channels_last", true}, {"pad_channels_to", 8}});
+    const json& tricks = o.started["tricks"];
+    for (const char* key : {"channels_last", "pad_channels_to"}) {
+      QCOMPARE(tricks[key]["applied"].get<bool>(), false);
+      QCOMPARE(tricks[key]["reason"].get<std::string>(),
+               std::string("not applicable on the cpu backend"));
+    }
+    QCOMPARE(o.warnings.size(), size_t(2));
+    QCOMPARE(o.started["parameters"], plain.started["parameters"]);
+    QCOMPARE(o.losses, plain.losses);
+  }
+
   void readBackEveryNStepsGivesTheSameMeans() {
     // sync_every_step off: the loss is read every log_every steps as the mean over them.
     const auto every = train({{"sync_every_step", true}}).losses;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// CPU batch normalization over (N, H, W) per channel, NCHW only.
+// CPU batch normalization over (N, H, W) per channel, NCHW and NHWC.
 //
 //   x, y, dy, dx   (N, C, H, W)       M = N·H·W elements per channel
 //   gamma, beta    (C)                running_mean, running_var (C)
@@ -12,6 +12,12 @@
 // The same backward serves as the parameter-gradient half of eval mode when the
 // caller passes the running mean and 1/sqrt(running_var+eps) as the saved pair.
 // dx may be undefined (not wanted); dgamma/dbeta are written or accumulated.
+//
+// Layouts: x, y, dy, dx share one. The reference visits each channel's elements
+// in the same (n, i) order in both layouts (only the address differs), so NHWC
+// gives the NCHW bits. NHWC takes the reference: the fast f32 path streams
+// contiguous HW rows per channel; the CPU's NHWC is the oracle for the CUDA
+// channels-last path, not a speed path, and is never transposed to reach it.
 #include <algorithm>
 #include <cmath>
 #if defined(__SSE2__)
@@ -27,17 +33,16 @@ namespace {
 
 struct BnDims {
   int64_t N, C, HW;
+  bool nhwc;
   int64_t M() const { return N * HW; }
 };
 
 BnDims bn_dims(const Tensor& x, const char* op) {
   TB_CHECK(x.device().is_cpu(), op, ": cpu backend given ", x.describe());
   TB_CHECK(x.rank() == 4, op, ": expected a rank-4 (N, C, H, W) input, got ", x.describe());
-  TB_CHECK(x.layout() == Layout::NCHW, op, ": the cpu backend supports only NCHW, got ",
-           layout_name(x.layout()), " (", x.describe(), ")");
   TB_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64, op, ": expected f32 or f64, got ",
            x.describe());
-  return {x.n(), x.c(), x.h() * x.w()};
+  return {x.n(), x.c(), x.h() * x.w(), x.layout() == Layout::NHWC};
 }
 
 void check_channel(const Tensor& t, const Tensor& x, const char* what) {
@@ -49,13 +54,14 @@ void check_channel(const Tensor& t, const Tensor& x, const char* what) {
 void check_like(const Tensor& t, const Tensor& x, const char* what) {
   expect_shape(t, x.shape(), what);
   expect_dtype(t, x.dtype(), what);
-  TB_CHECK(t.layout() == Layout::NCHW, what, ": the cpu backend supports only NCHW, got ",
-           t.describe());
+  TB_CHECK(t.layout() == x.layout(), what, " ", t.describe(), " must have the layout of x (",
+           layout_name(x.layout()), ")");
 }
 
-// Element (n, c, i) of an NCHW tensor seen as (N, C, HW).
+// Element (n, c, i) of the tensor seen as (N, C, HW), i = h*W + w; in NHWC
+// memory that is (N, HW, C).
 inline int64_t at(const BnDims& d, int64_t n, int64_t c, int64_t i) {
-  return (n * d.C + c) * d.HW + i;
+  return d.nhwc ? (n * d.HW + i) * d.C + c : (n * d.C + c) * d.HW + i;
 }
 
 // ---------------------------------------------------------------- reference
@@ -300,7 +306,7 @@ void CpuBackend::batchnorm_forward_train(const Tensor& x, const Tensor& gamma, c
                          running_mean.data_as<double>(), running_var.data_as<double>(), momentum,
                          eps, y.data_as<double>(), save_mean.data_as<double>(),
                          save_invstd.data_as<double>());
-  } else if (use_reference(x.dtype())) {
+  } else if (use_reference(x.dtype()) || d.nhwc) {  // NHWC: reference (file comment)
     bn_train_ref<float>(d, x.data_as<float>(), gamma.data_as<float>(), beta.data_as<float>(),
                         running_mean.data_as<float>(), running_var.data_as<float>(), momentum, eps,
                         y.data_as<float>(), save_mean.data_as<float>(),
@@ -326,7 +332,7 @@ void CpuBackend::batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, co
     bn_eval_ref<double>(d, x.data_as<double>(), gamma.data_as<double>(), beta.data_as<double>(),
                         running_mean.data_as<double>(), running_var.data_as<double>(), eps,
                         y.data_as<double>());
-  } else if (use_reference(x.dtype())) {
+  } else if (use_reference(x.dtype()) || d.nhwc) {  // NHWC: reference (file comment)
     bn_eval_ref<float>(d, x.data_as<float>(), gamma.data_as<float>(), beta.data_as<float>(),
                        running_mean.data_as<float>(), running_var.data_as<float>(), eps,
                        y.data_as<float>());
@@ -355,7 +361,7 @@ void CpuBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Ten
                             save_mean.data_as<double>(), save_invstd.data_as<double>(),
                             ptr_or_null<double>(dx), ptr_or_null<double>(dgamma),
                             ptr_or_null<double>(dbeta), accumulate);
-  } else if (use_reference(x.dtype())) {
+  } else if (use_reference(x.dtype()) || d.nhwc) {  // NHWC: reference (file comment)
     bn_backward_ref<float>(d, x.data_as<float>(), dy.data_as<float>(), gamma.data_as<float>(),
                            save_mean.data_as<float>(), save_invstd.data_as<float>(),
                            ptr_or_null<float>(dx), ptr_or_null<float>(dgamma),

@@ -1,13 +1,21 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// CpuBackend convolution: 2-D, square kernel/stride/zero padding, optional bias,
-// NCHW only (the CUDA backend does NHWC).
+// CpuBackend convolution: 2-D, square kernel/stride/zero padding, optional bias.
 //
 //   x  (N, Cin, H, W)   w  (Cout, Cin, K, K)   b  (Cout)   y  (N, Cout, Ho, Wo)
 //   y[n,co,oh,ow] = b[co] + sum_{ci,kh,kw} w[co,ci,kh,kw] * x[n,ci,oh*s-p+kh,ow*s-p+kw]
 //
+// Shapes are logical; layouts: x, y, dx, dy share one layout (NCHW or NHWC),
+// w and dw share one (NCHW = KCRS, or NHWC = KRSC as cuDNN's channels-last
+// filters). Any pairing of the two is accepted.
+//
 // Two implementations:
-// - reference<T> (float, double): the definition above as nested loops; the test
-//   oracle, used for f64 and when BackendOptions::reference is set.
+// - reference<T> (float, double): the definition above as nested loops, every
+//   element addressed through offset4, so NCHW and NHWC run the same arithmetic
+//   in the same order (bit-identical results); the test oracle, used for f64,
+//   when BackendOptions::reference is set, and for every NHWC operand (the fast
+//   path's im2col is written for NCHW planes; NHWC on the CPU exists to check the
+//   CUDA backend's channels-last path, not for speed, so it is not transposed to
+//   reach the fast path: that would be the hidden transpose the layout forbids).
 // - fast f32: im2col of a chunk of B images, then one OpenBLAS GEMM
 //   (Cout x Kc) * (Kc x B*P), Kc = Cin*K*K, P = Ho*Wo. B is chosen so the column
 //   buffer stays in L2 (one image for most layers, several for small ones such
@@ -48,10 +56,10 @@ void check_conv_args(const char* op, const ConvGeometry& g, const Tensor& x, con
            x.describe());
   for (const Tensor* p : {&x, &w, &y_or_dy}) {
     TB_CHECK(p->device().is_cpu(), op, ": tensor on ", p->device().str(), " given to the cpu backend");
-    TB_CHECK(p->layout() == Layout::NCHW, op, ": the cpu backend supports only NCHW, got ",
-             layout_name(p->layout()), " tensor ", p->describe());
     expect_dtype(*p, t, op);
   }
+  TB_CHECK(y_or_dy.layout() == x.layout(), op, ": ", yname, " ", y_or_dy.describe(),
+           " and input x ", x.describe(), " must share one layout");
   TB_CHECK(x.shape() == g.input_shape(), op, ": input x ", x.describe(),
            " does not match the geometry's input shape ", shape_str(g.input_shape()));
   TB_CHECK(w.shape() == g.weight_shape(), op, ": weight ", w.describe(), " does not match ",
@@ -66,14 +74,14 @@ void check_conv_args(const char* op, const ConvGeometry& g, const Tensor& x, con
   }
 }
 
-// An optional output (dx, dw, db): undefined means "not wanted".
+// An optional output (dx, dw, db): undefined means "not wanted". A rank-4 one
+// must have `layout` (dx that of x, dw that of w).
 void check_optional(const char* op, const char* what, const Tensor& t, const Shape& shape,
-                    DType dtype) {
+                    DType dtype, Layout layout = Layout::NCHW) {
   if (!t.defined()) return;
   TB_CHECK(t.device().is_cpu(), op, ": ", what, " on ", t.device().str());
-  TB_CHECK(t.rank() != 4 || t.layout() == Layout::NCHW, op,
-           ": the cpu backend supports only NCHW, got ", layout_name(t.layout()), " ", what, " ",
-           t.describe());
+  TB_CHECK(t.rank() != 4 || t.layout() == layout, op, ": ", what, " ", t.describe(),
+           " must be ", layout_name(layout), " like its forward tensor");
   expect_dtype(t, dtype, op);
   TB_CHECK(t.shape() == shape, op, ": ", what, " ", t.describe(), " does not match ",
            shape_str(shape));
@@ -81,8 +89,14 @@ void check_optional(const char* op, const char* what, const Tensor& t, const Sha
 
 // ---------------------------------------------------------------- reference
 
+// Memory orders of the operands: activations (x, y, dx, dy) and filters (w, dw).
+struct ConvLayouts {
+  Layout act = Layout::NCHW, filt = Layout::NCHW;
+};
+
 template <typename T>
-void conv_forward_ref(const ConvGeometry& g, const T* x, const T* w, const T* b, T* y) {
+void conv_forward_ref(const ConvGeometry& g, ConvLayouts l, const T* x, const T* w, const T* b,
+                      T* y) {
   const int64_t K = g.KH, s = g.stride, p = g.pad;
   for (int64_t n = 0; n < g.N; ++n)
     for (int64_t co = 0; co < g.C_out; ++co)
@@ -94,18 +108,18 @@ void conv_forward_ref(const ConvGeometry& g, const T* x, const T* w, const T* b,
               for (int64_t kw = 0; kw < K; ++kw) {
                 const int64_t ih = oh * s - p + kh, iw = ow * s - p + kw;
                 if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;  // zero padding
-                acc += w[((co * g.C_in + ci) * K + kh) * K + kw] *
-                       x[((n * g.C_in + ci) * g.H + ih) * g.W + iw];
+                acc += w[offset4(l.filt, g.C_in, K, K, co, ci, kh, kw)] *
+                       x[offset4(l.act, g.C_in, g.H, g.W, n, ci, ih, iw)];
               }
-          y[((n * g.C_out + co) * g.H_out + oh) * g.W_out + ow] = acc;
+          y[offset4(l.act, g.C_out, g.H_out, g.W_out, n, co, oh, ow)] = acc;
         }
 }
 
-// dx is written; dw/db are computed in full into locals and then written or added,
-// so accumulate=true adds exactly what accumulate=false writes.
+// dx is written; dw/db are computed in full into locals (logical KCRS order) and
+// then written or added, so accumulate=true adds exactly what accumulate=false writes.
 template <typename T>
-void conv_backward_ref(const ConvGeometry& g, const T* x, const T* w, const T* dy, T* dx, T* dw,
-                       T* db, bool accumulate) {
+void conv_backward_ref(const ConvGeometry& g, ConvLayouts l, const T* x, const T* w, const T* dy,
+                       T* dx, T* dw, T* db, bool accumulate) {
   const int64_t K = g.KH, s = g.stride, p = g.pad;
   std::vector<T> gw(static_cast<size_t>(g.C_out * g.C_in * K * K), T(0));
   std::vector<T> gb(static_cast<size_t>(g.C_out), T(0));
@@ -114,21 +128,29 @@ void conv_backward_ref(const ConvGeometry& g, const T* x, const T* w, const T* d
     for (int64_t co = 0; co < g.C_out; ++co)
       for (int64_t oh = 0; oh < g.H_out; ++oh)
         for (int64_t ow = 0; ow < g.W_out; ++ow) {
-          const T d = dy[((n * g.C_out + co) * g.H_out + oh) * g.W_out + ow];
+          const T d = dy[offset4(l.act, g.C_out, g.H_out, g.W_out, n, co, oh, ow)];
           gb[co] += d;
           for (int64_t ci = 0; ci < g.C_in; ++ci)
             for (int64_t kh = 0; kh < K; ++kh)
               for (int64_t kw = 0; kw < K; ++kw) {
                 const int64_t ih = oh * s - p + kh, iw = ow * s - p + kw;
                 if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
-                const int64_t wi = ((co * g.C_in + ci) * K + kh) * K + kw;
-                const int64_t xi = ((n * g.C_in + ci) * g.H + ih) * g.W + iw;
+                const int64_t wi = ((co * g.C_in + ci) * K + kh) * K + kw;  // logical
+                const int64_t xi = offset4(l.act, g.C_in, g.H, g.W, n, ci, ih, iw);
+                const int64_t wm = offset4(l.filt, g.C_in, K, K, co, ci, kh, kw);
                 gw[wi] += d * x[xi];
-                if (dx) dx[xi] += d * w[wi];
+                if (dx) dx[xi] += d * w[wm];
               }
         }
   if (dw)
-    for (size_t i = 0; i < gw.size(); ++i) dw[i] = accumulate ? dw[i] + gw[i] : gw[i];
+    for (int64_t co = 0; co < g.C_out; ++co)
+      for (int64_t ci = 0; ci < g.C_in; ++ci)
+        for (int64_t kh = 0; kh < K; ++kh)
+          for (int64_t kw = 0; kw < K; ++kw) {
+            const T v = gw[((co * g.C_in + ci) * K + kh) * K + kw];
+            T& o = dw[offset4(l.filt, g.C_in, K, K, co, ci, kh, kw)];
+            o = accumulate ? o + v : v;
+          }
   if (db)
     for (size_t i = 0; i < gb.size(); ++i) db[i] = accumulate ? db[i] + gb[i] : gb[i];
 }
@@ -457,11 +479,14 @@ void CpuBackend::conv2d_forward(const ConvGeometry& g, const Tensor& x, const Te
                                 const Tensor& b, Tensor& y) {
   check_conv_args("conv2d_forward", g, x, w, b, y, "output y");
   TB_CHECK(g.KH == g.KW, "conv2d_forward: only square kernels, got ", g.KH, "x", g.KW);
+  const ConvLayouts l{x.layout(), w.layout()};
+  // NHWC (either operand) takes the reference: see the file comment.
+  const bool nchw = l.act == Layout::NCHW && l.filt == Layout::NCHW;
   if (x.dtype() == DType::F64) {
-    conv_forward_ref<double>(g, x.data_as<double>(), w.data_as<double>(), ptr_or_null<double>(b),
-                             y.data_as<double>());
-  } else if (use_reference(x.dtype())) {
-    conv_forward_ref<float>(g, x.data_as<float>(), w.data_as<float>(), ptr_or_null<float>(b),
+    conv_forward_ref<double>(g, l, x.data_as<double>(), w.data_as<double>(),
+                             ptr_or_null<double>(b), y.data_as<double>());
+  } else if (use_reference(x.dtype()) || !nchw) {
+    conv_forward_ref<float>(g, l, x.data_as<float>(), w.data_as<float>(), ptr_or_null<float>(b),
                             y.data_as<float>());
   } else {
     conv_forward_fast(g, x.data_as<float>(), w.data_as<float>(), ptr_or_null<float>(b),
@@ -475,16 +500,20 @@ void CpuBackend::conv2d_backward(const ConvGeometry& g, const Tensor& x, const T
   const char* op = "conv2d_backward";
   check_conv_args(op, g, x, w, Tensor{}, dy, "gradient dy");
   TB_CHECK(g.KH == g.KW, op, ": only square kernels, got ", g.KH, "x", g.KW);
-  check_optional(op, "dx", dx, g.input_shape(), x.dtype());
-  check_optional(op, "dw", dw, g.weight_shape(), x.dtype());
+  check_optional(op, "dx", dx, g.input_shape(), x.dtype(), x.layout());
+  check_optional(op, "dw", dw, g.weight_shape(), x.dtype(), w.layout());
   check_optional(op, "db", db, Shape{g.C_out}, x.dtype());
   auto out = [](Tensor& t) { return t.defined() ? t.data() : nullptr; };
+  const ConvLayouts l{x.layout(), w.layout()};
+  // NHWC (either operand) takes the reference: see the file comment.
+  const bool nchw = l.act == Layout::NCHW && l.filt == Layout::NCHW;
   if (x.dtype() == DType::F64) {
-    conv_backward_ref<double>(g, x.data_as<double>(), w.data_as<double>(), dy.data_as<double>(),
-                              static_cast<double*>(out(dx)), static_cast<double*>(out(dw)),
-                              static_cast<double*>(out(db)), accumulate);
-  } else if (use_reference(x.dtype())) {
-    conv_backward_ref<float>(g, x.data_as<float>(), w.data_as<float>(), dy.data_as<float>(),
+    conv_backward_ref<double>(g, l, x.data_as<double>(), w.data_as<double>(),
+                              dy.data_as<double>(), static_cast<double*>(out(dx)),
+                              static_cast<double*>(out(dw)), static_cast<double*>(out(db)),
+                              accumulate);
+  } else if (use_reference(x.dtype()) || !nchw) {
+    conv_backward_ref<float>(g, l, x.data_as<float>(), w.data_as<float>(), dy.data_as<float>(),
                              static_cast<float*>(out(dx)), static_cast<float*>(out(dw)),
                              static_cast<float*>(out(db)), accumulate);
   } else {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// CpuBackend pooling, NCHW only. PyTorch semantics:
+// CpuBackend pooling, NCHW and NHWC (x, y, argmax, dy, dx share one layout).
+// PyTorch semantics:
 //
 //   max:    y[n,c,oh,ow] = max over the window's cells inside the image (padding
 //           never wins); argmax (i32) = ih*W + iw of the first maximum. A NaN
@@ -9,7 +10,15 @@
 //           cells count as zeros (count_include_pad=true). dx spreads dy/(K*K).
 //   global: y[n,c] = mean over the H*W plane; dx = dy / (H*W).
 //
-// reference<T>: per-cell bounds checks (f64, or BackendOptions::reference).
+// argmax is the index into the logical (H, W) plane in either layout, exactly as
+// the CUDA backend's pool.cu defines it for NCHW and NHWC, so the two backends'
+// argmax tensors compare element by element.
+//
+// reference<T>: per-cell bounds checks, every element addressed through offset4,
+// so NHWC runs the same arithmetic in the same order as NCHW (f64,
+// BackendOptions::reference, and every NHWC tensor: the fast paths below walk
+// contiguous H*W planes, and NHWC on the CPU is the oracle for the CUDA
+// channels-last path, not a speed path, so it is never transposed to reach them).
 // fast f32: the window is clipped to the image once per output cell and the
 // plane pointers are hoisted, so the inner loops are plain strided reads; max
 // pooling 2x2/stride 2 (the usual one) has an SSE2 path without branches.
@@ -32,14 +41,14 @@ namespace {
 
 constexpr int64_t kParallelMin = 1 << 15;  // input elements below which threads cost more
 
+// `layout`: the layout every rank-4 operand of the op must share.
 void check_pool_tensor(const char* op, const char* what, const Tensor& t, const Shape& shape,
-                       DType dtype) {
+                       DType dtype, Layout layout) {
   TB_CHECK(t.defined(), op, ": ", what, " must be defined");
   TB_CHECK(t.device().is_cpu(), op, ": ", what, " on ", t.device().str(),
            " given to the cpu backend");
-  TB_CHECK(t.rank() != 4 || t.layout() == Layout::NCHW, op,
-           ": the cpu backend supports only NCHW, got ", layout_name(t.layout()), " ", what, " ",
-           t.describe());
+  TB_CHECK(t.rank() != 4 || t.layout() == layout, op, ": ", what, " ", t.describe(),
+           " must be ", layout_name(layout), " like the op's other operands");
   expect_dtype(t, dtype, op);
   TB_CHECK(t.shape() == shape, op, ": ", what, " ", t.describe(), " does not match ",
            shape_str(shape));
@@ -61,26 +70,43 @@ inline void window(int64_t o, const PoolGeometry& g, int64_t n_in, int64_t& lo, 
 // ---------------------------------------------------------------- max pooling
 
 template <typename T>
-void maxpool_forward_ref(const PoolGeometry& g, const T* x, T* y, int32_t* argmax) {
-  for (int64_t nc = 0; nc < g.N * g.C; ++nc)
-    for (int64_t oh = 0; oh < g.H_out; ++oh)
-      for (int64_t ow = 0; ow < g.W_out; ++ow) {
-        T best = T(0);
-        int64_t arg = -1;
-        for (int64_t kh = 0; kh < g.kernel; ++kh)
-          for (int64_t kw = 0; kw < g.kernel; ++kw) {
-            const int64_t ih = oh * g.stride - g.pad + kh, iw = ow * g.stride - g.pad + kw;
-            if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
-            const T v = x[(nc * g.H + ih) * g.W + iw];
-            if (arg < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
-              best = v;
-              arg = ih * g.W + iw;
+void maxpool_forward_ref(const PoolGeometry& g, Layout l, const T* x, T* y, int32_t* argmax) {
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t oh = 0; oh < g.H_out; ++oh)
+        for (int64_t ow = 0; ow < g.W_out; ++ow) {
+          T best = T(0);
+          int64_t arg = -1;
+          for (int64_t kh = 0; kh < g.kernel; ++kh)
+            for (int64_t kw = 0; kw < g.kernel; ++kw) {
+              const int64_t ih = oh * g.stride - g.pad + kh, iw = ow * g.stride - g.pad + kw;
+              if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
+              const T v = x[offset4(l, g.C, g.H, g.W, n, c, ih, iw)];
+              if (arg < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
+                best = v;
+                arg = ih * g.W + iw;  // plane index, whatever the layout
+              }
             }
-          }
-        const int64_t o = (nc * g.H_out + oh) * g.W_out + ow;
-        y[o] = best;
-        argmax[o] = static_cast<int32_t>(arg);
-      }
+          const int64_t o = offset4(l, g.C, g.H_out, g.W_out, n, c, oh, ow);
+          y[o] = best;
+          argmax[o] = static_cast<int32_t>(arg);
+        }
+}
+
+// NHWC backward (reference): dx[n, c, argmax] += dy in the same (n, c, oh, ow)
+// order as the NCHW scatter below, so the sums of overlapping windows match it bit
+// for bit (and the CUDA gather, which adds in increasing (oh, ow) order too).
+template <typename T>
+void maxpool_backward_nhwc(const PoolGeometry& g, const T* dy, const int32_t* argmax, T* dx) {
+  std::fill_n(dx, g.N * g.C * g.H * g.W, T(0));
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t oh = 0; oh < g.H_out; ++oh)
+        for (int64_t ow = 0; ow < g.W_out; ++ow) {
+          const int64_t o = offset4(Layout::NHWC, g.C, g.H_out, g.W_out, n, c, oh, ow);
+          const int64_t a = argmax[o];
+          dx[offset4(Layout::NHWC, g.C, g.H, g.W, n, c, a / g.W, a % g.W)] += dy[o];
+        }
 }
 
 // The window [h0,h1) x [w0,w1) holds a NaN: the first one is the result.
@@ -239,37 +265,39 @@ void maxpool_backward(const PoolGeometry& g, const T* dy, const int32_t* argmax,
 // ---------------------------------------------------------------- average pooling
 
 template <typename T>
-void avgpool_forward_ref(const PoolGeometry& g, const T* x, T* y) {
+void avgpool_forward_ref(const PoolGeometry& g, Layout l, const T* x, T* y) {
   const T inv = T(1) / T(g.kernel * g.kernel);
-  for (int64_t nc = 0; nc < g.N * g.C; ++nc)
-    for (int64_t oh = 0; oh < g.H_out; ++oh)
-      for (int64_t ow = 0; ow < g.W_out; ++ow) {
-        T acc = 0;
-        for (int64_t kh = 0; kh < g.kernel; ++kh)
-          for (int64_t kw = 0; kw < g.kernel; ++kw) {
-            const int64_t ih = oh * g.stride - g.pad + kh, iw = ow * g.stride - g.pad + kw;
-            if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
-            acc += x[(nc * g.H + ih) * g.W + iw];
-          }
-        y[(nc * g.H_out + oh) * g.W_out + ow] = acc * inv;
-      }
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t oh = 0; oh < g.H_out; ++oh)
+        for (int64_t ow = 0; ow < g.W_out; ++ow) {
+          T acc = 0;
+          for (int64_t kh = 0; kh < g.kernel; ++kh)
+            for (int64_t kw = 0; kw < g.kernel; ++kw) {
+              const int64_t ih = oh * g.stride - g.pad + kh, iw = ow * g.stride - g.pad + kw;
+              if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
+              acc += x[offset4(l, g.C, g.H, g.W, n, c, ih, iw)];
+            }
+          y[offset4(l, g.C, g.H_out, g.W_out, n, c, oh, ow)] = acc * inv;
+        }
 }
 
 template <typename T>
-void avgpool_backward_ref(const PoolGeometry& g, const T* dy, T* dx) {
+void avgpool_backward_ref(const PoolGeometry& g, Layout l, const T* dy, T* dx) {
   const T inv = T(1) / T(g.kernel * g.kernel);
   std::fill_n(dx, g.N * g.C * g.H * g.W, T(0));
-  for (int64_t nc = 0; nc < g.N * g.C; ++nc)
-    for (int64_t oh = 0; oh < g.H_out; ++oh)
-      for (int64_t ow = 0; ow < g.W_out; ++ow) {
-        const T d = dy[(nc * g.H_out + oh) * g.W_out + ow] * inv;
-        for (int64_t kh = 0; kh < g.kernel; ++kh)
-          for (int64_t kw = 0; kw < g.kernel; ++kw) {
-            const int64_t ih = oh * g.stride - g.pad + kh, iw = ow * g.stride - g.pad + kw;
-            if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
-            dx[(nc * g.H + ih) * g.W + iw] += d;
-          }
-      }
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t oh = 0; oh < g.H_out; ++oh)
+        for (int64_t ow = 0; ow < g.W_out; ++ow) {
+          const T d = dy[offset4(l, g.C, g.H_out, g.W_out, n, c, oh, ow)] * inv;
+          for (int64_t kh = 0; kh < g.kernel; ++kh)
+            for (int64_t kw = 0; kw < g.kernel; ++kw) {
+              const int64_t ih = oh * g.stride - g.pad + kh, iw = ow * g.stride - g.pad + kw;
+              if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
+              dx[offset4(l, g.C, g.H, g.W, n, c, ih, iw)] += d;
+            }
+        }
 }
 
 void avgpool_forward_fast(const PoolGeometry& g, const float* x, float* y) {
@@ -334,22 +362,45 @@ void global_avgpool_backward_impl(int64_t NC, int64_t HW, const T* dy, T* dx) {
   for (int64_t i = 0; i < NC; ++i) std::fill_n(dx + i * HW, HW, dy[i] * inv);
 }
 
+// NHWC: x (N, HW, C) in memory. Channel c of image n is summed over j in the same
+// increasing order as the NCHW plane sum, so both layouts give the same bits.
+template <typename T>
+void global_avgpool_forward_nhwc(int64_t N, int64_t C, int64_t HW, const T* x, T* y) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) {
+      double s = 0.0;
+      for (int64_t j = 0; j < HW; ++j) s += x[(n * HW + j) * C + c];
+      y[n * C + c] = static_cast<T>(s / double(HW));
+    }
+}
+
+template <typename T>
+void global_avgpool_backward_nhwc(int64_t N, int64_t C, int64_t HW, const T* dy, T* dx) {
+  const T inv = T(1) / T(HW);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < HW; ++j)
+      for (int64_t c = 0; c < C; ++c) dx[(n * HW + j) * C + c] = dy[n * C + c] * inv;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- entry points
+// NCHW f32 takes the fast path unless BackendOptions::reference; NHWC always
+// takes the reference (see the file comment).
 
 void CpuBackend::maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
                                    Tensor& argmax) {
   const char* op = "maxpool2d_forward";
   check_float(op, x);
-  check_pool_tensor(op, "input x", x, g.input_shape(), x.dtype());
-  check_pool_tensor(op, "output y", y, g.output_shape(), x.dtype());
-  check_pool_tensor(op, "argmax", argmax, g.output_shape(), DType::I32);
+  const Layout l = x.layout();
+  check_pool_tensor(op, "input x", x, g.input_shape(), x.dtype(), l);
+  check_pool_tensor(op, "output y", y, g.output_shape(), x.dtype(), l);
+  check_pool_tensor(op, "argmax", argmax, g.output_shape(), DType::I32, l);
   if (x.dtype() == DType::F64)
-    maxpool_forward_ref<double>(g, x.data_as<double>(), y.data_as<double>(),
+    maxpool_forward_ref<double>(g, l, x.data_as<double>(), y.data_as<double>(),
                                 argmax.data_as<int32_t>());
-  else if (use_reference(x.dtype()))
-    maxpool_forward_ref<float>(g, x.data_as<float>(), y.data_as<float>(),
+  else if (use_reference(x.dtype()) || l == Layout::NHWC)
+    maxpool_forward_ref<float>(g, l, x.data_as<float>(), y.data_as<float>(),
                                argmax.data_as<int32_t>());
   else
     maxpool_forward_fast(g, x.data_as<float>(), y.data_as<float>(), argmax.data_as<int32_t>(),
@@ -360,26 +411,36 @@ void CpuBackend::maxpool2d_backward(const PoolGeometry& g, const Tensor& dy, con
                                     Tensor& dx) {
   const char* op = "maxpool2d_backward";
   check_float(op, dy);
-  check_pool_tensor(op, "gradient dy", dy, g.output_shape(), dy.dtype());
-  check_pool_tensor(op, "argmax", argmax, g.output_shape(), DType::I32);
-  check_pool_tensor(op, "dx", dx, g.input_shape(), dy.dtype());
-  if (dy.dtype() == DType::F64)
+  const Layout l = dy.layout();
+  check_pool_tensor(op, "gradient dy", dy, g.output_shape(), dy.dtype(), l);
+  check_pool_tensor(op, "argmax", argmax, g.output_shape(), DType::I32, l);
+  check_pool_tensor(op, "dx", dx, g.input_shape(), dy.dtype(), l);
+  if (l == Layout::NHWC) {
+    if (dy.dtype() == DType::F64)
+      maxpool_backward_nhwc<double>(g, dy.data_as<double>(), argmax.data_as<int32_t>(),
+                                    dx.data_as<double>());
+    else
+      maxpool_backward_nhwc<float>(g, dy.data_as<float>(), argmax.data_as<int32_t>(),
+                                   dx.data_as<float>());
+  } else if (dy.dtype() == DType::F64) {
     maxpool_backward<double>(g, dy.data_as<double>(), argmax.data_as<int32_t>(),
                              dx.data_as<double>());
-  else
+  } else {
     maxpool_backward<float>(g, dy.data_as<float>(), argmax.data_as<int32_t>(),
                             dx.data_as<float>(), use_reference(DType::F32) ? 1 : threads_);
+  }
 }
 
 void CpuBackend::avgpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y) {
   const char* op = "avgpool2d_forward";
   check_float(op, x);
-  check_pool_tensor(op, "input x", x, g.input_shape(), x.dtype());
-  check_pool_tensor(op, "output y", y, g.output_shape(), x.dtype());
+  const Layout l = x.layout();
+  check_pool_tensor(op, "input x", x, g.input_shape(), x.dtype(), l);
+  check_pool_tensor(op, "output y", y, g.output_shape(), x.dtype(), l);
   if (x.dtype() == DType::F64)
-    avgpool_forward_ref<double>(g, x.data_as<double>(), y.data_as<double>());
-  else if (use_reference(x.dtype()))
-    avgpool_forward_ref<float>(g, x.data_as<float>(), y.data_as<float>());
+    avgpool_forward_ref<double>(g, l, x.data_as<double>(), y.data_as<double>());
+  else if (use_reference(x.dtype()) || l == Layout::NHWC)
+    avgpool_forward_ref<float>(g, l, x.data_as<float>(), y.data_as<float>());
   else
     avgpool_forward_fast(g, x.data_as<float>(), y.data_as<float>());
 }
@@ -387,12 +448,13 @@ void CpuBackend::avgpool2d_forward(const PoolGeometry& g, const Tensor& x, Tenso
 void CpuBackend::avgpool2d_backward(const PoolGeometry& g, const Tensor& dy, Tensor& dx) {
   const char* op = "avgpool2d_backward";
   check_float(op, dy);
-  check_pool_tensor(op, "gradient dy", dy, g.output_shape(), dy.dtype());
-  check_pool_tensor(op, "dx", dx, g.input_shape(), dy.dtype());
+  const Layout l = dy.layout();
+  check_pool_tensor(op, "gradient dy", dy, g.output_shape(), dy.dtype(), l);
+  check_pool_tensor(op, "dx", dx, g.input_shape(), dy.dtype(), l);
   if (dy.dtype() == DType::F64)
-    avgpool_backward_ref<double>(g, dy.data_as<double>(), dx.data_as<double>());
-  else if (use_reference(dy.dtype()))
-    avgpool_backward_ref<float>(g, dy.data_as<float>(), dx.data_as<float>());
+    avgpool_backward_ref<double>(g, l, dy.data_as<double>(), dx.data_as<double>());
+  else if (use_reference(dy.dtype()) || l == Layout::NHWC)
+    avgpool_backward_ref<float>(g, l, dy.data_as<float>(), dx.data_as<float>());
   else
     avgpool_backward_fast(g, dy.data_as<float>(), dx.data_as<float>());
 }
@@ -401,13 +463,21 @@ void CpuBackend::global_avgpool_forward(const Tensor& x, Tensor& y) {
   const char* op = "global_avgpool_forward";
   check_float(op, x);
   TB_CHECK(x.rank() == 4, op, ": input must be (N, C, H, W), got ", x.describe());
-  check_pool_tensor(op, "input x", x, x.shape(), x.dtype());
-  check_pool_tensor(op, "output y", y, {x.n(), x.c()}, x.dtype());
-  const int64_t NC = x.n() * x.c(), HW = x.h() * x.w();
-  if (x.dtype() == DType::F64)
-    global_avgpool_forward_impl<double>(NC, HW, x.data_as<double>(), y.data_as<double>());
-  else
-    global_avgpool_forward_impl<float>(NC, HW, x.data_as<float>(), y.data_as<float>());
+  check_pool_tensor(op, "input x", x, x.shape(), x.dtype(), x.layout());
+  check_pool_tensor(op, "output y", y, {x.n(), x.c()}, x.dtype(), Layout::NCHW);
+  const int64_t N = x.n(), C = x.c(), HW = x.h() * x.w();
+  const bool nhwc = x.layout() == Layout::NHWC;
+  if (x.dtype() == DType::F64) {
+    if (nhwc)
+      global_avgpool_forward_nhwc<double>(N, C, HW, x.data_as<double>(), y.data_as<double>());
+    else
+      global_avgpool_forward_impl<double>(N * C, HW, x.data_as<double>(), y.data_as<double>());
+  } else {
+    if (nhwc)
+      global_avgpool_forward_nhwc<float>(N, C, HW, x.data_as<float>(), y.data_as<float>());
+    else
+      global_avgpool_forward_impl<float>(N * C, HW, x.data_as<float>(), y.data_as<float>());
+  }
 }
 
 void CpuBackend::global_avgpool_backward(const Tensor& dy, Tensor& dx) {
@@ -415,13 +485,21 @@ void CpuBackend::global_avgpool_backward(const Tensor& dy, Tensor& dx) {
   check_float(op, dy);
   TB_CHECK(dx.defined() && dx.rank() == 4, op, ": dx must be (N, C, H, W), got ",
            dx.defined() ? dx.describe() : std::string("undefined"));
-  check_pool_tensor(op, "dx", dx, dx.shape(), dy.dtype());
-  check_pool_tensor(op, "gradient dy", dy, {dx.n(), dx.c()}, dy.dtype());
-  const int64_t NC = dx.n() * dx.c(), HW = dx.h() * dx.w();
-  if (dy.dtype() == DType::F64)
-    global_avgpool_backward_impl<double>(NC, HW, dy.data_as<double>(), dx.data_as<double>());
-  else
-    global_avgpool_backward_impl<float>(NC, HW, dy.data_as<float>(), dx.data_as<float>());
+  check_pool_tensor(op, "dx", dx, dx.shape(), dy.dtype(), dx.layout());
+  check_pool_tensor(op, "gradient dy", dy, {dx.n(), dx.c()}, dy.dtype(), Layout::NCHW);
+  const int64_t N = dx.n(), C = dx.c(), HW = dx.h() * dx.w();
+  const bool nhwc = dx.layout() == Layout::NHWC;
+  if (dy.dtype() == DType::F64) {
+    if (nhwc)
+      global_avgpool_backward_nhwc<double>(N, C, HW, dy.data_as<double>(), dx.data_as<double>());
+    else
+      global_avgpool_backward_impl<double>(N * C, HW, dy.data_as<double>(), dx.data_as<double>());
+  } else {
+    if (nhwc)
+      global_avgpool_backward_nhwc<float>(N, C, HW, dy.data_as<float>(), dx.data_as<float>());
+    else
+      global_avgpool_backward_impl<float>(N * C, HW, dy.data_as<float>(), dx.data_as<float>());
+  }
 }
 
 }  // namespace tb

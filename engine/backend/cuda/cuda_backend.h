@@ -91,6 +91,10 @@ class CudaBackend final : public Backend {
   void global_avgpool_forward(const Tensor& x, Tensor& y) override;
   void global_avgpool_backward(const Tensor& dy, Tensor& dx) override;
 
+  // pad_channels.cpp (pad_channels.cu). NOT yet run on a GPU.
+  void pad_channels_forward(const Tensor& x, Tensor& y) override;
+  void pad_channels_backward(const Tensor& dy, Tensor& dx) override;
+
   void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing,
                              float grad_scale, Tensor& dlogits, Tensor& stats) override;
 

@@ -91,6 +91,15 @@ void launch_global_avgpool_forward(const float* x, float* y, int64_t N, int64_t 
 void launch_global_avgpool_backward(const float* dy, float* dx, int64_t N, int64_t C, int64_t HW,
                                     bool nhwc, cudaStream_t s);
 
+// ---------------------------------------------------------------- pad_channels.cu
+// Channel padding (trick 22), elements of elem_size bytes (4 or 8):
+// forward  x (N, C, HW) -> y (N, Cp, HW): y[:, :C] = x, y[:, C:] = 0;
+// backward dy (N, Cp, HW) -> dx (N, C, HW): dx = dy[:, :C].
+void launch_pad_channels_forward(const void* x, void* y, int64_t N, int64_t C, int64_t Cp,
+                                 int64_t HW, int elem_size, bool nhwc, cudaStream_t s);
+void launch_pad_channels_backward(const void* dy, void* dx, int64_t N, int64_t C, int64_t Cp,
+                                  int64_t HW, int elem_size, bool nhwc, cudaStream_t s);
+
 // ---------------------------------------------------------------- batchnorm.cu
 // x, y, dy, dx (N, C, HW); per-channel vectors (C). `work` holds 2·C doubles.
 void launch_bn_forward_train(const float* x, const float* gamma, const float* beta,
