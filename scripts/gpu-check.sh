@@ -7,13 +7,14 @@
 # OpenBLAS, and only the working tree plus up to 8 ignored paths travel
 # (64 MiB). So the binaries are built HERE and packed with the non-CUDA runtime
 # libraries they need (Qt6Core/Qt6Test, ICU, OpenBLAS ...) into
-# build-gpu/stage.tar.gz; Fashion-MNIST goes into build-gpu-data/. See
+# build-gpu/engine.tar.gz (the engine) and build-gpu-tests/tests.tar.gz (the
+# test suites, with Qt); Fashion-MNIST goes into build-gpu-data/. See
 # docs/gpu-check.md for the exact calls.
 #
 #   scripts/gpu-check.sh stage [BUILD_DIR]      (here, no GPU needed)
 #       BUILD_DIR defaults to build-cuda; configured and built when missing
 #       (-DTRAINBENCH_CUDA=ON -DTRAINBENCH_GUI=OFF -DCMAKE_CUDA_ARCHITECTURES=90).
-#   scripts/gpu-check.sh run                    (on the GPU machine; carry build-gpu)
+#   scripts/gpu-check.sh run                    (on the GPU machine; carry build-gpu-tests)
 #       nvidia-smi and library versions; every test suite with GPU slots;
 #       compute-sanitizer memcheck and racecheck on the backend's own kernels;
 #       $OUT/gpu-check-summary.json with pass/fail/skip counts per suite.
@@ -28,9 +29,11 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
-stage_dir=build-gpu
-data_dir=build-gpu-data
-tarball=$stage_dir/stage.tar.gz
+stage_dir=build-gpu              # the engine and the benchmark drivers
+tests_dir=build-gpu-tests        # the test suites (with Qt)
+data_dir=build-gpu-data          # Fashion-MNIST
+engine_tarball=$stage_dir/engine.tar.gz
+tests_tarball=$tests_dir/tests.tar.gz
 # Test suites with GPU slots (each QSKIPs them where there is no device).
 suites=(test_cuda_backend test_amp test_staging test_fused test_channels_last)
 
@@ -43,40 +46,47 @@ is_system_lib() {
   return 1
 }
 
+# pack TARBALL BINARY...: the binaries and every shared library they resolve
+# here, except the ones the device has.
+pack() {
+  local tarball=$1; shift
+  local dir; dir=$(dirname "$tarball")/pack
+  rm -rf "$dir" && mkdir -p "$dir/bin" "$dir/lib" "$dir/bench"
+  local b
+  for b in "$@"; do
+    cp "$b" "$dir/bin/"
+    ldd "$b" | awk '/=> \//{print $3}' | while read -r lib; do
+      is_system_lib "$lib" || cp -L "$lib" "$dir/lib/"
+    done
+  done
+  cp bench/gpu_vs_pytorch.py bench/torch_train_step.py "$dir/bench/"
+  tar -C "$dir" -czf "$tarball" .
+  rm -rf "$dir"
+  echo "staged $(du -h "$tarball" | cut -f1) in $tarball: $(tar -tzf "$tarball" | grep -c .) files"
+}
+
 stage() {
   local src=${1:-build-cuda}
   if [[ ! -d "$src" ]]; then
     cmake -S . -B "$src" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINBENCH_CUDA=ON \
       -DTRAINBENCH_GUI=OFF -DCMAKE_CUDA_ARCHITECTURES=90
   fi
-  local targets=(trainbench-engine)
+  local tests=() s
   for s in "${suites[@]}"; do
-    [[ -f tests/engine/$s.cpp ]] && targets+=("$s")
+    [[ -f tests/engine/$s.cpp ]] && tests+=("$s")
   done
-  # Two cores here: build only what the GPU run needs.
-  cmake --build "$src" --target "${targets[@]}" -j 2
-  rm -rf "$stage_dir/pack"
-  mkdir -p "$stage_dir/pack/bin" "$stage_dir/pack/lib" "$stage_dir/pack/bench"
-  for t in "${targets[@]}"; do
-    cp "$src/bin/$t" "$stage_dir/pack/bin/"
-    # Every shared library it resolves here, except the ones the device has.
-    ldd "$src/bin/$t" | awk '/=> \//{print $3}' | while read -r lib; do
-      is_system_lib "$lib" || cp -L "$lib" "$stage_dir/pack/lib/"
-    done
-  done
-  cp bench/gpu_vs_pytorch.py bench/torch_train_step.py "$stage_dir/pack/bench/"
-  tar -C "$stage_dir/pack" -czf "$tarball" .
-  rm -rf "$stage_dir/pack"
-  echo "staged $(du -h "$tarball" | cut -f1) in $tarball:"
-  tar -tzf "$tarball" | sed 's/^/  /'
-  # The data set for the accuracy runs travels apart (carry it only then).
+  # Two cores here: build only what the GPU runs need.
+  cmake --build "$src" --target trainbench-engine "${tests[@]}" -j 2
+  mkdir -p "$stage_dir" "$tests_dir"
+  # Apart, so that each call carries only what it needs (64 MiB in all): the
+  # test suites bring Qt and ICU (about 40 MiB), the engine does not.
+  pack "$engine_tarball" "$src/bin/trainbench-engine"
+  pack "$tests_tarball" "$src/bin/trainbench-engine" "${tests[@]/#/$src/bin/}"
+  # The data set for the accuracy runs travels apart too.
   mkdir -p "$data_dir/fashion-mnist"
   cp /usr/share/datasets/fashion-mnist/*.gz "$data_dir/fashion-mnist/" 2>/dev/null ||
     echo "warning: no Fashion-MNIST here (scripts/setup.sh installs it); accuracy needs it" >&2
-  local mib=$(( $(stat -c %s "$tarball") / 1048576 ))
-  if (( mib > 30 )); then
-    echo "warning: $mib MiB; with build-gpu-data (30 MiB) the carried paths must stay under 64 MiB" >&2
-  fi
+  du -sh "$stage_dir" "$tests_dir" "$data_dir"
 }
 
 # Folders holding libcudnn/libcublas/libcublasLt/libnvrtc/libcupti on the device.
@@ -93,10 +103,11 @@ cuda_lib_dirs() {
 root=/tmp/trainbench-gpu
 out=${OUT:-$here/build-gpu/out}
 
+# unpack TARBALL FOLDER: the staged binaries into $root, libraries set up.
 unpack() {
   mkdir -p "$out"
-  [[ -f "$tarball" ]] || { echo "no $tarball: run 'scripts/gpu-check.sh stage' first and carry build-gpu" >&2; exit 2; }
-  rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xzf "$tarball"
+  [[ -f "$1" ]] || { echo "no $1: run 'scripts/gpu-check.sh stage' here first and carry $2" >&2; exit 2; }
+  rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xzf "$1"
   # The packed libstdc++ (from the build machine) is a fallback only: the
   # device's own is newer there, and cuDNN/cuBLAS may need its newer symbols.
   local sys_stdcxx
@@ -136,7 +147,7 @@ totals_json() {
 }
 
 run() {
-  unpack
+  unpack "$tests_tarball" "$tests_dir"
   environment
   local rc=0 summary="" s
   for s in "${suites[@]}"; do
@@ -181,7 +192,7 @@ EOF
 }
 
 bench() {
-  unpack
+  unpack "$engine_tarball" "$stage_dir"
   environment >/dev/null
   local args=()
   [[ "${QUICK:-0}" != 0 ]] && args+=(--quick)
@@ -190,7 +201,7 @@ bench() {
 }
 
 accuracy() {
-  unpack
+  unpack "$engine_tarball" "$stage_dir"
   environment >/dev/null
   local data="$here/$data_dir/fashion-mnist"
   [[ -f "$data/train-images-idx3-ubyte.gz" ]] || { echo "no $data: carry build-gpu-data" >&2; exit 2; }
