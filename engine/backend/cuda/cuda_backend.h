@@ -109,6 +109,11 @@ class CudaBackend final : public Backend {
   void linear_forward_lp(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
   void linear_backward_lp(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
                           Tensor& dw, Tensor& db, bool accumulate) override;
+  // conv_lp.cpp: cuDNN graphs with f16/bf16 IO, then a cast to f32. NOT yet run on a GPU.
+  void conv2d_forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
+                         Tensor& y) override;
+  void conv2d_backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
+                          Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
 
   // Backend-private state (stream, handles, plan caches); defined in cuda_internal.h.
   struct Impl;
