@@ -36,6 +36,10 @@ class Trainer {
   // Records host spans into `trace` (steps, phases, and every layer's forward
   // and backward) for `trainbench-engine trace`. Not owned.
   void set_trace(ChromeTrace* trace) { trace_ = trace; }
+  // Test hook: apply `amp` on the cpu backend through its reference
+  // low-precision ops (slow), so tests can check how the trainer drives the
+  // loss scaler without a GPU. The trick is still reported "not applied" there.
+  void set_amp_on_cpu(bool on) { amp_on_cpu_ = on; }
 
   // Partial summary of what ran so far (for a failed run's record).
   const nlohmann::json& summary_so_far() const { return summary_; }
@@ -47,6 +51,7 @@ class Trainer {
   nlohmann::json summary_ = nlohmann::json::object();
   bool measure_;
   ChromeTrace* trace_ = nullptr;
+  bool amp_on_cpu_ = false;
 };
 
 }  // namespace tb
