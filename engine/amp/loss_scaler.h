@@ -12,8 +12,8 @@
 // never waits for the host. The host reads the scale only when it asks
 // (read_scale(), e.g. every log_every steps for the "loss_scale" series).
 //
-// How the trainer drives it (engine/train/trainer.cpp, owned elsewhere; not
-// wired yet), once per optimizer step of K micro-batches:
+// How the trainer drives it (engine/train/trainer.cpp, the code under
+// `if (scaler)`), once per optimizer step of K micro-batches:
 //
 //   const PrecisionPolicy policy = PrecisionPolicy::from_config(c.amp);
 //   std::optional<LossScaler> scaler;

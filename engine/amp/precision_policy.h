@@ -13,13 +13,20 @@
 // fp32. fp16's 5-bit exponent underflows small gradients, hence the dynamic
 // loss scaler (loss_scaler.h); bf16 has fp32's exponent range and needs none.
 //
-// Status (see the report in the commit history): the scaler, the casts and the
-// low-precision linear (Backend::linear_forward_lp / linear_backward_lp: f16 or
-// bf16 inputs, fp32 outputs and sums) exist on the CPU (reference) and CUDA
-// backends; the CUDA side is compiled but NOT yet run on a GPU. Not done yet:
-// convolutions with f16/bf16 IO through cuDNN graphs (conv_cudnn.cpp), the
-// layers' low-precision weight copies (refreshed by Backend::cast after each
-// optimizer step) and activation casts, and the trainer's calls.
+// Status. What this stage gives: with Context::amp enabled, Conv2d and Linear
+// cast their f32 input and their f32 master weight to f16/bf16 at every
+// forward (the weight copy is refreshed after each optimizer step that way,
+// eval included) and call Backend::conv2d_*_lp / linear_*_lp: f16/bf16 inputs,
+// products summed in fp32, f32 outputs and f32 master gradients. On the GPU
+// that is Tensor Core math (cuDNN graphs with f16/bf16 IO, cublasGemmEx with
+// CUBLAS_COMPUTE_32F). The trainer drives the loss scaler for fp16 as
+// loss_scaler.h describes. The CPU backend has the same ops as a slow
+// reference (inputs widened, f32 kernels), so `amp` stays a cuda-only trick.
+// What it does not give yet: activations between layers stay f32 (each
+// conv/linear keeps an extra low-precision copy of its input for backward), so
+// there is no activation-memory or bandwidth saving yet; BN, activations and
+// pooling on f16/bf16 tensors would be the next stage. The CUDA side is
+// compiled (nvcc, CUDA 13) but NOT yet run on a GPU.
 #include <string>
 
 #include "engine/core/dtype.h"

@@ -217,6 +217,21 @@ class Backend {
                                   Tensor& dw, Tensor& db, bool accumulate) {
     amp_unsupported("linear_backward_lp");
   }
+  // Convolution under AMP, the same contract as the linear pair: x (N,Cin,H,W)
+  // and w (Cout,Cin,KH,KW) in f16 or bf16 (the same), b (Cout) and y f32; the
+  // products of the low-precision inputs are summed in fp32. Layouts as
+  // conv2d_forward (activations share x's layout, w has its own).
+  virtual void conv2d_forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w,
+                                 const Tensor& b, Tensor& y) {
+    amp_unsupported("conv2d_forward_lp");
+  }
+  // dy f32 is rounded to x's dtype for dgrad and wgrad (dx = dgrad(dy, w),
+  // dw (+)= wgrad(dy, x)); db (+)= Σ of the unrounded dy; dx, dw, db f32.
+  virtual void conv2d_backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w,
+                                  const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db,
+                                  bool accumulate) {
+    amp_unsupported("conv2d_backward_lp");
+  }
 
   // --- device memory and the input path (tricks 4, 5, 6, 20). The defaults
   // suit a host backend: no device memory, pageable buffers, copies that are

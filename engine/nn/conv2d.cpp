@@ -43,10 +43,25 @@ ConvGeometry Conv2d::geometry(const Tensor& x) const {
   return ConvGeometry::make(x.n(), x.c(), x.h(), x.w(), out_channels_, kernel_, stride_, pad_);
 }
 
+// Under AMP (ctx.amp enabled):
+//   x (N,Cin,H,W) f32 -> x_lp_ (lp)      weight_ (Cout,Cin,K,K) f32 -> weight_lp_ (lp)
+//   y (N,Cout,Ho,Wo) f32 = conv2d_forward_lp(x_lp_, weight_lp_) + bias_ (f32)
+// The master weight changes after every optimizer step, so its copy is cast at
+// every forward (eval too). The f32 output keeps what follows in fp32.
 Tensor Conv2d::forward(Context& ctx, const Tensor& x) {
   const ConvGeometry g = geometry(x);
   Tensor& y = ensure_buffer(ctx, y_, g.output_shape(), ctx.dtype, ctx.layout);
-  ctx.backend.conv2d_forward(g, x, weight_, bias_, y);
+  if (ctx.amp.enabled()) {
+    TB_CHECK(ctx.dtype == DType::F32, "conv2d ", name(), ": mixed precision (amp ", ctx.amp.name(),
+             ") needs f32 activations, got ", dtype_name(ctx.dtype));
+    const DType lp = ctx.amp.dtype_for(AmpOp::Conv);
+    ctx.backend.cast(x, ensure_buffer(ctx, x_lp_, x.shape(), lp, x.layout()));
+    ctx.backend.cast(weight_,
+                     ensure_buffer(ctx, weight_lp_, weight_.shape(), lp, weight_.layout()));
+    ctx.backend.conv2d_forward_lp(g, x_lp_, weight_lp_, bias_, y);
+  } else {
+    ctx.backend.conv2d_forward(g, x, weight_, bias_, y);
+  }
   x_ = ctx.training ? x : Tensor{};
   return y;
 }
@@ -56,8 +71,18 @@ Tensor Conv2d::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   const ConvGeometry g = geometry(x_);
   Tensor dx;
   if (need_dx) dx = ensure_buffer(ctx, dx_, g.input_shape(), ctx.dtype, ctx.layout);
-  ctx.backend.conv2d_backward(g, x_, weight_, dy, dx, weight_grad_, bias_grad_,
-                              ctx.accumulate_grads);
+  if (ctx.amp.enabled()) {
+    // x_lp_ and weight_lp_ are this step's forward copies; gradients land in f32.
+    TB_CHECK(x_lp_.defined() && x_lp_.shape() == x_.shape() &&
+                 x_lp_.dtype() == ctx.amp.dtype_for(AmpOp::Conv),
+             "conv2d ", name(), ": backward under amp ", ctx.amp.name(),
+             " without a forward under the same policy");
+    ctx.backend.conv2d_backward_lp(g, x_lp_, weight_lp_, dy, dx, weight_grad_, bias_grad_,
+                                   ctx.accumulate_grads);
+  } else {
+    ctx.backend.conv2d_backward(g, x_, weight_, dy, dx, weight_grad_, bias_grad_,
+                                ctx.accumulate_grads);
+  }
   return dx;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/amp/precision_policy.h"
 #include "engine/backend/backend.h"
 #include "engine/core/tensor.h"
 
@@ -22,6 +23,9 @@ struct Context {
   bool accumulate_grads = false;
   DType dtype = DType::F32;      // activation dtype (f64 in the gradient checks)
   Layout layout = Layout::NCHW;  // memory order of rank-4 activations
+  // Mixed precision (trick 1): when enabled, Conv2d and Linear compute in
+  // amp.dtype_for(...) through the Backend's *_lp ops; everything else stays f32.
+  PrecisionPolicy amp{};
 };
 
 // How a parameter or buffer starts. KaimingUniform follows PyTorch's default for

@@ -29,7 +29,18 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
   TB_CHECK(x.rank() == 2 && x.dim(1) == in_features_, "linear ", name(), ": expected input (N, ",
            in_features_, "), got ", x.describe());
   Tensor& y = ensure_buffer(ctx, y_, {x.dim(0), out_features_}, ctx.dtype);
-  ctx.backend.linear_forward(x, weight_, bias_, y);
+  if (ctx.amp.enabled()) {
+    // x (N,K) f32 -> x_lp_, weight_ (M,K) f32 -> weight_lp_ (every forward: the
+    // master changes after each step); y (N,M) f32 = linear_forward_lp + bias_.
+    TB_CHECK(ctx.dtype == DType::F32, "linear ", name(), ": mixed precision (amp ", ctx.amp.name(),
+             ") needs f32 activations, got ", dtype_name(ctx.dtype));
+    const DType lp = ctx.amp.dtype_for(AmpOp::Linear);
+    ctx.backend.cast(x, ensure_buffer(ctx, x_lp_, x.shape(), lp));
+    ctx.backend.cast(weight_, ensure_buffer(ctx, weight_lp_, weight_.shape(), lp));
+    ctx.backend.linear_forward_lp(x_lp_, weight_lp_, bias_, y);
+  } else {
+    ctx.backend.linear_forward(x, weight_, bias_, y);
+  }
   x_ = ctx.training ? x : Tensor{};
   return y;
 }
@@ -38,8 +49,17 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   TB_CHECK(x_.defined(), "linear ", name(), ": backward without a training forward");
   Tensor dx;
   if (need_dx) dx = ensure_buffer(ctx, dx_, x_.shape(), ctx.dtype);
-  ctx.backend.linear_backward(x_, weight_, dy, dx, weight_grad_, bias_grad_,
-                              ctx.accumulate_grads);
+  if (ctx.amp.enabled()) {
+    TB_CHECK(x_lp_.defined() && x_lp_.shape() == x_.shape() &&
+                 x_lp_.dtype() == ctx.amp.dtype_for(AmpOp::Linear),
+             "linear ", name(), ": backward under amp ", ctx.amp.name(),
+             " without a forward under the same policy");
+    ctx.backend.linear_backward_lp(x_lp_, weight_lp_, dy, dx, weight_grad_, bias_grad_,
+                                   ctx.accumulate_grads);
+  } else {
+    ctx.backend.linear_backward(x_, weight_, dy, dx, weight_grad_, bias_grad_,
+                                ctx.accumulate_grads);
+  }
   return dx;
 }
 

@@ -29,6 +29,9 @@ class Linear : public Layer {
   Tensor weight_, weight_grad_, bias_, bias_grad_;
   Tensor x_;       // input kept for backward (training only)
   Tensor y_, dx_;  // reused output buffers
+  // Under AMP: x and the weight rounded to f16/bf16 (x kept for backward; the
+  // weight copy refreshed from the f32 master at every forward).
+  Tensor x_lp_, weight_lp_;
 };
 
 }  // namespace tb

@@ -9,6 +9,8 @@
 #include <deque>
 #include <optional>
 
+#include "engine/amp/loss_scaler.h"
+#include "engine/amp/precision_policy.h"
 #include "engine/backend/backend.h"
 #include "engine/core/error.h"
 #include "engine/data/dataset.h"
@@ -243,6 +245,16 @@ TrainResult Trainer::run(int64_t run_id) {
       log("warning", key + " = " + st["requested"].dump() + " not applied: " +
                          st.value("reason", ""));
 
+  // --- mixed precision (trick 1): conv/linear in f16/bf16, the rest in f32; fp16
+  // adds the dynamic loss scaler, driven as engine/amp/loss_scaler.h describes.
+  const PrecisionPolicy amp_policy = PrecisionPolicy::from_config(c.amp);
+  const bool amp_on = amp_policy.enabled() && (tricks["amp"]["applied"].get<bool>() || amp_on_cpu_);
+  if (amp_on && !tricks["amp"]["applied"].get<bool>())
+    log("info", "amp = " + std::string(amp_policy.name()) +
+                    " on the cpu through the reference low-precision ops (test hook)");
+  std::optional<LossScaler> scaler;
+  if (amp_on && amp_policy.needs_loss_scaling()) scaler.emplace(be);
+
   json environment = be.describe();
   environment["engine_version"] = TRAINBENCH_VERSION;
   environment["compiler"] = __VERSION__;
@@ -270,6 +282,7 @@ TrainResult Trainer::run(int64_t run_id) {
   Context ctx{be};
   ctx.dtype = DType::F32;
   ctx.layout = act_layout;
+  if (amp_on) ctx.amp = amp_policy;
   DeviceStats train_stats(be);
   InputOptions io;
   io.non_blocking = !on_host && c.non_blocking;
@@ -439,6 +452,7 @@ TrainResult Trainer::run(int64_t run_id) {
           // The loss is divided by K so K micro-batches sum to one big batch's gradient.
           be.softmax_cross_entropy(logits, y, static_cast<float>(c.label_smoothing),
                                    1.0f / static_cast<float>(K), *dlogits, train_stats.device);
+          if (scaler) scaler->scale_grad(*dlogits);  // dlogits *= loss scale, on the device
         }
         {
           PhaseScope ps(timer, Phase::Backward);
@@ -453,22 +467,40 @@ TrainResult Trainer::run(int64_t run_id) {
       {
         PhaseScope ps(timer, Phase::Optimizer);
         float grad_scale = 1.0f;
+        if (scaler) {
+          Tensor grads = model->grad_block();  // a view: unscaled in place, found_inf set
+          scaler->unscale(grads);
+        }
+        // Clipping sees unscaled gradients; after an overflow its factor is not
+        // finite, harmless since that step is skipped.
         if (c.clip_grad_norm > 0) {
           ClipResult clip = clip_grad_norm(be, model->grad_block(), c.clip_grad_norm);
           grad_scale = clip.factor;
           metrics["grad_norm"] = clip.norm;
         }
-        if (c.anomaly_check)
+        // Under fp16 an overflow is expected and handled (the step is skipped).
+        if (c.anomaly_check && !scaler)
           TB_CHECK(std::isfinite(be.sum_squares(model->grad_block())),
                    "anomaly_check: gradients contain NaN or Inf at step ", step);
         lr = schedule.lr_for_step(step);
-        optimizer.step(static_cast<float>(lr), grad_scale);
+        if (scaler) {
+          // Skipped on the device when found_inf is set; then backoff or growth.
+          optimizer.step(static_cast<float>(lr), grad_scale, scaler->state());
+          scaler->update();
+        } else {
+          optimizer.step(static_cast<float>(lr), grad_scale);
+        }
       }
       ++step;
 
       if (c.sync_every_step || step % c.log_every == 0 || s + 1 == steps_per_epoch ||
-          step == total_steps)
+          step == total_steps) {
         read_train_stats(metrics);
+        if (scaler) {  // the scaler's only host reads
+          metrics["loss_scale"] = scaler->read_scale();
+          metrics["amp_skipped_steps"] = double(scaler->read_skipped());
+        }
+      }
       timer.end_step();
       if (census) census->end_step(metrics);
       metrics["lr"] = lr;
@@ -535,6 +567,8 @@ TrainResult Trainer::run(int64_t run_id) {
   summary_["final_test_loss"] = last_test_loss;
   summary_["final_train_loss"] = last_train_loss;
   summary_["total_time_s"] = ms_since(run_start) / 1e3;
+  summary_["amp"] = amp_on ? amp_policy.name() : "off";
+  if (scaler) summary_["amp_skipped_steps"] = scaler->read_skipped();
   TrainResult r{stopped ? "stopped" : "finished", summary_};
   bus_.publish("finished", {{"status", r.status}, {"summary", summary_}});
   return r;

@@ -36,6 +36,10 @@ class Trainer {
   // Records host spans into `trace` (steps, phases, and every layer's forward
   // and backward) for `trainbench-engine trace`. Not owned.
   void set_trace(ChromeTrace* trace) { trace_ = trace; }
+  // Test hook: apply `amp` on the cpu backend through its reference
+  // low-precision ops (slow), so tests can check how the trainer drives the
+  // loss scaler without a GPU. The trick is still reported "not applied" there.
+  void set_amp_on_cpu(bool on) { amp_on_cpu_ = on; }
 
   // Test hook: step times are handed back `lag` steps late, as the CUDA event
   // timer does on a GPU, so the CPU tests cover the trainer's late publishing.
@@ -52,6 +56,7 @@ class Trainer {
   bool measure_;
   ChromeTrace* trace_ = nullptr;
   int timer_lag_for_test_ = 0;
+  bool amp_on_cpu_ = false;
 };
 
 }  // namespace tb

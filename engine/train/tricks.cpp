@@ -23,6 +23,7 @@ bool cuda_trick_implemented(const std::string& key) {
       "empty_cache_between_phases",  // trainer: around every evaluation
       "channels_last",               // trainer: NHWC activations + KRSC filters, input relayout once per step
       "pad_channels_to",             // PadChannels layer: input channels to a multiple (1/3 -> 8)
+      "amp",                         // conv/linear *_lp ops + loss scaler
 #ifdef TRAINBENCH_HAVE_CUPTI
       "profiler",  // KernelCensus of every step (CUPTI activity records)
 #endif

@@ -86,6 +86,10 @@ class CpuBackend final : public Backend {
   void linear_forward_lp(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
   void linear_backward_lp(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
                           Tensor& dw, Tensor& db, bool accumulate) override;
+  void conv2d_forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
+                         Tensor& y) override;
+  void conv2d_backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
+                          Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
 
  private:
   // True when an op on tensors of dtype t must take the reference path.

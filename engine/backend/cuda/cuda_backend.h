@@ -113,6 +113,11 @@ class CudaBackend final : public Backend {
   void linear_forward_lp(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
   void linear_backward_lp(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
                           Tensor& dw, Tensor& db, bool accumulate) override;
+  // conv_lp.cpp: cuDNN graphs with f16/bf16 IO, then a cast to f32. NOT yet run on a GPU.
+  void conv2d_forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
+                         Tensor& y) override;
+  void conv2d_backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
+                          Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
 
   // Device memory and the input path (staging.cpp, input.cu). NOT yet run on a GPU.
   std::optional<DeviceMemoryStats> memory_stats(bool query_device) override;
