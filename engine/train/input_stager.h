@@ -10,6 +10,10 @@
 //                 back to the loader only once its copy has finished.
 //   uint8         the loader ships transformed bytes, the device normalises
 //                 them (Backend::normalize_u8), 4x fewer bytes per image
+//   augment       gpu_augment (trick 15): the loader ships the data set's bytes
+//                 and each row's index (BatchFormat::Uint8Raw); the device
+//                 pads, crops, flips and normalises them in one op
+//                 (Backend::augment_normalize_u8), with the loader's draws
 //
 // On a host backend the batch is used where it is (nothing is copied). Off,
 // on a device: a blocking copy per tensor, as before.
@@ -24,6 +28,7 @@ namespace tb {
 struct InputOptions {
   bool non_blocking = false;
   bool uint8 = false;              // batches arrive as u8 and are normalised here
+  bool augment = false;            // ...and untransformed (Uint8Raw; implies uint8)
   std::vector<float> scale, shift;  // normalize_u8's constants (uint8 only)
 };
 
@@ -48,6 +53,7 @@ class InputStager {
 
  private:
   struct Slot {
+    Tensor indices;     // augment: the device copy of Batch::indices
     Tensor images_raw;  // the device copy of the host images (u8 or f32)
     Tensor images;      // f32 images (images_raw itself unless uint8)
     Tensor labels;
@@ -57,6 +63,9 @@ class InputStager {
     DataLoader* loader = nullptr;
   };
   void give_back(Slot& s);
+  // u8 images (and, with augment, indices) -> f32 images on the backend.
+  void to_float(const Tensor& raw, const Tensor& indices, int64_t epoch, const DataLoader& loader,
+                Tensor& out);
 
   Backend& be_;
   InputOptions options_;

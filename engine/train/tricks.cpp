@@ -21,6 +21,8 @@ bool cuda_trick_implemented(const std::string& key) {
       "non_blocking",                // InputStager: copy stream, events, two device slots
       "h2d_uint8",                   // u8 batches, Backend::normalize_u8 on the device
       "empty_cache_between_phases",  // trainer: around every evaluation
+      "gpu_augment",                 // raw u8 batches, Backend::augment_normalize_u8
+      "device_side_init",            // Model: constant params/buffers filled on the device
 #ifdef TRAINBENCH_HAVE_CUPTI
       "profiler",  // KernelCensus of every step (CUPTI activity records)
 #endif
