@@ -6,6 +6,8 @@
 //
 // NOT RUN ON A GPU: compiled only; tests/engine/test_device_data.cpp compares
 // it with the CPU op in a GPU slot.
+#include <algorithm>
+
 #include "engine/backend/cuda/cuda_internal.h"
 
 namespace tb {
@@ -23,6 +25,10 @@ void CudaBackend::augment_normalize_u8(const Tensor& src, const Tensor& indices,
            cuda::kAugmentMaxC);
   TB_CHECK(src.n() <= int64_t(0x7fffffff), op, ": batch of ", src.n(),
            " samples exceeds one thread block per sample");
+  // The kernel indexes within a sample in 32 bits.
+  const int64_t per_sample = C * std::max(src.h() * src.w(), spec.out_h * spec.out_w);
+  TB_CHECK(per_sample <= int64_t(0x7fffffff), op, ": ", per_sample,
+           " values per sample exceed the kernel's 32-bit indexing");
   cuda::AugmentCoef coef{};
   for (int64_t c = 0; c < C; ++c)
     coef.scale[c] = scale[size_t(c)], coef.shift[c] = shift[size_t(c)];

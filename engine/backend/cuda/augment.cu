@@ -27,26 +27,28 @@ namespace {
 
 __global__ void augment_normalize_u8_kernel(const uint8_t* __restrict__ src,
                                             const int32_t* __restrict__ indices,
-                                            float* __restrict__ dst, int64_t C, int64_t H,
-                                            int64_t W, AugmentSpec spec, AugmentCoef coef,
-                                            bool nhwc) {
+                                            float* __restrict__ dst, int C, int H, int W,
+                                            AugmentSpec spec, AugmentCoef coef, bool nhwc) {
+  // Within a sample every offset fits in 32 bits (checked by the caller): the
+  // divisions below are then 32-bit, not the slow emulated 64-bit ones.
   const int64_t n = blockIdx.x;
-  const int64_t OH = spec.out_h, OW = spec.out_w, per = C * OH * OW;
-  const int64_t top = (OH - H) / 2, left = (OW - W) / 2;
+  const int OH = int(spec.out_h), OW = int(spec.out_w), per = C * OH * OW;
+  const int top = (OH - H) / 2, left = (OW - W) / 2;
   // Every thread redraws its sample's choices: a few dozen integer ops,
   // cheaper than a shared-memory broadcast and a barrier.
   const AugmentDraw a = augment_draw(spec, static_cast<uint64_t>(indices[n]));
+  const int dy = int(a.dy), dx = int(a.dx);
   const uint8_t* s = src + n * C * H * W;
   float* d = dst + n * per;
-  for (int64_t i = threadIdx.x; i < per; i += blockDim.x) {
-    int64_t c, y, x;
+  for (int i = threadIdx.x; i < per; i += blockDim.x) {
+    int c, y, x;
     if (nhwc) {
       c = i % C, x = (i / C) % OW, y = i / (C * OW);
     } else {
       x = i % OW, y = (i / OW) % OH, c = i / (OH * OW);
     }
-    const int64_t sy = y + a.dy - top;
-    const int64_t sx = (a.flip ? OW - 1 - x : x) + a.dx - left;
+    const int sy = y + dy - top;
+    const int sx = (a.flip ? OW - 1 - x : x) + dx - left;
     const bool inside = sy >= 0 && sy < H && sx >= 0 && sx < W;
     const float b = inside ? float(s[(c * H + sy) * W + sx]) : 0.0f;
     d[i] = __fadd_rn(__fmul_rn(b, coef.scale[c]), coef.shift[c]);
