@@ -21,6 +21,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/tensor.h"
+#include "engine/data/augment_draw.h"
 
 namespace tb {
 
@@ -266,6 +267,19 @@ class Backend {
   // multiply-add), so the images are bit-identical to normalising on the host.
   virtual void normalize_u8(const Tensor& src, const std::vector<float>& scale,
                             const std::vector<float>& shift, Tensor& dst) = 0;
+  // gpu_augment (trick 15): the loader's whole per-sample pipeline in one pass.
+  //   src     u8 (N, C, H, W) NCHW: the data set's bytes, not transformed
+  //   indices i32 (N): each row's data set index (seeds its SampleRng draws)
+  //   dst     f32 (N, C, spec.out_h, spec.out_w), NCHW or NHWC
+  // dst[n] = normalize(SampleTransform::apply(src[n], spec.seed, spec.epoch,
+  // indices[n])) bit for bit: pad_to placement, crop with zero padding, flip,
+  // then * scale[c] + shift[c] without fused multiply-add. All on this device.
+  // The default throws (a backend without it cannot run gpu_augment).
+  virtual void augment_normalize_u8(const Tensor& src, const Tensor& indices,
+                                    const AugmentSpec& spec, const std::vector<float>& scale,
+                                    const std::vector<float>& shift, Tensor& dst) {
+    TB_FAIL("augment_normalize_u8 (gpu_augment) is not supported by the ", name(), " backend");
+  }
 
  private:
   [[noreturn]] void amp_unsupported(const char* op) const {
@@ -277,6 +291,10 @@ class Backend {
 // of one rank-4 shape and layout, one scale and shift per channel.
 void check_normalize_u8_args(const Tensor& src, const std::vector<float>& scale,
                              const std::vector<float>& shift, const Tensor& dst);
+// augment_normalize_u8's argument checks (shapes, dtypes, spec ranges).
+void check_augment_normalize_u8_args(const Tensor& src, const Tensor& indices,
+                                     const AugmentSpec& spec, const std::vector<float>& scale,
+                                     const std::vector<float>& shift, const Tensor& dst);
 
 struct BackendOptions {
   bool reference = false;      // cpu: the plain reference kernels (the test oracle)

@@ -32,6 +32,9 @@ DataLoader::DataLoader(const Dataset& dataset, LoaderOptions options)
   TB_CHECK(o.workers >= 0 && o.workers <= 256, "loader: workers must be 0..256, got ", o.workers);
   TB_CHECK(o.prefetch >= 1, "loader: prefetch must be at least 1, got ", o.prefetch);
   num_batches_ = count_batches(dataset_.size(), o);
+  TB_CHECK(o.format != BatchFormat::Uint8Raw || dataset_.size() <= int64_t(0x7fffffff),
+           "loader: ", dataset_.name(), " has ", dataset_.size(),
+           " samples: too many for the i32 indices of raw batches");
   const TransformOptions& t = o.transform;
   identity_transform_ = t.pad_to_h == 0 && !t.random_crop && !t.random_hflip;
   caller_scratch_.raw.resize(static_cast<size_t>(dataset_.sample_numel()));
@@ -84,6 +87,10 @@ void DataLoader::start_epoch(int64_t epoch) {
   work_cv_.notify_all();
 }
 
+Shape DataLoader::batch_image_shape() const {
+  return options_.format == BatchFormat::Uint8Raw ? dataset_.sample_shape() : image_shape();
+}
+
 Batch DataLoader::acquire_buffers(int64_t rows) {
   {
     std::lock_guard lock(pool_mu_);
@@ -94,13 +101,19 @@ Batch DataLoader::acquire_buffers(int64_t rows) {
         return b;
       }
   }
-  const Shape chw = image_shape();
+  const Shape chw = batch_image_shape();
   const Shape ishape{rows, chw[0], chw[1], chw[2]};
   const DType idtype = options_.format == BatchFormat::Float32 ? DType::F32 : DType::U8;
+  const bool raw = options_.format == BatchFormat::Uint8Raw;
   Batch b;
   if (options_.allocator) {
     b.images = options_.allocator(ishape, idtype);
     b.labels = options_.allocator(Shape{rows}, DType::I32);
+    if (raw) {
+      b.indices = options_.allocator(Shape{rows}, DType::I32);
+      expect_shape(b.indices, Shape{rows}, "loader: batch allocator (indices)");
+      expect_dtype(b.indices, DType::I32, "loader: batch allocator (indices)");
+    }
     expect_shape(b.images, ishape, "loader: batch allocator (images)");
     expect_dtype(b.images, idtype, "loader: batch allocator (images)");
     expect_shape(b.labels, Shape{rows}, "loader: batch allocator (labels)");
@@ -108,6 +121,7 @@ Batch DataLoader::acquire_buffers(int64_t rows) {
   } else {
     b.images = Tensor::empty(ishape, idtype);
     b.labels = Tensor::empty(Shape{rows}, DType::I32);
+    if (raw) b.indices = Tensor::empty(Shape{rows}, DType::I32);
   }
   return b;
 }
@@ -115,16 +129,20 @@ Batch DataLoader::acquire_buffers(int64_t rows) {
 void DataLoader::recycle(Batch&& batch) {
   if (!batch.images.defined() || !batch.labels.defined()) return;
   // Only buffers this loader would have made; a small cap bounds the pool.
-  const Shape chw = image_shape();
+  const Shape chw = batch_image_shape();
   const DType idtype = options_.format == BatchFormat::Float32 ? DType::F32 : DType::U8;
   const Shape& s = batch.images.shape();
   if (s.size() != 4 || s[1] != chw[0] || s[2] != chw[1] || s[3] != chw[2] ||
       batch.images.dtype() != idtype || batch.labels.dtype() != DType::I32 ||
       batch.labels.shape() != Shape{s[0]})
     return;
+  if (options_.format == BatchFormat::Uint8Raw &&
+      (!batch.indices.defined() || batch.indices.dtype() != DType::I32 ||
+       batch.indices.shape() != Shape{s[0]}))
+    return;
   std::lock_guard lock(pool_mu_);
   if (pool_.size() < static_cast<size_t>(options_.prefetch + options_.workers + 2)) {
-    batch.index = -1;
+    batch.index = batch.epoch = -1;
     pool_.push_back(std::move(batch));
   }
   batch = Batch{};
@@ -137,20 +155,26 @@ bool DataLoader::build_batch(int64_t k, int64_t epoch, Scratch& scratch, Batch& 
   const int64_t begin = k * B;
   const int64_t rows = std::min(B, dataset_.size() - begin);
   Batch b = acquire_buffers(rows);
-  const int64_t out_numel = shape_numel(image_shape());
+  const bool raw = options_.format == BatchFormat::Uint8Raw;
+  const int64_t out_numel = shape_numel(batch_image_shape());
   const int classes = dataset_.num_classes();
   int32_t* labels = b.labels.data_as<int32_t>();
+  int32_t* indices = raw ? b.indices.data_as<int32_t>() : nullptr;
   for (int64_t i = 0; i < rows; ++i) {
     if (abort_.load(std::memory_order_relaxed)) {
       recycle(std::move(b));
       return false;
     }
     const int64_t idx = order_[static_cast<size_t>(begin + i)];
-    uint8_t* u8_dst = options_.format == BatchFormat::Uint8
+    uint8_t* u8_dst = options_.format != BatchFormat::Float32
                           ? b.images.data_as<uint8_t>() + i * out_numel
                           : scratch.transformed.data();
     int32_t label = -1;
-    if (identity_transform_) {
+    if (raw) {
+      // As the data set gives it; the device transforms it (gpu_augment).
+      dataset_.get(idx, u8_dst, &label);
+      indices[i] = static_cast<int32_t>(idx);
+    } else if (identity_transform_) {
       dataset_.get(idx, u8_dst, &label);
     } else {
       dataset_.get(idx, scratch.raw.data(), &label);
@@ -163,6 +187,7 @@ bool DataLoader::build_batch(int64_t k, int64_t epoch, Scratch& scratch, Batch& 
     labels[i] = label;
   }
   b.index = k;
+  b.epoch = epoch;
   out = std::move(b);
   return true;
 }

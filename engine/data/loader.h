@@ -18,16 +18,22 @@ namespace tb {
 
 // What the loader hands to the trainer: images {B, C, H, W} (NCHW, f32
 // normalised or raw u8) and labels {B} (i32), both in host memory. index is
-// the batch's position in the epoch (0, 1, 2, ...).
+// the batch's position in the epoch (0, 1, 2, ...). With BatchFormat::Uint8Raw
+// the images are the data set's bytes (not transformed) and indices {B} (i32)
+// holds each row's data set index: with epoch and the loader's seed, what the
+// device needs to redo the transform (gpu_augment).
 struct Batch {
   Tensor images;
   Tensor labels;
   int64_t index = -1;
+  Tensor indices;      // Uint8Raw only
+  int64_t epoch = -1;  // the epoch the batch belongs to
 };
 
 enum class BatchFormat {
-  Float32,  // transformed and normalised on the CPU
-  Uint8,    // transformed bytes; the device normalises (4x less to copy)
+  Float32,   // transformed and normalised on the CPU
+  Uint8,     // transformed bytes; the device normalises (4x less to copy)
+  Uint8Raw,  // the data set's bytes + Batch::indices; the device transforms (gpu_augment)
 };
 
 // Allocates one host buffer of a batch (called for images and for labels).
@@ -83,6 +89,10 @@ class DataLoader {
 
   int64_t num_batches() const { return num_batches_; }             // per epoch
   Shape image_shape() const { return transform_.output_shape(); }  // {C, H, W} after transforms
+  // {C, H, W} of one row of Batch::images: image_shape(), or the data set's
+  // sample shape with Uint8Raw.
+  Shape batch_image_shape() const;
+  const SampleTransform& transform() const { return transform_; }
   const LoaderOptions& options() const { return options_; }
   const Dataset& dataset() const { return dataset_; }
   // The current epoch's sample order (dataset indices).

@@ -6,14 +6,15 @@
 #include <cstring>
 
 #include "engine/core/error.h"
+#include "engine/data/augment_draw.h"
 #include "engine/data/dataset.h"
 #include "engine/data/sample_rng.h"
 
 namespace tb {
 
 namespace {
-// Keeps the transform's random stream apart from the shuffle's.
-constexpr uint64_t kTransformStream = 0x7472616e73666f72ull;  // "transfor"
+// kTransformStream (augment_draw.h) keeps the transform's random stream apart
+// from the shuffle's; gpu_augment redraws from it on the device.
 
 void check_chw(const Shape& chw, const char* what) {
   TB_CHECK(chw.size() == 3 && chw[0] >= 1 && chw[1] >= 1 && chw[2] >= 1, what,
@@ -203,6 +204,19 @@ void SampleTransform::apply(const uint8_t* in, uint8_t* out, uint64_t seed, int6
 
 void SampleTransform::normalize(const uint8_t* in, float* out) const {
   tb::normalize(in, out, out_, options_.norm);
+}
+
+AugmentSpec augment_spec(const SampleTransform& t, uint64_t seed, int64_t epoch) {
+  const TransformOptions& o = t.options();
+  AugmentSpec s;
+  s.out_h = t.output_shape()[1];
+  s.out_w = t.output_shape()[2];
+  s.random_crop = o.random_crop;
+  s.crop_padding = o.crop_padding;
+  s.random_hflip = o.random_hflip;
+  s.seed = seed;
+  s.epoch = epoch;
+  return s;
 }
 
 }  // namespace tb

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "engine/core/tensor.h"
+#include "engine/data/augment_draw.h"
 
 namespace tb {
 
@@ -74,5 +75,9 @@ class SampleTransform {
   TransformOptions options_;
   Shape in_, out_;
 };
+
+// What Backend::augment_normalize_u8 needs to redo t.apply() for a batch of
+// `epoch` on the device (gpu_augment): t's output size and options, the seed.
+AugmentSpec augment_spec(const SampleTransform& t, uint64_t seed, int64_t epoch);
 
 }  // namespace tb

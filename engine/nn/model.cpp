@@ -70,19 +70,31 @@ void Model::build(Backend& backend, uint64_t seed, DType dtype, Layout weight_la
   backend.fill(grad_block_, 0.0);
 
   std::mt19937_64 rng(seed);
+  // Zeros/Ones draw nothing from rng, so filling them on the device
+  // (device_side_init) leaves every random weight's draws where they were.
+  auto init = [&](const ParamSpec& spec, Tensor& t) {
+    if (device_side_init_ && (spec.init == Init::Zeros || spec.init == Init::Ones)) {
+      backend.fill(t, spec.init == Init::Ones ? 1.0 : 0.0);
+      init_device_bytes_ += int64_t(t.nbytes());
+    } else {
+      upload(backend, initial_values(spec, rng), t);
+      init_upload_bytes_ += int64_t(t.nbytes());
+    }
+  };
+  init_upload_bytes_ = init_device_bytes_ = 0;
   int64_t offset = 0;
   for (const auto& e : reg.params()) {
     const Layout l = e.spec.shape.size() == 4 ? e.spec.layout : Layout::NCHW;
     *e.value = Tensor::view_of(param_block_, offset, e.spec.shape, l);
     *e.grad = Tensor::view_of(grad_block_, offset, e.spec.shape, l);
-    upload(backend, initial_values(e.spec, rng), *e.value);
+    init(e.spec, *e.value);
     params_.push_back({e.spec.name, *e.value, *e.grad, e.spec.weight_decay});
     offset += shape_numel(e.spec.shape);
   }
   offset = 0;
   for (const auto& e : reg.buffers()) {
     *e.value = Tensor::view_of(buffer_block_, offset, e.spec.shape);
-    upload(backend, initial_values(e.spec, rng), *e.value);
+    init(e.spec, *e.value);
     buffers_.push_back({e.spec.name, *e.value});
     offset += shape_numel(e.spec.shape);
   }

@@ -43,6 +43,17 @@ class Model {
   void build(Backend& backend, uint64_t seed, DType dtype = DType::F32,
              Layout weight_layout = Layout::NCHW);
 
+  // device_side_init (trick 15), before build(): constant parameters and
+  // buffers (zeros, ones: BN affine, running statistics) are made with
+  // Backend::fill on the device instead of host values plus a copy. Random
+  // weights are still drawn on the host from one mt19937_64 in registration
+  // order and uploaded: a sequential generator's draws cannot be split across
+  // device threads without changing them, and the same seed must give the
+  // same weights with the trick on or off. The values are identical either way.
+  void set_device_side_init(bool on) { device_side_init_ = on; }
+  int64_t init_upload_bytes() const { return init_upload_bytes_; }  // copied by build()
+  int64_t init_device_bytes() const { return init_device_bytes_; }  // filled on the device
+
   Tensor forward(Context& ctx, const Tensor& x);  // logits (N, num_classes)
   void backward(Context& ctx, const Tensor& dlogits);
 
@@ -66,6 +77,8 @@ class Model {
   std::vector<BufferInfo> buffers_;
   Tensor param_block_, grad_block_, buffer_block_;
   bool built_ = false;
+  bool device_side_init_ = false;
+  int64_t init_upload_bytes_ = 0, init_device_bytes_ = 0;
 };
 
 }  // namespace tb

@@ -6,7 +6,10 @@
 namespace tb {
 
 InputStager::InputStager(Backend& backend, InputOptions options)
-    : be_(backend), options_(std::move(options)), on_host_(backend.device().is_cpu()) {}
+    : be_(backend), options_(std::move(options)), on_host_(backend.device().is_cpu()) {
+  TB_CHECK(!options_.augment || options_.uint8,
+           "input: augment (gpu_augment) ships u8 batches: set uint8 too");
+}
 
 InputStager::~InputStager() {
   try {
@@ -28,9 +31,43 @@ void InputStager::release_all() {
   for (Slot& s : slots_) give_back(s);
 }
 
+void InputStager::to_float(const Tensor& raw, const Tensor& indices, int64_t epoch,
+                           const DataLoader& loader, Tensor& out) {
+  if (options_.augment)
+    be_.augment_normalize_u8(raw, indices,
+                             augment_spec(loader.transform(), loader.options().seed, epoch),
+                             options_.scale, options_.shift, out);
+  else
+    be_.normalize_u8(raw, options_.scale, options_.shift, out);
+}
+
 void InputStager::stage(Batch&& b, DataLoader& loader, Tensor& images, Tensor& labels) {
   TB_CHECK(b.images.defined() && b.labels.defined(), "input: empty batch");
   last_bytes_ = 0;
+  const Shape& shape = b.images.shape();
+  Shape out_shape = shape;  // f32 images {N, C, H, W} after to_float
+  if (options_.augment) {
+    TB_CHECK(b.indices.defined() && b.epoch >= 0,
+             "input: gpu_augment takes raw batches with indices (BatchFormat::Uint8Raw), got ",
+             b.images.describe(), " without them");
+    const Shape o = loader.image_shape();
+    out_shape = {shape[0], o[0], o[1], o[2]};
+  }
+  if (on_host_ && options_.uint8) {
+    // u8 batches on a host backend (the trainer sends f32 there; the tests use
+    // this to run the device path's ops on the CPU): converted where they are.
+    Slot& s = slots_[0];
+    give_back(s);
+    current_ = 0;
+    TB_CHECK(b.images.dtype() == DType::U8, "input: expected u8 images, got ", b.images.describe());
+    if (!s.images.defined() || s.images.shape() != out_shape)
+      s.images = Tensor::empty(out_shape, DType::F32);
+    to_float(b.images, b.indices, b.epoch, loader, s.images);
+    s.held = std::move(b);
+    s.loader = &loader;
+    images = s.images, labels = s.held.labels;
+    return;
+  }
   if (on_host_) {
     TB_CHECK(b.images.dtype() == DType::F32, "input: the cpu backend takes f32 batches, got ",
              b.images.describe());
@@ -46,34 +83,37 @@ void InputStager::stage(Batch&& b, DataLoader& loader, Tensor& images, Tensor& l
   current_ = int(count_++ % 2);
   Slot& s = slots_[current_];
   give_back(s);  // the batch this slot carried two uploads ago
-  const Shape& shape = b.images.shape();
   const DType raw = options_.uint8 ? DType::U8 : DType::F32;
   TB_CHECK(b.images.dtype() == raw, "input: expected ", dtype_name(raw), " images, got ",
            b.images.describe());
-  if (!s.images_raw.defined() || s.images_raw.shape() != shape) {
+  if (!s.images_raw.defined() || s.images_raw.shape() != shape || s.images.shape() != out_shape) {
     // A new batch shape (the last, smaller batch of an evaluation): stream order
     // keeps the old buffers alive for work already queued on them.
     s.images_raw = be_.empty(shape, raw);
-    s.images = options_.uint8 ? be_.empty(shape, DType::F32) : s.images_raw;
+    s.images = options_.uint8 ? be_.empty(out_shape, DType::F32) : s.images_raw;
     s.images_act = options_.layout == Layout::NCHW
                        ? s.images
-                       : be_.empty(shape, DType::F32, options_.layout);
+                       : be_.empty(out_shape, DType::F32, options_.layout);
     s.labels = be_.empty(b.labels.shape(), DType::I32);
+    s.indices = options_.augment ? be_.empty(b.labels.shape(), DType::I32) : Tensor{};
   }
+  const int64_t epoch = b.epoch;
+  const int64_t bytes =
+      int64_t(b.images.nbytes() + b.labels.nbytes() + (options_.augment ? b.indices.nbytes() : 0));
   if (options_.non_blocking) {
     be_.upload_async(b.images, s.images_raw, s.fence);
-    s.ticket = be_.upload_async(b.labels, s.labels, s.fence);
+    if (options_.augment) be_.upload_async(b.indices, s.indices, s.fence);
+    s.ticket = be_.upload_async(b.labels, s.labels, s.fence);  // the last: waits for all
     s.held = std::move(b);  // back to the loader once the copy has run
     s.loader = &loader;
   } else {
     be_.copy(b.images, s.images_raw);  // returns when the host buffer is free again
+    if (options_.augment) be_.copy(b.indices, s.indices);
     be_.copy(b.labels, s.labels);
-    last_bytes_ = int64_t(b.images.nbytes() + b.labels.nbytes());
     loader.recycle(std::move(b));
   }
-  if (s.held.images.defined())
-    last_bytes_ = int64_t(s.held.images.nbytes() + s.held.labels.nbytes());
-  if (options_.uint8) be_.normalize_u8(s.images_raw, options_.scale, options_.shift, s.images);
+  last_bytes_ = bytes;
+  if (options_.uint8) to_float(s.images_raw, s.indices, epoch, loader, s.images);
   if (options_.layout != Layout::NCHW) be_.copy(s.images, s.images_act);  // the one relayout
   images = s.images_act, labels = s.labels;
 }

@@ -12,6 +12,10 @@
 //                 them (Backend::normalize_u8), 4x fewer bytes per image
 //   NHWC layout   (channels_last) the NCHW batch is converted once on the
 //                 device, by an explicit Backend::copy
+//   augment       gpu_augment (trick 15): the loader ships the data set's bytes
+//                 and each row's index (BatchFormat::Uint8Raw); the device
+//                 pads, crops, flips and normalises them in one op
+//                 (Backend::augment_normalize_u8), with the loader's draws
 //
 // On a host backend the batch is used where it is (nothing is copied). Off,
 // on a device: a blocking copy per tensor, as before.
@@ -26,6 +30,7 @@ namespace tb {
 struct InputOptions {
   bool non_blocking = false;
   bool uint8 = false;              // batches arrive as u8 and are normalised here
+  bool augment = false;            // ...and untransformed (Uint8Raw; implies uint8)
   std::vector<float> scale, shift;  // normalize_u8's constants (uint8 only)
   Layout layout = Layout::NCHW;     // of the images handed to the model
 };
@@ -51,6 +56,7 @@ class InputStager {
 
  private:
   struct Slot {
+    Tensor indices;     // augment: the device copy of Batch::indices
     Tensor images_raw;  // the device copy of the host images (u8 or f32)
     Tensor images;      // f32 NCHW images (images_raw itself unless uint8)
     Tensor images_act;  // in the model's layout (images itself for NCHW)
@@ -61,6 +67,9 @@ class InputStager {
     DataLoader* loader = nullptr;
   };
   void give_back(Slot& s);
+  // u8 images (and, with augment, indices) -> f32 images on the backend.
+  void to_float(const Tensor& raw, const Tensor& indices, int64_t epoch, const DataLoader& loader,
+                Tensor& out);
 
   Backend& be_;
   InputOptions options_;

@@ -182,6 +182,9 @@ TrainResult Trainer::run(int64_t run_id) {
   if (!on_host && c.pin_memory)
     lo.allocator = [&be](const Shape& s, DType t) { return be.pinned_host_empty(s, t); };
   if (!on_host && c.h2d_uint8) lo.format = BatchFormat::Uint8;
+  // Trick 15: the data set's bytes go up as they are; the device transforms them.
+  const bool gpu_augment = !on_host && c.gpu_augment;
+  if (gpu_augment) lo.format = BatchFormat::Uint8Raw;
   DataLoader train_loader(*train_set, lo);
   lo.shuffle = false;
   lo.drop_last = false;
@@ -206,8 +209,16 @@ TrainResult Trainer::run(int64_t run_id) {
   if (!on_host) mo.pad_channels_to = c.pad_channels_to;
   std::unique_ptr<Model> model =
       make_model(c.model, train_loader.image_shape(), train_set->num_classes(), mo);
+  // Trick 15: constant parameters and buffers are filled on the device (the
+  // random weights keep their host draws, so the same seed gives the same model).
+  if (!on_host && c.device_side_init) model->set_device_side_init(true);
   // NHWC: KRSC filters and NHWC activations end to end (cuDNN's channels-last).
   model->build(be, c.seed, DType::F32, act_layout);
+  if (!on_host && c.device_side_init)
+    log("info", "device_side_init: " + std::to_string(model->init_device_bytes()) +
+                    " bytes of parameters and buffers filled on the device, " +
+                    std::to_string(model->init_upload_bytes()) +
+                    " bytes of random weights drawn on the host and uploaded");
   for (const auto& layer : model->layers())
     if (const auto* pad = dynamic_cast<const PadChannels*>(layer.get()))
       log("info", "pad_channels_to=" + std::to_string(c.pad_channels_to) + ": input channels " +
@@ -286,7 +297,8 @@ TrainResult Trainer::run(int64_t run_id) {
   DeviceStats train_stats(be);
   InputOptions io;
   io.non_blocking = !on_host && c.non_blocking;
-  io.uint8 = !on_host && c.h2d_uint8;
+  io.uint8 = !on_host && (c.h2d_uint8 || gpu_augment);
+  io.augment = gpu_augment;
   if (io.uint8)
     norm_scale_shift(train_loader.options().transform.norm, train_loader.image_shape()[0],
                      io.scale, io.shift);

@@ -24,6 +24,8 @@ bool cuda_trick_implemented(const std::string& key) {
       "channels_last",               // trainer: NHWC activations + KRSC filters, input relayout once per step
       "pad_channels_to",             // PadChannels layer: input channels to a multiple (1/3 -> 8)
       "amp",                         // conv/linear *_lp ops + loss scaler
+      "gpu_augment",                 // raw u8 batches, Backend::augment_normalize_u8
+      "device_side_init",            // Model: constant params/buffers filled on the device
 #ifdef TRAINBENCH_HAVE_CUPTI
       "profiler",  // KernelCensus of every step (CUPTI activity records)
 #endif

@@ -25,6 +25,9 @@ class CpuBackend final : public Backend {
   void copy(const Tensor& src, Tensor& dst) override;
   void normalize_u8(const Tensor& src, const std::vector<float>& scale,
                     const std::vector<float>& shift, Tensor& dst) override;
+  void augment_normalize_u8(const Tensor& src, const Tensor& indices, const AugmentSpec& spec,
+                            const std::vector<float>& scale, const std::vector<float>& shift,
+                            Tensor& dst) override;
 
   void conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
                       Tensor& y) override;

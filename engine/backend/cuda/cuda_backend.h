@@ -129,6 +129,9 @@ class CudaBackend final : public Backend {
   uint64_t fence() override;
   void normalize_u8(const Tensor& src, const std::vector<float>& scale,
                     const std::vector<float>& shift, Tensor& dst) override;
+  void augment_normalize_u8(const Tensor& src, const Tensor& indices, const AugmentSpec& spec,
+                            const std::vector<float>& scale, const std::vector<float>& shift,
+                            Tensor& dst) override;
   // The compute stream (a cudaStream_t), for the CUDA-event step timer.
   void* stream_handle() const;
 

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "engine/data/augment_draw.h"
+
 namespace tb::cuda {
 
 // ---------------------------------------------------------------- memory.cu
@@ -28,6 +30,19 @@ void launch_convert_layout(const void* src, void* dst, int64_t N, int64_t C, int
 // the device), without fused multiply-add: the host loader's bits exactly.
 void launch_normalize_u8(const uint8_t* src, float* dst, const float* scale, const float* shift,
                          int64_t N, int64_t C, int64_t HW, bool nhwc, cudaStream_t s);
+
+// ---------------------------------------------------------------- augment.cu
+// gpu_augment: dst f32 (N, C, spec.out_h, spec.out_w) = the loader's pad_to +
+// random crop + flip + normalisation of src u8 (N, C, H, W) NCHW, with the
+// draws of SampleRng(spec.seed, spec.epoch, indices[n]) (indices i32 (N) on the
+// device). scale/shift travel in the kernel's parameters (C <= kAugmentMaxC).
+constexpr int kAugmentMaxC = 16;
+struct AugmentCoef {
+  float scale[kAugmentMaxC], shift[kAugmentMaxC];
+};
+void launch_augment_normalize_u8(const uint8_t* src, const int32_t* indices, float* dst, int64_t N,
+                                 int64_t C, int64_t H, int64_t W, const AugmentSpec& spec,
+                                 const AugmentCoef& coef, bool nhwc, cudaStream_t s);
 
 // ---------------------------------------------------------------- pointwise.cu
 // Any rank, n elements; y may alias x, dx may alias dy. T = float or double.
