@@ -35,7 +35,7 @@ data_dir=build-gpu-data          # Fashion-MNIST
 engine_tarball=$stage_dir/engine.tar.gz
 tests_tarball=$tests_dir/tests.tar.gz
 # Test suites with GPU slots (each QSKIPs them where there is no device).
-suites=(test_cuda_backend test_amp test_staging test_fused test_channels_last test_device_data)
+suites=(test_cuda_backend test_amp test_amp_training test_staging test_fused test_channels_last test_device_data test_cuda_graphs)
 
 # Libraries the GPU machine provides itself (driver, CUDA, glibc): never packed.
 is_system_lib() {
