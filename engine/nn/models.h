@@ -10,6 +10,9 @@ namespace tb {
 
 struct ModelOptions {
   bool conv_bias_before_bn = true;  // trick 10: false drops the bias BN cancels anyway
+  // trick 11: BN+ReLU(+residual add) and Linear+ReLU/GELU as fused layers, with
+  // the same parameter names, shapes, order and init as the unfused ones.
+  bool fuse_pointwise = false;
 };
 
 // Models by name: fmnist-cnn, resnet18-cifar, resnet9, mlp. Input channels and

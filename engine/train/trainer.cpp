@@ -139,6 +139,7 @@ TrainResult Trainer::run(int64_t run_id) {
   // --- model and optimizer
   ModelOptions mo;
   mo.conv_bias_before_bn = c.conv_bias_before_bn;
+  mo.fuse_pointwise = c.fuse_pointwise;
   std::unique_ptr<Model> model =
       make_model(c.model, train_loader.image_shape(), train_set->num_classes(), mo);
   model->build(be, c.seed, DType::F32, Layout::NCHW);
