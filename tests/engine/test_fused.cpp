@@ -569,21 +569,40 @@ class TestFused : public QObject {
     QVERIFY2(loss_rel <= 1e-6, qPrintable(QString("loss %1 vs %2").arg(u.loss).arg(f.loss)));
     EXPECT_SCALED(u.logits, f.logits, 1e-4, "logits");
     EXPECT_SCALED(u.eval_logits, f.eval_logits, 1e-4, "eval logits");
-    double worst = 0.0;
+    // Each gradient tensor within 1e-4 of its own largest |value|, plus 1e-6 of
+    // the whole block's: a conv bias in front of BN has a gradient that is
+    // rounding noise around zero, which must not be judged against itself.
+    double block_max = 0.0;
+    for (int64_t i = 0; i < u.grads.numel(); ++i)
+      block_max = std::max(block_max, std::abs(double(u.grads.data_as<float>()[i])));
+    QVERIFY(block_max > 0.0);
+    double worst = 0.0;  // max |diff| / allowed, over every gradient element
     std::string worst_name;
     for (size_t i = 0; i < u.model->params().size(); ++i) {
       const auto& pu = u.model->params()[i];
       const int64_t off = pu.grad.data_as<float>() - u.model->grad_block().data_as<float>();
-      Tensor gu = Tensor::view_of(u.grads, off, {pu.grad.numel()});
-      Tensor gf = Tensor::view_of(f.grads, off, {pu.grad.numel()});
-      const double e = scaled_diff(gu, gf);
-      if (!(e <= worst)) worst = e, worst_name = pu.name;
+      const float* gu = u.grads.data_as<float>() + off;
+      const float* gf = f.grads.data_as<float>() + off;
+      double tmax = 0.0;
+      for (int64_t j = 0; j < pu.grad.numel(); ++j) tmax = std::max(tmax, std::abs(double(gu[j])));
+      const double allowed = 1e-4 * tmax + 1e-6 * block_max;
+      for (int64_t j = 0; j < pu.grad.numel(); ++j) {
+        const double e = std::abs(double(gu[j]) - double(gf[j])) / allowed;
+        if (!(e <= worst)) worst = e, worst_name = pu.name;
+      }
     }
-    QVERIFY2(worst <= 1e-4, qPrintable(QString("gradient %1: scaled difference %2")
-                                           .arg(QString::fromStdString(worst_name))
-                                           .arg(worst)));
-    qInfo("%s: loss %.9g vs %.9g, worst gradient scaled difference %.3g (%s)", qPrintable(model),
-          u.loss, f.loss, worst, worst_name.c_str());
+    QVERIFY2(worst <= 1.0, qPrintable(QString("gradient %1: difference %2 x the allowed")
+                                          .arg(QString::fromStdString(worst_name))
+                                          .arg(worst)));
+    // The fused model must really contain fused layers.
+    bool has_fused = false;
+    for (const auto& l : f.model->layers()) {
+      const std::string k = l->kind();
+      has_fused = has_fused || k == "batchnorm_relu" || k == "linear_relu" || k == "linear_gelu";
+    }
+    QVERIFY(has_fused);
+    qInfo("%s: loss %.9g vs %.9g, worst gradient difference %.3g x the allowed (%s)",
+          qPrintable(model), u.loss, f.loss, worst, worst_name.c_str());
   }
 
   // ---------------------------------------------------------------- trainer
