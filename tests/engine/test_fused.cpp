@@ -523,6 +523,13 @@ class TestFused : public QObject {
     Tensor bad_g = Tensor::empty({4}, DType::F32);
     QVERIFY_THROWS_EXCEPTION(Error, be.batchnorm_act_backward(k.x, y, k.dy, bad_g, sm, si, true, y,
                                                               none, none, none, false));
+    const LinCase lk(4, 6, 5, 63);
+    Tensor ly = Tensor::empty({4, 5}, DType::F32), lpre = Tensor::empty({4, 5}, DType::F32);
+    Tensor bad_b = Tensor::empty({6}, DType::F32);
+    QVERIFY_THROWS_EXCEPTION(Error, be.linear_act_forward(lk.x, lk.w, bad_b, Act::ReLU, ly, none));
+    QVERIFY_THROWS_EXCEPTION(Error, be.linear_act_forward(lk.x, lk.w, lk.b, Act::GELU, ly, none));
+    QVERIFY_THROWS_EXCEPTION(Error, be.linear_act_forward(lk.x, lk.w, lk.b, Act::GELU, ly, ly));
+    be.linear_act_forward(lk.x, lk.w, lk.b, Act::GELU, ly, lpre);  // the valid call works
   }
 
   // ---------------------------------------------------------------- whole models

@@ -345,7 +345,13 @@ void CpuBackend::linear_act_forward(const Tensor& x, const Tensor& w, const Tens
                               pre.device().is_cpu() && pre.data() != y.data()),
            op, ": pre ", pre.defined() ? pre.describe() : std::string("(undefined)"),
            " must be a separate buffer like y ", y.describe());
-  // x, w, b and y are checked by linear_forward.
+  // x, w and y are checked by linear_forward; b here, as the fast path's
+  // GEMM does not see it.
+  TB_CHECK(w.defined() && w.rank() == 2, op, ": weight must be (M, K), got ",
+           w.defined() ? w.describe() : std::string("(undefined)"));
+  if (b.defined())
+    TB_CHECK(b.device().is_cpu() && b.dtype() == w.dtype() && (b.shape() == Shape{w.dim(0)}), op,
+             ": bias ", b.describe(), " does not match weight ", w.describe());
   Tensor& gemm_out = act == Activation::GELU ? pre : y;
   if (use_reference(x.dtype())) {
     linear_forward(x, w, b, gemm_out);
