@@ -142,6 +142,51 @@ class Backend {
   virtual void accumulate(const Tensor& src, Tensor& dst) = 0;         // dst += src
   virtual void scale(Tensor& t, double alpha) = 0;                     // t *= alpha
 
+  // --- fused pointwise (trick 11). Each op computes in one pass over memory
+  // what the unfused ops above compute in several, with the same meaning. A
+  // backend opts in by overriding; the defaults throw.
+  // Batch norm, then + residual (undefined: none), then ReLU when `relu`:
+  //   y = act(BN(x) + residual); x, residual, y (N,C,H,W); statistics, running
+  //   statistics and save_mean/save_invstd exactly as batchnorm_forward_train.
+  virtual void batchnorm_act_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                           const Tensor& residual, bool relu, Tensor& running_mean,
+                                           Tensor& running_var, float momentum, float eps,
+                                           Tensor& y, Tensor& save_mean, Tensor& save_invstd) {
+    fused_unsupported("batchnorm_act_forward_train");
+  }
+  virtual void batchnorm_act_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                          const Tensor& residual, bool relu,
+                                          const Tensor& running_mean, const Tensor& running_var,
+                                          float eps, Tensor& y) {
+    fused_unsupported("batchnorm_act_forward_eval");
+  }
+  // With dz = dy·[y > 0] (relu) or dy: dresidual = dz (undefined: not wanted),
+  // then batchnorm_backward(x, dz, ...) for dx (undefined: not wanted), dgamma,
+  // dbeta. y is the forward output, so the ReLU mask needs no extra tensor.
+  virtual void batchnorm_act_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
+                                      const Tensor& gamma, const Tensor& save_mean,
+                                      const Tensor& save_invstd, bool relu, Tensor& dx,
+                                      Tensor& dresidual, Tensor& dgamma, Tensor& dbeta,
+                                      bool accumulate) {
+    fused_unsupported("batchnorm_act_backward");
+  }
+  // Linear layer with its activation: pre (N,M) = x wᵀ + b, y (N,M) = act(pre).
+  // `pre` is written when act is GELU (its backward needs it) and may be
+  // undefined for ReLU (whose backward reads y).
+  enum class Activation { ReLU, GELU };
+  virtual void linear_act_forward(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
+                                  Tensor& y, Tensor& pre) {
+    fused_unsupported("linear_act_forward");
+  }
+  // dpre (N,M) := dy·act'(pre) (work buffer the caller owns, never aliasing dy),
+  // then linear_backward(x, w, dpre, dx, dw, db, accumulate).
+  virtual void linear_act_backward(const Tensor& x, const Tensor& w, const Tensor& y,
+                                   const Tensor& pre, const Tensor& dy, Activation act,
+                                   Tensor& dpre, Tensor& dx, Tensor& dw, Tensor& db,
+                                   bool accumulate) {
+    fused_unsupported("linear_act_backward");
+  }
+
   // --- pooling
   virtual void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
                                  Tensor& argmax /* i32, same shape as y */) = 0;
@@ -284,6 +329,9 @@ class Backend {
  private:
   [[noreturn]] void amp_unsupported(const char* op) const {
     TB_FAIL(op, " (mixed precision) is not supported by the ", name(), " backend");
+  }
+  [[noreturn]] void fused_unsupported(const char* op) const {
+    TB_FAIL(op, " (fused pointwise, trick 11) is not supported by the ", name(), " backend");
   }
 };
 

@@ -4,9 +4,11 @@
 #include "engine/core/error.h"
 #include "engine/nn/activations.h"
 #include "engine/nn/batchnorm2d.h"
+#include "engine/nn/batchnorm_act.h"
 #include "engine/nn/conv2d.h"
 #include "engine/nn/linear.h"
 #include "engine/nn/pad_channels.h"
+#include "engine/nn/linear_act.h"
 #include "engine/nn/pooling.h"
 #include "engine/nn/residual.h"
 
@@ -14,9 +16,15 @@ namespace tb {
 
 namespace {
 
-// conv3x3-BN-ReLU, the unit every model here is made of.
-void conv_bn_relu(LayerList& out, const std::string& name, int64_t channels, bool bias) {
+// conv3x3-BN-ReLU, the unit every model here is made of; BN+ReLU one fused
+// layer under fuse_pointwise (same parameters).
+void conv_bn_relu(LayerList& out, const std::string& name, int64_t channels, bool bias,
+                  bool fuse = false) {
   out.push_back(std::make_unique<Conv2d>(name + ".conv", channels, 3, 1, 1, bias));
+  if (fuse) {
+    out.push_back(std::make_unique<BatchNormAct>(name + ".bn", true));
+    return;
+  }
   out.push_back(std::make_unique<BatchNorm2d>(name + ".bn"));
   out.push_back(std::make_unique<ReLU>(name + ".relu"));
 }
@@ -28,6 +36,20 @@ void maybe_pad_input(LayerList& out, const Shape& in, const ModelOptions& o) {
     out.push_back(std::make_unique<PadChannels>("pad_channels", o.pad_channels_to));
 }
 
+// Linear followed by an activation; one fused layer under fuse_pointwise.
+void linear_act(LayerList& out, const std::string& name, int64_t features, Backend::Activation act,
+                bool fuse) {
+  if (fuse) {
+    out.push_back(std::make_unique<LinearAct>(name, features, act));
+    return;
+  }
+  out.push_back(std::make_unique<Linear>(name, features));
+  if (act == Backend::Activation::ReLU)
+    out.push_back(std::make_unique<ReLU>(name + ".relu"));
+  else
+    out.push_back(std::make_unique<GELU>(name + ".gelu"));
+}
+
 void add_all(Model& m, LayerList layers) {
   for (auto& l : layers) m.add(std::move(l));
 }
@@ -37,13 +59,12 @@ std::unique_ptr<Model> fmnist_cnn(const Shape& in, int64_t classes, const ModelO
   auto m = std::make_unique<Model>("fmnist-cnn", in, classes);
   LayerList l;
   maybe_pad_input(l, in, o);
-  conv_bn_relu(l, "block1", 32, o.conv_bias_before_bn);
+  conv_bn_relu(l, "block1", 32, o.conv_bias_before_bn, o.fuse_pointwise);
   l.push_back(std::make_unique<MaxPool2d>("block1.pool", 2, 2));
-  conv_bn_relu(l, "block2", 64, o.conv_bias_before_bn);
+  conv_bn_relu(l, "block2", 64, o.conv_bias_before_bn, o.fuse_pointwise);
   l.push_back(std::make_unique<MaxPool2d>("block2.pool", 2, 2));
   l.push_back(std::make_unique<Flatten>("flatten"));
-  l.push_back(std::make_unique<Linear>("fc1", 128));
-  l.push_back(std::make_unique<ReLU>("fc1.relu"));
+  linear_act(l, "fc1", 128, Backend::Activation::ReLU, o.fuse_pointwise);
   l.push_back(std::make_unique<Linear>("fc2", classes));
   add_all(*m, std::move(l));
   return m;
@@ -55,14 +76,15 @@ std::unique_ptr<Model> resnet18_cifar(const Shape& in, int64_t classes, const Mo
   auto m = std::make_unique<Model>("resnet18-cifar", in, classes);
   LayerList l;
   maybe_pad_input(l, in, o);
-  conv_bn_relu(l, "stem", 64, o.conv_bias_before_bn);
+  conv_bn_relu(l, "stem", 64, o.conv_bias_before_bn, o.fuse_pointwise);
   int64_t channels = 64;
   const int64_t widths[4] = {64, 128, 256, 512};
   for (int stage = 0; stage < 4; ++stage) {
     for (int block = 0; block < 2; ++block) {
       const int64_t stride = (stage > 0 && block == 0) ? 2 : 1;
       const std::string name = "layer" + std::to_string(stage + 1) + "." + std::to_string(block);
-      l.push_back(make_basic_block(name, channels, widths[stage], stride, o.conv_bias_before_bn));
+      l.push_back(make_basic_block(name, channels, widths[stage], stride, o.conv_bias_before_bn,
+                                   o.fuse_pointwise));
       channels = widths[stage];
     }
   }
@@ -77,17 +99,18 @@ std::unique_ptr<Model> resnet18_cifar(const Shape& in, int64_t classes, const Mo
 // global pooling, classifier.
 std::unique_ptr<Model> resnet9(const Shape& in, int64_t classes, const ModelOptions& o) {
   auto m = std::make_unique<Model>("resnet9", in, classes);
-  const bool bias = o.conv_bias_before_bn;
+  const bool bias = o.conv_bias_before_bn, fuse = o.fuse_pointwise;
   LayerList l;
   maybe_pad_input(l, in, o);
-  conv_bn_relu(l, "prep", 64, bias);
+  conv_bn_relu(l, "prep", 64, bias, fuse);
   auto stage = [&](const std::string& name, int64_t channels, bool residual) {
-    conv_bn_relu(l, name, channels, bias);
+    conv_bn_relu(l, name, channels, bias, fuse);
     l.push_back(std::make_unique<MaxPool2d>(name + ".pool", 2, 2));
     if (residual) {
       LayerList inner;
-      conv_bn_relu(inner, "res1", channels, bias);
-      conv_bn_relu(inner, "res2", channels, bias);
+      // The add follows res2's ReLU here, so only BN+ReLU fuses.
+      conv_bn_relu(inner, "res1", channels, bias, fuse);
+      conv_bn_relu(inner, "res2", channels, bias, fuse);
       l.push_back(std::make_unique<ResidualBlock>(name + ".residual", std::move(inner),
                                                   LayerList{}, false));
     }
@@ -102,14 +125,14 @@ std::unique_ptr<Model> resnet9(const Shape& in, int64_t classes, const ModelOpti
 }
 
 // A multilayer perceptron on the flattened image, with GELU activations.
-std::unique_ptr<Model> mlp(const Shape& in, int64_t classes, const ModelOptions&) {
+std::unique_ptr<Model> mlp(const Shape& in, int64_t classes, const ModelOptions& o) {
   auto m = std::make_unique<Model>("mlp", in, classes);
-  if (in.size() > 1) m->emplace<Flatten>("flatten");
-  m->emplace<Linear>("fc1", 256);
-  m->emplace<GELU>("fc1.gelu");
-  m->emplace<Linear>("fc2", 128);
-  m->emplace<GELU>("fc2.gelu");
-  m->emplace<Linear>("fc3", classes);
+  LayerList l;
+  if (in.size() > 1) l.push_back(std::make_unique<Flatten>("flatten"));
+  linear_act(l, "fc1", 256, Backend::Activation::GELU, o.fuse_pointwise);
+  linear_act(l, "fc2", 128, Backend::Activation::GELU, o.fuse_pointwise);
+  l.push_back(std::make_unique<Linear>("fc3", classes));
+  add_all(*m, std::move(l));
   return m;
 }
 

@@ -14,6 +14,9 @@ struct ModelOptions {
   // input's channels (1 or 3) become a multiple of this (conv widths already are;
   // the class count is never padded, that would change the softmax).
   int64_t pad_channels_to = 0;
+  // trick 11: BN+ReLU(+residual add) and Linear+ReLU/GELU as fused layers, with
+  // the same parameter names, shapes, order and init as the unfused ones.
+  bool fuse_pointwise = false;
 };
 
 // Models by name: fmnist-cnn, resnet18-cifar, resnet9, mlp. Input channels and

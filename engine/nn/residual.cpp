@@ -2,18 +2,26 @@
 #include "engine/nn/residual.h"
 
 #include "engine/core/error.h"
-#include "engine/nn/batchnorm2d.h"
 #include "engine/nn/activations.h"
+#include "engine/nn/batchnorm2d.h"
+#include "engine/nn/batchnorm_act.h"
 #include "engine/nn/conv2d.h"
 
 namespace tb {
 
-ResidualBlock::ResidualBlock(std::string name, LayerList main, LayerList shortcut,
-                             bool relu_after)
+ResidualBlock::ResidualBlock(std::string name, LayerList main, LayerList shortcut, bool relu_after,
+                             bool fuse_tail)
     : Layer(std::move(name)),
       main_(std::move(main)),
       shortcut_(std::move(shortcut)),
-      relu_after_(relu_after) {}
+      relu_after_(relu_after) {
+  if (fuse_tail) {
+    tail_ = main_.empty() ? nullptr : dynamic_cast<BatchNormAct*>(main_.back().get());
+    TB_CHECK(tail_ && tail_->relu() == relu_after, "residual block ", this->name(),
+             ": a fused tail needs a BatchNormAct as the main path's last layer, with relu = ",
+             relu_after);
+  }
+}
 
 Shape ResidualBlock::setup(const Shape& in, ParamRegistry& reg) {
   reg.push_prefix(name() + ".");
@@ -27,6 +35,12 @@ Shape ResidualBlock::setup(const Shape& in, ParamRegistry& reg) {
 }
 
 Tensor ResidualBlock::forward(Context& ctx, const Tensor& x) {
+  if (tail_) {  // s first: the tail adds it
+    Tensor s = x, a = x;
+    for (auto& l : shortcut_) s = l->forward(ctx, s);
+    for (size_t i = 0; i + 1 < main_.size(); ++i) a = main_[i]->forward(ctx, a);
+    return tail_->forward_residual(ctx, a, s);
+  }
   Tensor a = x, s = x;
   for (auto& l : main_) a = l->forward(ctx, a);
   for (auto& l : shortcut_) s = l->forward(ctx, s);
@@ -37,6 +51,19 @@ Tensor ResidualBlock::forward(Context& ctx, const Tensor& x) {
 }
 
 Tensor ResidualBlock::backward(Context& ctx, const Tensor& dy, bool need_dx) {
+  if (tail_) {
+    Tensor dres;  // masked dy, the gradient of the shortcut's output
+    Tensor g_main = tail_->backward_residual(ctx, dy, need_dx || main_.size() > 1, &dres);
+    for (size_t i = main_.size() - 1; i-- > 0;)
+      g_main = main_[i]->backward(ctx, g_main, need_dx || i > 0);
+    Tensor g_short = dres;
+    for (size_t i = shortcut_.size(); i-- > 0;)
+      g_short = shortcut_[i]->backward(ctx, g_short, need_dx || i > 0);
+    if (!need_dx) return Tensor{};
+    ensure_buffer(ctx, dx_, g_main.shape(), g_main.dtype(), g_main.layout());
+    ctx.backend.add(g_main, g_short, dx_);
+    return dx_;
+  }
   Tensor dz = dy;
   if (relu_after_) {
     ensure_buffer(ctx, dsum_, dy.shape(), dy.dtype(), dy.layout());
@@ -56,18 +83,27 @@ Tensor ResidualBlock::backward(Context& ctx, const Tensor& dy, bool need_dx) {
 }
 
 std::unique_ptr<Layer> make_basic_block(const std::string& name, int64_t in_channels,
-                                        int64_t out_channels, int64_t stride, bool conv_bias) {
+                                        int64_t out_channels, int64_t stride, bool conv_bias,
+                                        bool fuse_pointwise) {
   LayerList main, shortcut;
   main.push_back(std::make_unique<Conv2d>("conv1", out_channels, 3, stride, 1, conv_bias));
-  main.push_back(std::make_unique<BatchNorm2d>("bn1"));
-  main.push_back(std::make_unique<ReLU>("relu1"));
+  if (fuse_pointwise) {
+    main.push_back(std::make_unique<BatchNormAct>("bn1", true));
+  } else {
+    main.push_back(std::make_unique<BatchNorm2d>("bn1"));
+    main.push_back(std::make_unique<ReLU>("relu1"));
+  }
   main.push_back(std::make_unique<Conv2d>("conv2", out_channels, 3, 1, 1, conv_bias));
-  main.push_back(std::make_unique<BatchNorm2d>("bn2"));
+  if (fuse_pointwise)
+    main.push_back(std::make_unique<BatchNormAct>("bn2", true));
+  else
+    main.push_back(std::make_unique<BatchNorm2d>("bn2"));
   if (stride != 1 || in_channels != out_channels) {
     shortcut.push_back(std::make_unique<Conv2d>("shortcut.conv", out_channels, 1, stride, 0, conv_bias));
     shortcut.push_back(std::make_unique<BatchNorm2d>("shortcut.bn"));
   }
-  return std::make_unique<ResidualBlock>(name, std::move(main), std::move(shortcut), true);
+  return std::make_unique<ResidualBlock>(name, std::move(main), std::move(shortcut), true,
+                                         fuse_pointwise);
 }
 
 }  // namespace tb

@@ -106,7 +106,7 @@ std::vector<ConfigKey> make_schema() {
         "Time every cuDNN plan once per shape and keep the fastest"),
       b("channels_last", false, "kernels and memory layout", 8, "cuda",
         "NHWC activations and weights end to end"),
-      b("fuse_pointwise", false, "kernels and memory layout", 11, "cuda",
+      b("fuse_pointwise", false, "kernels and memory layout", 11, "all",
         "One kernel for BN-apply+ReLU(+add) and bias+activation chains"),
       i("pad_channels_to", 0, 0, 128, "kernels and memory layout", 22, "cuda",
         "Pad channel counts to a multiple of this (8 suits Tensor Cores; 0: off)"),

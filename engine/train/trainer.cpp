@@ -207,6 +207,7 @@ TrainResult Trainer::run(int64_t run_id) {
   // backends "cuda"; resolve_tricks reports them not applied on the CPU).
   const Layout act_layout = c.channels_last && !on_host ? Layout::NHWC : Layout::NCHW;
   if (!on_host) mo.pad_channels_to = c.pad_channels_to;
+  mo.fuse_pointwise = c.fuse_pointwise;
   std::unique_ptr<Model> model =
       make_model(c.model, train_loader.image_shape(), train_set->num_classes(), mo);
   // Trick 15: constant parameters and buffers are filled on the device (the

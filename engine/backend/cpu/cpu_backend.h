@@ -57,6 +57,25 @@ class CpuBackend final : public Backend {
   void accumulate(const Tensor& src, Tensor& dst) override;
   void scale(Tensor& t, double alpha) override;
 
+  // Fused pointwise (fused.cpp, trick 11): the reference is the composition of
+  // the unfused reference ops; the fast f32 path makes one pass per sweep.
+  void batchnorm_act_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                   const Tensor& residual, bool relu, Tensor& running_mean,
+                                   Tensor& running_var, float momentum, float eps, Tensor& y,
+                                   Tensor& save_mean, Tensor& save_invstd) override;
+  void batchnorm_act_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                  const Tensor& residual, bool relu, const Tensor& running_mean,
+                                  const Tensor& running_var, float eps, Tensor& y) override;
+  void batchnorm_act_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
+                              const Tensor& gamma, const Tensor& save_mean,
+                              const Tensor& save_invstd, bool relu, Tensor& dx, Tensor& dresidual,
+                              Tensor& dgamma, Tensor& dbeta, bool accumulate) override;
+  void linear_act_forward(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
+                          Tensor& y, Tensor& pre) override;
+  void linear_act_backward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& pre,
+                           const Tensor& dy, Activation act, Tensor& dpre, Tensor& dx, Tensor& dw,
+                           Tensor& db, bool accumulate) override;
+
   void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
                          Tensor& argmax) override;
   void maxpool2d_backward(const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,

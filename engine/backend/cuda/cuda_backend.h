@@ -19,6 +19,7 @@
 //   conv_cudnn.cpp     convolutions through the cuDNN 9 graph API (cudnn-frontend)
 //   cuda_ops.cpp       argument checks and dispatch for the kernel families above
 //   amp.cu/amp_ops.cpp mixed precision: f32<->f16/bf16 casts, loss-scaler kernels
+//   fused.cu/fused_ops.cpp  fused pointwise (trick 11): BN+add+ReLU, Linear+act
 //
 // NOTE: written and compiled on a machine without a GPU; see the tests.
 #include <memory>
@@ -81,6 +82,24 @@ class CudaBackend final : public Backend {
   void add(const Tensor& a, const Tensor& b, Tensor& y) override;
   void accumulate(const Tensor& src, Tensor& dst) override;
   void scale(Tensor& t, double alpha) override;
+
+  // Fused pointwise (fused.cu, fused_ops.cpp, trick 11). NOT yet run on a GPU.
+  void batchnorm_act_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                   const Tensor& residual, bool relu, Tensor& running_mean,
+                                   Tensor& running_var, float momentum, float eps, Tensor& y,
+                                   Tensor& save_mean, Tensor& save_invstd) override;
+  void batchnorm_act_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                  const Tensor& residual, bool relu, const Tensor& running_mean,
+                                  const Tensor& running_var, float eps, Tensor& y) override;
+  void batchnorm_act_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
+                              const Tensor& gamma, const Tensor& save_mean,
+                              const Tensor& save_invstd, bool relu, Tensor& dx, Tensor& dresidual,
+                              Tensor& dgamma, Tensor& dbeta, bool accumulate) override;
+  void linear_act_forward(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
+                          Tensor& y, Tensor& pre) override;
+  void linear_act_backward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& pre,
+                           const Tensor& dy, Activation act, Tensor& dpre, Tensor& dx, Tensor& dw,
+                           Tensor& db, bool accumulate) override;
 
   void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
                          Tensor& argmax) override;

@@ -130,6 +130,35 @@ void launch_bn_backward(const float* x, const float* dy, const float* gamma, con
                         bool accumulate, double* work, int64_t N, int64_t C, int64_t HW, bool nhwc,
                         cudaStream_t s);
 
+// ---------------------------------------------------------------- fused.cu (trick 11)
+// y = act(γ·(x−μ)·invstd + β [+ r]) in one sweep; r null: no residual. Train
+// mode first runs batchnorm.cu's statistics (same kernel shape, same bits).
+void launch_bn_act_forward_train(const float* x, const float* gamma, const float* beta,
+                                 const float* r, bool relu, float* running_mean, float* running_var,
+                                 float momentum, float eps, float* y, float* save_mean,
+                                 float* save_invstd, int64_t N, int64_t C, int64_t HW, bool nhwc,
+                                 cudaStream_t s);
+void launch_bn_act_forward_eval(const float* x, const float* gamma, const float* beta,
+                                const float* r, bool relu, const float* running_mean,
+                                const float* running_var, float eps, float* y, int64_t N, int64_t C,
+                                int64_t HW, bool nhwc, cudaStream_t s);
+// dz = dy·[y>0] (relu) or dy, folded into batch norm's backward; dres := dz.
+// dx, dres, dgamma, dbeta may be null. `work`: 2·C doubles of scratch.
+void launch_bn_act_backward(const float* x, const float* y, const float* dy, const float* gamma,
+                            const float* save_mean, const float* save_invstd, bool relu, float* dx,
+                            float* dres, float* dgamma, float* dbeta, bool accumulate, double* work,
+                            int64_t N, int64_t C, int64_t HW, bool nhwc, cudaStream_t s);
+// Linear epilogue after a bias-free GEMM, t (N, M) row-major: z = t + b (b may
+// be null); act 0 = ReLU: y = max(z, 0) (y may be t); act 1 = exact GELU:
+// pre := z, y = GELU(z) (pre is t).
+void launch_bias_act(float* t, const float* b, int act, float* y, int64_t N, int64_t M,
+                     cudaStream_t s);
+// dpre (N, M) = dy·act'(·) (ReLU from y, GELU from pre) and, in the same sweep,
+// db (M) (+)= Σ_n dpre[n, :] in double, fixed order (db may be null).
+void launch_act_backward_bgrad(const float* y, const float* pre, const float* dy, int act,
+                               float* dpre, float* db, bool accumulate, int64_t N, int64_t M,
+                               cudaStream_t s);
+
 // ---------------------------------------------------------------- optimizer.cu
 // One piece of one parameter tensor: pointers already offset to the piece.
 struct OptChunk {
