@@ -22,6 +22,12 @@
 #   scripts/gpu-check.sh bench                  (GPU; carry build-gpu)
 #       bench/gpu_vs_pytorch.py: Trainbench vs PyTorch side by side, then the
 #       optimization ladder; $OUT/gpu-vs-pytorch.json. QUICK=1 for a short one.
+#   scripts/gpu-check.sh ncu                    (GPU; carry build-gpu)
+#       The tensor pipe active % (tensor_pipe_profiler.h) against Nsight Compute:
+#       NCU_STEPS (default 6) steps of a CUDA run under `ncu` (every kernel, the
+#       tensor pipe metric + gpu__time_duration), kernel-time weighted, and the
+#       same steps with our profiler on every step but the first;
+#       $OUT/tensor-pipe-vs-ncu.json. NCU_RUN_ARGS replaces the run's options.
 #   scripts/gpu-check.sh accuracy               (GPU; carry build-gpu and build-gpu-data)
 #       fmnist-cnn for 3 epochs and resnet18-cifar on Fashion-MNIST padded to
 #       32x32 (EPOCHS, default 15) on the GPU; $OUT/gpu-accuracy.json.
@@ -35,13 +41,14 @@ data_dir=build-gpu-data          # Fashion-MNIST
 engine_tarball=$stage_dir/engine.tar.gz
 tests_tarball=$tests_dir/tests.tar.gz
 # Test suites with GPU slots (each QSKIPs them where there is no device).
-suites=(test_cuda_backend test_amp test_amp_training test_staging test_fused test_channels_last test_device_data test_cuda_graphs)
+suites=(test_cuda_backend test_amp test_amp_training test_staging test_fused test_channels_last
+        test_device_data test_tensor_pipe test_cuda_graphs)
 
 # Libraries the GPU machine provides itself (driver, CUDA, glibc): never packed.
 is_system_lib() {
   case "$(basename "$1")" in
     libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libgcc_s.so*|linux-vdso*) return 0 ;;
-    libcuda.so*|libcudart*|libcublas*|libcudnn*|libnvrtc*|libnvidia*|libnvJitLink*|libcupti*) return 0 ;;
+    libcuda.so*|libcudart*|libcublas*|libcudnn*|libnvrtc*|libnvidia*|libnvJitLink*|libcupti*|libnvperf*) return 0 ;;
   esac
   return 1
 }
@@ -89,13 +96,14 @@ stage() {
   du -sh "$stage_dir" "$tests_dir" "$data_dir"
 }
 
-# Folders holding libcudnn/libcublas/libcublasLt/libnvrtc/libcupti on the device.
+# Folders holding libcudnn/libcublas/libcublasLt/libnvrtc/libcupti on the device
+# (and libnvperf_host, which CUPTI's profiler API dlopens).
 cuda_lib_dirs() {
   local roots=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/extras/CUPTI/lib64)
   local nv
   nv=$(python3 -c 'import nvidia, sys; print("\n".join(list(nvidia.__path__)))' 2>/dev/null || true)
   [[ -n "$nv" ]] && roots+=($nv)
-  for name in libcudnn.so.9 libcublas.so.13 libcublasLt.so.13 libnvrtc.so.13 libcupti.so.13; do
+  for name in libcudnn.so.9 libcublas.so.13 libcublasLt.so.13 libnvrtc.so.13 libcupti.so.13 libnvperf_host.so; do
     { find -H "${roots[@]}" -name "$name" 2>/dev/null || true; } | head -n 1 | xargs -r dirname || true
   done | awk '!seen[$0]++'
 }
@@ -218,10 +226,96 @@ accuracy() {
   cat "$out/gpu-accuracy.json"
 }
 
+# The tensor pipe figure against ncu on the same run configuration.
+ncu_check() {
+  unpack "$engine_tarball" "$stage_dir"
+  environment >/dev/null
+  local ncu_bin
+  ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1 || true)
+  [[ -n "$ncu_bin" ]] || { echo '{"error": "no ncu on this machine"}' | tee "$out/tensor-pipe-vs-ncu.json"; exit 2; }
+  local eng="$root/bin/trainbench-engine" steps=${NCU_STEPS:-6}
+  local args
+  read -r -a args <<<"${NCU_RUN_ARGS:---set dataset=synthetic --set model=resnet9 --set synthetic_size=4096 --set test_limit=256 --batch-size 256 --set amp=fp16 --set channels_last=true}"
+  # Ours: every step from the second (the first holds cuDNN's autotuning).
+  set +e
+  TRAINBENCH_TENSOR_PIPE_EVERY=1 "$eng" run --db "$out/ncu-ours.db" --device cuda --steps "$steps" \
+    --events jsonl "${args[@]}" >"$out/ours-events.jsonl" 2>"$out/ours.stderr"
+  echo "our run exit status: $?"
+  # ncu: every kernel of the same steps, replayed one by one. The metric our
+  # profiler chose comes first; then the same candidates it tries.
+  local chosen candidates=() m ok=""
+  chosen=$(grep -ao 'tensor pipe counters on: [^,]*' "$out/ours-events.jsonl" | head -n 1 | sed 's/.*on: //; s/ + /,/g' || true)
+  [[ -n "$chosen" ]] && candidates+=("$chosen")
+  candidates+=(sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
+    sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active)
+  for m in "${candidates[@]}"; do
+    timeout 540 "$ncu_bin" --metrics "$m,gpu__time_duration.sum" --csv --print-units base \
+      --target-processes all --log-file "$out/ncu.csv" \
+      "$eng" run --db "$out/ncu-ncu.db" --quiet --device cuda --steps "$steps" "${args[@]}" \
+      >"$out/ncu-run.stdout" 2>"$out/ncu-run.stderr"
+    local st=$?
+    echo "ncu with $m: exit status $st"
+    if (( st == 0 )) && grep -q gpu__time_duration "$out/ncu.csv"; then ok=$m; break; fi
+  done
+  set -e
+  NCU_METRICS="$ok" python3 - "$out/ncu.csv" "$out/ours-events.jsonl" "$out/tensor-pipe-vs-ncu.json" <<'PY'
+import csv, json, os, sys
+ncu_csv, ours_jsonl, dest = sys.argv[1:4]
+metrics = [m for m in os.environ.get("NCU_METRICS", "").split(",") if m]
+res = {"ncu_metrics": metrics}
+# ncu: one row per (kernel launch, metric); the tensor pipe figure of a kernel
+# is the sum of the chosen pipes, weighted by the kernel's duration.
+kern = {}
+if metrics and os.path.exists(ncu_csv):
+    lines = [l for l in open(ncu_csv, errors="replace") if l.startswith('"')]
+    for row in csv.DictReader(lines):
+        try:
+            v = float(row["Metric Value"].replace(",", ""))
+        except (KeyError, ValueError):
+            continue
+        k = kern.setdefault(row["ID"], {"ns": None, "pct": 0.0, "name": row.get("Kernel Name", "")})
+        if row["Metric Name"] == "gpu__time_duration.sum":
+            k["ns"] = v
+        elif row["Metric Name"] in metrics:
+            k["pct"] += v
+    timed = [k for k in kern.values() if k["ns"]]
+    total = sum(k["ns"] for k in timed)
+    if total > 0:
+        res["ncu_weighted_pct"] = sum(k["pct"] * k["ns"] for k in timed) / total
+        res["ncu_kernels"] = len(timed)
+        res["ncu_kernel_time_ms"] = total / 1e6
+if not kern:
+    res["ncu_error"] = "no ncu figures (see ncu-run.stderr and ncu.csv)"
+# Ours: the step events' tensor_pipe_active_pct, and what the run logged.
+vals, logs = [], []
+for line in open(ours_jsonl, errors="replace"):
+    try:
+        e = json.loads(line)
+    except ValueError:
+        continue
+    if e.get("type") == "step" and "tensor_pipe_active_pct" in e.get("metrics", {}):
+        vals.append([e["step"], e["metrics"]["tensor_pipe_active_pct"]])
+    if e.get("type") == "log" and "tensor pipe" in e.get("message", ""):
+        logs.append(e["message"])
+res["ours_steps"] = vals
+res["ours_log"] = logs
+if vals:
+    res["ours_mean_pct"] = sum(v for _, v in vals) / len(vals)
+if "ours_mean_pct" in res and "ncu_weighted_pct" in res:
+    res["difference_pct_points"] = res["ours_mean_pct"] - res["ncu_weighted_pct"]
+res["note"] = ("ncu covers every kernel of every step (the first step and the "
+               "end-of-run evaluation included), each replayed alone with caches flushed; "
+               "ours covers steps 2.. in place, one range per step")
+json.dump(res, open(dest, "w"), indent=1)
+print(json.dumps(res, indent=1))
+PY
+}
 case "${1:-run}" in
   stage) shift; stage "$@" ;;
   run) run ;;
   bench) bench ;;
   accuracy) accuracy ;;
-  *) echo "usage: $0 stage [BUILD_DIR] | run | bench | accuracy" >&2; exit 2 ;;
+  ncu) ncu_check ;;
+  *) echo "usage: $0 stage [BUILD_DIR] | run | bench | accuracy | ncu" >&2; exit 2 ;;
 esac

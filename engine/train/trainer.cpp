@@ -20,6 +20,7 @@
 #include "engine/metrics/nvml_telemetry.h"
 #include "engine/metrics/process_memory.h"
 #include "engine/metrics/step_timer.h"
+#include "engine/metrics/tensor_pipe_profiler.h"
 #include "engine/nn/models.h"
 #include "engine/nn/pad_channels.h"
 #include "engine/optim/clip.h"
@@ -418,6 +419,16 @@ TrainResult Trainer::run(int64_t run_id) {
       census.reset();
     }
   }
+  // Tensor pipe counters (CUPTI range profiler) halfway between censuses; a
+  // step never has both (two CUPTI collections), the census gives way.
+  std::unique_ptr<TensorPipeProfiler> pipe;
+  if (!on_host && !trace_) {
+    const auto [first, every] =
+        tensor_pipe_schedule(kCensusInterval, std::getenv("TRAINBENCH_TENSOR_PIPE_EVERY"));
+    pipe = std::make_unique<TensorPipeProfiler>(be, first, every);
+    log("info", "tensor pipe counters " + pipe->describe());
+    if (!pipe->available()) pipe.reset();
+  }
 
   for (int64_t epoch = 0; epoch < epochs && !stopped; ++epoch) {
     const auto epoch_start = Clock::now();
@@ -435,7 +446,9 @@ TrainResult Trainer::run(int64_t run_id) {
     };
 
     for (int64_t s = 0; s < steps_per_epoch && step < total_steps; ++s) {
-      if (census) census->begin_step(step + 1);
+      const bool pipe_step = pipe && pipe->samples(step + 1);
+      if (census && !pipe_step) census->begin_step(step + 1);
+      if (pipe_step) pipe->begin_step(step + 1);
       timer.begin_step(step + 1);
       if (!c.grad_set_to_none) {
         Tensor grads = model->grad_block();
@@ -516,6 +529,10 @@ TrainResult Trainer::run(int64_t run_id) {
       }
       timer.end_step();
       if (census) census->end_step(metrics);
+      if (pipe && !pipe->end_step(metrics)) {
+        log("warning", "tensor pipe counters " + pipe->reason());
+        pipe.reset();
+      }
       metrics["lr"] = lr;
       if (!on_host) {
         const bool every10 = step % 10 == 0 || step == 1;
