@@ -151,9 +151,9 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
         {false, QStringLiteral("gpu_mem_used_bytes"), tr("device used")},
         {false, QStringLiteral("host_rss_bytes"), tr("host resident (RSS)")}},
        false, 1.0 / (1024.0 * 1024.0)),
-      makePanel(tr("Tensor Core utilization"), tr("share"),
-       {{false, QStringLiteral("tensor_core_share"), tr("share of kernel time")},
-        {false, QStringLiteral("tensor_pipe_active"), tr("tensor pipe active")}}),
+      makePanel(tr("Tensor Core utilization"), tr("%"),
+       {{false, QStringLiteral("tensor_core_share"), tr("share of kernel time"), 100.0},
+        {false, QStringLiteral("tensor_pipe_active_pct"), tr("tensor pipe active")}}),
       makePanel(tr("Loss"), tr("loss"),
        {{false, QStringLiteral("loss"), tr("train (step)")},
         {true, QStringLiteral("train_loss"), tr("train (epoch)")},
@@ -310,7 +310,7 @@ void RunDashboard::attachCurves(Panel& panel) {
       panel.plot->setStacked(panel.stacked);
       placePlot(panel.plot);
     }
-    panel.plot->addCurve(c.label, &it->second, panel.yScale);
+    panel.plot->addCurve(c.label, &it->second, panel.yScale * c.scale);
     panel.attached.insert(id);
   }
 }

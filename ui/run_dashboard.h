@@ -57,6 +57,7 @@ class RunDashboard : public QWidget {
   struct PanelCurve {
     bool epochSeries;
     QString name, label;
+    double scale = 1.0;  // times the panel's yScale (a share in a percent panel: 100)
   };
   struct Panel {
     QString title, unit;
