@@ -29,12 +29,15 @@
 #include "engine/train/input_stager.h"
 #include "engine/train/trainer.h"
 #include "engine/train/tricks.h"
+#include "tests/engine/run_fixture.h"
 #ifdef TRAINBENCH_HAVE_CUDA
 #include "engine/backend/cuda/cuda_backend.h"
 #endif
 
 using namespace tb;
 using json = nlohmann::json;
+using tb::test::Recorder;
+using tb::test::run_trainer;
 
 namespace {
 
@@ -116,17 +119,6 @@ TransformOptions options_of(const Case& k) {
   return o;
 }
 
-struct Recorder final : EventSink {
-  std::vector<json> events;
-  void on_event(const json& e) override { events.push_back(e); }
-  std::vector<json> of(const std::string& type) const {
-    std::vector<json> out;
-    for (const json& e : events)
-      if (e["type"] == type) out.push_back(e);
-    return out;
-  }
-};
-
 json base_config() {
   return {{"device", "cpu"},
           {"dataset", "synthetic"},
@@ -141,16 +133,7 @@ json base_config() {
           {"horizontal_flip", true}};
 }
 
-Recorder run(json config) {
-  RunConfig c = RunConfig::from_json(validate_config(config, "test"));
-  EventBus bus;
-  Recorder rec;
-  bus.add(&rec);
-  std::atomic<bool> never{false};
-  Trainer t(c, bus, never);
-  t.run(0);
-  return rec;
-}
+Recorder run(const json& config) { return run_trainer(config); }
 
 std::vector<double> losses(const Recorder& r) {
   std::vector<double> l;
@@ -161,26 +144,9 @@ std::vector<double> losses(const Recorder& r) {
   return l;
 }
 
-#ifdef TRAINBENCH_HAVE_CUDA
-bool have_gpu(QString* why) {
-  std::string w;
-  if (cuda_device_count(&w) > 0) return true;
-  *why = QString::fromStdString("no CUDA device: " + w);
-  return false;
-}
-#endif
 
 }  // namespace
 
-#ifdef TRAINBENCH_HAVE_CUDA
-#define NEED_GPU()                                 \
-  do {                                             \
-    QString why_;                                  \
-    if (!have_gpu(&why_)) QSKIP(qPrintable(why_)); \
-  } while (0)
-#else
-#define NEED_GPU() QSKIP("this build has no CUDA backend (TRAINBENCH_CUDA=OFF or no toolkit)")
-#endif
 
 class TestDeviceData : public QObject {
   Q_OBJECT

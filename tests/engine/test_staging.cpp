@@ -23,12 +23,15 @@
 #include "engine/train/events.h"
 #include "engine/train/trainer.h"
 #include "engine/train/tricks.h"
+#include "tests/engine/run_fixture.h"
 #ifdef TRAINBENCH_HAVE_CUDA
 #include "engine/backend/cuda/cuda_backend.h"
 #endif
 
 using namespace tb;
 using json = nlohmann::json;
+using tb::test::Recorder;
+using tb::test::run_trainer;
 
 namespace {
 
@@ -53,55 +56,18 @@ bool bit_equal(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
-struct Recorder final : EventSink {
-  std::vector<json> events;
-  void on_event(const json& e) override { events.push_back(e); }
-  std::vector<json> of(const std::string& type) const {
-    std::vector<json> out;
-    for (const json& e : events)
-      if (e["type"] == type) out.push_back(e);
-    return out;
-  }
-};
-
 json base_config() {
   return {{"device", "cpu"},   {"dataset", "synthetic"}, {"synthetic_shape", {1, 12, 12}},
           {"synthetic_size", 256}, {"test_limit", 64},   {"batch_size", 32},
           {"model", "fmnist-cnn"}, {"seed", 3},          {"epochs", 2}};
 }
 
-Recorder run(json config, int lag, const std::atomic<bool>* stop = nullptr) {
-  RunConfig c = RunConfig::from_json(validate_config(config, "test"));
-  EventBus bus;
-  Recorder rec;
-  bus.add(&rec);
-  std::atomic<bool> never{false};
-  Trainer t(c, bus, stop ? *stop : never);
-  t.set_step_timer_lag_for_test(lag);
-  t.run(0);
-  return rec;
+Recorder run(const json& config, int lag, const std::atomic<bool>* stop = nullptr) {
+  return run_trainer(config, lag, stop);
 }
-
-#ifdef TRAINBENCH_HAVE_CUDA
-bool have_gpu(QString* why) {
-  std::string w;
-  if (cuda_device_count(&w) > 0) return true;
-  *why = QString::fromStdString("no CUDA device: " + w);
-  return false;
-}
-#endif
 
 }  // namespace
 
-#ifdef TRAINBENCH_HAVE_CUDA
-#define NEED_GPU()                              \
-  do {                                          \
-    QString why_;                               \
-    if (!have_gpu(&why_)) QSKIP(qPrintable(why_)); \
-  } while (0)
-#else
-#define NEED_GPU() QSKIP("this build has no CUDA backend (TRAINBENCH_CUDA=OFF or no toolkit)")
-#endif
 
 class TestStaging : public QObject {
   Q_OBJECT
