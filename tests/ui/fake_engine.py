@@ -4,7 +4,8 @@
 # JSON-lines event stream of docs/events.md without training anything.
 # FAKE_STEPS (default 20), FAKE_DELAY seconds per step (default 0.01),
 # FAKE_MODE: normal | crash (dies after FAKE_STEPS/2 steps, last words on stderr)
-# | hang (ignores SIGTERM, so only SIGKILL ends it).
+# | hang (ignores SIGTERM, so only SIGKILL ends it). FAKE_GPU=1 adds GPU series
+# (made-up numbers: for looking at the GPU panels, never for docs).
 import json, os, signal, sys, time
 
 if len(sys.argv) < 2 or sys.argv[1] != "run":
@@ -21,6 +22,15 @@ signal.signal(signal.SIGTERM, signal.SIG_IGN if mode == "hang" else on_term)
 steps = int(os.environ.get("FAKE_STEPS", "20"))
 delay = float(os.environ.get("FAKE_DELAY", "0.01"))
 start = time.monotonic()
+
+def gpu_series(step):
+    """FAKE_GPU=1: the CUDA backend's series with made-up values, to look at the GPU panels."""
+    if os.environ.get("FAKE_GPU") != "1":
+        return {}
+    return {"gpu_mem_allocated_bytes": 2.0e9 + 1e7 * step, "gpu_mem_reserved_bytes": 3.0e9,
+            "gpu_mem_peak_bytes": 2.5e9, "gpu_mem_used_bytes": 3.5e9,
+            "tensor_core_share": 0.6 + 0.01 * (step % 5), "tensor_pipe_active_pct": 35.0 + step % 4,
+            "h2d_ms": 0.3}
 
 def emit(kind, **fields):
     event = {"v": 1, "type": kind, "t": time.monotonic() - start}
@@ -47,7 +57,8 @@ for step in range(1, steps + 1):
     emit("step", step=step, epoch=(step - 1) // per_epoch,
          metrics={"step_time_ms": 10.0 + step % 3, "data_wait_ms": 1.0, "forward_ms": 4.0,
                   "backward_ms": 4.0, "optimizer_ms": 1.0, "other_ms": 0.5,
-                  "samples_per_s": 6400.0, "loss": 2.3 / step, "lr": 0.1, "my_custom_metric": step * 2.0})
+                  "samples_per_s": 6400.0, "loss": 2.3 / step, "lr": 0.1, "my_custom_metric": step * 2.0,
+                  **gpu_series(step)})
     if step % per_epoch == 0:
         emit("epoch", epoch=step // per_epoch - 1, step=step,
              metrics={"train_loss": 1.0 / step, "test_loss": 1.1 / step, "train_accuracy": 0.5, "test_accuracy": 0.6})
