@@ -326,12 +326,36 @@ class Backend {
     TB_FAIL("augment_normalize_u8 (gpu_augment) is not supported by the ", name(), " backend");
   }
 
+  // --- whole-step capture (trick 24, cuda_graphs). Everything this backend
+  // enqueues between begin_capture() and end_capture() is recorded, not run;
+  // end_capture() returns the id of a graph that launch_graph(id) replays on
+  // the compute stream with the same device pointers. So every tensor the
+  // captured work touches must stay alive (and at its address) while the graph
+  // is used; drop_graphs() forgets every graph (the caller recaptures after it
+  // reallocated buffers). Host reads (sum_squares, read-backs) cannot be
+  // captured. The defaults throw: a backend opts in by overriding all of them.
+  virtual bool supports_graphs() const { return false; }
+  virtual void begin_capture() { graphs_unsupported("begin_capture"); }
+  virtual int end_capture() { graphs_unsupported("end_capture"); }
+  virtual void launch_graph(int id) { graphs_unsupported("launch_graph"); }
+  virtual void drop_graphs() { graphs_unsupported("drop_graphs"); }
+  // Per-step optimizer constants (lr, bias corrections, ...) are values baked
+  // into a captured launch. While capturing, optimizer_step reads them from a
+  // device buffer instead; this writes `step`'s constants into that buffer,
+  // enqueued on the compute stream (call it before each launch_graph).
+  virtual void set_optimizer_constants(const OptimizerStep& step) {
+    graphs_unsupported("set_optimizer_constants");
+  }
+
  private:
   [[noreturn]] void amp_unsupported(const char* op) const {
     TB_FAIL(op, " (mixed precision) is not supported by the ", name(), " backend");
   }
   [[noreturn]] void fused_unsupported(const char* op) const {
     TB_FAIL(op, " (fused pointwise, trick 11) is not supported by the ", name(), " backend");
+  }
+  [[noreturn]] void graphs_unsupported(const char* op) const {
+    TB_FAIL(op, " (cuda_graphs, trick 24) is not supported by the ", name(), " backend");
   }
 };
 

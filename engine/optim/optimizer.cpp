@@ -77,6 +77,10 @@ void Optimizer::step(float lr, float grad_scale, const Tensor& amp_scaler_state)
   ++steps_;
 }
 
+void Optimizer::write_constants(float lr, float grad_scale) {
+  backend_.set_optimizer_constants(make_step(lr, grad_scale));
+}
+
 OptimizerStep Optimizer::make_step(float lr, float grad_scale) const {
   OptimizerStep s;
   s.kind = config_.kind;

@@ -41,6 +41,14 @@ class Optimizer {
   // The step count still advances (the host cannot know without a sync).
   void step(float lr, float grad_scale, const Tensor& amp_scaler_state);
 
+  // cuda_graphs (trick 24): a captured step() bakes its constants into the
+  // graph, so its kernels read them from the backend's device copy instead.
+  // write_constants puts step steps()+1's there (Backend::set_optimizer_constants,
+  // enqueued before the replay); count_replayed_step counts a replay like
+  // step() counts itself, so Adam's bias correction advances per replay.
+  void write_constants(float lr, float grad_scale = 1.0f);
+  void count_replayed_step() { ++steps_; }
+
   int64_t steps() const { return steps_; }   // completed steps
   void set_steps(int64_t n) { steps_ = n; }  // on resume from a checkpoint
   void reset();                              // zero the state and the step count

@@ -27,6 +27,7 @@
 #include "engine/optim/optimizer.h"
 #include "engine/optim/schedule.h"
 #include "engine/train/input_stager.h"
+#include "engine/train/step_graph.h"
 #include "engine/train/tricks.h"
 
 #ifdef TRAINBENCH_HAVE_CUDA
@@ -355,6 +356,20 @@ TrainResult Trainer::run(int64_t run_id) {
   };
 
   Tensor dlogits_buf;
+
+  // Trick 24: the whole step as a CUDA graph after kGraphWarmup eager steps
+  // (the reasons it cannot apply are in resolve_tricks). Not with a trace,
+  // whose per-layer spans a replay cannot give.
+  constexpr int kGraphWarmup = 3;
+  std::unique_ptr<StepGraphs> graphs;
+  if (tricks["cuda_graphs"]["applied"].get<bool>() && c.cuda_graphs) {
+    if (trace_)
+      log("warning", "cuda_graphs not applied: a trace records per-layer spans, a replay has none");
+    else if (!be.supports_graphs())
+      log("warning", "cuda_graphs not applied: the " + be.name() + " backend cannot capture");
+    else
+      graphs = std::make_unique<StepGraphs>(be, kGraphWarmup);
+  }
   std::vector<double> step_ms;
   step_ms.reserve(static_cast<size_t>(total_steps));
   double last_test_acc = NAN, last_test_loss = NAN, last_train_loss = NAN;
@@ -455,7 +470,49 @@ TrainResult Trainer::run(int64_t run_id) {
         be.fill(grads, 0.0);
       }
       int64_t h2d_bytes = 0;
-      for (int64_t k = 0; k < K; ++k) {
+      json metrics;
+      double lr = 0;
+      const bool graph_step = graphs && graphs->ready();
+      if (graph_step) {
+        // The step as one graph launch (K == 1, no clipping, no anomaly check):
+        // the batch is staged outside it and the optimizer's constants written
+        // before it. Phases are not separated; the timer sees the whole step.
+        Batch b;
+        double wait_s = 0;
+        TB_CHECK(train_loader.next(b, &wait_s), "data loader ended early in epoch ", epoch);
+        timer.add_host_ms(Phase::DataWait, 1e3 * wait_s);
+        pending_samples += b.labels.dim(0);
+        Tensor x, y;
+        {
+          PhaseScope ps(timer, Phase::H2D);
+          stager.stage(std::move(b), train_loader, x, y);
+          h2d_bytes += stager.last_bytes();
+        }
+        lr = schedule.lr_for_step(step);
+        optimizer.write_constants(static_cast<float>(lr));
+        graphs->run(
+            x, y,
+            [&] {
+              Tensor logits = model->forward(ctx, x);
+              Tensor& dlogits = ensure_buffer(ctx, dlogits_buf, logits.shape(), logits.dtype());
+              be.softmax_cross_entropy(logits, y, static_cast<float>(c.label_smoothing), 1.0f,
+                                       dlogits, train_stats.device);
+              if (scaler) scaler->scale_grad(dlogits);
+              ctx.accumulate_grads = !c.grad_set_to_none;
+              model->backward(ctx, dlogits);
+              if (scaler) {
+                Tensor grads = model->grad_block();
+                scaler->unscale(grads);
+                optimizer.step(static_cast<float>(lr), 1.0f, scaler->state());
+                scaler->update();
+              } else {
+                optimizer.step(static_cast<float>(lr), 1.0f);  // counts the step
+              }
+            },
+            [&] { optimizer.count_replayed_step(); });
+        stager.consumed();
+      }
+      for (int64_t k = 0; k < (graph_step ? 0 : K); ++k) {  // the eager step's micro-batches
         Batch b;
         double wait_s = 0;
         TB_CHECK(train_loader.next(b, &wait_s), "data loader ended early in epoch ", epoch);
@@ -488,9 +545,7 @@ TrainResult Trainer::run(int64_t run_id) {
         }
         stager.consumed();  // the last reader of x and y (conv weight gradients) is queued
       }
-      json metrics;
-      double lr = 0;
-      {
+      if (!graph_step) {
         PhaseScope ps(timer, Phase::Optimizer);
         float grad_scale = 1.0f;
         if (scaler) {
@@ -517,6 +572,7 @@ TrainResult Trainer::run(int64_t run_id) {
           optimizer.step(static_cast<float>(lr), grad_scale);
         }
       }
+      if (graphs && !graph_step) graphs->eager_step_done();
       ++step;
 
       if (c.sync_every_step || step % c.log_every == 0 || s + 1 == steps_per_epoch ||
@@ -567,6 +623,10 @@ TrainResult Trainer::run(int64_t run_id) {
     const auto t_eval = Clock::now();
     json em;
     if (!stopped) {
+      // Evaluation reallocates layer buffers (its last, smaller batch) and the
+      // stager's slots, so the graphs' addresses go stale: drop them first, and
+      // one eager step puts the training shapes back before the next capture.
+      if (graphs) graphs->invalidate(1);
       if (c.empty_cache_between_phases) release_cached_memory(be, device_peak_bytes);
       auto [test_loss, test_acc] = evaluate();
       if (c.empty_cache_between_phases) release_cached_memory(be, device_peak_bytes);
@@ -598,6 +658,10 @@ TrainResult Trainer::run(int64_t run_id) {
   summary_["final_train_loss"] = last_train_loss;
   summary_["total_time_s"] = ms_since(run_start) / 1e3;
   summary_["amp"] = amp_on ? amp_policy.name() : "off";
+  if (graphs) {  // trick 24: how the steps ran (0 replays: every step was eager)
+    summary_["cuda_graph_captures"] = graphs->captures();
+    summary_["cuda_graph_replays"] = graphs->replays();
+  }
   if (scaler) summary_["amp_skipped_steps"] = scaler->read_skipped();
   TrainResult r{stopped ? "stopped" : "finished", summary_};
   bus_.publish("finished", {{"status", r.status}, {"summary", summary_}});

@@ -21,11 +21,12 @@ bool cuda_trick_implemented(const std::string& key) {
       "non_blocking",                // InputStager: copy stream, events, two device slots
       "h2d_uint8",                   // u8 batches, Backend::normalize_u8 on the device
       "empty_cache_between_phases",  // trainer: around every evaluation
-      "channels_last",               // trainer: NHWC activations + KRSC filters, input relayout once per step
-      "pad_channels_to",             // PadChannels layer: input channels to a multiple (1/3 -> 8)
-      "amp",                         // conv/linear *_lp ops + loss scaler
-      "gpu_augment",                 // raw u8 batches, Backend::augment_normalize_u8
-      "device_side_init",            // Model: constant params/buffers filled on the device
+      "channels_last",     // trainer: NHWC activations + KRSC filters, input relayout once per step
+      "pad_channels_to",   // PadChannels layer: input channels to a multiple (1/3 -> 8)
+      "amp",               // conv/linear *_lp ops + loss scaler
+      "gpu_augment",       // raw u8 batches, Backend::augment_normalize_u8
+      "device_side_init",  // Model: constant params/buffers filled on the device
+      "cuda_graphs",       // trainer: whole step captured once per stager slot, replayed
 #ifdef TRAINBENCH_HAVE_CUPTI
       "profiler",  // KernelCensus of every step (CUPTI activity records)
 #endif
@@ -34,6 +35,18 @@ bool cuda_trick_implemented(const std::string& key) {
 }
 
 }  // namespace
+
+std::string cuda_graphs_blocker(const RunConfig& c) {
+  // Each of these reads a value on the host in the middle of the step, which
+  // a captured graph cannot do (it would replay the first step's value).
+  if (c.accumulation_steps != 1)
+    return "not applied: accumulation_steps > 1 (the captured step is one micro-batch)";
+  if (c.clip_grad_norm > 0)
+    return "not applied: clip_grad_norm reads the gradient norm on the host inside the step";
+  if (c.anomaly_check)
+    return "not applied: anomaly_check reads every layer's output on the host inside the step";
+  return {};
+}
 
 json resolve_tricks(const RunConfig& c, const Device& device) {
   json out = json::object();
@@ -51,6 +64,9 @@ json resolve_tricks(const RunConfig& c, const Device& device) {
     } else if (k.backends == "cuda" && !cuda_trick_implemented(k.key)) {
       applied = false;
       reason = "not implemented by this build's cuda backend yet";
+    } else if (k.key == "cuda_graphs" && value.get<bool>() &&
+               !(reason = cuda_graphs_blocker(c)).empty()) {
+      applied = false;
     } else if (k.key == "non_blocking" && value.get<bool>() && !c.pin_memory) {
       reason = "without pin_memory the driver stages pageable batches first, so the copy "
                "does not overlap compute";

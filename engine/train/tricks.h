@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "engine/core/device.h"
 #include "engine/train/config.h"
@@ -12,5 +13,9 @@ namespace tb {
 // honoured is reported here and logged, never silently dropped.
 // {"amp": {"requested": "fp16", "applied": false, "reason": "..."}, ...}
 nlohmann::json resolve_tricks(const RunConfig& config, const Device& device);
+
+// Why a run cannot capture its training step (trick 24, cuda_graphs), or ""
+// when it can: the step must not read values on the host midway.
+std::string cuda_graphs_blocker(const RunConfig& config);
 
 }  // namespace tb

@@ -127,6 +127,7 @@ void CachingAllocator::release_cached() {
   int current = 0;
   TB_CUDA_CHECK(cudaGetDevice(&current));
   for (auto& [key, list] : free_) {
+    if (key.stream != nullptr && key.stream == kept_stream_) continue;  // a graph pool
     if (key.device != current) TB_CUDA_CHECK(cudaSetDevice(key.device));
     for (auto& [size, b] : list) {
       // cudaFree waits for the device, so queued kernels that used the block finish first.
@@ -139,7 +140,12 @@ void CachingAllocator::release_cached() {
     list.clear();
     if (key.device != current) TB_CUDA_CHECK(cudaSetDevice(current));
   }
-  free_.clear();
+  std::erase_if(free_, [](const auto& kv) { return kv.second.empty(); });
+}
+
+void CachingAllocator::keep_stream_pool(void* stream) {
+  std::lock_guard lock(mutex_);
+  kept_stream_ = stream;
 }
 
 void CachingAllocator::empty_cache() {

@@ -73,6 +73,11 @@ class CachingAllocator final : public Allocator {
   void reset_peak();   // peaks := current values
   AllocatorStats stats() const;
 
+  // cuda_graphs (trick 24): the free blocks of `stream`'s pools stay reserved
+  // through empty_cache (and the OOM retry), because captured graphs still
+  // address them: they are the graphs' private pool. nullptr: none kept.
+  void keep_stream_pool(void* stream);
+
   // Test hook: the next `count` cudaMalloc calls fail as if the device were full.
   void inject_malloc_failures(int count);
 
@@ -109,6 +114,7 @@ class CachingAllocator final : public Allocator {
   std::unordered_map<void*, Block> live_;
   AllocatorStats stats_;
   int fail_next_ = 0;
+  void* kept_stream_ = nullptr;
 };
 
 }  // namespace tb::cuda

@@ -99,7 +99,9 @@ void release(CudaBackend::Impl& m) {
   if (m.allocator && m.allocator->current_stream() == m.stream)
     m.allocator->set_current_stream(nullptr);
   m.conv.reset();
+  cuda::release_graphs(m);  // first: it may swap the compute stream back
   cuda::release_staging(m);
+  m.opt_consts_dev = Tensor{};
   if (m.cudnn) (void)cudnnDestroy(m.cudnn), m.cudnn = nullptr;
   if (m.cublaslt) (void)cublasLtDestroy(m.cublaslt), m.cublaslt = nullptr;
   if (m.cublas) (void)cublasDestroy(m.cublas), m.cublas = nullptr;

@@ -151,6 +151,13 @@ class CudaBackend final : public Backend {
   void augment_normalize_u8(const Tensor& src, const Tensor& indices, const AugmentSpec& spec,
                             const std::vector<float>& scale, const std::vector<float>& shift,
                             Tensor& dst) override;
+  // Whole-step capture (graphs.cpp, trick 24). NOT yet run on a GPU.
+  bool supports_graphs() const override { return true; }
+  void begin_capture() override;
+  int end_capture() override;
+  void launch_graph(int id) override;
+  void drop_graphs() override;
+  void set_optimizer_constants(const OptimizerStep& step) override;
   // The compute stream (a cudaStream_t), for the CUDA-event step timer.
   void* stream_handle() const;
 

@@ -60,6 +60,16 @@ struct CudaBackend::Impl {
   // Set by optimizer_step_amp for the duration of one optimizer_step (amp_ops.cpp).
   const float* opt_found_inf = nullptr;
 
+  // Whole-step capture (graphs.cpp, trick 24). While capturing, `stream` IS the
+  // capture stream (every op enqueues on m.stream) and `eager_stream` keeps the
+  // compute stream; end_capture swaps them back.
+  bool capturing = false;
+  cudaStream_t capture_stream = nullptr;
+  cudaStream_t eager_stream = nullptr;
+  std::vector<cudaGraph_t> graphs;
+  std::vector<cudaGraphExec_t> graph_execs;
+  Tensor opt_consts_dev;  // u8 [kOptConstsBytes]: the optimizer constants a replay reads
+
   // Input path (staging.cpp), made on first use: the copy stream of
   // non-blocking uploads, and rings of events behind upload tickets and
   // compute fences (a ticket older than the ring waits on a later event of the
@@ -90,6 +100,8 @@ struct CudaBackend::Impl {
 namespace cuda {
 // staging.cpp: destroys the copy stream and events (best effort, no throw).
 void release_staging(CudaBackend::Impl& m);
+// graphs.cpp: destroys the graphs and the capture stream (best effort, no throw).
+void release_graphs(CudaBackend::Impl& m);
 }  // namespace cuda
 
 // Argument checks shared by the op files.

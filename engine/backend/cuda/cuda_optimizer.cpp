@@ -134,6 +134,10 @@ void CudaBackend::optimizer_step(const OptimizerStep& step, const std::vector<Pa
   const auto& begin = m.opt_slot_begin_host;
   cuda::OptConsts k = make_consts(step);
   k.found_inf = m.opt_found_inf;  // null except under optimizer_step_amp
+  if (m.capturing) {  // trick 24: the replay's constants come from set_optimizer_constants
+    TB_CHECK(m.opt_consts_dev.defined(), op, ": capturing without the constants buffer");
+    k.dev = m.opt_consts_dev.data();
+  }
 
   const bool norms = step.kind == OptimizerKind::LARS || step.kind == OptimizerKind::LAMB;
   double* partials = nullptr;
@@ -164,6 +168,19 @@ void CudaBackend::optimizer_step(const OptimizerStep& step, const std::vector<Pa
       cuda::launch_opt_elementwise(k, dchunks, first, count, trust, m.stream);
     }
   }
+}
+
+void CudaBackend::set_optimizer_constants(const OptimizerStep& step) {
+  TB_CHECK(step.step >= 1, "set_optimizer_constants: step count must start at 1, got ", step.step);
+  Impl& m = *impl_;
+  TB_CHECK(!m.capturing,
+           "set_optimizer_constants: called while capturing (it must run before "
+           "each launch_graph, outside the graph)");
+  m.activate();
+  if (!m.opt_consts_dev.defined())
+    m.opt_consts_dev = Tensor::empty({int64_t(cuda::kOptConstsBytes)}, DType::U8, device());
+  // A kernel with the constants by value: no host buffer has to outlive the copy.
+  cuda::launch_opt_set_consts(make_consts(step), m.opt_consts_dev.data(), m.stream);
 }
 
 }  // namespace tb

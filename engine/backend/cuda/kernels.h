@@ -182,7 +182,15 @@ struct OptConsts {
   // AMP (amp_ops.cpp): when set, a device flag; every optimizer kernel returns
   // at once while *found_inf != 0, so a skipped step costs no host sync.
   const float* found_inf = nullptr;
+  // cuda_graphs (trick 24): when set, a device buffer of kOptConstsBytes from
+  // which the norm and elementwise kernels read every constant above but
+  // found_inf (written per replay by launch_opt_set_consts). opt_trust reads
+  // eta and wd by value: they are fixed for a run.
+  const void* dev = nullptr;
 };
+constexpr size_t kOptConstsBytes = 256;
+// *dev := k's constants as the kernels use them (one thread, on stream s).
+void launch_opt_set_consts(const OptConsts& k, void* dev, cudaStream_t s);
 
 // Elementwise pass (SGD, AdamW, RMSProp; LARS/LAMB apply with trust[slot]) over
 // chunks[first, first+count) of the device array `chunks`.

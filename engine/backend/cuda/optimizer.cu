@@ -51,13 +51,27 @@ F to_float(const OptConsts& k) {
   return f;
 }
 
+// Inside a captured graph (trick 24) the per-step constants come from the
+// device copy `kd`, rewritten before each replay (launch_opt_set_consts); the
+// found_inf pointer is not per-step and always comes from the launch.
+__device__ __forceinline__ F consts(const F& kh, const F* kd) {
+  if (!kd) return kh;
+  F k = *kd;
+  k.found_inf = kh.found_inf;
+  return k;
+}
+
+__global__ void opt_set_consts_kernel(F k, F* dst) { *dst = k; }
+
 __device__ __forceinline__ float lamb_u(float m, float v, float p, float ibc1, float ibc2,
                                         float eps, float wd) {
   return (m * ibc1) / (sqrtf(v * ibc2) + eps) + wd * p;
 }
 
 __global__ void __launch_bounds__(kOptThreads)
-    opt_elementwise_kernel(F k, const OptChunk* chunks, int64_t first, const double* trust) {
+    opt_elementwise_kernel(F kh, const F* kd, const OptChunk* chunks, int64_t first,
+                           const double* trust) {
+  const F k = consts(kh, kd);
   if (k.found_inf && *k.found_inf != 0.0f) return;  // AMP: skipped step, touch nothing
   const OptChunk r = chunks[first + blockIdx.x];
   float* p = r.p;
@@ -136,7 +150,8 @@ __global__ void __launch_bounds__(kOptThreads)
 // partials[2·chunk] = Σp², partials[2·chunk+1] = Σ(gs·g)² (LARS) or Σu² (LAMB,
 // after updating the moments).
 __global__ void __launch_bounds__(kOptThreads)
-    opt_norms_kernel(F k, const OptChunk* chunks, int64_t first, double* partials) {
+    opt_norms_kernel(F kh, const F* kd, const OptChunk* chunks, int64_t first, double* partials) {
+  const F k = consts(kh, kd);
   // AMP: skipped step; LAMB's moments stay unchanged. The whole block leaves
   // before block_sum's barriers (the flag is the same for every thread).
   if (k.found_inf && *k.found_inf != 0.0f) return;
@@ -194,15 +209,23 @@ void launch_opt_elementwise(const OptConsts& k, const OptChunk* chunks, int64_t 
                             int64_t count, const double* trust, cudaStream_t s) {
   if (count <= 0) return;
   TB_CHECK(count <= 0x7fffffff, "optimizer: too many chunks (", count, ")");
-  opt_elementwise_kernel<<<unsigned(count), kOptThreads, 0, s>>>(to_float(k), chunks, first, trust);
+  opt_elementwise_kernel<<<unsigned(count), kOptThreads, 0, s>>>(
+      to_float(k), static_cast<const F*>(k.dev), chunks, first, trust);
   TB_CUDA_LAUNCH_CHECK("opt_elementwise_kernel");
 }
 
 void launch_opt_norms(const OptConsts& k, const OptChunk* chunks, int64_t first, int64_t count,
                       double* partials, cudaStream_t s) {
   if (count <= 0) return;
-  opt_norms_kernel<<<unsigned(count), kOptThreads, 0, s>>>(to_float(k), chunks, first, partials);
+  opt_norms_kernel<<<unsigned(count), kOptThreads, 0, s>>>(
+      to_float(k), static_cast<const F*>(k.dev), chunks, first, partials);
   TB_CUDA_LAUNCH_CHECK("opt_norms_kernel");
+}
+
+void launch_opt_set_consts(const OptConsts& k, void* dev, cudaStream_t s) {
+  static_assert(sizeof(F) <= kOptConstsBytes, "kOptConstsBytes too small for F");
+  opt_set_consts_kernel<<<1, 1, 0, s>>>(to_float(k), static_cast<F*>(dev));
+  TB_CUDA_LAUNCH_CHECK("opt_set_consts_kernel");
 }
 
 void launch_opt_trust(const OptConsts& k, const double* partials, const int64_t* slot_begin,

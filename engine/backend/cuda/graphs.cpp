@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Whole-step capture (trick 24, cuda_graphs): record a training step as a CUDA
+// graph once, then replay it with one launch instead of hundreds.
+//
+// Capture runs on a dedicated stream. For its duration m.stream IS that
+// stream, so every op (own kernels, cuBLAS, cuDNN: their handles are pointed
+// at it) enqueues into the capture without knowing, and the caching allocator
+// tags the blocks allocated meanwhile with the capture stream. The allocator
+// keeps free lists per stream, so those blocks, once freed on the host, are
+// handed out again only to later captures and never to eager work on the
+// compute stream: they are the graphs' private pool, and a replay never finds
+// its intermediates overwritten by eager ops (the evaluation, a warm-up step).
+// Blocks allocated before the capture (parameters, layer buffers, stager slots)
+// are used in place; the caller must keep them alive and recapture after it
+// reallocates them (drop_graphs). Until drop_graphs, empty_cache leaves the
+// capture stream's free blocks alone (CachingAllocator::keep_stream_pool): a
+// graph still addresses them.
+//
+// Backend state a captured op reads in place is part of the contract too: the
+// optimizer's descriptor arrays (one set per backend: an eager optimizer_step
+// over other parameters rewrites them) and its constants (read from
+// opt_consts_dev, see set_optimizer_constants).
+//
+// Capture mode is global: an unsafe call from any thread during the capture
+// (cudaFree via empty_cache, a synchronous copy, a host read) fails it instead
+// of silently running. cudaMalloc stays legal, so the allocator may grow.
+// Replays launch on the compute stream, in order with eager work.
+//
+// NOTE: written and compiled on a machine without a GPU; NOT yet run on one.
+#include "engine/backend/cuda/cuda_internal.h"
+
+namespace tb {
+
+namespace {
+
+// Points the compute-stream users (m.stream, the allocator, cuBLAS, cuDNN) at s.
+void point_at(CudaBackend::Impl& m, cudaStream_t s) {
+  m.stream = s;
+  m.allocator->set_current_stream(s);
+  TB_CUBLAS_CHECK(cublasSetStream(m.cublas, s));
+  TB_CUDNN_CHECK(cudnnSetStream(m.cudnn, s));
+}
+
+// Back to the compute stream after a capture ended or failed; no throw.
+void restore_eager(CudaBackend::Impl& m) noexcept {
+  if (!m.capturing) return;
+  m.capturing = false;
+  m.stream = m.eager_stream;
+  m.allocator->set_current_stream(m.stream);
+  (void)cublasSetStream(m.cublas, m.stream);
+  (void)cudnnSetStream(m.cudnn, m.stream);
+}
+
+}  // namespace
+
+namespace cuda {
+void release_graphs(CudaBackend::Impl& m) {
+  if (m.capturing) {
+    cudaGraph_t g = nullptr;
+    // Ends and discards the half-recorded step.
+    (void)cudaStreamEndCapture(m.capture_stream, &g);
+    if (g) (void)cudaGraphDestroy(g);
+    restore_eager(m);
+  }
+  if (m.stream) (void)cudaStreamSynchronize(m.stream);
+  for (cudaGraphExec_t e : m.graph_execs)
+    if (e) (void)cudaGraphExecDestroy(e);
+  for (cudaGraph_t g : m.graphs)
+    if (g) (void)cudaGraphDestroy(g);
+  m.graph_execs.clear();
+  m.graphs.clear();
+  if (m.allocator) m.allocator->keep_stream_pool(nullptr);
+  if (m.capture_stream) (void)cudaStreamDestroy(m.capture_stream), m.capture_stream = nullptr;
+}
+}  // namespace cuda
+
+void CudaBackend::begin_capture() {
+  Impl& m = *impl_;
+  TB_CHECK(!m.capturing, "begin_capture: a capture is already in progress");
+  m.activate();
+  if (!m.capture_stream)
+    TB_CUDA_CHECK(cudaStreamCreateWithFlags(&m.capture_stream, cudaStreamNonBlocking));
+  // Made before the capture: cudaMalloc inside it is legal, but this buffer
+  // must be the compute stream's (written there by set_optimizer_constants).
+  if (!m.opt_consts_dev.defined())
+    m.opt_consts_dev = Tensor::empty({int64_t(cuda::kOptConstsBytes)}, DType::U8, device());
+  // The capture starts with nothing pending: what eager work enqueued runs
+  // first (capture is rare; its cost is one wait).
+  TB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  // Graph intermediates freed on the host stay in the capture stream's pool;
+  // empty_cache must not give them back while a graph addresses them.
+  m.allocator->keep_stream_pool(m.capture_stream);
+  m.eager_stream = m.stream;
+  m.capturing = true;
+  try {
+    point_at(m, m.capture_stream);
+    TB_CUDA_CHECK(cudaStreamBeginCapture(m.capture_stream, cudaStreamCaptureModeGlobal));
+  } catch (...) {
+    restore_eager(m);
+    throw;
+  }
+}
+
+int CudaBackend::end_capture() {
+  Impl& m = *impl_;
+  TB_CHECK(m.capturing, "end_capture: no capture in progress (begin_capture first)");
+  cudaGraph_t graph = nullptr;
+  const cudaError_t st = cudaStreamEndCapture(m.capture_stream, &graph);
+  restore_eager(m);  // whatever happened, eager ops go to the compute stream again
+  if (st != cudaSuccess) {
+    if (graph) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();  // clear the (non-sticky) capture error
+    TB_FAIL("end_capture: the captured step is invalid (", cudaGetErrorString(st),
+            "); a host read, a synchronising call or an op on another stream "
+            "ran inside it");
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  if (inst != cudaSuccess) {
+    (void)cudaGraphDestroy(graph);
+    TB_FAIL("end_capture: cudaGraphInstantiate failed: ", cudaGetErrorString(inst));
+  }
+  m.graphs.push_back(graph);
+  m.graph_execs.push_back(exec);
+  return int(m.graph_execs.size()) - 1;
+}
+
+void CudaBackend::launch_graph(int id) {
+  Impl& m = *impl_;
+  TB_CHECK(!m.capturing, "launch_graph: called while capturing");
+  TB_CHECK(id >= 0 && size_t(id) < m.graph_execs.size(), "launch_graph: no graph ", id, " (",
+           m.graph_execs.size(), " captured)");
+  m.activate();
+  TB_CUDA_CHECK(cudaGraphLaunch(m.graph_execs[size_t(id)], m.stream));
+}
+
+void CudaBackend::drop_graphs() {
+  Impl& m = *impl_;
+  TB_CHECK(!m.capturing, "drop_graphs: called while capturing (end_capture first)");
+  m.activate();
+  TB_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // no replay may still be running
+  for (cudaGraphExec_t e : m.graph_execs) TB_CUDA_CHECK(cudaGraphExecDestroy(e));
+  for (cudaGraph_t g : m.graphs) TB_CUDA_CHECK(cudaGraphDestroy(g));
+  m.graph_execs.clear();
+  m.graphs.clear();
+  m.allocator->keep_stream_pool(nullptr);  // no graph addresses the pool any more
+}
+
+}  // namespace tb

@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "engine/train/step_graph.h"
+
+#include <algorithm>
+
+#include "engine/core/error.h"
+
+namespace tb {
+
+namespace {
+// More input buffer pairs than this means the caller reallocates its inputs
+// every step: each capture would leak a graph, so stop instead.
+constexpr size_t kMaxGraphs = 4;
+}  // namespace
+
+StepGraphs::StepGraphs(Backend& backend, int warmup_steps)
+    : be_(backend), eager_left_(warmup_steps) {
+  TB_CHECK(be_.supports_graphs(), "cuda_graphs: the ", be_.name(),
+           " backend cannot capture a step");
+  TB_CHECK(warmup_steps >= 1, "cuda_graphs: warm-up steps must be >= 1, got ", warmup_steps);
+}
+
+StepGraphs::~StepGraphs() {
+  if (graphs_.empty()) return;
+  try {
+    be_.drop_graphs();
+  } catch (...) {  // a destructor must not throw; the backend frees them at its
+                   // end too
+  }
+}
+
+bool StepGraphs::run(const Tensor& images, const Tensor& labels,
+                     const std::function<void()>& record, const std::function<void()>& replayed) {
+  TB_CHECK(ready(), "cuda_graphs: step run as a graph during the warm-up (", eager_left_,
+           " eager steps left)");
+  for (const Entry& e : graphs_)
+    if (e.images == images.data() && e.labels == labels.data()) {
+      be_.launch_graph(e.id);
+      replayed();
+      ++replays_;
+      return false;
+    }
+  TB_CHECK(graphs_.size() < kMaxGraphs, "cuda_graphs: the step's inputs moved ", graphs_.size(),
+           " times without an invalidate(); the graphs would pile up");
+  be_.begin_capture();
+  try {
+    record();
+  } catch (...) {
+    try {
+      (void)be_.end_capture();  // leaves the backend eager again; the capture is
+                                // void anyway
+    } catch (...) {
+    }
+    throw;
+  }
+  const int id = be_.end_capture();
+  graphs_.push_back({images.data(), labels.data(), id});
+  ++captures_;
+  be_.launch_graph(id);  // capturing ran nothing: this launch is the step
+  return true;
+}
+
+void StepGraphs::invalidate(int eager_steps) {
+  if (!graphs_.empty()) be_.drop_graphs();
+  graphs_.clear();
+  eager_left_ = std::max(eager_left_, eager_steps);
+}
+
+}  // namespace tb

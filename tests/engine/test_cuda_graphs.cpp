@@ -1,0 +1,302 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Trick 24, cuda_graphs: whole-step capture and replay.
+//   - CPU: resolve_tricks' reasons when the step cannot be captured; the CPU
+//     backend refuses to capture with a clear error; StepGraphs refuses it.
+//   - GPU slots (QSKIP without a device or a CUDA build): a captured chain of
+//     ops replays to the eager bits; the optimizer's per-step constants in a
+//     replay (AdamW bias correction advancing); training with graphs on vs off
+//     gives bit-identical per-step losses and test loss, across an evaluation
+//     (drop + recapture), for SGD and AdamW.
+#include <QtTest>
+#include <cstring>
+#include <vector>
+
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/error.h"
+#include "engine/train/config.h"
+#include "engine/train/events.h"
+#include "engine/train/step_graph.h"
+#include "engine/train/trainer.h"
+#include "engine/train/tricks.h"
+
+#ifdef TRAINBENCH_HAVE_CUDA
+#include "engine/backend/cuda/cuda_backend.h"
+#endif
+
+using namespace tb;
+using json = nlohmann::json;
+
+namespace {
+
+RunConfig config(json overrides) {
+  json base = {
+      {"device", "cpu"}, {"dataset", "fashion-mnist"}, {"train_limit", 256},    {"test_limit", 64},
+      {"max_steps", 6},  {"batch_size", 32},           {"model", "fmnist-cnn"}, {"seed", 7}};
+  for (auto& [k, v] : overrides.items()) base[k] = v;
+  return RunConfig::from_json(validate_config(base, "test"));
+}
+
+struct Recorder final : EventSink {
+  std::vector<double> losses;
+  void on_event(const json& e) override {
+    if (e["type"] == "step" && e["metrics"].contains("loss"))
+      losses.push_back(e["metrics"]["loss"].get<double>());
+  }
+};
+
+struct Outcome {
+  std::vector<double> losses;
+  json summary;
+};
+
+Outcome train(json overrides) {
+  RunConfig c = config(overrides);
+  EventBus bus;
+  Recorder rec;
+  bus.add(&rec);
+  std::atomic<bool> stop{false};
+  Trainer t(c, bus, stop);
+  TrainResult r = t.run(0);
+  return {rec.losses, r.summary};
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+#ifdef TRAINBENCH_HAVE_CUDA
+bool have_gpu(QString* why) {
+  std::string w;
+  if (cuda_device_count(&w) > 0) return true;
+  *why = QString::fromStdString("no CUDA device: " + w);
+  return false;
+}
+
+Tensor upload(Backend& be, const std::vector<float>& v) {
+  Tensor h = Tensor::empty({int64_t(v.size())}, DType::F32);
+  std::memcpy(h.data(), v.data(), v.size() * sizeof(float));
+  Tensor d = be.empty(h.shape(), DType::F32);
+  be.copy(h, d);
+  return d;
+}
+
+std::vector<float> download(Backend& be, const Tensor& d) {
+  Tensor h = Tensor::empty(d.shape(), DType::F32);
+  be.copy(d, h);
+  return std::vector<float>(h.data_as<float>(), h.data_as<float>() + h.numel());
+}
+
+std::vector<float> ramp(int64_t n, float a, float b) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = a * float(i % 97) - b;
+  return v;
+}
+#endif
+
+}  // namespace
+
+#ifdef TRAINBENCH_HAVE_CUDA
+#define NEED_GPU()                                 \
+  do {                                             \
+    QString why_;                                  \
+    if (!have_gpu(&why_)) QSKIP(qPrintable(why_)); \
+  } while (0)
+#else
+#define NEED_GPU() QSKIP("no CUDA device: this build has no CUDA backend")
+#endif
+
+class TestCudaGraphs : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // ------------------------------------------------------------ CPU
+  void blockerReasons() {
+    QVERIFY(cuda_graphs_blocker(config({{"cuda_graphs", true}})).empty());
+    const std::string acc =
+        cuda_graphs_blocker(config({{"cuda_graphs", true}, {"accumulation_steps", 2}}));
+    QVERIFY2(acc.find("accumulation_steps") != std::string::npos, acc.c_str());
+    const std::string clip =
+        cuda_graphs_blocker(config({{"cuda_graphs", true}, {"clip_grad_norm", 1.0}}));
+    QVERIFY2(clip.find("clip_grad_norm") != std::string::npos, clip.c_str());
+    const std::string anom =
+        cuda_graphs_blocker(config({{"cuda_graphs", true}, {"anomaly_check", true}}));
+    QVERIFY2(anom.find("anomaly_check") != std::string::npos, anom.c_str());
+  }
+
+  void resolutionOnCudaAndCpu() {
+    // On a GPU device the trick is implemented: applied unless a blocker says no.
+    json on = resolve_tricks(config({{"cuda_graphs", true}}), Device::cuda(0))["cuda_graphs"];
+    QVERIFY2(on["applied"].get<bool>(), on.dump().c_str());
+    json acc = resolve_tricks(config({{"cuda_graphs", true}, {"accumulation_steps", 2}}),
+                              Device::cuda(0))["cuda_graphs"];
+    QVERIFY(!acc["applied"].get<bool>());
+    QVERIFY(acc["reason"].get<std::string>().find("not applied: accumulation_steps") == 0);
+    json clip = resolve_tricks(config({{"cuda_graphs", true}, {"clip_grad_norm", 0.5}}),
+                               Device::cuda(0))["cuda_graphs"];
+    QVERIFY(!clip["applied"].get<bool>());
+    json anom = resolve_tricks(config({{"cuda_graphs", true}, {"anomaly_check", true}}),
+                               Device::cuda(0))["cuda_graphs"];
+    QVERIFY(!anom["applied"].get<bool>());
+    // Off: nothing to report beyond the default.
+    json off = resolve_tricks(config({}), Device::cuda(0))["cuda_graphs"];
+    QVERIFY(!off.contains("reason"));
+    // The CPU backend has no graphs.
+    json cpu = resolve_tricks(config({{"cuda_graphs", true}}), Device::cpu())["cuda_graphs"];
+    QVERIFY(!cpu["applied"].get<bool>());
+  }
+
+  void cpuBackendRefusesCapture() {
+    CpuBackend be;
+    QVERIFY(!be.supports_graphs());
+    try {
+      be.begin_capture();
+      QFAIL("begin_capture did not throw");
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      QVERIFY2(m.find("begin_capture") != std::string::npos &&
+                   m.find("not supported by the") != std::string::npos,
+               m.c_str());
+    }
+    QVERIFY_THROWS_EXCEPTION(Error, be.end_capture());
+    QVERIFY_THROWS_EXCEPTION(Error, be.launch_graph(0));
+    QVERIFY_THROWS_EXCEPTION(Error, be.drop_graphs());
+    QVERIFY_THROWS_EXCEPTION(Error, be.set_optimizer_constants(OptimizerStep{}));
+    QVERIFY_THROWS_EXCEPTION(Error, StepGraphs(be, 3));
+  }
+
+  void cpuRunIgnoresTheTrick() {
+    // On the CPU the trick is reported not applied; the run is the eager one.
+    Outcome a = train({{"cuda_graphs", true}}), b = train({});
+    QCOMPARE(a.losses.size(), size_t(6));
+    QVERIFY(a.losses == b.losses);
+    QVERIFY(!a.summary.contains("cuda_graph_replays"));
+  }
+
+  // ------------------------------------------------------------ GPU slots
+  void gpuReplayedOpsMatchEager() {
+    NEED_GPU();
+#ifdef TRAINBENCH_HAVE_CUDA
+    CudaBackend be(0, {});
+    const int64_t n = 100003;
+    Tensor x = upload(be, ramp(n, 0.37f, 11.0f));
+    Tensor y = be.empty({n}, DType::F32), z = be.empty({n}, DType::F32);
+    auto chain = [&] {
+      be.relu_forward(x, y);
+      be.add(y, x, z);
+      be.scale(z, 1.5);
+      be.gelu_forward(z, y);
+    };
+    chain();
+    const std::vector<float> eager = download(be, y);
+    be.fill(y, 0.0);
+    be.begin_capture();
+    chain();
+    const int id = be.end_capture();
+    QVERIFY(bit_equal(download(be, y), std::vector<float>(size_t(n), 0.0f)));  // nothing ran
+    be.launch_graph(id);
+    QVERIFY(bit_equal(download(be, y), eager));
+    // New input values in the same buffer: the replay reads them.
+    Tensor x2 = upload(be, ramp(n, -0.21f, 3.0f));
+    be.copy(x2, x);
+    chain();
+    const std::vector<float> eager2 = download(be, y);
+    be.fill(y, 0.0);
+    be.launch_graph(id);
+    QVERIFY(bit_equal(download(be, y), eager2));
+    be.drop_graphs();
+    QVERIFY_THROWS_EXCEPTION(Error, be.launch_graph(id));
+#endif
+  }
+
+  void gpuOptimizerConstantsPerReplay_data() {
+    QTest::addColumn<int>("kind");
+    QTest::newRow("sgd") << int(OptimizerKind::SGD);
+    QTest::newRow("adamw") << int(OptimizerKind::AdamW);
+    QTest::newRow("lamb") << int(OptimizerKind::LAMB);
+  }
+  void gpuOptimizerConstantsPerReplay() {
+    NEED_GPU();
+#ifdef TRAINBENCH_HAVE_CUDA
+    QFETCH(int, kind);
+    CudaBackend be(0, {});
+    const int64_t n = 70000;  // two chunks
+    auto make = [&](std::vector<ParamSlot>& params, std::vector<Tensor>& keep) {
+      keep = {upload(be, ramp(n, 0.01f, 0.3f)), upload(be, ramp(n, 0.003f, 0.1f)),
+              be.empty({n}, DType::F32), be.empty({n}, DType::F32)};
+      be.fill(keep[2], 0.0), be.fill(keep[3], 0.0);
+      ParamSlot s;
+      s.param = keep[0], s.grad = keep[1], s.state1 = keep[2], s.state2 = keep[3];
+      params = {s};
+    };
+    OptimizerStep st;
+    st.kind = OptimizerKind(kind);
+    st.momentum = 0.9f;
+    st.weight_decay = 0.01f;
+    auto at = [&](int64_t t) {  // lr and bias correction change per step
+      st.step = t, st.lr = 0.05f / float(t);
+    };
+    // Eager reference first: the descriptor arrays are the backend's, one set
+    // at a time, and a captured step reads them in place.
+    std::vector<ParamSlot> params;
+    std::vector<Tensor> keep;
+    make(params, keep);
+    std::vector<std::vector<float>> want;
+    for (int64_t t = 1; t <= 6; ++t) {
+      at(t);
+      be.optimizer_step(st, params, true);
+      want.push_back(download(be, keep[0]));
+    }
+    make(params, keep);
+    at(1);
+    be.optimizer_step(st, params, true);  // warm-up: uploads the descriptors
+    QVERIFY(bit_equal(download(be, keep[0]), want[0]));
+    at(99);  // what the capture sees must not matter: the replay reads the
+             // device copy
+    be.begin_capture();
+    be.optimizer_step(st, params, true);
+    const int id = be.end_capture();
+    for (int64_t t = 2; t <= 6; ++t) {
+      at(t);
+      be.set_optimizer_constants(st);
+      be.launch_graph(id);
+      QVERIFY2(bit_equal(download(be, keep[0]), want[size_t(t - 1)]),
+               qPrintable(QString("step %1").arg(t)));
+    }
+    be.drop_graphs();
+#endif
+  }
+
+  void gpuTrainingBitIdentical_data() {
+    QTest::addColumn<QString>("optimizer");
+    QTest::newRow("sgd") << "sgd";
+    QTest::newRow("adamw") << "adamw";
+  }
+  void gpuTrainingBitIdentical() {
+    NEED_GPU();
+#ifdef TRAINBENCH_HAVE_CUDA
+    QFETCH(QString, optimizer);
+    // 256 samples / 32 = 8 steps per epoch, 2 epochs: an evaluation (drop and
+    // recapture) in the middle. Both stager params get a graph per phase.
+    json o = {{"device", "cuda"},     {"deterministic", true},
+              {"max_steps", 0},       {"epochs", 2},
+              {"log_every", 1},       {"optimizer", optimizer.toStdString()},
+              {"non_blocking", true}, { "pin_memory", true }};
+    Outcome eager = train(o);
+    o["cuda_graphs"] = true;
+    Outcome graphs = train(o);
+    QCOMPARE(eager.losses.size(), size_t(16));
+    QVERIFY(graphs.losses == eager.losses);  // bit-identical doubles
+    QCOMPARE(graphs.summary["final_test_loss"].get<double>(),
+             eager.summary["final_test_loss"].get<double>());  // same final weights
+    QCOMPARE(graphs.summary["final_test_accuracy"].get<double>(),
+             eager.summary["final_test_accuracy"].get<double>());
+    // The graphs really ran: 2 captures per phase, the other steps replayed
+    // (epoch 1: 3 warm-up + 2 captures + 3 replays; epoch 2: 1 eager + 2 + 5).
+    QCOMPARE(graphs.summary["cuda_graph_captures"].get<int64_t>(), int64_t(4));
+    QCOMPARE(graphs.summary["cuda_graph_replays"].get<int64_t>(), int64_t(8));
+#endif
+  }
+};
+
+QTEST_GUILESS_MAIN(TestCudaGraphs)
+#include "test_cuda_graphs.moc"
