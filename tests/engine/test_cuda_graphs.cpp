@@ -18,6 +18,7 @@
 #include "engine/train/step_graph.h"
 #include "engine/train/trainer.h"
 #include "engine/train/tricks.h"
+#include "tests/engine/run_fixture.h"
 
 #ifdef TRAINBENCH_HAVE_CUDA
 #include "engine/backend/cuda/cuda_backend.h"
@@ -36,28 +37,18 @@ RunConfig config(json overrides) {
   return RunConfig::from_json(validate_config(base, "test"));
 }
 
-struct Recorder final : EventSink {
-  std::vector<double> losses;
-  void on_event(const json& e) override {
-    if (e["type"] == "step" && e["metrics"].contains("loss"))
-      losses.push_back(e["metrics"]["loss"].get<double>());
-  }
-};
-
 struct Outcome {
   std::vector<double> losses;
   json summary;
 };
 
 Outcome train(json overrides) {
-  RunConfig c = config(overrides);
-  EventBus bus;
-  Recorder rec;
-  bus.add(&rec);
-  std::atomic<bool> stop{false};
-  Trainer t(c, bus, stop);
-  TrainResult r = t.run(0);
-  return {rec.losses, r.summary};
+  const tb::test::Recorder rec = tb::test::run_trainer(config(overrides).values);
+  Outcome o;
+  for (const json& s : rec.of("step"))
+    if (s["metrics"].contains("loss")) o.losses.push_back(s["metrics"]["loss"].get<double>());
+  o.summary = rec.of("finished").at(0)["summary"];
+  return o;
 }
 
 bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
@@ -65,13 +56,6 @@ bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 #ifdef TRAINBENCH_HAVE_CUDA
-bool have_gpu(QString* why) {
-  std::string w;
-  if (cuda_device_count(&w) > 0) return true;
-  *why = QString::fromStdString("no CUDA device: " + w);
-  return false;
-}
-
 Tensor upload(Backend& be, const std::vector<float>& v) {
   Tensor h = Tensor::empty({int64_t(v.size())}, DType::F32);
   std::memcpy(h.data(), v.data(), v.size() * sizeof(float));
@@ -95,15 +79,6 @@ std::vector<float> ramp(int64_t n, float a, float b) {
 
 }  // namespace
 
-#ifdef TRAINBENCH_HAVE_CUDA
-#define NEED_GPU()                                 \
-  do {                                             \
-    QString why_;                                  \
-    if (!have_gpu(&why_)) QSKIP(qPrintable(why_)); \
-  } while (0)
-#else
-#define NEED_GPU() QSKIP("no CUDA device: this build has no CUDA backend")
-#endif
 
 class TestCudaGraphs : public QObject {
   Q_OBJECT
