@@ -69,6 +69,9 @@ struct CudaBackend::Impl {
   std::vector<cudaGraph_t> graphs;
   std::vector<cudaGraphExec_t> graph_execs;
   Tensor opt_consts_dev;  // u8 [kOptConstsBytes]: the optimizer constants a replay reads
+  // cuBLAS's workspace, ours (cublasSetWorkspace) from the first capture on:
+  // cuBLAS must not allocate its own while a graph is being captured.
+  Tensor cublas_workspace;
 
   // Input path (staging.cpp), made on first use: the copy stream of
   // non-blocking uploads, and rings of events behind upload tickets and
