@@ -119,15 +119,24 @@ __global__ void bn_backward_dx_kernel(const float* x, const float* dy, const flo
 
 }  // namespace
 
+void launch_bn_stats(const float* x, float* running_mean, float* running_var, float momentum,
+                     float eps, float* save_mean, float* save_invstd, int64_t N, int64_t C,
+                     int64_t HW, bool nhwc, cudaStream_t s) {
+  const int64_t M = N * HW;
+  if (C <= 0 || M <= 0) return;
+  bn_stats_kernel<<<unsigned(C), kStatThreads, 0, s>>>(x, running_mean, running_var, momentum, eps,
+                                                       save_mean, save_invstd, M, C, HW, nhwc);
+  TB_CUDA_LAUNCH_CHECK("bn_stats_kernel");
+}
+
 void launch_bn_forward_train(const float* x, const float* gamma, const float* beta,
                              float* running_mean, float* running_var, float momentum, float eps,
                              float* y, float* save_mean, float* save_invstd, int64_t N, int64_t C,
                              int64_t HW, bool nhwc, cudaStream_t s) {
   const int64_t M = N * HW, total = M * C;
   if (C <= 0 || M <= 0) return;
-  bn_stats_kernel<<<unsigned(C), kStatThreads, 0, s>>>(x, running_mean, running_var, momentum, eps,
-                                                       save_mean, save_invstd, M, C, HW, nhwc);
-  TB_CUDA_LAUNCH_CHECK("bn_stats_kernel");
+  launch_bn_stats(x, running_mean, running_var, momentum, eps, save_mean, save_invstd, N, C, HW,
+                  nhwc, s);
   bn_apply_kernel<<<grid_for(total), kThreads, 0, s>>>(x, gamma, beta, save_mean, save_invstd,
                                                        false, eps, y, total, C, HW, nhwc);
   TB_CUDA_LAUNCH_CHECK("bn_apply_kernel");

@@ -42,36 +42,6 @@ __device__ __forceinline__ int64_t fz_channel(int64_t j, int64_t C, int64_t HW, 
   return nhwc ? j % C : (j / HW) % C;
 }
 
-// batchnorm.cu's bn_stats_kernel, the same arithmetic in the same order:
-// two passes (mean, centred squares), double accumulators, one block per channel.
-__global__ void fz_stats_kernel(const float* x, float* running_mean, float* running_var,
-                                double momentum, double eps, float* save_mean, float* save_invstd,
-                                int64_t M, int64_t C, int64_t HW, bool nhwc) {
-  __shared__ double smem[32];
-  __shared__ double mean_s;
-  const int64_t c = blockIdx.x;
-  double acc = 0.0;
-  for (int64_t m = threadIdx.x; m < M; m += blockDim.x) acc += double(x[fz_at(m, c, C, HW, nhwc)]);
-  acc = block_sum(acc, smem);
-  if (threadIdx.x == 0) mean_s = acc / double(M);
-  __syncthreads();
-  const double mean = mean_s;
-  double ss = 0.0;
-  for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
-    const double dev = double(x[fz_at(m, c, C, HW, nhwc)]) - mean;
-    ss += dev * dev;
-  }
-  ss = block_sum(ss, smem);
-  if (threadIdx.x == 0) {
-    const double var = ss / double(M);
-    const double unbiased = M > 1 ? ss / double(M - 1) : var;
-    save_mean[c] = float(mean);
-    save_invstd[c] = float(1.0 / sqrt(var + eps));
-    running_mean[c] = float((1.0 - momentum) * double(running_mean[c]) + momentum * mean);
-    running_var[c] = float((1.0 - momentum) * double(running_var[c]) + momentum * unbiased);
-  }
-}
-
 // y = act(γ·(x − mean)·is + β [+ r]); the BN part written exactly as
 // batchnorm.cu's apply, then the add and the ReLU as add_kernel/relu would.
 // `invstd_is_var`: eval mode, the vector holds running_var and is = rsqrt(var + eps).
@@ -193,9 +163,9 @@ void launch_bn_act_forward_train(const float* x, const float* gamma, const float
                                  cudaStream_t s) {
   const int64_t M = N * HW, total = M * C;
   if (C <= 0 || M <= 0) return;
-  fz_stats_kernel<<<unsigned(C), kStatThreads, 0, s>>>(x, running_mean, running_var, momentum, eps,
-                                                       save_mean, save_invstd, M, C, HW, nhwc);
-  TB_CUDA_LAUNCH_CHECK("fz_stats_kernel");
+  // batchnorm.cu's statistics kernel itself: the same bits as the unfused path.
+  launch_bn_stats(x, running_mean, running_var, momentum, eps, save_mean, save_invstd, N, C, HW,
+                  nhwc, s);
   bn_act_apply_kernel<<<grid_for(total), kThreads, 0, s>>>(
       x, gamma, beta, save_mean, save_invstd, false, eps, r, relu, y, total, C, HW, nhwc);
   TB_CUDA_LAUNCH_CHECK("bn_act_apply_kernel");

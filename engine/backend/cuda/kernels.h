@@ -117,6 +117,11 @@ void launch_pad_channels_backward(const void* dy, void* dx, int64_t N, int64_t C
 
 // ---------------------------------------------------------------- batchnorm.cu
 // x, y, dy, dx (N, C, HW); per-channel vectors (C). `work` holds 2·C doubles.
+// The training statistics alone: per channel mean and 1/sqrt(var + eps) into
+// save_*, running mean and unbiased variance updated with `momentum`.
+void launch_bn_stats(const float* x, float* running_mean, float* running_var, float momentum,
+                     float eps, float* save_mean, float* save_invstd, int64_t N, int64_t C,
+                     int64_t HW, bool nhwc, cudaStream_t s);
 void launch_bn_forward_train(const float* x, const float* gamma, const float* beta,
                              float* running_mean, float* running_var, float momentum, float eps,
                              float* y, float* save_mean, float* save_invstd, int64_t N, int64_t C,
