@@ -10,6 +10,10 @@ namespace tb {
 using cuda::check_f32;
 using cuda::check_on;
 using cuda::fptr;
+using Bn = cuda::BnShape;
+using cuda::check_bn;
+using cuda::check_channel;
+using cuda::check_like;
 
 namespace {
 
@@ -253,14 +257,9 @@ void CudaBackend::softmax_cross_entropy(const Tensor& logits, const Tensor& labe
 
 // ---------------------------------------------------------------- batch norm
 
-namespace {
+namespace cuda {
 
-struct Bn {
-  int64_t N, C, HW;
-  bool nhwc;
-};
-
-Bn check_bn(const CudaBackend& be, const Tensor& x, const char* op) {
+BnShape check_bn(const CudaBackend& be, const Tensor& x, const char* op) {
   check_on(be, x, op, "x");
   TB_CHECK(x.rank() == 4, op, ": expected a rank-4 (N, C, H, W) input, got ", x.describe());
   check_f32(x, op, "x");
@@ -283,7 +282,7 @@ void check_like(const CudaBackend& be, const Tensor& t, const Tensor& x, const c
            layout_name(x.layout()), " like x");
 }
 
-}  // namespace
+}  // namespace cuda
 
 void CudaBackend::batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                           Tensor& running_mean, Tensor& running_var, float momentum,

@@ -32,35 +32,12 @@ namespace tb {
 using cuda::check_f32;
 using cuda::check_on;
 using cuda::fptr;
+using Bn = cuda::BnShape;
+using cuda::check_bn;
+using cuda::check_channel;
+using cuda::check_like;
 
 namespace {
-
-struct Bn {
-  int64_t N, C, HW;
-  bool nhwc;
-};
-
-Bn check_bn_x(const CudaBackend& be, const Tensor& x, const char* op) {
-  check_on(be, x, op, "x");
-  TB_CHECK(x.rank() == 4, op, ": expected a rank-4 (N, C, H, W) input, got ", x.describe());
-  check_f32(x, op, "x");
-  return {x.n(), x.c(), x.h() * x.w(), x.layout() == Layout::NHWC};
-}
-
-void check_channel(const CudaBackend& be, const Tensor& t, const Tensor& x, const char* op,
-                   const char* what) {
-  check_on(be, t, op, what);
-  check_f32(t, op, what);
-  TB_CHECK(t.shape() == Shape{x.c()}, op, ": ", what, " ", t.describe(), " is not (", x.c(), ")");
-}
-
-void check_like(const CudaBackend& be, const Tensor& t, const Tensor& x, const char* op,
-                const char* what) {
-  check_on(be, t, op, what);
-  check_f32(t, op, what);
-  TB_CHECK(t.shape() == x.shape() && t.layout() == x.layout(), op, ": ", what, " ", t.describe(),
-           " does not match x ", x.describe());
-}
 
 void check_linear_act(const CudaBackend& be, const char* op, const Tensor& x, const Tensor& w,
                       const Tensor& b, int64_t& N, int64_t& K, int64_t& M) {
@@ -172,7 +149,7 @@ void CudaBackend::batchnorm_act_forward_train(const Tensor& x, const Tensor& gam
                                               float momentum, float eps, Tensor& y,
                                               Tensor& save_mean, Tensor& save_invstd) {
   const char* op = "batchnorm_act_forward_train";
-  const Bn d = check_bn_x(*this, x, op);
+  const Bn d = check_bn(*this, x, op);
   check_channel(*this, gamma, x, op, "gamma");
   check_channel(*this, beta, x, op, "beta");
   check_channel(*this, running_mean, x, op, "running_mean");
@@ -195,7 +172,7 @@ void CudaBackend::batchnorm_act_forward_eval(const Tensor& x, const Tensor& gamm
                                              const Tensor& running_mean, const Tensor& running_var,
                                              float eps, Tensor& y) {
   const char* op = "batchnorm_act_forward_eval";
-  const Bn d = check_bn_x(*this, x, op);
+  const Bn d = check_bn(*this, x, op);
   check_channel(*this, gamma, x, op, "gamma");
   check_channel(*this, beta, x, op, "beta");
   check_channel(*this, running_mean, x, op, "running_mean");
@@ -214,7 +191,7 @@ void CudaBackend::batchnorm_act_backward(const Tensor& x, const Tensor& y, const
                                          Tensor& dresidual, Tensor& dgamma, Tensor& dbeta,
                                          bool accumulate) {
   const char* op = "batchnorm_act_backward";
-  const Bn d = check_bn_x(*this, x, op);
+  const Bn d = check_bn(*this, x, op);
   check_like(*this, dy, x, op, "dy");
   if (relu) check_like(*this, y, x, op, "y");
   check_channel(*this, gamma, x, op, "gamma");
