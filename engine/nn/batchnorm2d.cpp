@@ -5,6 +5,19 @@
 
 namespace tb {
 
+void register_batchnorm(ParamRegistry& reg, const std::string& name, int64_t C, Tensor* gamma,
+                        Tensor* dgamma, Tensor* beta, Tensor* dbeta, Tensor* running_mean,
+                        Tensor* running_var) {
+  ParamSpec w{name + ".weight", {C}, Init::Ones};
+  w.weight_decay = false;
+  ParamSpec b{name + ".bias", {C}, Init::Zeros};
+  b.weight_decay = false;
+  reg.add_param(w, gamma, dgamma);
+  reg.add_param(b, beta, dbeta);
+  reg.add_buffer({name + ".running_mean", {C}, Init::Zeros}, running_mean);
+  reg.add_buffer({name + ".running_var", {C}, Init::Ones}, running_var);
+}
+
 BatchNorm2d::BatchNorm2d(std::string name, float momentum, float eps)
     : Layer(std::move(name)), momentum_(momentum), eps_(eps) {
   TB_CHECK(momentum >= 0.0f && momentum <= 1.0f, "batchnorm2d ", this->name(),
@@ -16,14 +29,8 @@ Shape BatchNorm2d::setup(const Shape& in, ParamRegistry& reg) {
   TB_CHECK(in.size() == 4, "batchnorm2d ", name(), ": expects (N, C, H, W) input, got ",
            shape_str(in));
   C_ = in[1];
-  ParamSpec w{name() + ".weight", {C_}, Init::Ones};
-  w.weight_decay = false;
-  ParamSpec b{name() + ".bias", {C_}, Init::Zeros};
-  b.weight_decay = false;
-  reg.add_param(w, &gamma_, &dgamma_);
-  reg.add_param(b, &beta_, &dbeta_);
-  reg.add_buffer({name() + ".running_mean", {C_}, Init::Zeros}, &running_mean_);
-  reg.add_buffer({name() + ".running_var", {C_}, Init::Ones}, &running_var_);
+  register_batchnorm(reg, name(), C_, &gamma_, &dgamma_, &beta_, &dbeta_, &running_mean_,
+                     &running_var_);
   return in;
 }
 

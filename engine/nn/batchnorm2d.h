@@ -12,6 +12,14 @@
 
 namespace tb {
 
+// Declares a batch norm's parameters and buffers under `name`: weight γ (C,
+// ones) and bias β (C, zeros), neither decayed, then running_mean (C, zeros)
+// and running_var (C, ones). BatchNorm2d and the fused BatchNormAct share it,
+// so fused or not, a model has the same names, order and initial values.
+void register_batchnorm(ParamRegistry& reg, const std::string& name, int64_t C, Tensor* gamma,
+                        Tensor* dgamma, Tensor* beta, Tensor* dbeta, Tensor* running_mean,
+                        Tensor* running_var);
+
 class BatchNorm2d : public Layer {
  public:
   explicit BatchNorm2d(std::string name, float momentum = 0.1f, float eps = 1e-5f);

@@ -2,6 +2,7 @@
 #include "engine/nn/batchnorm_act.h"
 
 #include "engine/core/error.h"
+#include "engine/nn/batchnorm2d.h"
 
 namespace tb {
 
@@ -12,19 +13,13 @@ BatchNormAct::BatchNormAct(std::string name, bool relu, float momentum, float ep
   TB_CHECK(eps > 0.0f, "batchnorm_act ", this->name(), ": eps must be positive, got ", eps);
 }
 
-// Exactly BatchNorm2d::setup: same names, shapes, order and init.
+// BatchNorm2d's registration itself: same names, shapes, order and init.
 Shape BatchNormAct::setup(const Shape& in, ParamRegistry& reg) {
   TB_CHECK(in.size() == 4, "batchnorm_act ", name(), ": expects (N, C, H, W) input, got ",
            shape_str(in));
   C_ = in[1];
-  ParamSpec w{name() + ".weight", {C_}, Init::Ones};
-  w.weight_decay = false;
-  ParamSpec b{name() + ".bias", {C_}, Init::Zeros};
-  b.weight_decay = false;
-  reg.add_param(w, &gamma_, &dgamma_);
-  reg.add_param(b, &beta_, &dbeta_);
-  reg.add_buffer({name() + ".running_mean", {C_}, Init::Zeros}, &running_mean_);
-  reg.add_buffer({name() + ".running_var", {C_}, Init::Ones}, &running_var_);
+  register_batchnorm(reg, name(), C_, &gamma_, &dgamma_, &beta_, &dbeta_, &running_mean_,
+                     &running_var_);
   return in;
 }
 
