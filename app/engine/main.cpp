@@ -209,6 +209,8 @@ int cmd_run(const RunArgs& a) {
     rec.status = "queued";
     rec.config = config.values;
     rec.engine_version = TRAINBENCH_VERSION;
+    rec.engine_pid = getpid();
+    rec.engine_host = this_host_name();
     run_id = store->create_run(rec);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -2,6 +2,7 @@
 #include "engine/store/run_store.h"
 
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -88,6 +89,12 @@ ALTER TABLE runs ADD COLUMN tags TEXT NOT NULL DEFAULT '';
 ALTER TABLE runs ADD COLUMN notes TEXT NOT NULL DEFAULT '';
 ALTER TABLE runs ADD COLUMN heartbeat_at TEXT;
 CREATE INDEX runs_by_status ON runs (status);
+)sql",
+    // v3: the writing engine's process id and host, so a reader on the same host
+    // can tell a live writer from a dead one and can ask it to stop.
+    R"sql(
+ALTER TABLE runs ADD COLUMN engine_pid INTEGER;
+ALTER TABLE runs ADD COLUMN engine_host TEXT NOT NULL DEFAULT '';
 )sql",
 };
 static_assert(std::size(kMigrations) == RunStore::kSchemaVersion,
@@ -225,6 +232,9 @@ class Query {
   Query& bind_optional_text(int i, const std::string& v) {
     return v.empty() ? check(sqlite3_bind_null(stmt_, i)) : bind_text(i, v);
   }
+  Query& bind_optional_int(int i, int64_t v) {  // 0 means "not known"
+    return v == 0 ? check(sqlite3_bind_null(stmt_, i)) : bind_int(i, v);
+  }
 
   // True while a row is available.
   bool next() {
@@ -306,7 +316,8 @@ class Transaction {
 
 constexpr const char* kRunColumns =
     "id, name, created_at, started_at, finished_at, status, config_json, environment_json, "
-    "engine_version, tricks_json, summary_json, error, tags, notes, heartbeat_at";
+    "engine_version, tricks_json, summary_json, error, tags, notes, heartbeat_at, engine_pid, "
+    "engine_host";
 
 }  // namespace
 
@@ -491,7 +502,15 @@ RunRecord RunStore::Impl::read_run(sqlite3_stmt* s) const {
   r.tags = text(12);
   r.notes = text(13);
   r.heartbeat_at = text(14);
+  r.engine_pid = sqlite3_column_int64(s, 15);  // NULL reads as 0: unknown
+  r.engine_host = text(16);
   return r;
+}
+
+std::string this_host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "";
+  return buf;
 }
 
 // --- RunStore ----------------------------------------------------------------
@@ -585,7 +604,7 @@ int64_t RunStore::create_run(const RunRecord& run) {
   Query q(d,
           "INSERT INTO runs (name, created_at, started_at, finished_at, status, config_json, "
           "environment_json, engine_version, tricks_json, summary_json, error, tags, notes, "
-          "heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+          "heartbeat_at, engine_pid, engine_host) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
           "creating a run");
   q.bind_text(1, run.name)
       .bind_text(2, run.created_at.empty() ? now : run.created_at)
@@ -600,7 +619,9 @@ int64_t RunStore::create_run(const RunRecord& run) {
       .bind_text(11, run.error)
       .bind_text(12, run.tags)
       .bind_text(13, run.notes)
-      .bind_text(14, run.heartbeat_at.empty() ? now : run.heartbeat_at);
+      .bind_text(14, run.heartbeat_at.empty() ? now : run.heartbeat_at)
+      .bind_optional_int(15, run.engine_pid)
+      .bind_text(16, run.engine_host);
   q.run();
   return sqlite3_last_insert_rowid(d.db);
 }

@@ -25,12 +25,19 @@ inline constexpr const char* kStopped = "stopped";
 bool is_valid_run_status(const std::string& status);
 bool is_terminal_run_status(const std::string& status);  // finished, failed, stopped
 
+// This machine's host name as runs.engine_host records it (gethostname).
+std::string this_host_name();
+
 // One row of `runs`. Times are ISO-8601 UTC text ("2026-11-22T21:52:39.123Z"),
 // empty when not set yet.
 struct RunRecord {
   int64_t id = 0;
   std::string name, created_at, started_at, finished_at, status, engine_version, error, tags, notes,
       heartbeat_at;
+  // The engine process that writes the run (0: unknown, e.g. made by an older
+  // version) and its host name, so a reader can check or signal it.
+  int64_t engine_pid = 0;
+  std::string engine_host;
   nlohmann::json config, environment, tricks, summary;
 };
 
@@ -73,7 +80,7 @@ class RunStore {
  public:
   enum class Mode { ReadWrite, ReadOnly };
 
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
   // A 'running' run whose heartbeat is older than this is taken as abandoned.
   static constexpr std::chrono::milliseconds kDefaultStaleAfter{60000};
 

@@ -239,12 +239,16 @@ class TestCli : public QObject {
     QByteArray buffer;
     while (buffer.count("\"type\":\"step\"") < 5 && p.waitForReadyRead(60000))
       buffer += p.readAllStandardOutput();
-    ::kill(p.processId(), SIGKILL);
+    const int64_t pid = p.processId();
+    ::kill(pid, SIGKILL);
     QVERIFY(p.waitForFinished(60000));
     tb::RunStore store(db_.toStdString(), tb::RunStore::Mode::ReadWrite);
     QCOMPARE(QString::fromStdString(store.integrity_check()), QString("ok"));
     auto run = store.list_runs().back();
     QCOMPARE(QString::fromStdString(run.status), QString("running"));
+    // The store names the process that wrote the run, so a reader can check it.
+    QCOMPARE(run.engine_pid, pid);
+    QCOMPARE(run.engine_host, tb::this_host_name());
     QCOMPARE(store.mark_interrupted_runs(std::chrono::milliseconds(0)), 1);
     run = *store.get_run(run.id);
     QCOMPARE(QString::fromStdString(run.status), QString("failed"));

@@ -236,11 +236,15 @@ class TestStore : public QObject {
     in.engine_version = "0.1.0";
     in.tags = "baseline";
     in.notes = "first try";
+    in.engine_pid = 4242;
+    in.engine_host = "workstation-7";
     const int64_t id = store.create_run(in);
     QVERIFY(id > 0);
 
     auto created = store.get_run(id);
     QVERIFY(created);
+    QCOMPARE(created->engine_pid, int64_t(4242));
+    QCOMPARE(QString::fromStdString(created->engine_host), QString("workstation-7"));
     QCOMPARE(QString::fromStdString(created->status), QString("queued"));
     QVERIFY(!created->created_at.empty());
     QVERIFY(created->started_at.empty());
@@ -580,8 +584,8 @@ class TestStore : public QObject {
           "'2025-01-02T03:05:00.000Z', 'info', 'done');");
     }
     RunStore store(db_);
-    QCOMPARE(store.schema_version(), 2);
-    QCOMPARE(RawDb(db_).integer("SELECT version FROM schema_version"), 2LL);
+    QCOMPARE(store.schema_version(), 3);
+    QCOMPARE(RawDb(db_).integer("SELECT version FROM schema_version"), 3LL);
     QCOMPARE(RawDb(db_).integer("SELECT count(*) FROM schema_version"), 1LL);
 
     const auto run = store.get_run(1);
@@ -591,6 +595,8 @@ class TestStore : public QObject {
     QVERIFY(run->tags.empty());
     QVERIFY(run->notes.empty());
     QVERIFY(run->heartbeat_at.empty());
+    QCOMPARE(run->engine_pid, int64_t(0));  // not recorded by v1: unknown
+    QVERIFY(run->engine_host.empty());
     const auto loss = store.step_series(1, "loss");
     QCOMPARE(loss.size(), size_t(3));
     QCOMPARE(loss[2].value, 1.0);
