@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/backend/capabilities.h"
 #include "engine/core/error.h"
 #include "engine/core/tensor.h"
 #include "engine/data/augment_draw.h"
@@ -95,6 +96,9 @@ class Backend {
   virtual Device device() const = 0;
   virtual std::string name() const = 0;          // "cpu (openblas 0.3.21, 2 threads)"
   virtual nlohmann::json describe() const = 0;   // device and library versions, for the run record
+  // What the trainer may use here beyond the portable ops (capabilities.h).
+  // The default: nothing beyond them.
+  virtual BackendCapabilities capabilities() const { return {}; }
   virtual void synchronize() {}
 
   Tensor empty(const Shape& s, DType t, Layout l = Layout::NCHW) const {

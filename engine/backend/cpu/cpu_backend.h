@@ -18,6 +18,12 @@ class CpuBackend final : public Backend {
   nlohmann::json describe() const override;
   static std::string host_name();  // CPU model name from /proc/cpuinfo
 
+  // What the trainer may use on the CPU (engine/backend/capabilities.h): the
+  // fused pointwise ops. Streams, pinned memory, cuDNN, Tensor Cores and a
+  // caching allocator have no counterpart here.
+  static constexpr BackendCapabilities kCapabilities{.fused_pointwise = true};
+  BackendCapabilities capabilities() const override { return kCapabilities; }
+
   bool reference() const { return options_.reference; }
   int threads() const { return threads_; }
 
