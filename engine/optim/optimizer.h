@@ -11,6 +11,8 @@
 
 namespace tb {
 
+struct RunConfig;
+
 // Defaults follow PyTorch's (torch.optim) where it has one.
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::SGD;
@@ -23,6 +25,10 @@ struct OptimizerConfig {
   float alpha = 0.99f;               // RMSProp smoothing
   float trust_coefficient = 0.001f;  // LARS η
   bool multi_tensor = true;  // fused multi-tensor step ("foreach") instead of one pass per tensor
+
+  // A run's optimizer: its optimizer, lr, momentum, ... keys, and
+  // optimizer_foreach for multi_tensor.
+  static OptimizerConfig from_run(const RunConfig& run);
 };
 
 class Optimizer {
