@@ -47,7 +47,7 @@ class Optimizer {
   // The step count still advances (the host cannot know without a sync).
   void step(float lr, float grad_scale, const Tensor& amp_scaler_state);
 
-  // cuda_graphs (trick 24): a captured step() bakes its constants into the
+  // cuda_graphs: a captured step() bakes its constants into the
   // graph, so its kernels read them from the backend's device copy instead.
   // write_constants puts step steps()+1's there (Backend::set_optimizer_constants,
   // enqueued before the replay); count_replayed_step counts a replay like

@@ -63,7 +63,7 @@ class CpuBackend final : public Backend {
   void accumulate(const Tensor& src, Tensor& dst) override;
   void scale(Tensor& t, double alpha) override;
 
-  // Fused pointwise (fused.cpp, trick 11): the reference is the composition of
+  // Fused pointwise (fused.cpp, fuse_pointwise): the reference is the composition of
   // the unfused reference ops; the fast f32 path makes one pass per sweep.
   void batchnorm_act_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                    const Tensor& residual, bool relu, Tensor& running_mean,

@@ -19,7 +19,7 @@
 //   conv_cudnn.cpp     convolutions through the cuDNN 9 graph API (cudnn-frontend)
 //   cuda_ops.cpp       argument checks and dispatch for the kernel families above
 //   amp.cu/amp_ops.cpp mixed precision: f32<->f16/bf16 casts, loss-scaler kernels
-//   fused.cu/fused_ops.cpp  fused pointwise (trick 11): BN+add+ReLU, Linear+act
+//   fused.cu/fused_ops.cpp  fuse_pointwise: BN+add+ReLU, Linear+act
 //
 // NOTE: written and compiled on a machine without a GPU; see the tests.
 #include <memory>
@@ -83,7 +83,7 @@ class CudaBackend final : public Backend {
   void accumulate(const Tensor& src, Tensor& dst) override;
   void scale(Tensor& t, double alpha) override;
 
-  // Fused pointwise (fused.cu, fused_ops.cpp, trick 11). NOT yet run on a GPU.
+  // Fused pointwise (fused.cu, fused_ops.cpp, fuse_pointwise). NOT yet run on a GPU.
   void batchnorm_act_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                    const Tensor& residual, bool relu, Tensor& running_mean,
                                    Tensor& running_var, float momentum, float eps, Tensor& y,
@@ -173,7 +173,7 @@ class CudaBackend final : public Backend {
       .multi_device = false,  // parallel: not implemented yet
   };
   BackendCapabilities capabilities() const override { return kCapabilities; }
-  // Whole-step capture (graphs.cpp, trick 24). NOT yet run on a GPU.
+  // Whole-step capture (graphs.cpp, cuda_graphs). NOT yet run on a GPU.
   bool supports_graphs() const override { return true; }
   void begin_capture() override;
   int end_capture() override;
