@@ -73,7 +73,7 @@ stage() {
   local src=${1:-build}
   [[ -f $src/CMakeCache.txt ]] || {
     echo "no CMake build in $src: configure one with CUDA (cmake -S . -B $src -G Ninja)" >&2; exit 2; }
-  grep -q '^CMAKE_CUDA_ARCHITECTURES:.*90' "$src/CMakeCache.txt" || {
+  grep -q 'generate-code=arch=compute_90,code=\[[a-z_0-9,]*sm_90' "$src/build.ninja" || {
     echo "$src builds no sm_90 code (CMAKE_CUDA_ARCHITECTURES): the H100/H200 need it" >&2; exit 2; }
   local s
   for s in "${suites[@]}"; do [[ -f tests/engine/$s.cpp ]] || { echo "no tests/engine/$s.cpp" >&2; exit 2; }; done
@@ -108,7 +108,7 @@ stage() {
   done
   {
     echo "commit $(git rev-parse HEAD)$(git diff --quiet HEAD || echo ' (with uncommitted changes)')"
-    echo "staged $(date -u +%FT%TZ) from $src ($(grep '^CMAKE_CUDA_ARCHITECTURES:' "$src/CMakeCache.txt"))"
+    echo "staged $(date -u +%FT%TZ) from $src (device code: $(grep -o 'generate-code=arch=compute_[0-9]*,code=[^ ]*' "$src/build.ninja" | sort -u | paste -sd' ' -))"
     echo "built against: cuDNN $(grep -m1 -o 'CUDNN_MAJOR [0-9]*' /usr/local/cuda/include/cudnn_version.h | cut -d' ' -f2).$(grep -m1 -o 'CUDNN_MINOR [0-9]*' /usr/local/cuda/include/cudnn_version.h | cut -d' ' -f2), $(/usr/local/cuda/bin/nvcc --version | tail -n 2 | head -n 1)"
   } >"$pack/MANIFEST"
   # One xz stream, one thread: the suites share the engine's code, which a

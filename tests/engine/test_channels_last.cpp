@@ -454,10 +454,6 @@ class TestChannelsLast : public QObject {
     QFETCH(int, HW);
     QFETCH(int, batch);
     QFETCH(int, pad);
-    QFETCH(int, depth);
-    QFETCH(int, k);
-    const double tol = tb::test::network_tolerance("fp32", depth, k);
-    const std::string row = QTest::currentDataTag();
     const int64_t classes = 10;
     CpuBackend be(BackendOptions{.reference = true});
     ModelOptions mo;
