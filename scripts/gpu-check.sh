@@ -20,19 +20,20 @@
 #         suites     every GPU slot of every suite (CPU slots run in CI);
 #                    a crashed suite is resumed after the slot that crashed
 #         memcheck   compute-sanitizer memcheck on the backend's kernel slots
+#         racecheck  compute-sanitizer racecheck, with what the later stages spare
 #         kernels    the kernel names of short fp32/fp16/bf16/channels-last
 #                    resnet18 runs (trainbench-engine trace) -> kernel-names.tsv
 #         accuracy   fmnist-cnn 3 epochs; resnet18-cifar on Fashion-MNIST padded
 #                    to 32x32 for as many epochs as the budget allows
 #         bench      bench/gpu_vs_pytorch.py --quick --skip-ladder
-#         racecheck  compute-sanitizer racecheck, if time is left
 #       $OUT gets (at most 8 files): gpu-check-summary.json,
 #       gpu-check-logs.tar.gz (every log, kernel-names.tsv, the accuracy and
 #       benchmark JSON), kernel-names.tsv, gpu-accuracy.json, gpu-vs-pytorch.json.
 #       stdout: one line per stage and the first lines of every failure.
 #       GPU_CHECK_SECONDS (default 530) is the whole budget; GPU_CHECK_STAGES
 #       (e.g. "probe,suites") runs only those; RESNET_EPOCHS fixes the epochs.
-#       Without a GPU every GPU stage reports "skipped: no GPU" (the dry run).
+#       Without a GPU every GPU stage reports "skipped: no GPU" (the dry run);
+#       GPU_CHECK_DRY_DEVICE=cpu runs their plumbing on the CPU instead.
 #   scripts/gpu-check.sh ncu                 there, a later call (carry build-gpu)
 #       The tensor pipe active % (tensor_pipe_profiler.h) against Nsight Compute.
 set -uo pipefail
@@ -135,11 +136,15 @@ stage() {
 
 root=/tmp/trainbench-gpu
 out=${OUT:-$here/$stage_dir/out}
-logs=$out/logs
+# Outside $OUT: at most 8 files come back, so the logs travel as one tarball.
+logs=$root/logs
 work=$root/work
 t_start=$(date +%s)
 total=${GPU_CHECK_SECONDS:-530}
 have_gpu=0
+# GPU_CHECK_DRY_DEVICE=cpu: the GPU stages' plumbing run on the CPU (a dry run
+# of the scripts here; its figures mean nothing).
+dev=${GPU_CHECK_DRY_DEVICE:-cuda}
 
 now() { date +%s; }
 left() { echo $((t_start + total - $(now))); }
@@ -189,6 +194,7 @@ write_helper() {
 import glob, json, os, re, sys, time
 
 out = os.environ["GPU_CHECK_OUT"]
+logs = os.environ["GPU_CHECK_LOGS"]
 summary_path = os.path.join(out, "gpu-check-summary.json")
 
 def load():
@@ -253,7 +259,7 @@ def cmd_suite(suite, slots_file, rcs_json):
     slots = [l.split()[1] for l in open(slots_file) if l.split()[0] == suite]
     rcs = json.loads(rcs_json)
     merged, tols = {}, []
-    for part in sorted(glob.glob(os.path.join(out, "logs", suite + ".*.txt"))):
+    for part in sorted(glob.glob(os.path.join(logs, suite + ".*.txt"))):
         res, _, t = parse_qt_log(part)
         tols += t
         for slot, rows in res.items():
@@ -306,7 +312,7 @@ def cmd_remaining(suite, slots_file):
     """Slots of the suite that no log part names yet, in order."""
     slots = [l.split()[1] for l in open(slots_file) if l.split()[0] == suite]
     seen = set()
-    for part in glob.glob(os.path.join(out, "logs", suite + ".*.txt")):
+    for part in glob.glob(os.path.join(logs, suite + ".*.txt")):
         seen |= set(parse_qt_log(part)[0])
     print(" ".join(s for s in slots if s not in seen))
 
@@ -337,6 +343,13 @@ def cmd_smoke(events_path):
     if end is not None:
         r["end"] = {k: end.get(k) for k in ("status", "error", "summary") if k in end}
     print(json.dumps(r))
+
+def cmd_smoke_line(smoke_json):
+    r = json.loads(smoke_json)
+    e = r.get("environment") or {}
+    print(f"{r['steps']} steps, loss {r.get('last_loss')}, median step "
+          f"{r.get('median_step_time_ms')} ms, cuDNN {e.get('cudnn')}, cuBLAS {e.get('cublas')}, "
+          f"runtime {e.get('runtime')}, driver {e.get('driver')}")
 
 def cmd_kernels(trace_json, config, dest):
     """Appends the distinct kernel names of one trace to kernel-names.tsv."""
@@ -381,10 +394,10 @@ if __name__ == "__main__":
 PY
 }
 
-py() { GPU_CHECK_OUT=$out python3 "$root/gpu_check.py" "$@"; }
+py() { GPU_CHECK_OUT=$out GPU_CHECK_LOGS=$logs python3 "$root/gpu_check.py" "$@"; }
 set_summary() { py set "$1" "$2"; }
 # The logs so far, packed again after every stage (a timeout keeps the rest).
-pack_logs() { tar -C "$out" -czf "$out/gpu-check-logs.tar.gz.tmp" logs && mv "$out/gpu-check-logs.tar.gz.tmp" "$out/gpu-check-logs.tar.gz"; }
+pack_logs() { tar -C "$root" -czf "$out/gpu-check-logs.tar.gz.tmp" logs && mv "$out/gpu-check-logs.tar.gz.tmp" "$out/gpu-check-logs.tar.gz"; }
 
 stage_wanted() { [[ -z ${GPU_CHECK_STAGES:-} || ",$GPU_CHECK_STAGES," == *",$1,"* ]]; }
 # stage_begin NAME PLANNED RESERVE: the stage's budget, min(PLANNED, time left
@@ -421,11 +434,11 @@ probe() {
     echo "== library folders"; echo "$LD_LIBRARY_PATH" | tr ':' '\n'
   } >"$f" 2>&1
   for b in "$root"/bin/*; do
-    echo "== ldd $(basename "$b")" >>"$f"
-    ldd "$b" >>"$f" 2>&1
-  done
+    echo "== ldd $(basename "$b")"
+    ldd "$b" 2>&1
+  done >"$logs/ldd.txt"
   local missing
-  missing=$(grep -B0 'not found' "$f" | sort -u || true)
+  missing=$(grep '=> not found' "$logs/ldd.txt" | sort -u || true)
   if [[ -n $missing ]]; then
     nf=$(wc -l <<<"$missing")
     say "!!!!!!!!!! NOT FOUND: shared libraries the carried binaries need:"
@@ -441,6 +454,10 @@ probe() {
   local devices
   devices=$(eng devices --json 2>>"$f" || echo '[]')
   grep -q '"cuda' <<<"$devices" && have_gpu=1
+  if [[ $dev != cuda ]]; then
+    have_gpu=1
+    say "   DRY RUN: the GPU stages run on '$dev' (plumbing only, no figure counts)"
+  fi
   set_summary device "{\"gpu\": \"${gpu:-none}\", \"driver\": \"${driver:-none}\", \"engine_devices\": $(tr -d '\n' <<<"$devices"), \"libraries_resolved\": {$resolved}, \"libraries_not_found\": $nf}"
   say "   gpu: ${gpu:-none}; driver: ${driver:-none}; not found: $nf"
   if (( have_gpu == 0 )); then
@@ -450,14 +467,14 @@ probe() {
   fi
   # The engine on the GPU: 30 steps of fmnist-cnn on synthetic data. Its start
   # event's environment is what the backend loaded (driver, runtime, cuDNN, cuBLAS).
-  timeout 90 "$root/bin/trainbench-engine" run --db "$work/smoke.db" --device cuda --dataset synthetic \
+  timeout 90 "$root/bin/trainbench-engine" run --db "$work/smoke.db" --device "$dev" --dataset synthetic \
     --model fmnist-cnn --steps 30 -b 64 --test-limit 256 --set synthetic_size=4096 --events jsonl \
     >"$logs/smoke.jsonl" 2>"$logs/smoke.stderr"
   local rc=$? smoke
   smoke=$(py smoke "$logs/smoke.jsonl")
   set_summary smoke "$smoke"
   set_summary device.versions_loaded "$(python3 -c 'import json,sys; e=json.loads(sys.argv[1]).get("environment") or {}; print(json.dumps({k: e.get(k) for k in ("device_name","compute_capability","driver","runtime","cudnn","cublas","cublaslt")}))' "$smoke")"
-  say "   smoke run: exit $rc; $(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); e=r.get("environment") or {}; print(f"{r[\"steps\"]} steps, loss {r.get(\"last_loss\")}, median step {r.get(\"median_step_time_ms\")} ms, cuDNN {e.get(\"cudnn\")}, cuBLAS {e.get(\"cublas\")}, runtime {e.get(\"runtime\")}")' "$smoke")"
+  say "   smoke run: exit $rc; $(py smoke_line "$smoke")"
   (( rc == 0 )) || { say "   smoke stderr:"; tail -n 5 "$logs/smoke.stderr" | cut -c1-300 | sed 's/^/      /'; }
   stage_done probe "$([[ $rc == 0 ]] && echo ok || echo "smoke run failed (exit $rc)")" "$t0"
 }
@@ -494,15 +511,19 @@ run_suite() {
 }
 
 suites_stage() {
-  local t0 budget s n=${#suites[@]} i=0
+  local t0 budget s slots_left
   t0=$(now)
   budget=$(stage_budget suites 250 200)
+  slots_left=$(wc -l <"$root/gpu-slots.txt")
   for s in "${suites[@]}"; do
-    i=$((i + 1))
-    # An equal share of what is left, at least 20 s, at most 120 s.
-    local share=$(( (budget - ($(now) - t0)) / (n - i + 1) ))
-    (( share > 120 )) && share=120
-    (( share < 20 )) && share=20
+    # What is left, shared by GPU slot count (time a fast suite leaves goes
+    # to the later ones), at least 30 s, at most 150 s.
+    local mine share
+    mine=$(grep -c "^$s " "$root/gpu-slots.txt")
+    share=$(( (budget - ($(now) - t0)) * mine / (slots_left > 0 ? slots_left : 1) ))
+    slots_left=$(( slots_left - mine ))
+    (( share > 150 )) && share=150
+    (( share < 30 )) && share=30
     (( $(now) - t0 + 5 < budget )) || { set_summary "suites.$s" '{"status": "skipped: out of time"}'; continue; }
     run_suite "$s" "$share"
     pack_logs
@@ -549,7 +570,7 @@ sanitize() {
 kernels_stage() {
   local t0 budget c
   t0=$(now)
-  budget=$(stage_budget kernels 60 160)
+  budget=$(stage_budget kernels 60 170)
   local dest=$logs/kernel-names.tsv
   rm -f "$dest"
   local configs=("fp32|" "fp16|--amp fp16" "bf16|--amp bf16" "fp32-channels-last|--set channels_last=true"
@@ -561,7 +582,7 @@ kernels_stage() {
     (( b >= 8 )) || { results+="{\"config\": \"$name\", \"error\": \"out of time\"},"; continue; }
     local db=$work/kernels-$name.db opt
     read -r -a opt <<<"$opts"
-    if timeout -k 5 "$b" "$root/bin/trainbench-engine" run --db "$db" --quiet --device cuda \
+    if timeout -k 5 "$b" "$root/bin/trainbench-engine" run --db "$db" --quiet --device "$dev" \
          --dataset synthetic --model resnet18-cifar --set 'synthetic_shape=[3,32,32]' \
          --set synthetic_size=1024 --test-limit 64 -b 64 --steps 2 "${opt[@]}" \
          >"$logs/kernels-$name.log" 2>&1 &&
@@ -580,19 +601,21 @@ kernels_stage() {
 accuracy_stage() {
   local t0 budget
   t0=$(now)
-  budget=$(stage_budget accuracy 200 70)
+  budget=$(stage_budget accuracy 400 75)
   local data=$here/$data_dir
   [[ -f $data/train-images-idx3-ubyte.gz ]] || { skip_stage accuracy "no Fashion-MNIST in $data_dir"; return; }
   local db=$work/accuracy.db
   # fmnist-cnn, 3 epochs, its default recipe (the CPU reached 0.916).
-  timeout -s TERM -k 10 "$(( budget * 2 / 5 ))" "$root/bin/trainbench-engine" run --db "$db" --quiet \
-    --device cuda --epochs 3 --set data_dir="$data" --set workers=8 \
+  local fm=$(( budget * 2 / 5 ))
+  (( fm < 90 )) && fm=$(( budget < 90 ? budget : 90 ))
+  timeout -s TERM -k 10 "$fm" "$root/bin/trainbench-engine" run --db "$db" --quiet \
+    --device "$dev" --epochs 3 --set data_dir="$data" --set workers=8 \
     --set name="fmnist-cnn gpu 3 epochs" >"$logs/accuracy-fmnist.log" 2>&1
-  say "   fmnist-cnn 3 epochs: exit $?"
+  say "   fmnist-cnn 3 epochs: exit $? (124 = stopped by its ${fm} s budget: no test accuracy then)"
   # resnet18-cifar on Fashion-MNIST padded to 32x32 (bf16, channels-last): as
   # many epochs as the rest of the budget allows, from a timing probe.
   local rest=$(( budget - ($(now) - t0) )) epochs=${RESNET_EPOCHS:-}
-  local common=(--device cuda --model resnet18-cifar -b 256 --set lr=0.1 --set workers=8
+  local common=(--device "$dev" --model resnet18-cifar -b 256 --set lr=0.1 --set workers=8
                 --set pin_memory=true --set non_blocking=true --set amp=bf16 --set channels_last=true)
   if [[ -z $epochs ]]; then
     timeout -k 5 60 "$root/bin/trainbench-engine" run --db "$work/probe.db" --quiet --dataset synthetic \
@@ -602,8 +625,10 @@ accuracy_stage() {
     ms=$("$root/bin/trainbench-engine" --db "$work/probe.db" export 1 --format json 2>/dev/null |
       python3 -c 'import json,sys,statistics; d=json.load(sys.stdin); v=[x[2] for x in d["step_series"]["step_time_ms"] if x[0]>10]; print(int(statistics.median(v)))' 2>/dev/null || echo 0)
     rest=$(( budget - ($(now) - t0) ))
-    # 235 steps an epoch, plus the evaluation and a third for safety.
-    (( ms > 0 )) && epochs=$(( rest * 1000 * 3 / 4 / (ms * 235 + 4000) ))
+    # 235 steps an epoch plus the evaluation, two thirds of the time (the
+    # probe's data is synthetic: no loader, crop or flip). A run stopped by
+    # the budget has no test accuracy, so the estimate errs short.
+    (( ms > 0 )) && epochs=$(( rest * 1000 * 2 / 3 / (ms * 235 + 4000) ))
     say "   resnet18 probe: median step ${ms} ms -> ${epochs:-0} epochs in ${rest} s"
   fi
   if [[ -n $epochs ]] && (( epochs >= 1 )); then
@@ -612,7 +637,7 @@ accuracy_stage() {
       --set horizontal_flip=true --epochs "$epochs" "${common[@]}" \
       --set name="resnet18-cifar gpu fmnist-32 $epochs epochs bf16 channels-last" \
       >"$logs/accuracy-resnet18.log" 2>&1
-    say "   resnet18-cifar $epochs epochs: exit $? (130 = stopped by the budget, the epochs done are stored)"
+    say "   resnet18-cifar $epochs epochs: exit $? (124 = stopped by the budget: no test accuracy)"
   else
     say "   resnet18-cifar: not run (no time or the probe failed: logs/accuracy-probe.log)"
   fi
@@ -630,7 +655,7 @@ bench_stage() {
   t0=$(now)
   budget=$(stage_budget bench 60 15)
   (( budget >= 20 )) || { skip_stage bench "out of time"; return; }
-  PYTHONUNBUFFERED=1 timeout -k 5 "$budget" python3 bench/gpu_vs_pytorch.py --quick --skip-ladder \
+  PYTHONUNBUFFERED=1 timeout -k 5 "$budget" python3 bench/gpu_vs_pytorch.py --quick --skip-ladder --device "$dev" \
     --engine "$root/bin/trainbench-engine" --output "$out/gpu-vs-pytorch.json" >"$logs/bench.log" 2>&1
   local st=$?
   [[ -f $out/gpu-vs-pytorch.json ]] && cp "$out/gpu-vs-pytorch.json" "$logs/"
@@ -640,7 +665,7 @@ bench_stage() {
 
 run_all() {
   mkdir -p "$out"
-  rm -rf "$logs" "$out/gpu-check-summary.json"
+  rm -f "$out/gpu-check-summary.json" "$out/gpu-check-logs.tar.gz"
   unpack
   write_helper
   set_summary started "\"$(date -u +%FT%TZ)\""
@@ -649,19 +674,20 @@ run_all() {
   say "== gpu-check: $(head -n 1 "$root/MANIFEST"); budget ${total} s"
   stage_wanted probe && probe
   (( have_gpu )) || have_gpu=$(eng devices --json 2>/dev/null | grep -c '"cuda')
+  [[ $dev != cuda ]] && have_gpu=1
   local st
-  for st in suites memcheck kernels accuracy bench racecheck; do
+  for st in suites memcheck racecheck kernels accuracy bench; do
     stage_wanted "$st" || continue
     if (( have_gpu == 0 )) && [[ $st != suites ]]; then skip_stage "$st" "no GPU"; continue; fi
     case $st in
       suites) suites_stage ;;
-      memcheck) sanitize memcheck "$(stage_budget memcheck 70 150)" ;;
+      memcheck) sanitize memcheck "$(stage_budget memcheck 70 180)" ;;
+      racecheck)  # only what the later stages can spare
+        local b; b=$(stage_budget racecheck 60 240)
+        if (( b >= 30 )); then sanitize racecheck "$b"; else skip_stage racecheck "out of time"; fi ;;
       kernels) kernels_stage ;;
       accuracy) accuracy_stage ;;
       bench) bench_stage ;;
-      racecheck)
-        local b; b=$(stage_budget racecheck 90 10)
-        if (( b >= 30 )); then sanitize racecheck "$b"; else skip_stage racecheck "out of time"; fi ;;
     esac
   done
   set_summary wall_s "$(( $(now) - t_start ))"
@@ -692,7 +718,7 @@ ncu_check() {
   local args
   read -r -a args <<<"${NCU_RUN_ARGS:---set dataset=synthetic --set model=resnet9 --set synthetic_size=4096 --set test_limit=256 --batch-size 256 --set amp=fp16 --set channels_last=true}"
   # Ours: every step from the second (the first holds cuDNN's autotuning).
-  TRAINBENCH_TENSOR_PIPE_EVERY=1 "$eng" run --db "$out/ncu-ours.db" --device cuda --steps "$steps" \
+  TRAINBENCH_TENSOR_PIPE_EVERY=1 "$eng" run --db "$work/ncu-ours.db" --device cuda --steps "$steps" \
     --events jsonl "${args[@]}" >"$out/ours-events.jsonl" 2>"$out/ours.stderr"
   echo "our run exit status: $?"
   # ncu: every kernel of the same steps, replayed one by one, with our own
@@ -706,7 +732,7 @@ ncu_check() {
   for m in "${candidates[@]}"; do
     TRAINBENCH_CUPTI=off timeout 540 "$ncu_bin" --metrics "$m,gpu__time_duration.sum" --csv --print-units base \
       --target-processes all --log-file "$out/ncu.csv" \
-      "$eng" run --db "$out/ncu-ncu.db" --quiet --device cuda --steps "$steps" "${args[@]}" \
+      "$eng" run --db "$work/ncu-ncu.db" --quiet --device cuda --steps "$steps" "${args[@]}" \
       >"$out/ncu-run.stdout" 2>"$out/ncu-run.stderr"
     local st=$?
     echo "ncu with $m: exit status $st"
