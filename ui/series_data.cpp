@@ -18,6 +18,34 @@ void SeriesPoints::append(double stepX, double epochX, double timeX, double wall
   epoch_.append(float(epochX));
 }
 
+void SeriesPoints::appendAll(const SeriesPoints& other) {
+  const QVector<double>& epochs = other.x(XAxis::Epoch);
+  reserve(size() + other.size());
+  for (int i = 0; i < other.size(); ++i)
+    append(other.step[i], epochs[i], other.time[i], other.time[i] + other.wallOffset_, other.value[i]);
+}
+
+void SeriesPoints::setEpochsFromSteps(int stepsPerEpoch) {
+  if (stepsPerEpoch <= 0) return;
+  for (int i = 0; i < size(); ++i) epoch_[i] = float(step[i] / stepsPerEpoch);
+  cache_.clear();
+  cacheAxis_ = -1;
+}
+
+void RunSeries::appendAll(const RunSeries& newer) {
+  if (runId == 0) runId = newer.runId;
+  if (!newer.runName.isEmpty()) runName = newer.runName;
+  if (startWallSeconds == 0) startWallSeconds = newer.startWallSeconds;
+  if (stepsPerEpoch == 0 && newer.stepsPerEpoch > 0) {
+    stepsPerEpoch = newer.stepsPerEpoch;
+    for (auto& [name, points] : step) points.setEpochsFromSteps(stepsPerEpoch);
+    for (auto& [name, points] : epoch) points.setEpochsFromSteps(stepsPerEpoch);
+  }
+  for (const auto& [name, points] : newer.step) step[name].appendAll(points);
+  for (const auto& [name, points] : newer.epoch) epoch[name].appendAll(points);
+  events += newer.events;
+}
+
 const QVector<double>& SeriesPoints::x(XAxis axis) const {
   switch (axis) {
     case XAxis::Step: return step;

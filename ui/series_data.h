@@ -23,6 +23,11 @@ struct SeriesPoints {
   void append(double stepX, double epochX, double timeX, double wallX, double y);
   const QVector<double>& x(XAxis axis) const;
   double wallOffset() const { return wallOffset_; }
+  // Appends other's points (a follower's newer points of the same series).
+  void appendAll(const SeriesPoints& other);
+  // Epoch x of every point from its step, once steps per epoch became known
+  // (a followed run learns it from its first epoch point).
+  void setEpochsFromSteps(int stepsPerEpoch);
 
  private:
   QVector<float> epoch_;
@@ -46,6 +51,8 @@ struct RunSeries {
   double epochOfStep(double stepIndex, double fallbackEpoch) const {
     return stepsPerEpoch > 0 ? stepIndex / stepsPerEpoch : fallbackEpoch;
   }
+  // Adds a follower's newer points, series and events (see RunSeriesReader).
+  void appendAll(const RunSeries& newer);
 };
 
 // Text for axis titles.
