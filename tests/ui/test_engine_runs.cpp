@@ -111,7 +111,7 @@ class TestEngineRuns : public QObject {
     QCOMPARE(d->plot(QStringLiteral("Loss"))->curveCount(), 3);  // step loss + epoch train/test
     QVERIFY(d->plot(QStringLiteral("Accuracy")));
     QVERIFY(d->plot(QStringLiteral("Learning rate")));
-    QVERIFY2(d->plot(QStringLiteral("my_custom_metric")), "unknown series get a plot of their own");
+    QVERIFY2(d->plot(QStringLiteral("My custom metric")), "unknown series get a plot of their own, titled in words");
     QVERIFY(!d->plot(QStringLiteral("Memory")));  // no such series: no empty plot
     QVERIFY(d->plot(QStringLiteral("Step time"))->displayedPointCount() >= 20);
     QCOMPARE(d->statusText(), QStringLiteral("finished"));
@@ -237,6 +237,12 @@ class TestEngineRuns : public QObject {
     }
     QVERIFY(d->series().epoch.count(QStringLiteral("test_accuracy")) == 1);
     QVERIFY(end.process->runId() > 0);
+    // The result strip: the headline figures of the finished run.
+    QVERIFY(d->hasResult());
+    const QString result = d->resultText();
+    for (const char* word : {"Test accuracy", " %", "Median step", " ms", "samples/s", "Peak memory", "MiB", "Wall time"})
+      QVERIFY2(result.contains(QLatin1String(word)), qPrintable(result));
+    QVERIFY2(!result.contains(QStringLiteral("—")), qPrintable(result));  // every figure known
     // The store has the run, finished, with its series and summary.
     const tb::RunRecord run = storedRun(db_, end.process->runId());
     QCOMPARE(QString::fromStdString(run.status), QStringLiteral("finished"));
@@ -248,6 +254,34 @@ class TestEngineRuns : public QObject {
     QVERIFY(!std::isnan(model.runs().first().medianStepMs));
     QVERIFY(!std::isnan(model.runs().first().samplesPerSecond));
     QVERIFY(!std::isnan(model.runs().first().finalAccuracy));
+  }
+
+  // A run that fails before training (here: no data folder) is one attempt
+  // and one row in the store, failed, with the engine's reason in words.
+  void realEngineFailingBeforeTrainingIsStoredOnce() {
+    if (!QFileInfo(QStringLiteral(TRAINBENCH_ENGINE_BIN)).isExecutable())
+      QSKIP("trainbench-engine was not built (" TRAINBENCH_ENGINE_BIN ")");
+    MainWindow window(db_);
+    window.setEnginePath(QStringLiteral(TRAINBENCH_ENGINE_BIN));
+    QJsonObject c = shortRealConfig(QStringLiteral("no data"), 8);
+    const QString missing = dir_.filePath(QStringLiteral("no-such-folder"));
+    c.insert(QStringLiteral("data_dir"), missing);
+    window.setConfig(c);
+    window.launchNow();
+    const Ended end = waitForEnd(window.runQueue(), 60000);
+    QCOMPARE(end.status, QStringLiteral("failed"));
+    tb::RunStore store(db_.toStdString(), tb::RunStore::Mode::ReadOnly);
+    const auto runs = store.list_runs();
+    QCOMPARE(int(runs.size()), 1);
+    QCOMPARE(QString::fromStdString(runs.front().status), QStringLiteral("failed"));
+    QVERIFY2(QString::fromStdString(runs.front().error).contains(missing), runs.front().error.c_str());
+    QCOMPARE(end.process->runId(), qint64(runs.front().id));
+    // The dashboard says why in words, once, in its header; no result strip.
+    auto* d = qobject_cast<RunDashboard*>(window.dashboards()->widget(0));
+    QCOMPARE(d->statusText(), QStringLiteral("failed"));
+    QVERIFY2(d->failureReason().contains(missing), qPrintable(d->failureReason()));
+    QCOMPARE(d->headerText().count(missing), 1);
+    QVERIFY(!d->hasResult());
   }
 
   void realEngineKilledMidRunIsMarkedFailed() {
