@@ -6,7 +6,10 @@
 // real trainbench-engine.
 #include <QDir>
 #include <QFileInfo>
+#include <QJsonDocument>
 #include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryFile>
 #include <QSignalSpy>
 #include <QStandardPaths>
 #include <QTemporaryDir>
@@ -65,6 +68,20 @@ QJsonObject shortRealConfig(const QString& name, int maxSteps) {
   c.insert(QStringLiteral("batch_size"), 64);
   c.insert(QStringLiteral("device"), QStringLiteral("cpu"));
   return c;
+}
+
+// The last step the first run of db has in the store (0 while there is none yet).
+qint64 storedSteps(const QString& db) {
+  try {
+    if (!QFileInfo::exists(db)) return 0;
+    tb::RunStore store(db.toStdString(), tb::RunStore::Mode::ReadOnly);
+    const auto runs = store.list_runs();
+    if (runs.empty()) return 0;
+    const auto points = store.step_series(runs.front().id, "step_time_ms");
+    return points.empty() ? 0 : points.back().step;
+  } catch (const std::exception&) {
+    return 0;  // the engine is still creating the file
+  }
 }
 
 tb::RunRecord storedRun(const QString& db, qint64 id) {
@@ -282,6 +299,76 @@ class TestEngineRuns : public QObject {
     QVERIFY2(d->failureReason().contains(missing), qPrintable(d->failureReason()));
     QCOMPARE(d->headerText().count(missing), 1);
     QVERIFY(!d->hasResult());
+  }
+
+  // A run started from the command line against the same store is followed
+  // live: its plots keep growing, its true status shows, and Stop (SIGTERM to
+  // the pid the store records) ends it as stopped.
+  void commandLineRunIsFollowedLiveAndStopped() {
+    if (!QFileInfo(QStringLiteral(TRAINBENCH_ENGINE_BIN)).isExecutable())
+      QSKIP("trainbench-engine was not built (" TRAINBENCH_ENGINE_BIN ")");
+    if (!QFileInfo::exists(QStringLiteral("/usr/share/datasets/fashion-mnist")))
+      QSKIP("Fashion-MNIST is not installed (package dataset-fashion-mnist)");
+    QTemporaryFile configFile(dir_.filePath(QStringLiteral("cli-XXXXXX.json")));
+    QVERIFY(configFile.open());
+    configFile.write(QJsonDocument(shortRealConfig(QStringLiteral("from the command line"), 20000)).toJson());
+    configFile.close();
+    QProcess cli;  // not through the workbench: as a shell would start it
+    cli.start(QStringLiteral(TRAINBENCH_ENGINE_BIN),
+              {QStringLiteral("run"), QStringLiteral("--config"), configFile.fileName(), QStringLiteral("--db"), db_,
+               QStringLiteral("--quiet")});
+    QVERIFY(cli.waitForStarted());
+    QTRY_VERIFY_WITH_TIMEOUT(storedSteps(db_) >= 5, 120000);
+
+    MainWindow window(db_);
+    window.historyView()->reload();
+    QCOMPARE(window.historyView()->model()->rowCount(), 1);
+    const qint64 id = window.historyView()->model()->runs().first().id;
+    window.openRun(id);
+    auto* d = qobject_cast<RunDashboard*>(window.dashboards()->widget(0));
+    QTRY_VERIFY_WITH_TIMEOUT(stepCount(d, QStringLiteral("step_time_ms")) > 0, 10000);
+    const int first = stepCount(d, QStringLiteral("step_time_ms"));
+    // New metric rows keep arriving from SQLite: no frozen snapshot.
+    QTRY_VERIFY_WITH_TIMEOUT(stepCount(d, QStringLiteral("step_time_ms")) > first + 10, 60000);
+    QCOMPARE(d->statusText(), QStringLiteral("running"));
+    QTRY_VERIFY_WITH_TIMEOUT(d->canStop(), 5000);
+    d->requestStop();
+    QVERIFY(cli.waitForFinished(60000));
+    QCOMPARE(cli.exitCode(), 130);  // the engine saved and stopped
+    QTRY_COMPARE_WITH_TIMEOUT(d->statusText(), QStringLiteral("stopped"), 10000);
+    QVERIFY(d->hasResult());
+    QVERIFY(!d->canStop());
+    QCOMPARE(QString::fromStdString(storedRun(db_, id).status), QStringLiteral("stopped"));
+    // Everything the engine stored is on the dashboard.
+    tb::RunStore store(db_.toStdString(), tb::RunStore::Mode::ReadOnly);
+    QCOMPARE(stepCount(d, QStringLiteral("step_time_ms")), int(store.step_series(id, "step_time_ms").size()));
+  }
+
+  // A followed run whose engine is gone from this host (killed) shows as
+  // interrupted, not as a frozen "running".
+  void followedRunWhoseEngineDiedIsInterrupted() {
+    if (!QFileInfo(QStringLiteral(TRAINBENCH_ENGINE_BIN)).isExecutable())
+      QSKIP("trainbench-engine was not built (" TRAINBENCH_ENGINE_BIN ")");
+    if (!QFileInfo::exists(QStringLiteral("/usr/share/datasets/fashion-mnist")))
+      QSKIP("Fashion-MNIST is not installed (package dataset-fashion-mnist)");
+    QTemporaryFile configFile(dir_.filePath(QStringLiteral("cli-XXXXXX.json")));
+    QVERIFY(configFile.open());
+    configFile.write(QJsonDocument(shortRealConfig(QStringLiteral("killed outside"), 20000)).toJson());
+    configFile.close();
+    QProcess cli;
+    cli.start(QStringLiteral(TRAINBENCH_ENGINE_BIN),
+              {QStringLiteral("run"), QStringLiteral("--config"), configFile.fileName(), QStringLiteral("--db"), db_,
+               QStringLiteral("--quiet")});
+    QVERIFY(cli.waitForStarted());
+    QTRY_VERIFY_WITH_TIMEOUT(storedSteps(db_) >= 5, 120000);
+    MainWindow window(db_);
+    window.openRun(1);
+    auto* d = qobject_cast<RunDashboard*>(window.dashboards()->widget(0));
+    QTRY_COMPARE_WITH_TIMEOUT(d->statusText(), QStringLiteral("running"), 10000);
+    cli.kill();
+    QVERIFY(cli.waitForFinished(10000));
+    QTRY_COMPARE_WITH_TIMEOUT(d->statusText(), QStringLiteral("interrupted"), 10000);
+    QVERIFY2(d->headerText().contains(QLatin1String("stopped without finishing")), qPrintable(d->headerText()));
   }
 
   void realEngineKilledMidRunIsMarkedFailed() {
