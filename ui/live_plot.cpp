@@ -130,6 +130,13 @@ void LivePlot::setHelpText(const QString& text) {
   if (!text.isEmpty()) help_ = text + QStringLiteral("\n\n") + help_;
 }
 
+void LivePlot::setBand(int index, const SeriesPoints* low, const SeriesPoints* high) {
+  if (index < 0 || index >= curves_.size()) return;
+  curves_[index].bandLow = low;
+  curves_[index].bandHigh = high;
+  rebuildGraphs();
+}
+
 void LivePlot::setZeroBased(bool on) {
   zeroBased_ = on;
   redraw();
@@ -272,6 +279,24 @@ void LivePlot::rebuildGraphs() {
       c.smooth->setVisible(false);
     }
     updateLegendItem(i);
+  }
+  // Bands after every curve's own graphs (curve i keeps graphs 2i and 2i+1),
+  // drawn below them.
+  for (Curve& c : curves_) {
+    c.bandLowGraph = c.bandHighGraph = nullptr;
+    if (!c.bandLow || !c.bandHigh || stacked_) continue;
+    c.bandLowGraph = plot_->addGraph();
+    c.bandHighGraph = plot_->addGraph();
+    for (QCPGraph* g : {c.bandLowGraph, c.bandHighGraph}) {
+      g->removeFromLegend();
+      g->setPen(Qt::NoPen);
+      g->setVisible(c.visible);
+      g->setLayer(QStringLiteral("grid"));
+    }
+    QColor fill = c.color;
+    fill.setAlpha(50);
+    c.bandHighGraph->setBrush(fill);
+    c.bandHighGraph->setChannelFillGraph(c.bandLowGraph);
   }
   redraw();
 }
@@ -421,6 +446,16 @@ void LivePlot::redraw() {
       c.raw->setData(dx, dy, true);
     }
     if (c.visible) account(dx, dy);
+    if (c.bandLowGraph) {
+      for (auto [band, graph] : {std::pair{c.bandLow, c.bandLowGraph}, std::pair{c.bandHigh, c.bandHighGraph}}) {
+        QVector<double> v = band->value;
+        if (c.yScale != 1.0)
+          for (double& y : v) y *= c.yScale;
+        SeriesDownsampler::downsample(band->x(xAxis_), v, r.lower, r.upper, columns, &dx, &dy);
+        graph->setData(dx, dy, true);
+        if (c.visible) account(dx, dy);
+      }
+    }
   }
   if (yMin <= yMax) {
     if (log_) {

@@ -33,6 +33,9 @@ class LivePlot : public QWidget {
   // points must outlive the plot (or removeCurves() must be called first).
   void addCurve(const QString& label, const SeriesPoints* points, double yScale = 1.0);
   void removeCurves();
+  // A faint band from low to high behind curve `index` (the min-max of
+  // repeated runs around their mean); both must outlive the plot.
+  void setBand(int index, const SeriesPoints* low, const SeriesPoints* high);
   int curveCount() const { return curves_.size(); }
   QStringList curveLabels() const;
 
@@ -95,6 +98,8 @@ class LivePlot : public QWidget {
     double emaState = 0, emaWeight = 0;
     double emaAlpha = -1;
     bool visible = true;
+    const SeriesPoints *bandLow = nullptr, *bandHigh = nullptr;
+    QCPGraph *bandLowGraph = nullptr, *bandHighGraph = nullptr;
   };
   void updateEma(Curve& c);
   QVector<double> displayValues(const Curve& c, int n) const;  // scaled, smoothed if on

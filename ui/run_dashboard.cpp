@@ -577,24 +577,7 @@ QString RunDashboard::tricksThatMove(const QString& title) {
   return labels.join(QStringLiteral(", "));
 }
 
-QPair<QString, QString> RunDashboard::readableName(const QString& series) {
-  // Unit suffixes of the engine's series names (docs/events.md).
-  static const QList<QPair<QString, QString>> units = {
-      {QStringLiteral("_ms"), QStringLiteral("ms")},       {QStringLiteral("_s"), QStringLiteral("s")},
-      {QStringLiteral("_bytes"), QStringLiteral("MiB")},   {QStringLiteral("_pct"), QStringLiteral("%")},
-      {QStringLiteral("_per_s"), QStringLiteral("/s")},    {QStringLiteral("_mib"), QStringLiteral("MiB")},
-  };
-  QString base = series, unit;
-  for (const auto& [suffix, u] : units)
-    if (base.endsWith(suffix) && base.size() > suffix.size()) {
-      base.chop(suffix.size());
-      unit = u;
-      break;
-    }
-  base.replace(QLatin1Char('_'), QLatin1Char(' '));
-  if (!base.isEmpty()) base[0] = base[0].toUpper();
-  return {base, unit};
-}
+QPair<QString, QString> RunDashboard::readableName(const QString& series) { return seriesTitleAndUnit(series); }
 
 void RunDashboard::ensurePanels() {
   // Series nobody claimed get a plot of their own (plots are generic over
@@ -608,7 +591,7 @@ void RunDashboard::ensurePanels() {
     p.title = epochSeries ? tr("%1 (per epoch)").arg(title) : title;
     p.unit = unit;
     p.curves = {{epochSeries, name, name}};
-    if (name.endsWith(QLatin1String("_bytes"))) p.yScale = 1.0 / (1024.0 * 1024.0);
+    p.yScale = seriesScale(name);
     p.zeroBased = !unit.isEmpty();
     panels_.append(p);
   };

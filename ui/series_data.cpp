@@ -72,3 +72,29 @@ QString xAxisTitle(XAxis axis) {
   }
   return {};
 }
+
+QPair<QString, QString> seriesTitleAndUnit(const QString& series) {
+  // Unit suffixes of the engine's series names (docs/events.md).
+  static const QList<QPair<QString, QString>> units = {
+      {QStringLiteral("_per_s"), QStringLiteral("/s")},    {QStringLiteral("_ms"), QStringLiteral("ms")},
+      {QStringLiteral("_s"), QStringLiteral("s")},         {QStringLiteral("_bytes"), QStringLiteral("MiB")},
+      {QStringLiteral("_pct"), QStringLiteral("%")},       {QStringLiteral("_mib"), QStringLiteral("MiB")},
+  };
+  // Names whose words read better spelled out.
+  if (series == QLatin1String("samples_per_s")) return {QObject::tr("Samples per second"), QObject::tr("samples/s")};
+  if (series == QLatin1String("lr")) return {QObject::tr("Learning rate"), QString()};
+  QString base = series, unit;
+  for (const auto& [suffix, u] : units)
+    if (base.endsWith(suffix) && base.size() > suffix.size()) {
+      base.chop(suffix.size());
+      unit = u;
+      break;
+    }
+  base.replace(QLatin1Char('_'), QLatin1Char(' '));
+  if (!base.isEmpty()) base[0] = base[0].toUpper();
+  return {base, unit};
+}
+
+double seriesScale(const QString& series) {
+  return series.endsWith(QLatin1String("_bytes")) ? 1.0 / (1024.0 * 1024.0) : 1.0;
+}

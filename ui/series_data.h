@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 #include <map>
+#include <QPair>
 #include <QString>
 #include <QStringList>
 #include <QVector>
@@ -57,3 +58,10 @@ struct RunSeries {
 
 // Text for axis titles.
 QString xAxisTitle(XAxis axis);
+
+// A series name as a plot title and unit, from the unit suffixes of the
+// engine's names (docs/events.md): "data_wait_ms" -> {"Data wait", "ms"},
+// "host_rss_bytes" -> {"Host rss", "MiB"}.
+QPair<QString, QString> seriesTitleAndUnit(const QString& series);
+// The factor from a series' stored unit to the unit above (bytes -> MiB).
+double seriesScale(const QString& series);

@@ -11,6 +11,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 #include <cmath>
+#include <qcustomplot.h>
 
 #include "compare_summary_model.h"
 #include "compare_view.h"
@@ -289,7 +290,7 @@ class TestHistoryCompare : public QObject {
     view.setBaseline(baseline_);
     QCOMPARE(view.speedupChart()->barCount(), 3);
 
-    for (const QString& name : {QStringLiteral("report.md"), QStringLiteral("report.html")}) {
+    for (const QString& name : {QStringLiteral("report.md"), QStringLiteral("page.html")}) {
       const QString path = dir_.filePath(name);
       QString error;
       QVERIFY2(view.exportReport(path, &error), qPrintable(error));
@@ -300,16 +301,22 @@ class TestHistoryCompare : public QObject {
       QVERIFY(text.contains(QLatin1String("200 %")));
       QVERIFY(text.contains(QLatin1String("bf16")));
       QVERIFY(!text.contains(QLatin1String("pin_memory")));  // reports list only the keys that differ
+      const QString folder = dir_.filePath(QFileInfo(name).completeBaseName() + QStringLiteral("_plots"));
       if (name.endsWith(QLatin1String(".html"))) {
-        QVERIFY(text.startsWith(QLatin1String("<!DOCTYPE html>")) && text.contains(QLatin1String("<img src=")));
+        // Self-contained: every plot (+ the speed-up chart) inside, no folder beside it.
+        QVERIFY(text.startsWith(QLatin1String("<!DOCTYPE html>")));
+        QCOMPARE(int(text.count(QLatin1String("<img src=\"data:image/png;base64,"))), int(view.plots().size()) + 1);
+        const int at = int(text.indexOf(QLatin1String("base64,"))) + 7;
+        const QByteArray png = QByteArray::fromBase64(text.mid(at, text.indexOf(QLatin1Char('"'), at) - at).toLatin1());
+        QVERIFY(!QImage::fromData(png, "PNG").isNull());
+        QVERIFY(!QFileInfo::exists(folder));
       } else {
         QVERIFY(text.contains(QLatin1String("| Run |")) && text.contains(QLatin1String("![")));
+        const QStringList images = QDir(folder).entryList({QStringLiteral("*.png")});
+        QCOMPARE(images.size(), view.plots().size() + 1);  // + the speed-up chart
+        QVERIFY(images.contains(QStringLiteral("speedup.png")));
+        QVERIFY(!QImage(QDir(folder).filePath(images.first())).isNull());
       }
-      const QString folder = dir_.filePath(QFileInfo(name).completeBaseName() + QStringLiteral("_plots"));
-      const QStringList images = QDir(folder).entryList({QStringLiteral("*.png")});
-      QCOMPARE(images.size(), view.plots().size() + 1);  // + the speed-up chart
-      QVERIFY(images.contains(QStringLiteral("speedup.png")));
-      QVERIFY(!QImage(QDir(folder).filePath(images.first())).isNull());
     }
     QVERIFY(!view.diffModel()->differencesOnly());  // the table's own setting came back (all keys)
     QVERIFY(view.diffModel()->shownKeys().contains(QStringLiteral("pin_memory")));
@@ -322,6 +329,66 @@ class TestHistoryCompare : public QObject {
     QString error;
     QVERIFY(TableExport::writeCsv(view.diffModel(), dir_.filePath(QStringLiteral("diff.csv")), &error));
     QVERIFY(QFileInfo(dir_.filePath(QStringLiteral("diff.csv"))).size() > 100);
+  }
+
+  // Repeats of one configuration are grouped: mean with a min-max band in
+  // the plots, the speed-up's spread in the summary; metrics can be chosen
+  // among those the runs share, and runs hidden.
+  void compareGroupsRepeatsAndChoosesMetrics() {
+    const QString path = dir_.filePath(QStringLiteral("repeats.db"));
+    QList<qint64> a, b;
+    qint64 single = 0;
+    {
+      tb::RunStore store(path.toStdString());
+      const double rateA[] = {100, 110, 90}, rateB[] = {200, 220};
+      for (int i = 0; i < 3; ++i)
+        a << addRun(store, QStringLiteral("base"), QStringLiteral("mlp"), QStringLiteral("finished"),
+                    {{"model", "mlp"}, {"seed", i}}, 10.0, rateA[i], 0.8);
+      for (int i = 0; i < 2; ++i)
+        b << addRun(store, QStringLiteral("fused"), QStringLiteral("mlp"), QStringLiteral("finished"),
+                    {{"model", "mlp"}, {"seed", i}, {"fuse_pointwise", true}}, 5.0, rateB[i], 0.8);
+      single = addRun(store, QStringLiteral("big batch"), QStringLiteral("mlp"), QStringLiteral("finished"),
+                      {{"model", "mlp"}, {"batch_size", 256}}, 20.0, 400, 0.7);
+    }
+    RunHistoryModel model;
+    QVERIFY(model.reload(path));
+    QList<RunSummary> runs;
+    for (const RunSummary& r : model.runs()) runs << r;
+    QCOMPARE(CompareView::repeatGroups(runs).size(), 3);
+    CompareView view;
+    view.resize(1200, 800);
+    QSignalSpy loaded(&view, &CompareView::allLoaded);
+    view.setRuns(path, runs);
+    QVERIFY(loaded.wait(20000));
+    QVERIFY(view.groupsRepeats());
+    CompareSummaryModel* summary = view.summaryModel();
+    QCOMPARE(summary->rowCount(), 3);
+    QVERIFY(summary->index(0, CompareSummaryModel::Name).data().toString().contains(QStringLiteral("×3")));
+    QCOMPARE(summary->speedUp(1), 2.1);  // 210 / 100 samples/s
+    QCOMPARE(summary->speedUpSpread(1), (220.0 / 90.0 - 200.0 / 110.0) / 2);
+    QCOMPARE(summary->index(1, CompareSummaryModel::SpeedUp).data().toString(), QStringLiteral("210 % ± 31 %"));
+    QCOMPARE(summary->index(2, CompareSummaryModel::SpeedUp).data().toString(), QStringLiteral("400 % ± 40 %"));
+    // Plots: one curve per group, a band behind each group's mean.
+    LivePlot* steps = nullptr;
+    for (LivePlot* p : view.plots())
+      if (p->title() == QLatin1String("Step time")) steps = p;
+    QVERIFY(steps);
+    QCOMPARE(steps->curveCount(), 3);
+    QVERIFY(steps->curveLabels().first().contains(QLatin1String("mean of 3")));
+    QCOMPARE(steps->customPlot()->graphCount(), 3 * 2 + 2 * 2);  // curves + two bands
+    // Metrics: any shared series; the user's choice is what is drawn.
+    const QStringList metrics = view.availableMetrics();
+    for (const char* m : {"s:step_time_ms", "s:samples_per_s", "s:loss", "e:test_accuracy"})
+      QVERIFY2(metrics.contains(QLatin1String(m)), m);
+    view.setShownMetrics({QStringLiteral("s:samples_per_s")});
+    QCOMPARE(view.plots().size(), 1);
+    QCOMPARE(view.plots().first()->title(), QStringLiteral("Samples per second"));
+    view.setRunHidden(single, true);
+    QCOMPARE(view.plots().first()->curveCount(), 2);
+    view.setRunHidden(single, false);
+    view.setGroupRepeats(false);
+    QCOMPARE(summary->rowCount(), 6);
+    QCOMPARE(view.plots().first()->curveCount(), 6);
   }
 
   void historyOpensSavedRunDashboards() {
