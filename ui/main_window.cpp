@@ -133,7 +133,10 @@ QWidget* MainWindow::buildSetupPage() {
   presets_ = new QComboBox(page);
   presets_->setToolTip(tr("Start from a known set of tricks: the baseline, everything on, or one article's recipe."));
   presets_->addItem(tr("— choose a preset —"));
-  for (const Preset& p : PresetLibrary::builtIn()) presets_->addItem(p.name, p.name);
+  for (const Preset& p : PresetLibrary::builtIn()) {
+    presets_->addItem(p.name, p.name);
+    presets_->setItemData(presets_->count() - 1, p.toolTip(), Qt::ToolTipRole);
+  }
   presetBar->addWidget(presets_);
   presetDescription_ = new QLabel(page);
   presetDescription_->setWordWrap(true);
@@ -319,7 +322,7 @@ void MainWindow::buildMenus() {
   QMenu* presetMenu = run->addMenu(tr("&Presets"));
   for (const Preset& p : PresetLibrary::builtIn()) {
     QAction* a = presetMenu->addAction(p.name, this, [this, name = p.name] { applyPreset(name); });
-    a->setToolTip(p.description);
+    a->setToolTip(p.toolTip());
   }
 
   QMenu* view = menuBar()->addMenu(tr("&View"));
@@ -352,7 +355,7 @@ bool MainWindow::applyPreset(const QString& name) {
     if (p.name != name) continue;
     const QJsonObject defaults = engineDefaults_.isEmpty() ? RunConfig::fallbackDefaults() : engineDefaults_;
     setConfig(p.applyTo(currentConfig(), defaults));
-    presetDescription_->setText(p.description);
+    presetDescription_->setText(p.source.isEmpty() ? p.description : tr("%1 (from %2)").arg(p.description, p.source));
     const int i = presets_->findData(name);
     if (i >= 0) presets_->setCurrentIndex(i);
     statusBar()->showMessage(tr("Preset applied: %1").arg(name), 5000);
