@@ -129,9 +129,15 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   auto* scroll = new QScrollArea(splitter);
   scroll->setWidgetResizable(true);
   auto* canvas = new QWidget(scroll);
-  grid_ = new QGridLayout(canvas);
+  auto* canvasLayout = new QVBoxLayout(canvas);
+  emptyHint_ = new QLabel(canvas);
+  emptyHint_->setAlignment(Qt::AlignCenter);
+  emptyHint_->setWordWrap(true);
+  canvasLayout->addWidget(emptyHint_);
+  grid_ = new QGridLayout;
   grid_->setSpacing(6);
-  grid_->setAlignment(Qt::AlignTop);
+  canvasLayout->addLayout(grid_);
+  canvasLayout->addStretch(1);
   scroll->setWidget(canvas);
   splitter->addWidget(scroll);
 
@@ -373,6 +379,13 @@ void RunDashboard::updateHeader() {
                                           .arg(followedRun_.engineHost),
                                 PaletteColors::hint(pal));
   header_->setText(html);
+  // Until the first plot: what to expect, or why there will be none.
+  const bool over = status_ == QLatin1String("finished") || status_ == QLatin1String("stopped") ||
+                    status_ == QLatin1String("failed") || status_ == QLatin1String("interrupted");
+  emptyHint_->setVisible(plots().isEmpty());
+  emptyHint_->setText(PaletteColors::span(over ? tr("No metrics were recorded: the run ended before its first step.")
+                                               : tr("The plots appear with the first training step."),
+                                          PaletteColors::hint(pal)));
   const bool showReason = !reason_.isEmpty() && (status_ == QLatin1String("failed") || status_ == QLatin1String("interrupted"));
   reasonLabel_->setVisible(showReason);
   if (showReason)

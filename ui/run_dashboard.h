@@ -120,6 +120,7 @@ class RunDashboard : public QWidget {
   QGridLayout* grid_ = nullptr;
   QLabel* header_ = nullptr;
   QLabel* reasonLabel_ = nullptr;
+  QLabel* emptyHint_ = nullptr;
   QFrame* resultStrip_ = nullptr;
   QList<QLabel*> resultLabels_;
   QPushButton* stopButton_ = nullptr;

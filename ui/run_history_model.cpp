@@ -201,10 +201,10 @@ QVariant RunHistoryModel::headerData(int section, Qt::Orientation orientation, i
       case Dataset: return tr("Data set");
       case Device: return tr("Device");
       case Status: return tr("Status");
-      case MedianStep: return tr("Median step (ms)");
+      case MedianStep: return tr("Step (ms)");
       case SamplesPerSecond: return tr("Samples/s");
-      case PeakMemory: return tr("Peak memory");
-      case FinalAccuracy: return tr("Final accuracy");
+      case PeakMemory: return tr("Peak mem.");
+      case FinalAccuracy: return tr("Accuracy");
       case Tags: return tr("Tags");
     }
   }
@@ -215,7 +215,7 @@ QVariant RunHistoryModel::headerData(int section, Qt::Orientation orientation, i
       case MedianStep: return tr("Median time of one training step (robust to the slow first steps).");
       case SamplesPerSecond: return tr("Training throughput over the run.");
       case PeakMemory: return tr("Highest memory of the run: allocated on the GPU, or the engine's resident memory on the CPU.");
-      case FinalAccuracy: return tr("Test accuracy after the last epoch.");
+      case FinalAccuracy: return tr("Final test accuracy (after the last evaluation).");
       default: break;
     }
   }

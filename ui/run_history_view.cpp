@@ -86,6 +86,8 @@ RunHistoryView::RunHistoryView(QWidget* parent) : QWidget(parent) {
   splitter->addWidget(side);
   splitter->setStretchFactor(0, 4);
   splitter->setStretchFactor(1, 1);
+  splitter->setSizes({900, 220});
+  side->setMinimumWidth(160);
   layout->addWidget(splitter, 1);
 
   auto* buttons = new QHBoxLayout;
@@ -177,7 +179,8 @@ RunHistoryView::RunHistoryView(QWidget* parent) : QWidget(parent) {
     menu.exec(table_->horizontalHeader()->mapToGlobal(pos));
   });
   const QStringList hidden = QSettings().value(QStringLiteral("history/hiddenColumns"),
-                                               QStringList{QStringLiteral("Dataset"), QStringLiteral("Tags")}).toStringList();
+                                               QStringList{QStringLiteral("Dataset"), QStringLiteral("Device"), QStringLiteral("Tags")})
+                                   .toStringList();
   for (int c = 0; c < RunHistoryModel::ColumnCount; ++c)
     table_->setColumnHidden(c, hidden.contains(columnKey(c)));
 }
