@@ -68,6 +68,19 @@ QStringList RunHistoryModel::models() const {
   return out;
 }
 
+QStringList RunHistoryModel::statuses() const {
+  QStringList out;
+  for (const char* s : {"finished", "stopped", "failed", "interrupted", "running", "queued"})
+    for (const RunSummary& r : runs_)
+      if (r.status == QLatin1String(s)) {
+        out << r.status;
+        break;
+      }
+  for (const RunSummary& r : runs_)
+    if (!out.contains(r.status) && !r.status.isEmpty()) out << r.status;
+  return out;
+}
+
 QStringList RunHistoryModel::tags() const {
   QSet<QString> set;
   for (const RunSummary& r : runs_)

@@ -25,6 +25,7 @@ class RunHistoryModel : public QAbstractTableModel {
   const RunSummary* run(qint64 id) const;
   void setNotes(qint64 id, const QString& notes);  // after they were saved to the store
   QStringList models() const;
+  QStringList statuses() const;  // every status the runs have, the usual ones first
   QStringList tags() const;
 
   int rowCount(const QModelIndex& parent = {}) const override;

@@ -42,9 +42,7 @@ RunHistoryView::RunHistoryView(QWidget* parent) : QWidget(parent) {
   search_->setClearButtonEnabled(true);
   bar->addWidget(search_, 2);
   status_ = new QComboBox(this);
-  status_->addItem(tr("Any status"), QString());
-  for (const char* s : {"finished", "stopped", "failed", "running", "queued"})
-    status_->addItem(QString::fromLatin1(s), QString::fromLatin1(s));
+  status_->addItem(tr("Any status"), QString());  // filled from the runs (any status string)
   modelFilter_ = new QComboBox(this);
   tag_ = new QComboBox(this);
   bar->addWidget(status_);
@@ -236,6 +234,8 @@ void RunHistoryView::updateFilterChoices() {
     const int i = box->findData(current);
     box->setCurrentIndex(i < 0 ? 0 : i);
   };
+  refill(status_, tr("Any status"), model_->statuses());
+  filter_->setStatusFilter(status_->currentData().toString());
   refill(modelFilter_, tr("Any model"), model_->models());
   refill(tag_, tr("Any tag"), model_->tags());
   filter_->setModelFilter(modelFilter_->currentData().toString());

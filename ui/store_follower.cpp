@@ -28,6 +28,14 @@ class Connection {
   QString path_;
   std::unique_ptr<tb::RunStore> store_;
 };
+
+// The worker lives on thread until the thread ends (then it is deleted there).
+void startOn(QThread& thread, QObject* worker, const QString& name) {
+  worker->moveToThread(&thread);
+  QObject::connect(&thread, &QThread::finished, worker, &QObject::deleteLater);
+  thread.setObjectName(name);
+  thread.start();
+}
 }  // namespace
 
 // --- StoreWatcher
@@ -69,10 +77,7 @@ class StoreWatcher::Worker : public QObject {
 
 StoreWatcher::StoreWatcher(QObject* parent) : QObject(parent) {
   worker_ = new Worker(this);
-  worker_->moveToThread(&thread_);
-  connect(&thread_, &QThread::finished, worker_, &QObject::deleteLater);
-  thread_.setObjectName(QStringLiteral("StoreWatcher"));
-  thread_.start();
+  startOn(thread_, worker_, QStringLiteral("StoreWatcher"));
 }
 
 StoreWatcher::~StoreWatcher() {
@@ -160,10 +165,7 @@ RunFollower::RunFollower(const QString& databasePath, qint64 runId, QObject* par
   qRegisterMetaType<RunSeries>();
   qRegisterMetaType<RunSummary>();
   worker_ = new Worker(this, databasePath, runId);
-  worker_->moveToThread(&thread_);
-  connect(&thread_, &QThread::finished, worker_, &QObject::deleteLater);
-  thread_.setObjectName(QStringLiteral("RunFollower"));
-  thread_.start();
+  startOn(thread_, worker_, QStringLiteral("RunFollower"));
 }
 
 RunFollower::~RunFollower() {

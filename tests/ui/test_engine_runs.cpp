@@ -9,7 +9,6 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
-#include <QTemporaryFile>
 #include <QSignalSpy>
 #include <QStandardPaths>
 #include <QTemporaryDir>
@@ -140,6 +139,32 @@ class TestEngineRuns : public QObject {
     QCOMPARE(d->exportPlots(out.path(), &error), 3 * int(d->plots().size()));
     QVERIFY2(error.isEmpty(), qPrintable(error));
     QCOMPARE(QDir(out.path()).entryList({QStringLiteral("*.svg")}).size(), int(d->plots().size()));  // step 20 of 10 per epoch
+    // A second export into the same folder never overwrites the first.
+    QCOMPARE(d->exportPlots(out.path(), &error), 3 * int(d->plots().size()));
+    QCOMPARE(QDir(out.path()).entryList({QStringLiteral("*.svg")}).size(), 2 * int(d->plots().size()));
+    // The result strip shows what the engine summarized.
+    QVERIFY(d->hasResult());
+    QVERIFY2(d->resultText().contains(QLatin1String("11.00 ms")), qPrintable(d->resultText()));
+  }
+
+  // Ended runs' tabs close all at once; a run still going keeps its tab.
+  void endedRunsTabsCloseAtOnce() {
+    MainWindow window(db_);
+    window.setEnginePath(QStringLiteral(TRAINBENCH_FAKE_ENGINE));
+    qputenv("FAKE_STEPS", "5");
+    window.launchNow();
+    window.launchNow();
+    QCOMPARE(waitForEnd(window.runQueue(), 20000).status, QStringLiteral("finished"));
+    QCOMPARE(waitForEnd(window.runQueue(), 20000).status, QStringLiteral("finished"));
+    qputenv("FAKE_STEPS", "100000");
+    window.launchNow();  // still running while we close
+    QCOMPARE(window.dashboards()->count(), 3);
+    QCOMPARE(window.closeDashboards(), 2);
+    QCOMPARE(window.dashboards()->count(), 1);
+    QVERIFY(!window.closeDashboard(0));  // a live run keeps its dashboard
+    window.killRun();
+    QCOMPARE(waitForEnd(window.runQueue(), 20000).status, QStringLiteral("failed"));
+    QVERIFY(window.closeDashboard(0));
   }
 
   void queueRunsOneAfterAnother() {
@@ -309,15 +334,8 @@ class TestEngineRuns : public QObject {
       QSKIP("trainbench-engine was not built (" TRAINBENCH_ENGINE_BIN ")");
     if (!QFileInfo::exists(QStringLiteral("/usr/share/datasets/fashion-mnist")))
       QSKIP("Fashion-MNIST is not installed (package dataset-fashion-mnist)");
-    QTemporaryFile configFile(dir_.filePath(QStringLiteral("cli-XXXXXX.json")));
-    QVERIFY(configFile.open());
-    configFile.write(QJsonDocument(shortRealConfig(QStringLiteral("from the command line"), 20000)).toJson());
-    configFile.close();
     QProcess cli;  // not through the workbench: as a shell would start it
-    cli.start(QStringLiteral(TRAINBENCH_ENGINE_BIN),
-              {QStringLiteral("run"), QStringLiteral("--config"), configFile.fileName(), QStringLiteral("--db"), db_,
-               QStringLiteral("--quiet")});
-    QVERIFY(cli.waitForStarted());
+    QVERIFY(startFromCommandLine(&cli, QStringLiteral("from the command line")));
     QTRY_VERIFY_WITH_TIMEOUT(storedSteps(db_) >= 5, 120000);
 
     MainWindow window(db_);
@@ -351,15 +369,8 @@ class TestEngineRuns : public QObject {
       QSKIP("trainbench-engine was not built (" TRAINBENCH_ENGINE_BIN ")");
     if (!QFileInfo::exists(QStringLiteral("/usr/share/datasets/fashion-mnist")))
       QSKIP("Fashion-MNIST is not installed (package dataset-fashion-mnist)");
-    QTemporaryFile configFile(dir_.filePath(QStringLiteral("cli-XXXXXX.json")));
-    QVERIFY(configFile.open());
-    configFile.write(QJsonDocument(shortRealConfig(QStringLiteral("killed outside"), 20000)).toJson());
-    configFile.close();
     QProcess cli;
-    cli.start(QStringLiteral(TRAINBENCH_ENGINE_BIN),
-              {QStringLiteral("run"), QStringLiteral("--config"), configFile.fileName(), QStringLiteral("--db"), db_,
-               QStringLiteral("--quiet")});
-    QVERIFY(cli.waitForStarted());
+    QVERIFY(startFromCommandLine(&cli, QStringLiteral("killed outside")));
     QTRY_VERIFY_WITH_TIMEOUT(storedSteps(db_) >= 5, 120000);
     MainWindow window(db_);
     window.openRun(1);
@@ -426,6 +437,18 @@ class TestEngineRuns : public QObject {
   }
 
  private:
+  // `trainbench-engine run` on db_ as a terminal would start it (a long run).
+  bool startFromCommandLine(QProcess* cli, const QString& name) {
+    QFile config(dir_.filePath(name + QStringLiteral(".json")));
+    if (!config.open(QIODevice::WriteOnly)) return false;
+    config.write(QJsonDocument(shortRealConfig(name, 20000)).toJson());
+    config.close();
+    cli->start(QStringLiteral(TRAINBENCH_ENGINE_BIN),
+               {QStringLiteral("run"), QStringLiteral("--config"), config.fileName(), QStringLiteral("--db"), db_,
+                QStringLiteral("--quiet")});
+    return cli->waitForStarted();
+  }
+
   QTemporaryDir dir_;
   QString db_;
 };

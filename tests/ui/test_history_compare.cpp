@@ -98,6 +98,7 @@ class TestHistoryCompare : public QObject {
     QCOMPARE(model.index(row, RunHistoryModel::PeakMemory).data().toString(), QStringLiteral("300.0 MiB"));
     QCOMPARE(model.index(row, RunHistoryModel::FinalAccuracy).data().toString(), QStringLiteral("81.00 %"));
     QCOMPARE(model.models(), (QStringList{"fmnist-cnn", "resnet9"}));
+    QCOMPARE(model.statuses(), (QStringList{"finished", "failed"}));  // the runs' own, any string
     // Reading an unchanged store again does not reset the model (views keep their place).
     QSignalSpy resets(&model, &QAbstractItemModel::modelReset);
     bool changed = true;
