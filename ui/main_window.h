@@ -3,6 +3,7 @@
 #include <QJsonObject>
 #include <QMainWindow>
 #include <QPointer>
+#include <functional>
 
 class CompareView;
 class ConfigPanel;
@@ -18,7 +19,7 @@ class QTextBrowser;
 class RunDashboard;
 class RunHistoryView;
 class RunQueue;
-class SeriesLoader;
+class QSplitter;
 class TrickPanel;
 
 // The workbench window: Set up (configuration, tricks, presets), Runs (queue
@@ -52,6 +53,13 @@ class MainWindow : public QMainWindow {
   CompareView* compareView() const { return compare_; }
   QTabWidget* dashboards() const { return dashboards_; }
   RunDashboard* dashboardFor(EngineProcess* process) const;
+  // Closes a dashboard tab unless its run is driven by this workbench and not
+  // over; closeDashboards() closes those `which` picks (default: every run
+  // that ended). Returns whether / how many closed.
+  bool closeDashboard(int index);
+  int closeDashboards(const std::function<bool(QWidget*)>& which = {});
+  // Clamps the window to its screen's available area.
+  void fitToScreen();
 
  public slots:
   void launchNow();
@@ -67,6 +75,7 @@ class MainWindow : public QMainWindow {
 
  protected:
   void closeEvent(QCloseEvent* event) override;
+  void changeEvent(QEvent* event) override;
 
  private:
   QWidget* buildSetupPage();
@@ -78,6 +87,7 @@ class MainWindow : public QMainWindow {
   void updateDeviceContext();
   void onEngineInfo();
   void updateConfigPreview();
+  void applyReadableHints();
 
   QString databasePath_;
   ConfigPanel* config_ = nullptr;
@@ -94,7 +104,7 @@ class MainWindow : public QMainWindow {
   RunHistoryView* history_ = nullptr;
   CompareView* compare_ = nullptr;
   EngineInfo* engineInfo_ = nullptr;
-  SeriesLoader* loader_ = nullptr;
+  QSplitter* runsSplitter_ = nullptr;
   QLabel *engineStatus_ = nullptr, *dbStatus_ = nullptr;
   QAction *stopAction_ = nullptr, *killAction_ = nullptr;
   QJsonObject engineDefaults_;

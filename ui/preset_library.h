@@ -4,9 +4,11 @@
 #include <QList>
 #include <QString>
 
-// A named set of configuration overrides (resources/presets/*.json).
+// A named set of configuration overrides (resources/presets/*.json), named
+// by what it does; `source` names the article it comes from (for tooltips).
 struct Preset {
-  QString name, description;
+  QString name, description, source;
+  QString toolTip() const;  // description, then "From <source>." 
   bool resetTricks = true;  // put every trick back to its default first
   QJsonObject overrides;
 

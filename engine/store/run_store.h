@@ -137,6 +137,10 @@ class RunStore {
   std::vector<EpochPoint> epoch_series(int64_t run, const std::string& name,
                                        int64_t after_epoch = -1) const;
   std::vector<EventRecord> events(int64_t run, int64_t after_id = 0) const;
+  // PRAGMA data_version of this connection: changes whenever another
+  // connection commits to the file, so a follower polls it and reads only
+  // when something changed.
+  int64_t data_version() const;
 
   // --- Maintenance.
   // Runs left 'running' whose heartbeat is older than stale_after become
