@@ -5,6 +5,7 @@
 #include <QFile>
 #include <QJsonDocument>
 
+#include "install_paths.h"
 #include "run_config.h"
 #include "trick_catalog.h"
 
@@ -30,7 +31,7 @@ Preset PresetLibrary::fromJson(const QJsonObject& o) {
 
 QList<Preset> PresetLibrary::builtIn() {
   QList<Preset> out;
-  QDir dir(QStringLiteral(":/presets"));
+  QDir dir(InstallPaths::dataFile(QStringLiteral("presets")));
   for (const QString& file : dir.entryList({QStringLiteral("*.json")}, QDir::Files, QDir::Name)) {
     QFile f(dir.filePath(file));
     if (!f.open(QIODevice::ReadOnly)) continue;

@@ -7,6 +7,8 @@
 #include <QJsonObject>
 #include <QObject>
 
+#include "install_paths.h"
+
 static QByteArray readResource(const QString& path) {
   QFile f(path);
   if (!f.open(QIODevice::ReadOnly)) return {};
@@ -14,7 +16,7 @@ static QByteArray readResource(const QString& path) {
 }
 
 const TrickCatalog& TrickCatalog::instance() {
-  static const TrickCatalog catalog(readResource(QStringLiteral(":/tricks/tricks.json")));
+  static const TrickCatalog catalog(readResource(InstallPaths::dataFile(QStringLiteral("tricks/tricks.json"))));
   return catalog;
 }
 

@@ -27,7 +27,7 @@ struct TrickGroup {
 // The catalogue of tricks, read from the application resources.
 class TrickCatalog {
  public:
-  // Loads :/tricks/tricks.json; the catalogue is empty when that fails.
+  // Loads <data dir>/tricks/tricks.json; the catalogue is empty when that fails.
   static const TrickCatalog& instance();
   explicit TrickCatalog(const QByteArray& json);
 
