@@ -1,9 +1,11 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Usage: engine-help-all.sh ENGINE --help|--version
-# help2man reads one --help; this one is the engine's followed by every
-# subcommand's (their usage, arguments and options), so that trainbench-engine(1)
-# documents each subcommand. The subcommands are those the engine's help lists.
+# help2man reads one --help; this one is the engine's followed by a COMMANDS
+# section with every subcommand's usage, description, arguments and options, so
+# that trainbench-engine(1) documents each subcommand. The subcommands are those
+# the engine's help lists. Layout for help2man: "*Commands*" starts a section, a
+# line ending in ":" followed by an indented line starts a subsection.
 set -eu
 engine=$1
 case "${2:-}" in
@@ -12,12 +14,15 @@ case "${2:-}" in
   *) echo "usage: $0 ENGINE --help|--version" >&2; exit 2 ;;
 esac
 help=$("$engine" --help)
-printf '%s\n' "$help"
+printf '%s\n\n*Commands*\n' "$help"
 for sub in $(printf '%s\n' "$help" | awk '
     /^[A-Za-z]+:$/ { in_subs = (tolower($0) == "subcommands:"); next }
     in_subs && /^  [a-z]/ { print $1 }'); do
-  printf '\nCommand %s:\n' "$sub"
-  # The subcommand's own description line is already in the list above; its
-  # group headings become subsections of this command.
-  "$engine" "$sub" --help | sed -e '1{/^Usage:/!d}' -e "s/^\([A-Z][a-z]*\):\$/  \1 of $sub:/"
+  printf '\n'
+  "$engine" "$sub" --help | awk '
+    !usage && !/^Usage: / { desc = desc (desc == "" ? "" : " ") $0; next }
+    /^Usage: / { usage = 1; sub(/^Usage: /, ""); print $0 ":"; print "  " desc; next }
+    /^[A-Za-z]+:$/ { next }          # group headings: help2man would take them as sections
+    /^  -h,--help / { next }          # documented once, under OPTIONS
+    { print }'
 done
