@@ -15,10 +15,14 @@ help=$("$prog" --help)
 subcommands=$(printf '%s\n' "$help" | awk '
   /^[A-Za-z]+:$/ { in_subs = (tolower($0) == "subcommands:"); next }
   in_subs && /^  [a-z]/ { print $1 }')
+if printf '%s\n' "$help" | grep -q '\[SUBCOMMAND' && [ -z "$subcommands" ]; then
+  echo "check-man-page: $prog takes subcommands, but none could be read from its --help" >&2
+  exit 1
+fi
 
 missing=""
-need() {  # need WHAT WORD: the page must contain WORD
-  printf '%s\n' "$rendered" | grep -qwF -- "$2" || missing="$missing
+need() {  # need WHAT WORD: the page must contain WORD (--out is not found in --output)
+  printf '%s\n' "$rendered" | grep -qE -- "(^|[^A-Za-z0-9-])$2([^A-Za-z0-9-]|\$)" || missing="$missing
   $1 $2"
 }
 options_of() { printf '%s\n' "$1" | grep -oE -- '(^|[ ,])--[A-Za-z0-9][A-Za-z0-9-]*' | sed 's/^[ ,]*//' | sort -u; }
