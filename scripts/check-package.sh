@@ -77,7 +77,7 @@ for deb in "$engine_deb" "$gui_deb"; do
 done
 # Installable: apt resolves every dependency from the Debian archive (simulated).
 apt-get install --simulate -qq "./$engine_deb" "./$gui_deb" >"$scratch/apt.log" 2>&1 ||
-  { cat "$scratch/apt.log" >&2; fail "apt cannot install the packages"; }
+  { cat "$scratch/apt.log" >&2; fail "apt cannot install the packages (above; are apt's lists there: apt-get update?)"; }
 say "apt can install both packages (simulated)"
 
 root=$scratch/root
@@ -85,8 +85,8 @@ dpkg -x "$engine_deb" "$root"
 dpkg -x "$gui_deb" "$root"
 app_id=$(basename "$(ls "$root"/usr/share/applications/*.desktop)" .desktop)
 desktop-file-validate "$root/usr/share/applications/$app_id.desktop" || fail "desktop-file-validate"
-appstreamcli validate --no-net --explain "$root/usr/share/metainfo/$app_id.metainfo.xml" ||
-  fail "appstreamcli validate"
+# validate-tree: the metainfo, and that its launchable desktop entry is installed.
+appstreamcli validate-tree --no-net --explain "$root" || fail "appstreamcli validate-tree"
 for size in 16x16 22x22 24x24 32x32 48x48 64x64 128x128 256x256 512x512; do
   png=$root/usr/share/icons/hicolor/$size/apps/$app_id.png
   file "$png" | grep "PNG image data, ${size/x/ x }," >/dev/null || fail "no $size icon: $png"
