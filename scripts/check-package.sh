@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Builds the Debian packages with CPack and checks them the way a user meets them:
-# lintian (no errors), desktop-file-validate, appstreamcli validate, installable
+# lintian (no errors), desktop-file-validate, appstreamcli validate-tree, installable
 # with apt, unpacked into a scratch root (dpkg -x) and run from there with the
 # source and build trees hidden: `trainbench-engine run --steps 5`, the GUI
 # offscreen, `man -l` of both pages. One version everywhere: the package's,
