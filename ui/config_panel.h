@@ -1,20 +1,18 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 #include <QJsonObject>
+#include <QMap>
 #include <QStringList>
 #include <QWidget>
 
-class QCheckBox;
 class QComboBox;
-class QDoubleSpinBox;
-class QLabel;
 class QLineEdit;
 class QSpinBox;
-class QWidget;
 
 // The run settings that are not tricks: model, data set, length, batch,
-// optimizer, learning rate and schedule, device. Keys without a control here
-// (betas, eps...) are kept as they came in setConfig().
+// optimizer, learning rate and schedule, device. Each control is made from
+// the engine's schema entry for its key (type, range, choices, help); keys
+// without a control here (betas, eps...) are kept as they came in setConfig().
 class ConfigPanel : public QWidget {
   Q_OBJECT
  public:
@@ -28,22 +26,22 @@ class ConfigPanel : public QWidget {
   QString deviceId() const;       // as in the config: auto | cpu | cuda:N
   QString deviceBackend() const;  // cpu | cuda (auto resolves to cuda when a GPU exists)
   int gpuCount() const { return gpuCount_; }
+  // The control of one key (nullptr when the panel has none), for tests.
+  QWidget* control(const QString& key) const { return controls_.value(key); }
 
  signals:
   void changed();
   void deviceChanged();
 
  private:
+  QWidget* add(const QString& key, QWidget* parent, const QString& text = {}, int decimals = 3,
+               const QList<QPair<QString, QString>>& choiceLabels = {});
   void updateDatasetControls();
 
   QJsonObject base_;
-  QLineEdit* name_;
-  QComboBox *model_, *dataset_, *device_, *optimizer_, *schedule_;
-  QLineEdit* dataDir_;
-  QSpinBox *trainLimit_, *testLimit_, *synthC_, *synthH_, *synthW_, *synthSize_;
-  QSpinBox *epochs_, *maxSteps_, *batch_, *seed_, *logEvery_, *stepSize_;
-  QDoubleSpinBox *lr_, *momentum_, *weightDecay_, *gamma_, *minLr_, *labelSmoothing_;
-  QCheckBox *nesterov_, *flip_;
+  QMap<QString, QWidget*> controls_;  // key -> control made from its schema entry
+  QComboBox* device_;
+  QSpinBox *synthC_, *synthH_, *synthW_;
   QWidget *dataDirRow_, *syntheticRow_;
   int gpuCount_ = 0;
   bool updating_ = false;

@@ -6,6 +6,8 @@
 #include <QJsonDocument>
 #include <QProcess>
 
+#include "trick_catalog.h"
+
 EngineInfo::EngineInfo(const QString& enginePath, QObject* parent) : QObject(parent), enginePath_(enginePath) {}
 
 bool EngineInfo::engineExists() const {
@@ -96,17 +98,7 @@ QMap<QString, QStringList> EngineInfo::parseSchemaBackends(const QByteArray& jso
   const QJsonDocument doc = QJsonDocument::fromJson(json);
   auto take = [&out](const QString& key, const QJsonObject& entry) {
     const QJsonValue b = entry.value(QLatin1String("backends"));
-    QStringList backends;
-    if (b.isArray()) {
-      for (const QJsonValue& v : b.toArray()) backends << v.toString();
-    } else if (b.isString()) {
-      // "all", or one backend name.
-      if (b.toString() == QLatin1String("all")) backends << QStringLiteral("cpu") << QStringLiteral("cuda");
-      else backends << b.toString();
-    } else {
-      return;
-    }
-    out.insert(key, backends);
+    if (b.isArray() || b.isString()) out.insert(key, TrickCatalog::backendsFrom(b));
   };
   QJsonObject root = doc.object();
   if (root.contains(QLatin1String("keys"))) {

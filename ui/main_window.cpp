@@ -85,7 +85,7 @@ MainWindow::MainWindow(const QString& databasePath, QWidget* parent) : QMainWind
   setEnginePath(EngineLocator::enginePath());
   const QJsonObject saved = QJsonDocument::fromJson(settings.value(QStringLiteral("setup/config")).toByteArray()).object();
   hadSavedConfig_ = !saved.isEmpty();
-  setConfig(RunConfig::merged(RunConfig::fallbackDefaults(), saved));
+  setConfig(RunConfig::merged(RunConfig::defaults(), saved));
   if (!restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray())) resize(1500, 950);
   restoreState(settings.value(QStringLiteral("window/state")).toByteArray());
   pages_->setCurrentIndex(settings.value(QStringLiteral("window/page"), 0).toInt());
@@ -277,7 +277,7 @@ void MainWindow::setConfig(const QJsonObject& config) {
 bool MainWindow::applyPreset(const QString& name) {
   for (const Preset& p : PresetLibrary::builtIn()) {
     if (p.name != name) continue;
-    const QJsonObject defaults = engineDefaults_.isEmpty() ? RunConfig::fallbackDefaults() : engineDefaults_;
+    const QJsonObject defaults = engineDefaults_.isEmpty() ? RunConfig::defaults() : engineDefaults_;
     setConfig(p.applyTo(currentConfig(), defaults));
     presetDescription_->setText(p.description);
     const int i = presets_->findData(name);
@@ -338,10 +338,10 @@ void MainWindow::onEngineInfo() {
     // the Fashion-MNIST folder so the first run works as it is).
     if (!hadSavedConfig_) {
       // Values the user (or a preset, or --config) already changed stay.
-      const QJsonObject current = currentConfig(), fallback = RunConfig::fallbackDefaults();
+      const QJsonObject current = currentConfig(), builtIn = RunConfig::defaults();
       QJsonObject start = RunConfig::merged(current, engineDefaults_);
       for (auto it = current.begin(); it != current.end(); ++it)
-        if (fallback.value(it.key()) != it.value()) start.insert(it.key(), it.value());
+        if (builtIn.value(it.key()) != it.value()) start.insert(it.key(), it.value());
       if (start.value(QLatin1String("name")).toString().isEmpty()) start.insert(QStringLiteral("name"), QStringLiteral("run"));
       if (start.value(QLatin1String("data_dir")).toString().isEmpty() &&
           start.value(QLatin1String("dataset")).toString() == QLatin1String("fashion-mnist"))
@@ -366,7 +366,7 @@ void MainWindow::addToQueue() {
 }
 
 int MainWindow::queueLadder() {
-  const QJsonObject defaults = engineDefaults_.isEmpty() ? RunConfig::fallbackDefaults() : engineDefaults_;
+  const QJsonObject defaults = engineDefaults_.isEmpty() ? RunConfig::defaults() : engineDefaults_;
   QJsonObject baseline = defaults;
   for (const Preset& p : PresetLibrary::builtIn())
     if (p.name == QLatin1String("Baseline")) baseline = p.applyTo(defaults, defaults);

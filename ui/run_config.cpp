@@ -11,46 +11,9 @@
 
 namespace RunConfig {
 
-QJsonObject fallbackDefaults() {
-  QJsonObject c{
-      {"name", "run"},
-      {"model", "fmnist-cnn"},
-      {"dataset", "fashion-mnist"},
-      {"data_dir", "/usr/share/datasets/fashion-mnist"},
-      {"train_limit", 0},
-      {"test_limit", 0},
-      {"synthetic_shape", QJsonArray{3, 32, 32}},
-      {"synthetic_size", 10000},
-      {"device", "auto"},
-      {"epochs", 1},
-      {"max_steps", 0},
-      {"batch_size", 64},
-      {"optimizer", "sgd"},
-      {"lr", 0.05},
-      {"momentum", 0.9},
-      {"nesterov", false},
-      {"weight_decay", 5e-4},
-      {"beta1", 0.9},
-      {"beta2", 0.999},
-      {"eps", 1e-8},
-      {"alpha", 0.99},
-      {"schedule", "constant"},
-      {"step_size", 1000},
-      {"gamma", 0.1},
-      {"min_lr", 0.0},
-      {"lr_scaling", "none"},
-      {"base_batch_size", 64},
-      {"warmup_steps", 0},
-      {"label_smoothing", 0.0},
-      {"seed", 0},
-      {"random_crop_padding", 0},
-      {"horizontal_flip", false},
-      {"pad_to_32", false},
-      {"log_every", 20},
-  };
-  // Every trick key with its neutral default.
-  for (const TrickInfo& t : TrickCatalog::instance().tricks())
-    if (!c.contains(t.key)) c.insert(t.key, t.defaultValue);
+QJsonObject defaults() {
+  QJsonObject c;
+  for (const SettingInfo& s : TrickCatalog::instance().settings()) c.insert(s.key, s.defaultValue);
   return c;
 }
 

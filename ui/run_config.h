@@ -7,9 +7,9 @@
 // Helpers for the flat run-configuration JSON object the engine reads.
 namespace RunConfig {
 
-// The defaults the GUI uses until the engine tells it its own
-// (`trainbench-engine config --defaults`).
-QJsonObject fallbackDefaults();
+// Every key with the engine's default, from its settings table (the same
+// values as `trainbench-engine config --defaults`).
+QJsonObject defaults();
 
 // base with every key of overrides replaced.
 QJsonObject merged(const QJsonObject& base, const QJsonObject& overrides);

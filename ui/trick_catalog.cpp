@@ -6,6 +6,9 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QObject>
+#include <QSet>
+
+#include "engine/train/config.h"
 
 #include "install_paths.h"
 
@@ -16,37 +19,77 @@ static QByteArray readResource(const QString& path) {
 }
 
 const TrickCatalog& TrickCatalog::instance() {
-  static const TrickCatalog catalog(readResource(InstallPaths::dataFile(QStringLiteral("tricks/tricks.json"))));
+  // The GUI links the engine library, so it reads the very JSON that
+  // `trainbench-engine config --schema` prints without waiting for a process.
+  static const TrickCatalog catalog(QByteArray::fromStdString(tb::config_schema_json().dump()),
+                                    readResource(InstallPaths::dataFile(QStringLiteral("tricks/tricks.json"))));
   return catalog;
 }
 
-TrickCatalog::TrickCatalog(const QByteArray& json) {
-  const QJsonObject root = QJsonDocument::fromJson(json).object();
+namespace {
+// The control type the GUI uses for a schema entry.
+QString controlType(const QJsonObject& entry) {
+  const QString type = entry.value(QLatin1String("type")).toString();
+  if (!entry.value(QLatin1String("choices")).toArray().isEmpty()) return QStringLiteral("choice");
+  if (type == QLatin1String("float")) return QStringLiteral("double");
+  return type;  // bool, int, string, int_list
+}
+}  // namespace
+
+TrickCatalog::TrickCatalog(const QByteArray& schema, const QByteArray& texts) {
+  const QJsonObject root = QJsonDocument::fromJson(schema).object();
+  QSet<QString> trickGroups;
   for (const QJsonValue& g : root.value(QLatin1String("groups")).toArray()) {
     const QJsonObject o = g.toObject();
+    if (!o.value(QLatin1String("tricks")).toBool()) continue;
     groups_.append({o.value(QLatin1String("id")).toString(), o.value(QLatin1String("title")).toString()});
+    trickGroups.insert(groups_.last().id);
   }
-  for (const QJsonValue& t : root.value(QLatin1String("tricks")).toArray()) {
-    const QJsonObject o = t.toObject();
-    TrickInfo info;
-    info.key = o.value(QLatin1String("key")).toString();
-    info.group = o.value(QLatin1String("group")).toString();
-    info.label = o.value(QLatin1String("label")).toString();
-    info.type = o.value(QLatin1String("type")).toString();
-    info.options = o.value(QLatin1String("options")).toArray().toVariantList();
-    info.minimum = o.value(QLatin1String("min")).toDouble(0);
-    info.maximum = o.value(QLatin1String("max")).toDouble(1e9);
-    info.defaultValue = o.value(QLatin1String("default"));
-    for (const QJsonValue& b : o.value(QLatin1String("backends")).toArray())
-      info.backends << b.toString();
-    info.minDevices = o.value(QLatin1String("min_devices")).toInt(1);
-    info.tooltip = o.value(QLatin1String("tooltip")).toString();
-    info.what = o.value(QLatin1String("what")).toString();
-    info.why = o.value(QLatin1String("why")).toString();
-    info.whenNot = o.value(QLatin1String("when_not")).toString();
-    info.plot = o.value(QLatin1String("plot")).toString();
-    tricks_.append(info);
+  const QJsonObject textsByKey = QJsonDocument::fromJson(texts).object().value(QLatin1String("texts")).toObject();
+  for (const QJsonValue& v : root.value(QLatin1String("keys")).toArray()) {
+    const QJsonObject o = v.toObject();
+    SettingInfo s;
+    s.key = o.value(QLatin1String("key")).toString();
+    s.group = o.value(QLatin1String("group")).toString();
+    s.type = controlType(o);
+    s.options = o.value(QLatin1String("choices")).toArray().toVariantList();
+    s.minimum = o.value(QLatin1String("min")).toDouble(0);
+    s.maximum = o.value(QLatin1String("max")).toDouble(1e9);
+    s.defaultValue = o.value(QLatin1String("default"));
+    s.backends = backendsFrom(o.value(QLatin1String("backends")));
+    s.minDevices = o.value(QLatin1String("min_devices")).toInt(1);
+    s.help = o.value(QLatin1String("help")).toString();
+    if (trickGroups.contains(s.group)) {
+      const QJsonObject t = textsByKey.value(s.key).toObject();
+      if (t.isEmpty()) problems_ << QStringLiteral("trick '%1' has no teaching text in tricks.json").arg(s.key);
+      s.label = t.value(QLatin1String("label")).toString();
+      s.tooltip = t.value(QLatin1String("tooltip")).toString();
+      s.what = t.value(QLatin1String("what")).toString();
+      s.why = t.value(QLatin1String("why")).toString();
+      s.whenNot = t.value(QLatin1String("when_not")).toString();
+      s.plot = t.value(QLatin1String("plot")).toString();
+      if (!t.isEmpty())
+        for (const char* field : {"label", "tooltip", "what", "why", "when_not", "plot"})
+          if (t.value(QLatin1String(field)).toString().isEmpty())
+            problems_ << QStringLiteral("trick '%1': the text '%2' is empty").arg(s.key, QLatin1String(field));
+      tricks_.append(s);
+    }
+    if (s.label.isEmpty()) s.label = s.key;
+    settings_.append(s);
   }
+  for (auto it = textsByKey.begin(); it != textsByKey.end(); ++it)
+    if (!find(it.key())) problems_ << QStringLiteral("tricks.json has a text for '%1', which is no trick key").arg(it.key());
+}
+
+QStringList TrickCatalog::backendsFrom(const QJsonValue& b) {
+  QStringList out;
+  if (b.isArray())
+    for (const QJsonValue& v : b.toArray()) out << v.toString();
+  else if (b.toString() == QLatin1String("all"))
+    out << QStringLiteral("cpu") << QStringLiteral("cuda");
+  else if (b.isString())
+    out << b.toString();
+  return out;
 }
 
 QList<TrickInfo> TrickCatalog::tricksInGroup(const QString& group) const {
@@ -59,6 +102,12 @@ QList<TrickInfo> TrickCatalog::tricksInGroup(const QString& group) const {
 const TrickInfo* TrickCatalog::find(const QString& key) const {
   for (const TrickInfo& t : tricks_)
     if (t.key == key) return &t;
+  return nullptr;
+}
+
+const SettingInfo* TrickCatalog::setting(const QString& key) const {
+  for (const SettingInfo& s : settings_)
+    if (s.key == key) return &s;
   return nullptr;
 }
 

@@ -1,41 +1,59 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
+#include <QByteArray>
 #include <QJsonValue>
 #include <QList>
 #include <QString>
 #include <QStringList>
 #include <QVariantList>
 
-// One switchable trick as the GUI shows it: its config key, the control type,
-// and the teaching texts of resources/tricks/tricks.json.
-struct TrickInfo {
-  QString key, group, label, type;  // type: bool | int | double | choice
-  QVariantList options;             // for choice
+// One configuration key as the GUI shows it. Everything but the teaching
+// texts comes from the engine's settings table (`trainbench-engine config
+// --schema`); the texts of a trick come from resources/tricks/tricks.json,
+// keyed by the same name.
+struct SettingInfo {
+  QString key, group, type;  // type: bool | int | double | choice | string | int_list
+  QVariantList options;      // for choice
   double minimum = 0, maximum = 0;
   QJsonValue defaultValue;
   QStringList backends;  // "cpu", "cuda": where the engine honours it
   int minDevices = 1;    // e.g. 2 for multi-GPU
-  QString tooltip, what, why, whenNot, plot;
+  QString help;          // the engine's one-line help
+  // Teaching texts (tricks only; label falls back to the key elsewhere).
+  QString label, tooltip, what, why, whenNot, plot;
 
   bool honouredOn(const QString& backend) const { return backends.contains(backend); }
 };
+using TrickInfo = SettingInfo;  // a setting of a trick group
 
 struct TrickGroup {
   QString id, title;
 };
 
-// The catalogue of tricks, read from the application resources.
+// The settings the engine declares, with the teaching texts of its tricks.
 class TrickCatalog {
  public:
-  // Loads <data dir>/tricks/tricks.json; the catalogue is empty when that fails.
+  // The engine's table as linked into this program (the same JSON as
+  // `config --schema`) with <data dir>/tricks/tricks.json.
   static const TrickCatalog& instance();
-  explicit TrickCatalog(const QByteArray& json);
+  // schema: the JSON of `config --schema`; texts: tricks.json.
+  TrickCatalog(const QByteArray& schema, const QByteArray& texts);
 
-  const QList<TrickGroup>& groups() const { return groups_; }
-  const QList<TrickInfo>& tricks() const { return tricks_; }
+  const QList<TrickGroup>& groups() const { return groups_; }  // the trick groups
+  const QList<TrickInfo>& tricks() const { return tricks_; }   // in schema order
   QList<TrickInfo> tricksInGroup(const QString& group) const;
-  const TrickInfo* find(const QString& key) const;
-  QStringList keys() const;
+  const TrickInfo* find(const QString& key) const;  // a trick, or nullptr
+  QStringList keys() const;                         // the trick keys
+
+  const QList<SettingInfo>& settings() const { return settings_; }  // every key
+  const SettingInfo* setting(const QString& key) const;             // any key, or nullptr
+
+  // Where the schema and the texts disagree: a trick without texts (or with
+  // an empty one), a text naming no trick. Empty when they agree.
+  QStringList problems() const { return problems_; }
+
+  // A schema entry's "backends": "all" (every backend), one name, or a list.
+  static QStringList backendsFrom(const QJsonValue& backends);
 
   // Rich text of the "learn more" pane for one trick.
   static QString learnMoreHtml(const TrickInfo& trick);
@@ -43,4 +61,6 @@ class TrickCatalog {
  private:
   QList<TrickGroup> groups_;
   QList<TrickInfo> tricks_;
+  QList<SettingInfo> settings_;
+  QStringList problems_;
 };

@@ -1,18 +1,16 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "trick_panel.h"
 
-#include <QCheckBox>
-#include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QScrollArea>
-#include <QSpinBox>
 #include <QToolButton>
 #include <QVBoxLayout>
 
+#include "setting_controls.h"
 #include "trick_catalog.h"
 
 TrickPanel::TrickPanel(QWidget* parent) : QWidget(parent) {
@@ -33,60 +31,26 @@ TrickPanel::TrickPanel(QWidget* parent) : QWidget(parent) {
     form->setSpacing(2);
     for (const TrickInfo& t : catalog.tricksInGroup(group.id)) {
       auto* line = new QHBoxLayout;
-      QWidget* control = nullptr;
+      // Type, range, choices and default are the engine's (its settings table).
+      QWidget* control = makeSettingControl(t, box, t.label);
       if (t.type == QLatin1String("bool")) {
-        auto* check = new QCheckBox(t.label, box);
-        connect(check, &QCheckBox::toggled, this, [this, key = t.key] {
-          if (!updating_) {
-            rows_[key].userValue = controlValue(key);
-            emit changed();
-            emit learnMoreRequested(key);
-          }
-        });
-        control = check;
-        line->addWidget(check, 1);
+        line->addWidget(control, 1);
       } else {
         line->addWidget(new QLabel(t.label + QLatin1Char(':'), box), 1);
-        if (t.type == QLatin1String("choice")) {
-          auto* combo = new QComboBox(box);
-          for (const QVariant& option : t.options) combo->addItem(option.toString(), option);
-          connect(combo, &QComboBox::currentIndexChanged, this, [this, key = t.key] {
-            if (!updating_) {
-              rows_[key].userValue = controlValue(key);
-              emit changed();
-              emit learnMoreRequested(key);
-            }
-          });
-          control = combo;
-        } else if (t.type == QLatin1String("int")) {
-          auto* spin = new QSpinBox(box);
-          spin->setRange(int(t.minimum), int(std::min(t.maximum, 2.0e9)));
-          connect(spin, &QSpinBox::valueChanged, this, [this, key = t.key] {
-            if (!updating_) {
-              rows_[key].userValue = controlValue(key);
-              emit changed();
-              emit learnMoreRequested(key);
-            }
-          });
-          control = spin;
-        } else {
-          auto* spin = new QDoubleSpinBox(box);
-          spin->setDecimals(3);
-          spin->setRange(t.minimum, t.maximum);
+        if (auto* spin = qobject_cast<QDoubleSpinBox*>(control)) {
           spin->setSingleStep(0.1);
           spin->setSpecialValueText(tr("off"));
-          connect(spin, &QDoubleSpinBox::valueChanged, this, [this, key = t.key] {
-            if (!updating_) {
-              rows_[key].userValue = controlValue(key);
-              emit changed();
-              emit learnMoreRequested(key);
-            }
-          });
-          control = spin;
         }
         control->setMinimumWidth(90);
         line->addWidget(control);
       }
+      onSettingControlChanged(control, this, [this, key = t.key] {
+        if (!updating_) {
+          rows_[key].userValue = controlValue(key);
+          emit changed();
+          emit learnMoreRequested(key);
+        }
+      });
       control->setObjectName(QStringLiteral("trick_") + t.key);
       control->setToolTip(QStringLiteral("<p><b>%1</b> (<code>%2</code>)</p><p>%3</p><p><i>%4</i></p>")
                               .arg(t.label.toHtmlEscaped(), t.key, t.tooltip.toHtmlEscaped(),
@@ -128,33 +92,12 @@ QWidget* TrickPanel::control(const QString& key) const {
   return it == rows_.constEnd() ? nullptr : it->control;
 }
 
-QJsonValue TrickPanel::controlValue(const QString& key) const {
-  QWidget* w = control(key);
-  if (auto* c = qobject_cast<QCheckBox*>(w)) return c->isChecked();
-  if (auto* c = qobject_cast<QComboBox*>(w)) return QJsonValue::fromVariant(c->currentData());
-  if (auto* s = qobject_cast<QSpinBox*>(w)) return s->value();
-  if (auto* s = qobject_cast<QDoubleSpinBox*>(w)) return s->value();
-  return {};
-}
+QJsonValue TrickPanel::controlValue(const QString& key) const { return settingControlValue(control(key)); }
 
 void TrickPanel::setControlValue(const QString& key, const QJsonValue& value) {
-  QWidget* w = control(key);
   const bool wasUpdating = updating_;
   updating_ = true;
-  if (auto* c = qobject_cast<QCheckBox*>(w)) {
-    c->setChecked(value.toBool());
-  } else if (auto* c = qobject_cast<QComboBox*>(w)) {
-    int index = -1;
-    for (int i = 0; i < c->count(); ++i)
-      if (QJsonValue::fromVariant(c->itemData(i)) == value ||
-          c->itemData(i).toString() == value.toVariant().toString())
-        index = i;
-    if (index >= 0) c->setCurrentIndex(index);
-  } else if (auto* s = qobject_cast<QSpinBox*>(w)) {
-    s->setValue(value.toInt());
-  } else if (auto* s = qobject_cast<QDoubleSpinBox*>(w)) {
-    s->setValue(value.toDouble());
-  }
+  setSettingControlValue(control(key), value);
   updating_ = wasUpdating;
 }
 

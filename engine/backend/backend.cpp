@@ -4,11 +4,9 @@
 #include <algorithm>
 
 #include "engine/backend/cpu/cpu_backend.h"
-#include "engine/core/error.h"
-
-#ifdef TRAINBENCH_HAVE_CUDA
+// Plain C++ (no CUDA type): included in every build for its capability set.
 #include "engine/backend/cuda/cuda_backend.h"
-#endif
+#include "engine/core/error.h"
 
 namespace tb {
 
@@ -93,6 +91,10 @@ OptimizerKind optimizer_from_name(const std::string& s) {
                  OptimizerKind::LARS, OptimizerKind::LAMB})
     if (s == optimizer_name(k)) return k;
   TB_FAIL("unknown optimizer '", s, "' (expected sgd, adamw, rmsprop, lars or lamb)");
+}
+
+BackendCapabilities capabilities_of(DeviceKind kind) {
+  return kind == DeviceKind::CUDA ? CudaBackend::kCapabilities : CpuBackend::kCapabilities;
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOptions& options,

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/backend/capabilities.h"
 #include "engine/core/error.h"
 #include "engine/core/tensor.h"
 #include "engine/data/augment_draw.h"
@@ -77,7 +78,7 @@ struct ParamSlot {
 };
 
 // Device memory as the caching allocator and the driver see it (the GPU memory
-// plots, trick 20). Host backends have none (Backend::memory_stats is empty).
+// plots, empty_cache_between_phases). Host backends have none (Backend::memory_stats is empty).
 struct DeviceMemoryStats {
   int64_t allocated_bytes = 0;       // in live tensors (allocator block sizes)
   int64_t reserved_bytes = 0;        // held by the caching allocator: live + cached
@@ -95,6 +96,9 @@ class Backend {
   virtual Device device() const = 0;
   virtual std::string name() const = 0;          // "cpu (openblas 0.3.21, 2 threads)"
   virtual nlohmann::json describe() const = 0;   // device and library versions, for the run record
+  // What the trainer may use here beyond the portable ops (capabilities.h).
+  // The default: nothing beyond them.
+  virtual BackendCapabilities capabilities() const { return {}; }
   virtual void synchronize() {}
 
   Tensor empty(const Shape& s, DType t, Layout l = Layout::NCHW) const {
@@ -142,7 +146,7 @@ class Backend {
   virtual void accumulate(const Tensor& src, Tensor& dst) = 0;         // dst += src
   virtual void scale(Tensor& t, double alpha) = 0;                     // t *= alpha
 
-  // --- fused pointwise (trick 11). Each op computes in one pass over memory
+  // --- fused pointwise (fuse_pointwise). Each op computes in one pass over memory
   // what the unfused ops above compute in several, with the same meaning. A
   // backend opts in by overriding; the defaults throw.
   // Batch norm, then + residual (undefined: none), then ReLU when `relu`:
@@ -198,7 +202,7 @@ class Backend {
   virtual void global_avgpool_forward(const Tensor& x /*N,C,H,W*/, Tensor& y /*N,C*/) = 0;
   virtual void global_avgpool_backward(const Tensor& dy /*N,C*/, Tensor& dx /*N,C,H,W*/) = 0;
 
-  // --- channel padding (trick 22, pad_channels_to): x (N,C,H,W) -> y (N,Cp,H,W),
+  // --- channel padding (pad_channels_to): x (N,C,H,W) -> y (N,Cp,H,W),
   // Cp >= C, x and y in one layout (NCHW or NHWC): y[:, :C] = x, y[:, C:] = 0.
   // Backward is the slice dx = dy[:, :C] (the zero channels take no gradient).
   virtual void pad_channels_forward(const Tensor& x, Tensor& y) = 0;
@@ -219,7 +223,7 @@ class Backend {
   virtual void optimizer_step(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
                               bool multi_tensor) = 0;
 
-  // --- mixed precision (engine/amp, trick 1). A backend opts in by overriding;
+  // --- mixed precision (engine/amp, amp). A backend opts in by overriding;
   // the defaults throw. `scaler_state` is f32 [kAmpStateSize] on this device and
   // stays there, so no training step waits for the host:
   //   [0] loss scale   [1] clean steps since the scale last changed
@@ -279,9 +283,9 @@ class Backend {
     amp_unsupported("conv2d_backward_lp");
   }
 
-  // --- device memory and the input path (tricks 4, 5, 6, 20). The defaults
-  // suit a host backend: no device memory, pageable buffers, copies that are
-  // done when they return.
+  // --- device memory and the input path (pin_memory, non_blocking, h2d_uint8,
+  // empty_cache_between_phases). The defaults suit a host backend: no device
+  // memory, pageable buffers, copies that are done when they return.
   //
   // Allocator and device figures; empty on a host backend. query_device also
   // asks the driver for used/total (a cheap call, but not free: not every step).
@@ -312,7 +316,7 @@ class Backend {
   // multiply-add), so the images are bit-identical to normalising on the host.
   virtual void normalize_u8(const Tensor& src, const std::vector<float>& scale,
                             const std::vector<float>& shift, Tensor& dst) = 0;
-  // gpu_augment (trick 15): the loader's whole per-sample pipeline in one pass.
+  // gpu_augment: the loader's whole per-sample pipeline in one pass.
   //   src     u8 (N, C, H, W) NCHW: the data set's bytes, not transformed
   //   indices i32 (N): each row's data set index (seeds its SampleRng draws)
   //   dst     f32 (N, C, spec.out_h, spec.out_w), NCHW or NHWC
@@ -326,7 +330,7 @@ class Backend {
     TB_FAIL("augment_normalize_u8 (gpu_augment) is not supported by the ", name(), " backend");
   }
 
-  // --- whole-step capture (trick 24, cuda_graphs). Everything this backend
+  // --- whole-step capture (cuda_graphs). Everything this backend
   // enqueues between begin_capture() and end_capture() is recorded, not run;
   // end_capture() returns the id of a graph that launch_graph(id) replays on
   // the compute stream with the same device pointers. So every tensor the

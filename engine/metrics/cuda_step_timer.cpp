@@ -3,6 +3,7 @@
 #include "engine/metrics/cuda_step_timer.h"
 
 #ifdef TRAINBENCH_HAVE_CUDA
+#include "engine/backend/cuda/cuda_check.h"
 #include "engine/core/error.h"
 
 namespace tb {
@@ -118,9 +119,9 @@ std::optional<StepTimes> CudaStepTimer::poll() {
   }
   if (in_flight_.empty()) return std::nullopt;
   EventSet& s = ring_[in_flight_.front()];
-  const cudaError_t q = cudaEventQuery(s.end);  // never blocks
-  if (q == cudaErrorNotReady) return std::nullopt;
-  check(q, "cudaEventQuery");
+  // Never blocks. "Not ready" is cleared from the last-error slot, or the
+  // next kernel launch check would throw cudaErrorNotReady.
+  if (!TB_CUDA_POLL(cudaEventQuery(s.end))) return std::nullopt;
   in_flight_.pop_front();
   return read(s);
 }

@@ -2,12 +2,23 @@
 // NOT RUN ON A GPU: see the header.
 #include "engine/metrics/kernel_census.h"
 
+#include <cstdlib>
+
 #include "engine/backend/backend.h"
 #include "engine/core/error.h"
 #include "engine/metrics/chrome_trace.h"
 #include "engine/metrics/cupti_activity.h"
 
 namespace tb {
+
+std::string cupti_switched_off(const char* env_value) {
+  const std::string v = env_value ? env_value : "";
+  if (v.empty() || v == "on" || v == "1") return "";
+  if (v == "off" || v == "0") return "not available: switched off by TRAINBENCH_CUPTI=" + v;
+  TB_FAIL("TRAINBENCH_CUPTI: expected on or off (1 or 0), got '", v, "'");
+}
+
+std::string cupti_switched_off() { return cupti_switched_off(std::getenv("TRAINBENCH_CUPTI")); }
 
 KernelClassifier engine_kernel_classifier() {
   KernelClassifier c;
@@ -22,6 +33,7 @@ KernelCensus::KernelCensus(Backend& backend, int64_t interval)
     reason_ = "not available: no kernels on the cpu backend";
     return;
   }
+  if (reason_ = cupti_switched_off(); !reason_.empty()) return;
   try {
     // Probe once: CUPTI refuses when another profiler (Nsight) holds it.
     CuptiActivityCollector::instance().start();
@@ -85,6 +97,7 @@ void KernelCensus::end_step(nlohmann::json& metrics) {
 
 bool DeviceTraceRecorder::start(ChromeTrace& trace) {
 #ifdef TRAINBENCH_HAVE_CUPTI
+  if (reason_ = cupti_switched_off(); !reason_.empty()) return false;
   try {
     auto& c = CuptiActivityCollector::instance();
     c.start();

@@ -26,6 +26,17 @@ namespace tb {
 
 class Backend;
 
+// In-app CUPTI (the kernel census, the tensor pipe counters, a trace's device
+// rows) is switched off by the environment variable TRAINBENCH_CUPTI=off (or
+// 0), so that an outside profiler (ncu, nsys) has CUPTI to itself; each then
+// reports "not available: switched off by TRAINBENCH_CUPTI=off". `env_value`
+// is the variable's value (null: unset, on). Returns that reason when off,
+// "" when on; throws tb::Error naming the value for anything but
+// on/off/1/0/empty.
+std::string cupti_switched_off(const char* env_value);
+// The same for this process's environment.
+std::string cupti_switched_off();
+
 // The classifier with what the engine knows of its own kernels: they use no
 // Tensor Cores (declared, so no name rule can misfile them).
 KernelClassifier engine_kernel_classifier();

@@ -8,6 +8,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/core/error.h"
+#include "engine/metrics/kernel_census.h"
 
 #ifdef TRAINBENCH_HAVE_CUPTI
 #include <cuda.h>
@@ -286,6 +287,7 @@ TensorPipeProfiler::TensorPipeProfiler(Backend& backend, int64_t first, int64_t 
     reason_ = "not available: no tensor pipe on the cpu backend";
     return;
   }
+  if (reason_ = cupti_switched_off(); !reason_.empty()) return;
   try {
     backend.synchronize();  // the backend's context exists and is current
     st_ = std::make_unique<State>();

@@ -5,8 +5,24 @@
 #include <cmath>
 
 #include "engine/core/error.h"
+#include "engine/train/config.h"
 
 namespace tb {
+
+OptimizerConfig OptimizerConfig::from_run(const RunConfig& c) {
+  OptimizerConfig oc;
+  oc.kind = optimizer_from_name(c.optimizer);
+  oc.lr = static_cast<float>(c.lr);
+  oc.momentum = static_cast<float>(c.momentum);
+  oc.nesterov = c.nesterov;
+  oc.weight_decay = static_cast<float>(c.weight_decay);
+  oc.beta1 = static_cast<float>(c.beta1);
+  oc.beta2 = static_cast<float>(c.beta2);
+  oc.eps = static_cast<float>(c.eps);
+  oc.alpha = static_cast<float>(c.alpha);
+  oc.multi_tensor = c.optimizer_foreach;
+  return oc;
+}
 
 int Optimizer::num_state_blocks(const OptimizerConfig& c) {
   switch (c.kind) {

@@ -11,6 +11,8 @@
 
 namespace tb {
 
+struct RunConfig;
+
 // Defaults follow PyTorch's (torch.optim) where it has one.
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::SGD;
@@ -23,6 +25,10 @@ struct OptimizerConfig {
   float alpha = 0.99f;               // RMSProp smoothing
   float trust_coefficient = 0.001f;  // LARS η
   bool multi_tensor = true;  // fused multi-tensor step ("foreach") instead of one pass per tensor
+
+  // A run's optimizer: its optimizer, lr, momentum, ... keys, and
+  // optimizer_foreach for multi_tensor.
+  static OptimizerConfig from_run(const RunConfig& run);
 };
 
 class Optimizer {
@@ -41,7 +47,7 @@ class Optimizer {
   // The step count still advances (the host cannot know without a sync).
   void step(float lr, float grad_scale, const Tensor& amp_scaler_state);
 
-  // cuda_graphs (trick 24): a captured step() bakes its constants into the
+  // cuda_graphs: a captured step() bakes its constants into the
   // graph, so its kernels read them from the backend's device copy instead.
   // write_constants puts step steps()+1's there (Backend::set_optimizer_constants,
   // enqueued before the replay); count_replayed_step counts a replay like

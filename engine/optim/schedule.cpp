@@ -6,8 +6,23 @@
 #include <numbers>
 
 #include "engine/core/error.h"
+#include "engine/train/config.h"
 
 namespace tb {
+
+ScheduleConfig ScheduleConfig::from_run(const RunConfig& c, int64_t samples_per_step,
+                                        int64_t total_steps) {
+  ScheduleConfig sc;
+  sc.kind = schedule_from_name(c.schedule);
+  sc.base_lr = scaled_lr(c.lr, samples_per_step, c.base_batch_size,
+                         lr_scaling_from_name(c.lr_scaling));
+  sc.total_steps = total_steps;
+  sc.warmup_steps = c.warmup_steps;
+  sc.step_size = c.step_size;
+  sc.gamma = c.gamma;
+  sc.min_lr = c.min_lr;
+  return sc;
+}
 
 const char* schedule_name(ScheduleKind k) {
   switch (k) {

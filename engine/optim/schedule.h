@@ -18,6 +18,8 @@
 
 namespace tb {
 
+struct RunConfig;
+
 enum class ScheduleKind { Constant, Step, Cosine, OneCycle };
 const char* schedule_name(ScheduleKind k);              // "constant", "step", "cosine", "onecycle"
 ScheduleKind schedule_from_name(const std::string& s);  // throws tb::Error
@@ -33,6 +35,12 @@ struct ScheduleConfig {
   double pct_start = 0.3;         // one-cycle: fraction of the steps spent rising
   double div_factor = 25.0;       // one-cycle: initial LR = peak / div_factor
   double final_div_factor = 1e4;  // one-cycle: final LR = initial / final_div_factor
+
+  // A run's schedule over `total_steps` optimizer steps of `samples_per_step`
+  // samples each: its schedule keys, with lr scaled by lr_scaling relative to
+  // base_batch_size.
+  static ScheduleConfig from_run(const RunConfig& run, int64_t samples_per_step,
+                                 int64_t total_steps);
 };
 
 class LrSchedule {

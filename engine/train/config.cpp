@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "engine/core/error.h"
 
@@ -12,133 +13,229 @@ using json = nlohmann::json;
 
 namespace {
 
-ConfigKey b(std::string key, bool def, std::string group, int trick, std::string backends,
-            std::string help) {
-  return {std::move(key), KeyType::Bool, def, {}, 0, 0, std::move(group), trick,
-          std::move(backends), std::move(help)};
+using Cap = bool BackendCapabilities::*;
+
+// Fluent row builders: flag/integer/number/text/int_list make a row, then
+// .trick(n) marks a trick, .needs(&BackendCapabilities::x) the capability a
+// backend must report for it, .one_of(...) a closed set of values.
+struct Row {
+  ConfigKey k;
+  Row&& trick(int n) && { k.trick = n; return std::move(*this); }
+  Row&& needs(Cap c) && { k.needs = c; return std::move(*this); }
+  Row&& one_of(json c) && { k.choices = std::move(c); return std::move(*this); }
+  Row&& min_devices(int n) && { k.min_devices = n; return std::move(*this); }
+};
+
+Row flag(std::string key, bool RunConfig::* field, bool def, std::string group, std::string help) {
+  return {{std::move(key), KeyType::Bool, def, json::array(), 0, 0, std::move(group), 0, nullptr,
+           1, field, std::move(help)}};
 }
-ConfigKey i(std::string key, int64_t def, double lo, double hi, std::string group, int trick,
-            std::string backends, std::string help) {
-  return {std::move(key), KeyType::Int, def, {}, lo, hi, std::move(group), trick,
-          std::move(backends), std::move(help)};
+Row integer(std::string key, int64_t RunConfig::* field, int64_t def, double lo, double hi,
+            std::string group, std::string help) {
+  return {{std::move(key), KeyType::Int, def, json::array(), lo, hi, std::move(group), 0, nullptr,
+           1, field, std::move(help)}};
 }
-ConfigKey f(std::string key, double def, double lo, double hi, std::string group, int trick,
-            std::string backends, std::string help) {
-  return {std::move(key), KeyType::Float, def, {}, lo, hi, std::move(group), trick,
-          std::move(backends), std::move(help)};
+Row number(std::string key, double RunConfig::* field, double def, double lo, double hi,
+           std::string group, std::string help) {
+  return {{std::move(key), KeyType::Float, def, json::array(), lo, hi, std::move(group), 0,
+           nullptr, 1, field, std::move(help)}};
 }
-ConfigKey s(std::string key, std::string def, std::vector<std::string> choices, std::string group,
-            int trick, std::string backends, std::string help) {
-  return {std::move(key), KeyType::String, def, std::move(choices), 0, 0, std::move(group), trick,
-          std::move(backends), std::move(help)};
+Row text(std::string key, std::string RunConfig::* field, std::string def,
+         std::vector<std::string> choices, std::string group, std::string help) {
+  return {{std::move(key), KeyType::String, def, json(choices), 0, 0, std::move(group), 0, nullptr,
+           1, field, std::move(help)}};
 }
 
-std::vector<ConfigKey> make_schema() {
+const std::vector<ConfigGroup>& groups() {
+  static const std::vector<ConfigGroup> kGroups = {
+    {"run", "Run", false},
+    {"data", "Data", false},
+    {"training", "Training", false},
+    {"data pipeline", "Data pipeline", true},
+    {"precision", "Precision", true},
+    {"kernels", "Kernels and memory layout", true},
+    {"optimizer", "Optimizer", true},
+    {"memory", "Memory", true},
+    {"debugging", "Debugging", true},
+  };
+  return kGroups;
+}
+
+// The settings table: every key the engine reads, once. `trick(n)` is the
+// row of the spec's TRICKS.md; the GUI's teaching texts for tricks live in
+// resources/tricks/tricks.json, keyed by the same names.
+std::vector<ConfigKey> make_table() {
+  using C = BackendCapabilities;
+  using R = RunConfig;
   const double big = 1e12;
-  return {
+  const std::vector<Row> rows = {
       // --- the run
-      s("name", "", {}, "run", 0, "all", "Run name shown in the history (default: model and date)"),
-      s("model", "fmnist-cnn", {"fmnist-cnn", "resnet18-cifar", "resnet9", "mlp"}, "run", 0, "all",
-        "Model architecture"),
-      s("device", "auto", {}, "run", 0, "all",
-        "auto (a GPU when one works, else the CPU), cpu, cuda or cuda:N"),
-      i("epochs", 1, 0, 100000, "run", 0, "all", "Passes over the training set"),
-      i("max_steps", 0, 0, big, "run", 0, "all",
-        "Stop after this many optimizer steps (0: run all epochs)"),
-      i("seed", 0, 0, 9.0e15, "run", 19, "all", "Seed for weights, shuffling and augmentation"),
-      i("log_every", 20, 1, 1000000, "run", 16, "all",
-        "Steps between loss/accuracy read-backs when sync_every_step is off"),
+      text("name", &R::name, "", {}, "run", "Run name shown in the history (default: model and date)"),
+      text("model", &R::model, "fmnist-cnn", {"fmnist-cnn", "resnet18-cifar", "resnet9", "mlp"},
+           "run", "Model architecture"),
+      text("device", &R::device, "auto", {}, "run",
+           "auto (a GPU when one works, else the CPU), cpu, cuda or cuda:N"),
+      integer("epochs", &R::epochs, 1, 0, 100000, "run", "Passes over the training set"),
+      integer("max_steps", &R::max_steps, 0, 0, big, "run",
+              "Stop after this many optimizer steps (0: run all epochs)"),
+      Row{{"seed", KeyType::Int, 0, json::array(), 0, 9.0e15, "run", 19, nullptr, 1, &R::seed,
+           "Seed for weights, shuffling and augmentation"}},
+      integer("log_every", &R::log_every, 20, 1, 1000000, "run",
+              "Steps between loss/accuracy read-backs when sync_every_step is off")
+          .trick(16),
       // --- data
-      s("dataset", "fashion-mnist", {"fashion-mnist", "mnist", "cifar10", "synthetic"}, "data", 0,
-        "all", "Data set"),
-      s("data_dir", "", {}, "data", 0, "all",
-        "Folder of the data set files (default: /usr/share/datasets/fashion-mnist)"),
-      i("train_limit", 0, 0, big, "data", 0, "all", "Use only the first N training samples (0: all)"),
-      i("test_limit", 0, 0, big, "data", 0, "all", "Use only the first N test samples (0: all)"),
-      {"synthetic_shape", KeyType::IntList, json::array({3, 32, 32}), {}, 1, 4096, "data", 0, "all",
-       "Synthetic images: [channels, height, width]"},
-      i("synthetic_size", 10000, 1, big, "data", 0, "all", "Synthetic training samples"),
-      i("random_crop_padding", 0, 0, 64, "data", 0, "all",
-        "Random crop after zero padding by this many pixels (0: off)"),
-      b("horizontal_flip", false, "data", 0, "all", "Random horizontal flips"),
-      b("pad_to_32", false, "data", 0, "all", "Pad 28x28 images to 32x32 (for CIFAR models)"),
+      text("dataset", &R::dataset, "fashion-mnist", {"fashion-mnist", "mnist", "cifar10", "synthetic"},
+           "data", "Data set"),
+      text("data_dir", &R::data_dir, "", {}, "data",
+           "Folder of the data set files (default: /usr/share/datasets/fashion-mnist)"),
+      integer("train_limit", &R::train_limit, 0, 0, big, "data",
+              "Use only the first N training samples (0: all)"),
+      integer("test_limit", &R::test_limit, 0, 0, big, "data",
+              "Use only the first N test samples (0: all)"),
+      Row{{"synthetic_shape", KeyType::IntList, json::array({3, 32, 32}), json::array(), 1, 4096,
+           "data", 0, nullptr, 1, &R::synthetic_shape,
+           "Synthetic images: [channels, height, width]"}},
+      integer("synthetic_size", &R::synthetic_size, 10000, 1, big, "data",
+              "Synthetic training samples"),
+      integer("random_crop_padding", &R::random_crop_padding, 0, 0, 64, "data",
+              "Random crop after zero padding by this many pixels (0: off)"),
+      flag("horizontal_flip", &R::horizontal_flip, false, "data", "Random horizontal flips"),
+      flag("pad_to_32", &R::pad_to_32, false, "data", "Pad 28x28 images to 32x32 (for CIFAR models)"),
       // --- optimizer and schedule
-      i("batch_size", 64, 1, 1 << 20, "optimizer", 2, "all", "Samples per micro-batch"),
-      s("optimizer", "sgd", {"sgd", "adamw", "rmsprop", "lars", "lamb"}, "optimizer", 23, "all",
-        "Optimizer (lars/lamb for large batches)"),
-      f("lr", 0.05, 0, 100, "optimizer", 0, "all", "Base learning rate"),
-      f("momentum", 0.9, 0, 1, "optimizer", 0, "all", "Momentum (SGD, RMSProp, LARS)"),
-      b("nesterov", false, "optimizer", 0, "all", "Nesterov momentum (SGD)"),
-      f("weight_decay", 5e-4, 0, 1, "optimizer", 0, "all",
-        "Weight decay (L2 for SGD/RMSProp/LARS, decoupled for AdamW/LAMB)"),
-      f("beta1", 0.9, 0, 1, "optimizer", 0, "all", "First-moment decay (AdamW, LAMB)"),
-      f("beta2", 0.999, 0, 1, "optimizer", 0, "all", "Second-moment decay (AdamW, LAMB)"),
-      f("eps", 1e-8, 0, 1, "optimizer", 0, "all", "Denominator epsilon"),
-      f("alpha", 0.99, 0, 1, "optimizer", 0, "all", "Squared-gradient smoothing (RMSProp)"),
+      integer("batch_size", &R::batch_size, 64, 1, 1 << 20, "training", "Samples per micro-batch")
+          .trick(2),
+      text("optimizer", &R::optimizer, "sgd", {"sgd", "adamw", "rmsprop", "lars", "lamb"},
+           "training", "Optimizer (lars/lamb for large batches)")
+          .trick(23),
+      number("lr", &R::lr, 0.05, 0, 100, "training", "Base learning rate"),
+      number("momentum", &R::momentum, 0.9, 0, 1, "training", "Momentum (SGD, RMSProp, LARS)"),
+      flag("nesterov", &R::nesterov, false, "training", "Nesterov momentum (SGD)"),
+      number("weight_decay", &R::weight_decay, 5e-4, 0, 1, "training",
+             "Weight decay (L2 for SGD/RMSProp/LARS, decoupled for AdamW/LAMB)"),
+      number("beta1", &R::beta1, 0.9, 0, 1, "training", "First-moment decay (AdamW, LAMB)"),
+      number("beta2", &R::beta2, 0.999, 0, 1, "training", "Second-moment decay (AdamW, LAMB)"),
+      number("eps", &R::eps, 1e-8, 0, 1, "training", "Denominator epsilon"),
+      number("alpha", &R::alpha, 0.99, 0, 1, "training", "Squared-gradient smoothing (RMSProp)"),
       // Cosine decay over the run is the default recipe: with it fmnist-cnn reaches
       // 0.916 test accuracy in 3 epochs, against 0.893 at a constant rate
       // (bench/results/cpu-fmnist-cnn-accuracy.json).
-      s("schedule", "cosine", {"constant", "step", "cosine", "onecycle"}, "optimizer", 0, "all",
-        "Learning-rate schedule (cosine: decay to min_lr over the run)"),
-      i("step_size", 1000, 1, big, "optimizer", 0, "all", "Steps between decays (step schedule)"),
-      f("gamma", 0.1, 0, 1, "optimizer", 0, "all", "Decay factor (step schedule)"),
-      f("min_lr", 0.0, 0, 100, "optimizer", 0, "all", "Final learning rate (cosine, one-cycle)"),
-      s("lr_scaling", "none", {"none", "linear", "sqrt"}, "optimizer", 2, "all",
-        "Scale lr with batch_size relative to base_batch_size"),
-      i("base_batch_size", 64, 1, 1 << 20, "optimizer", 2, "all", "Batch size the base lr is for"),
-      i("warmup_steps", 0, 0, big, "optimizer", 2, "all", "Linear learning-rate warm-up steps"),
-      f("label_smoothing", 0.0, 0, 1, "optimizer", 0, "all", "Label smoothing of the loss"),
+      text("schedule", &R::schedule, "cosine", {"constant", "step", "cosine", "onecycle"},
+           "training", "Learning-rate schedule (cosine: decay to min_lr over the run)"),
+      integer("step_size", &R::step_size, 1000, 1, big, "training",
+              "Steps between decays (step schedule)"),
+      number("gamma", &R::gamma, 0.1, 0, 1, "training", "Decay factor (step schedule)"),
+      number("min_lr", &R::min_lr, 0.0, 0, 100, "training", "Final learning rate (cosine, one-cycle)"),
+      integer("base_batch_size", &R::base_batch_size, 64, 1, 1 << 20, "training",
+              "Batch size the base lr is for (lr_scaling)")
+          .trick(2),
+      number("label_smoothing", &R::label_smoothing, 0.0, 0, 1, "training",
+             "Label smoothing of the loss"),
       // --- tricks: data pipeline
-      i("workers", 0, 0, 256, "data pipeline", 3, "all",
-        "Loader threads decoding and augmenting in parallel (0: on the training thread)"),
-      b("pin_memory", false, "data pipeline", 4, "cuda", "Batches in page-locked host memory"),
-      b("non_blocking", false, "data pipeline", 5, "cuda",
-        "Host-to-device copies on their own stream, overlapping compute"),
-      b("h2d_uint8", false, "data pipeline", 6, "cuda",
-        "Copy uint8 images and normalise on the device"),
-      b("device_side_init", false, "data pipeline", 15, "cuda", "Create tensors on the device"),
-      b("gpu_augment", false, "data pipeline", 15, "cuda", "Augment on the device"),
+      integer("workers", &R::workers, 0, 0, 256, "data pipeline",
+              "Loader threads decoding and augmenting in parallel (0: on the training thread)")
+          .trick(3),
+      flag("pin_memory", &R::pin_memory, false, "data pipeline",
+           "Batches in page-locked host memory")
+          .trick(4).needs(&C::pinned_host_memory),
+      flag("non_blocking", &R::non_blocking, false, "data pipeline",
+           "Host-to-device copies on their own stream, overlapping compute")
+          .trick(5).needs(&C::async_upload),
+      flag("h2d_uint8", &R::h2d_uint8, false, "data pipeline",
+           "Copy uint8 images and normalise on the device")
+          .trick(6).needs(&C::device_normalize_u8),
+      flag("device_side_init", &R::device_side_init, false, "data pipeline",
+           "Create tensors on the device")
+          .trick(15).needs(&C::device_side_init),
+      flag("gpu_augment", &R::gpu_augment, false, "data pipeline", "Augment on the device")
+          .trick(15).needs(&C::device_augment),
       // --- tricks: precision
-      s("amp", "off", {"off", "fp16", "bf16"}, "precision", 1, "cuda",
-        "Mixed precision with fp32 master weights (fp16 with dynamic loss scaling)"),
+      text("amp", &R::amp, "off", {"off", "fp16", "bf16"}, "precision",
+           "Mixed precision with fp32 master weights (fp16 with dynamic loss scaling)")
+          .trick(1).needs(&C::low_precision),
+      integer("pad_channels_to", &R::pad_channels_to, 0, 0, 128, "precision",
+              "Pad channel counts to a multiple of this (8 suits Tensor Cores; 0: off)")
+          .trick(22).needs(&C::tensor_core_alignment).one_of({0, 2, 4, 8, 16, 32, 64, 128}),
       // --- tricks: kernels and memory layout
-      b("cudnn_benchmark", false, "kernels and memory layout", 7, "cuda",
-        "Time every cuDNN plan once per shape and keep the fastest"),
-      b("channels_last", false, "kernels and memory layout", 8, "cuda",
-        "NHWC activations and weights end to end"),
-      b("fuse_pointwise", false, "kernels and memory layout", 11, "all",
-        "One kernel for BN-apply+ReLU(+add) and bias+activation chains"),
-      i("pad_channels_to", 0, 0, 128, "kernels and memory layout", 22, "cuda",
-        "Pad channel counts to a multiple of this (8 suits Tensor Cores; 0: off)"),
-      b("cuda_graphs", false, "kernels and memory layout", 24, "cuda",
-        "Capture the training step once and replay it"),
-      b("deterministic", false, "kernels and memory layout", 19, "all",
-        "Deterministic algorithms only: bit-identical reruns"),
+      flag("cudnn_benchmark", &R::cudnn_benchmark, false, "kernels",
+           "Time every cuDNN plan once per shape and keep the fastest")
+          .trick(7).needs(&C::autotuned_convolutions),
+      flag("channels_last", &R::channels_last, false, "kernels",
+           "NHWC activations and weights end to end")
+          .trick(8).needs(&C::channels_last),
+      flag("fuse_pointwise", &R::fuse_pointwise, false, "kernels",
+           "One kernel for BN-apply+ReLU(+add) and bias+activation chains")
+          .trick(11).needs(&C::fused_pointwise),
+      flag("conv_bias_before_bn", &R::conv_bias_before_bn, true, "kernels",
+           "Keep the (redundant) convolution bias in front of batch norm")
+          .trick(10),
+      flag("cuda_graphs", &R::cuda_graphs, false, "kernels",
+           "Capture the training step once and replay it")
+          .trick(24).needs(&C::graph_capture),
       // --- tricks: optimizer
-      b("optimizer_foreach", false, "optimizer", 12, "all",
-        "Update all parameters in one fused pass instead of one per tensor"),
-      b("grad_set_to_none", true, "optimizer", 9, "all",
-        "Skip zeroing gradients: the first backward writes them"),
-      b("conv_bias_before_bn", true, "optimizer", 10, "all",
-        "Keep the (redundant) convolution bias in front of batch norm"),
-      i("accumulation_steps", 1, 1, 4096, "optimizer", 13, "all",
-        "Micro-batches per optimizer step"),
-      f("clip_grad_norm", 0.0, 0, 1e9, "optimizer", 14, "all",
-        "Clip the global gradient L2 norm to this (0: off)"),
-      s("parallel", "none", {"none", "dp", "ddp"}, "optimizer", 21, "cuda",
-        "Multi-GPU data parallelism"),
+      flag("optimizer_foreach", &R::optimizer_foreach, false, "optimizer",
+           "Update all parameters in one fused pass instead of one per tensor")
+          .trick(12),
+      flag("grad_set_to_none", &R::grad_set_to_none, true, "optimizer",
+           "Skip zeroing gradients: the first backward writes them")
+          .trick(9),
+      integer("accumulation_steps", &R::accumulation_steps, 1, 1, 4096, "optimizer",
+              "Micro-batches per optimizer step")
+          .trick(13),
+      number("clip_grad_norm", &R::clip_grad_norm, 0.0, 0, 1e9, "optimizer",
+             "Clip the global gradient L2 norm to this (0: off)")
+          .trick(14),
+      text("lr_scaling", &R::lr_scaling, "none", {"none", "linear", "sqrt"}, "optimizer",
+           "Scale lr with batch_size relative to base_batch_size")
+          .trick(2),
+      integer("warmup_steps", &R::warmup_steps, 0, 0, big, "optimizer",
+              "Linear learning-rate warm-up steps")
+          .trick(2),
+      text("parallel", &R::parallel, "none", {"none", "dp", "ddp"}, "optimizer",
+           "Multi-GPU data parallelism")
+          .trick(21).needs(&C::multi_device).min_devices(2),
       // --- tricks: memory
-      b("eval_inference_mode", true, "memory", 18, "all",
-        "Evaluate without keeping activations or gradients"),
-      b("empty_cache_between_phases", false, "memory", 20, "cuda",
-        "Return cached device memory between training and evaluation"),
+      flag("eval_inference_mode", &R::eval_inference_mode, true, "memory",
+           "Evaluate without keeping activations or gradients")
+          .trick(18),
+      flag("empty_cache_between_phases", &R::empty_cache_between_phases, false, "memory",
+           "Return cached device memory between training and evaluation")
+          .trick(20).needs(&C::caching_allocator),
       // --- tricks: debugging
-      b("sync_every_step", true, "debugging", 16, "all",
-        "Read loss and accuracy back every step (off: every log_every steps)"),
-      b("anomaly_check", false, "debugging", 17, "all",
-        "Check every layer's output for NaN/Inf (costly)"),
-      b("profiler", false, "debugging", 17, "cuda", "Full per-kernel tracing (costly)"),
+      flag("sync_every_step", &R::sync_every_step, true, "debugging",
+           "Read loss and accuracy back every step (off: every log_every steps)")
+          .trick(16),
+      flag("anomaly_check", &R::anomaly_check, false, "debugging",
+           "Check every layer's output for NaN/Inf (costly)")
+          .trick(17),
+      flag("profiler", &R::profiler, false, "debugging", "Full per-kernel tracing (costly)")
+          .trick(17).needs(&C::kernel_profiler),
+      flag("deterministic", &R::deterministic, false, "debugging",
+           "Deterministic algorithms only: bit-identical reruns")
+          .trick(19),
   };
+  std::vector<ConfigKey> t;
+  for (const Row& r : rows) t.push_back(r.k);
+  // The table checks itself: a wrong row fails every test at start-up.
+  for (const ConfigKey& k : t) {
+    const bool field_ok = std::visit(
+        [&](auto p) {
+          using T = std::remove_reference_t<decltype(RunConfig{}.*p)>;
+          switch (k.type) {
+            case KeyType::Bool: return std::is_same_v<T, bool>;
+            case KeyType::Int: return std::is_same_v<T, int64_t> || std::is_same_v<T, uint64_t>;
+            case KeyType::Float: return std::is_same_v<T, double>;
+            case KeyType::String: return std::is_same_v<T, std::string>;
+            case KeyType::IntList: return std::is_same_v<T, std::vector<int64_t>>;
+          }
+          return false;
+        },
+        k.field);
+    TB_CHECK(field_ok, "settings table: key '", k.key, "' fills a RunConfig field of another type");
+    TB_CHECK(std::any_of(groups().begin(), groups().end(),
+                         [&](const ConfigGroup& g) { return g.id == k.group; }),
+             "settings table: key '", k.key, "' names unknown group '", k.group, "'");
+  }
+  return t;
 }
 
 const char* type_name(KeyType t) {
@@ -164,7 +261,7 @@ std::string closest_key(const std::string& key) {
   return best_len >= 3 ? best : "";
 }
 
-json check_value(const ConfigKey& k, const json& v, const std::string& source) {
+json check_type_and_range(const ConfigKey& k, const json& v, const std::string& source) {
   const std::string where = source + ": key '" + k.key + "'";
   auto range_ok = [&](double x) { return !(k.min < k.max) || (x >= k.min && x <= k.max); };
   auto range_str = [&]() { return " in [" + json(k.min).dump() + ", " + json(k.max).dump() + "]"; };
@@ -188,18 +285,9 @@ json check_value(const ConfigKey& k, const json& v, const std::string& source) {
                " is out of range; expected a number", range_str());
       return json(x);
     }
-    case KeyType::String: {
+    case KeyType::String:
       TB_CHECK(v.is_string(), where, ": expected a string, got ", v.dump());
-      if (!k.choices.empty()) {
-        const auto s = v.get<std::string>();
-        if (std::find(k.choices.begin(), k.choices.end(), s) == k.choices.end()) {
-          std::string list;
-          for (const auto& c : k.choices) list += (list.empty() ? "" : ", ") + c;
-          TB_FAIL(where, ": '", s, "' is not one of: ", list);
-        }
-      }
       return v;
-    }
     case KeyType::IntList: {
       TB_CHECK(v.is_array() && !v.empty(), where, ": expected a list of integers, got ", v.dump());
       for (const auto& e : v)
@@ -211,24 +299,54 @@ json check_value(const ConfigKey& k, const json& v, const std::string& source) {
   return v;
 }
 
+// A value of the key's type and range, then one of its choices when it has any.
+json check_value(const ConfigKey& k, const json& v, const std::string& source) {
+  json value = check_type_and_range(k, v, source);
+  if (!k.choices.empty() && std::find(k.choices.begin(), k.choices.end(), value) == k.choices.end()) {
+    std::string list;
+    for (const auto& c : k.choices)
+      list += (list.empty() ? "" : ", ") + (c.is_string() ? c.get<std::string>() : c.dump());
+    TB_FAIL(source, ": key '", k.key, "': ",
+            value.is_string() ? "'" + value.get<std::string>() + "'" : value.dump(),
+            " is not one of: ", list);
+  }
+  return value;
+}
+
 }  // namespace
 
+std::string ConfigKey::backends() const {
+  return needs == nullptr || capabilities_of(DeviceKind::CPU).*needs ? "all" : "cuda";
+}
+
+const std::vector<ConfigGroup>& config_groups() { return groups(); }
+
 const std::vector<ConfigKey>& config_schema() {
-  static const std::vector<ConfigKey> schema = make_schema();
+  static const std::vector<ConfigKey> schema = make_table();
   return schema;
 }
 
+const ConfigKey* find_config_key(const std::string& key) {
+  for (const ConfigKey& k : config_schema())
+    if (k.key == key) return &k;
+  return nullptr;
+}
+
 json config_schema_json() {
-  json out = json::array();
+  json groups = json::array();
+  for (const ConfigGroup& g : config_groups())
+    groups.push_back({{"id", g.id}, {"title", g.title}, {"tricks", g.tricks}});
+  json keys = json::array();
   for (const auto& k : config_schema()) {
-    json e = {{"key", k.key},         {"type", type_name(k.type)}, {"default", k.default_value},
-              {"group", k.group},     {"trick", k.trick},          {"backends", k.backends},
-              {"help", k.help}};
+    json e = {{"key", k.key},           {"type", type_name(k.type)},
+              {"default", k.default_value}, {"group", k.group},
+              {"trick", k.trick},       {"backends", k.backends()},
+              {"min_devices", k.min_devices}, {"help", k.help}};
     if (!k.choices.empty()) e["choices"] = k.choices;
     if (k.min < k.max) e["min"] = k.min, e["max"] = k.max;
-    out.push_back(e);
+    keys.push_back(e);
   }
-  return {{"version", 1}, {"keys", out}};
+  return {{"version", 2}, {"groups", groups}, {"keys", keys}};
 }
 
 json default_config() {
@@ -242,15 +360,14 @@ json validate_config(const json& overrides, const std::string& source) {
            overrides.type_name());
   json c = default_config();
   for (const auto& [key, value] : overrides.items()) {
-    auto it = std::find_if(config_schema().begin(), config_schema().end(),
-                           [&](const ConfigKey& k) { return k.key == key; });
-    if (it == config_schema().end()) {
+    const ConfigKey* k = find_config_key(key);
+    if (!k) {
       const std::string hint = closest_key(key);
       TB_FAIL(source, ": unknown key '", key, "'",
               hint.empty() ? std::string() : " (did you mean '" + hint + "'?)",
               "; `trainbench-engine config --schema` lists every key");
     }
-    c[key] = check_value(*it, value, source);
+    c[key] = check_value(*k, value, source);
   }
   // Cross-key rules.
   TB_CHECK(c["epochs"].get<int64_t>() > 0 || c["max_steps"].get<int64_t>() > 0, source,
@@ -277,41 +394,13 @@ void apply_assignment(json& config, const std::string& assignment) {
 RunConfig RunConfig::from_json(const nlohmann::json& j) {
   RunConfig c;
   c.values = j;
-  auto S = [&](const char* k) { return j.at(k).get<std::string>(); };
-  auto I = [&](const char* k) { return j.at(k).get<int64_t>(); };
-  auto F = [&](const char* k) { return j.at(k).get<double>(); };
-  auto B = [&](const char* k) { return j.at(k).get<bool>(); };
-  c.name = S("name"), c.model = S("model"), c.dataset = S("dataset"), c.data_dir = S("data_dir");
-  c.device = S("device");
-  c.train_limit = I("train_limit"), c.test_limit = I("test_limit");
-  c.synthetic_shape = j.at("synthetic_shape").get<std::vector<int64_t>>();
-  c.synthetic_size = I("synthetic_size");
-  c.epochs = I("epochs"), c.max_steps = I("max_steps"), c.batch_size = I("batch_size");
-  c.optimizer = S("optimizer"), c.schedule = S("schedule"), c.lr_scaling = S("lr_scaling");
-  c.lr = F("lr"), c.momentum = F("momentum"), c.weight_decay = F("weight_decay");
-  c.beta1 = F("beta1"), c.beta2 = F("beta2"), c.eps = F("eps"), c.alpha = F("alpha");
-  c.nesterov = B("nesterov");
-  c.step_size = I("step_size"), c.gamma = F("gamma"), c.min_lr = F("min_lr");
-  c.base_batch_size = I("base_batch_size"), c.warmup_steps = I("warmup_steps");
-  c.label_smoothing = F("label_smoothing");
-  c.seed = static_cast<uint64_t>(I("seed"));
-  c.random_crop_padding = I("random_crop_padding");
-  c.horizontal_flip = B("horizontal_flip"), c.pad_to_32 = B("pad_to_32");
-  c.log_every = I("log_every");
-  c.amp = S("amp"), c.parallel = S("parallel");
-  c.workers = I("workers"), c.accumulation_steps = I("accumulation_steps");
-  c.pad_channels_to = I("pad_channels_to");
-  c.pin_memory = B("pin_memory"), c.non_blocking = B("non_blocking"), c.h2d_uint8 = B("h2d_uint8");
-  c.cudnn_benchmark = B("cudnn_benchmark"), c.channels_last = B("channels_last");
-  c.grad_set_to_none = B("grad_set_to_none"), c.conv_bias_before_bn = B("conv_bias_before_bn");
-  c.fuse_pointwise = B("fuse_pointwise"), c.optimizer_foreach = B("optimizer_foreach");
-  c.device_side_init = B("device_side_init"), c.gpu_augment = B("gpu_augment");
-  c.sync_every_step = B("sync_every_step"), c.anomaly_check = B("anomaly_check");
-  c.profiler = B("profiler"), c.eval_inference_mode = B("eval_inference_mode");
-  c.deterministic = B("deterministic");
-  c.empty_cache_between_phases = B("empty_cache_between_phases");
-  c.cuda_graphs = B("cuda_graphs");
-  c.clip_grad_norm = F("clip_grad_norm");
+  for (const ConfigKey& k : config_schema())
+    std::visit(
+        [&](auto field) {
+          using T = std::remove_reference_t<decltype(c.*field)>;
+          c.*field = j.at(k.key).get<T>();
+        },
+        k.field);
   return c;
 }
 

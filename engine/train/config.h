@@ -1,44 +1,25 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
-// The run configuration: one flat JSON object whose keys are described by a
-// schema (type, default, allowed values, group, which backends honour it).
-// The schema is the single source for validation, for `trainbench-engine
-// config --schema`, and for the GUI's controls.
+// The run configuration: one flat JSON object, every key declared once in the
+// settings table (config.cpp, make_table): type, default, range or choices,
+// group, the backend capability it needs, the RunConfig field it fills, and a
+// one-line help. Validation, RunConfig::from_json, default_config(),
+// `trainbench-engine config --schema` and through it the GUI's controls all
+// read that table. Adding a setting: a RunConfig member and one table row
+// (docs/architecture.md, "Adding a setting").
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/backend/capabilities.h"
+
 namespace tb {
 
-enum class KeyType { Bool, Int, Float, String, IntList };
-
-struct ConfigKey {
-  std::string key;
-  KeyType type;
-  nlohmann::json default_value;
-  std::vector<std::string> choices;  // allowed values for String keys (empty: any)
-  double min = 0, max = 0;           // numeric range when min < max
-  std::string group;                 // "run", "data", "optimizer", or a trick group
-  int trick = 0;                     // row number in TRICKS.md, 0 if not a trick
-  std::string backends;              // "all" or "cuda": where it can be honoured
-  std::string help;                  // one line for --help and tooltips
-};
-
-const std::vector<ConfigKey>& config_schema();
-nlohmann::json config_schema_json();
-nlohmann::json default_config();
-
-// Merges `overrides` onto the defaults and validates every key. Throws tb::Error
-// naming the key, the value and what was expected; `source` (a file name or
-// "--set") prefixes the message.
-nlohmann::json validate_config(const nlohmann::json& overrides, const std::string& source);
-
-// Parses "key=value" (value as JSON when it parses, else as a string).
-void apply_assignment(nlohmann::json& config, const std::string& assignment);
-
-// Typed view of a validated configuration.
+// Typed view of a validated configuration; every member is filled from the
+// table (the `field` of its row).
 struct RunConfig {
   nlohmann::json values;  // the full validated object, stored with the run
 
@@ -72,5 +53,57 @@ struct RunConfig {
 
   static RunConfig from_json(const nlohmann::json& validated);
 };
+
+enum class KeyType { Bool, Int, Float, String, IntList };
+
+// The RunConfig member a key fills; its type must match the key's
+// (Bool: bool, Int: int64_t or uint64_t, Float: double, String: std::string,
+// IntList: std::vector<int64_t>), which make_table checks.
+using ConfigField =
+    std::variant<bool RunConfig::*, int64_t RunConfig::*, uint64_t RunConfig::*,
+                 double RunConfig::*, std::string RunConfig::*, std::vector<int64_t> RunConfig::*>;
+
+// A section of the settings: the GUI shows each as one box; trick groups go
+// to the trick panel, the others to the run settings.
+struct ConfigGroup {
+  std::string id, title;
+  bool tricks = false;
+};
+
+struct ConfigKey {
+  std::string key;
+  KeyType type;
+  nlohmann::json default_value;
+  nlohmann::json choices = nlohmann::json::array();  // allowed values (empty: any)
+  double min = 0, max = 0;                           // numeric range when min < max
+  std::string group;                                 // a ConfigGroup id
+  int trick = 0;  // its row in the spec's trick catalogue (TRICKS.md), 0 if none
+  // The capability a backend must report for this key to take effect; null:
+  // every backend honours it.
+  bool BackendCapabilities::* needs = nullptr;
+  int min_devices = 1;  // devices the key needs when on (parallel: 2)
+  ConfigField field;
+  std::string help;  // one line for --help and tooltips
+
+  // "all" when the CPU backend honours it (every backend does), else "cuda".
+  std::string backends() const;
+};
+
+const std::vector<ConfigGroup>& config_groups();
+const std::vector<ConfigKey>& config_schema();
+const ConfigKey* find_config_key(const std::string& key);  // nullptr when unknown
+// The table as JSON (`config --schema`; the GUI builds its controls from it):
+// {"version": 2, "groups": [{id, title, tricks}], "keys": [{key, type, default,
+//  choices?, min?, max?, group, trick, backends, min_devices, help}]}
+nlohmann::json config_schema_json();
+nlohmann::json default_config();
+
+// Merges `overrides` onto the defaults and validates every key. Throws tb::Error
+// naming the key, the value and what was expected; `source` (a file name or
+// "--set") prefixes the message.
+nlohmann::json validate_config(const nlohmann::json& overrides, const std::string& source);
+
+// Parses "key=value" (value as JSON when it parses, else as a string).
+void apply_assignment(nlohmann::json& config, const std::string& assignment);
 
 }  // namespace tb

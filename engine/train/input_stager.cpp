@@ -88,7 +88,12 @@ void InputStager::stage(Batch&& b, DataLoader& loader, Tensor& images, Tensor& l
            b.images.describe());
   if (!s.images_raw.defined() || s.images_raw.shape() != shape || s.images.shape() != out_shape) {
     // A new batch shape (the last, smaller batch of an evaluation): stream order
-    // keeps the old buffers alive for work already queued on them.
+    // keeps the old buffers alive for work already queued on them. The new
+    // buffers come from the allocator's compute-stream pool, which may hand
+    // out a block that queued compute work still reads or writes (its tensor
+    // was freed on the host, safe for the compute stream's own order). The
+    // copy stream is not in that order: its uploads into these buffers must
+    // wait for everything enqueued on the compute stream so far.
     s.images_raw = be_.empty(shape, raw);
     s.images = options_.uint8 ? be_.empty(out_shape, DType::F32) : s.images_raw;
     s.images_act = options_.layout == Layout::NCHW
@@ -96,6 +101,7 @@ void InputStager::stage(Batch&& b, DataLoader& loader, Tensor& images, Tensor& l
                        : be_.empty(out_shape, DType::F32, options_.layout);
     s.labels = be_.empty(b.labels.shape(), DType::I32);
     s.indices = options_.augment ? be_.empty(b.labels.shape(), DType::I32) : Tensor{};
+    if (options_.non_blocking) s.fence = be_.fence();
   }
   const int64_t epoch = b.epoch;
   const int64_t bytes =

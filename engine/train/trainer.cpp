@@ -1,4 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
+// The training loop, top to bottom: make the backend, resolve the run plan
+// (every trick decided once, tricks.h), open the data, build the model and
+// optimizer, then per step: train_step (forward, loss, backward, optimizer;
+// the same code eagerly and under graph capture) and StepTelemetry (timers,
+// census, memory, the "step" events); per epoch: evaluate. The trainer knows
+// Backend only, never a concrete backend.
 #include "engine/train/trainer.h"
 
 #include <algorithm>
@@ -6,7 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
+#include <functional>
 #include <optional>
 
 #include "engine/amp/loss_scaler.h"
@@ -16,11 +22,6 @@
 #include "engine/data/dataset.h"
 #include "engine/data/loader.h"
 #include "engine/metrics/chrome_trace.h"
-#include "engine/metrics/kernel_census.h"
-#include "engine/metrics/nvml_telemetry.h"
-#include "engine/metrics/process_memory.h"
-#include "engine/metrics/step_timer.h"
-#include "engine/metrics/tensor_pipe_profiler.h"
 #include "engine/nn/models.h"
 #include "engine/nn/pad_channels.h"
 #include "engine/optim/clip.h"
@@ -28,12 +29,8 @@
 #include "engine/optim/schedule.h"
 #include "engine/train/input_stager.h"
 #include "engine/train/step_graph.h"
+#include "engine/train/step_telemetry.h"
 #include "engine/train/tricks.h"
-
-#ifdef TRAINBENCH_HAVE_CUDA
-#include "engine/backend/cuda/cuda_backend.h"
-#include "engine/metrics/cuda_step_timer.h"
-#endif
 
 namespace tb {
 
@@ -42,17 +39,10 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+constexpr int kGraphWarmup = 3;  // eager steps before the first capture (cuda_graphs)
+
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + mid, v.end());
-  double m = v[mid];
-  if (v.size() % 2 == 0) m = 0.5 * (m + *std::max_element(v.begin(), v.begin() + mid));
-  return m;
 }
 
 json dataset_spec(const RunConfig& c, int64_t limit) {
@@ -83,8 +73,15 @@ TransformOptions transform_for(const RunConfig& c, const Dataset& ds, bool train
   return t;
 }
 
+BackendOptions backend_options(const RunConfig& c) {
+  BackendOptions bo;
+  bo.deterministic = c.deterministic;
+  bo.cudnn_benchmark = c.cudnn_benchmark;
+  return bo;
+}
+
 // Loss-sum and correct-count accumulator living on the device, read back only
-// when asked (trick 16: no host synchronisation per step).
+// when asked (sync_every_step off: no host synchronisation per step).
 struct DeviceStats {
   Backend& be;
   Tensor device, host;
@@ -103,47 +100,307 @@ struct DeviceStats {
   }
 };
 
-// GPU memory series: the allocator's figures every step (host-side counters),
-// the driver's used/total when query_device (a driver call: every 10 steps).
-void write_memory_metrics(const DeviceMemoryStats& m, json& metrics) {
-  metrics["gpu_mem_allocated_bytes"] = double(m.allocated_bytes);
-  metrics["gpu_mem_reserved_bytes"] = double(m.reserved_bytes);
-  metrics["gpu_mem_peak_bytes"] = double(m.peak_allocated_bytes);
-  if (m.device_used_bytes >= 0) {
-    metrics["gpu_mem_used_bytes"] = double(m.device_used_bytes);
-    metrics["gpu_mem_total_bytes"] = double(m.device_total_bytes);
+// The training statistics of the current epoch, read back from the device
+// every step or every log_every steps.
+struct TrainStats {
+  DeviceStats stats;
+  double epoch_loss = 0, epoch_correct = 0, last_loss = NAN;
+  int64_t epoch_samples = 0, pending_samples = 0;  // pending: not read back yet
+  explicit TrainStats(Backend& be) : stats(be) {}
+  void start_epoch() { epoch_loss = epoch_correct = 0, epoch_samples = pending_samples = 0; }
+  void read(json& metrics) {
+    if (pending_samples == 0) return;
+    auto [loss_sum, correct] = stats.read_and_reset();
+    epoch_loss += loss_sum, epoch_correct += correct, epoch_samples += pending_samples;
+    metrics["loss"] = last_loss = loss_sum / double(pending_samples);
+    metrics["train_accuracy"] = correct / double(pending_samples);
+    pending_samples = 0;
+  }
+  void write_epoch_means(json& metrics) const {
+    if (epoch_samples == 0) return;
+    metrics["train_loss"] = epoch_loss / double(epoch_samples);
+    metrics["train_accuracy"] = epoch_correct / double(epoch_samples);
+  }
+};
+
+// Both data sets and their loaders, shaped by the plan: pinned buffers
+// (pin_memory), uint8 batches (h2d_uint8) or the data set's raw bytes
+// (gpu_augment).
+struct RunData {
+  std::unique_ptr<Dataset> train_set, test_set;
+  std::unique_ptr<DataLoader> train, test;
+};
+
+RunData open_data(const RunConfig& c, const RunPlan& plan, Backend& be) {
+  RunData d;
+  d.train_set = open_dataset(dataset_spec(c, c.train_limit), "train");
+  d.test_set = open_dataset(dataset_spec(c, c.test_limit), "test");
+  LoaderOptions lo;
+  lo.batch_size = c.batch_size;
+  lo.seed = c.seed;
+  lo.workers = static_cast<int>(c.workers);
+  lo.shuffle = true;
+  lo.drop_last = true;  // equal batch shapes every step
+  lo.transform = transform_for(c, *d.train_set, true);
+  if (plan.pinned_staging)
+    lo.allocator = [&be](const Shape& s, DType t) { return be.pinned_host_empty(s, t); };
+  if (plan.uint8_upload) lo.format = plan.gpu_augment ? BatchFormat::Uint8Raw : BatchFormat::Uint8;
+  d.train = std::make_unique<DataLoader>(*d.train_set, lo);
+  lo.shuffle = false;
+  lo.drop_last = false;
+  lo.transform = transform_for(c, *d.test_set, false);
+  d.test = std::make_unique<DataLoader>(*d.test_set, lo);
+  return d;
+}
+
+InputOptions input_options(const RunPlan& plan, const DataLoader& loader) {
+  InputOptions io;
+  io.non_blocking = plan.non_blocking;
+  io.uint8 = plan.uint8_upload;
+  io.augment = plan.gpu_augment;
+  if (io.uint8)
+    norm_scale_shift(loader.options().transform.norm, loader.image_shape()[0], io.scale, io.shift);
+  io.layout = plan.layout;  // channels_last: one explicit NCHW -> NHWC copy per batch
+  return io;
+}
+
+using Log = std::function<void(const std::string& level, const std::string& message)>;
+
+std::unique_ptr<Model> build_model(const RunConfig& c, const RunPlan& plan, Backend& be,
+                                   const RunData& data, const Log& log) {
+  ModelOptions mo;
+  mo.conv_bias_before_bn = c.conv_bias_before_bn;
+  mo.pad_channels_to = plan.pad_channels_to;
+  mo.fuse_pointwise = plan.fuse_pointwise;
+  std::unique_ptr<Model> model =
+      make_model(c.model, data.train->image_shape(), data.train_set->num_classes(), mo);
+  // device_side_init: constant parameters and buffers are filled on the device
+  // (the random weights keep their host draws, so the same seed gives the same model).
+  if (plan.device_side_init) model->set_device_side_init(true);
+  model->build(be, c.seed, DType::F32, plan.layout);
+  if (plan.device_side_init)
+    log("info", "device_side_init: " + std::to_string(model->init_device_bytes()) +
+                    " bytes of parameters and buffers filled on the device, " +
+                    std::to_string(model->init_upload_bytes()) +
+                    " bytes of random weights drawn on the host and uploaded");
+  for (const auto& layer : model->layers())
+    if (const auto* pad = dynamic_cast<const PadChannels*>(layer.get()))
+      log("info", "pad_channels_to=" + std::to_string(c.pad_channels_to) + ": input channels " +
+                      std::to_string(pad->in_channels()) + " -> " +
+                      std::to_string(pad->out_channels()));
+  return model;
+}
+
+// What one training step touches.
+struct StepContext {
+  const RunConfig& c;
+  Backend& be;
+  Model& model;
+  Context& ctx;
+  Optimizer& optimizer;
+  LossScaler* scaler;  // fp16 only
+  Tensor& stats;       // the device's loss-sum and correct-count accumulator
+  ChromeTrace* trace;  // per-layer spans when tracing
+  Tensor dlogits = {};
+};
+
+// Forward that checks every layer's output for NaN/Inf when anomaly_check is on.
+// With a trace, every layer's forward is a span.
+Tensor forward(StepContext& s, const Tensor& x, int64_t step) {
+  if (!s.c.anomaly_check && !s.trace) return s.model.forward(s.ctx, x);
+  Tensor h = x;
+  for (const auto& layer : s.model.layers()) {
+    {
+      TraceSpan span(s.trace, layer->name(), "forward");
+      h = layer->forward(s.ctx, h);
+    }
+    if (s.c.anomaly_check)
+      TB_CHECK(std::isfinite(s.be.sum_squares(h)), "anomaly_check: layer '", layer->name(),
+               "' produced NaN or Inf at step ", step);
+  }
+  return h;
+}
+
+// The same order as Model::backward, one span per layer when tracing.
+void backward(StepContext& s, const Tensor& dlogits) {
+  if (!s.trace) return s.model.backward(s.ctx, dlogits);
+  const auto& layers = s.model.layers();
+  Tensor g = dlogits;
+  for (size_t i = layers.size(); i-- > 0;) {
+    TraceSpan span(s.trace, layers[i]->name(), "backward");
+    g = layers[i]->backward(s.ctx, g, /*need_dx=*/i > 0);
   }
 }
 
-constexpr int64_t kCensusInterval = 50;  // steps between sampled kernel censuses
-
-// Trick 20 between training and evaluation: cached blocks go back to the
-// driver and the peak counters restart, so each phase's own peak shows. The
-// run's peak so far is kept first.
-void release_cached_memory(Backend& be, int64_t& run_peak_bytes) {
-  if (std::optional<DeviceMemoryStats> m = be.memory_stats(false))
-    run_peak_bytes = std::max(run_peak_bytes, m->peak_allocated_bytes);
-  be.empty_cache();
-  be.reset_peak_memory();
+// One optimizer step: for each of K micro-batches, stage it, forward, loss,
+// backward, then the optimizer. The same code runs eagerly and under graph
+// capture (then K = 1 and no clipping or anomaly check, see
+// cuda_graphs_blocker, and no timer: a graph's phases are not separated).
+void train_step(StepContext& s, int64_t K, int64_t step, double lr, StepTimer* timer,
+                const std::function<void(Tensor& x, Tensor& y)>& stage,
+                const std::function<void()>& consumed, json& metrics) {
+  const RunConfig& c = s.c;
+  for (int64_t k = 0; k < K; ++k) {
+    Tensor x, y;
+    stage(x, y);
+    Tensor* dlogits = nullptr;
+    {
+      std::optional<PhaseScope> ps;
+      if (timer) ps.emplace(*timer, Phase::Forward);
+      Tensor logits = forward(s, x, step);
+      dlogits = &ensure_buffer(s.ctx, s.dlogits, logits.shape(), logits.dtype());
+      // The loss is divided by K so K micro-batches sum to one big batch's gradient.
+      s.be.softmax_cross_entropy(logits, y, static_cast<float>(c.label_smoothing),
+                                 1.0f / static_cast<float>(K), *dlogits, s.stats);
+      if (s.scaler) s.scaler->scale_grad(*dlogits);  // dlogits *= loss scale, on the device
+    }
+    {
+      std::optional<PhaseScope> ps;
+      if (timer) ps.emplace(*timer, Phase::Backward);
+      // grad_set_to_none: the first micro-batch writes the gradients, later ones add.
+      s.ctx.accumulate_grads = !c.grad_set_to_none || k > 0;
+      backward(s, *dlogits);
+    }
+    consumed();  // the last reader of x and y (conv weight gradients) is queued
+  }
+  std::optional<PhaseScope> ps;
+  if (timer) ps.emplace(*timer, Phase::Optimizer);
+  float grad_scale = 1.0f;
+  if (s.scaler) {
+    Tensor grads = s.model.grad_block();  // a view: unscaled in place, found_inf set
+    s.scaler->unscale(grads);
+  }
+  // Clipping sees unscaled gradients; after an overflow its factor is not
+  // finite, harmless since that step is skipped.
+  if (c.clip_grad_norm > 0) {
+    ClipResult clip = clip_grad_norm(s.be, s.model.grad_block(), c.clip_grad_norm);
+    grad_scale = clip.factor;
+    metrics["grad_norm"] = clip.norm;
+  }
+  // Under fp16 an overflow is expected and handled (the step is skipped).
+  if (c.anomaly_check && !s.scaler)
+    TB_CHECK(std::isfinite(s.be.sum_squares(s.model.grad_block())),
+             "anomaly_check: gradients contain NaN or Inf at step ", step);
+  if (s.scaler) {
+    // Skipped on the device when found_inf is set; then backoff or growth.
+    s.optimizer.step(static_cast<float>(lr), grad_scale, s.scaler->state());
+    s.scaler->update();
+  } else {
+    s.optimizer.step(static_cast<float>(lr), grad_scale);
+  }
 }
 
-// Phase times: CUDA events on the CUDA backend (device time, read back a few
-// steps late: measuring never waits for the device), steady_clock on the CPU.
-std::unique_ptr<StepTimer> make_step_timer(Backend& be, bool measure, int test_lag) {
-  std::unique_ptr<StepTimer> t;
-#ifdef TRAINBENCH_HAVE_CUDA
-  if (auto* cuda = dynamic_cast<CudaBackend*>(&be))
-    t = std::make_unique<CudaStepTimer>(static_cast<cudaStream_t>(cuda->stream_handle()), 3, 64,
-                                        measure);
-#endif
-  if (!t) {
-    if (measure)
-      t = std::make_unique<HostStepTimer>(/*report_h2d=*/!be.device().is_cpu());
-    else
-      t = std::make_unique<TotalOnlyStepTimer>();
+// Test loss and accuracy over the whole test set, without gradients.
+std::pair<double, double> evaluate(Backend& be, Model& model, Context& ctx, DataLoader& loader,
+                                   InputStager& stager) {
+  ctx.training = false;
+  DeviceStats eval_stats(be);
+  int64_t n = 0;
+  loader.start_epoch(0);
+  Batch b;
+  Tensor none, x, y;
+  while (loader.next(b)) {
+    n += b.labels.dim(0);
+    stager.stage(std::move(b), loader, x, y);
+    Tensor logits = model.forward(ctx, x);
+    be.softmax_cross_entropy(logits, y, 0.0f, 1.0f, none, eval_stats.device);
+    stager.consumed();
   }
-  if (test_lag > 0) t = std::make_unique<LaggedStepTimer>(std::move(t), test_lag);
-  return t;
+  stager.release_all();  // the test loader's batches go home before its next epoch
+  ctx.training = true;
+  auto [loss_sum, correct] = eval_stats.read_and_reset();
+  return {loss_sum / std::max<int64_t>(n, 1), correct / std::max<int64_t>(n, 1)};
+}
+
+// The evaluation between epochs, with what surrounds it: the graphs dropped
+// (evaluation reallocates layer buffers for its last, smaller batch, and the
+// stager's slots, so their addresses go stale; one eager step puts the
+// training shapes back before the next capture) and, with
+// empty_cache_between_phases, the cached memory released on both sides.
+json evaluate_phase(Backend& be, Model& model, Context& ctx, DataLoader& loader,
+                    InputStager& stager, StepGraphs* graphs, StepTelemetry& telemetry,
+                    bool empty_cache) {
+  const auto t_eval = Clock::now();
+  if (graphs) graphs->invalidate(1);
+  if (empty_cache) telemetry.release_cached_memory();
+  auto [test_loss, test_acc] = evaluate(be, model, ctx, loader, stager);
+  if (empty_cache) telemetry.release_cached_memory();
+  return {{"test_loss", test_loss}, {"test_accuracy", test_acc},
+          {"eval_time_s", ms_since(t_eval) / 1e3}};
+}
+
+
+// Logs every trick that was asked for but is not applied, and the amp test hook.
+void log_plan(const RunPlan& plan, const Log& log) {
+  for (const auto& [key, st] : plan.tricks.items())
+    if (st["changed"].get<bool>() && !st["applied"].get<bool>())
+      log("warning", key + " = " + st["requested"].dump() + " not applied: " +
+                         st.value("reason", ""));
+  if (plan.precision.enabled() && !plan.applied("amp"))
+    log("info", "amp = " + std::string(plan.precision.name()) +
+                    " on the cpu through the reference low-precision ops (test hook)");
+}
+
+// How long the run is, in steps and epochs.
+struct RunShape {
+  int64_t steps_per_epoch, total_steps, epochs, samples_per_step;
+};
+
+RunShape run_shape(const RunConfig& c, const RunData& data) {
+  RunShape r;
+  const int64_t K = c.accumulation_steps;
+  r.steps_per_epoch = data.train->num_batches() / K;
+  TB_CHECK(r.steps_per_epoch > 0, data.train_set->name(), " has ", data.train_set->size(),
+           " samples: not enough for one step of batch_size ", c.batch_size,
+           " x accumulation_steps ", K);
+  r.total_steps = c.max_steps > 0 ? c.max_steps : c.epochs * r.steps_per_epoch;
+  r.epochs = (r.total_steps + r.steps_per_epoch - 1) / r.steps_per_epoch;
+  r.samples_per_step = c.batch_size * K;
+  return r;
+}
+
+// Publishes run_started; returns the summary's first fields.
+json publish_run_started(EventBus& bus, int64_t run_id, const RunConfig& c, Backend& be,
+                         const RunPlan& plan, const Model& model, const RunData& data,
+                         const RunShape& shape) {
+  json environment = be.describe();
+  environment["engine_version"] = TRAINBENCH_VERSION;
+  environment["compiler"] = __VERSION__;
+  bus.publish("run_started", {{"run_id", run_id},
+                              {"name", c.name},
+                              {"config", c.values},
+                              {"environment", environment},
+                              {"tricks", plan.tricks},
+                              {"model", model.name()},
+                              {"parameters", model.num_params()},
+                              {"train_size", data.train_set->size()},
+                              {"test_size", data.test_set->size()},
+                              {"steps_per_epoch", shape.steps_per_epoch},
+                              {"total_steps", shape.total_steps},
+                              {"epochs", shape.epochs}});
+  return {{"steps", 0},
+          {"epochs", 0},
+          {"batch_size", c.batch_size},
+          {"steps_per_epoch", shape.steps_per_epoch},
+          {"effective_batch_size", shape.samples_per_step},
+          {"parameters", model.num_params()},
+          {"device", be.device().str()}};
+}
+
+// cuda_graphs: the step as one graph launch. The batch is staged outside the
+// graph and the optimizer's constants are written before it; the first launch
+// for a pair of input buffers captures train_step, later ones replay it. The
+// timer sees the whole step.
+void graph_step(StepContext& s, StepGraphs& graphs, InputStager& stager, int64_t step, double lr,
+                const std::function<void(Tensor& x, Tensor& y)>& stage_next, json& metrics) {
+  Tensor x, y;
+  stage_next(x, y);
+  s.optimizer.write_constants(static_cast<float>(lr));
+  auto staged = [&](Tensor& gx, Tensor& gy) { gx = x, gy = y; };
+  graphs.run(
+      x, y, [&] { train_step(s, 1, step, lr, nullptr, staged, [] {}, metrics); },
+      [&] { s.optimizer.count_replayed_step(); });
+  stager.consumed();
 }
 
 }  // namespace
@@ -156,459 +413,96 @@ Trainer::Trainer(RunConfig config, EventBus& bus, const std::atomic<bool>& stop)
 
 TrainResult Trainer::run(int64_t run_id) {
   const RunConfig& c = config_;
-  auto log = [&](const std::string& level, const std::string& message) {
+  const Log log = [&](const std::string& level, const std::string& message) {
     bus_.publish("log", {{"level", level}, {"message", message}});
   };
 
-  // --- backend
-  BackendOptions bo;
-  bo.deterministic = c.deterministic;
-  bo.cudnn_benchmark = c.cudnn_benchmark;
+  // --- the backend, and every trick decided once from what it reports
   std::string note;
-  std::unique_ptr<Backend> backend = make_backend(c.device, bo, &note);
+  std::unique_ptr<Backend> backend = make_backend(c.device, backend_options(c), &note);
   Backend& be = *backend;
   if (!note.empty()) log("info", note);
-  const bool on_host = be.device().is_cpu();
+  const RunPlan plan = resolve_tricks(c, be.capabilities(), be.device(),
+                                      {.tracing = trace_ != nullptr, .amp_on_cpu_for_test = amp_on_cpu_});
 
-  // --- data
-  std::unique_ptr<Dataset> train_set = open_dataset(dataset_spec(c, c.train_limit), "train");
-  std::unique_ptr<Dataset> test_set = open_dataset(dataset_spec(c, c.test_limit), "test");
-  LoaderOptions lo;
-  lo.batch_size = c.batch_size;
-  lo.seed = c.seed;
-  lo.workers = static_cast<int>(c.workers);
-  lo.shuffle = true;
-  lo.drop_last = true;  // equal batch shapes every step
-  lo.transform = transform_for(c, *train_set, true);
-  // Tricks 4 and 6 change where the loader's buffers live and what they hold.
-  if (!on_host && c.pin_memory)
-    lo.allocator = [&be](const Shape& s, DType t) { return be.pinned_host_empty(s, t); };
-  if (!on_host && c.h2d_uint8) lo.format = BatchFormat::Uint8;
-  // Trick 15: the data set's bytes go up as they are; the device transforms them.
-  const bool gpu_augment = !on_host && c.gpu_augment;
-  if (gpu_augment) lo.format = BatchFormat::Uint8Raw;
-  DataLoader train_loader(*train_set, lo);
-  lo.shuffle = false;
-  lo.drop_last = false;
-  lo.transform = transform_for(c, *test_set, false);
-  DataLoader test_loader(*test_set, lo);
-
-  const int64_t K = c.accumulation_steps;
-  const int64_t steps_per_epoch = train_loader.num_batches() / K;
-  TB_CHECK(steps_per_epoch > 0, train_set->name(), " has ", train_set->size(),
-           " samples: not enough for one step of batch_size ", c.batch_size,
-           " x accumulation_steps ", K);
-  const int64_t total_steps = c.max_steps > 0 ? c.max_steps : c.epochs * steps_per_epoch;
-  const int64_t epochs = (total_steps + steps_per_epoch - 1) / steps_per_epoch;
-  const int64_t samples_per_step = c.batch_size * K;
-
-  // --- model and optimizer
-  ModelOptions mo;
-  mo.conv_bias_before_bn = c.conv_bias_before_bn;
-  // Tricks 8 (channels_last) and 22 (pad_channels_to) are cuda-only (schema
-  // backends "cuda"; resolve_tricks reports them not applied on the CPU).
-  const Layout act_layout = c.channels_last && !on_host ? Layout::NHWC : Layout::NCHW;
-  if (!on_host) mo.pad_channels_to = c.pad_channels_to;
-  mo.fuse_pointwise = c.fuse_pointwise;
-  std::unique_ptr<Model> model =
-      make_model(c.model, train_loader.image_shape(), train_set->num_classes(), mo);
-  // Trick 15: constant parameters and buffers are filled on the device (the
-  // random weights keep their host draws, so the same seed gives the same model).
-  if (!on_host && c.device_side_init) model->set_device_side_init(true);
-  // NHWC: KRSC filters and NHWC activations end to end (cuDNN's channels-last).
-  model->build(be, c.seed, DType::F32, act_layout);
-  if (!on_host && c.device_side_init)
-    log("info", "device_side_init: " + std::to_string(model->init_device_bytes()) +
-                    " bytes of parameters and buffers filled on the device, " +
-                    std::to_string(model->init_upload_bytes()) +
-                    " bytes of random weights drawn on the host and uploaded");
-  for (const auto& layer : model->layers())
-    if (const auto* pad = dynamic_cast<const PadChannels*>(layer.get()))
-      log("info", "pad_channels_to=" + std::to_string(c.pad_channels_to) + ": input channels " +
-                      std::to_string(pad->in_channels()) + " -> " +
-                      std::to_string(pad->out_channels()));
-
-  OptimizerConfig oc;
-  oc.kind = optimizer_from_name(c.optimizer);
-  oc.lr = static_cast<float>(c.lr);
-  oc.momentum = static_cast<float>(c.momentum);
-  oc.nesterov = c.nesterov;
-  oc.weight_decay = static_cast<float>(c.weight_decay);
-  oc.beta1 = static_cast<float>(c.beta1);
-  oc.beta2 = static_cast<float>(c.beta2);
-  oc.eps = static_cast<float>(c.eps);
-  oc.alpha = static_cast<float>(c.alpha);
-  oc.multi_tensor = c.optimizer_foreach;
-  Optimizer optimizer(oc, *model, be);
-
-  ScheduleConfig sc;
-  sc.kind = schedule_from_name(c.schedule);
-  sc.base_lr = scaled_lr(c.lr, samples_per_step, c.base_batch_size,
-                         lr_scaling_from_name(c.lr_scaling));
-  sc.total_steps = total_steps;
-  sc.warmup_steps = c.warmup_steps;
-  sc.step_size = c.step_size;
-  sc.gamma = c.gamma;
-  sc.min_lr = c.min_lr;
-  LrSchedule schedule(sc);
-
-  // --- what this run honours
-  const json tricks = resolve_tricks(c, be.device());
-  for (const auto& [key, st] : tricks.items())
-    if (st["changed"].get<bool>() && !st["applied"].get<bool>())
-      log("warning", key + " = " + st["requested"].dump() + " not applied: " +
-                         st.value("reason", ""));
-
-  // --- mixed precision (trick 1): conv/linear in f16/bf16, the rest in f32; fp16
-  // adds the dynamic loss scaler, driven as engine/amp/loss_scaler.h describes.
-  const PrecisionPolicy amp_policy = PrecisionPolicy::from_config(c.amp);
-  const bool amp_on = amp_policy.enabled() && (tricks["amp"]["applied"].get<bool>() || amp_on_cpu_);
-  if (amp_on && !tricks["amp"]["applied"].get<bool>())
-    log("info", "amp = " + std::string(amp_policy.name()) +
-                    " on the cpu through the reference low-precision ops (test hook)");
+  // --- data, model, optimizer, schedule
+  RunData data = open_data(c, plan, be);
+  const auto [steps_per_epoch, total_steps, epochs, samples_per_step] = run_shape(c, data);
+  std::unique_ptr<Model> model = build_model(c, plan, be, data, log);
+  Optimizer optimizer(OptimizerConfig::from_run(c), *model, be);
+  LrSchedule schedule(ScheduleConfig::from_run(c, samples_per_step, total_steps));
+  log_plan(plan, log);
+  // amp: conv/linear in f16/bf16, the rest in f32; fp16 adds the dynamic loss
+  // scaler, driven as engine/amp/loss_scaler.h describes.
   std::optional<LossScaler> scaler;
-  if (amp_on && amp_policy.needs_loss_scaling()) scaler.emplace(be);
+  if (plan.precision.needs_loss_scaling()) scaler.emplace(be);
+  summary_ = publish_run_started(bus_, run_id, c, be, plan, *model, data,
+                                 {steps_per_epoch, total_steps, epochs, samples_per_step});
 
-  json environment = be.describe();
-  environment["engine_version"] = TRAINBENCH_VERSION;
-  environment["compiler"] = __VERSION__;
-  summary_ = {{"steps", 0},
-              {"epochs", 0},
-              {"batch_size", c.batch_size},
-              {"steps_per_epoch", steps_per_epoch},
-              {"effective_batch_size", samples_per_step},
-              {"parameters", model->num_params()},
-              {"device", be.device().str()}};
-
-  bus_.publish("run_started", {{"run_id", run_id},
-                            {"name", c.name},
-                            {"config", c.values},
-                            {"environment", environment},
-                            {"tricks", tricks},
-                            {"model", model->name()},
-                            {"parameters", model->num_params()},
-                            {"train_size", train_set->size()},
-                            {"test_size", test_set->size()},
-                            {"steps_per_epoch", steps_per_epoch},
-                            {"total_steps", total_steps},
-                            {"epochs", epochs}});
-
+  // --- the step's parts
   Context ctx{be};
-  ctx.dtype = DType::F32;
-  ctx.layout = act_layout;
-  if (amp_on) ctx.amp = amp_policy;
-  DeviceStats train_stats(be);
-  InputOptions io;
-  io.non_blocking = !on_host && c.non_blocking;
-  io.uint8 = !on_host && (c.h2d_uint8 || gpu_augment);
-  io.augment = gpu_augment;
-  if (io.uint8)
-    norm_scale_shift(train_loader.options().transform.norm, train_loader.image_shape()[0],
-                     io.scale, io.shift);
-  io.layout = act_layout;  // channels_last: one explicit NCHW -> NHWC copy per batch
-  InputStager stager(be, io);
+  ctx.layout = plan.layout;
+  ctx.amp = plan.precision;
+  TrainStats train_stats(be);
+  InputStager stager(be, input_options(plan, *data.train));
+  StepContext step_ctx{c, be, *model, ctx, optimizer, scaler ? &*scaler : nullptr,
+                       train_stats.stats.device, trace_};
+  std::unique_ptr<StepGraphs> graphs;  // cuda_graphs: the whole step, captured once, replayed
+  if (plan.cuda_graphs) graphs = std::make_unique<StepGraphs>(be, kGraphWarmup);
+  StepTelemetry telemetry(be, plan,
+                          {.measure = measure_, .timer_lag_for_test = timer_lag_for_test_,
+                           .trace = trace_, .profiler_requested = c.profiler,
+                           .samples_per_step = samples_per_step},
+                          bus_);
+  StepTimer& timer = telemetry.timer();
 
-  // Forward that checks every layer's output for NaN/Inf when anomaly_check is on.
-  // With a trace, every layer's forward is a span.
-  auto forward = [&](const Tensor& x, int64_t step) {
-    if (!c.anomaly_check && !trace_) return model->forward(ctx, x);
-    Tensor h = x;
-    for (const auto& layer : model->layers()) {
-      {
-        TraceSpan span(trace_, layer->name(), "forward");
-        h = layer->forward(ctx, h);
-      }
-      if (c.anomaly_check)
-        TB_CHECK(std::isfinite(be.sum_squares(h)), "anomaly_check: layer '", layer->name(),
-                 "' produced NaN or Inf at step ", step);
-    }
-    return h;
-  };
-  // The same order as Model::backward, one span per layer when tracing.
-  auto backward = [&](const Tensor& dlogits) {
-    if (!trace_) return model->backward(ctx, dlogits);
-    const auto& layers = model->layers();
-    Tensor g = dlogits;
-    for (size_t i = layers.size(); i-- > 0;) {
-      TraceSpan span(trace_, layers[i]->name(), "backward");
-      g = layers[i]->backward(ctx, g, /*need_dx=*/i > 0);
-    }
-  };
-
-  auto evaluate = [&]() -> std::pair<double, double> {
-    ctx.training = false;
-    DeviceStats eval_stats(be);
-    int64_t n = 0;
-    test_loader.start_epoch(0);
-    Batch b;
-    Tensor none, x, y;
-    while (test_loader.next(b)) {
-      n += b.labels.dim(0);
-      stager.stage(std::move(b), test_loader, x, y);
-      Tensor logits = model->forward(ctx, x);
-      be.softmax_cross_entropy(logits, y, 0.0f, 1.0f, none, eval_stats.device);
-      stager.consumed();
-    }
-    stager.release_all();  // the test loader's batches go home before its next epoch
-    ctx.training = true;
-    auto [loss_sum, correct] = eval_stats.read_and_reset();
-    return {loss_sum / std::max<int64_t>(n, 1), correct / std::max<int64_t>(n, 1)};
-  };
-
-  Tensor dlogits_buf;
-
-  // Trick 24: the whole step as a CUDA graph after kGraphWarmup eager steps
-  // (the reasons it cannot apply are in resolve_tricks). Not with a trace,
-  // whose per-layer spans a replay cannot give.
-  constexpr int kGraphWarmup = 3;
-  std::unique_ptr<StepGraphs> graphs;
-  if (tricks["cuda_graphs"]["applied"].get<bool>() && c.cuda_graphs) {
-    if (trace_)
-      log("warning", "cuda_graphs not applied: a trace records per-layer spans, a replay has none");
-    else if (!be.supports_graphs())
-      log("warning", "cuda_graphs not applied: the " + be.name() + " backend cannot capture");
-    else
-      graphs = std::make_unique<StepGraphs>(be, kGraphWarmup);
-  }
-  std::vector<double> step_ms;
-  step_ms.reserve(static_cast<size_t>(total_steps));
-  double last_test_acc = NAN, last_test_loss = NAN, last_train_loss = NAN;
+  double last_test_acc = NAN, last_test_loss = NAN;
   int64_t step = 0;
   bool stopped = false;
   const auto run_start = Clock::now();
-  double cpu_mark = process_cpu_seconds();
-  auto wall_mark = Clock::now();
-  std::unique_ptr<StepTimer> base_timer = make_step_timer(be, measure_, timer_lag_for_test_);
-  std::unique_ptr<TracingStepTimer> tracing_timer;
-  if (trace_) tracing_timer = std::make_unique<TracingStepTimer>(*base_timer, *trace_);
-  StepTimer& timer = trace_ ? static_cast<StepTimer&>(*tracing_timer) : *base_timer;
-
-  // A step's event goes out when its times are known: at once with host
-  // timers, a few steps later with CUDA events (so no step waits to be timed).
-  struct PendingStep {
-    int64_t step, epoch;
-    json metrics;
-  };
-  std::deque<PendingStep> pending;
-  auto publish_ready = [&](bool flush) {
-    if (flush) timer.flush();
-    while (std::optional<StepTimes> t = timer.poll()) {
-      TB_CHECK(!pending.empty() && pending.front().step == t->step, "step timer: times of step ",
-               t->step, " arrived, but the next unpublished step is ",
-               pending.empty() ? int64_t(-1) : pending.front().step);
-      PendingStep p = std::move(pending.front());
-      pending.pop_front();
-      step_ms.push_back(t->total_ms);
-      if (measure_)
-        t->write_metrics(p.metrics);
-      else
-        p.metrics["step_time_ms"] = t->total_ms;
-      p.metrics["samples_per_s"] = 1e3 * double(samples_per_step) / t->total_ms;
-      bus_.publish("step", {{"step", p.step}, {"epoch", p.epoch}, {"metrics", p.metrics}});
-    }
-  };
-
-  // GPU telemetry (NVML, from the driver at run time); absent, with the reason
-  // logged, where there is none. NVML numbers devices in PCI order, CUDA
-  // fastest first: the same on one-GPU machines.
-  std::unique_ptr<NvmlTelemetry> nvml;
-  if (!on_host) {
-    nvml = std::make_unique<NvmlTelemetry>(unsigned(be.device().index));
-    if (!nvml->available()) {
-      log("info", "GPU telemetry " + nvml->reason());
-      nvml.reset();
-    }
-  }
-  int64_t device_peak_bytes = 0;  // over the run (peaks reset between phases, trick 20)
-  // Kernel counts and the Tensor Core share: one step in 50, every step with
-  // the profiler trick (17), which makes its cost visible in the step times.
-  std::unique_ptr<KernelCensus> census;
-  // A trace records every kernel itself (device rows), so no census then.
-  DeviceTraceRecorder device_trace;
-  if (trace_ && !on_host && !device_trace.start(*trace_))
-    log("warning", "trace: device rows " + device_trace.reason());
-  if (!on_host && !trace_) {
-    census = std::make_unique<KernelCensus>(be, c.profiler ? 1 : kCensusInterval);
-    if (!census->available()) {
-      log(c.profiler ? "warning" : "info", "kernel census " + census->reason());
-      census.reset();
-    }
-  }
-  // Tensor pipe counters (CUPTI range profiler) halfway between censuses; a
-  // step never has both (two CUPTI collections), the census gives way.
-  std::unique_ptr<TensorPipeProfiler> pipe;
-  if (!on_host && !trace_) {
-    const auto [first, every] =
-        tensor_pipe_schedule(kCensusInterval, std::getenv("TRAINBENCH_TENSOR_PIPE_EVERY"));
-    pipe = std::make_unique<TensorPipeProfiler>(be, first, every);
-    log("info", "tensor pipe counters " + pipe->describe());
-    if (!pipe->available()) pipe.reset();
-  }
-
   for (int64_t epoch = 0; epoch < epochs && !stopped; ++epoch) {
     const auto epoch_start = Clock::now();
-    train_loader.start_epoch(epoch);
-    double epoch_loss = 0, epoch_correct = 0;
-    int64_t epoch_samples = 0, pending_samples = 0;
-    auto read_train_stats = [&](json& metrics) {
-      if (pending_samples == 0) return;
-      auto [loss_sum, correct] = train_stats.read_and_reset();
-      epoch_loss += loss_sum, epoch_correct += correct, epoch_samples += pending_samples;
-      metrics["loss"] = loss_sum / double(pending_samples);
-      metrics["train_accuracy"] = correct / double(pending_samples);
-      last_train_loss = loss_sum / double(pending_samples);
-      pending_samples = 0;
-    };
-
+    data.train->start_epoch(epoch);
+    train_stats.start_epoch();
     for (int64_t s = 0; s < steps_per_epoch && step < total_steps; ++s) {
-      const bool pipe_step = pipe && pipe->samples(step + 1);
-      if (census && !pipe_step) census->begin_step(step + 1);
-      if (pipe_step) pipe->begin_step(step + 1);
-      timer.begin_step(step + 1);
+      telemetry.begin_step(step + 1);
       if (!c.grad_set_to_none) {
         Tensor grads = model->grad_block();
         be.fill(grads, 0.0);
       }
       int64_t h2d_bytes = 0;
       json metrics;
-      double lr = 0;
-      const bool graph_step = graphs && graphs->ready();
-      if (graph_step) {
-        // The step as one graph launch (K == 1, no clipping, no anomaly check):
-        // the batch is staged outside it and the optimizer's constants written
-        // before it. Phases are not separated; the timer sees the whole step.
+      // The next batch on the device. There is no copy on the host: no h2d
+      // phase there. With non_blocking it times only the exposed copy.
+      auto stage_next = [&](Tensor& x, Tensor& y) {
         Batch b;
         double wait_s = 0;
-        TB_CHECK(train_loader.next(b, &wait_s), "data loader ended early in epoch ", epoch);
+        TB_CHECK(data.train->next(b, &wait_s), "data loader ended early in epoch ", epoch);
         timer.add_host_ms(Phase::DataWait, 1e3 * wait_s);
-        pending_samples += b.labels.dim(0);
-        Tensor x, y;
-        {
-          PhaseScope ps(timer, Phase::H2D);
-          stager.stage(std::move(b), train_loader, x, y);
-          h2d_bytes += stager.last_bytes();
-        }
-        lr = schedule.lr_for_step(step);
-        optimizer.write_constants(static_cast<float>(lr));
-        graphs->run(
-            x, y,
-            [&] {
-              Tensor logits = model->forward(ctx, x);
-              Tensor& dlogits = ensure_buffer(ctx, dlogits_buf, logits.shape(), logits.dtype());
-              be.softmax_cross_entropy(logits, y, static_cast<float>(c.label_smoothing), 1.0f,
-                                       dlogits, train_stats.device);
-              if (scaler) scaler->scale_grad(dlogits);
-              ctx.accumulate_grads = !c.grad_set_to_none;
-              model->backward(ctx, dlogits);
-              if (scaler) {
-                Tensor grads = model->grad_block();
-                scaler->unscale(grads);
-                optimizer.step(static_cast<float>(lr), 1.0f, scaler->state());
-                scaler->update();
-              } else {
-                optimizer.step(static_cast<float>(lr), 1.0f);  // counts the step
-              }
-            },
-            [&] { optimizer.count_replayed_step(); });
-        stager.consumed();
+        train_stats.pending_samples += b.labels.dim(0);
+        std::optional<PhaseScope> ps;
+        if (!plan.on_host) ps.emplace(timer, Phase::H2D);
+        stager.stage(std::move(b), *data.train, x, y);
+        h2d_bytes += stager.last_bytes();
+      };
+      const double lr = schedule.lr_for_step(step);
+      if (graphs && graphs->ready()) {
+        graph_step(step_ctx, *graphs, stager, step, lr, stage_next, metrics);
+      } else {
+        train_step(step_ctx, c.accumulation_steps, step, lr, &timer, stage_next, [&] { stager.consumed(); }, metrics);
+        if (graphs) graphs->eager_step_done();
       }
-      for (int64_t k = 0; k < (graph_step ? 0 : K); ++k) {  // the eager step's micro-batches
-        Batch b;
-        double wait_s = 0;
-        TB_CHECK(train_loader.next(b, &wait_s), "data loader ended early in epoch ", epoch);
-        timer.add_host_ms(Phase::DataWait, 1e3 * wait_s);
-        pending_samples += b.labels.dim(0);
-        Tensor x, y;
-        {
-          // No copy on the host: not a phase there. With non_blocking this
-          // times only what the compute stream waits for (the exposed copy).
-          std::optional<PhaseScope> ps;
-          if (!on_host) ps.emplace(timer, Phase::H2D);
-          stager.stage(std::move(b), train_loader, x, y);
-          h2d_bytes += stager.last_bytes();
-        }
-        Tensor* dlogits = nullptr;
-        {
-          PhaseScope ps(timer, Phase::Forward);
-          Tensor logits = forward(x, step);
-          dlogits = &ensure_buffer(ctx, dlogits_buf, logits.shape(), logits.dtype());
-          // The loss is divided by K so K micro-batches sum to one big batch's gradient.
-          be.softmax_cross_entropy(logits, y, static_cast<float>(c.label_smoothing),
-                                   1.0f / static_cast<float>(K), *dlogits, train_stats.device);
-          if (scaler) scaler->scale_grad(*dlogits);  // dlogits *= loss scale, on the device
-        }
-        {
-          PhaseScope ps(timer, Phase::Backward);
-          // grad_set_to_none: the first micro-batch writes the gradients, later ones add.
-          ctx.accumulate_grads = !c.grad_set_to_none || k > 0;
-          backward(*dlogits);
-        }
-        stager.consumed();  // the last reader of x and y (conv weight gradients) is queued
-      }
-      if (!graph_step) {
-        PhaseScope ps(timer, Phase::Optimizer);
-        float grad_scale = 1.0f;
-        if (scaler) {
-          Tensor grads = model->grad_block();  // a view: unscaled in place, found_inf set
-          scaler->unscale(grads);
-        }
-        // Clipping sees unscaled gradients; after an overflow its factor is not
-        // finite, harmless since that step is skipped.
-        if (c.clip_grad_norm > 0) {
-          ClipResult clip = clip_grad_norm(be, model->grad_block(), c.clip_grad_norm);
-          grad_scale = clip.factor;
-          metrics["grad_norm"] = clip.norm;
-        }
-        // Under fp16 an overflow is expected and handled (the step is skipped).
-        if (c.anomaly_check && !scaler)
-          TB_CHECK(std::isfinite(be.sum_squares(model->grad_block())),
-                   "anomaly_check: gradients contain NaN or Inf at step ", step);
-        lr = schedule.lr_for_step(step);
-        if (scaler) {
-          // Skipped on the device when found_inf is set; then backoff or growth.
-          optimizer.step(static_cast<float>(lr), grad_scale, scaler->state());
-          scaler->update();
-        } else {
-          optimizer.step(static_cast<float>(lr), grad_scale);
-        }
-      }
-      if (graphs && !graph_step) graphs->eager_step_done();
       ++step;
-
       if (c.sync_every_step || step % c.log_every == 0 || s + 1 == steps_per_epoch ||
           step == total_steps) {
-        read_train_stats(metrics);
+        train_stats.read(metrics);
         if (scaler) {  // the scaler's only host reads
           metrics["loss_scale"] = scaler->read_scale();
           metrics["amp_skipped_steps"] = double(scaler->read_skipped());
         }
       }
-      timer.end_step();
-      if (census) census->end_step(metrics);
-      if (pipe && !pipe->end_step(metrics)) {
-        log("warning", "tensor pipe counters " + pipe->reason());
-        pipe.reset();
-      }
       metrics["lr"] = lr;
-      if (!on_host) {
-        const bool every10 = step % 10 == 0 || step == 1;
-        metrics["h2d_bytes"] = double(h2d_bytes);
-        if (std::optional<DeviceMemoryStats> m = be.memory_stats(/*query_device=*/every10)) {
-          write_memory_metrics(*m, metrics);
-          device_peak_bytes = std::max(device_peak_bytes, m->peak_allocated_bytes);
-        }
-        if (nvml && every10)
-          if (std::optional<GpuTelemetry> g = nvml->read()) g->write_metrics(metrics);
-      }
-      if (on_host && (step % 10 == 0 || step == 1)) {
-        metrics["host_rss_bytes"] = double(process_rss_bytes());
-        const double wall = std::chrono::duration<double>(Clock::now() - wall_mark).count();
-        const double cpu = process_cpu_seconds();
-        if (wall > 0) metrics["cpu_threads_busy"] = (cpu - cpu_mark) / wall;
-        cpu_mark = cpu, wall_mark = Clock::now();
-      }
-      pending.push_back({step, epoch, std::move(metrics)});
-      publish_ready(/*flush=*/false);
+      telemetry.end_step(step, epoch, std::move(metrics), h2d_bytes);
       summary_["steps"] = step;
       if (stop_.load()) {
         stopped = true;
@@ -617,48 +511,25 @@ TrainResult Trainer::run(int64_t run_id) {
       }
     }
 
-    // The epoch's last step events go out before its epoch event.
-    publish_ready(/*flush=*/true);
+    telemetry.flush();  // the epoch's last step events go out before its epoch event
     // Evaluate at the end of every epoch (and of a run cut short by max_steps).
-    const auto t_eval = Clock::now();
-    json em;
-    if (!stopped) {
-      // Evaluation reallocates layer buffers (its last, smaller batch) and the
-      // stager's slots, so the graphs' addresses go stale: drop them first, and
-      // one eager step puts the training shapes back before the next capture.
-      if (graphs) graphs->invalidate(1);
-      if (c.empty_cache_between_phases) release_cached_memory(be, device_peak_bytes);
-      auto [test_loss, test_acc] = evaluate();
-      if (c.empty_cache_between_phases) release_cached_memory(be, device_peak_bytes);
-      last_test_loss = test_loss, last_test_acc = test_acc;
-      em["test_loss"] = test_loss;
-      em["test_accuracy"] = test_acc;
-      em["eval_time_s"] = ms_since(t_eval) / 1e3;
-    }
-    if (epoch_samples > 0) {
-      em["train_loss"] = epoch_loss / double(epoch_samples);
-      em["train_accuracy"] = epoch_correct / double(epoch_samples);
-    }
+    json em = stopped ? json::object()
+                      : evaluate_phase(be, *model, ctx, *data.test, stager, graphs.get(), telemetry,
+                                       plan.empty_cache_between_phases);
+    if (!stopped) last_test_loss = em["test_loss"], last_test_acc = em["test_accuracy"];
+    train_stats.write_epoch_means(em);
     em["epoch_time_s"] = ms_since(epoch_start) / 1e3;
     bus_.publish("epoch", {{"epoch", epoch}, {"step", step}, {"metrics", em}});
     summary_["epochs"] = epoch + 1;
   }
 
-  if (trace_ && !on_host) device_trace.finish(be, engine_kernel_classifier());
-  const double med = median(step_ms);
-  summary_["median_step_time_ms"] = med;
-  summary_["samples_per_s"] = std::isfinite(med) && med > 0 ? 1e3 * samples_per_step / med : 0.0;
-  if (std::optional<DeviceMemoryStats> m = be.memory_stats(false))
-    device_peak_bytes = std::max(device_peak_bytes, m->peak_allocated_bytes);
-  summary_["peak_memory_bytes"] = on_host ? process_peak_rss_bytes() : device_peak_bytes;
-  summary_["peak_memory_kind"] = on_host ? "host_peak_rss" : "device_peak_allocated";
-  if (!on_host) summary_["gpu_mem_peak_bytes"] = device_peak_bytes;
+  telemetry.write_summary(summary_);
   summary_["final_test_accuracy"] = last_test_acc;
   summary_["final_test_loss"] = last_test_loss;
-  summary_["final_train_loss"] = last_train_loss;
+  summary_["final_train_loss"] = train_stats.last_loss;
   summary_["total_time_s"] = ms_since(run_start) / 1e3;
-  summary_["amp"] = amp_on ? amp_policy.name() : "off";
-  if (graphs) {  // trick 24: how the steps ran (0 replays: every step was eager)
+  summary_["amp"] = plan.precision.name();
+  if (graphs) {  // how the steps ran (0 replays: every step was eager)
     summary_["cuda_graph_captures"] = graphs->captures();
     summary_["cuda_graph_replays"] = graphs->replays();
   }

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "engine/train/tricks.h"
 
-#include <set>
 #include <string>
 
 namespace tb {
@@ -10,28 +9,35 @@ using json = nlohmann::json;
 
 namespace {
 
-// The cuda-only tricks that this build's trainer and CUDA backend carry out.
-// Every other cuda-only key is reported "not implemented" on a GPU, so a run
-// never claims a trick it did not do. Add a key here in the commit that makes
-// it real (and tests it).
-bool cuda_trick_implemented(const std::string& key) {
-  static const std::set<std::string> implemented = {
-      "cudnn_benchmark",             // conv_cudnn.cpp: autotuned plans per shape key
-      "pin_memory",                  // loader buffers from Backend::pinned_host_empty
-      "non_blocking",                // InputStager: copy stream, events, two device slots
-      "h2d_uint8",                   // u8 batches, Backend::normalize_u8 on the device
-      "empty_cache_between_phases",  // trainer: around every evaluation
-      "channels_last",     // trainer: NHWC activations + KRSC filters, input relayout once per step
-      "pad_channels_to",   // PadChannels layer: input channels to a multiple (1/3 -> 8)
-      "amp",               // conv/linear *_lp ops + loss scaler
-      "gpu_augment",       // raw u8 batches, Backend::augment_normalize_u8
-      "device_side_init",  // Model: constant params/buffers filled on the device
-      "cuda_graphs",       // trainer: whole step captured once per stager slot, replayed
-#ifdef TRAINBENCH_HAVE_CUPTI
-      "profiler",  // KernelCensus of every step (CUPTI activity records)
-#endif
-  };
-  return implemented.count(key) > 0;
+// Whether the trick of key `k` takes effect, and why not (or a note) in *reason.
+bool decide(const ConfigKey& k, const json& value, bool changed, const RunConfig& c,
+            const BackendCapabilities& caps, const Device& device, const PlanContext& ctx,
+            std::string& reason) {
+  if (k.needs && !(caps.*k.needs)) {
+    // Streams, pinned memory, cuDNN, Tensor Cores and the caching allocator
+    // have no counterpart on the CPU backend.
+    if (device.is_cpu())
+      reason = changed ? "not applicable on the cpu backend" : "off; needs the cuda backend";
+    else
+      reason = "not implemented by this build's cuda backend yet";
+    return false;
+  }
+  if (k.key == "cuda_graphs" && value.get<bool>()) {
+    reason = cuda_graphs_blocker(c);
+    if (reason.empty() && ctx.tracing)
+      reason = "not applied: a trace records per-layer spans, a replay has none";
+    return reason.empty();
+  }
+  if (k.key == "non_blocking" && value.get<bool>() && !c.pin_memory)
+    reason = "without pin_memory the driver stages pageable batches first, so the copy "
+             "does not overlap compute";
+  if (k.key == "eval_inference_mode" && !value.get<bool>()) {
+    reason = "evaluation in this engine never records activations for backward";
+    return false;
+  }
+  if (k.key == "deterministic" && device.is_cpu())
+    reason = "the cpu backend is deterministic for a fixed thread count";
+  return true;
 }
 
 }  // namespace
@@ -48,39 +54,45 @@ std::string cuda_graphs_blocker(const RunConfig& c) {
   return {};
 }
 
-json resolve_tricks(const RunConfig& c, const Device& device) {
-  json out = json::object();
+RunPlan resolve_tricks(const RunConfig& c, const BackendCapabilities& caps, const Device& device,
+                       const PlanContext& ctx) {
+  RunPlan p;
   for (const ConfigKey& k : config_schema()) {
     if (k.trick == 0) continue;
     const json& value = c.values.at(k.key);
     const bool changed = value != k.default_value;  // the user asked for non-default behaviour
-    bool applied = true;
     std::string reason;
-    if (k.backends == "cuda" && device.is_cpu()) {
-      // Streams, pinned memory, cuDNN, Tensor Cores and the caching allocator
-      // have no counterpart on the CPU backend.
-      applied = false;
-      reason = changed ? "not applicable on the cpu backend" : "off; needs the cuda backend";
-    } else if (k.backends == "cuda" && !cuda_trick_implemented(k.key)) {
-      applied = false;
-      reason = "not implemented by this build's cuda backend yet";
-    } else if (k.key == "cuda_graphs" && value.get<bool>() &&
-               !(reason = cuda_graphs_blocker(c)).empty()) {
-      applied = false;
-    } else if (k.key == "non_blocking" && value.get<bool>() && !c.pin_memory) {
-      reason = "without pin_memory the driver stages pageable batches first, so the copy "
-               "does not overlap compute";
-    } else if (k.key == "eval_inference_mode" && !value.get<bool>()) {
-      applied = false;
-      reason = "evaluation in this engine never records activations for backward";
-    } else if (k.key == "deterministic" && device.is_cpu()) {
-      reason = "the cpu backend is deterministic for a fixed thread count";
-    }
+    const bool applied = decide(k, value, changed, c, caps, device, ctx, reason);
     json st = {{"trick", k.trick}, {"requested", value}, {"changed", changed}, {"applied", applied}};
     if (!reason.empty()) st["reason"] = reason;
-    out[k.key] = st;
+    p.tricks[k.key] = st;
   }
-  return out;
+  // Every choice below reads the record: a trick is used when it is on and applied.
+  auto on = [&](const char* key, bool value) { return value && p.applied(key); };
+  p.on_host = device.is_cpu();
+  p.pinned_staging = on("pin_memory", c.pin_memory);
+  p.non_blocking = on("non_blocking", c.non_blocking);
+  p.gpu_augment = on("gpu_augment", c.gpu_augment);
+  p.uint8_upload = on("h2d_uint8", c.h2d_uint8) || p.gpu_augment;
+  p.layout = on("channels_last", c.channels_last) ? Layout::NHWC : Layout::NCHW;
+  p.pad_channels_to = p.applied("pad_channels_to") ? c.pad_channels_to : 0;
+  p.fuse_pointwise = on("fuse_pointwise", c.fuse_pointwise);
+  p.device_side_init = on("device_side_init", c.device_side_init);
+  const PrecisionPolicy amp = PrecisionPolicy::from_config(c.amp);
+  if (p.applied("amp") || ctx.amp_on_cpu_for_test) p.precision = amp;
+  p.cuda_graphs = on("cuda_graphs", c.cuda_graphs);
+  p.empty_cache_between_phases = on("empty_cache_between_phases", c.empty_cache_between_phases);
+  // Kernel counts and the Tensor Core share: sampled, or every step with the
+  // profiler. A trace records every kernel itself (its device rows), so it
+  // has neither the census nor the tensor pipe counters.
+  p.kernel_census = p.tensor_pipe = !p.on_host && !ctx.tracing;
+  p.census_every_step = p.kernel_census && on("profiler", c.profiler);
+  p.device_trace = !p.on_host && ctx.tracing;
+  return p;
+}
+
+json resolve_tricks(const RunConfig& c, const Device& device) {
+  return resolve_tricks(c, capabilities_of(device.kind), device).tricks;
 }
 
 }  // namespace tb

@@ -14,6 +14,7 @@
 #include "engine/train/config.h"
 #include "engine/train/events.h"
 #include "engine/train/trainer.h"
+#include "tests/engine/gpu_slot.h"
 #ifdef TRAINBENCH_HAVE_CUDA
 #include "engine/backend/cuda/cuda_backend.h"
 #endif

@@ -39,6 +39,7 @@
 #ifdef TRAINBENCH_HAVE_CUDA
 #include "engine/backend/cuda/cuda_backend.h"
 #endif
+#include "tests/engine/gpu_slot.h"
 
 using namespace tb;
 
@@ -584,21 +585,26 @@ class TestAmp : public QObject {
 
   void cudaUnscale() {
     NEED_GPU();
+    TB_GPU_TRY
     const UnscaleResult c = scenario_unscale(cpu, 1024.0f), d = scenario_unscale(*gpu, 1024.0f);
     QCOMPARE(d.found_inf, c.found_inf);
     QVERIFY(same_bits(c.after, d.after));  // a multiplication by 2^-10: exact on both
+    TB_GPU_CATCH
   }
 
   void cudaPlantedInfAndNan() {
     NEED_GPU();
+    TB_GPU_TRY
     for (float bad : {kInf, -kInf, kNaN})
       for (int64_t at : {int64_t(0), int64_t(517), int64_t(999)})
         QVERIFY(scenario_planted(*gpu, bad, at));
     QVERIFY(!scenario_planted(*gpu, 3.0e38f, 3));
+    TB_GPU_CATCH
   }
 
   void cudaSkippedStep() {
     NEED_GPU();
+    TB_GPU_TRY
     for (OptimizerKind k : kKinds)
       for (bool multi : {false, true}) {
         const QString what = QString("%1 multi=%2").arg(optimizer_name(k)).arg(multi);
@@ -616,10 +622,12 @@ class TestAmp : public QObject {
                    qPrintable(what + QString(" p[%1]: cpu %2 cuda %3").arg(i).arg(a).arg(b)));
         }
       }
+    TB_GPU_CATCH
   }
 
   void cudaBackoffAndGrowth() {
     NEED_GPU();
+    TB_GPU_TRY
     const std::vector<bool> bad = {false, false, false, true, false, true, true, false, false};
     const ScaleTrace c = scenario_updates(cpu, opts(1024.0f, 2), bad);
     const ScaleTrace d = scenario_updates(*gpu, opts(1024.0f, 2), bad);
@@ -627,10 +635,12 @@ class TestAmp : public QObject {
     QCOMPARE(d.tracker, c.tracker);
     QCOMPARE(d.skipped, c.skipped);
     QCOMPARE(d.found_inf_after, c.found_inf_after);
+    TB_GPU_CATCH
   }
 
   void cudaOverflowMidTraining() {
     NEED_GPU();
+    TB_GPU_TRY
     const int steps = 30, bad = 10;
     const TrainTrace c = scenario_training(cpu, steps, bad);
     const TrainTrace d = scenario_training(*gpu, steps, bad);
@@ -642,10 +652,12 @@ class TestAmp : public QObject {
       QVERIFY2(std::abs(a - b) <= 1e-5f * std::max(1.0f, std::abs(a)),
                qPrintable(QString("p[%1]: cpu %2 cuda %3").arg(i).arg(a).arg(b)));
     }
+    TB_GPU_CATCH
   }
 
   void cudaCastRoundTrip() {
     NEED_GPU();
+    TB_GPU_TRY
     const Tensor src = host_of(cast_probe());
     for (DType dt : {DType::F16, DType::BF16}) {
       const auto [cl, cb] = round_trip(cpu, src, dt);
@@ -657,10 +669,12 @@ class TestAmp : public QObject {
     const auto [hn, hnb] = round_trip(*gpu, host_of({kNaN}), DType::F16);
     const auto [bn, bnb] = round_trip(*gpu, host_of({kNaN}), DType::BF16);
     QVERIFY(std::isnan(f32_at(hnb, 0)) && std::isnan(f32_at(bnb, 0)));
+    TB_GPU_CATCH
   }
 
   void cudaLinearLowPrecision() {
     NEED_GPU();
+    TB_GPU_TRY
     // Same rounded inputs on both: only the summation order differs (Tensor
     // Core fp32 accumulation vs the CPU's), so 1e-5 of the output's magnitude.
     const int64_t N = 64, K = 96, M = 40;
@@ -679,6 +693,7 @@ class TestAmp : public QObject {
                                   .arg(i).arg(f32_at(rt, i)).arg(f32_at(gt, i))));
       }
     }
+    TB_GPU_CATCH
   }
 };
 

@@ -41,6 +41,7 @@
 #ifdef TRAINBENCH_HAVE_CUDA
 #include "engine/backend/cuda/cuda_backend.h"
 #endif
+#include "tests/engine/gpu_slot.h"
 
 using namespace tb;
 using json = nlohmann::json;
@@ -659,6 +660,7 @@ class TestAmpTraining : public QObject {
   // 2u·|cpu| + 1e-5·max|cpu|. NCHW and NHWC (activations and filters).
   void cudaConvLpVsCpu() {
     NEED_GPU();
+    TB_GPU_TRY
     const ConvGeometry g = ConvGeometry::make(4, 8, 12, 12, 16, 3, 1, 1);
     const Tensor x = random_host(g.input_shape(), 61), w = random_host(g.weight_shape(), 62);
     const Tensor bias = random_host({g.C_out}, 63), dy = random_host(g.output_shape(), 64);
@@ -683,6 +685,7 @@ class TestAmpTraining : public QObject {
         }
       }
     }
+    TB_GPU_CATCH
   }
 
   // fp16 training steps on the GPU with the scaler: the same skip, backoff and
@@ -690,6 +693,7 @@ class TestAmpTraining : public QObject {
   // the loss falls.
   void cudaFp16TrainingSteps() {
     NEED_GPU();
+    TB_GPU_TRY
     LossScalerOptions so;
     so.init_scale = 256.0f;
     so.growth_interval = 5;
@@ -701,6 +705,7 @@ class TestAmpTraining : public QObject {
     QVERIFY(same_bits(d.momentum[bad], d.momentum[bad - 1]));
     const double first = mean(d.loss, 0, 4), last = mean(d.loss, steps - 4, steps);
     QVERIFY2(last < 0.6 * first, qPrintable(QString("%1 -> %2").arg(first).arg(last)));
+    TB_GPU_CATCH
   }
 };
 

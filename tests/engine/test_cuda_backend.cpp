@@ -7,8 +7,13 @@
 //   fp32 1e-5    pointwise math (GELU uses erff/expf), losses, pooling sums, BN
 //   fp32 1e-4    cuBLAS GEMMs (FP32 compute, other summation order), relative
 //                to the largest reference magnitude
-//   TF32 5e-3    cuDNN convolutions: cuDNN may pick TF32 tensor-core engines for
-//                fp32 I/O on sm_80+, 10-bit mantissa products
+//   fp32 conv    cuDNN convolutions: strict fp32 engines (no TF32, no
+//                down-converted inputs: conv_engine_filter), so a tolerance
+//                from fp32's roundoff and the reduction length
+//                (tb::test::network_tolerance with a margin of 4 layers for
+//                the Winograd/FFT transforms), relative to the output's size
+// Each comparison prints a "tb-tolerance" line (gpu_slot.h) with its worst
+// error over its tolerance, for scripts/gpu-check.sh's summary.
 // Slots that need a device begin with QSKIP when there is none (or the build
 // has no CUDA backend); the allocator size classes and the convolution plan
 // key need no device and run everywhere.
@@ -16,6 +21,7 @@
 // NOTE: written on a machine without a GPU. The GPU slots compiled there and
 // skipped; their first real run is scripts/gpu-check.sh (docs/gpu-check.md).
 #include <QtTest>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -29,6 +35,7 @@
 #ifdef TRAINBENCH_HAVE_CUDA
 #include "engine/backend/cuda/cuda_backend.h"
 #endif
+#include "tests/engine/gpu_slot.h"
 
 using namespace tb;
 
@@ -75,12 +82,17 @@ Cmp compare(const Tensor& ref, const Tensor& got, double rtol, double atol, cons
   for (int64_t i = 0; i < ref.numel(); ++i) mx = std::max(mx, std::abs(val(ref, i)));
   double worst = 0.0;
   int64_t at = -1;
+  double worst_ratio = -1.0, ratio_err = 0.0, ratio_tol = 1.0;
   for (int64_t i = 0; i < ref.numel(); ++i) {
     const double r = val(ref, i), g = val(got, i);
     const double tol = atol + rtol * (scale_by_max ? mx : std::abs(r));
     const double err = std::abs(r - g);
     if (!(err <= tol) && (at < 0 || err > worst)) worst = err, at = i;  // NaN counts as failure
+    if (tol > 0 && !(err / tol <= worst_ratio)) worst_ratio = err / tol, ratio_err = err, ratio_tol = tol;
   }
+  if (ref.numel() > 0 && (rtol > 0 || atol > 0))
+    tb::test::report_tolerance(ref.dtype() == DType::F64 ? "fp64" : "fp32", ratio_err, ratio_tol,
+                               what);
   if (at >= 0) {
     c.ok = false;
     c.msg = std::string(what) + ": element " + std::to_string(at) + " ref " +
@@ -105,6 +117,50 @@ Cmp compare(const Tensor& ref, const Tensor& got, double rtol, double atol, cons
 bool bitwise_equal(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
+
+#ifdef TRAINBENCH_HAVE_CUDA
+// A stand-in for the CUDA runtime calls of the caching allocator
+// (AllocatorRuntime): device memory is made-up addresses, the thread's stream
+// capture mode a thread_local, and every call is recorded.
+namespace fake_runtime {
+thread_local int capture_mode = 0;  // 0 = global, the runtime's default
+std::vector<int> modes_at_malloc;   // the calling thread's mode at each cudaMalloc
+int exchanges = 0, frees = 0, fail_next = 0;
+uintptr_t next_address = 0x10000000;
+void reset() {
+  capture_mode = 0;
+  modes_at_malloc.clear();
+  exchanges = frees = fail_next = 0;
+}
+tb::cuda::AllocatorRuntime runtime() {
+  tb::cuda::AllocatorRuntime rt;
+  rt.malloc = [](void** p, size_t bytes) {
+    modes_at_malloc.push_back(capture_mode);
+    if (fail_next > 0) {
+      --fail_next;
+      return tb::cuda::kCudaErrorMemoryAllocation;
+    }
+    *p = reinterpret_cast<void*>(next_address);
+    next_address += bytes;
+    return tb::cuda::kCudaSuccess;
+  };
+  rt.free = [](void*) { return ++frees, tb::cuda::kCudaSuccess; };
+  rt.get_device = [](int* d) { return *d = 0, tb::cuda::kCudaSuccess; };
+  rt.set_device = [](int) { return tb::cuda::kCudaSuccess; };
+  rt.mem_get_info = [](size_t* f, size_t* t) {
+    *f = size_t(1) << 30, *t = size_t(2) << 30;
+    return tb::cuda::kCudaSuccess;
+  };
+  rt.clear_last_error = [] { return tb::cuda::kCudaSuccess; };
+  rt.exchange_capture_mode = [](int* mode) {
+    std::swap(*mode, capture_mode);
+    ++exchanges;
+    return tb::cuda::kCudaSuccess;
+  };
+  return rt;
+}
+}  // namespace fake_runtime
+#endif
 
 }  // namespace
 
@@ -183,6 +239,105 @@ class TestCudaBackend : public QObject {
       QVERIFY(r % (is_small(r) ? kSmallRound : kLargeRound) == 0);
       QVERIFY(r - b < (is_small(r) ? kSmallRound : kLargeRound));
     }
+  }
+
+  // The allocator's bookkeeping against a fake runtime (no GPU): while a CUDA
+  // graph is being captured, every cudaMalloc runs in relaxed capture mode and
+  // the thread's mode is restored after it, also when it fails; an OOM inside
+  // a capture releases no cached block (cudaFree would void the capture).
+  void allocatorCaptureModeAroundCudaMalloc() {
+#ifdef TRAINBENCH_HAVE_CUDA
+    using namespace tb::cuda;
+    namespace fr = fake_runtime;
+    fr::reset();
+    CachingAllocator a(fr::runtime());
+    int stream_a = 0;
+    a.set_current_stream(&stream_a);
+    void* p = a.allocate(1000);  // eager: the thread's mode is left alone
+    QCOMPARE(fr::modes_at_malloc, std::vector<int>{0});
+    QCOMPARE(fr::exchanges, 0);
+    a.set_capturing(true);
+    QVERIFY(a.capturing());
+    void* q = a.allocate(3 << 20);
+    QCOMPARE(fr::modes_at_malloc.back(), kCaptureModeRelaxed);
+    QCOMPARE(fr::capture_mode, 0);  // restored
+    QCOMPARE(fr::exchanges, 2);
+    fr::capture_mode = 1;  // a thread in thread-local mode gets it back as it was
+    void* r = a.allocate(5 << 20);
+    QCOMPARE(fr::modes_at_malloc.back(), kCaptureModeRelaxed);
+    QCOMPARE(fr::capture_mode, 1);
+    fr::capture_mode = 0;
+    a.deallocate(p, 1000);
+    QVERIFY(a.allocate(1000) == p);  // a cache hit calls nothing
+    QCOMPARE(fr::exchanges, 4);
+    QCOMPARE(fr::modes_at_malloc.size(), size_t(3));
+    // Out of memory inside the capture: one attempt, nothing released, the
+    // mode restored, and the message says why.
+    a.deallocate(q, 3 << 20);  // a cached block an eager OOM would free
+    fr::fail_next = 1;
+    bool oom = false;
+    try {
+      (void)a.allocate(64 << 20);
+    } catch (const OutOfMemory& e) {
+      oom = true;
+      QCOMPARE(e.requested_bytes, size_t(64) << 20);
+      QVERIFY2(std::string(e.what()).find("capture") != std::string::npos, e.what());
+    }
+    QVERIFY(oom);
+    QCOMPARE(fr::frees, 0);
+    QCOMPARE(fr::capture_mode, 0);
+    QCOMPARE(a.stats().oom_retries, int64_t(0));
+    // Eager again: the OOM retry gives the cached blocks back and succeeds.
+    a.set_capturing(false);
+    fr::fail_next = 1;
+    const int exchanges = fr::exchanges;
+    void* big = a.allocate(64 << 20);
+    QVERIFY(big != nullptr);
+    QCOMPARE(fr::frees, 1);
+    QCOMPARE(a.stats().oom_retries, int64_t(1));
+    QCOMPARE(fr::exchanges, exchanges);
+    QCOMPARE(fr::modes_at_malloc.back(), 0);
+    a.deallocate(r, 5 << 20);
+    a.deallocate(big, 64 << 20);
+    a.deallocate(p, 1000);
+#else
+    QSKIP("this build has no CUDA backend (the allocator is compiled with it)");
+#endif
+  }
+
+  // Which cuDNN engines each convolution key may use (numerical and behaviour
+  // notes), decided without a GPU.
+  void convEngineFilter() {
+    using namespace tb::cuda;
+    ConvPlanKey k;
+    k.dtype = DType::F32;
+    ConvEngineFilter f = conv_engine_filter(k);
+    QVERIFY(f.no_down_convert && f.no_tensor_core);  // strict fp32: no TF32, no narrowing
+    QVERIFY(!f.no_reduced_precision_reduction && !f.no_nondeterministic);
+    QVERIFY(!f.no_runtime_compiled);
+    QCOMPARE(f.max_candidates, 1);
+    QVERIFY(!conv_engine_filter(k, /*allow_tf32=*/true).no_tensor_core);
+    QVERIFY(conv_engine_filter(k, true).no_down_convert);
+    for (DType t : {DType::F16, DType::BF16}) {
+      k.dtype = t;
+      f = conv_engine_filter(k);
+      QVERIFY(f.no_reduced_precision_reduction);  // fp32 accumulation
+      QVERIFY(!f.no_tensor_core && !f.no_down_convert);
+    }
+    k.dtype = DType::F64;
+    f = conv_engine_filter(k);
+    QVERIFY(f.no_down_convert && !f.no_tensor_core && !f.no_reduced_precision_reduction);
+    k.dtype = DType::F32;
+    k.deterministic = true;
+    QVERIFY(conv_engine_filter(k).no_nondeterministic);
+    k.benchmark = true;
+    f = conv_engine_filter(k);
+    QVERIFY(f.no_runtime_compiled);  // no NVRTC compiles while autotuning
+    QCOMPARE(f.max_candidates, kAutotuneCandidates);
+    QVERIFY(kAutotuneCandidates > 1 && kAutotuneCandidates <= 16);
+    QCOMPARE(QString::fromStdString(f.str()),
+             QStringLiteral("no DOWN_CONVERT_INPUTS, no TENSOR_CORE (TF32 off), no "
+                            "NONDETERMINISTIC, no RUNTIME_COMPILATION, 10 candidates at most"));
   }
 
   void convPlanKey() {
@@ -265,6 +420,7 @@ class TestCudaBackend : public QObject {
 
   void describeAndName() {
     NEED_GPU();
+    TB_GPU_TRY
     const auto j = gpu->describe();
     for (const char* k : {"device_name", "compute_capability", "driver", "runtime", "cudnn",
                           "cublas", "multiprocessors"})
@@ -275,10 +431,12 @@ class TestCudaBackend : public QObject {
     QVERIFY(!cuda_device_names().empty());
     QCOMPARE(QString::fromStdString(cuda_device_names().front().first), QStringLiteral("cuda:0"));
 #endif
+    TB_GPU_CATCH
   }
 
   void copyRoundTrip() {
     NEED_GPU();
+    TB_GPU_TRY
     const Tensor h = random_host({3, 5, 7, 9}, 1);
     Tensor d1 = up(h);
     Tensor d2 = gpu->empty(h.shape(), DType::F32);
@@ -297,10 +455,12 @@ class TestCudaBackend : public QObject {
     Tensor d32 = gpu->empty(h.shape(), DType::F32);
     gpu->copy(h64, d32);
     QVERIFY(bitwise_equal(h, down(d32)));
+    TB_GPU_CATCH
   }
 
   void fillValues() {
     NEED_GPU();
+    TB_GPU_TRY
     Tensor f = gpu->empty({1001}, DType::F32);
     gpu->fill(f, -2.75);
     Tensor hf = down(f);
@@ -324,10 +484,12 @@ class TestCudaBackend : public QObject {
     gpu->fill(b16, -2.0);
     Tensor hb16 = down(b16);
     for (int64_t i = 0; i < 9; ++i) QCOMPARE(hb16.data_as<uint16_t>()[i], uint16_t(0xC000));
+    TB_GPU_CATCH
   }
 
   void layoutConversion() {
     NEED_GPU();
+    TB_GPU_TRY
     // Odd sizes and a channel count above the 32-wide tile.
     for (Shape s :
          {Shape{2, 3, 5, 7}, Shape{3, 37, 6, 11}, Shape{1, 64, 1, 1}, Shape{2, 1, 33, 35}}) {
@@ -343,10 +505,12 @@ class TestCudaBackend : public QObject {
       gpu->copy(d, d2);  // D2D with conversion
       QVERIFY(bitwise_equal(h, down(d2)));
     }
+    TB_GPU_CATCH
   }
 
   void pointwise() {
     NEED_GPU();
+    TB_GPU_TRY
     const Shape s{4, 3, 17, 19};
     const Tensor x = random_host(s, 21, -4, 4), dy = random_host(s, 22), b = random_host(s, 23);
     auto run2 = [&](auto&& op_cpu, auto&& op_gpu, double rtol, double atol, const char* what) {
@@ -387,10 +551,12 @@ class TestCudaBackend : public QObject {
     Tensor rc = Tensor::empty(s, DType::F32);
     cpu.relu_forward(x, rc);
     EXPECT_CLOSE(rc, down(inplace), 0, 0, "relu in place");
+    TB_GPU_CATCH
   }
 
   void softmaxCrossEntropy() {
     NEED_GPU();
+    TB_GPU_TRY
     for (auto [N, K, eps] :
          {std::tuple{67, 10, 0.1f}, std::tuple{5, 1000, 0.0f}, std::tuple{33, 37, 0.3f}}) {
       const Tensor z = random_host({N, K}, 31 + K, -6, 6);
@@ -426,10 +592,12 @@ class TestCudaBackend : public QObject {
       QVERIFY_THROWS_EXCEPTION(tb::Error,
                                gpu->softmax_cross_entropy(up(z), labels, eps, 1.0f, none, stats_g));
     }
+    TB_GPU_CATCH
   }
 
   void sumSquares() {
     NEED_GPU();
+    TB_GPU_TRY
     for (int64_t n : {int64_t(1), int64_t(1000), int64_t(1234567)}) {
       const Tensor h = random_host({n}, 41 + n);
       const double ref = cpu.sum_squares(h);
@@ -438,6 +606,7 @@ class TestCudaBackend : public QObject {
       QVERIFY2(std::abs(a - ref) <= 1e-12 * ref, std::to_string(a - ref).c_str());
       QCOMPARE(a, b);  // deterministic
     }
+    TB_GPU_CATCH
   }
 
   void pooling_data() {
@@ -454,6 +623,7 @@ class TestCudaBackend : public QObject {
   }
   void pooling() {
     NEED_GPU();
+    TB_GPU_TRY
     QFETCH(int, kernel);
     QFETCH(int, stride);
     QFETCH(int, pad);
@@ -494,10 +664,12 @@ class TestCudaBackend : public QObject {
     Tensor gdx_g = gpu->empty(g.input_shape(), DType::F32, L);
     gpu->global_avgpool_backward(up(gdy), gdx_g);
     EXPECT_CLOSE(gdx_c, down_nchw(gdx_g), 1e-6, 0, "global avgpool dx");
+    TB_GPU_CATCH
   }
 
   void linear() {
     NEED_GPU();
+    TB_GPU_TRY
     const int64_t N = 33, K = 70, M = 19;
     const Tensor x = random_host({N, K}, 61), w = random_host({M, K}, 62), b = random_host({M}, 63);
     const Tensor dy = random_host({N, M}, 64);
@@ -522,6 +694,7 @@ class TestCudaBackend : public QObject {
       EXPECT_CLOSE_SCALED(dw_c, down(dw_g), 1e-4, "linear dw");
       EXPECT_CLOSE(db_c, down(db_g), 1e-5, 1e-6, "linear db");
     }
+    TB_GPU_CATCH
   }
 
   void batchnorm_data() {
@@ -531,6 +704,7 @@ class TestCudaBackend : public QObject {
   }
   void batchnorm() {
     NEED_GPU();
+    TB_GPU_TRY
     QFETCH(bool, nhwc);
     const Layout L = nhwc ? Layout::NHWC : Layout::NCHW;
     const Shape s{6, 7, 9, 5};
@@ -567,6 +741,7 @@ class TestCudaBackend : public QObject {
       EXPECT_CLOSE(dg_c, down(dg_g), 1e-5, 1e-5, "bn dgamma");
       EXPECT_CLOSE(db_c, down(db_g), 1e-5, 1e-5, "bn dbeta");
     }
+    TB_GPU_CATCH
   }
 
   void convolution_data() {
@@ -589,6 +764,7 @@ class TestCudaBackend : public QObject {
   }
   void convolution() {
     NEED_GPU();
+    TB_GPU_TRY
     QFETCH(int, N);
     QFETCH(int, C);
     QFETCH(int, H);
@@ -607,8 +783,12 @@ class TestCudaBackend : public QObject {
     Tensor xg = up_as(x, L), wg = up_as(w, L), dyg = up_as(dy, L);
     Tensor y_g = gpu->empty(g.output_shape(), DType::F32, L);
     gpu->conv2d_forward(g, xg, wg, up(b), y_g);
-    // TF32 tolerance (see the file comment), relative to the output's size.
-    EXPECT_CLOSE_SCALED(y_c, down_nchw(y_g), 5e-3, "conv y");
+    // Strict fp32 (see the file comment), relative to the output's size; the
+    // longest reduction: C·R·S (y), K·R·S (dx) or N·Ho·Wo (dw).
+    const int64_t k = std::max({int64_t(C) * kernel * kernel, int64_t(K) * kernel * kernel,
+                                int64_t(N) * g.H_out * g.W_out});
+    const double tol = tb::test::network_tolerance("fp32", 4, k);
+    EXPECT_CLOSE_SCALED(y_c, down_nchw(y_g), tol, "conv y");
     for (bool accumulate : {false, true}) {
       const Tensor dw0 = random_host(g.weight_shape(), 85), db0 = random_host({K}, 86);
       Tensor dx_c = Tensor::empty(g.input_shape(), DType::F32),
@@ -619,14 +799,16 @@ class TestCudaBackend : public QObject {
       Tensor dx_g = gpu->empty(g.input_shape(), DType::F32, L), dw_g = up_as(dw0, L),
              db_g = up(db0);
       gpu->conv2d_backward(g, xg, wg, dyg, dx_g, dw_g, db_g, accumulate);
-      EXPECT_CLOSE_SCALED(dx_c, down_nchw(dx_g), 5e-3, "conv dx");
-      EXPECT_CLOSE_SCALED(dw_c, down_nchw(dw_g), 5e-3, "conv dw");
+      EXPECT_CLOSE_SCALED(dx_c, down_nchw(dx_g), tol, "conv dx");
+      EXPECT_CLOSE_SCALED(dw_c, down_nchw(dw_g), tol, "conv dw");
       EXPECT_CLOSE(db_c, down(db_g), 1e-5, 1e-5, "conv db");
     }
+    TB_GPU_CATCH
   }
 
   void convPlanCacheAndPolicies() {
     NEED_GPU();
+    TB_GPU_TRY
 #ifdef TRAINBENCH_HAVE_CUDA
     const auto g = ConvGeometry::make(2, 4, 10, 10, 6, 3, 1, 1);
     const Tensor x = random_host(g.input_shape(), 91), w = random_host(g.weight_shape(), 92);
@@ -651,11 +833,14 @@ class TestCudaBackend : public QObject {
     // Autotune and deterministic backends agree with the heuristic choice.
     auto bench = make_cuda_backend(0, BackendOptions{.cudnn_benchmark = true});
     auto det = make_cuda_backend(0, BackendOptions{.deterministic = true});
-    EXPECT_CLOSE_SCALED(y1, run(*bench), 5e-3, "conv autotuned");
+    // Other fp32 engines: another summation order (C·R·S = 36 terms).
+    const double tol = tb::test::network_tolerance("fp32", 4, 4 * 3 * 3);
+    EXPECT_CLOSE_SCALED(y1, run(*bench), tol, "conv autotuned");
     const Tensor d1 = run(*det), d2 = run(*det);
-    EXPECT_CLOSE_SCALED(y1, d1, 5e-3, "conv deterministic");
+    EXPECT_CLOSE_SCALED(y1, d1, tol, "conv deterministic");
     QVERIFY(bitwise_equal(d1, d2));
 #endif
+    TB_GPU_CATCH
   }
 
   void optimizers_data() {
@@ -674,6 +859,7 @@ class TestCudaBackend : public QObject {
   }
   void optimizers() {
     NEED_GPU();
+    TB_GPU_TRY
     QFETCH(int, kind);
     QFETCH(float, momentum);
     QFETCH(bool, nesterov);
@@ -730,10 +916,12 @@ class TestCudaBackend : public QObject {
       const Tensor p0 = random_host({sizes[i]}, 100 + i, -1, 1);
       QVERIFY(!bitwise_equal(p0, pp));
     }
+    TB_GPU_CATCH
   }
 
   void allocatorStatistics() {
     NEED_GPU();
+    TB_GPU_TRY
 #ifdef TRAINBENCH_HAVE_CUDA
     auto& a = tb::cuda::CachingAllocator::instance();
     gpu->synchronize();
@@ -767,10 +955,12 @@ class TestCudaBackend : public QObject {
     QCOMPARE(s4.reserved_bytes, s0.reserved_bytes);  // the 6 MiB block went back
     QVERIFY(s4.cuda_free_count > s2.cuda_free_count);
 #endif
+    TB_GPU_CATCH
   }
 
   void outOfMemory() {
     NEED_GPU();
+    TB_GPU_TRY
 #ifdef TRAINBENCH_HAVE_CUDA
     auto& a = tb::cuda::CachingAllocator::instance();
     gpu->synchronize();
@@ -799,10 +989,12 @@ class TestCudaBackend : public QObject {
     gpu->fill(ok, 1.0);
     QCOMPARE(down(ok).data_as<float>()[9], 1.0f);
 #endif
+    TB_GPU_CATCH
   }
 
   void argumentErrors() {
     NEED_GPU();
+    TB_GPU_TRY
     const Tensor h = random_host({2, 3, 4, 5}, 99);
     Tensor d = up(h);
     try {
@@ -815,6 +1007,7 @@ class TestCudaBackend : public QObject {
     QVERIFY_THROWS_EXCEPTION(tb::Error, gpu->add(d, d, nhwc));  // layouts differ
     Tensor f64 = gpu->empty(h.shape(), DType::F64);
     QVERIFY_THROWS_EXCEPTION(tb::Error, gpu->copy(f64, nhwc));  // dtype + layout at once
+    TB_GPU_CATCH
   }
 };
 

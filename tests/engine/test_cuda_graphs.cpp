@@ -150,6 +150,7 @@ class TestCudaGraphs : public QObject {
   // ------------------------------------------------------------ GPU slots
   void gpuReplayedOpsMatchEager() {
     NEED_GPU();
+    TB_GPU_TRY
 #ifdef TRAINBENCH_HAVE_CUDA
     CudaBackend be(0, {});
     const int64_t n = 100003;
@@ -181,6 +182,7 @@ class TestCudaGraphs : public QObject {
     be.drop_graphs();
     QVERIFY_THROWS_EXCEPTION(Error, be.launch_graph(id));
 #endif
+    TB_GPU_CATCH
   }
 
   void gpuOptimizerConstantsPerReplay_data() {
@@ -191,6 +193,7 @@ class TestCudaGraphs : public QObject {
   }
   void gpuOptimizerConstantsPerReplay() {
     NEED_GPU();
+    TB_GPU_TRY
 #ifdef TRAINBENCH_HAVE_CUDA
     QFETCH(int, kind);
     CudaBackend be(0, {});
@@ -239,6 +242,7 @@ class TestCudaGraphs : public QObject {
     }
     be.drop_graphs();
 #endif
+    TB_GPU_CATCH
   }
 
   void gpuTrainingBitIdentical_data() {
@@ -248,6 +252,7 @@ class TestCudaGraphs : public QObject {
   }
   void gpuTrainingBitIdentical() {
     NEED_GPU();
+    TB_GPU_TRY
 #ifdef TRAINBENCH_HAVE_CUDA
     QFETCH(QString, optimizer);
     // 256 samples / 32 = 8 steps per epoch, 2 epochs: an evaluation (drop and
@@ -270,6 +275,7 @@ class TestCudaGraphs : public QObject {
     QCOMPARE(graphs.summary["cuda_graph_captures"].get<int64_t>(), int64_t(4));
     QCOMPARE(graphs.summary["cuda_graph_replays"].get<int64_t>(), int64_t(8));
 #endif
+    TB_GPU_CATCH
   }
 };
 

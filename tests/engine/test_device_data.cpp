@@ -445,6 +445,7 @@ class TestDeviceData : public QObject {
   // ------------------------------------------------------------ GPU slots
   void gpuAugmentMatchesCpu() {
     NEED_GPU();
+    TB_GPU_TRY
 #ifdef TRAINBENCH_HAVE_CUDA
     CudaBackend be(0, {});
     CpuBackend cpu;
@@ -479,10 +480,12 @@ class TestDeviceData : public QObject {
     }
     QVERIFY(checked > 0);
 #endif
+    TB_GPU_CATCH
   }
 
   void gpuAugmentGivesBitIdenticalLosses() {
     NEED_GPU();
+    TB_GPU_TRY
     auto go = [](json overrides) {
       json c = base_config();
       c["device"] = "cuda";
@@ -510,10 +513,12 @@ class TestDeviceData : public QObject {
              32.0 * 144 + 32 * 4 + 32 * 4);
     QCOMPARE(padded_base.of("step").at(0)["metrics"]["h2d_bytes"].get<double>(),
              32.0 * 1024 * 4 + 32 * 4);
+    TB_GPU_CATCH
   }
 
   void gpuDeviceSideInitSameWeightsAndLosses() {
     NEED_GPU();
+    TB_GPU_TRY
 #ifdef TRAINBENCH_HAVE_CUDA
     CudaBackend be(0, {});
     std::unique_ptr<Model> host = make_model("resnet9", {3, 32, 32}, 10, {});
@@ -537,6 +542,7 @@ class TestDeviceData : public QObject {
     const std::vector<double> base = losses(run(c));
     c["device_side_init"] = true;
     QVERIFY(losses(run(c)) == base);
+    TB_GPU_CATCH
   }
 };
 

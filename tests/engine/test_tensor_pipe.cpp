@@ -11,10 +11,12 @@
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
+#include "engine/metrics/kernel_census.h"
 #include "engine/metrics/tensor_pipe_profiler.h"
 #ifdef TRAINBENCH_HAVE_CUDA
 #include "engine/backend/cuda/cuda_backend.h"
 #endif
+#include "tests/engine/gpu_slot.h"
 
 using namespace tb;
 using json = nlohmann::json;
@@ -38,6 +40,30 @@ class TestTensorPipe : public QObject {
   Q_OBJECT
 
  private slots:
+  // TRAINBENCH_CUPTI=off leaves CUPTI to an outside profiler (ncu): the census,
+  // these counters and a trace's device rows each say so instead of starting.
+  void cuptiSwitch() {
+    for (const char* on : {static_cast<const char*>(nullptr), "", "on", "1"})
+      QVERIFY2(cupti_switched_off(on).empty(), on ? on : "(unset)");
+    for (const char* off : {"off", "0"}) {
+      const std::string r = cupti_switched_off(off);
+      QVERIFY2(r.find("not available: switched off by TRAINBENCH_CUPTI=") == 0, r.c_str());
+    }
+    try {
+      (void)cupti_switched_off("yes please");
+      QFAIL("an unknown value must be refused");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find("TRAINBENCH_CUPTI") != std::string::npos, e.what());
+      QVERIFY2(std::string(e.what()).find("yes please") != std::string::npos, e.what());
+    }
+    // The process's own environment, through the census and the profiler on
+    // a device backend are GPU matters; the variable is read at construction.
+    qputenv("TRAINBENCH_CUPTI", "off");
+    QVERIFY(!cupti_switched_off().empty());
+    qunsetenv("TRAINBENCH_CUPTI");
+    QVERIFY(cupti_switched_off().empty());
+  }
+
   void candidatesPreferThePipeWideCounter() {
     const auto& c = tensor_pipe_metric_candidates();
     QCOMPARE(c.size(), size_t(3));
@@ -109,6 +135,7 @@ class TestTensorPipe : public QObject {
 #ifdef TRAINBENCH_HAVE_CUDA
     std::string why;
     if (cuda_device_count(&why) == 0) QSKIP(("no CUDA device: " + why).c_str());
+    TB_GPU_TRY
     std::unique_ptr<Backend> gpu = make_cuda_backend(0, BackendOptions{});
     TensorPipeProfiler p(*gpu, 1, 1);
     if (!p.available()) QSKIP(("tensor pipe counters " + p.reason()).c_str());
@@ -139,6 +166,7 @@ class TestTensorPipe : public QObject {
     QVERIFY2(std::isfinite(fp32) && std::isfinite(fp16), "no figure on a sampled step");
     QVERIFY2(fp32 < 5.0, "fp32 GEMMs (no TF32) should leave the tensor pipe nearly idle");
     QVERIFY2(fp16 > 20.0 && fp16 > fp32 + 15.0, "fp16 GEMMs should keep the tensor pipe busy");
+    TB_GPU_CATCH
 #else
     QSKIP("this build has no CUDA backend (TRAINBENCH_HAVE_CUDA is not defined)");
 #endif

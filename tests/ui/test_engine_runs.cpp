@@ -54,7 +54,7 @@ int stepCount(RunDashboard* d, const QString& name) {
 }
 
 QJsonObject shortRealConfig(const QString& name, int maxSteps) {
-  QJsonObject c = RunConfig::fallbackDefaults();
+  QJsonObject c = RunConfig::defaults();
   c.insert(QStringLiteral("name"), name);
   c.insert(QStringLiteral("model"), QStringLiteral("fmnist-cnn"));
   c.insert(QStringLiteral("dataset"), QStringLiteral("fashion-mnist"));

@@ -36,7 +36,7 @@ qint64 addRun(tb::RunStore& store, const QString& name, const QString& model, co
               const QJsonObject& overrides, double stepMs, double samplesPerS, double accuracy, int steps = 50) {
   tb::RunRecord r;
   r.name = name.toStdString();
-  r.config = toJson(RunConfig::merged(RunConfig::merged(RunConfig::fallbackDefaults(), {{"model", model}}), overrides));
+  r.config = toJson(RunConfig::merged(RunConfig::merged(RunConfig::defaults(), {{"model", model}}), overrides));
   const qint64 id = store.create_run(r);
   store.set_status(id, tb::run_status::kRunning);
   std::vector<tb::MetricPoint> points;
@@ -188,7 +188,7 @@ class TestHistoryCompare : public QObject {
 
   void diffOnlyHidesEqualKeys() {
     ConfigDiffModel diff;
-    const QJsonObject a = RunConfig::merged(RunConfig::fallbackDefaults(), {{"name", "a"}});
+    const QJsonObject a = RunConfig::merged(RunConfig::defaults(), {{"name", "a"}});
     const QJsonObject b = RunConfig::merged(a, {{"name", "b"}, {"amp", "bf16"}, {"batch_size", 256}});
     diff.setRuns({"a", "b"}, {a, b});
     QCOMPARE(diff.rowCount(), a.size());

@@ -193,7 +193,7 @@ class TestSetupPanels : public QObject {
   }
 
   void ladderAddsOneTrickPerRung() {
-    const QJsonObject base = RunConfig::fallbackDefaults();
+    const QJsonObject base = RunConfig::defaults();
     QJsonObject target = RunConfig::merged(base, {{"name", "fast"}, {"amp", "fp16"}, {"workers", 4},
                                                   {"batch_size", 128}, {"pin_memory", true}});
     const QList<QJsonObject> rungs = RunConfig::ladder(base, target, QStringLiteral("fast"));

@@ -18,6 +18,12 @@ class CpuBackend final : public Backend {
   nlohmann::json describe() const override;
   static std::string host_name();  // CPU model name from /proc/cpuinfo
 
+  // What the trainer may use on the CPU (engine/backend/capabilities.h): the
+  // fused pointwise ops. Streams, pinned memory, cuDNN, Tensor Cores and a
+  // caching allocator have no counterpart here.
+  static constexpr BackendCapabilities kCapabilities{.fused_pointwise = true};
+  BackendCapabilities capabilities() const override { return kCapabilities; }
+
   bool reference() const { return options_.reference; }
   int threads() const { return threads_; }
 
@@ -57,7 +63,7 @@ class CpuBackend final : public Backend {
   void accumulate(const Tensor& src, Tensor& dst) override;
   void scale(Tensor& t, double alpha) override;
 
-  // Fused pointwise (fused.cpp, trick 11): the reference is the composition of
+  // Fused pointwise (fused.cpp, fuse_pointwise): the reference is the composition of
   // the unfused reference ops; the fast f32 path makes one pass per sweep.
   void batchnorm_act_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                    const Tensor& residual, bool relu, Tensor& running_mean,

@@ -10,11 +10,50 @@
 
 namespace tb::cuda {
 
+static_assert(kCudaSuccess == int(cudaSuccess));
+static_assert(kCudaErrorMemoryAllocation == int(cudaErrorMemoryAllocation));
+static_assert(kCaptureModeRelaxed == int(cudaStreamCaptureModeRelaxed));
+
 namespace {
 std::string mib(size_t bytes) {
   return detail::concat(bytes, " bytes (", double(bytes) / double(1 << 20), " MiB)");
 }
+
 }  // namespace
+
+RelaxedCaptureMode::RelaxedCaptureMode(int (*exchange)(int* mode), bool active)
+    : exchange_(exchange) {
+  if (!active) return;
+  int mode = kCaptureModeRelaxed;
+  const int e = exchange_(&mode);
+  if (e != kCudaSuccess)
+    throw_cuda_error(cudaError_t(e), "cudaThreadExchangeStreamCaptureMode", __FILE__, __LINE__);
+  previous_ = mode;
+  active_ = true;
+}
+
+RelaxedCaptureMode::~RelaxedCaptureMode() {
+  if (active_) (void)exchange_(&previous_);
+}
+
+AllocatorRuntime cuda_allocator_runtime() {
+  AllocatorRuntime rt;
+  rt.malloc = [](void** p, size_t bytes) { return int(cudaMalloc(p, bytes)); };
+  rt.free = [](void* p) { return int(cudaFree(p)); };
+  rt.get_device = [](int* d) { return int(cudaGetDevice(d)); };
+  rt.set_device = [](int d) { return int(cudaSetDevice(d)); };
+  rt.mem_get_info = [](size_t* f, size_t* t) { return int(cudaMemGetInfo(f, t)); };
+  rt.clear_last_error = [] { return int(cudaGetLastError()); };
+  rt.exchange_capture_mode = [](int* mode) {
+    cudaStreamCaptureMode m = cudaStreamCaptureMode(*mode);
+    const cudaError_t e = cudaThreadExchangeStreamCaptureMode(&m);
+    *mode = int(m);
+    return int(e);
+  };
+  return rt;
+}
+
+CachingAllocator::CachingAllocator(AllocatorRuntime runtime) : rt_(runtime) {}
 
 CachingAllocator& CachingAllocator::instance() {
   // Never destroyed: tensors freed during static destruction still find it.
@@ -23,6 +62,16 @@ CachingAllocator& CachingAllocator::instance() {
 }
 
 CachingAllocator::~CachingAllocator() = default;
+
+void CachingAllocator::set_capturing(bool on) {
+  std::lock_guard lock(mutex_);
+  capturing_ = on;
+}
+
+bool CachingAllocator::capturing() const {
+  std::lock_guard lock(mutex_);
+  return capturing_;
+}
 
 void CachingAllocator::set_current_stream(void* stream) {
   std::lock_guard lock(mutex_);
@@ -41,45 +90,51 @@ void CachingAllocator::inject_malloc_failures(int count) {
 
 void* CachingAllocator::malloc_or_throw(size_t rounded, size_t requested, int device) {
   void* p = nullptr;
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    cudaError_t e;
+  // Inside a capture one attempt only: releasing cached blocks means cudaFree.
+  const int attempts = capturing_ ? 1 : 2;
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    int e;
     if (fail_next_ > 0) {
       --fail_next_;
-      e = cudaErrorMemoryAllocation;
+      e = kCudaErrorMemoryAllocation;
     } else {
-      e = cudaMalloc(&p, rounded);
+      const RelaxedCaptureMode relaxed(rt_.exchange_capture_mode, capturing_);
+      e = rt_.malloc(&p, rounded);
     }
-    if (e == cudaSuccess) {
+    if (e == kCudaSuccess) {
       ++stats_.cuda_malloc_count;
       stats_.reserved_bytes += rounded;
       stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
       return p;
     }
-    if (e != cudaErrorMemoryAllocation)
-      throw_cuda_error(e, "cudaMalloc", __FILE__, __LINE__, requested);
-    (void)cudaGetLastError();  // clear the sticky-free allocation error
-    if (attempt == 0) {
+    if (e != kCudaErrorMemoryAllocation)
+      throw_cuda_error(cudaError_t(e), "cudaMalloc", __FILE__, __LINE__, requested);
+    (void)rt_.clear_last_error();  // clear the sticky-free allocation error
+    if (attempt + 1 < attempts) {
       // Give the cached blocks back to the driver and try once more.
       ++stats_.oom_retries;
       release_cached();
     }
   }
   size_t free_b = 0, total_b = 0;
-  (void)cudaMemGetInfo(&free_b, &total_b);
-  (void)cudaGetLastError();
+  (void)rt_.mem_get_info(&free_b, &total_b);
+  (void)rt_.clear_last_error();
   throw OutOfMemory(
       detail::concat("cuda:", device, ": out of memory allocating ", mib(requested),
                      " (rounded to ", rounded, " bytes); allocated by tensors ",
                      mib(stats_.allocated_bytes), ", reserved by the caching allocator ",
                      mib(stats_.reserved_bytes), ", device free ", mib(free_b), " of ",
-                     mib(total_b)),
+                     mib(total_b),
+                     capturing_ ? "; during a CUDA graph capture, where cached blocks cannot "
+                                  "be released (cuda_graphs off, or a smaller batch)"
+                                : ""),
       requested);
 }
 
 void* CachingAllocator::allocate(size_t bytes) {
   const size_t rounded = round_size(bytes);
   int device = 0;
-  TB_CUDA_CHECK(cudaGetDevice(&device));
+  TB_CUDA_CHECK(cudaError_t(rt_.get_device(&device)));
   std::lock_guard lock(mutex_);
   const bool small = is_small(rounded);
   Block b;
@@ -125,20 +180,20 @@ void CachingAllocator::deallocate(void* ptr, size_t) {
 
 void CachingAllocator::release_cached() {
   int current = 0;
-  TB_CUDA_CHECK(cudaGetDevice(&current));
+  TB_CUDA_CHECK(cudaError_t(rt_.get_device(&current)));
   for (auto& [key, list] : free_) {
     if (key.stream != nullptr && key.stream == kept_stream_) continue;  // a graph pool
-    if (key.device != current) TB_CUDA_CHECK(cudaSetDevice(key.device));
+    if (key.device != current) TB_CUDA_CHECK(cudaError_t(rt_.set_device(key.device)));
     for (auto& [size, b] : list) {
       // cudaFree waits for the device, so queued kernels that used the block finish first.
-      cudaError_t e = cudaFree(b.ptr);
-      if (e != cudaSuccess) throw_cuda_error(e, "cudaFree", __FILE__, __LINE__);
+      const int e = rt_.free(b.ptr);
+      if (e != kCudaSuccess) throw_cuda_error(cudaError_t(e), "cudaFree", __FILE__, __LINE__);
       ++stats_.cuda_free_count;
       stats_.reserved_bytes -= size;
       --stats_.cached_blocks;
     }
     list.clear();
-    if (key.device != current) TB_CUDA_CHECK(cudaSetDevice(current));
+    if (key.device != current) TB_CUDA_CHECK(cudaError_t(rt_.set_device(current)));
   }
   std::erase_if(free_, [](const auto& kv) { return kv.second.empty(); });
 }

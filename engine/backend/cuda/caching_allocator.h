@@ -16,9 +16,20 @@
 //   second stream would need an event (record_stream); nothing does that yet.
 // - On cudaMalloc failure: free every cached block (empty_cache) and retry once,
 //   then throw tb::OutOfMemory naming the bytes asked for and the statistics.
+// - CUDA graph capture (graphs.cpp): the capture runs in thread-local mode, in
+//   which cudaMalloc on the capturing thread is "potentially unsafe" and would
+//   invalidate it. Between set_capturing(true) and (false), every cudaMalloc
+//   runs with the calling thread's capture mode swapped to relaxed
+//   (cudaThreadExchangeStreamCaptureMode, restored right after, also when it
+//   fails), as PyTorch's allocator does: a graph may use fresh memory as long
+//   as nothing frees it before the replays (the kept pool below). An OOM
+//   during a capture releases nothing (cudaFree is not allowed there) and
+//   throws at once. Other threads (the loaders' cudaHostAlloc) are untouched
+//   by a thread-local capture.
 //
 // This header is plain C++ (streams are void*), so tests and the app can read
-// the statistics without the CUDA headers.
+// the statistics without the CUDA headers. The runtime calls go through
+// AllocatorRuntime, so the bookkeeping is tested without a GPU.
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -45,6 +56,42 @@ struct AllocatorStats {
   int64_t cached_blocks = 0;
 };
 
+// The CUDA runtime calls the allocator makes; return values are cudaError_t
+// codes as int (0 = cudaSuccess, 2 = cudaErrorMemoryAllocation). Tests pass a
+// fake; the backend uses cuda_allocator_runtime().
+struct AllocatorRuntime {
+  int (*malloc)(void** ptr, size_t bytes) = nullptr;
+  int (*free)(void* ptr) = nullptr;
+  int (*get_device)(int* device) = nullptr;
+  int (*set_device)(int device) = nullptr;
+  int (*mem_get_info)(size_t* free_bytes, size_t* total_bytes) = nullptr;
+  int (*clear_last_error)() = nullptr;  // cudaGetLastError
+  // cudaThreadExchangeStreamCaptureMode: sets the calling thread's mode to
+  // *mode and stores the previous one in *mode.
+  int (*exchange_capture_mode)(int* mode) = nullptr;
+};
+AllocatorRuntime cuda_allocator_runtime();
+constexpr int kCudaSuccess = 0;
+constexpr int kCudaErrorMemoryAllocation = 2;
+constexpr int kCaptureModeRelaxed = 2;  // cudaStreamCaptureModeRelaxed
+
+// While alive (when `active`), the calling thread's stream capture mode is
+// relaxed; then it is put back to what it was, also when the call in between
+// throws (push-pop, as the runtime's documentation asks). `exchange` is
+// AllocatorRuntime::exchange_capture_mode.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode(int (*exchange)(int* mode), bool active);
+  ~RelaxedCaptureMode();
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  int (*exchange_)(int* mode);
+  bool active_ = false;
+  int previous_ = 0;
+};
+
 constexpr size_t kSmallLimit = size_t(1) << 20;  // 1 MiB
 constexpr size_t kSmallRound = 512;
 constexpr size_t kLargeRound = size_t(2) << 20;  // 2 MiB
@@ -59,7 +106,7 @@ inline bool is_small(size_t rounded) { return rounded <= kSmallLimit; }
 
 class CachingAllocator final : public Allocator {
  public:
-  CachingAllocator() = default;
+  explicit CachingAllocator(AllocatorRuntime runtime = cuda_allocator_runtime());
   ~CachingAllocator() override;  // leaks cached blocks on purpose if the driver is gone
 
   void* allocate(size_t bytes) override;  // on the current stream of this device
@@ -77,6 +124,10 @@ class CachingAllocator final : public Allocator {
   // through empty_cache (and the OOM retry), because captured graphs still
   // address them: they are the graphs' private pool. nullptr: none kept.
   void keep_stream_pool(void* stream);
+  // A capture is under way (graphs.cpp, begin_capture .. end_capture): see the
+  // capture notes at the top.
+  void set_capturing(bool on);
+  bool capturing() const;
 
   // Test hook: the next `count` cudaMalloc calls fail as if the device were full.
   void inject_malloc_failures(int count);
@@ -108,8 +159,10 @@ class CachingAllocator final : public Allocator {
   void* malloc_or_throw(size_t rounded, size_t requested, int device);  // lock held
   void release_cached();                                                // lock held
 
+  AllocatorRuntime rt_;
   mutable std::mutex mutex_;
   void* stream_ = nullptr;
+  bool capturing_ = false;
   std::unordered_map<PoolKey, FreeList, PoolKeyHash> free_;
   std::unordered_map<void*, Block> live_;
   AllocatorStats stats_;

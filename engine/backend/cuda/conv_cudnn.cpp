@@ -52,7 +52,7 @@ fe::DataType_t fe_type(DType t) {
   }
 }
 
-void fe_check(fe::error_t e, const char* what, const ConvPlanKey& k) {
+void fe_check(fe::error_t e, const std::string& what, const ConvPlanKey& k) {
   if (e.is_bad())
     TB_FAIL("cudnn: ", what, " failed for convolution ", k.str(), ": ", e.get_message());
 }
@@ -162,13 +162,38 @@ std::shared_ptr<fe::graph::Graph> build(cudnnHandle_t handle, const ConvPlanKey&
   fe_check(g->build_operation_graph(handle), "building the operation graph", k);
   fe_check(g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
            "creating execution plans (heuristics A + fallback)", k);
-  if (k.deterministic) g->deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
-  fe_check(g->check_support(handle), "finding a supported engine", k);
-  // Benchmark: build every candidate so autotune can time them; else only the
-  // heuristic's first choice that builds.
-  fe_check(g->build_plans(k.benchmark ? fe::BuildPlanPolicy_t::ALL
-                                      : fe::BuildPlanPolicy_t::HEURISTICS_CHOICE),
-           "building plans", k);
+  // The engines this key may use (conv_cudnn.h): filtered by their notes
+  // before anything is built.
+  const ConvEngineFilter f = conv_engine_filter(k);
+  std::vector<fe::NumericalNote_t> numeric;
+  if (f.no_down_convert) numeric.push_back(fe::NumericalNote_t::DOWN_CONVERT_INPUTS);
+  if (f.no_tensor_core) numeric.push_back(fe::NumericalNote_t::TENSOR_CORE);
+  if (f.no_reduced_precision_reduction)
+    numeric.push_back(fe::NumericalNote_t::REDUCED_PRECISION_REDUCTION);
+  if (f.no_nondeterministic) numeric.push_back(fe::NumericalNote_t::NONDETERMINISTIC);
+  if (!numeric.empty()) g->deselect_numeric_notes(numeric);
+  if (f.no_runtime_compiled) g->deselect_behavior_notes({fe::BehaviorNote_t::RUNTIME_COMPILATION});
+  const std::string filters = " (engines: " + f.str() + ")";
+  fe_check(g->check_support(handle), "finding a supported engine" + filters, k);
+  if (f.max_candidates <= 1) {
+    // The heuristics' first choice that builds.
+    fe_check(g->build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), "building plans" + filters,
+             k);
+    return g;
+  }
+  // Autotune: the first max_candidates engines (heuristics' order) that build;
+  // deselected ones fail at once and are skipped.
+  int built = 0;
+  std::string failures;
+  for (int64_t i = 0; i < g->get_execution_plan_count() && built < f.max_candidates; ++i) {
+    const fe::error_t e = g->build_plan_at_index(i);
+    if (e.is_good())
+      ++built;
+    else if (failures.size() < 2000)
+      failures += "\n  plan " + std::to_string(i) + ": " + e.get_message();
+  }
+  if (built == 0)
+    TB_FAIL("cudnn: no plan built for convolution ", k.str(), filters, ":", failures);
   return g;
 }
 

@@ -13,6 +13,11 @@
 //                    (cudnn-frontend's autotune); the fastest is kept
 //   deterministic    engines with the NONDETERMINISTIC numerical note are
 //                    filtered out before plans are built
+// Engines are filtered by cuDNN's numerical and behaviour notes for every key
+// (conv_engine_filter below): fp32 gets strict fp32 engines (no down-converted
+// inputs, no TF32 while TF32 is off), f16/bf16 no reduced-precision
+// reductions, and autotuning no runtime-compiled (NVRTC) engines and at most
+// kAutotuneCandidates plans.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -70,6 +75,49 @@ inline std::string ConvPlanKey::str() const {
          " stride=" + std::to_string(stride) + " pad=" + std::to_string(pad) + " " +
          dtype_name(dtype) + " x=" + layout_name(x_layout) + " w=" + layout_name(w_layout) +
          (deterministic ? " deterministic" : "") + (benchmark ? " autotuned" : " heuristic");
+}
+
+// Which cuDNN engines a convolution may use, decided from the key alone (so it
+// is tested without a GPU); conv_cudnn.cpp turns each flag into the matching
+// cudnn-frontend deselect_numeric_notes / deselect_behavior_notes call.
+struct ConvEngineFilter {
+  bool no_down_convert = false;  // DOWN_CONVERT_INPUTS: fp32/f64 inputs narrowed inside
+  bool no_tensor_core = false;   // TENSOR_CORE on fp32 I/O = TF32 arithmetic
+  bool no_reduced_precision_reduction = false;  // REDUCED_PRECISION_REDUCTION (f16/bf16)
+  bool no_nondeterministic = false;             // NONDETERMINISTIC (deterministic runs)
+  bool no_runtime_compiled = false;  // RUNTIME_COMPILATION: NVRTC, seconds per engine
+  int max_candidates = 1;            // plans built (autotune times each); 1 = heuristics' choice
+  // "no DOWN_CONVERT_INPUTS, no TENSOR_CORE (TF32 off), ..., 10 candidates"
+  std::string str() const;
+};
+// Plans autotuning builds and times at most (PyTorch's cudnn benchmark_limit
+// is 10 too): the heuristics' order is kept, the rest never built.
+constexpr int kAutotuneCandidates = 10;
+// allow_tf32: TF32 tensor-core engines for fp32 I/O (no setting turns it on
+// yet: fp32 means fp32, like the cuBLAS GEMMs).
+inline ConvEngineFilter conv_engine_filter(const ConvPlanKey& k, bool allow_tf32 = false) {
+  ConvEngineFilter f;
+  const bool wide = k.dtype == DType::F32 || k.dtype == DType::F64;
+  f.no_down_convert = wide;
+  f.no_tensor_core = k.dtype == DType::F32 && !allow_tf32;
+  f.no_reduced_precision_reduction = k.dtype == DType::F16 || k.dtype == DType::BF16;
+  f.no_nondeterministic = k.deterministic;
+  f.no_runtime_compiled = k.benchmark;
+  f.max_candidates = k.benchmark ? kAutotuneCandidates : 1;
+  return f;
+}
+
+inline std::string ConvEngineFilter::str() const {
+  std::string s;
+  auto add = [&s](const char* what) { s += (s.empty() ? "" : ", ") + std::string(what); };
+  if (no_down_convert) add("no DOWN_CONVERT_INPUTS");
+  if (no_tensor_core) add("no TENSOR_CORE (TF32 off)");
+  if (no_reduced_precision_reduction) add("no REDUCED_PRECISION_REDUCTION");
+  if (no_nondeterministic) add("no NONDETERMINISTIC");
+  if (no_runtime_compiled) add("no RUNTIME_COMPILATION");
+  add(max_candidates == 1 ? "heuristics' first choice"
+                          : (std::to_string(max_candidates) + " candidates at most").c_str());
+  return s;
 }
 
 // Memory strides of a logical (N, C, H, W) tensor in the given layout.

@@ -19,7 +19,7 @@
 //   conv_cudnn.cpp     convolutions through the cuDNN 9 graph API (cudnn-frontend)
 //   cuda_ops.cpp       argument checks and dispatch for the kernel families above
 //   amp.cu/amp_ops.cpp mixed precision: f32<->f16/bf16 casts, loss-scaler kernels
-//   fused.cu/fused_ops.cpp  fused pointwise (trick 11): BN+add+ReLU, Linear+act
+//   fused.cu/fused_ops.cpp  fuse_pointwise: BN+add+ReLU, Linear+act
 //
 // NOTE: written and compiled on a machine without a GPU; see the tests.
 #include <memory>
@@ -83,7 +83,7 @@ class CudaBackend final : public Backend {
   void accumulate(const Tensor& src, Tensor& dst) override;
   void scale(Tensor& t, double alpha) override;
 
-  // Fused pointwise (fused.cu, fused_ops.cpp, trick 11). NOT yet run on a GPU.
+  // Fused pointwise (fused.cu, fused_ops.cpp, fuse_pointwise). NOT yet run on a GPU.
   void batchnorm_act_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                    const Tensor& residual, bool relu, Tensor& running_mean,
                                    Tensor& running_var, float momentum, float eps, Tensor& y,
@@ -151,7 +151,29 @@ class CudaBackend final : public Backend {
   void augment_normalize_u8(const Tensor& src, const Tensor& indices, const AugmentSpec& spec,
                             const std::vector<float>& scale, const std::vector<float>& shift,
                             Tensor& dst) override;
-  // Whole-step capture (graphs.cpp, trick 24). NOT yet run on a GPU.
+  // What the trainer may use on this backend (engine/backend/capabilities.h).
+  // Declared here, once; capabilities_of(DeviceKind::CUDA) reads the same set
+  // in builds without CUDA, so a configuration resolves the same everywhere.
+  static constexpr BackendCapabilities kCapabilities{
+      .pinned_host_memory = true,      // pinned_host_empty (caching_allocator.cpp)
+      .async_upload = true,            // upload_async on the copy stream (staging.cpp)
+      .device_normalize_u8 = true,     // normalize_u8 (input.cu)
+      .device_augment = true,          // augment_normalize_u8 (augment.cu)
+      .device_side_init = true,        // Model fills constant tensors with fill()
+      .caching_allocator = true,       // memory_stats, empty_cache (caching_allocator.cpp)
+      .low_precision = true,           // *_lp ops, amp_* (amp.cu, amp_ops.cpp, conv_lp.cpp)
+      .autotuned_convolutions = true,  // cuDNN plans timed per shape (conv_cudnn.cpp)
+      .channels_last = true,           // NHWC convolutions, BN, pooling
+      .tensor_core_alignment = true,   // pad_channels (pad_channels.cu)
+      .fused_pointwise = true,         // fused.cu, fused_ops.cpp
+      .graph_capture = true,           // graphs.cpp
+#ifdef TRAINBENCH_HAVE_CUPTI
+      .kernel_profiler = true,  // KernelCensus of every step (CUPTI activity records)
+#endif
+      .multi_device = false,  // parallel: not implemented yet
+  };
+  BackendCapabilities capabilities() const override { return kCapabilities; }
+  // Whole-step capture (graphs.cpp, cuda_graphs). NOT yet run on a GPU.
   bool supports_graphs() const override { return true; }
   void begin_capture() override;
   int end_capture() override;

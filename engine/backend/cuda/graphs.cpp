@@ -21,10 +21,18 @@
 // over other parameters rewrites them) and its constants (read from
 // opt_consts_dev, see set_optimizer_constants).
 //
-// Capture mode is global: an unsafe call from any thread during the capture
-// (cudaFree via empty_cache, a synchronous copy, a host read) fails it instead
-// of silently running. cudaMalloc stays legal, so the allocator may grow.
-// Replays launch on the compute stream, in order with eager work.
+// Capture mode is thread-local: an unsafe call from the capturing thread (a
+// cudaFree via empty_cache, a synchronous copy, a host read) fails the capture
+// instead of silently running, while other threads (the data loaders, whose
+// cudaHostAlloc for pinned batches is such a call) are not affected. Global
+// mode would fail the capture on their allocations too. The caching allocator
+// may still grow inside the capture: it is told (set_capturing) and runs its
+// cudaMalloc in relaxed mode (caching_allocator.h). Replays launch on the
+// compute stream, in order with eager work.
+//
+// cuBLAS: cublasSetStream resets the handle's workspace to cuBLAS's own pool,
+// which would then allocate inside the capture; bind_cublas() sets ours again
+// after every stream change.
 //
 // NOTE: written and compiled on a machine without a GPU; NOT yet run on one.
 #include "engine/backend/cuda/cuda_internal.h"
@@ -33,11 +41,20 @@ namespace tb {
 
 namespace {
 
+// cuBLAS on stream s with our workspace (when we have one): cublasSetStream
+// alone would put cuBLAS back on its default workspace pool.
+cublasStatus_t bind_cublas(CudaBackend::Impl& m, cudaStream_t s) {
+  cublasStatus_t st = cublasSetStream(m.cublas, s);
+  if (st == CUBLAS_STATUS_SUCCESS && m.cublas_workspace.defined())
+    st = cublasSetWorkspace(m.cublas, m.cublas_workspace.data(), m.cublas_workspace.nbytes());
+  return st;
+}
+
 // Points the compute-stream users (m.stream, the allocator, cuBLAS, cuDNN) at s.
 void point_at(CudaBackend::Impl& m, cudaStream_t s) {
   m.stream = s;
   m.allocator->set_current_stream(s);
-  TB_CUBLAS_CHECK(cublasSetStream(m.cublas, s));
+  TB_CUBLAS_CHECK(bind_cublas(m, s));
   TB_CUDNN_CHECK(cudnnSetStream(m.cudnn, s));
 }
 
@@ -45,9 +62,10 @@ void point_at(CudaBackend::Impl& m, cudaStream_t s) {
 void restore_eager(CudaBackend::Impl& m) noexcept {
   if (!m.capturing) return;
   m.capturing = false;
+  m.allocator->set_capturing(false);
   m.stream = m.eager_stream;
   m.allocator->set_current_stream(m.stream);
-  (void)cublasSetStream(m.cublas, m.stream);
+  (void)bind_cublas(m, m.stream);
   (void)cudnnSetStream(m.cudnn, m.stream);
 }
 
@@ -87,8 +105,7 @@ void CudaBackend::begin_capture() {
   if (!m.cublas_workspace.defined()) {
     constexpr int64_t kCublasWorkspace = int64_t(32) << 20;  // cuBLAS's advice for Hopper
     m.cublas_workspace = Tensor::empty({kCublasWorkspace}, DType::U8, device());
-    TB_CUBLAS_CHECK(
-        cublasSetWorkspace(m.cublas, m.cublas_workspace.data(), size_t(kCublasWorkspace)));
+    TB_CUBLAS_CHECK(bind_cublas(m, m.stream));
   }
   // The capture starts with nothing pending: what eager work enqueued runs
   // first (capture is rare; its cost is one wait).
@@ -100,7 +117,8 @@ void CudaBackend::begin_capture() {
   m.capturing = true;
   try {
     point_at(m, m.capture_stream);
-    TB_CUDA_CHECK(cudaStreamBeginCapture(m.capture_stream, cudaStreamCaptureModeGlobal));
+    m.allocator->set_capturing(true);
+    TB_CUDA_CHECK(cudaStreamBeginCapture(m.capture_stream, cudaStreamCaptureModeThreadLocal));
   } catch (...) {
     restore_eager(m);
     throw;

@@ -50,8 +50,15 @@ class PinnedHostAllocator final : public Allocator {
     }
     void* p = nullptr;
     // Portable: usable from any device's context, and allocatable from loader
-    // threads that never selected a device.
-    const cudaError_t e = cudaHostAlloc(&p, size, cudaHostAllocPortable);
+    // threads that never selected a device. A CUDA graph capture (graphs.cpp)
+    // is thread-local, so it never sees the loaders' calls; should this thread
+    // be the capturing one, relaxed mode keeps the call from voiding it (the
+    // buffer is host memory, no part of any graph).
+    cudaError_t e;
+    {
+      const RelaxedCaptureMode relaxed(cuda_allocator_runtime().exchange_capture_mode, true);
+      e = cudaHostAlloc(&p, size, cudaHostAllocPortable);
+    }
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       throw OutOfMemory(detail::concat("cuda: cudaHostAlloc of ", size,

@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "engine/train/step_telemetry.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+
+#include "engine/backend/backend.h"
+#include "engine/core/error.h"
+#include "engine/metrics/chrome_trace.h"
+#include "engine/metrics/kernel_census.h"
+#include "engine/metrics/nvml_telemetry.h"
+#include "engine/metrics/process_memory.h"
+#include "engine/metrics/tensor_pipe_profiler.h"
+
+#ifdef TRAINBENCH_HAVE_CUDA
+#include "engine/backend/cuda/cuda_backend.h"
+#include "engine/metrics/cuda_step_timer.h"
+#endif
+
+namespace tb {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int64_t kCensusInterval = 50;  // steps between sampled kernel censuses
+
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + mid, v.end());
+  double m = v[mid];
+  if (v.size() % 2 == 0) m = 0.5 * (m + *std::max_element(v.begin(), v.begin() + mid));
+  return m;
+}
+
+// GPU memory series: the allocator's figures every step (host-side counters),
+// the driver's used/total when query_device (a driver call: every 10 steps).
+void write_memory_metrics(const DeviceMemoryStats& m, json& metrics) {
+  metrics["gpu_mem_allocated_bytes"] = double(m.allocated_bytes);
+  metrics["gpu_mem_reserved_bytes"] = double(m.reserved_bytes);
+  metrics["gpu_mem_peak_bytes"] = double(m.peak_allocated_bytes);
+  if (m.device_used_bytes >= 0) {
+    metrics["gpu_mem_used_bytes"] = double(m.device_used_bytes);
+    metrics["gpu_mem_total_bytes"] = double(m.device_total_bytes);
+  }
+}
+
+// Phase times: CUDA events on the CUDA backend (device time, read back a few
+// steps late: measuring never waits for the device), steady_clock on the CPU.
+std::unique_ptr<StepTimer> make_step_timer(Backend& be, bool measure, int test_lag) {
+  std::unique_ptr<StepTimer> t;
+#ifdef TRAINBENCH_HAVE_CUDA
+  if (auto* cuda = dynamic_cast<CudaBackend*>(&be))
+    t = std::make_unique<CudaStepTimer>(static_cast<cudaStream_t>(cuda->stream_handle()), 3, 64,
+                                        measure);
+#endif
+  if (!t) {
+    if (measure)
+      t = std::make_unique<HostStepTimer>(/*report_h2d=*/!be.device().is_cpu());
+    else
+      t = std::make_unique<TotalOnlyStepTimer>();
+  }
+  if (test_lag > 0) t = std::make_unique<LaggedStepTimer>(std::move(t), test_lag);
+  return t;
+}
+
+}  // namespace
+
+StepTelemetry::StepTelemetry(Backend& be, const RunPlan& plan, const TelemetryOptions& options,
+                             EventBus& bus)
+    : be_(be), bus_(bus), options_(options), on_host_(plan.on_host) {
+  base_timer_ = make_step_timer(be, options.measure, options.timer_lag_for_test);
+  timer_ = base_timer_.get();
+  if (options.trace) {
+    tracing_timer_ = std::make_unique<TracingStepTimer>(*base_timer_, *options.trace);
+    timer_ = tracing_timer_.get();
+  }
+  cpu_mark_ = process_cpu_seconds();
+  wall_mark_ = Clock::now();
+  // GPU telemetry (NVML, from the driver at run time); absent, with the reason
+  // logged, where there is none. NVML numbers devices in PCI order, CUDA
+  // fastest first: the same on one-GPU machines.
+  if (!on_host_) {
+    nvml_ = std::make_unique<NvmlTelemetry>(unsigned(be.device().index));
+    if (!nvml_->available()) {
+      log("info", "GPU telemetry " + nvml_->reason());
+      nvml_.reset();
+    }
+  }
+  if (plan.device_trace) {
+    device_trace_ = std::make_unique<DeviceTraceRecorder>();
+    if (!device_trace_->start(*options.trace))
+      log("warning", "trace: device rows " + device_trace_->reason());
+  }
+  if (plan.kernel_census) {
+    census_ = std::make_unique<KernelCensus>(be, plan.census_every_step ? 1 : kCensusInterval);
+    if (!census_->available()) {
+      log(options.profiler_requested ? "warning" : "info", "kernel census " + census_->reason());
+      census_.reset();
+    }
+  }
+  // Tensor pipe counters (CUPTI range profiler) halfway between censuses; a
+  // step never has both (two CUPTI collections), the census gives way.
+  if (plan.tensor_pipe) {
+    const auto [first, every] =
+        tensor_pipe_schedule(kCensusInterval, std::getenv("TRAINBENCH_TENSOR_PIPE_EVERY"));
+    pipe_ = std::make_unique<TensorPipeProfiler>(be, first, every);
+    log("info", "tensor pipe counters " + pipe_->describe());
+    if (!pipe_->available()) pipe_.reset();
+  }
+}
+
+StepTelemetry::~StepTelemetry() = default;
+
+void StepTelemetry::log(const std::string& level, const std::string& message) {
+  bus_.publish("log", {{"level", level}, {"message", message}});
+}
+
+void StepTelemetry::begin_step(int64_t step) {
+  const bool pipe_step = pipe_ && pipe_->samples(step);
+  if (census_ && !pipe_step) census_->begin_step(step);
+  if (pipe_step) pipe_->begin_step(step);
+  timer_->begin_step(step);
+}
+
+void StepTelemetry::end_step(int64_t step, int64_t epoch, json metrics, int64_t h2d_bytes) {
+  timer_->end_step();
+  if (census_) census_->end_step(metrics);
+  if (pipe_ && !pipe_->end_step(metrics)) {
+    log("warning", "tensor pipe counters " + pipe_->reason());
+    pipe_.reset();
+  }
+  const bool every10 = step % 10 == 0 || step == 1;
+  if (!on_host_) {
+    metrics["h2d_bytes"] = double(h2d_bytes);
+    if (std::optional<DeviceMemoryStats> m = be_.memory_stats(/*query_device=*/every10)) {
+      write_memory_metrics(*m, metrics);
+      device_peak_bytes_ = std::max(device_peak_bytes_, m->peak_allocated_bytes);
+    }
+    if (nvml_ && every10)
+      if (std::optional<GpuTelemetry> g = nvml_->read()) g->write_metrics(metrics);
+  } else if (every10) {
+    metrics["host_rss_bytes"] = double(process_rss_bytes());
+    const double wall = std::chrono::duration<double>(Clock::now() - wall_mark_).count();
+    const double cpu = process_cpu_seconds();
+    if (wall > 0) metrics["cpu_threads_busy"] = (cpu - cpu_mark_) / wall;
+    cpu_mark_ = cpu, wall_mark_ = Clock::now();
+  }
+  pending_.push_back({step, epoch, std::move(metrics)});
+  publish_ready(/*flush=*/false);
+}
+
+void StepTelemetry::flush() { publish_ready(/*flush=*/true); }
+
+// A step's event goes out when its times are known: at once with host
+// timers, a few steps later with CUDA events (so no step waits to be timed).
+void StepTelemetry::publish_ready(bool flush) {
+  if (flush) timer_->flush();
+  while (std::optional<StepTimes> t = timer_->poll()) {
+    TB_CHECK(!pending_.empty() && pending_.front().step == t->step, "step timer: times of step ",
+             t->step, " arrived, but the next unpublished step is ",
+             pending_.empty() ? int64_t(-1) : pending_.front().step);
+    PendingStep p = std::move(pending_.front());
+    pending_.pop_front();
+    step_ms_.push_back(t->total_ms);
+    if (options_.measure)
+      t->write_metrics(p.metrics);
+    else
+      p.metrics["step_time_ms"] = t->total_ms;
+    p.metrics["samples_per_s"] = 1e3 * double(options_.samples_per_step) / t->total_ms;
+    bus_.publish("step", {{"step", p.step}, {"epoch", p.epoch}, {"metrics", p.metrics}});
+  }
+}
+
+void StepTelemetry::release_cached_memory() {
+  if (std::optional<DeviceMemoryStats> m = be_.memory_stats(false))
+    device_peak_bytes_ = std::max(device_peak_bytes_, m->peak_allocated_bytes);
+  be_.empty_cache();
+  be_.reset_peak_memory();
+}
+
+void StepTelemetry::write_summary(json& summary) {
+  if (device_trace_) device_trace_->finish(be_, engine_kernel_classifier());
+  const double med = median(step_ms_);
+  summary["median_step_time_ms"] = med;
+  summary["samples_per_s"] =
+      std::isfinite(med) && med > 0 ? 1e3 * double(options_.samples_per_step) / med : 0.0;
+  if (std::optional<DeviceMemoryStats> m = be_.memory_stats(false))
+    device_peak_bytes_ = std::max(device_peak_bytes_, m->peak_allocated_bytes);
+  summary["peak_memory_bytes"] = on_host_ ? process_peak_rss_bytes() : device_peak_bytes_;
+  summary["peak_memory_kind"] = on_host_ ? "host_peak_rss" : "device_peak_allocated";
+  if (!on_host_) summary["gpu_mem_peak_bytes"] = device_peak_bytes_;
+}
+
+}  // namespace tb

@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// Everything the trainer measures per step, behind one object: the phase
+// timer (host clock, CUDA events read back late, or the step total only),
+// the queue of steps whose times are not known yet, the sampled kernel
+// census, the tensor pipe counters, the trace's device rows, NVML, device
+// memory, and the process's RSS and CPU time. The trainer marks phases on
+// timer() and hands each step's own metrics (loss, lr, ...) to end_step();
+// the "step" events go out, in order, once their times are known.
+//
+// It lives in train/, not metrics/: it composes the metrics/ instruments into
+// the trainer's event stream (EventBus), which metrics/ does not know. It is
+// also the one place that picks instruments by backend type (the CUDA event
+// timer needs the compute stream), so the trainer does not.
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/metrics/step_timer.h"
+#include "engine/train/events.h"
+#include "engine/train/tricks.h"
+
+namespace tb {
+
+class Backend;
+class ChromeTrace;
+class DeviceTraceRecorder;
+class KernelCensus;
+class NvmlTelemetry;
+class TensorPipeProfiler;
+class TracingStepTimer;
+
+struct TelemetryOptions {
+  bool measure = true;           // off: the step total only (bench/measurement_cost.py)
+  int timer_lag_for_test = 0;    // step times handed back this many steps late
+  ChromeTrace* trace = nullptr;  // host spans (steps, phases) and device rows
+  bool profiler_requested = false;  // a missing census is then a warning
+  int64_t samples_per_step = 0;     // for samples_per_s
+};
+
+class StepTelemetry {
+ public:
+  StepTelemetry(Backend& backend, const RunPlan& plan, const TelemetryOptions& options,
+                EventBus& bus);
+  ~StepTelemetry();
+  StepTelemetry(const StepTelemetry&) = delete;
+  StepTelemetry& operator=(const StepTelemetry&) = delete;
+
+  // The timer the step's phases are marked on.
+  StepTimer& timer() { return *timer_; }
+  // Before step `step` (1-based) starts: censuses and counters that sample it.
+  void begin_step(int64_t step);
+  // After step `step` of `epoch` ended, with its own metrics and the bytes it
+  // copied to the device: adds the measurements and publishes every step
+  // whose times are known.
+  void end_step(int64_t step, int64_t epoch, nlohmann::json metrics, int64_t h2d_bytes);
+  // Publishes every step still pending (waits for the device's times).
+  void flush();
+  // empty_cache_between_phases: cached blocks go back to the driver and the
+  // peak counters restart, so each phase's own peak shows; the run's peak so
+  // far is kept first.
+  void release_cached_memory();
+  // Writes the run's figures into the summary: median step time,
+  // samples/s, peak memory (and finishes the trace's device rows).
+  void write_summary(nlohmann::json& summary);
+
+ private:
+  struct PendingStep {
+    int64_t step, epoch;
+    nlohmann::json metrics;
+  };
+  void publish_ready(bool flush);
+  void log(const std::string& level, const std::string& message);
+
+  Backend& be_;
+  EventBus& bus_;
+  TelemetryOptions options_;
+  bool on_host_;
+  std::unique_ptr<StepTimer> base_timer_;
+  std::unique_ptr<TracingStepTimer> tracing_timer_;
+  StepTimer* timer_ = nullptr;
+  std::deque<PendingStep> pending_;
+  std::vector<double> step_ms_;
+  std::unique_ptr<NvmlTelemetry> nvml_;
+  std::unique_ptr<KernelCensus> census_;
+  std::unique_ptr<TensorPipeProfiler> pipe_;
+  std::unique_ptr<DeviceTraceRecorder> device_trace_;
+  int64_t device_peak_bytes_ = 0;  // over the run (peaks reset between phases)
+  double cpu_mark_ = 0;
+  std::chrono::steady_clock::time_point wall_mark_;
+};
+
+}  // namespace tb

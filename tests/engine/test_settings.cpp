@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The settings table (engine/train/config.cpp) is the one declaration of every
+// key: RunConfig, defaults, validation and `config --schema` come from it; the
+// run plan joins it with the capabilities the backends report.
+#include <QtTest>
+
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/optim/optimizer.h"
+#include "engine/optim/schedule.h"
+#include "engine/train/config.h"
+#include "engine/train/tricks.h"
+
+using namespace tb;
+using json = nlohmann::json;
+
+namespace {
+
+// A valid value of `k` that differs from its default.
+json other_value(const ConfigKey& k) {
+  if (!k.choices.empty())
+    for (const json& c : k.choices)
+      if (c != k.default_value) return c;
+  switch (k.type) {
+    case KeyType::Bool: return !k.default_value.get<bool>();
+    case KeyType::Int: return k.default_value.get<int64_t>() + 1 <= k.max || !(k.min < k.max)
+                                  ? k.default_value.get<int64_t>() + 1
+                                  : k.default_value.get<int64_t>() - 1;
+    case KeyType::Float: {
+      const double d = k.default_value.get<double>();
+      return d < k.max ? (d + k.max) / 2 : (d + k.min) / 2;
+    }
+    case KeyType::String: return k.key == "device" ? json("cuda:1") : json("other " + k.key);
+    case KeyType::IntList: return json::array({1, 2, 3});
+  }
+  return nullptr;
+}
+
+json field_value(const RunConfig& c, const ConfigField& field) {
+  return std::visit([&](auto p) { return json(c.*p); }, field);
+}
+
+}  // namespace
+
+class TestSettings : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // Each row fills its RunConfig field: a non-default value of every key
+  // comes back from RunConfig::from_json in that field.
+  void everyKeyFillsItsField() {
+    json overrides = json::object();
+    for (const ConfigKey& k : config_schema()) overrides[k.key] = other_value(k);
+    const json validated = validate_config(overrides, "test");
+    const RunConfig c = RunConfig::from_json(validated);
+    for (const ConfigKey& k : config_schema()) {
+      QVERIFY2(validated.at(k.key) != k.default_value, k.key.c_str());
+      QVERIFY2(field_value(c, k.field) == validated.at(k.key), k.key.c_str());
+    }
+    // And the defaults fill the fields with the defaults.
+    const RunConfig d = RunConfig::from_json(default_config());
+    for (const ConfigKey& k : config_schema())
+      QVERIFY2(field_value(d, k.field) == k.default_value, k.key.c_str());
+  }
+
+  void schemaCarriesGroupsAndCapabilities() {
+    const json schema = config_schema_json();
+    QCOMPARE(schema["version"].get<int>(), 2);
+    std::set<std::string> groups;
+    int trick_groups = 0;
+    for (const json& g : schema["groups"]) {
+      groups.insert(g["id"].get<std::string>());
+      trick_groups += g["tricks"].get<bool>();
+    }
+    QCOMPARE(trick_groups, 6);
+    for (const json& k : schema["keys"]) {
+      QVERIFY2(groups.count(k["group"].get<std::string>()), k.dump().c_str());
+      const ConfigKey* key = find_config_key(k["key"].get<std::string>());
+      QVERIFY(key);
+      // "all" exactly when the CPU backend reports what the key needs.
+      const bool cpu = !key->needs || CpuBackend().capabilities().*(key->needs);
+      QCOMPARE(k["backends"].get<std::string>(), std::string(cpu ? "all" : "cuda"));
+    }
+    QCOMPARE(find_config_key("parallel")->min_devices, 2);
+    QVERIFY(find_config_key("no_such_key") == nullptr);
+  }
+
+  // What a backend object reports is what capabilities_of reads without one.
+  void backendsReportTheirCapabilities() {
+    CpuBackend cpu;
+    for (const ConfigKey& k : config_schema())
+      if (k.needs) QCOMPARE(cpu.capabilities().*(k.needs), capabilities_of(DeviceKind::CPU).*(k.needs));
+    QVERIFY(capabilities_of(DeviceKind::CPU).fused_pointwise);
+    QVERIFY(!capabilities_of(DeviceKind::CPU).graph_capture);
+    QVERIFY(capabilities_of(DeviceKind::CUDA).graph_capture);
+    QVERIFY(!capabilities_of(DeviceKind::CUDA).multi_device);
+  }
+
+  void choicesOfAnIntegerKeyAreChecked() {
+    QCOMPARE(validate_config({{"pad_channels_to", 8}}, "test")["pad_channels_to"].get<int>(), 8);
+    try {
+      validate_config({{"pad_channels_to", 3}}, "cfg.json");
+      QFAIL("pad_channels_to = 3 was accepted");
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      QVERIFY2(m.find("cfg.json: key 'pad_channels_to': 3 is not one of: 0, 2, 4, 8") == 0, m.c_str());
+    }
+  }
+
+  // The plan reads the record: a trick is used when it is on and applied.
+  void planFollowsTheRecord() {
+    json on = {{"pin_memory", true},  {"non_blocking", true}, {"h2d_uint8", true},
+               {"channels_last", true}, {"pad_channels_to", 8}, {"fuse_pointwise", true},
+               {"device_side_init", true}, {"amp", "bf16"},    {"cuda_graphs", true},
+               {"empty_cache_between_phases", true}, {"profiler", true}};
+    const RunConfig c = RunConfig::from_json(validate_config(on, "test"));
+    const RunPlan cpu = resolve_tricks(c, CpuBackend().capabilities(), Device::cpu());
+    QVERIFY(cpu.on_host && !cpu.pinned_staging && !cpu.non_blocking && !cpu.uint8_upload);
+    QVERIFY(cpu.layout == Layout::NCHW && cpu.pad_channels_to == 0 && !cpu.device_side_init);
+    QVERIFY(cpu.fuse_pointwise);  // the CPU backend has the fused ops
+    QVERIFY(!cpu.precision.enabled() && !cpu.cuda_graphs && !cpu.empty_cache_between_phases);
+    QVERIFY(!cpu.kernel_census && !cpu.tensor_pipe && !cpu.device_trace);
+    QCOMPARE(cpu.tricks, resolve_tricks(c, Device::cpu()));
+
+    const RunPlan gpu = resolve_tricks(c, capabilities_of(DeviceKind::CUDA), Device::cuda(0));
+    QVERIFY(!gpu.on_host && gpu.pinned_staging && gpu.non_blocking && gpu.uint8_upload && !gpu.gpu_augment);
+    QVERIFY(gpu.layout == Layout::NHWC && gpu.pad_channels_to == 8 && gpu.device_side_init);
+    QVERIFY(gpu.precision.mode == AmpMode::BF16 && gpu.cuda_graphs && gpu.empty_cache_between_phases);
+    QVERIFY(gpu.kernel_census && gpu.tensor_pipe && !gpu.device_trace);
+    QCOMPARE(gpu.census_every_step, gpu.applied("profiler"));
+
+    // A trace blocks cuda_graphs, in the record (one place decides it).
+    const RunPlan traced =
+        resolve_tricks(c, capabilities_of(DeviceKind::CUDA), Device::cuda(0), {.tracing = true});
+    QVERIFY(!traced.cuda_graphs && !traced.applied("cuda_graphs"));
+    QVERIFY(traced.tricks["cuda_graphs"]["reason"].get<std::string>().find("trace") != std::string::npos);
+    QVERIFY(traced.device_trace && !traced.kernel_census && !traced.tensor_pipe);
+
+    // A capability the backend does not report: not applied, with the reason.
+    BackendCapabilities no_graphs = capabilities_of(DeviceKind::CUDA);
+    no_graphs.graph_capture = false;
+    const RunPlan without = resolve_tricks(c, no_graphs, Device::cuda(0));
+    QVERIFY(!without.cuda_graphs);
+    QCOMPARE(without.tricks["cuda_graphs"]["reason"].get<std::string>(),
+             std::string("not implemented by this build's cuda backend yet"));
+
+    // The amp test hook uses the precision but reports it not applied.
+    const RunPlan hook = resolve_tricks(c, CpuBackend().capabilities(), Device::cpu(),
+                                        {.amp_on_cpu_for_test = true});
+    QVERIFY(hook.precision.mode == AmpMode::BF16 && !hook.applied("amp"));
+
+    // gpu_augment ships raw bytes and implies the uint8 upload.
+    const RunConfig aug = RunConfig::from_json(validate_config({{"gpu_augment", true}}, "test"));
+    const RunPlan a = resolve_tricks(aug, capabilities_of(DeviceKind::CUDA), Device::cuda(0));
+    QVERIFY(a.gpu_augment && a.uint8_upload);
+  }
+
+  void optimizerAndScheduleComeFromTheRunConfig() {
+    const RunConfig c = RunConfig::from_json(validate_config(
+        {{"optimizer", "lamb"}, {"lr", 0.4}, {"momentum", 0.8}, {"nesterov", true},
+         {"weight_decay", 0.01}, {"beta1", 0.85}, {"beta2", 0.99}, {"eps", 1e-6}, {"alpha", 0.9},
+         {"optimizer_foreach", true}, {"schedule", "step"}, {"step_size", 7}, {"gamma", 0.5},
+         {"min_lr", 0.001}, {"warmup_steps", 3}, {"lr_scaling", "linear"}, {"base_batch_size", 32}},
+        "test"));
+    const OptimizerConfig o = OptimizerConfig::from_run(c);
+    QVERIFY(o.kind == OptimizerKind::LAMB && o.nesterov && o.multi_tensor);
+    QCOMPARE(o.lr, 0.4f);
+    QCOMPARE(o.momentum, 0.8f);
+    QCOMPARE(o.weight_decay, 0.01f);
+    QCOMPARE(o.beta1, 0.85f);
+    QCOMPARE(o.beta2, 0.99f);
+    QCOMPARE(o.eps, 1e-6f);
+    QCOMPARE(o.alpha, 0.9f);
+    const ScheduleConfig s = ScheduleConfig::from_run(c, 128, 1000);
+    QVERIFY(s.kind == ScheduleKind::Step);
+    QCOMPARE(s.base_lr, 0.4 * 128 / 32);  // linear scaling from base_batch_size
+    QCOMPARE(s.total_steps, int64_t(1000));
+    QCOMPARE(s.warmup_steps, int64_t(3));
+    QCOMPARE(s.step_size, int64_t(7));
+    QCOMPARE(s.gamma, 0.5);
+    QCOMPARE(s.min_lr, 0.001);
+  }
+};
+
+QTEST_MAIN(TestSettings)
+#include "test_settings.moc"
