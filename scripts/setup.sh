@@ -17,6 +17,8 @@ packages=(
   xvfb xauth
   # tools for tests and checks
   sqlite3
+  # packaging (scripts/check-package.sh): .deb building and checking, man pages, icons
+  dpkg-dev file man-db lintian desktop-file-utils appstream help2man librsvg2-bin
 )
 
 need=()

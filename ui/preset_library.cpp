@@ -6,6 +6,7 @@
 #include <QJsonDocument>
 #include <QObject>
 
+#include "install_paths.h"
 #include "run_config.h"
 #include "trick_catalog.h"
 
@@ -37,7 +38,7 @@ Preset PresetLibrary::fromJson(const QJsonObject& o) {
 
 QList<Preset> PresetLibrary::builtIn() {
   QList<Preset> out;
-  QDir dir(QStringLiteral(":/presets"));
+  QDir dir(InstallPaths::dataFile(QStringLiteral("presets")));
   for (const QString& file : dir.entryList({QStringLiteral("*.json")}, QDir::Files, QDir::Name)) {
     QFile f(dir.filePath(file));
     if (!f.open(QIODevice::ReadOnly)) continue;

@@ -19,6 +19,6 @@ struct Preset {
 
 class PresetLibrary {
  public:
-  static QList<Preset> builtIn();  // from :/presets, in file-name order
+  static QList<Preset> builtIn();  // from <data dir>/presets, in file-name order
   static Preset fromJson(const QJsonObject& object);
 };
