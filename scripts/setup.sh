@@ -17,6 +17,8 @@ packages=(
   xvfb xauth
   # tools for tests and checks
   sqlite3
+  # the PyTorch peer of the benchmarks' CPU smoke runs (bench/, /usr/bin/python3)
+  python3-torch
 )
 
 need=()
