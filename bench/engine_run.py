@@ -10,15 +10,16 @@ import statistics
 import subprocess
 import tempfile
 
+import bench_proc
+
 
 def run(engine, db, config, warmup, timeout=None, env=None):
     """Returns a dict of figures, or {"error": ...} (never raises for a failed run)."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(config, f)
     try:
-        proc = subprocess.run([engine, "run", "--db", db, "--quiet", "--config", f.name],
-                              capture_output=True, text=True, timeout=timeout,
-                              env=dict(os.environ, **(env or {})))
+        proc = bench_proc.run([engine, "run", "--db", db, "--quiet", "--config", f.name],
+                              timeout=timeout, env=dict(os.environ, **(env or {})))
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout} s"}
     finally:

@@ -31,12 +31,15 @@ import sys
 import tarfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_proc  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 # (stage, planned seconds at the default 530 s budget) in priority order.
-STAGES = [("env", 15), ("side-by-side", 230), ("truth-step", 40), ("truth-memory", 25),
-          ("truth-cost", 70), ("ladder", 90), ("tensor-cores", 30), ("ncu", 60)]
+STAGES = [("env", 15), ("side-by-side", 200), ("truth-step", 60), ("truth-memory", 30),
+          ("truth-cost", 75), ("ladder", 90), ("tensor-cores", 30), ("ncu", 60)]
 
 
 def errors_in(node, path="", found=None):
@@ -46,12 +49,15 @@ def errors_in(node, path="", found=None):
         for k, v in node.items():
             if k == "error" and isinstance(v, str) and v:
                 found.append(f"{path}: {v}")
-            else:
-                label = node.get("task") or node.get("name") or node.get("rung") or node.get("config")
-                errors_in(v, f"{path}/{label if isinstance(label, str) else k}", found)
+            elif isinstance(v, (dict, list)):
+                errors_in(v, f"{path}/{k}", found)
     elif isinstance(node, list):
         for i, v in enumerate(node):
-            errors_in(v, f"{path}[{i}]", found)
+            d = v if isinstance(v, dict) else {}
+            # a row names itself (model recipe precision, rung, name, config) where it can
+            label = " ".join(str(d[k]) for k in ("model", "recipe", "precision") if k in d) or \
+                d.get("rung") or d.get("name") or d.get("config") or str(i)
+            errors_in(v, f"{path}[{label}]", found)
     return found
 
 
@@ -171,7 +177,7 @@ def main():
                 continue
             with open(log, "w") as f:
                 try:
-                    rc = subprocess.run(commands[stage], stdout=f, stderr=subprocess.STDOUT,
+                    rc = bench_proc.run(commands[stage], stdout=f, stderr=subprocess.STDOUT,
                                         timeout=budget, env=env, cwd=ROOT).returncode
                     status = "ok" if rc == 0 else f"exit {rc}"
                 except subprocess.TimeoutExpired:

@@ -37,6 +37,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import bench_proc  # noqa: E402
 import engine_run  # noqa: E402
 
 # (model, batch, data set) of the comparison
@@ -58,16 +59,16 @@ TORCH_VARIANTS = {"baseline": ["eager"], "all-tricks": ["eager", "compile", "max
 COMPILE_ARG = {"eager": "none", "compile": "default", "max-autotune": "max-autotune"}
 
 # Priority order of (model, recipe, precision, side) tasks: the issue's target
-# row (resnet18 all-tricks bf16) complete first, then every eager comparison,
-# then the compiled variants, max-autotune last (minutes of autotuning each).
+# row (resnet18 all-tricks bf16) against eager and compile first, then every
+# eager comparison, then max-autotune of the target row (minutes of
+# autotuning), then the fp16 rows, then the other compiled variants.
 def tasks():
-    t = []
-    t += [("resnet18-cifar", "all-tricks", "bf16", s)
-          for s in ("trainbench", "eager", "compile", "max-autotune")]
+    t = [("resnet18-cifar", "all-tricks", "bf16", s) for s in ("trainbench", "eager", "compile")]
     t += [("resnet18-cifar", "baseline", "fp32", s) for s in ("trainbench", "eager")]
     for model, _, _ in MODELS[1:]:
         t += [(model, "all-tricks", "bf16", s) for s in ("trainbench", "eager")]
         t += [(model, "baseline", "fp32", s) for s in ("trainbench", "eager")]
+    t.append(("resnet18-cifar", "all-tricks", "bf16", "max-autotune"))
     for model, _, _ in MODELS:
         t += [(model, "all-tricks", "fp16", s) for s in ("trainbench", "eager")]
     for model, _, _ in MODELS[1:]:
@@ -85,9 +86,11 @@ def task_id(t):
     return "/".join(t)
 
 
-# Seconds a task may take at most (a compile that runs longer is reported as such).
-def task_cap(side):
-    return {"trainbench": 120, "eager": 120, "compile": 180, "max-autotune": 300}[side]
+# (seconds a task needs to be started, seconds it may take at most): a task
+# that does not fit in what is left is listed as not run and the next, maybe
+# cheaper, one is tried; a compile that runs past its cap is reported as such.
+TASK_TIME = {"trainbench": (30, 120), "eager": (30, 120), "compile": (90, 180),
+             "max-autotune": (150, 300)}
 
 
 def engine_config(model, batch, data, recipe, precision, steps, warmup, device, data_dir):
@@ -116,9 +119,10 @@ def torch_side(a, model, batch, data, recipe, precision, variant, timeout):
            "--device", a.device, "--data", data, "--data-dir", a.data_dir]
     t0 = time.time()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = bench_proc.run(cmd, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout} s (compilation or autotuning not finished)"}
+        return {"error": f"timed out after {timeout:.0f} s"
+                         + (" (compilation or autotuning not finished)" if variant != "eager" else "")}
     if proc.returncode != 0 or not proc.stdout.strip():
         return {"error": (proc.stderr.strip() or "no output")[-1500:], "exit": proc.returncode}
     r = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -134,7 +138,10 @@ def matrix_peak(a):
         cmd += ["--size", "256", "--reps", "3"]
     elif a.quick:
         cmd += ["--size", "4096", "--reps", "5"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = bench_proc.run(cmd, timeout=180)
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out after 180 s"}
     if proc.returncode != 0:
         return {"error": proc.stderr.strip()[-1000:]}
     return json.loads(proc.stdout)
@@ -284,6 +291,14 @@ def main():
         for row in rows.values():
             fill_row(row, peak, fl.get(row["model"], {}).get("train"))
         result["targets"] = targets(list(rows.values()))
+        # Versions: the engine's run record (driver, runtime, cuDNN, cuBLAS) and PyTorch's.
+        for row in rows.values():
+            tb = row.get("trainbench") or {}
+            if tb.get("environment") and "environment" not in result:
+                result["environment"] = tb["environment"]
+            for r in row["pytorch"].values():
+                if r.get("version") and "pytorch" not in result:
+                    result["pytorch"] = {k: r.get(k) for k in ("version", "cuda", "cudnn", "device")}
         result["wall_s"] = time.time() - t_start
         tmp = a.output + ".tmp"
         with open(tmp, "w") as f:
@@ -296,9 +311,10 @@ def main():
         if (a.only and not re.search(a.only, task_id(t))) or t in done:
             continue
         left = deadline - time.time()
-        cap = task_cap(side)
-        if left < min(cap, 30):
-            result["not_run"].append({"task": task_id(t), "why": f"budget ({left:.0f} s left)"})
+        need, cap = TASK_TIME[side]
+        if left < need:
+            result["not_run"].append({"task": task_id(t), "why": f"budget ({left:.0f} s left, "
+                                                                f"needs {need} s)"})
             continue
         row = rows[(model, recipe, prec)]
         timeout = min(cap, left)

@@ -36,10 +36,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import bench_proc  # noqa: E402
 import engine_run  # noqa: E402
 
+# cuDNN's heuristic plans, not autotuning: these check timing, not speed, and
+# autotuning would cost each of the many short runs seconds of the call's budget.
 RESNET_TRICKS = {"model": "resnet18-cifar", "dataset": "synthetic", "synthetic_shape": [3, 32, 32],
-                 "amp": "bf16", "channels_last": True, "cudnn_benchmark": True, "pin_memory": True,
+                 "amp": "bf16", "channels_last": True, "cudnn_benchmark": False, "pin_memory": True,
                  "non_blocking": True, "h2d_uint8": True, "optimizer_foreach": True,
                  "fuse_pointwise": True, "conv_bias_before_bn": False, "sync_every_step": False,
                  "log_every": 50, "workers": 8, "schedule": "constant", "test_limit": 256}
@@ -81,7 +84,7 @@ def harness(a, config, extra=(), steps=None, warmup=None):
         cmd = [os.path.join(a.bin, "trainbench-step-truth"), "--config", cfg_path,
                "--warmup", str(warmup), "--output", out, *extra]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=a.run_timeout)
+            proc = bench_proc.run(cmd, timeout=a.run_timeout)
         except subprocess.TimeoutExpired:
             return {"error": f"timed out after {a.run_timeout} s"}
         if not os.path.exists(out):
@@ -118,6 +121,8 @@ def outside_mean_ms(r):
 
 def part_cost(a, res):
     batches = [64] if a.quick else [64, 512]
+    # 100 timed steps a run (the census samples one step in 50: two per run).
+    steps, warmup = min(a.steps, 100), min(a.warmup, 20)
     out = []
     for b in batches:
         cfg = dict(RESNET_TRICKS, batch_size=b)
@@ -125,10 +130,10 @@ def part_cost(a, res):
         errors = []
         for rep in range(a.repeats):
             for mode in (["off", "default"] if rep % 2 == 0 else ["default", "off"]):
-                r = harness(a, cfg, COST_MODES[mode])
+                r = harness(a, cfg, COST_MODES[mode], steps=steps, warmup=warmup)
                 m = outside_mean_ms(r)
                 (means[mode].append(m) if m else errors.append({mode: r.get("error")}))
-        r = harness(a, cfg, COST_MODES["profiler"])
+        r = harness(a, cfg, COST_MODES["profiler"], steps=steps, warmup=warmup)
         m = outside_mean_ms(r)
         (means["profiler"].append(m) if m else errors.append({"profiler": r.get("error")}))
         row = {"batch_size": b, "outside_mean_step_ms": means, "errors": errors}
@@ -161,7 +166,7 @@ def part_memory(a, res):
                  "--batch-size", str(scaled(a, 512)), "--steps", str(steps), "--warmup", str(warmup),
                  "--recipe", "all-tricks", "--precision", "bf16", "--device", a.device]
     try:
-        proc = subprocess.run(torch_cmd, capture_output=True, text=True, timeout=a.run_timeout)
+        proc = bench_proc.run(torch_cmd, timeout=a.run_timeout)
         pt = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else \
             {"error": proc.stderr.strip()[-1500:]}
     except subprocess.TimeoutExpired:
@@ -188,8 +193,7 @@ def part_memory(a, res):
 
 def part_tensor_cores(a, res):
     base = {"model": "resnet18-cifar", "dataset": "synthetic", "synthetic_shape": [3, 32, 32],
-            "batch_size": 256, "test_limit": 256, "profiler": True, "device": a.device,
-            "cudnn_benchmark": True}
+            "batch_size": 256, "test_limit": 256, "profiler": True, "device": a.device}
     configs = [("fp32 (no TF32)", {}),
                ("bf16 channels-last", {"amp": "bf16", "channels_last": True}),
                ("fp16 channels-last", {"amp": "fp16", "channels_last": True})]
