@@ -46,3 +46,13 @@ def run(cmd, timeout=None, **kw):
             p.communicate()
             raise
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def nvidia_smi():
+    """The GPU's name, driver and memory as nvidia-smi gives them, or why not."""
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                               "--format=csv,noheader"], capture_output=True, text=True,
+                              check=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"unavailable: {e}"

@@ -248,12 +248,7 @@ def main():
     result = {"benchmark": "gpu-vs-pytorch", "date": datetime.datetime.now(
         datetime.timezone.utc).isoformat(timespec="seconds"), "device_kind": a.device,
         "steps": a.steps, "warmup": a.warmup, "batch_scale": a.batch_scale}
-    try:
-        result["nvidia_smi"] = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError) as e:
-        result["nvidia_smi"] = f"unavailable: {e}"
+    result["nvidia_smi"] = bench_proc.nvidia_smi()
     result["matrix_peak"] = peak = matrix_peak(a)
     result["flops_per_sample"] = fl = flops(a)
     print(json.dumps({"matrix_peak_tflops": {k: v.get("tflops") for k, v in peak.items()

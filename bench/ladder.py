@@ -16,13 +16,13 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import bench_proc  # noqa: E402
 import engine_run  # noqa: E402
 
 MODEL, SHAPE = "resnet18-cifar", [3, 32, 32]
@@ -77,12 +77,7 @@ def main():
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "device_kind": a.device, "steps": a.steps, "warmup": a.warmup,
               "driver": "separate trainbench-engine runs (bench/ladder.py)", "rungs": []}
-    try:
-        result["nvidia_smi"] = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError) as e:
-        result["nvidia_smi"] = f"unavailable: {e}"
+    result["nvidia_smi"] = bench_proc.nvidia_smi()
     db = os.path.join(tempfile.mkdtemp(prefix="ladder-"), "runs.db")
     base = None
     for name, add, cfg in rung_configs(a.device, a.steps, a.warmup, a.batch_scale):

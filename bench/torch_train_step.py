@@ -88,6 +88,8 @@ def main():
     p.add_argument("--data", default="synthetic", choices=["synthetic", "fashion-mnist"])
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--pool", type=int, default=32, help="distinct host batches, cycled")
+    p.add_argument("--cudnn-benchmark", default="recipe", choices=["recipe", "on", "off"],
+                   help="override the recipe's cudnn.benchmark (truth.py memory: off, as its engine run)")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
@@ -105,7 +107,8 @@ def main():
     # Trainbench computes fp32 convolutions and GEMMs without TF32: so does this side.
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cudnn.benchmark = tricks
+    benchmark = tricks if a.cudnn_benchmark == "recipe" else a.cudnn_benchmark == "on"
+    torch.backends.cudnn.benchmark = benchmark
     torch.manual_seed(a.seed)
     gen = torch.Generator().manual_seed(a.seed)
 
@@ -201,7 +204,7 @@ def main():
          "median_step_ms": med, "p10_step_ms": times_sorted[n // 10],
          "p90_step_ms": times_sorted[(9 * n) // 10], "samples_per_s": a.batch_size * 1e3 / med,
          "warmup_s": warmup_s, "final_loss": final_loss,
-         "tricks": {"channels_last": tricks, "cudnn_benchmark": tricks, "pinned_uint8_h2d": tricks,
+         "tricks": {"channels_last": tricks, "cudnn_benchmark": benchmark, "pinned_uint8_h2d": tricks,
                     "non_blocking": tricks, "foreach_sgd": tricks, "set_to_none": tricks,
                     "conv_bias_before_bn": not tricks, "grad_scaler": use_scaler,
                     "tf32": False, "cuda_graphs": a.compile == "max-autotune"}}

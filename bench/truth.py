@@ -164,7 +164,8 @@ def part_memory(a, res):
     r = harness(a, cfg, steps=steps, warmup=warmup)
     torch_cmd = [a.python, os.path.join(HERE, "torch_train_step.py"), "--model", "resnet18-cifar",
                  "--batch-size", str(scaled(a, 512)), "--steps", str(steps), "--warmup", str(warmup),
-                 "--recipe", "all-tricks", "--precision", "bf16", "--device", a.device]
+                 "--recipe", "all-tricks", "--precision", "bf16", "--device", a.device,
+                 "--cudnn-benchmark", "off"]  # as RESNET_TRICKS
     try:
         proc = bench_proc.run(torch_cmd, timeout=a.run_timeout)
         pt = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else \
@@ -252,12 +253,7 @@ def main():
         except ValueError:
             res = {}
     res.update({"benchmark": "truth", "device_kind": a.device})
-    try:
-        res["nvidia_smi"] = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError) as e:
-        res["nvidia_smi"] = f"unavailable: {e}"
+    res["nvidia_smi"] = bench_proc.nvidia_smi()
     for name in (PARTS if a.part == "all" else [a.part]):
         t0 = time.time()
         sec = PARTS[name](a, res)
