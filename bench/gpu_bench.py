@@ -215,7 +215,10 @@ def main():
               f"{t_start + a.seconds - time.time():.0f} s left)", flush=True)
     save()
     print("== summary: " + json.dumps({s: v["status"] for s, v in summary["stages"].items()}))
+    # exit 1 when a stage did not finish cleanly (the device tool's rc says so at a glance)
+    return int(any(v["status"] != "ok" and not v["status"].startswith("skipped: no GPU")
+                   for v in summary["stages"].values()))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
