@@ -54,7 +54,7 @@ def vs_table(doc):
         best_pt = max((v for k, v in mfu.items() if k != "trainbench"), default=None)
         lines.append(
             f"| {row['model']} | {row['batch_size']} | {row['recipe']} {row['precision']} | "
-            f"{sps(tb) if tb else NOT_RUN} | {sps(pt.get('eager'))} | {sps(pt.get('compile'))} | "
+            f"{sps(tb) if tb else 'not run'} | {sps(pt.get('eager'))} | {sps(pt.get('compile'))} | "
             f"{sps(pt.get('max-autotune'))} | {num(rt.get('vs_eager'), '{:.2f}')} | "
             f"{num(rt.get('vs_best_compiled'), '{:.2f}')} | "
             f"{gib((tb or {}).get('peak_allocated_bytes'))} / "
@@ -120,15 +120,22 @@ def truth_table(doc):
     return "\n".join(lines)
 
 
+def caption(doc):
+    if not doc:
+        return ""
+    return f"_{doc.get('nvidia_smi', doc.get('device_kind', ''))}; {doc.get('date', '')}_\n\n"
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--vs", default="")
     p.add_argument("--ladder", default="")
     p.add_argument("--truth", default="")
     a = p.parse_args()
-    print("### Trainbench vs PyTorch\n\n" + vs_table(load(a.vs)) + "\n")
-    print("### The ladder (seed 004) on the GPU\n\n" + ladder_table(load(a.ladder)) + "\n")
-    print("### Truth of the measurements\n\n" + truth_table(load(a.truth)))
+    vs, lad, truth = load(a.vs), load(a.ladder), load(a.truth)
+    print("### Trainbench vs PyTorch\n\n" + caption(vs) + vs_table(vs) + "\n")
+    print("### The ladder (seed 004) on the GPU\n\n" + caption(lad) + ladder_table(lad) + "\n")
+    print("### Truth of the measurements\n\n" + caption(truth) + truth_table(truth))
 
 
 if __name__ == "__main__":
