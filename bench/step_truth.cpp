@@ -10,9 +10,9 @@
 // events on a GPU, the host clock on the CPU), and the device memory the
 // engine reports (allocator and driver) with cudaMemGetInfo deltas taken here.
 //
-//   trainbench-step-truth --set model=resnet18-cifar --set dataset=synthetic \
-//       --set 'synthetic_shape=[3,32,32]' --set batch_size=512 --set max_steps=230 \
-//       --set device=cuda --warmup 30 --output truth-step.json
+//   trainbench-step-truth --set model=resnet18-cifar --set dataset=synthetic
+//       --set 'synthetic_shape=[3,32,32]' --set batch_size=512 --set max_steps=230
+//       --set device=cuda --warmup 30 --output truth-step.json   (one command line)
 //
 // --measure off: the trainer's measurement off (step total only, as
 // TRAINBENCH_MEASURE=off); --cupti off: in-app CUPTI off (no kernel census or
