@@ -152,7 +152,9 @@ def part_cost(a, res):
         out.append(row)
     return {"date": now(), "model": "resnet18-cifar bf16 channels-last (tricks, eager)",
             "clock": "outside (trainbench-step-truth): mean step time over the timed steps",
-            "modes": {"off": "TRAINBENCH_MEASURE=off semantics (step total only) and CUPTI off",
+            "modes": {"off": "TRAINBENCH_MEASURE=off semantics (step total only) and CUPTI off "
+                             "(no census, no tensor pipe counters); the per-step memory series "
+                             "have no switch and stay on in every mode",
                       "default": "the engine's defaults",
                       "profiler": "profiler=true: kernel census every step"},
             "repeats": a.repeats, "batches": out}
