@@ -18,8 +18,8 @@ void RunHistoryModel::setRuns(const QList<RunSummary>& runs) {
 
 bool RunHistoryModel::reload(const QString& databasePath, QString* error, bool* changed) {
   try {
+    // Runs whose engine is gone read as "interrupted" (RunStore derives it).
     tb::RunStore store(databasePath.toStdString());
-    store.mark_interrupted_runs();
     QList<RunSummary> runs;
     for (const tb::RunRecord& r : store.list_runs()) runs.append(RunSummary::fromRecord(r));
     // Only reset (which loses the view's scroll position) when something changed.
@@ -100,6 +100,7 @@ QVariant RunHistoryModel::data(const QModelIndex& index, int role) const {
       if (index.column() == Status) {
         if (r.status == QLatin1String("failed")) return QBrush(QColor(200, 40, 40));
         if (r.status == QLatin1String("running")) return QBrush(QColor(30, 120, 200));
+        if (r.status == QLatin1String("interrupted")) return QBrush(QColor(200, 120, 0));
       }
       return {};
     case Qt::TextAlignmentRole:

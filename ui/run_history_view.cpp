@@ -37,7 +37,7 @@ RunHistoryView::RunHistoryView(QWidget* parent) : QWidget(parent) {
   bar->addWidget(search_, 2);
   status_ = new QComboBox(this);
   status_->addItem(tr("Any status"), QString());
-  for (const char* s : {"finished", "stopped", "failed", "running", "queued"})
+  for (const char* s : {"finished", "stopped", "failed", "interrupted", "running", "queued"})
     status_->addItem(QString::fromLatin1(s), QString::fromLatin1(s));
   modelFilter_ = new QComboBox(this);
   tag_ = new QComboBox(this);

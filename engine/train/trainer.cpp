@@ -335,6 +335,9 @@ TrainResult Trainer::run(int64_t run_id) {
     }
   };
 
+  // Ends early (eval_cut_short) when a stop is requested: a long evaluation
+  // must not hold a stop signal back.
+  bool eval_cut_short = false;
   auto evaluate = [&]() -> std::pair<double, double> {
     ctx.training = false;
     DeviceStats eval_stats(be);
@@ -342,7 +345,7 @@ TrainResult Trainer::run(int64_t run_id) {
     test_loader.start_epoch(0);
     Batch b;
     Tensor none, x, y;
-    while (test_loader.next(b)) {
+    while (!(eval_cut_short = stop_.load()) && test_loader.next(b)) {
       n += b.labels.dim(0);
       stager.stage(std::move(b), test_loader, x, y);
       Tensor logits = model->forward(ctx, x);
@@ -630,10 +633,16 @@ TrainResult Trainer::run(int64_t run_id) {
       if (c.empty_cache_between_phases) release_cached_memory(be, device_peak_bytes);
       auto [test_loss, test_acc] = evaluate();
       if (c.empty_cache_between_phases) release_cached_memory(be, device_peak_bytes);
-      last_test_loss = test_loss, last_test_acc = test_acc;
-      em["test_loss"] = test_loss;
-      em["test_accuracy"] = test_acc;
-      em["eval_time_s"] = ms_since(t_eval) / 1e3;
+      if (eval_cut_short) {
+        stopped = true;
+        log("info", "stop requested: evaluation of epoch " + std::to_string(epoch + 1) +
+                        " cut short, not recorded");
+      } else {
+        last_test_loss = test_loss, last_test_acc = test_acc;
+        em["test_loss"] = test_loss;
+        em["test_accuracy"] = test_acc;
+        em["eval_time_s"] = ms_since(t_eval) / 1e3;
+      }
     }
     if (epoch_samples > 0) {
       em["train_loss"] = epoch_loss / double(epoch_samples);
