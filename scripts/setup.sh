@@ -16,7 +16,10 @@ packages=(
   # headless GUI tests and screenshots
   xvfb xauth
   # tools for tests and checks
-  sqlite3
+  sqlite3 python3
+  # sanitizer build (libasan/libubsan come with gcc) and libFuzzer (clang's
+  # -fsanitize=fuzzer is in libclang-rt-14-dev)
+  clang libclang-rt-14-dev
 )
 
 need=()

@@ -334,8 +334,9 @@ int cmd_run(const RunArgs& a) {
   // With --events jsonl stdout carries the stream; people read stderr.
   ProgressSink progress(jsonl ? stderr : stdout, isatty(fileno(jsonl ? stderr : stdout)) != 0,
                         jsonl || a.quiet);
-  bus.add(&store_sink);
+  // The stream first: whatever the store has, the stream had before it.
   if (jsonl) bus.add(&jsonl_sink);
+  bus.add(&store_sink);
   bus.add(&progress);
 
   Trainer trainer(config, bus, g_stop);
