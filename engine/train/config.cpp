@@ -164,32 +164,36 @@ std::string closest_key(const std::string& key) {
   return best_len >= 3 ? best : "";
 }
 
+// A value as error messages show it; text that is not UTF-8 must not turn a
+// clear error into a JSON exception (found by fuzz/config_fuzzer.cpp).
+std::string shown(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 json check_value(const ConfigKey& k, const json& v, const std::string& source) {
   const std::string where = source + ": key '" + k.key + "'";
   auto range_ok = [&](double x) { return !(k.min < k.max) || (x >= k.min && x <= k.max); };
   auto range_str = [&]() { return " in [" + json(k.min).dump() + ", " + json(k.max).dump() + "]"; };
   switch (k.type) {
     case KeyType::Bool:
-      TB_CHECK(v.is_boolean(), where, ": expected true or false, got ", v.dump());
+      TB_CHECK(v.is_boolean(), where, ": expected true or false, got ", shown(v));
       return v;
     case KeyType::Int: {
       bool integral = v.is_number_integer() ||
                       (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
-      TB_CHECK(integral, where, ": expected an integer, got ", v.dump());
+      TB_CHECK(integral, where, ": expected an integer, got ", shown(v));
       const double x = v.get<double>();
-      TB_CHECK(range_ok(x), where, ": ", v.dump(), " is out of range; expected an integer",
+      TB_CHECK(range_ok(x), where, ": ", shown(v), " is out of range; expected an integer",
                range_str());
       return json(static_cast<int64_t>(x));
     }
     case KeyType::Float: {
-      TB_CHECK(v.is_number(), where, ": expected a number, got ", v.dump());
+      TB_CHECK(v.is_number(), where, ": expected a number, got ", shown(v));
       const double x = v.get<double>();
-      TB_CHECK(std::isfinite(x) && range_ok(x), where, ": ", v.dump(),
+      TB_CHECK(std::isfinite(x) && range_ok(x), where, ": ", shown(v),
                " is out of range; expected a number", range_str());
       return json(x);
     }
     case KeyType::String: {
-      TB_CHECK(v.is_string(), where, ": expected a string, got ", v.dump());
+      TB_CHECK(v.is_string(), where, ": expected a string, got ", shown(v));
       if (!k.choices.empty()) {
         const auto s = v.get<std::string>();
         if (std::find(k.choices.begin(), k.choices.end(), s) == k.choices.end()) {
@@ -201,9 +205,9 @@ json check_value(const ConfigKey& k, const json& v, const std::string& source) {
       return v;
     }
     case KeyType::IntList: {
-      TB_CHECK(v.is_array() && !v.empty(), where, ": expected a list of integers, got ", v.dump());
+      TB_CHECK(v.is_array() && !v.empty(), where, ": expected a list of integers, got ", shown(v));
       for (const auto& e : v)
-        TB_CHECK(e.is_number_integer() && range_ok(e.get<double>()), where, ": element ", e.dump(),
+        TB_CHECK(e.is_number_integer() && range_ok(e.get<double>()), where, ": element ", shown(e),
                  " is not an integer", range_str());
       return v;
     }
@@ -241,7 +245,10 @@ json validate_config(const json& overrides, const std::string& source) {
   TB_CHECK(overrides.is_object(), source, ": the configuration must be a JSON object, got ",
            overrides.type_name());
   json c = default_config();
-  for (const auto& [key, value] : overrides.items()) {
+  for (const auto& item : overrides.items()) {
+    // Named, not a structured binding: clang 14 (the fuzz build) cannot capture those.
+    const std::string& key = item.key();
+    const json& value = item.value();
     auto it = std::find_if(config_schema().begin(), config_schema().end(),
                            [&](const ConfigKey& k) { return k.key == key; });
     if (it == config_schema().end()) {
@@ -257,7 +264,7 @@ json validate_config(const json& overrides, const std::string& source) {
            ": epochs and max_steps are both 0; nothing would run");
   const auto& shape = c["synthetic_shape"];
   TB_CHECK(shape.size() == 3, source, ": key 'synthetic_shape': expected [channels, height, width], got ",
-           shape.dump());
+           shown(shape));
   const std::string device = c["device"].get<std::string>();
   TB_CHECK(device == "auto" || device == "cpu" || device == "cuda" || device.rfind("cuda:", 0) == 0,
            source, ": key 'device': '", device, "' is not auto, cpu, cuda or cuda:N");

@@ -353,6 +353,18 @@ class TestCli : public QObject {
     QVERIFY2(r.err.contains(message), qPrintable(r.err));
   }
 
+  // Found by fuzz/config_fuzzer.cpp: a value that is not UTF-8 made validation
+  // throw a JSON exception (exit 1, "[json.exception.type_error.316] ...").
+  void invalidUtf8ValueIsAClearError() {
+    QProcess p;
+    p.start("bash", {"-c", QString("'%1' run --db '%2' --set \"$(printf 'batch_size=\\xff')\"")
+                               .arg(TRAINBENCH_ENGINE_BIN, db_)});
+    QVERIFY(p.waitForFinished(60000));
+    const QString err = QString::fromUtf8(p.readAllStandardError());
+    QCOMPARE(p.exitCode(), 2);
+    QVERIFY2(err.contains("key 'batch_size': expected an integer"), qPrintable(err));
+  }
+
   // Defect: usage errors left with CLI11's codes (104-114), a huge id became
   // INT64_MAX, and --db DIR gave SQLite's bare message.
   void usageErrorsExitTwo() {
@@ -550,6 +562,7 @@ class TestCli : public QObject {
                  "--train-limit", "2048", "--test-limit", "100"});
     QVERIFY(run.wait_for("\"type\":\"step\"", 3));
     ::kill(run.p.processId(), SIGINT);
+    QThread::msleep(20);  // the first one handled, the step not yet ended
     ::kill(run.p.processId(), SIGINT);
     QVERIFY(run.p.waitForFinished(30000));
     QCOMPARE(run.p.exitCode(), 130);
