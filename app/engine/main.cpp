@@ -20,6 +20,7 @@
 #include "engine/backend/backend.h"
 #include "engine/core/error.h"
 #include "engine/metrics/chrome_trace.h"
+#include "engine/parallel/launch.h"
 #include "engine/store/run_store.h"
 #include "engine/train/config.h"
 #include "engine/train/events.h"
@@ -202,7 +203,10 @@ int cmd_run(const RunArgs& a) {
   const bool jsonl = a.events == "jsonl";
   std::unique_ptr<RunStore> store;
   int64_t run_id = 0;
-  try {
+  // ddp: rank 0 alone records the run and reports; the other ranks write
+  // nothing and print only their errors (engine/parallel/launch.h).
+  const int rank = launch_rank();
+  if (rank == 0) try {
     store = std::make_unique<RunStore>(a.db.empty() ? RunStore::default_path() : a.db);
     RunRecord rec;
     rec.name = config.name;
@@ -218,27 +222,34 @@ int cmd_run(const RunArgs& a) {
   }
 
   EventBus bus;
-  StoreSink store_sink(*store, run_id);
+  std::unique_ptr<StoreSink> store_sink;
+  if (store) store_sink = std::make_unique<StoreSink>(*store, run_id);
   JsonlSink jsonl_sink(stdout);
   // With --events jsonl stdout carries the stream; people read stderr.
   ProgressSink progress(jsonl ? stderr : stdout, isatty(fileno(jsonl ? stderr : stdout)) != 0,
                         jsonl || a.quiet);
-  bus.add(&store_sink);
-  if (jsonl) bus.add(&jsonl_sink);
-  bus.add(&progress);
+  if (rank == 0) {
+    bus.add(store_sink.get());
+    if (jsonl) bus.add(&jsonl_sink);
+    bus.add(&progress);
+  }
 
   install_signal_handlers();
   Trainer trainer(config, bus, g_stop);
   std::string error;
   try {
     TrainResult r = trainer.run(run_id);
-    store->flush();
+    if (store) store->flush();
     return r.status == "stopped" ? kExitStopped : kExitOk;
   } catch (const OutOfMemory& e) {
     error = std::string(e.what()) + " (batch_size " + std::to_string(config.batch_size) +
             ", asked for " + bytes_str(double(e.requested_bytes)) + ")";
   } catch (const std::exception& e) {
     error = e.what();
+  }
+  if (rank != 0) {
+    std::fprintf(stderr, "error: rank %d failed: %s\n", rank, error.c_str());
+    return kExitFailed;
   }
   std::fprintf(stderr, "error: run %lld failed: %s\n", (long long)run_id, error.c_str());
   try {

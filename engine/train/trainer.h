@@ -2,16 +2,20 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/parallel/launch.h"
 #include "engine/train/config.h"
 #include "engine/train/events.h"
 
 namespace tb {
 
 class ChromeTrace;
+class Model;
 
 struct TrainResult {
   std::string status;  // "finished" or "stopped"
@@ -45,6 +49,13 @@ class Trainer {
   // timer does on a GPU, so the CPU tests cover the trainer's late publishing.
   void set_step_timer_lag_for_test(int lag) { timer_lag_for_test_ = lag; }
 
+  // Test hooks for ddp: run as if started by `launch` (a single-process
+  // reference inside an mpirun job), and see the model after every step.
+  void set_launch_for_test(const LaunchInfo& launch) { launch_for_test_ = launch; }
+  void set_step_hook_for_test(std::function<void(int64_t step, const Model&)> hook) {
+    step_hook_for_test_ = std::move(hook);
+  }
+
   // Partial summary of what ran so far (for a failed run's record).
   const nlohmann::json& summary_so_far() const { return summary_; }
 
@@ -57,6 +68,8 @@ class Trainer {
   ChromeTrace* trace_ = nullptr;
   int timer_lag_for_test_ = 0;
   bool amp_on_cpu_ = false;
+  std::optional<LaunchInfo> launch_for_test_;
+  std::function<void(int64_t, const Model&)> step_hook_for_test_;
 };
 
 }  // namespace tb
