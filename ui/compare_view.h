@@ -17,6 +17,7 @@ class QLabel;
 class QSlider;
 class QTableView;
 class SeriesLoader;
+class ScalingChart;
 class SpeedupChart;
 
 // Two or more saved runs side by side: overlaid plots (loss, test accuracy,
@@ -37,6 +38,7 @@ class CompareView : public QWidget {
   CompareSummaryModel* summaryModel() const { return summary_; }
   QList<LivePlot*> plots() const { return plots_; }
   SpeedupChart* speedupChart() const { return speedup_; }
+  ScalingChart* scalingChart() const { return scaling_; }
   void setDifferencesOnly(bool on);
   void setBaseline(qint64 runId);
 
@@ -67,5 +69,6 @@ class CompareView : public QWidget {
   QSlider* smoothing_;
   QLabel* title_;
   SpeedupChart* speedup_ = nullptr;
+  ScalingChart* scaling_ = nullptr;
   QWidget* plotCanvas_;
 };

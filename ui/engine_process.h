@@ -57,6 +57,8 @@ class EngineProcess : public QObject {
   void onError(QProcess::ProcessError error);
   void finish(const QString& status, const QString& message);
   void markFailedInStore(const QString& message);
+  QString storedStatus() const;  // the run's terminal status in the store, or empty
+  bool signalRankZero(int signal);
   void rememberLine(const QString& line);
 
   QString enginePath_, databasePath_;
@@ -69,4 +71,5 @@ class EngineProcess : public QObject {
   qint64 runId_ = 0;
   State state_ = State::NotStarted;
   bool killed_ = false;
+  bool viaMpirun_ = false;  // parallel: ddp over several processes (parallel_launch.h)
 };

@@ -94,6 +94,23 @@ Tensor BatchNorm2d::backward(Context& ctx, const Tensor& dy, bool need_dx) {
 }
 
 // --- synchronised statistics (sync_batchnorm), from the same backend ops.
+
+namespace {
+// A per-channel tensor (C, on the device) to and from host doubles, through
+// `host` (C, on the host, the tensor's dtype).
+void channels_to_host(Backend& be, const Tensor& t, Tensor& host, double* out) {
+  be.copy(t, host);
+  for (int64_t c = 0; c < host.numel(); ++c)
+    out[c] = host.dtype() == DType::F64 ? host.data_as<double>()[c] : host.data_as<float>()[c];
+}
+void channels_to_device(Backend& be, const double* v, Tensor& host, Tensor& t) {
+  for (int64_t c = 0; c < host.numel(); ++c) {
+    if (host.dtype() == DType::F64) host.data_as<double>()[c] = v[c];
+    else host.data_as<float>()[c] = static_cast<float>(v[c]);
+  }
+  be.copy(host, t);
+}
+}  // namespace
 //
 // Forward: batchnorm_backward(x, dy = x, mean 0, invstd 1) yields per channel
 // Σx (as dβ) and Σx² (as dγ); summed over the ranks with the element count M,
@@ -118,17 +135,9 @@ Tensor BatchNorm2d::forward_synced(Context& ctx, const Tensor& x, Tensor& y) {
   const int64_t C = C_;
   std::vector<double> sums(static_cast<size_t>(2 * C + 1));
   Tensor host = Tensor::empty({C}, dt);
-  auto to_host = [&](const Tensor& t, double* out) {
-    be.copy(t, host);
-    for (int64_t c = 0; c < C; ++c)
-      out[c] = dt == DType::F64 ? host.data_as<double>()[c] : host.data_as<float>()[c];
-  };
+  auto to_host = [&](const Tensor& t, double* out) { channels_to_host(be, t, host, out); };
   auto to_device = [&](const std::vector<double>& v, Tensor& t) {
-    for (int64_t c = 0; c < C; ++c) {
-      if (dt == DType::F64) host.data_as<double>()[c] = v[static_cast<size_t>(c)];
-      else host.data_as<float>()[c] = static_cast<float>(v[static_cast<size_t>(c)]);
-    }
-    be.copy(host, t);
+    channels_to_device(be, v.data(), host, t);
   };
   to_host(sync_b_, sums.data());      // Σx
   to_host(sync_a_, sums.data() + C);  // Σx²
@@ -181,32 +190,23 @@ Tensor BatchNorm2d::backward_synced(Context& ctx, const Tensor& dy, bool need_dx
   }
   std::vector<double> sums(static_cast<size_t>(2 * C));
   Tensor host = Tensor::empty({C}, dt);
-  auto to_host = [&](const Tensor& t, double* out) {
-    be.copy(t, host);
-    for (int64_t c = 0; c < C; ++c)
-      out[c] = dt == DType::F64 ? host.data_as<double>()[c] : host.data_as<float>()[c];
-  };
+  auto to_host = [&](const Tensor& t, double* out) { channels_to_host(be, t, host, out); };
   to_host(sync_b_, sums.data());      // Σdy
   to_host(sync_a_, sums.data() + C);  // Σdy·x̂
   ctx.sync_batchnorm(sums.data(), 2 * C);  // every rank joins, whether or not it needs dx
   if (!need_dx) return none;
 
-  std::vector<double> gamma(static_cast<size_t>(C)), invstd(gamma.size());
+  std::vector<double> gamma(static_cast<size_t>(C)), invstd(gamma.size()), g2(gamma.size()),
+      b2(gamma.size());
   to_host(gamma_, gamma.data());
   to_host(save_invstd_, invstd.data());
-  for (int64_t c = 0; c < C; ++c) {
-    const double k = -gamma[size_t(c)] * invstd[size_t(c)] / sync_count_;
-    const double g2 = k * sums[size_t(c + C)], b2 = k * sums[size_t(c)];
-    if (dt == DType::F64) host.data_as<double>()[c] = g2;
-    else host.data_as<float>()[c] = static_cast<float>(g2);
-    sums[size_t(c)] = b2;
+  for (size_t c = 0; c < gamma.size(); ++c) {
+    const double k = -gamma[c] * invstd[c] / sync_count_;
+    g2[c] = k * sums[c + size_t(C)];
+    b2[c] = k * sums[c];
   }
-  be.copy(host, sync_a_);  // γ₂
-  for (int64_t c = 0; c < C; ++c) {
-    if (dt == DType::F64) host.data_as<double>()[c] = sums[size_t(c)];
-    else host.data_as<float>()[c] = static_cast<float>(sums[size_t(c)]);
-  }
-  be.copy(host, sync_b_);  // β₂
+  channels_to_device(be, g2.data(), host, sync_a_);  // γ₂
+  channels_to_device(be, b2.data(), host, sync_b_);  // β₂
   Tensor& dx = ensure_buffer(ctx, dx_, x_.shape(), dt, x_.layout());
   Tensor& term = ensure_buffer(ctx, sync_term_, x_.shape(), dt, x_.layout());
   be.batchnorm_forward_eval(x_, sync_a_, sync_b_, sync_mean_, sync_var_, eps_, term);
