@@ -9,6 +9,9 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git
   # engine dependencies
   libsqlite3-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libopenblas-dev
+  # data parallel (parallel: ddp): Open MPI starts and wires the processes and is the
+  # CPU transport (the CUDA transport, NCCL, comes with the CUDA toolkit)
+  libopenmpi-dev openmpi-bin
   # GUI dependencies
   qt6-base-dev qt6-svg-dev libqcustomplot-dev libgl-dev
   # data set used by the default run and the tests

@@ -30,6 +30,7 @@
 #include "live_plot.h"
 #include "plot_export_dialog.h"
 #include "series_loader.h"
+#include "scaling_chart.h"
 #include "speedup_chart.h"
 #include "table_export.h"
 
@@ -145,7 +146,11 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   plotCanvas_ = new QWidget(scroll);
   auto* plotGrid = new QGridLayout(plotCanvas_);
   speedup_ = new SpeedupChart(summary_, plotCanvas_);
-  plotGrid->addWidget(speedup_, 0, 0, 1, 2);
+  scaling_ = new ScalingChart(plotCanvas_);  // shown when the runs span several process counts
+  auto* charts = new QHBoxLayout;
+  charts->addWidget(speedup_, 1);
+  charts->addWidget(scaling_, 1);
+  plotGrid->addLayout(charts, 0, 0, 1, 2);
   scroll->setWidget(plotCanvas_);
   splitter->addWidget(scroll);
 
@@ -237,6 +242,7 @@ void CompareView::setRuns(const QString& databasePath, const QList<RunSummary>& 
   metricsChosen_ = false;
   metrics_.clear();
   updateSummary();
+  scaling_->setRuns(runs);
   if (!runs.isEmpty()) summary_->setBaseline(runs.first().id);
   groupRepeats_->setVisible(repeatGroups(runs).size() < runs.size());
   rebuildMenus();

@@ -19,6 +19,7 @@ class QLabel;
 class QSlider;
 class QTableView;
 class SeriesLoader;
+class ScalingChart;
 class SpeedupChart;
 
 // Two or more saved runs side by side: overlaid plots of the metrics the user
@@ -41,6 +42,7 @@ class CompareView : public QWidget {
   CompareSummaryModel* summaryModel() const { return summary_; }
   QList<LivePlot*> plots() const { return plots_; }
   SpeedupChart* speedupChart() const { return speedup_; }
+  ScalingChart* scalingChart() const { return scaling_; }
   void setDifferencesOnly(bool on);
   void setBaseline(qint64 runId);
   // Metrics as "s:name" (per step) or "e:name" (per epoch).
@@ -87,5 +89,6 @@ class CompareView : public QWidget {
   QSlider* smoothing_;
   QLabel* title_;
   SpeedupChart* speedup_ = nullptr;
+  ScalingChart* scaling_ = nullptr;
   QWidget* plotCanvas_;
 };

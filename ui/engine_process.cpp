@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "engine_process.h"
 
+#include <signal.h>
+
 #include <QDateTime>
 #include <QDir>
 #include <QJsonDocument>
 #include <exception>
 
 #include "engine/store/run_store.h"
+#include "parallel_launch.h"
 
 namespace {
 constexpr int kLastLines = 30;
@@ -47,19 +50,45 @@ void EngineProcess::start() {
   }
   configFile_->write(QJsonDocument(config_).toJson(QJsonDocument::Indented));
   configFile_->flush();
+  // parallel: ddp with processes > 1 starts through mpirun (parallel_launch.h).
+  const EngineLaunch launch = engineLaunch(
+      enginePath_, {QStringLiteral("run"), QStringLiteral("--config"), configFile_->fileName(),
+                    QStringLiteral("--db"), databasePath_, QStringLiteral("--events"), QStringLiteral("jsonl")},
+      config_);
+  if (!launch.error.isEmpty()) {
+    finish(QStringLiteral("failed"), launch.error);
+    return;
+  }
   state_ = State::Running;
   emit stateChanged(state_);
   startedAt_ = QDateTime::currentDateTimeUtc();
-  process_.start(enginePath_, {QStringLiteral("run"), QStringLiteral("--config"), configFile_->fileName(),
-                               QStringLiteral("--db"), databasePath_, QStringLiteral("--events"),
-                               QStringLiteral("jsonl")});
+  viaMpirun_ = launch.processes > 1;
+  process_.setProcessEnvironment(launch.environment);
+  process_.start(launch.program, launch.arguments);
 }
 
 void EngineProcess::stop() {
   if (state_ != State::Running) return;
   state_ = State::Stopping;
   emit stateChanged(state_);
+  if (viaMpirun_ && signalRankZero(SIGTERM)) return;
   process_.terminate();
+}
+
+// ddp through mpirun: SIGTERM to rank 0 alone (its pid is in its run record);
+// the ranks agree in their per-step exchange to stop after the same step
+// (docs/parallel.md). mpirun's own SIGTERM ends the ranks a second later
+// and stops forwarding their output, so rank 0 could not finish its record.
+bool EngineProcess::signalRankZero(int signal) {
+  if (runId_ <= 0) return false;
+  try {
+    const tb::RunStore store(databasePath_.toStdString(), tb::RunStore::Mode::ReadOnly);
+    const auto run = store.get_run(runId_);
+    if (!run || run->engine_pid <= 0 || run->engine_host != tb::this_host_name()) return false;
+    return ::kill(static_cast<pid_t>(run->engine_pid), signal) == 0;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 void EngineProcess::kill() {
@@ -182,7 +211,11 @@ void EngineProcess::onFinished(int exitCode, QProcess::ExitStatus exitStatus) {
   stderrBuffer_.clear();
 
   // Exit code 0 = finished, 130 = stopped by SIGTERM/SIGINT (docs/events.md).
-  if (exitStatus == QProcess::NormalExit && (exitCode == 0 || exitCode == 130) &&
+  // mpirun, stopped by SIGTERM, exits 1 after its ranks stopped cleanly, and
+  // may drop rank 0's last lines: rank 0's record in the store has the word.
+  if (viaMpirun_ && reportedStatus_.isEmpty() && runId_ > 0) reportedStatus_ = storedStatus();
+  const bool stoppedCode = exitCode == 130 || (viaMpirun_ && reportedStatus_ == QLatin1String("stopped"));
+  if (exitStatus == QProcess::NormalExit && (exitCode == 0 || stoppedCode) &&
       (reportedStatus_ == QLatin1String("finished") || reportedStatus_ == QLatin1String("stopped"))) {
     finish(reportedStatus_, QString());
     return;
@@ -193,6 +226,16 @@ void EngineProcess::onFinished(int exitCode, QProcess::ExitStatus exitStatus) {
     explain(tr("the engine exited with code %1 without finishing the run").arg(exitCode));
   markFailedInStore(failureReason());
   finish(QStringLiteral("failed"), lastWords());
+}
+
+QString EngineProcess::storedStatus() const {
+  try {
+    const tb::RunStore store(databasePath_.toStdString(), tb::RunStore::Mode::ReadOnly);
+    const auto run = store.get_run(runId_);
+    if (run && tb::is_terminal_run_status(run->status)) return QString::fromStdString(run->status);
+  } catch (const std::exception&) {
+  }
+  return {};
 }
 
 void EngineProcess::markFailedInStore(const QString& message) {

@@ -63,6 +63,8 @@ class EngineProcess : public QObject {
   void onError(QProcess::ProcessError error);
   void finish(const QString& status, const QString& message);
   void markFailedInStore(const QString& message);
+  QString storedStatus() const;  // the run's terminal status in the store, or empty
+  bool signalRankZero(int signal);
   void rememberLine(const QString& line);
   void explain(const QString& line);  // what the workbench saw happen, kept and logged
 
@@ -78,4 +80,5 @@ class EngineProcess : public QObject {
   QDateTime startedAt_;
   State state_ = State::NotStarted;
   bool killed_ = false;
+  bool viaMpirun_ = false;  // parallel: ddp over several processes (parallel_launch.h)
 };

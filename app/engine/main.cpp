@@ -30,6 +30,7 @@
 #include "engine/backend/backend.h"
 #include "engine/core/error.h"
 #include "engine/metrics/chrome_trace.h"
+#include "engine/parallel/launch.h"
 #include "engine/store/run_store.h"
 #include "engine/train/config.h"
 #include "engine/train/events.h"
@@ -302,7 +303,10 @@ int cmd_run(const RunArgs& a) {
   const bool jsonl = a.events == "jsonl";
   std::unique_ptr<RunStore> store;
   int64_t run_id = 0;
-  try {
+  // ddp: rank 0 alone records the run and reports; the other ranks write
+  // nothing and print only their errors (engine/parallel/launch.h).
+  const int rank = launch_rank();
+  if (rank == 0) try {
     if (a.db_is_default) {  // the default folder is made when a run is first recorded
       const auto folder = std::filesystem::path(a.db).parent_path();
       std::error_code ec;
@@ -325,19 +329,22 @@ int cmd_run(const RunArgs& a) {
   }
 
   EventBus bus;
-  StoreSink store_sink(*store, run_id);
-  {
+  std::unique_ptr<StoreSink> store_sink;
+  if (store) {
+    store_sink = std::make_unique<StoreSink>(*store, run_id);
     std::lock_guard lock(g_sink_mutex);
-    g_store_sink = &store_sink;
+    g_store_sink = store_sink.get();
   }
   JsonlSink jsonl_sink(stdout);
   // With --events jsonl stdout carries the stream; people read stderr.
   ProgressSink progress(jsonl ? stderr : stdout, isatty(fileno(jsonl ? stderr : stdout)) != 0,
                         jsonl || a.quiet);
   // The stream first: whatever the store has, the stream had before it.
-  if (jsonl) bus.add(&jsonl_sink);
-  bus.add(&store_sink);
-  bus.add(&progress);
+  if (rank == 0) {
+    if (jsonl) bus.add(&jsonl_sink);
+    bus.add(store_sink.get());
+    bus.add(&progress);
+  }
 
   Trainer trainer(config, bus, g_stop);
   std::string error;
@@ -351,6 +358,10 @@ int cmd_run(const RunArgs& a) {
   } catch (const std::exception& e) {
     error = e.what();
   }
+  if (rank != 0) {
+    if (code == kExitFailed) std::fprintf(stderr, "error: rank %d failed: %s\n", rank, error.c_str());
+    return code;
+  }
   if (code == kExitFailed) {
     std::fprintf(stderr, "error: run %lld failed: %s\n", (long long)run_id, error.c_str());
     bus.publish("failed", {{"run_id", run_id}, {"error", error}, {"summary", trainer.summary_so_far()}});
@@ -361,7 +372,7 @@ int cmd_run(const RunArgs& a) {
   {
     std::lock_guard lock(g_sink_mutex);
     g_store_sink = nullptr;
-    unrecorded = store_sink.close(std::chrono::seconds(15));
+    unrecorded = store_sink->close(std::chrono::seconds(15));
   }
   if (!unrecorded.empty()) {
     const std::string message = "the run store " + store->path() + " could not record the end of run " +

@@ -27,7 +27,8 @@ struct BackendCapabilities {
   bool fused_pointwise = false;       // fuse_pointwise: BN+act(+add), linear+act ops
   bool graph_capture = false;         // cuda_graphs: begin_capture ... launch_graph
   bool kernel_profiler = false;       // profiler: a kernel census of every step
-  bool multi_device = false;          // parallel: data parallelism over several devices
+  bool process_parallel = false;      // parallel: ddp, a transport over processes (MPI, NCCL)
+  bool multi_device = false;          // parallel: dp, one process driving several devices
 };
 
 // The set the backend of `kind` reports in this build, without creating one

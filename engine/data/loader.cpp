@@ -31,7 +31,7 @@ DataLoader::DataLoader(const Dataset& dataset, LoaderOptions options)
   TB_CHECK(o.batch_size >= 1, "loader: batch_size must be positive, got ", o.batch_size);
   TB_CHECK(o.workers >= 0 && o.workers <= 256, "loader: workers must be 0..256, got ", o.workers);
   TB_CHECK(o.prefetch >= 1, "loader: prefetch must be at least 1, got ", o.prefetch);
-  num_batches_ = count_batches(dataset_.size(), o);
+  num_batches_ = shard_batches(count_batches(dataset_.size(), o), o.shard, o.drop_last);
   TB_CHECK(o.format != BatchFormat::Uint8Raw || dataset_.size() <= int64_t(0x7fffffff),
            "loader: ", dataset_.name(), " has ", dataset_.size(),
            " samples: too many for the i32 indices of raw batches");
@@ -152,7 +152,7 @@ void DataLoader::recycle(Batch&& batch) {
 // shutdown); throws on bad data.
 bool DataLoader::build_batch(int64_t k, int64_t epoch, Scratch& scratch, Batch& out) {
   const int64_t B = options_.batch_size;
-  const int64_t begin = k * B;
+  const int64_t begin = shard_global_batch(k, options_.shard) * B;
   const int64_t rows = std::min(B, dataset_.size() - begin);
   Batch b = acquire_buffers(rows);
   const bool raw = options_.format == BatchFormat::Uint8Raw;

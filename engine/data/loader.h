@@ -13,6 +13,7 @@
 #include "engine/core/tensor.h"
 #include "engine/data/dataset.h"
 #include "engine/data/transforms.h"
+#include "engine/parallel/distributed_sampler.h"
 
 namespace tb {
 
@@ -52,6 +53,9 @@ struct LoaderOptions {
   TransformOptions transform;
   BatchFormat format = BatchFormat::Float32;
   BatchAllocator allocator;  // empty: Tensor::empty on the CPU
+  // Data parallel: this rank's share of every epoch (distributed_sampler.h).
+  // With drop_last every rank gets the same number of batches.
+  Shard shard;
 };
 
 // Turns a Dataset into a stream of batches, epoch by epoch:

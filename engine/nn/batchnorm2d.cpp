@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "engine/nn/batchnorm2d.h"
 
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "engine/core/error.h"
 
 namespace tb {
@@ -40,7 +44,9 @@ Tensor BatchNorm2d::forward(Context& ctx, const Tensor& x) {
            ", H, W) input, got ", x.describe());
   Backend& be = ctx.backend;
   Tensor& y = ensure_buffer(ctx, y_, x.shape(), x.dtype(), x.layout());
-  if (ctx.training) {
+  if (ctx.training && ctx.sync_batchnorm) {
+    forward_synced(ctx, x, y);
+  } else if (ctx.training) {
     ensure_buffer(ctx, save_mean_, {C_}, x.dtype());
     ensure_buffer(ctx, save_invstd_, {C_}, x.dtype());
     be.batchnorm_forward_train(x, gamma_, beta_, running_mean_, running_var_, momentum_, eps_, y,
@@ -57,6 +63,7 @@ Tensor BatchNorm2d::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   TB_CHECK(x_.defined(), "batchnorm2d ", name(), ": backward before forward");
   Backend& be = ctx.backend;
   Tensor none;
+  if (forward_was_training_ && ctx.sync_batchnorm) return backward_synced(ctx, dy, need_dx);
   if (forward_was_training_) {
     Tensor dx = need_dx ? ensure_buffer(ctx, dx_, x_.shape(), x_.dtype(), x_.layout()) : none;
     be.batchnorm_backward(x_, dy, gamma_, save_mean_, save_invstd_, dx, dgamma_, dbeta_,
@@ -83,6 +90,130 @@ Tensor BatchNorm2d::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   if (!need_dx) return none;
   Tensor& dx = ensure_buffer(ctx, dx_, x_.shape(), x_.dtype(), x_.layout());
   be.batchnorm_forward_eval(dy, gamma_, zeros_, zeros_, running_var_, eps_, dx);
+  return dx;
+}
+
+// --- synchronised statistics (sync_batchnorm), from the same backend ops.
+
+namespace {
+// A per-channel tensor (C, on the device) to and from host doubles, through
+// `host` (C, on the host, the tensor's dtype).
+void channels_to_host(Backend& be, const Tensor& t, Tensor& host, double* out) {
+  be.copy(t, host);
+  for (int64_t c = 0; c < host.numel(); ++c)
+    out[c] = host.dtype() == DType::F64 ? host.data_as<double>()[c] : host.data_as<float>()[c];
+}
+void channels_to_device(Backend& be, const double* v, Tensor& host, Tensor& t) {
+  for (int64_t c = 0; c < host.numel(); ++c) {
+    if (host.dtype() == DType::F64) host.data_as<double>()[c] = v[c];
+    else host.data_as<float>()[c] = static_cast<float>(v[c]);
+  }
+  be.copy(host, t);
+}
+}  // namespace
+//
+// Forward: batchnorm_backward(x, dy = x, mean 0, invstd 1) yields per channel
+// Σx (as dβ) and Σx² (as dγ); summed over the ranks with the element count M,
+// they give the batch mean and biased variance exactly as the one-process
+// kernel computes them (E[x²] − μ², in double). y is then the eval-mode
+// forward with those statistics; the running statistics update as in
+// batchnorm_forward_train, with the unbiased variance of all M elements.
+Tensor BatchNorm2d::forward_synced(Context& ctx, const Tensor& x, Tensor& y) {
+  Backend& be = ctx.backend;
+  const DType dt = x.dtype();
+  ensure_buffer(ctx, save_mean_, {C_}, dt);
+  ensure_buffer(ctx, save_invstd_, {C_}, dt);
+  ensure_buffer(ctx, sync_mean_, {C_}, dt);
+  ensure_buffer(ctx, sync_var_, {C_}, dt);
+  ensure_buffer(ctx, sync_a_, {C_}, dt);
+  ensure_buffer(ctx, sync_b_, {C_}, dt);
+  Tensor none;
+  be.fill(sync_mean_, 0.0);  // mean 0 and invstd 1: dγ = Σ x·x, dβ = Σ x
+  be.fill(sync_var_, 1.0);
+  be.batchnorm_backward(x, x, gamma_, sync_mean_, sync_var_, none, sync_a_, sync_b_, false);
+
+  const int64_t C = C_;
+  std::vector<double> sums(static_cast<size_t>(2 * C + 1));
+  Tensor host = Tensor::empty({C}, dt);
+  auto to_host = [&](const Tensor& t, double* out) { channels_to_host(be, t, host, out); };
+  auto to_device = [&](const std::vector<double>& v, Tensor& t) {
+    channels_to_device(be, v.data(), host, t);
+  };
+  to_host(sync_b_, sums.data());      // Σx
+  to_host(sync_a_, sums.data() + C);  // Σx²
+  sums[static_cast<size_t>(2 * C)] = double(x.n() * x.h() * x.w());
+  ctx.sync_batchnorm(sums.data(), 2 * C + 1);
+  const double M = sums[static_cast<size_t>(2 * C)];
+  sync_count_ = M;
+
+  std::vector<double> mean(static_cast<size_t>(C)), var(mean.size()), invstd(mean.size()),
+      rmean(mean.size()), rvar(mean.size());
+  to_host(running_mean_, rmean.data());
+  to_host(running_var_, rvar.data());
+  for (size_t c = 0; c < mean.size(); ++c) {
+    mean[c] = sums[c] / M;
+    var[c] = std::max(sums[c + size_t(C)] / M - mean[c] * mean[c], 0.0);
+    invstd[c] = 1.0 / std::sqrt(var[c] + double(eps_));
+    const double unbiased = M > 1 ? var[c] * M / (M - 1.0) : var[c];
+    rmean[c] = (1.0 - momentum_) * rmean[c] + momentum_ * mean[c];
+    rvar[c] = (1.0 - momentum_) * rvar[c] + momentum_ * unbiased;
+  }
+  to_device(mean, sync_mean_);
+  to_device(var, sync_var_);
+  to_device(mean, save_mean_);
+  to_device(invstd, save_invstd_);
+  to_device(rmean, running_mean_);
+  to_device(rvar, running_var_);
+  be.batchnorm_forward_eval(x, gamma_, beta_, sync_mean_, sync_var_, eps_, y);
+  return y;
+}
+
+// Backward: the local Σdy and Σdy·x̂ (batchnorm_backward's dβ and dγ) are
+// this rank's share of the parameter gradients (the gradient all-reduce sums
+// them) and, summed over the ranks here, the two sums of
+//   dx = γ·s·dy − γ·s/M·(Σdy + x̂·Σdy·x̂),  s = 1/sqrt(σ² + eps), x̂ = (x − μ)·s,
+// which is built from two eval-mode forwards and an add:
+//   γ·s·dy                    = bn_eval(dy; γ, β = 0, μ = 0, σ²)
+//   −γ·s/M·(Σdy + x̂·Σdy·x̂)   = bn_eval(x; γ₂ = −γ·s/M·Σdy·x̂, β₂ = −γ·s/M·Σdy, μ, σ²)
+Tensor BatchNorm2d::backward_synced(Context& ctx, const Tensor& dy, bool need_dx) {
+  Backend& be = ctx.backend;
+  const DType dt = x_.dtype();
+  const int64_t C = C_;
+  Tensor none;
+  be.batchnorm_backward(x_, dy, gamma_, save_mean_, save_invstd_, none, sync_a_, sync_b_, false);
+  if (ctx.accumulate_grads) {
+    be.accumulate(sync_a_, dgamma_);
+    be.accumulate(sync_b_, dbeta_);
+  } else {
+    be.copy(sync_a_, dgamma_);
+    be.copy(sync_b_, dbeta_);
+  }
+  std::vector<double> sums(static_cast<size_t>(2 * C));
+  Tensor host = Tensor::empty({C}, dt);
+  auto to_host = [&](const Tensor& t, double* out) { channels_to_host(be, t, host, out); };
+  to_host(sync_b_, sums.data());      // Σdy
+  to_host(sync_a_, sums.data() + C);  // Σdy·x̂
+  ctx.sync_batchnorm(sums.data(), 2 * C);  // every rank joins, whether or not it needs dx
+  if (!need_dx) return none;
+
+  std::vector<double> gamma(static_cast<size_t>(C)), invstd(gamma.size()), g2(gamma.size()),
+      b2(gamma.size());
+  to_host(gamma_, gamma.data());
+  to_host(save_invstd_, invstd.data());
+  for (size_t c = 0; c < gamma.size(); ++c) {
+    const double k = -gamma[c] * invstd[c] / sync_count_;
+    g2[c] = k * sums[c + size_t(C)];
+    b2[c] = k * sums[c];
+  }
+  channels_to_device(be, g2.data(), host, sync_a_);  // γ₂
+  channels_to_device(be, b2.data(), host, sync_b_);  // β₂
+  Tensor& dx = ensure_buffer(ctx, dx_, x_.shape(), dt, x_.layout());
+  Tensor& term = ensure_buffer(ctx, sync_term_, x_.shape(), dt, x_.layout());
+  be.batchnorm_forward_eval(x_, sync_a_, sync_b_, sync_mean_, sync_var_, eps_, term);
+  be.fill(sync_b_, 0.0);
+  Tensor zero_mean = sync_b_;
+  be.batchnorm_forward_eval(dy, gamma_, zero_mean, zero_mean, sync_var_, eps_, dx);
+  be.add(dx, term, dx);
   return dx;
 }
 

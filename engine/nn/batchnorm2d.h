@@ -6,6 +6,9 @@
 //   buffers running_mean (C, zeros), running_var (C, ones).
 // ctx.training picks batch statistics (and updates the running ones) or the
 // running statistics; backward follows whichever mode the last forward used.
+// With ctx.sync_batchnorm (ddp, sync_batchnorm) the batch statistics and the
+// backward's two channel sums are those of every rank's batch together, so
+// W ranks normalise exactly as one process with their concatenated batch.
 #include <string>
 
 #include "engine/nn/layer.h"
@@ -36,6 +39,9 @@ class BatchNorm2d : public Layer {
   const Tensor& running_var() const { return running_var_; }
 
  private:
+  Tensor forward_synced(Context& ctx, const Tensor& x, Tensor& y);
+  Tensor backward_synced(Context& ctx, const Tensor& dy, bool need_dx);
+
   float momentum_, eps_;
   int64_t C_ = 0;
   Tensor gamma_, beta_, dgamma_, dbeta_;  // views into the parameter/gradient blocks
@@ -44,6 +50,10 @@ class BatchNorm2d : public Layer {
   bool forward_was_training_ = true;
   Tensor y_, dx_, save_mean_, save_invstd_;  // reused work buffers
   Tensor ones_, zeros_, eval_invstd_;        // eval-mode backward helpers
+  // sync_batchnorm: the global mean and biased variance (C), the global
+  // element count, and the work tensors of the synced backward
+  Tensor sync_mean_, sync_var_, sync_a_, sync_b_, sync_term_;
+  double sync_count_ = 0;
 };
 
 }  // namespace tb

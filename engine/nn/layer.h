@@ -26,6 +26,10 @@ struct Context {
   // Mixed precision (trick 1): when enabled, Conv2d and Linear compute in
   // amp.dtype_for(...) through the Backend's *_lp ops; everything else stays f32.
   PrecisionPolicy amp{};
+  // Synchronised batch norm (ddp with sync_batchnorm): sums n host values
+  // over every rank, in place. Empty: each process normalises with its own
+  // batch's statistics.
+  std::function<void(double* values, int64_t n)> sync_batchnorm = nullptr;
 };
 
 // How a parameter or buffer starts. KaimingUniform follows PyTorch's default for

@@ -59,7 +59,12 @@ void Model::build(Backend& backend, uint64_t seed, DType dtype, Layout weight_la
   ParamRegistry reg(weight_layout);
   Shape shape = input_shape_;
   shape.insert(shape.begin(), 1);  // placeholder batch
-  for (auto& layer : layers_) shape = layer->setup(shape, reg);
+  std::vector<size_t> first_param;  // per layer: its first entry in reg.params()
+  for (auto& layer : layers_) {
+    first_param.push_back(reg.params().size());
+    shape = layer->setup(shape, reg);
+  }
+  first_param.push_back(reg.params().size());
 
   int64_t total = 0, total_buffers = 0;
   for (const auto& e : reg.params()) total += shape_numel(e.spec.shape);
@@ -83,6 +88,17 @@ void Model::build(Backend& backend, uint64_t seed, DType dtype, Layout weight_la
   };
   init_upload_bytes_ = init_device_bytes_ = 0;
   int64_t offset = 0;
+  layer_offsets_.clear();
+  for (size_t p = 0, layer = 0; p <= reg.params().size(); ++p) {
+    while (layer < first_param.size() && first_param[layer] == p) {
+      layer_offsets_.push_back(offset);
+      ++layer;
+    }
+    if (p == reg.params().size()) break;
+    offset += shape_numel(reg.params()[p].spec.shape);
+  }
+  layer_offsets_.resize(layers_.size() + 1, offset);
+  offset = 0;
   for (const auto& e : reg.params()) {
     const Layout l = e.spec.shape.size() == 4 ? e.spec.layout : Layout::NCHW;
     *e.value = Tensor::view_of(param_block_, offset, e.spec.shape, l);

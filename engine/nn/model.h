@@ -66,6 +66,11 @@ class Model {
   const Tensor& param_block() const { return param_block_; }
   const Tensor& grad_block() const { return grad_block_; }
   int64_t num_params() const { return param_block_.numel(); }
+  // Where each layer's gradients start in the gradient block (elements), one
+  // entry per layer plus the end: layer i owns [offsets[i], offsets[i+1]).
+  // Backward writes them from the end of the block towards its start, which
+  // is what ddp's gradient buckets follow.
+  const std::vector<int64_t>& layer_grad_offsets() const { return layer_offsets_; }
   bool built() const { return built_; }
 
  private:
@@ -76,6 +81,7 @@ class Model {
   std::vector<ParamInfo> params_;
   std::vector<BufferInfo> buffers_;
   Tensor param_block_, grad_block_, buffer_block_;
+  std::vector<int64_t> layer_offsets_;
   bool built_ = false;
   bool device_side_init_ = false;
   int64_t init_upload_bytes_ = 0, init_device_bytes_ = 0;

@@ -55,6 +55,7 @@ const std::vector<ConfigGroup>& groups() {
     {"precision", "Precision", true},
     {"kernels", "Kernels and memory layout", true},
     {"optimizer", "Optimizer", true},
+    {"parallel", "Data parallel", true},
     {"memory", "Memory", true},
     {"debugging", "Debugging", true},
   };
@@ -190,9 +191,22 @@ std::vector<ConfigKey> make_table() {
       integer("warmup_steps", &R::warmup_steps, 0, 0, big, "optimizer",
               "Linear learning-rate warm-up steps")
           .trick(2),
-      text("parallel", &R::parallel, "none", {"none", "dp", "ddp"}, "optimizer",
-           "Multi-GPU data parallelism")
-          .trick(21).needs(&C::multi_device).min_devices(2),
+      // --- tricks: data parallel (engine/parallel, docs/parallel.md)
+      text("parallel", &R::parallel, "none", {"none", "dp", "ddp"}, "parallel",
+           "Data parallelism: ddp, one process per device (mpirun or RANK/WORLD_SIZE); "
+           "dp, one process driving several GPUs")
+          .trick(21).needs(&C::process_parallel),
+      integer("processes", &R::processes, 1, 1, 4096, "parallel",
+              "ddp processes: the GUI starts this many with mpirun; a run records how many "
+              "its launcher started")
+          .trick(21),
+      number("bucket_mb", &R::bucket_mb, 25.0, 0, 4096, "parallel",
+             "ddp all-reduce bucket size in MiB; a bucket is sent as soon as backward has "
+             "filled it (0: one all-reduce after backward)")
+          .trick(21),
+      flag("sync_batchnorm", &R::sync_batchnorm, false, "parallel",
+           "ddp: batch-norm statistics over every rank's batch (default: each rank its own)")
+          .trick(21),
       // --- tricks: memory
       flag("eval_inference_mode", &R::eval_inference_mode, true, "memory",
            "Evaluate without keeping activations or gradients")

@@ -50,6 +50,10 @@ struct RunConfig {
        eval_inference_mode = true, deterministic = false, empty_cache_between_phases = false,
        cuda_graphs = false;
   double clip_grad_norm = 0;
+  // data parallel (parallel: ddp)
+  int64_t processes = 1;
+  double bucket_mb = 25;
+  bool sync_batchnorm = false;
 
   static RunConfig from_json(const nlohmann::json& validated);
 };

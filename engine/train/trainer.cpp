@@ -27,6 +27,8 @@
 #include "engine/optim/clip.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/schedule.h"
+#include "engine/parallel/data_parallel.h"
+#include "engine/parallel/launch.h"
 #include "engine/train/input_stager.h"
 #include "engine/train/step_graph.h"
 #include "engine/train/step_telemetry.h"
@@ -104,6 +106,7 @@ struct DeviceStats {
 // every step or every log_every steps.
 struct TrainStats {
   DeviceStats stats;
+  DataParallel* ddp = nullptr;  // ddp: the sums are over every rank's batches
   double epoch_loss = 0, epoch_correct = 0, last_loss = NAN;
   int64_t epoch_samples = 0, pending_samples = 0;  // pending: not read back yet
   explicit TrainStats(Backend& be) : stats(be) {}
@@ -111,9 +114,12 @@ struct TrainStats {
   void read(json& metrics) {
     if (pending_samples == 0) return;
     auto [loss_sum, correct] = stats.read_and_reset();
-    epoch_loss += loss_sum, epoch_correct += correct, epoch_samples += pending_samples;
-    metrics["loss"] = last_loss = loss_sum / double(pending_samples);
-    metrics["train_accuracy"] = correct / double(pending_samples);
+    double sums[3] = {loss_sum, correct, double(pending_samples)};
+    if (ddp) ddp->sum(sums, 3);
+    const double samples = sums[2];
+    epoch_loss += sums[0], epoch_correct += sums[1], epoch_samples += int64_t(samples);
+    metrics["loss"] = last_loss = sums[0] / samples;
+    metrics["train_accuracy"] = sums[1] / samples;
     pending_samples = 0;
   }
   void write_epoch_means(json& metrics) const {
@@ -131,7 +137,7 @@ struct RunData {
   std::unique_ptr<DataLoader> train, test;
 };
 
-RunData open_data(const RunConfig& c, const RunPlan& plan, Backend& be) {
+RunData open_data(const RunConfig& c, const RunPlan& plan, Backend& be, const Shard& shard) {
   RunData d;
   d.train_set = open_dataset(dataset_spec(c, c.train_limit), "train");
   d.test_set = open_dataset(dataset_spec(c, c.test_limit), "test");
@@ -141,6 +147,7 @@ RunData open_data(const RunConfig& c, const RunPlan& plan, Backend& be) {
   lo.workers = static_cast<int>(c.workers);
   lo.shuffle = true;
   lo.drop_last = true;  // equal batch shapes every step
+  lo.shard = shard;     // ddp: this rank's batches of every epoch (distributed_sampler.h)
   lo.transform = transform_for(c, *d.train_set, true);
   if (plan.pinned_staging)
     lo.allocator = [&be](const Shape& s, DType t) { return be.pinned_host_empty(s, t); };
@@ -201,6 +208,7 @@ struct StepContext {
   LossScaler* scaler;  // fp16 only
   Tensor& stats;       // the device's loss-sum and correct-count accumulator
   ChromeTrace* trace;  // per-layer spans when tracing
+  DataParallel* ddp = nullptr;  // ddp: gradients all-reduced in buckets during backward
   Tensor dlogits = {};
 };
 
@@ -221,14 +229,19 @@ Tensor forward(StepContext& s, const Tensor& x, int64_t step) {
   return h;
 }
 
-// The same order as Model::backward, one span per layer when tracing.
-void backward(StepContext& s, const Tensor& dlogits) {
-  if (!s.trace) return s.model.backward(s.ctx, dlogits);
+// The same order as Model::backward, one span per layer when tracing. With
+// `buckets` (ddp, the step's last micro-batch) each layer's completion may
+// start the all-reduce of the bucket it fills.
+void backward(StepContext& s, const Tensor& dlogits, GradientBuckets* buckets) {
+  if (!s.trace && !buckets) return s.model.backward(s.ctx, dlogits);
   const auto& layers = s.model.layers();
   Tensor g = dlogits;
   for (size_t i = layers.size(); i-- > 0;) {
-    TraceSpan span(s.trace, layers[i]->name(), "backward");
-    g = layers[i]->backward(s.ctx, g, /*need_dx=*/i > 0);
+    {
+      TraceSpan span(s.trace, layers[i]->name(), "backward");
+      g = layers[i]->backward(s.ctx, g, /*need_dx=*/i > 0);
+    }
+    if (buckets) buckets->layer_done(i);
   }
 }
 
@@ -249,9 +262,11 @@ void train_step(StepContext& s, int64_t K, int64_t step, double lr, StepTimer* t
       if (timer) ps.emplace(*timer, Phase::Forward);
       Tensor logits = forward(s, x, step);
       dlogits = &ensure_buffer(s.ctx, s.dlogits, logits.shape(), logits.dtype());
-      // The loss is divided by K so K micro-batches sum to one big batch's gradient.
+      // The loss is divided by K so K micro-batches sum to one big batch's
+      // gradient, and by the ranks so the all-reduced sum is their mean.
+      const int64_t world = s.ddp ? s.ddp->size() : 1;
       s.be.softmax_cross_entropy(logits, y, static_cast<float>(c.label_smoothing),
-                                 1.0f / static_cast<float>(K), *dlogits, s.stats);
+                                 1.0f / static_cast<float>(K * world), *dlogits, s.stats);
       if (s.scaler) s.scaler->scale_grad(*dlogits);  // dlogits *= loss scale, on the device
     }
     {
@@ -259,7 +274,12 @@ void train_step(StepContext& s, int64_t K, int64_t step, double lr, StepTimer* t
       if (timer) ps.emplace(*timer, Phase::Backward);
       // grad_set_to_none: the first micro-batch writes the gradients, later ones add.
       s.ctx.accumulate_grads = !c.grad_set_to_none || k > 0;
-      backward(s, *dlogits);
+      // ddp: the earlier micro-batches only accumulate (no_sync); the last
+      // one's backward sends the buckets.
+      GradientBuckets* buckets = s.ddp && k + 1 == K ? &s.ddp->buckets() : nullptr;
+      if (buckets) buckets->begin_step();
+      backward(s, *dlogits, buckets);
+      if (buckets) buckets->finish();  // the block holds the mean gradient of every rank's batch
     }
     consumed();  // the last reader of x and y (conv weight gradients) is queued
   }
@@ -292,9 +312,12 @@ void train_step(StepContext& s, int64_t K, int64_t step, double lr, StepTimer* t
 
 // Test loss and accuracy over the whole test set, without gradients; nothing
 // when a stop is requested midway (a long evaluation must not hold a stop back).
+// Under ddp every rank evaluates its shard to the end: the ranks agree on a stop
+// only between steps, and a rank leaving early would hang the others' sum.
 std::optional<std::pair<double, double>> evaluate(Backend& be, Model& model, Context& ctx,
                                                   DataLoader& loader, InputStager& stager,
-                                                  const std::atomic<bool>& stop) {
+                                                  const std::atomic<bool>& stop,
+                                                  DataParallel* ddp) {
   ctx.training = false;
   DeviceStats eval_stats(be);
   int64_t n = 0;
@@ -313,7 +336,9 @@ std::optional<std::pair<double, double>> evaluate(Backend& be, Model& model, Con
   ctx.training = true;
   auto [loss_sum, correct] = eval_stats.read_and_reset();
   if (cut_short) return std::nullopt;
-  return std::pair{loss_sum / std::max<int64_t>(n, 1), correct / std::max<int64_t>(n, 1)};
+  double sums[3] = {loss_sum, correct, double(n)};  // ddp: each rank evaluated its shard
+  if (ddp) ddp->sum(sums, 3);
+  return std::pair{sums[0] / std::max(sums[2], 1.0), sums[1] / std::max(sums[2], 1.0)};
 }
 
 // The evaluation between epochs, with what surrounds it: the graphs dropped
@@ -325,11 +350,14 @@ std::optional<std::pair<double, double>> evaluate(Backend& be, Model& model, Con
 std::optional<json> evaluate_phase(Backend& be, Model& model, Context& ctx, DataLoader& loader,
                                    InputStager& stager, StepGraphs* graphs,
                                    StepTelemetry& telemetry, bool empty_cache,
-                                   const std::atomic<bool>& stop) {
+                                   const std::atomic<bool>& stop, DataParallel* ddp) {
   const auto t_eval = Clock::now();
   if (graphs) graphs->invalidate(1);
   if (empty_cache) telemetry.release_cached_memory();
-  const auto result = evaluate(be, model, ctx, loader, stager, stop);
+  // Per-rank batch norm: every rank evaluates with rank 0's running statistics.
+  if (ddp && !ctx.sync_batchnorm) ddp->broadcast_buffers();
+  static const std::atomic<bool> never{false};
+  const auto result = evaluate(be, model, ctx, loader, stager, ddp ? never : stop, ddp);
   if (empty_cache) telemetry.release_cached_memory();
   if (!result) return std::nullopt;
   return json{{"test_loss", result->first}, {"test_accuracy", result->second},
@@ -353,7 +381,7 @@ struct RunShape {
   int64_t steps_per_epoch, total_steps, epochs, samples_per_step;
 };
 
-RunShape run_shape(const RunConfig& c, const RunData& data) {
+RunShape run_shape(const RunConfig& c, const RunData& data, int world_size) {
   RunShape r;
   const int64_t K = c.accumulation_steps;
   r.steps_per_epoch = data.train->num_batches() / K;
@@ -362,15 +390,16 @@ RunShape run_shape(const RunConfig& c, const RunData& data) {
            " x accumulation_steps ", K);
   r.total_steps = c.max_steps > 0 ? c.max_steps : c.epochs * r.steps_per_epoch;
   r.epochs = (r.total_steps + r.steps_per_epoch - 1) / r.steps_per_epoch;
-  r.samples_per_step = c.batch_size * K;
+  r.samples_per_step = c.batch_size * K * world_size;  // every rank's batches
   return r;
 }
 
 // Publishes run_started; returns the summary's first fields.
 json publish_run_started(EventBus& bus, int64_t run_id, const RunConfig& c, Backend& be,
                          const RunPlan& plan, const Model& model, const RunData& data,
-                         const RunShape& shape) {
+                         const RunShape& shape, int world_size) {
   json environment = be.describe();
+  environment["world_size"] = world_size;  // processes that trained this run (ddp)
   environment["engine_version"] = TRAINBENCH_VERSION;
   environment["compiler"] = __VERSION__;
   bus.publish("run_started", {{"run_id", run_id},
@@ -410,6 +439,15 @@ void graph_step(StepContext& s, StepGraphs& graphs, InputStager& stager, int64_t
   stager.consumed();
 }
 
+// ddp on CUDA: one device per process, by the launcher's local rank.
+std::string device_for_rank(const std::string& device, const LaunchInfo& launch) {
+  if (launch.world_size == 1) return device;
+  bool cuda = device == "cuda";
+  if (device == "auto")
+    for (const auto& [id, name] : available_devices()) cuda = cuda || id.rfind("cuda", 0) == 0;
+  return cuda ? "cuda:" + std::to_string(launch.local_rank) : device;
+}
+
 }  // namespace
 
 Trainer::Trainer(RunConfig config, EventBus& bus, const std::atomic<bool>& stop)
@@ -424,18 +462,50 @@ TrainResult Trainer::run(int64_t run_id) {
     bus_.publish("log", {{"level", level}, {"message", message}});
   };
 
+  // --- how this process was started (mpirun, torchrun: one rank of several)
+  const LaunchInfo launch = launch_for_test_ ? *launch_for_test_ : launch_from_environment();
+  TB_CHECK(launch.world_size == 1 || c.parallel == "ddp", "started as ", launch.describe(),
+           " but parallel is '", c.parallel, "': set parallel: ddp, or start one process");
+
   // --- the backend, and every trick decided once from what it reports
   std::string note;
-  std::unique_ptr<Backend> backend = make_backend(c.device, backend_options(c), &note);
+  std::unique_ptr<Backend> backend =
+      make_backend(device_for_rank(c.device, launch), backend_options(c), &note);
   Backend& be = *backend;
   if (!note.empty()) log("info", note);
   const RunPlan plan = resolve_tricks(c, be.capabilities(), be.device(),
-                                      {.tracing = trace_ != nullptr, .amp_on_cpu_for_test = amp_on_cpu_});
+                                      {.tracing = trace_ != nullptr,
+                                       .amp_on_cpu_for_test = amp_on_cpu_,
+                                       .world_size = launch.world_size});
+  TB_CHECK(launch.world_size == 1 || plan.ddp, "parallel: ddp cannot run as ", launch.describe(),
+           ": ", plan.tricks["parallel"].value("reason", ""));
+  const Shard shard = plan.ddp ? Shard{launch.rank, launch.world_size} : Shard{};
 
   // --- data, model, optimizer, schedule
-  RunData data = open_data(c, plan, be);
-  const auto [steps_per_epoch, total_steps, epochs, samples_per_step] = run_shape(c, data);
+  RunData data = open_data(c, plan, be, shard);
+  const auto [steps_per_epoch, total_steps, epochs, samples_per_step] =
+      run_shape(c, data, shard.count);
   std::unique_ptr<Model> model = build_model(c, plan, be, data, log);
+  // ddp: the communicator, every rank on rank 0's model, the gradient buckets.
+  std::unique_ptr<DataParallel> ddp;
+  if (plan.ddp) {
+    // mpirun sends SIGKILL 1 s after its SIGTERM (communicator.h).
+    const double max_grace_s = launch.launcher == LaunchInfo::Launcher::Mpi ? 0.7 : 5.0;
+    WaitPolicy wait{.stop = &stop_, .grace_s = 0.5};
+    ddp = std::make_unique<DataParallel>(
+        make_communicator(launch, be, wait), be, *model,
+        DataParallelOptions{plan.bucket_elements, plan.sync_batchnorm, max_grace_s});
+    TB_CHECK(ddp->rank() == launch.rank && ddp->size() == launch.world_size, "ddp: the ",
+             ddp->comm().describe(), " communicator sees rank ", ddp->rank(), " of ", ddp->size(),
+             ", the launcher said ", launch.describe());
+    ddp->broadcast_model();
+    if (c.processes != 1 && c.processes != launch.world_size)
+      log("warning", "processes = " + std::to_string(c.processes) + " but the launcher started " +
+                         std::to_string(launch.world_size));
+    log("info", "ddp: " + launch.describe() + " over " + ddp->comm().describe() + ", " +
+                    std::to_string(ddp->buckets().buckets().size()) + " gradient bucket(s), " +
+                    (plan.sync_batchnorm ? "synchronised" : "per-rank") + " batch norm");
+  }
   Optimizer optimizer(OptimizerConfig::from_run(c), *model, be);
   LrSchedule schedule(ScheduleConfig::from_run(c, samples_per_step, total_steps));
   log_plan(plan, log);
@@ -444,16 +514,19 @@ TrainResult Trainer::run(int64_t run_id) {
   std::optional<LossScaler> scaler;
   if (plan.precision.needs_loss_scaling()) scaler.emplace(be);
   summary_ = publish_run_started(bus_, run_id, c, be, plan, *model, data,
-                                 {steps_per_epoch, total_steps, epochs, samples_per_step});
+                                 {steps_per_epoch, total_steps, epochs, samples_per_step},
+                                 shard.count);
 
   // --- the step's parts
   Context ctx{be};
   ctx.layout = plan.layout;
   ctx.amp = plan.precision;
+  if (ddp) ctx.sync_batchnorm = ddp->batchnorm_sync();
   TrainStats train_stats(be);
+  train_stats.ddp = ddp.get();
   InputStager stager(be, input_options(plan, *data.train));
   StepContext step_ctx{c, be, *model, ctx, optimizer, scaler ? &*scaler : nullptr,
-                       train_stats.stats.device, trace_};
+                       train_stats.stats.device, trace_, ddp.get()};
   std::unique_ptr<StepGraphs> graphs;  // cuda_graphs: the whole step, captured once, replayed
   if (plan.cuda_graphs) graphs = std::make_unique<StepGraphs>(be, kGraphWarmup);
   StepTelemetry telemetry(be, plan,
@@ -494,6 +567,7 @@ TrainResult Trainer::run(int64_t run_id) {
         h2d_bytes += stager.last_bytes();
       };
       const double lr = schedule.lr_for_step(step);
+      const auto step_start = Clock::now();
       if (graphs && graphs->ready()) {
         graph_step(step_ctx, *graphs, stager, step, lr, stage_next, metrics);
       } else {
@@ -501,6 +575,10 @@ TrainResult Trainer::run(int64_t run_id) {
         if (graphs) graphs->eager_step_done();
       }
       ++step;
+      if (step_hook_for_test_) step_hook_for_test_(step, *model);
+      // ddp: every rank stops after the same step; rank 0 gathers the step times.
+      const bool stop_now = ddp ? ddp->end_step(stop_.load(), ms_since(step_start), metrics)
+                                : stop_.load();
       if (c.sync_every_step || step % c.log_every == 0 || s + 1 == steps_per_epoch ||
           step == total_steps) {
         train_stats.read(metrics);
@@ -512,7 +590,7 @@ TrainResult Trainer::run(int64_t run_id) {
       metrics["lr"] = lr;
       telemetry.end_step(step, epoch, std::move(metrics), h2d_bytes);
       summary_["steps"] = step;
-      if (stop_.load()) {
+      if (stop_now) {
         stopped = true;
         log("info", "stop requested: ending after step " + std::to_string(step));
         break;
@@ -525,7 +603,7 @@ TrainResult Trainer::run(int64_t run_id) {
     std::optional<json> eval;
     if (!stopped) {
       eval = evaluate_phase(be, *model, ctx, *data.test, stager, graphs.get(), telemetry,
-                            plan.empty_cache_between_phases, stop_);
+                            plan.empty_cache_between_phases, stop_, ddp.get());
       if (!eval) {
         stopped = true;
         log("info", "stop requested: evaluation of epoch " + std::to_string(epoch + 1) +
@@ -551,6 +629,7 @@ TrainResult Trainer::run(int64_t run_id) {
     summary_["cuda_graph_replays"] = graphs->replays();
   }
   if (scaler) summary_["amp_skipped_steps"] = scaler->read_skipped();
+  if (ddp) ddp->write_summary(summary_);
   TrainResult r{stopped ? "stopped" : "finished", summary_};
   bus_.publish("finished", {{"status", r.status}, {"summary", summary_}});
   return r;

@@ -3,10 +3,12 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/parallel/launch.h"
 #include "engine/train/config.h"
 #include "engine/train/events.h"
 
@@ -14,6 +16,7 @@ namespace tb {
 
 class Backend;
 class ChromeTrace;
+class Model;
 
 struct TrainResult {
   std::string status;  // "finished" or "stopped"
@@ -53,6 +56,12 @@ class Trainer {
   // consecutive calls bracket exactly one step of the loop.
   using StepBoundaryHook = std::function<void(Backend& backend, int64_t next_step)>;
   void set_step_boundary_hook(StepBoundaryHook hook) { step_hook_ = std::move(hook); }
+  // Test hooks for ddp: run as if started by `launch` (a single-process
+  // reference inside an mpirun job), and see the model after every step.
+  void set_launch_for_test(const LaunchInfo& launch) { launch_for_test_ = launch; }
+  void set_step_hook_for_test(std::function<void(int64_t step, const Model&)> hook) {
+    step_hook_for_test_ = std::move(hook);
+  }
 
   // Partial summary of what ran so far (for a failed run's record).
   const nlohmann::json& summary_so_far() const { return summary_; }
@@ -67,6 +76,8 @@ class Trainer {
   int timer_lag_for_test_ = 0;
   bool amp_on_cpu_ = false;
   StepBoundaryHook step_hook_;
+  std::optional<LaunchInfo> launch_for_test_;
+  std::function<void(int64_t, const Model&)> step_hook_for_test_;
 };
 
 }  // namespace tb

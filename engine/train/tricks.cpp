@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "engine/parallel/launch.h"
+
 namespace tb {
 
 using json = nlohmann::json;
@@ -13,6 +15,29 @@ namespace {
 bool decide(const ConfigKey& k, const json& value, bool changed, const RunConfig& c,
             const BackendCapabilities& caps, const Device& device, const PlanContext& ctx,
             std::string& reason) {
+  if (k.key == "parallel") {
+    const std::string v = value.get<std::string>();
+    if (v == "dp") {
+      reason = "not implemented: one process driving several GPUs needs several cuda backends "
+               "in one process; use ddp (one process per device)";
+      return false;
+    }
+    if (v == "ddp") {
+      reason = ddp_unavailable_reason(device.kind);
+      if (!reason.empty()) return false;
+      reason = "over " + ddp_transport(device.kind) + ", " + std::to_string(ctx.world_size) +
+               (ctx.world_size == 1 ? " process (start several with mpirun -np N)" : " processes");
+    }
+    return true;
+  }
+  if (k.group == "parallel" && changed && c.parallel != "ddp") {
+    reason = "only with parallel: ddp";
+    return false;
+  }
+  if (k.key == "fuse_pointwise" && value.get<bool>() && c.sync_batchnorm && c.parallel == "ddp") {
+    reason = "not applied: sync_batchnorm synchronises the unfused BatchNorm2d";
+    return false;
+  }
   if (k.needs && !(caps.*k.needs)) {
     // Streams, pinned memory, cuDNN, Tensor Cores and the caching allocator
     // have no counterpart on the CPU backend.
@@ -51,6 +76,8 @@ std::string cuda_graphs_blocker(const RunConfig& c) {
     return "not applied: clip_grad_norm reads the gradient norm on the host inside the step";
   if (c.anomaly_check)
     return "not applied: anomaly_check reads every layer's output on the host inside the step";
+  if (c.parallel == "ddp")
+    return "not applied: ddp's gradient all-reduces and control exchange run outside a capture";
   return {};
 }
 
@@ -81,6 +108,9 @@ RunPlan resolve_tricks(const RunConfig& c, const BackendCapabilities& caps, cons
   const PrecisionPolicy amp = PrecisionPolicy::from_config(c.amp);
   if (p.applied("amp") || ctx.amp_on_cpu_for_test) p.precision = amp;
   p.cuda_graphs = on("cuda_graphs", c.cuda_graphs);
+  p.ddp = c.parallel == "ddp" && p.applied("parallel");
+  p.bucket_elements = p.ddp ? static_cast<int64_t>(c.bucket_mb * 1024 * 1024 / 4) : 0;
+  p.sync_batchnorm = p.ddp && c.sync_batchnorm;
   p.empty_cache_between_phases = on("empty_cache_between_phases", c.empty_cache_between_phases);
   // Kernel counts and the Tensor Core share: sampled, or every step with the
   // profiler. A trace records every kernel itself (its device rows), so it

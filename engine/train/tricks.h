@@ -24,6 +24,7 @@ struct PlanContext {
   // Test hook: amp on the cpu through its reference low-precision ops (slow).
   // The record still says "not applied".
   bool amp_on_cpu_for_test = false;
+  int world_size = 1;  // processes the launcher started (parallel: ddp)
 };
 
 struct RunPlan {
@@ -50,6 +51,11 @@ struct RunPlan {
   // --- the step
   PrecisionPolicy precision;  // amp (off unless applied, or the cpu test hook)
   bool cuda_graphs = false;   // cuda_graphs: capture the step once, replay it
+  // parallel: ddp (engine/parallel): gradients all-reduced over the ranks in
+  // buckets of bucket_elements (0: one after backward), batch norm synced or not
+  bool ddp = false;
+  int64_t bucket_elements = 0;
+  bool sync_batchnorm = false;
 
   // --- memory and measurement
   bool empty_cache_between_phases = false;

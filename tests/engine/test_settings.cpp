@@ -75,7 +75,7 @@ class TestSettings : public QObject {
       groups.insert(g["id"].get<std::string>());
       trick_groups += g["tricks"].get<bool>();
     }
-    QCOMPARE(trick_groups, 6);
+    QCOMPARE(trick_groups, 7);
     for (const json& k : schema["keys"]) {
       QVERIFY2(groups.count(k["group"].get<std::string>()), k.dump().c_str());
       const ConfigKey* key = find_config_key(k["key"].get<std::string>());
@@ -84,7 +84,8 @@ class TestSettings : public QObject {
       const bool cpu = !key->needs || CpuBackend().capabilities().*(key->needs);
       QCOMPARE(k["backends"].get<std::string>(), std::string(cpu ? "all" : "cuda"));
     }
-    QCOMPARE(find_config_key("parallel")->min_devices, 2);
+    // ddp runs over processes (MPI on the CPU), so parallel needs no second device.
+    QCOMPARE(find_config_key("parallel")->min_devices, 1);
     QVERIFY(find_config_key("no_such_key") == nullptr);
   }
 
@@ -96,7 +97,12 @@ class TestSettings : public QObject {
     QVERIFY(capabilities_of(DeviceKind::CPU).fused_pointwise);
     QVERIFY(!capabilities_of(DeviceKind::CPU).graph_capture);
     QVERIFY(capabilities_of(DeviceKind::CUDA).graph_capture);
-    QVERIFY(!capabilities_of(DeviceKind::CUDA).multi_device);
+    QVERIFY(!capabilities_of(DeviceKind::CUDA).multi_device);  // dp: not implemented
+#ifdef TRAINBENCH_HAVE_MPI
+    QVERIFY(capabilities_of(DeviceKind::CPU).process_parallel);
+#else
+    QVERIFY(!capabilities_of(DeviceKind::CPU).process_parallel);
+#endif
   }
 
   void choicesOfAnIntegerKeyAreChecked() {

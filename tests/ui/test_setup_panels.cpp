@@ -39,7 +39,7 @@ class TestSetupPanels : public QObject {
                            "deterministic", "empty_cache_between_phases", "parallel", "pad_channels_to",
                            "cuda_graphs", "lr_scaling", "warmup_steps"};
     const TrickCatalog& catalog = TrickCatalog::instance();
-    QCOMPARE(catalog.groups().size(), 6);
+    QCOMPARE(catalog.groups().size(), 7);
     for (const QString& key : keys) {
       const TrickInfo* t = catalog.find(key);
       QVERIFY2(t, qPrintable(key));
@@ -106,9 +106,12 @@ class TestSetupPanels : public QObject {
     QVERIFY(panel.isTrickEnabled(QStringLiteral("workers")));
     panel.setDeviceContext(QStringLiteral("cuda"), 1);
     QCOMPARE(panel.values().value(QLatin1String("pin_memory")).toBool(), true);
-    // Multi-GPU needs two GPUs.
-    QVERIFY(!panel.isTrickEnabled(QStringLiteral("parallel")));
-    QVERIFY(panel.disabledReason(QStringLiteral("parallel")).contains(QLatin1String("2")));
+    // Data parallel runs over processes: one GPU is enough (ddp over NCCL),
+    // and on the CPU it follows the build's MPI (the schema's backends).
+    QVERIFY(panel.isTrickEnabled(QStringLiteral("parallel")));
+    panel.setDeviceContext(QStringLiteral("cpu"), 0);
+    QCOMPARE(panel.isTrickEnabled(QStringLiteral("parallel")),
+             TrickCatalog::instance().find(QStringLiteral("parallel"))->backends.contains(QLatin1String("cpu")));
     panel.setDeviceContext(QStringLiteral("cuda"), 2);
     QVERIFY(panel.isTrickEnabled(QStringLiteral("parallel")));
     // The engine's schema may narrow what a backend honours.

@@ -19,9 +19,15 @@ class CpuBackend final : public Backend {
   static std::string host_name();  // CPU model name from /proc/cpuinfo
 
   // What the trainer may use on the CPU (engine/backend/capabilities.h): the
-  // fused pointwise ops. Streams, pinned memory, cuDNN, Tensor Cores and a
-  // caching allocator have no counterpart here.
+  // fused pointwise ops, and ddp over MPI when this build has it. Streams,
+  // pinned memory, cuDNN, Tensor Cores and a caching allocator have no
+  // counterpart here.
+#ifdef TRAINBENCH_HAVE_MPI
+  static constexpr BackendCapabilities kCapabilities{.fused_pointwise = true,
+                                                     .process_parallel = true};
+#else
   static constexpr BackendCapabilities kCapabilities{.fused_pointwise = true};
+#endif
   BackendCapabilities capabilities() const override { return kCapabilities; }
 
   bool reference() const { return options_.reference; }

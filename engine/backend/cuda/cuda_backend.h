@@ -170,7 +170,10 @@ class CudaBackend final : public Backend {
 #ifdef TRAINBENCH_HAVE_CUPTI
       .kernel_profiler = true,  // KernelCensus of every step (CUPTI activity records)
 #endif
-      .multi_device = false,  // parallel: not implemented yet
+#ifdef TRAINBENCH_HAVE_NCCL
+      .process_parallel = true,  // ddp over NCCL (engine/parallel/nccl_communicator.cpp)
+#endif
+      .multi_device = false,  // parallel: dp, not implemented yet
   };
   BackendCapabilities capabilities() const override { return kCapabilities; }
   // Whole-step capture (graphs.cpp, cuda_graphs). NOT yet run on a GPU.
