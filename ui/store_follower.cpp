@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "store_follower.h"
 
+#include <QDateTime>
 #include <QFileInfo>
 #include <QTimer>
+#include <atomic>
+#include <chrono>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -90,6 +93,120 @@ void StoreWatcher::watch(const QString& databasePath, int pollMs) {
                             Qt::QueuedConnection);
 }
 
+void setInterrupted(RunSummary& run) {
+  run.status = QStringLiteral("interrupted");
+  if (!run.error.isEmpty()) return;
+  run.error = run.enginePid > 0
+                  ? RunFollower::tr("the engine (pid %1) stopped without finishing (killed or crashed)").arg(run.enginePid)
+                  : RunFollower::tr("the engine stopped without finishing (killed or crashed)");
+}
+
+// --- RunListReader
+
+namespace {
+// Is the engine of a `running` run gone? On this host its pid says; from
+// elsewhere (or without a pid) its heartbeat, as the store judges a dead writer.
+bool engineGone(const RunSummary& run, const std::string& heartbeatAt) {
+  switch (EngineOwner::liveness(run.enginePid, run.engineHost)) {
+    case EngineOwner::Liveness::Alive: return false;
+    case EngineOwner::Liveness::Gone: return true;
+    case EngineOwner::Liveness::Unknown: break;
+  }
+  const QDateTime beat = QDateTime::fromString(QString::fromStdString(heartbeatAt), Qt::ISODateWithMs);
+  const auto staleMs = std::chrono::duration_cast<std::chrono::milliseconds>(tb::RunStore::kDefaultStaleAfter).count();
+  return beat.isValid() && beat.msecsTo(QDateTime::currentDateTimeUtc()) > staleMs;
+}
+
+QList<RunSummary> listRuns(const tb::RunStore& store) {
+  QList<RunSummary> runs;
+  for (const tb::RunRecord& r : store.list_runs()) {
+    RunSummary run = RunSummary::fromRecord(r);
+    const std::string& beat = !r.heartbeat_at.empty() ? r.heartbeat_at : !r.started_at.empty() ? r.started_at : r.created_at;
+    if (r.status == tb::run_status::kRunning && engineGone(run, beat)) setInterrupted(run);
+    runs.append(run);
+  }
+  return runs;
+}
+
+// Opens read-only; a store whose schema is older is upgraded once with a
+// read-write open (which refuses, untouched, anything that is no run
+// database or is newer), then opened read-only again.
+std::unique_ptr<tb::RunStore> openForReading(const QString& path, bool mayUpgrade) {
+  try {
+    return std::make_unique<tb::RunStore>(path.toStdString(), tb::RunStore::Mode::ReadOnly);
+  } catch (const std::exception&) {
+    if (!mayUpgrade) throw;
+  }
+  { tb::RunStore upgrade(path.toStdString(), tb::RunStore::Mode::ReadWrite); }
+  return std::make_unique<tb::RunStore>(path.toStdString(), tb::RunStore::Mode::ReadOnly);
+}
+}  // namespace
+
+class RunListReader::Worker : public QObject {
+ public:
+  explicit Worker(RunListReader* owner) : owner_(owner) {}
+  std::atomic<int> waiting{0};
+
+  void read(const QString& path) {
+    if (--waiting > 0) return;  // a newer request follows
+    QString error;
+    QList<RunSummary> runs;
+    try {
+      if (path != path_) {
+        store_.reset();
+        path_ = path;
+        upgradeTried_ = false;
+      }
+      if (!QFileInfo::exists(path)) {
+        store_.reset();  // not written yet: no runs
+      } else {
+        if (!store_) {
+          const bool mayUpgrade = !upgradeTried_;
+          upgradeTried_ = true;
+          store_ = openForReading(path, mayUpgrade);
+        }
+        runs = listRuns(*store_);
+      }
+    } catch (const std::exception& e) {
+      store_.reset();  // replaced, damaged or busy: opened afresh next time
+      error = QString::fromUtf8(e.what());
+    }
+    emit owner_->runsRead(path, runs, error);
+  }
+
+ private:
+  RunListReader* owner_;
+  QString path_;
+  std::unique_ptr<tb::RunStore> store_;
+  bool upgradeTried_ = false;  // once per database
+};
+
+RunListReader::RunListReader(QObject* parent) : QObject(parent) {
+  qRegisterMetaType<QList<RunSummary>>();
+  worker_ = new Worker(this);
+  startOn(thread_, worker_, QStringLiteral("RunListReader"));
+}
+
+RunListReader::~RunListReader() {
+  thread_.quit();
+  thread_.wait();
+}
+
+void RunListReader::request(const QString& databasePath) {
+  ++worker_->waiting;
+  QMetaObject::invokeMethod(worker_, [w = worker_, databasePath] { w->read(databasePath); }, Qt::QueuedConnection);
+}
+
+QList<RunSummary> RunListReader::readRuns(const QString& databasePath, QString* error) {
+  try {
+    if (!QFileInfo::exists(databasePath)) return {};
+    return listRuns(*openForReading(databasePath, true));
+  } catch (const std::exception& e) {
+    if (error) *error = QString::fromUtf8(e.what());
+    return {};
+  }
+}
+
 // --- RunFollower
 
 class RunFollower::Worker : public QObject {
@@ -131,12 +248,7 @@ class RunFollower::Worker : public QObject {
         // The engine may have committed its end just before exiting: read again.
         newer.appendAll(reader_.read(*store, &record));
         run = RunSummary::fromRecord(record);
-        if (!run.isTerminal()) {
-          run.status = QStringLiteral("interrupted");
-          if (run.error.isEmpty())
-            run.error = RunFollower::tr("the engine (pid %1) stopped without finishing (killed or crashed)")
-                            .arg(run.enginePid);
-        }
+        if (!run.isTerminal()) setInterrupted(run);
       }
       const bool news = committed || run.status != lastStatus_;
       lastStatus_ = run.status;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
+#include <QList>
 #include <QObject>
 #include <QThread>
 
@@ -29,6 +30,38 @@ class StoreWatcher : public QObject {
   QThread thread_;
   Worker* worker_ = nullptr;
 };
+
+// The store's runs as the history lists them, read on a worker thread with
+// one read-only connection: request() returns at once and `runsRead`
+// follows (newer requests replace older ones still waiting). Nothing is
+// written: a `running` run whose engine is gone (its pid no longer runs on
+// this host, or, elsewhere, no heartbeat for RunStore::kDefaultStaleAfter)
+// is listed "interrupted", the store's derived status for a dead writer, as
+// RunFollower shows it. A database file that does not exist yet lists no
+// runs (the engine creates it); one with an older schema is upgraded once,
+// the store's documented way, and then read read-only.
+class RunListReader : public QObject {
+  Q_OBJECT
+ public:
+  explicit RunListReader(QObject* parent = nullptr);
+  ~RunListReader() override;
+  void request(const QString& databasePath);
+  // The reading itself, on any thread (the worker; tests and tools). On
+  // failure returns no runs and sets *error.
+  static QList<RunSummary> readRuns(const QString& databasePath, QString* error = nullptr);
+
+ signals:
+  void runsRead(const QString& databasePath, const QList<RunSummary>& runs, const QString& error);
+
+ private:
+  class Worker;
+  QThread thread_;
+  Worker* worker_ = nullptr;
+};
+
+// Marks a run whose engine died as "interrupted" with the reason in words
+// (for the views; nothing is written).
+void setInterrupted(RunSummary& run);
 
 // One run, followed live until it ends: the first `updated` carries everything
 // stored so far, later ones only the newer points and events, with the run's
