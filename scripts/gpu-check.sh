@@ -36,6 +36,15 @@
 #       GPU_CHECK_DRY_DEVICE=cpu runs their plumbing on the CPU instead.
 #   scripts/gpu-check.sh ncu                 there, a later call (carry build-gpu)
 #       The tensor pipe active % (tensor_pipe_profiler.h) against Nsight Compute.
+#   scripts/gpu-check.sh bench               there, a later call (carry build-gpu)
+#       Every benchmark of bench/ under per-stage budgets (bench/gpu_bench.py):
+#       Trainbench vs PyTorch side by side, the truth harnesses (step time,
+#       measurement cost, memory, Tensor Core share, ncu), the ladder. $OUT gets
+#       bench-summary.json, bench-logs.tar.gz, gpu-vs-pytorch.json,
+#       gpu-truth.json, gpu-ladder.json. GPU_BENCH_STAGES (e.g.
+#       "side-by-side,ladder") runs only those; GPU_BENCH_ONLY is a regex on
+#       the side-by-side's tasks (model/recipe/precision/side); GPU_BENCH_MERGE
+#       names an earlier gpu-vs-pytorch.json whose finished tasks are kept.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -44,8 +53,12 @@ stage_dir=build-gpu
 tarball=$stage_dir/trainbench-gpu.tar.xz
 data_dir=$stage_dir/fashion-mnist
 limit_bytes=$((64 << 20))
-# The suites with GPU slots, fastest and most basic first.
-suites=(test_cuda_backend test_amp test_fused test_channels_last test_amp_training test_device_data
+# The suites with GPU slots, fastest and most basic first: the device, the op
+# families (test_op_*: typed slots whose CUDA rows run here; their CPU rows run
+# too, in seconds), then whole models and trainer runs.
+suites=(test_cuda_backend test_op_tensor test_op_activations test_op_loss test_op_pooling
+        test_op_linear test_op_batchnorm test_op_conv test_op_optim test_op_amp test_op_fused
+        test_op_augment test_models test_channels_last test_amp_training test_device_data
         test_cuda_graphs test_staging test_tensor_pipe)
 
 # Libraries the GPU machine provides itself (driver, CUDA, glibc): never packed.
@@ -79,7 +92,7 @@ stage() {
   local s
   for s in "${suites[@]}"; do [[ -f tests/engine/$s.cpp ]] || { echo "no tests/engine/$s.cpp" >&2; exit 2; }; done
   echo "== building in $src (2 cores here: only what the GPU check runs)"
-  cmake --build "$src" --target trainbench-engine "${suites[@]}" -j 2 || exit 1
+  cmake --build "$src" --target trainbench-engine trainbench-step-truth "${suites[@]}" -j 2 || exit 1
   ldd "$src/bin/test_cuda_backend" | grep -q libcudnn || {
     echo "$src/bin/test_cuda_backend does not link cuDNN: not a CUDA build" >&2; exit 2; }
 
@@ -101,7 +114,7 @@ stage() {
   echo "GPU slots: $(wc -l <"$pack/gpu-slots.txt") in ${#suites[@]} suites"
 
   local b lib
-  for b in trainbench-engine "${suites[@]}"; do
+  for b in trainbench-engine trainbench-step-truth "${suites[@]}"; do
     cp "$src/bin/$b" "$pack/bin/"
     ldd "$src/bin/$b" | awk '/=> \//{print $3}' | while read -r lib; do
       is_system_lib "$lib" || cp -L -n "$lib" "$pack/lib/"
@@ -134,7 +147,7 @@ stage() {
 
 # ---------------------------------------------------------------- on the GPU machine
 
-root=/tmp/trainbench-gpu
+root=${GPU_CHECK_ROOT:-/tmp/trainbench-gpu}
 out=${OUT:-$here/$stage_dir/out}
 # Outside $OUT: at most 8 files come back, so the logs travel as one tarball.
 logs=$root/logs
@@ -538,10 +551,16 @@ sanitize() {
   t0=$(now)
   command -v compute-sanitizer >/dev/null || { skip_stage "$tool" "no compute-sanitizer"; return; }
   local runs=(
-    "test_cuda_backend copyRoundTrip fillValues layoutConversion pointwise softmaxCrossEntropy sumSquares pooling linear batchnorm optimizers"
-    "test_amp cudaUnscale cudaPlantedInfAndNan cudaCastRoundTrip"
-    "test_fused cudaBnActMatchesCpuReference cudaLinearActMatchesCpuReference"
-    "test_device_data gpuAugmentMatchesCpu")
+    "test_op_tensor copy_round_trip fill_values layout_conversion pad_channels_matches_reference sum_squares_matches_reference"
+    "test_op_activations pointwise_matches_reference"
+    "test_op_loss loss_matches_reference"
+    "test_op_pooling pool_matches_reference"
+    "test_op_linear linear_matches_reference"
+    "test_op_batchnorm batchnorm_matches_reference"
+    "test_op_optim optimizer_step_matches_reference"
+    "test_op_amp unscale_multiplies_by_inverse_scale planted_inf_and_nan_set_found_inf cast_round_trip_matches_cpu"
+    "test_op_fused bn_act_matches_reference linear_act_matches_reference"
+    "test_op_augment normalize_u8_matches_cpu augment_matches_cpu")
   local r results="" k=0
   for r in "${runs[@]}"; do
     local args; read -r -a args <<<"$r"
@@ -791,9 +810,34 @@ print(json.dumps(res, indent=1))
 PY
 }
 
+# ---------------------------------------------------------------- bench (a later call)
+
+# bench/gpu_bench.py over the unpacked binaries; its stages and budgets are there.
+bench_check() {
+  mkdir -p "$out"
+  rm -f "$out"/bench-summary.json "$out"/bench-logs.tar.gz "$out"/gpu-vs-pytorch.json \
+    "$out"/gpu-truth.json "$out"/gpu-ladder.json
+  local bin=$root/bin data=$here/$data_dir py=python3
+  if [[ -n ${GPU_BENCH_BIN:-} ]]; then  # binaries built here (a dry run without staging)
+    bin=$(cd "$GPU_BENCH_BIN" && pwd)
+    rm -rf "$root" && mkdir -p "$logs" "$work"
+    [[ -d $data ]] || data=/usr/share/datasets/fashion-mnist
+  else
+    unpack
+    say "== bench: $(head -n 1 "$root/MANIFEST")"
+  fi
+  # The dry run here needs Debian's torch (/usr/bin/python3).
+  [[ $dev != cuda && -x /usr/bin/python3 ]] && py=/usr/bin/python3
+  PYTHONUNBUFFERED=1 "$py" bench/gpu_bench.py --bin "$bin" --out "$out" --logs "$logs" \
+    --data-dir "$data" --seconds "$total" --device "$dev" --python "$py" \
+    --stages "${GPU_BENCH_STAGES:-}" --only "${GPU_BENCH_ONLY:-}" --merge "${GPU_BENCH_MERGE:-}" \
+    --gpu-check-root "$root-ncu"
+}
+
 case "${1:-run}" in
   stage) shift; stage "$@" ;;
   run) run_all ;;
   ncu) ncu_check ;;
-  *) echo "usage: $0 stage [BUILD_DIR] | run | ncu" >&2; exit 2 ;;
+  bench) bench_check ;;
+  *) echo "usage: $0 stage [BUILD_DIR] | run | ncu | bench" >&2; exit 2 ;;
 esac

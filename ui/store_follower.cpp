@@ -1,17 +1,14 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "store_follower.h"
 
-#include <QDateTime>
 #include <QFileInfo>
 #include <QTimer>
 #include <atomic>
-#include <chrono>
 #include <exception>
 #include <memory>
 #include <optional>
 
 #include "engine/store/run_store.h"
-#include "engine_owner.h"
 #include "series_loader.h"
 
 namespace {
@@ -93,82 +90,36 @@ void StoreWatcher::watch(const QString& databasePath, int pollMs) {
                             Qt::QueuedConnection);
 }
 
-void setInterrupted(RunSummary& run) {
-  run.status = QStringLiteral("interrupted");
-  if (!run.error.isEmpty()) return;
-  run.error = run.enginePid > 0
-                  ? RunFollower::tr("the engine (pid %1) stopped without finishing (killed or crashed)").arg(run.enginePid)
-                  : RunFollower::tr("the engine stopped without finishing (killed or crashed)");
-}
-
 // --- RunListReader
 
 namespace {
-// Is the engine of a `running` run gone? On this host its pid says; from
-// elsewhere (or without a pid) its heartbeat, as the store judges a dead writer.
-bool engineGone(const RunSummary& run, const std::string& heartbeatAt) {
-  switch (EngineOwner::liveness(run.enginePid, run.engineHost)) {
-    case EngineOwner::Liveness::Alive: return false;
-    case EngineOwner::Liveness::Gone: return true;
-    case EngineOwner::Liveness::Unknown: break;
-  }
-  const QDateTime beat = QDateTime::fromString(QString::fromStdString(heartbeatAt), Qt::ISODateWithMs);
-  const auto staleMs = std::chrono::duration_cast<std::chrono::milliseconds>(tb::RunStore::kDefaultStaleAfter).count();
-  return beat.isValid() && beat.msecsTo(QDateTime::currentDateTimeUtc()) > staleMs;
-}
-
+// The runs with the status readers show (the store reads a run whose engine
+// is gone as "interrupted", with why).
 QList<RunSummary> listRuns(const tb::RunStore& store) {
   QList<RunSummary> runs;
-  for (const tb::RunRecord& r : store.list_runs()) {
-    RunSummary run = RunSummary::fromRecord(r);
-    const std::string& beat = !r.heartbeat_at.empty() ? r.heartbeat_at : !r.started_at.empty() ? r.started_at : r.created_at;
-    if (r.status == tb::run_status::kRunning && engineGone(run, beat)) setInterrupted(run);
-    runs.append(run);
-  }
+  for (const tb::RunRecord& r : store.list_runs()) runs.append(RunSummary::fromRecord(r));
   return runs;
-}
-
-// Opens read-only; a store whose schema is older is upgraded once with a
-// read-write open (which refuses, untouched, anything that is no run
-// database or is newer), then opened read-only again.
-std::unique_ptr<tb::RunStore> openForReading(const QString& path, bool mayUpgrade) {
-  try {
-    return std::make_unique<tb::RunStore>(path.toStdString(), tb::RunStore::Mode::ReadOnly);
-  } catch (const std::exception&) {
-    if (!mayUpgrade) throw;
-  }
-  { tb::RunStore upgrade(path.toStdString(), tb::RunStore::Mode::ReadWrite); }
-  return std::make_unique<tb::RunStore>(path.toStdString(), tb::RunStore::Mode::ReadOnly);
 }
 }  // namespace
 
 class RunListReader::Worker : public QObject {
  public:
   explicit Worker(RunListReader* owner) : owner_(owner) {}
-  std::atomic<int> waiting{0};
+  std::atomic<int> waiting{0};  // requests not answered yet
 
   void read(const QString& path) {
-    if (--waiting > 0) return;  // a newer request follows
+    if (--waiting > 0) return;  // a newer request follows: its read answers both
+    if (!connection_ || path != path_) {
+      connection_.emplace(path);
+      path_ = path;
+    }
     QString error;
     QList<RunSummary> runs;
     try {
-      if (path != path_) {
-        store_.reset();
-        path_ = path;
-        upgradeTried_ = false;
-      }
-      if (!QFileInfo::exists(path)) {
-        store_.reset();  // not written yet: no runs
-      } else {
-        if (!store_) {
-          const bool mayUpgrade = !upgradeTried_;
-          upgradeTried_ = true;
-          store_ = openForReading(path, mayUpgrade);
-        }
-        runs = listRuns(*store_);
-      }
+      if (!QFileInfo::exists(path)) connection_->reset();  // not written yet (or removed): no runs
+      else if (const tb::RunStore* store = connection_->get()) runs = listRuns(*store);
     } catch (const std::exception& e) {
-      store_.reset();  // replaced, damaged or busy: opened afresh next time
+      connection_->reset();  // replaced, damaged or busy: opened afresh next time
       error = QString::fromUtf8(e.what());
     }
     emit owner_->runsRead(path, runs, error);
@@ -177,8 +128,7 @@ class RunListReader::Worker : public QObject {
  private:
   RunListReader* owner_;
   QString path_;
-  std::unique_ptr<tb::RunStore> store_;
-  bool upgradeTried_ = false;  // once per database
+  std::optional<Connection> connection_;
 };
 
 RunListReader::RunListReader(QObject* parent) : QObject(parent) {
@@ -200,7 +150,7 @@ void RunListReader::request(const QString& databasePath) {
 QList<RunSummary> RunListReader::readRuns(const QString& databasePath, QString* error) {
   try {
     if (!QFileInfo::exists(databasePath)) return {};
-    return listRuns(*openForReading(databasePath, true));
+    return listRuns(tb::RunStore(databasePath.toStdString(), tb::RunStore::Mode::ReadOnly));
   } catch (const std::exception& e) {
     if (error) *error = QString::fromUtf8(e.what());
     return {};
@@ -243,13 +193,8 @@ class RunFollower::Worker : public QObject {
         if (!row) throw std::runtime_error("the run was deleted from the database");
         record = *row;
       }
+      // The store reads a run whose engine is gone as "interrupted", with why.
       RunSummary run = RunSummary::fromRecord(record);
-      if (!run.isTerminal() && EngineOwner::liveness(run.enginePid, run.engineHost) == EngineOwner::Liveness::Gone) {
-        // The engine may have committed its end just before exiting: read again.
-        newer.appendAll(reader_.read(*store, &record));
-        run = RunSummary::fromRecord(record);
-        if (!run.isTerminal()) setInterrupted(run);
-      }
       const bool news = committed || run.status != lastStatus_;
       lastStatus_ = run.status;
       if (news) emit owner_->updated(newer, run);

@@ -33,13 +33,10 @@ class StoreWatcher : public QObject {
 
 // The store's runs as the history lists them, read on a worker thread with
 // one read-only connection: request() returns at once and `runsRead`
-// follows (newer requests replace older ones still waiting). Nothing is
-// written: a `running` run whose engine is gone (its pid no longer runs on
-// this host, or, elsewhere, no heartbeat for RunStore::kDefaultStaleAfter)
-// is listed "interrupted", the store's derived status for a dead writer, as
-// RunFollower shows it. A database file that does not exist yet lists no
-// runs (the engine creates it); one with an older schema is upgraded once,
-// the store's documented way, and then read read-only.
+// follows; requests made before the worker got to them are answered by one
+// read made after the last of them. Nothing is written (a run whose engine is
+// gone reads as "interrupted": the store derives it). A database file that
+// does not exist yet lists no runs (the engine creates it).
 class RunListReader : public QObject {
   Q_OBJECT
  public:
@@ -58,10 +55,6 @@ class RunListReader : public QObject {
   QThread thread_;
   Worker* worker_ = nullptr;
 };
-
-// Marks a run whose engine died as "interrupted" with the reason in words
-// (for the views; nothing is written).
-void setInterrupted(RunSummary& run);
 
 // One run, followed live until it ends: the first `updated` carries everything
 // stored so far, later ones only the newer points and events, with the run's

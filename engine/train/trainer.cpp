@@ -290,16 +290,19 @@ void train_step(StepContext& s, int64_t K, int64_t step, double lr, StepTimer* t
   }
 }
 
-// Test loss and accuracy over the whole test set, without gradients.
-std::pair<double, double> evaluate(Backend& be, Model& model, Context& ctx, DataLoader& loader,
-                                   InputStager& stager) {
+// Test loss and accuracy over the whole test set, without gradients; nothing
+// when a stop is requested midway (a long evaluation must not hold a stop back).
+std::optional<std::pair<double, double>> evaluate(Backend& be, Model& model, Context& ctx,
+                                                  DataLoader& loader, InputStager& stager,
+                                                  const std::atomic<bool>& stop) {
   ctx.training = false;
   DeviceStats eval_stats(be);
   int64_t n = 0;
   loader.start_epoch(0);
   Batch b;
   Tensor none, x, y;
-  while (loader.next(b)) {
+  bool cut_short = false;
+  while (!(cut_short = stop.load()) && loader.next(b)) {
     n += b.labels.dim(0);
     stager.stage(std::move(b), loader, x, y);
     Tensor logits = model.forward(ctx, x);
@@ -309,7 +312,8 @@ std::pair<double, double> evaluate(Backend& be, Model& model, Context& ctx, Data
   stager.release_all();  // the test loader's batches go home before its next epoch
   ctx.training = true;
   auto [loss_sum, correct] = eval_stats.read_and_reset();
-  return {loss_sum / std::max<int64_t>(n, 1), correct / std::max<int64_t>(n, 1)};
+  if (cut_short) return std::nullopt;
+  return std::pair{loss_sum / std::max<int64_t>(n, 1), correct / std::max<int64_t>(n, 1)};
 }
 
 // The evaluation between epochs, with what surrounds it: the graphs dropped
@@ -317,16 +321,19 @@ std::pair<double, double> evaluate(Backend& be, Model& model, Context& ctx, Data
 // stager's slots, so their addresses go stale; one eager step puts the
 // training shapes back before the next capture) and, with
 // empty_cache_between_phases, the cached memory released on both sides.
-json evaluate_phase(Backend& be, Model& model, Context& ctx, DataLoader& loader,
-                    InputStager& stager, StepGraphs* graphs, StepTelemetry& telemetry,
-                    bool empty_cache) {
+// Nothing when a stop cut the evaluation short.
+std::optional<json> evaluate_phase(Backend& be, Model& model, Context& ctx, DataLoader& loader,
+                                   InputStager& stager, StepGraphs* graphs,
+                                   StepTelemetry& telemetry, bool empty_cache,
+                                   const std::atomic<bool>& stop) {
   const auto t_eval = Clock::now();
   if (graphs) graphs->invalidate(1);
   if (empty_cache) telemetry.release_cached_memory();
-  auto [test_loss, test_acc] = evaluate(be, model, ctx, loader, stager);
+  const auto result = evaluate(be, model, ctx, loader, stager, stop);
   if (empty_cache) telemetry.release_cached_memory();
-  return {{"test_loss", test_loss}, {"test_accuracy", test_acc},
-          {"eval_time_s", ms_since(t_eval) / 1e3}};
+  if (!result) return std::nullopt;
+  return json{{"test_loss", result->first}, {"test_accuracy", result->second},
+              {"eval_time_s", ms_since(t_eval) / 1e3}};
 }
 
 
@@ -465,6 +472,7 @@ TrainResult Trainer::run(int64_t run_id) {
     data.train->start_epoch(epoch);
     train_stats.start_epoch();
     for (int64_t s = 0; s < steps_per_epoch && step < total_steps; ++s) {
+      if (step_hook_) step_hook_(be, step + 1);
       telemetry.begin_step(step + 1);
       if (!c.grad_set_to_none) {
         Tensor grads = model->grad_block();
@@ -511,12 +519,21 @@ TrainResult Trainer::run(int64_t run_id) {
       }
     }
 
+    if (step_hook_) step_hook_(be, step + 1);
     telemetry.flush();  // the epoch's last step events go out before its epoch event
     // Evaluate at the end of every epoch (and of a run cut short by max_steps).
-    json em = stopped ? json::object()
-                      : evaluate_phase(be, *model, ctx, *data.test, stager, graphs.get(), telemetry,
-                                       plan.empty_cache_between_phases);
-    if (!stopped) last_test_loss = em["test_loss"], last_test_acc = em["test_accuracy"];
+    std::optional<json> eval;
+    if (!stopped) {
+      eval = evaluate_phase(be, *model, ctx, *data.test, stager, graphs.get(), telemetry,
+                            plan.empty_cache_between_phases, stop_);
+      if (!eval) {
+        stopped = true;
+        log("info", "stop requested: evaluation of epoch " + std::to_string(epoch + 1) +
+                        " cut short, not recorded");
+      }
+    }
+    json em = eval.value_or(json::object());
+    if (eval) last_test_loss = em["test_loss"], last_test_acc = em["test_accuracy"];
     train_stats.write_epoch_means(em);
     em["epoch_time_s"] = ms_since(epoch_start) / 1e3;
     bus_.publish("epoch", {{"epoch", epoch}, {"step", step}, {"metrics", em}});

@@ -36,7 +36,7 @@ qint64 addRun(tb::RunStore& store, const std::string& name, const std::string& s
 
 std::string storedStatus(const QString& path, qint64 id) {
   tb::RunStore store(path.toStdString(), tb::RunStore::Mode::ReadOnly);
-  return store.get_run(id)->status;
+  return store.get_run(id)->recorded_status;  // runs.status as stored, not as derived
 }
 
 // SQLite's default VFS, wrapped to count the files SQLite opens on the GUI
