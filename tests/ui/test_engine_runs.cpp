@@ -9,6 +9,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QRegularExpression>
 #include <QSignalSpy>
 #include <QStandardPaths>
 #include <QTemporaryDir>
@@ -105,6 +106,25 @@ class TestEngineRuns : public QObject {
     qunsetenv("FAKE_DELAY");
     QVERIFY(dir_.isValid());
     db_ = dir_.filePath(QStringLiteral("runs-%1.db").arg(QTest::currentTestFunction()));
+  }
+
+  // While a launched run goes on, its header says "step N of M" (M: the total
+  // the engine announced at the start) and N follows the steps.
+  void launchedRunShowsStepNOfM() {
+    qputenv("FAKE_STEPS", "600");
+    qputenv("FAKE_DELAY", "0.02");
+    MainWindow window(db_);
+    window.setEnginePath(QStringLiteral(TRAINBENCH_FAKE_ENGINE));
+    window.launchNow();
+    QTRY_COMPARE_WITH_TIMEOUT(window.dashboards()->count(), 1, 10000);
+    auto* d = qobject_cast<RunDashboard*>(window.dashboards()->widget(0));
+    const QRegularExpression progress(QStringLiteral("step (\\d+) of 600"));
+    QTRY_VERIFY_WITH_TIMEOUT(progress.match(d->headerText()).captured(1).toInt() > 0, 10000);
+    const int seen = progress.match(d->headerText()).captured(1).toInt();
+    QCOMPARE(d->statusText(), QStringLiteral("running"));
+    QTRY_VERIFY_WITH_TIMEOUT(progress.match(d->headerText()).captured(1).toInt() > seen, 10000);
+    window.stopRun();
+    QCOMPARE(waitForEnd(window.runQueue(), 20000).status, QStringLiteral("stopped"));
   }
 
   void fakeRunFillsTheDashboard() {
@@ -349,6 +369,10 @@ class TestEngineRuns : public QObject {
     // New metric rows keep arriving from SQLite: no frozen snapshot.
     QTRY_VERIFY_WITH_TIMEOUT(stepCount(d, QStringLiteral("step_time_ms")) > first + 10, 60000);
     QCOMPARE(d->statusText(), QStringLiteral("running"));
+    // How far it is, with the total the engine stored at the start (max_steps here).
+    const QRegularExpressionMatch progress =
+        QRegularExpression(QStringLiteral("step (\\d+) of 20000")).match(d->headerText());
+    QVERIFY2(progress.hasMatch() && progress.captured(1).toInt() > first, qPrintable(d->headerText()));
     QTRY_VERIFY_WITH_TIMEOUT(d->canStop(), 5000);
     d->requestStop();
     QVERIFY(cli.waitForFinished(60000));
