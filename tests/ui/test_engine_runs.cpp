@@ -330,6 +330,9 @@ class TestEngineRuns : public QObject {
     c.insert(QStringLiteral("data_dir"), missing);
     window.setConfig(c);
     window.launchNow();
+    QVERIFY(!window.runQueue()->isBusy());  // the Set up page refuses it (test_setup_page)
+    // A queued run whose folder went away before its turn reaches the engine.
+    window.runQueue()->enqueue(c);
     const Ended end = waitForEnd(window.runQueue(), 60000);
     QCOMPARE(end.status, QStringLiteral("failed"));
     tb::RunStore store(db_.toStdString(), tb::RunStore::Mode::ReadOnly);
