@@ -39,6 +39,28 @@ std::string storedStatus(const QString& path, qint64 id) {
   return store.get_run(id)->recorded_status;  // runs.status as stored, not as derived
 }
 
+// Another connection (as another process would) holding the database so
+// that no other connection can even read it until release().
+class ExclusiveLock {
+ public:
+  explicit ExclusiveLock(const QString& path) {
+    held_ = sqlite3_open(path.toUtf8().constData(), &db_) == SQLITE_OK &&
+            sqlite3_exec(db_, "PRAGMA locking_mode=EXCLUSIVE; BEGIN EXCLUSIVE", nullptr, nullptr, nullptr) == SQLITE_OK;
+  }
+  ~ExclusiveLock() { release(); }
+  bool held() const { return held_; }
+  void release() {
+    if (!db_) return;
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    sqlite3_close(db_);
+    db_ = nullptr;
+  }
+
+ private:
+  sqlite3* db_ = nullptr;
+  bool held_ = false;
+};
+
 // SQLite's default VFS, wrapped to count the files SQLite opens on the GUI
 // thread: any connection to the store made there (the read itself) opens one.
 sqlite3_vfs* realVfs = nullptr;
@@ -113,10 +135,8 @@ class TestHistoryReader : public QObject {
       tb::RunStore store(path.toStdString());
       addRun(store, "one", "finished");
     }
-    sqlite3* locker = nullptr;
-    QCOMPARE(sqlite3_open(path.toUtf8().constData(), &locker), SQLITE_OK);
-    QCOMPARE(sqlite3_exec(locker, "PRAGMA locking_mode=EXCLUSIVE; BEGIN EXCLUSIVE", nullptr, nullptr, nullptr),
-             SQLITE_OK);
+    ExclusiveLock lock(path);
+    QVERIFY(lock.held());
     RunHistoryView view;
     QElapsedTimer timer;
     timer.start();
@@ -131,8 +151,7 @@ class TestHistoryReader : public QObject {
     QTest::qWait(400);
     QCOMPARE(view.model()->rowCount(), 0);  // the lock holds the reader off
     QVERIFY2(ticks >= 5, qPrintable(QStringLiteral("%1 ticks in 400 ms").arg(ticks)));
-    sqlite3_exec(locker, "ROLLBACK", nullptr, nullptr, nullptr);
-    sqlite3_close(locker);
+    lock.release();
     QTRY_COMPARE_WITH_TIMEOUT(view.model()->rowCount(), 1, 15000);
     QVERIFY2(blocked < 1000, qPrintable(QStringLiteral("the GUI thread waited %1 ms").arg(blocked)));
   }
@@ -170,18 +189,15 @@ class TestHistoryReader : public QObject {
       addRun(store, "in the other one", "finished");
       addRun(store, "also in the other one", "finished");
     }
-    sqlite3* locker = nullptr;
-    QCOMPARE(sqlite3_open(locked.toUtf8().constData(), &locker), SQLITE_OK);
-    QCOMPARE(sqlite3_exec(locker, "PRAGMA locking_mode=EXCLUSIVE; BEGIN EXCLUSIVE", nullptr, nullptr, nullptr),
-             SQLITE_OK);
+    ExclusiveLock lock(locked);
+    QVERIFY(lock.held());
     RunHistoryView view;
     QSignalSpy reloaded(&view, &RunHistoryView::reloaded);
     view.setDatabasePath(locked);
     QTest::qWait(300);  // the worker is in that read, waiting for the lock
     QCOMPARE(reloaded.count(), 0);
     view.setDatabasePath(other);
-    sqlite3_exec(locker, "ROLLBACK", nullptr, nullptr, nullptr);
-    sqlite3_close(locker);
+    lock.release();
     QTRY_COMPARE_WITH_TIMEOUT(view.model()->rowCount(), 2, 15000);
     QCOMPARE(view.model()->runs().first().name, QStringLiteral("in the other one"));
   }
