@@ -5,18 +5,28 @@
 #include <QStringList>
 #include <QWidget>
 
+class DataCheck;
 class QComboBox;
-class QLineEdit;
-class QSpinBox;
+class QLabel;
+class QTimer;
+class TrickCatalog;
 
-// The run settings that are not tricks: model, data set, length, batch,
-// optimizer, learning rate and schedule, device. Each control is made from
-// the engine's schema entry for its key (type, range, choices, help); keys
-// without a control here (betas, eps...) are kept as they came in setConfig().
+// The run settings that are not tricks, built from the engine's settings
+// table: one box per group (Run, Data, Training, Learning-rate schedule), one
+// row per key in table order, each control made from its schema entry (type,
+// range, choices and their names, label, what 0 means). A key added to the
+// table appears here without a change to this file. Two keys get more than a
+// plain control: `device` lists the devices the engine reported, and
+// `data_dir` has a Browse button and the data check below it. Keys that do
+// not apply to the other settings (the table's applies_when: step_size only
+// for the step schedule...) are disabled with the reason in their tooltip.
 class ConfigPanel : public QWidget {
   Q_OBJECT
  public:
   explicit ConfigPanel(QWidget* parent = nullptr);
+  // With another catalogue than the engine's own (tests: a key added to the table).
+  ConfigPanel(const TrickCatalog& catalog, QWidget* parent = nullptr);
+  ~ConfigPanel() override;
 
   void setConfig(const QJsonObject& config);
   QJsonObject config() const;
@@ -29,20 +39,44 @@ class ConfigPanel : public QWidget {
   // The control of one key (nullptr when the panel has none), for tests.
   QWidget* control(const QString& key) const { return controls_.value(key); }
 
+  // The values of keys shown elsewhere (the trick panel) that decide whether
+  // a key here applies (base_batch_size follows lr_scaling).
+  void setOtherValues(const QJsonObject& values);
+  // Why a key does not apply with the current values (empty: it does).
+  QString notApplicableReason(const QString& key) const;
+
+  // Checks the data folder now (headers and sizes, quick) and shows the
+  // result; false with the problem in *why when a run could not open its data.
+  bool readyToLaunch(QString* why = nullptr);
+  QStringList dataProblems() const { return dataProblems_; }  // as last shown
+
  signals:
   void changed();
   void deviceChanged();
 
- private:
-  QWidget* add(const QString& key, QWidget* parent, const QString& text = {}, int decimals = 3,
-               const QList<QPair<QString, QString>>& choiceLabels = {});
-  void updateDatasetControls();
+ protected:
+  void showEvent(QShowEvent* event) override;
 
-  QJsonObject base_;
+ private:
+  void build();
+  void settingChanged(const QString& key);
+  void updateApplicability();
+  QJsonValue currentValue(const QString& key) const;
+  void scheduleDataCheck();
+  void showDataProblems(const QStringList& problems);
+  QString dataset() const;
+  QString dataFolder() const;
+
+  const TrickCatalog& catalog_;
+  QJsonObject base_, others_;
   QMap<QString, QWidget*> controls_;  // key -> control made from its schema entry
-  QComboBox* device_;
-  QSpinBox *synthC_, *synthH_, *synthW_;
-  QWidget *dataDirRow_, *syntheticRow_;
+  QMap<QString, QWidget*> rows_;      // key -> what its form row holds (the control, or a row around it)
+  QMap<QString, QLabel*> labels_;     // key -> its name in the form
+  QComboBox* device_ = nullptr;
+  QLabel* dataProblemsLabel_ = nullptr;
+  QStringList dataProblems_;
+  DataCheck* dataCheck_ = nullptr;
+  QTimer* dataCheckSoon_ = nullptr;
   int gpuCount_ = 0;
   bool updating_ = false;
 };

@@ -206,6 +206,11 @@ QWidget* MainWindow::buildSetupPage() {
   connect(tricks_, &TrickPanel::changed, this, &MainWindow::updateConfigPreview);
   connect(config_, &ConfigPanel::changed, this, &MainWindow::updateConfigPreview);
   connect(config_, &ConfigPanel::deviceChanged, this, &MainWindow::updateDeviceContext);
+  // Keys that apply only with a value on the other panel (applies_when).
+  connect(tricks_, &TrickPanel::changed, config_, [this] { config_->setOtherValues(tricks_->values()); });
+  connect(config_, &ConfigPanel::changed, tricks_, [this] { tricks_->setOtherValues(config_->config()); });
+  config_->setOtherValues(tricks_->values());
+  tricks_->setOtherValues(config_->config());
   return page;
 }
 
@@ -431,13 +436,23 @@ void MainWindow::onEngineInfo() {
   updateDeviceContext();
 }
 
+bool MainWindow::dataReady() {
+  QString why;
+  if (config_->readyToLaunch(&why)) return true;
+  showPage(SetupPage);  // where the problems are named, beside the data set
+  statusBar()->showMessage(why, 15000);
+  return false;
+}
+
 void MainWindow::launchNow() {
+  if (!dataReady()) return;
   queue_->enqueue(currentConfig());
   pages_->setCurrentIndex(RunsPage);
   if (queue_->pending().size() > 0) statusBar()->showMessage(tr("A run is in progress; this one waits in the queue."), 6000);
 }
 
 void MainWindow::addToQueue() {
+  if (!dataReady()) return;
   queue_->enqueue(currentConfig());
   statusBar()->showMessage(tr("Queued: %1").arg(currentConfig().value(QLatin1String("name")).toString()), 5000);
 }

@@ -88,6 +88,9 @@ class MainWindow : public QMainWindow {
   void onEngineInfo();
   void updateConfigPreview();
   void applyReadableHints();
+  // The data check before a launch: false (and why, on the Set-up page and
+  // in the status bar) when the run could not open its data.
+  bool dataReady();
 
   QString databasePath_;
   ConfigPanel* config_ = nullptr;

@@ -2,6 +2,7 @@
 #include "run_history_model.h"
 
 #include "palette_colors.h"
+#include "store_follower.h"
 
 #include <QBrush>
 #include <QColor>
@@ -11,7 +12,6 @@
 #include <QJsonDocument>
 #include <QSet>
 #include <cmath>
-#include <exception>
 
 RunHistoryModel::RunHistoryModel(QObject* parent) : QAbstractTableModel(parent) {}
 
@@ -21,28 +21,36 @@ void RunHistoryModel::setRuns(const QList<RunSummary>& runs) {
   endResetModel();
 }
 
-bool RunHistoryModel::reload(const QString& databasePath, QString* error, bool* changed) {
-  try {
-    // Runs whose engine is gone read as "interrupted" (RunStore derives it).
-    tb::RunStore store(databasePath.toStdString());
-    QList<RunSummary> runs;
-    for (const tb::RunRecord& r : store.list_runs()) runs.append(RunSummary::fromRecord(r));
-    // Only reset (which loses the view's scroll position) when something changed.
-    bool same = runs.size() == runs_.size();
-    for (int i = 0; same && i < runs.size(); ++i) {
-      const RunSummary &a = runs[i], &b = runs_[i];
-      same = a.id == b.id && a.name == b.name && a.status == b.status && a.tags == b.tags && a.notes == b.notes &&
-             a.summary == b.summary && a.error == b.error && a.finishedAt == b.finishedAt;
-    }
-    if (!same) setRuns(runs);
-    if (changed) *changed = !same;
+bool RunHistoryModel::applyRuns(const QList<RunSummary>& runs) {
+  auto same = [](const RunSummary& a, const RunSummary& b) {
+    return a.id == b.id && a.name == b.name && a.status == b.status && a.tags == b.tags && a.notes == b.notes &&
+           a.summary == b.summary && a.error == b.error && a.finishedAt == b.finishedAt;
+  };
+  bool sameRuns = runs.size() == runs_.size();
+  for (int i = 0; sameRuns && i < runs.size(); ++i) sameRuns = runs[i].id == runs_[i].id;
+  if (!sameRuns) {
+    setRuns(runs);
     return true;
-  } catch (const std::exception& e) {
-    if (error) *error = QString::fromUtf8(e.what());
-    if (changed) *changed = !runs_.isEmpty();
-    setRuns({});
-    return false;
   }
+  // The same runs: only rows that changed are updated, without a reset, so
+  // the view keeps its scroll position, current row and selection.
+  bool changed = false;
+  for (int row = 0; row < runs.size(); ++row)
+    if (!same(runs[row], runs_[row])) {
+      runs_[row] = runs[row];
+      emit dataChanged(index(row, 0), index(row, ColumnCount - 1));
+      changed = true;
+    }
+  return changed;
+}
+
+bool RunHistoryModel::reload(const QString& databasePath, QString* error, bool* changed) {
+  QString problem;
+  const QList<RunSummary> runs = RunListReader::readRuns(databasePath, &problem);
+  const bool differs = applyRuns(runs);
+  if (changed) *changed = differs;
+  if (error) *error = problem;
+  return problem.isEmpty();
 }
 
 const RunSummary* RunHistoryModel::run(qint64 id) const {

@@ -16,9 +16,13 @@ class RunHistoryModel : public QAbstractTableModel {
   explicit RunHistoryModel(QObject* parent = nullptr);
 
   void setRuns(const QList<RunSummary>& runs);
-  // Reads every run from the store (small query); returns false and sets
-  // *error when the database cannot be read. The model is reset only when
-  // the runs changed (*changed says whether).
+  // Shows runs read elsewhere (RunListReader, on its worker thread): the
+  // same runs update only the rows that differ (dataChanged), other runs
+  // reset the model. Returns whether anything changed.
+  bool applyRuns(const QList<RunSummary>& runs);
+  // Reads the store here, read-only (RunListReader::readRuns), and applies
+  // it: for tests and tools; the history view reads on a worker. Returns
+  // false and sets *error when the database cannot be read.
   bool reload(const QString& databasePath, QString* error = nullptr, bool* changed = nullptr);
 
   const QList<RunSummary>& runs() const { return runs_; }

@@ -14,6 +14,7 @@
 #include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QScrollBar>
 #include <QSplitter>
 #include <QTableView>
 #include <QTextCursor>
@@ -143,6 +144,8 @@ RunHistoryView::RunHistoryView(QWidget* parent) : QWidget(parent) {
   // again now and then for what changes without a commit (an engine that
   // died). Typing notes is never interrupted.
   watcher_ = new StoreWatcher(this);
+  reader_ = new RunListReader(this);
+  connect(reader_, &RunListReader::runsRead, this, &RunHistoryView::applyRuns);
   // At most one reload a second while an engine commits batch after batch;
   // a hidden history catches up when it is shown.
   reloadSoon_ = new QTimer(this);
@@ -203,25 +206,45 @@ bool RunHistoryView::columnShown(int column) const { return !table_->isColumnHid
 void RunHistoryView::setDatabasePath(const QString& path) {
   saveNotesIfModified();
   notesRun_ = 0;
+  if (path != databasePath_) {
+    // Another database: the runs shown (and their ids) are not its runs.
+    shownPath_.clear();
+    if (model_->applyRuns({})) updateFilterChoices();
+  }
   databasePath_ = path;
   reload();
   watcher_->watch(path);
 }
 
 void RunHistoryView::reload() {
-  const QList<qint64> selected = selectedRunIds();
-  QString error;
-  bool changed = false;
-  if (!model_->reload(databasePath_, &error, &changed))
-    emit statusMessage(tr("Cannot read %1: %2").arg(databasePath_, error));
   pendingReload_ = false;
-  if (!changed) return;
-  updateFilterChoices();
-  table_->resizeColumnsToContents();
-  // Long names and device strings do not push the numbers off screen.
-  for (int c = 0; c < RunHistoryModel::ColumnCount; ++c)
-    table_->setColumnWidth(c, std::min(table_->columnWidth(c), 240));
-  selectRuns(selected);
+  reader_->request(databasePath_);
+}
+
+void RunHistoryView::applyRuns(const QString& path, const QList<RunSummary>& runs, const QString& error) {
+  if (path != databasePath_) return;  // an answer about the database shown before
+  if (!error.isEmpty()) {
+    emit statusMessage(tr("Cannot read %1: %2").arg(databasePath_, error));
+    if (shownPath_ == path) {  // busy or replaced for a moment: its runs stay shown
+      emit reloaded(false);
+      return;
+    }
+  }
+  shownPath_ = path;
+  const QList<qint64> selected = selectedRunIds();
+  const int scrolled = table_->verticalScrollBar()->value();
+  const bool changed = model_->applyRuns(runs);
+  if (changed) {
+    updateFilterChoices();
+    table_->resizeColumnsToContents();
+    // Long names and device strings do not push the numbers off screen.
+    for (int c = 0; c < RunHistoryModel::ColumnCount; ++c)
+      table_->setColumnWidth(c, std::min(table_->columnWidth(c), 240));
+    // A reset (runs added or deleted) loses both: put them back.
+    selectRuns(selected);
+    table_->verticalScrollBar()->setValue(scrolled);
+  }
+  emit reloaded(changed);
 }
 
 void RunHistoryView::updateFilterChoices() {

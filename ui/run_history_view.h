@@ -12,10 +12,13 @@ class QPlainTextEdit;
 class QTableView;
 class RunHistoryFilter;
 class RunHistoryModel;
+struct RunSummary;
 
 // The run history: a sortable, searchable table over the store with filters by
 // status, model and tag; rename, tags, notes and delete (confirmed); open a
-// run's dashboard or compare the selected runs.
+// run's dashboard or compare the selected runs. The store is read on a worker
+// thread, read-only (RunListReader); the GUI thread only shows what it read.
+// Edits the user makes (rename, tags, notes, delete) are the only writes.
 class RunHistoryView : public QWidget {
   Q_OBJECT
  public:
@@ -23,6 +26,8 @@ class RunHistoryView : public QWidget {
 
   void setDatabasePath(const QString& path);
   QString databasePath() const { return databasePath_; }
+  // Asks the worker to read the store again; returns at once, and the table
+  // follows when the runs are read (`reloaded`).
   void reload();
 
   RunHistoryModel* model() const { return model_; }
@@ -53,6 +58,8 @@ class RunHistoryView : public QWidget {
   void openRunRequested(qint64 runId);
   void compareRequested(const QList<qint64>& runIds);
   void statusMessage(const QString& message);
+  // The runs of a reload are shown (changed: whether they differed).
+  void reloaded(bool changed);
 
  protected:
   bool eventFilter(QObject* watched, QEvent* event) override;
@@ -61,9 +68,11 @@ class RunHistoryView : public QWidget {
  private:
   void updateFilterChoices();
   void showSelectedNotes();
+  void applyRuns(const QString& path, const QList<RunSummary>& runs, const QString& error);
   bool edit(const std::function<void()>& action, const QString& what);
 
   QString databasePath_;
+  QString shownPath_;  // the database whose runs the table shows
   RunHistoryModel* model_;
   RunHistoryFilter* filter_;
   QTableView* table_;
@@ -75,6 +84,7 @@ class RunHistoryView : public QWidget {
   QHash<qint64, QString> unsavedNotes_;  // notes the store refused, by run
   class QTimer* autoRefresh_ = nullptr;
   class StoreWatcher* watcher_ = nullptr;
+  class RunListReader* reader_ = nullptr;
   class QTimer* reloadSoon_ = nullptr;
   bool pendingReload_ = false;
   static QString columnKey(int column);

@@ -3,6 +3,7 @@
 
 #include <QFileInfo>
 #include <QTimer>
+#include <atomic>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -87,6 +88,73 @@ StoreWatcher::~StoreWatcher() {
 void StoreWatcher::watch(const QString& databasePath, int pollMs) {
   QMetaObject::invokeMethod(worker_, [w = worker_, databasePath, pollMs] { w->watch(databasePath, pollMs); },
                             Qt::QueuedConnection);
+}
+
+// --- RunListReader
+
+namespace {
+// The runs with the status readers show (the store reads a run whose engine
+// is gone as "interrupted", with why).
+QList<RunSummary> listRuns(const tb::RunStore& store) {
+  QList<RunSummary> runs;
+  for (const tb::RunRecord& r : store.list_runs()) runs.append(RunSummary::fromRecord(r));
+  return runs;
+}
+}  // namespace
+
+class RunListReader::Worker : public QObject {
+ public:
+  explicit Worker(RunListReader* owner) : owner_(owner) {}
+  std::atomic<int> waiting{0};  // requests not answered yet
+
+  void read(const QString& path) {
+    if (--waiting > 0) return;  // a newer request follows: its read answers both
+    if (!connection_ || path != path_) {
+      connection_.emplace(path);
+      path_ = path;
+    }
+    QString error;
+    QList<RunSummary> runs;
+    try {
+      if (!QFileInfo::exists(path)) connection_->reset();  // not written yet (or removed): no runs
+      else if (const tb::RunStore* store = connection_->get()) runs = listRuns(*store);
+    } catch (const std::exception& e) {
+      connection_->reset();  // replaced, damaged or busy: opened afresh next time
+      error = QString::fromUtf8(e.what());
+    }
+    emit owner_->runsRead(path, runs, error);
+  }
+
+ private:
+  RunListReader* owner_;
+  QString path_;
+  std::optional<Connection> connection_;
+};
+
+RunListReader::RunListReader(QObject* parent) : QObject(parent) {
+  qRegisterMetaType<QList<RunSummary>>();
+  worker_ = new Worker(this);
+  startOn(thread_, worker_, QStringLiteral("RunListReader"));
+}
+
+RunListReader::~RunListReader() {
+  thread_.quit();
+  thread_.wait();
+}
+
+void RunListReader::request(const QString& databasePath) {
+  ++worker_->waiting;
+  QMetaObject::invokeMethod(worker_, [w = worker_, databasePath] { w->read(databasePath); }, Qt::QueuedConnection);
+}
+
+QList<RunSummary> RunListReader::readRuns(const QString& databasePath, QString* error) {
+  try {
+    if (!QFileInfo::exists(databasePath)) return {};
+    return listRuns(tb::RunStore(databasePath.toStdString(), tb::RunStore::Mode::ReadOnly));
+  } catch (const std::exception& e) {
+    if (error) *error = QString::fromUtf8(e.what());
+    return {};
+  }
 }
 
 // --- RunFollower

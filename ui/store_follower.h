@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
+#include <QList>
 #include <QObject>
 #include <QThread>
 
@@ -23,6 +24,31 @@ class StoreWatcher : public QObject {
 
  signals:
   void changed();
+
+ private:
+  class Worker;
+  QThread thread_;
+  Worker* worker_ = nullptr;
+};
+
+// The store's runs as the history lists them, read on a worker thread with
+// one read-only connection: request() returns at once and `runsRead`
+// follows; requests made before the worker got to them are answered by one
+// read made after the last of them. Nothing is written (a run whose engine is
+// gone reads as "interrupted": the store derives it). A database file that
+// does not exist yet lists no runs (the engine creates it).
+class RunListReader : public QObject {
+  Q_OBJECT
+ public:
+  explicit RunListReader(QObject* parent = nullptr);
+  ~RunListReader() override;
+  void request(const QString& databasePath);
+  // The reading itself, on any thread (the worker; tests and tools). On
+  // failure returns no runs and sets *error.
+  static QList<RunSummary> readRuns(const QString& databasePath, QString* error = nullptr);
+
+ signals:
+  void runsRead(const QString& databasePath, const QList<RunSummary>& runs, const QString& error);
 
  private:
   class Worker;

@@ -41,9 +41,13 @@ TrickCatalog::TrickCatalog(const QByteArray& schema, const QByteArray& texts) {
   QSet<QString> trickGroups;
   for (const QJsonValue& g : root.value(QLatin1String("groups")).toArray()) {
     const QJsonObject o = g.toObject();
-    if (!o.value(QLatin1String("tricks")).toBool()) continue;
-    groups_.append({o.value(QLatin1String("id")).toString(), o.value(QLatin1String("title")).toString()});
-    trickGroups.insert(groups_.last().id);
+    const TrickGroup group{o.value(QLatin1String("id")).toString(), o.value(QLatin1String("title")).toString()};
+    if (!o.value(QLatin1String("tricks")).toBool()) {
+      runGroups_.append(group);
+      continue;
+    }
+    groups_.append(group);
+    trickGroups.insert(group.id);
   }
   const QJsonObject textsByKey = QJsonDocument::fromJson(texts).object().value(QLatin1String("texts")).toObject();
   for (const QJsonValue& v : root.value(QLatin1String("keys")).toArray()) {
@@ -59,6 +63,12 @@ TrickCatalog::TrickCatalog(const QByteArray& schema, const QByteArray& texts) {
     s.backends = backendsFrom(o.value(QLatin1String("backends")));
     s.minDevices = o.value(QLatin1String("min_devices")).toInt(1);
     s.help = o.value(QLatin1String("help")).toString();
+    s.zeroMeans = o.value(QLatin1String("zero_means")).toString();
+    const QJsonObject names = o.value(QLatin1String("choice_labels")).toObject();
+    for (auto it = names.begin(); it != names.end(); ++it) s.optionLabels.append({it.key(), it.value().toString()});
+    const QJsonObject applies = o.value(QLatin1String("applies_when")).toObject();
+    s.appliesKey = applies.value(QLatin1String("key")).toString();
+    s.appliesValues = applies.value(QLatin1String("values")).toArray();
     if (trickGroups.contains(s.group)) {
       const QJsonObject t = textsByKey.value(s.key).toObject();
       if (t.isEmpty()) problems_ << QStringLiteral("trick '%1' has no teaching text in tricks.json").arg(s.key);
@@ -74,6 +84,7 @@ TrickCatalog::TrickCatalog(const QByteArray& schema, const QByteArray& texts) {
             problems_ << QStringLiteral("trick '%1': the text '%2' is empty").arg(s.key, QLatin1String(field));
       tricks_.append(s);
     }
+    if (s.label.isEmpty()) s.label = o.value(QLatin1String("label")).toString();
     if (s.label.isEmpty()) s.label = s.key;
     settings_.append(s);
   }
@@ -89,6 +100,28 @@ QStringList TrickCatalog::backendsFrom(const QJsonValue& b) {
     out << QStringLiteral("cpu") << QStringLiteral("cuda");
   else if (b.isString())
     out << b.toString();
+  return out;
+}
+
+QString SettingInfo::optionLabel(const QVariant& option) const {
+  // Choices are named by their value as text: "sgd", or "0" for a number.
+  const QString text = option.typeId() == QMetaType::Double ? QString::number(option.toDouble()) : option.toString();
+  for (const auto& [value, name] : optionLabels)
+    if (value == text) return name;
+  return text;
+}
+
+bool SettingInfo::appliesWith(const QJsonValue& value) const {
+  if (appliesKey.isEmpty()) return true;
+  for (const QJsonValue& v : appliesValues)
+    if (v == value) return true;
+  return false;
+}
+
+QList<SettingInfo> TrickCatalog::settingsInGroup(const QString& group) const {
+  QList<SettingInfo> out;
+  for (const SettingInfo& s : settings_)
+    if (s.group == group) out.append(s);
   return out;
 }
 

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 #include <QByteArray>
+#include <QJsonArray>
 #include <QJsonValue>
 #include <QList>
+#include <QPair>
 #include <QString>
 #include <QStringList>
 #include <QVariantList>
@@ -14,15 +16,26 @@
 struct SettingInfo {
   QString key, group, type;  // type: bool | int | double | choice | string | int_list
   QVariantList options;      // for choice
+  QList<QPair<QString, QString>> optionLabels;  // choice (as text) -> display name, where the table names one
   double minimum = 0, maximum = 0;
   QJsonValue defaultValue;
   QStringList backends;  // "cpu", "cuda": where the engine honours it
   int minDevices = 1;    // e.g. 2 for multi-GPU
   QString help;          // the engine's one-line help
-  // Teaching texts (tricks only; label falls back to the key elsewhere).
+  QString zeroMeans;     // what 0 means where it is special ("all", "off")
+  // The key takes effect only while appliesKey has one of appliesValues
+  // (the table's applies_when); empty appliesKey: always.
+  QString appliesKey;
+  QJsonArray appliesValues;
+  // The display name: a trick's from its teaching texts, else the table's
+  // label, else the key. Teaching texts (tricks only):
   QString label, tooltip, what, why, whenNot, plot;
 
   bool honouredOn(const QString& backend) const { return backends.contains(backend); }
+  // The display name of one choice (the value itself when the table names none).
+  QString optionLabel(const QVariant& option) const;
+  // Whether the key applies while appliesKey has `value`.
+  bool appliesWith(const QJsonValue& value) const;
 };
 using TrickInfo = SettingInfo;  // a setting of a trick group
 
@@ -40,6 +53,8 @@ class TrickCatalog {
   TrickCatalog(const QByteArray& schema, const QByteArray& texts);
 
   const QList<TrickGroup>& groups() const { return groups_; }  // the trick groups
+  const QList<TrickGroup>& runGroups() const { return runGroups_; }  // the others (run, data...)
+  QList<SettingInfo> settingsInGroup(const QString& group) const;  // in table order
   const QList<TrickInfo>& tricks() const { return tricks_; }   // in schema order
   QList<TrickInfo> tricksInGroup(const QString& group) const;
   const TrickInfo* find(const QString& key) const;  // a trick, or nullptr
@@ -59,7 +74,7 @@ class TrickCatalog {
   static QString learnMoreHtml(const TrickInfo& trick);
 
  private:
-  QList<TrickGroup> groups_;
+  QList<TrickGroup> groups_, runGroups_;
   QList<TrickInfo> tricks_;
   QList<SettingInfo> settings_;
   QStringList problems_;

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "trick_panel.h"
 
-#include <QDoubleSpinBox>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
@@ -31,22 +30,21 @@ TrickPanel::TrickPanel(QWidget* parent) : QWidget(parent) {
     form->setSpacing(2);
     for (const TrickInfo& t : catalog.tricksInGroup(group.id)) {
       auto* line = new QHBoxLayout;
-      // Type, range, choices and default are the engine's (its settings table).
-      QWidget* control = makeSettingControl(t, box, t.label);
+      // Type, range, choices, their names and default are the engine's (its settings table).
+      QWidget* control = makeSettingControl(t, box);
+      QLabel* label = nullptr;
       if (t.type == QLatin1String("bool")) {
         line->addWidget(control, 1);
       } else {
-        line->addWidget(new QLabel(t.label + QLatin1Char(':'), box), 1);
-        if (auto* spin = qobject_cast<QDoubleSpinBox*>(control)) {
-          spin->setSingleStep(0.1);
-          spin->setSpecialValueText(tr("off"));
-        }
+        label = new QLabel(t.label + QLatin1Char(':'), box);
+        line->addWidget(label, 1);
         control->setMinimumWidth(90);
         line->addWidget(control);
       }
       onSettingControlChanged(control, this, [this, key = t.key] {
         if (!updating_) {
           rows_[key].userValue = controlValue(key);
+          updateApplicability();
           emit changed();
           emit learnMoreRequested(key);
         }
@@ -75,6 +73,7 @@ TrickPanel::TrickPanel(QWidget* parent) : QWidget(parent) {
 
       Row row;
       row.control = control;
+      row.label = label;
       row.reason = reason;
       rows_.insert(t.key, row);
       support_.insert(t.key, t.backends);
@@ -107,6 +106,7 @@ void TrickPanel::setValues(const QJsonObject& config) {
     it->userValue = config.value(it.key());
     if (it->enabled) setControlValue(it.key(), it->userValue);
   }
+  updateApplicability();
   emit changed();
 }
 
@@ -160,5 +160,24 @@ void TrickPanel::updateAvailability() {
     const TrickInfo* t = TrickCatalog::instance().find(it.key());
     setControlValue(it.key(), enable ? it->userValue : (t ? t->defaultValue : QJsonValue()));
   }
+  updateApplicability();
   if (anyChange) emit changed();
+}
+
+void TrickPanel::setOtherValues(const QJsonObject& values) {
+  others_ = values;
+  updateApplicability();
+}
+
+QString TrickPanel::notApplicableReason(const QString& key) const {
+  const TrickInfo* t = TrickCatalog::instance().find(key);
+  if (!t || t->appliesKey.isEmpty()) return {};
+  const QJsonValue deciding = rows_.contains(t->appliesKey) ? controlValue(t->appliesKey) : others_.value(t->appliesKey);
+  return ::notApplicableReason(*t, TrickCatalog::instance().setting(t->appliesKey), deciding);
+}
+
+void TrickPanel::updateApplicability() {
+  // Only tricks the device can use: the others are disabled with their reason.
+  for (auto it = rows_.begin(); it != rows_.end(); ++it)
+    if (it->enabled) showApplicability(it->control, it->label, notApplicableReason(it.key()));
 }

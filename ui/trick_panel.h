@@ -11,7 +11,9 @@ class QToolButton;
 // precision, kernels and memory layout, optimizer, memory, debugging), each
 // with a tooltip and a "?" button that opens its "learn more" text. Tricks the
 // chosen device cannot use are disabled with the reason shown; while disabled
-// they contribute their neutral default to the configuration.
+// they contribute their neutral default to the configuration. A trick that
+// applies only with some values of another key (the table's applies_when) is
+// disabled with the reason in its tooltip while it does not, and keeps its value.
 class TrickPanel : public QWidget {
   Q_OBJECT
  public:
@@ -26,6 +28,11 @@ class TrickPanel : public QWidget {
   void setDeviceContext(const QString& backend, int gpuCount);
   // Overrides from the engine's schema: key -> backends that honour it.
   void setBackendSupport(const QMap<QString, QStringList>& support);
+  // The values of keys shown elsewhere (the run panel), for tricks that
+  // apply only with some of them (the table's applies_when).
+  void setOtherValues(const QJsonObject& values);
+  // Why a trick does not apply with the current values (empty: it does).
+  QString notApplicableReason(const QString& key) const;
 
   bool isTrickEnabled(const QString& key) const;
   QString disabledReason(const QString& key) const;
@@ -39,6 +46,7 @@ class TrickPanel : public QWidget {
  private:
   struct Row {
     QWidget* control = nullptr;
+    QLabel* label = nullptr;  // its name, for non-check-box controls
     QLabel* reason = nullptr;
     QJsonValue userValue;  // what the user chose, restored when enabled again
     bool enabled = true;
@@ -46,8 +54,10 @@ class TrickPanel : public QWidget {
   QJsonValue controlValue(const QString& key) const;
   void setControlValue(const QString& key, const QJsonValue& value);
   void updateAvailability();
+  void updateApplicability();
 
   QMap<QString, Row> rows_;
+  QJsonObject others_;
   QMap<QString, QStringList> support_;
   QString backend_ = QStringLiteral("cpu");
   int gpuCount_ = 0;

@@ -8,8 +8,7 @@
 
 namespace tb {
 
-void read_cifar10_batch(const std::string& path, std::vector<uint8_t>& pixels,
-                        std::vector<int32_t>& labels) {
+int64_t check_cifar10_batch_size(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   TB_CHECK(fs::is_regular_file(path, ec), path, ": no such file");
@@ -19,10 +18,15 @@ void read_cifar10_batch(const std::string& path, std::vector<uint8_t>& pixels,
   TB_CHECK(size == whole, path, ": size ", size, " bytes is not a multiple of ", kCifarRecordBytes,
            " (1 label + 3072 pixel bytes): incomplete record at offset ", whole);
   TB_CHECK(size > 0, path, ": empty file (expected records of ", kCifarRecordBytes, " bytes)");
+  return static_cast<int64_t>(size / kCifarRecordBytes);
+}
 
+void read_cifar10_batch(const std::string& path, std::vector<uint8_t>& pixels,
+                        std::vector<int32_t>& labels) {
+  const int64_t count = check_cifar10_batch_size(path);
+  const uintmax_t size = uintmax_t(count) * kCifarRecordBytes;
   std::ifstream in(path, std::ios::binary);
   TB_CHECK(in, path, ": cannot open for reading");
-  const int64_t count = static_cast<int64_t>(size / kCifarRecordBytes);
   std::vector<uint8_t> bytes(static_cast<size_t>(size));
   in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size));
   TB_CHECK(in.gcount() == static_cast<std::streamsize>(size), path, ": read ", in.gcount(), " of ",
@@ -41,24 +45,49 @@ void read_cifar10_batch(const std::string& path, std::vector<uint8_t>& pixels,
   }
 }
 
-std::unique_ptr<InMemoryDataset> open_cifar10(const std::string& dir, const std::string& split) {
+namespace {
+// The batch files of one split in dir; throws when the folder does not exist.
+std::vector<std::string> cifar10_files(const std::string& dir, const std::string& split) {
   TB_CHECK(split == "train" || split == "test", "cifar10: unknown split '", split,
            "' (expected train or test)");
   std::error_code ec;
   TB_CHECK(std::filesystem::is_directory(dir, ec), "cifar10: folder ", dir,
            " does not exist (expected the CIFAR-10 binary version, cifar-10-batches-bin)");
-  std::vector<std::string> files;
+  std::vector<std::string> names;
   if (split == "train")
-    for (int i = 1; i <= 5; ++i) files.push_back("data_batch_" + std::to_string(i) + ".bin");
+    for (int i = 1; i <= 5; ++i) names.push_back("data_batch_" + std::to_string(i) + ".bin");
   else
-    files.push_back("test_batch.bin");
+    names.push_back("test_batch.bin");
+  std::vector<std::string> paths;
+  for (const std::string& n : names) paths.push_back((std::filesystem::path(dir) / n).string());
+  return paths;
+}
+}  // namespace
 
+std::unique_ptr<InMemoryDataset> open_cifar10(const std::string& dir, const std::string& split) {
   std::vector<uint8_t> pixels;
   std::vector<int32_t> labels;
-  for (const std::string& f : files)
-    read_cifar10_batch((std::filesystem::path(dir) / f).string(), pixels, labels);
+  for (const std::string& f : cifar10_files(dir, split)) read_cifar10_batch(f, pixels, labels);
   return std::make_unique<InMemoryDataset>("cifar10/" + split, Shape{3, 32, 32}, 10,
                                            std::move(pixels), std::move(labels));
+}
+
+std::vector<std::string> check_cifar10_folder(const std::string& dir) {
+  std::vector<std::string> problems;
+  for (const char* split : {"train", "test"}) {
+    std::vector<std::string> files;
+    try {
+      files = cifar10_files(dir, split);
+    } catch (const Error& e) {
+      return {e.what()};  // one problem: the folder
+    }
+    for (const std::string& f : files) try {
+        check_cifar10_batch_size(f);
+      } catch (const Error& e) {
+        problems.push_back(e.what());
+      }
+  }
+  return problems;
 }
 
 }  // namespace tb

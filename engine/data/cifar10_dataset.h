@@ -19,6 +19,14 @@ constexpr int64_t kCifarRecordBytes = 1 + 3 * 32 * 32;
 void read_cifar10_batch(const std::string& path, std::vector<uint8_t>& pixels,
                         std::vector<int32_t>& labels);
 
+// The size check of one batch file without reading it: a whole, non-zero
+// number of records. Returns the record count; throws tb::Error naming the path.
+int64_t check_cifar10_batch_size(const std::string& path);
+
 std::unique_ptr<InMemoryDataset> open_cifar10(const std::string& dir, const std::string& split);
+
+// The problems check_cifar10_batch_size finds in a CIFAR-10 folder (the six
+// batch files), one message each; a missing folder is one problem.
+std::vector<std::string> check_cifar10_folder(const std::string& dir);
 
 }  // namespace tb

@@ -106,6 +106,11 @@ int64_t int_field(const json& spec, const char* field, int64_t fallback, int64_t
 
 constexpr int64_t kBig = int64_t(1) << 40;
 
+[[noreturn]] void unknown_dataset(const std::string& name) {
+  TB_FAIL("dataset spec: unknown dataset name '", name,
+          "' (expected fashion-mnist, mnist, cifar10 or synthetic)");
+}
+
 }  // namespace
 
 std::unique_ptr<Dataset> open_dataset(const nlohmann::json& spec, const std::string& split) {
@@ -153,8 +158,7 @@ std::unique_ptr<Dataset> open_dataset(const nlohmann::json& spec, const std::str
     }
     ds = std::make_unique<SyntheticDataset>(o, split);
   } else {
-    TB_FAIL("dataset spec: unknown dataset name '", name,
-            "' (expected fashion-mnist, mnist, cifar10 or synthetic)");
+    unknown_dataset(name);
   }
 
   if (spec.contains("limit")) {
@@ -165,6 +169,22 @@ std::unique_ptr<Dataset> open_dataset(const nlohmann::json& spec, const std::str
     }
   }
   return ds;
+}
+
+std::vector<std::string> check_dataset_files(const nlohmann::json& spec) {
+  try {
+    TB_CHECK(spec.is_object() && spec.contains("name"), "dataset spec: missing field 'name' in ",
+             spec.dump());
+    const std::string name = string_field(spec, "name", nullptr);
+    if (name == "fashion-mnist" || name == "mnist")
+      return check_mnist_folder(
+          string_field(spec, "path", name == "fashion-mnist" ? kFashionMnistDefaultDir : nullptr), name);
+    if (name == "cifar10") return check_cifar10_folder(string_field(spec, "path", nullptr));
+    if (name == "synthetic") return {};
+    unknown_dataset(name);
+  } catch (const Error& e) {
+    return {e.what()};
+  }
 }
 
 }  // namespace tb

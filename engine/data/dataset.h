@@ -82,4 +82,11 @@ class SubsetDataset : public Dataset {
 // Unknown names, unknown fields and bad values throw tb::Error naming them.
 std::unique_ptr<Dataset> open_dataset(const nlohmann::json& spec, const std::string& split);
 
+// What a front end checks before it starts a run, cheaply (headers and sizes,
+// no decoding): the folder exists, every file of both splits is there, and
+// each file's header and length are what the readers expect. Returns one
+// message per problem in the readers' own words (empty: none found). Takes
+// the spec open_dataset takes; synthetic data has no files to check.
+std::vector<std::string> check_dataset_files(const nlohmann::json& spec);
+
 }  // namespace tb

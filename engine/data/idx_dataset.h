@@ -33,6 +33,14 @@ IdxImages read_idx_images(const std::string& path);
 // Labels must lie in [0, num_classes).
 std::vector<int32_t> read_idx_labels(const std::string& path, int num_classes = 10);
 
+// The cheap check of one IDX file, without decoding its data: the file is
+// there, its header (magic, dimensions) is what `magic` says, and its length
+// is the one the header needs: for a plain file its size, for a gzip file the
+// length its trailer records (when that disagrees, the stream is decompressed
+// to count, so a valid multi-member file is not refused). Throws tb::Error in
+// the readers' words; returns the sample count.
+int64_t check_idx_file(const std::string& path, uint32_t magic);
+
 // One split from an images file and a labels file of equal count; the
 // samples have shape {1, rows, cols}.
 std::unique_ptr<InMemoryDataset> open_idx_dataset(const std::string& images_path,
@@ -45,5 +53,10 @@ std::unique_ptr<InMemoryDataset> open_fashion_mnist(
     const std::string& dir = kFashionMnistDefaultDir, const std::string& split = "train");
 // Same file names and format, for the original MNIST digits.
 std::unique_ptr<InMemoryDataset> open_mnist(const std::string& dir, const std::string& split);
+
+// The problems check_idx_file finds in the four files of an MNIST-format
+// folder (family: "fashion-mnist" or "mnist"), one message each; a missing
+// folder is one problem. Empty when every header is sound.
+std::vector<std::string> check_mnist_folder(const std::string& dir, const std::string& family);
 
 }  // namespace tb

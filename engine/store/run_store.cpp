@@ -906,16 +906,20 @@ void RunStore::set_status(int64_t id, const std::string& status, const std::stri
 }
 
 void RunStore::start_run(int64_t id, const nlohmann::json& environment,
-                         const nlohmann::json& tricks) {
+                         const nlohmann::json& tricks, const nlohmann::json& plan) {
   Impl& d = impl();
   std::lock_guard lock(d.mutex);
   d.require_writable("starting a run");
   const char* op = "starting a run";
   Transaction tx(d, op);
-  Query(d, "UPDATE runs SET environment_json = ?, tricks_json = ? WHERE id = ?", op)
+  Query(d,
+        "UPDATE runs SET environment_json = ?, tricks_json = ?, "
+        "summary_json = COALESCE(?, summary_json) WHERE id = ?",
+        op)
       .bind_text(1, json_text(environment))
       .bind_text(2, json_text(tricks))
-      .bind_int(3, id)
+      .bind_optional_text(3, plan.empty() ? std::string() : json_text(plan))
+      .bind_int(4, id)
       .run();
   d.expect_one_change(id, op);
   d.update_status(id, run_status::kRunning, "", op);

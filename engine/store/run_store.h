@@ -138,8 +138,12 @@ class RunStore {
   // Flushes buffered points first, so a reader that sees a terminal status has
   // every point. 'running' sets started_at (once), a terminal status sets finished_at.
   void set_status(int64_t id, const std::string& status, const std::string& error = "");
-  // The run's start in one transaction: environment, tricks, status 'running'.
-  void start_run(int64_t id, const nlohmann::json& environment, const nlohmann::json& tricks);
+  // The run's start in one transaction: environment, tricks, status 'running',
+  // and, when not empty, `plan` as the summary until the end replaces it: what
+  // is known before the first step (steps_per_epoch, total_steps), so that a
+  // reader can show "step N of M" while the run goes on.
+  void start_run(int64_t id, const nlohmann::json& environment, const nlohmann::json& tricks,
+                 const nlohmann::json& plan = nlohmann::json::object());
   // The run's end in one transaction: buffered points, summary, terminal status.
   void finish_run(int64_t id, const std::string& status, const nlohmann::json& summary,
                   const std::string& error = "");

@@ -17,33 +17,57 @@ using Cap = bool BackendCapabilities::*;
 
 // Fluent row builders: flag/integer/number/text/int_list make a row, then
 // .trick(n) marks a trick, .needs(&BackendCapabilities::x) the capability a
-// backend must report for it, .one_of(...) a closed set of values.
+// backend must report for it, .one_of(...) a closed set of values,
+// .applies_when(key, values) the values of another key it needs to matter,
+// and .label/.labels/.zero_means how front ends name it.
 struct Row {
   ConfigKey k;
   Row&& trick(int n) && { k.trick = n; return std::move(*this); }
   Row&& needs(Cap c) && { k.needs = c; return std::move(*this); }
   Row&& one_of(json c) && { k.choices = std::move(c); return std::move(*this); }
   Row&& min_devices(int n) && { k.min_devices = n; return std::move(*this); }
+  Row&& label(std::string l) && { k.label = std::move(l); return std::move(*this); }
+  Row&& labels(json l) && { k.choice_labels = std::move(l); return std::move(*this); }
+  Row&& zero_means(std::string z) && { k.zero_means = std::move(z); return std::move(*this); }
+  Row&& applies_when(std::string key, json values) && {
+    k.applies_key = std::move(key);
+    k.applies_values = std::move(values);
+    return std::move(*this);
+  }
 };
 
+// A row with the members every key has; the rest keep ConfigKey's defaults.
+Row row(std::string key, KeyType type, json def, json choices, double lo, double hi,
+        std::string group, ConfigField field, std::string help) {
+  Row r;
+  r.k.key = std::move(key);
+  r.k.type = type;
+  r.k.default_value = std::move(def);
+  r.k.choices = std::move(choices);
+  r.k.min = lo, r.k.max = hi;
+  r.k.group = std::move(group);
+  r.k.field = field;
+  r.k.help = std::move(help);
+  return r;
+}
 Row flag(std::string key, bool RunConfig::* field, bool def, std::string group, std::string help) {
-  return {{std::move(key), KeyType::Bool, def, json::array(), 0, 0, std::move(group), 0, nullptr,
-           1, field, std::move(help)}};
+  return row(std::move(key), KeyType::Bool, def, json::array(), 0, 0, std::move(group), field,
+             std::move(help));
 }
 Row integer(std::string key, int64_t RunConfig::* field, int64_t def, double lo, double hi,
             std::string group, std::string help) {
-  return {{std::move(key), KeyType::Int, def, json::array(), lo, hi, std::move(group), 0, nullptr,
-           1, field, std::move(help)}};
+  return row(std::move(key), KeyType::Int, def, json::array(), lo, hi, std::move(group), field,
+             std::move(help));
 }
 Row number(std::string key, double RunConfig::* field, double def, double lo, double hi,
            std::string group, std::string help) {
-  return {{std::move(key), KeyType::Float, def, json::array(), lo, hi, std::move(group), 0,
-           nullptr, 1, field, std::move(help)}};
+  return row(std::move(key), KeyType::Float, def, json::array(), lo, hi, std::move(group), field,
+             std::move(help));
 }
 Row text(std::string key, std::string RunConfig::* field, std::string def,
          std::vector<std::string> choices, std::string group, std::string help) {
-  return {{std::move(key), KeyType::String, def, json(choices), 0, 0, std::move(group), 0, nullptr,
-           1, field, std::move(help)}};
+  return row(std::move(key), KeyType::String, def, json(choices), 0, 0, std::move(group), field,
+             std::move(help));
 }
 
 const std::vector<ConfigGroup>& groups() {
@@ -51,6 +75,7 @@ const std::vector<ConfigGroup>& groups() {
     {"run", "Run", false},
     {"data", "Data", false},
     {"training", "Training", false},
+    {"schedule", "Learning-rate schedule", false},
     {"data pipeline", "Data pipeline", true},
     {"precision", "Precision", true},
     {"kernels", "Kernels and memory layout", true},
@@ -71,66 +96,134 @@ std::vector<ConfigKey> make_table() {
   const double big = 1e12;
   const std::vector<Row> rows = {
       // --- the run
-      text("name", &R::name, "", {}, "run", "Run name shown in the history (default: model and date)"),
+      text("name", &R::name, "", {}, "run", "Run name shown in the history (default: model and date)")
+          .label("Name"),
       text("model", &R::model, "fmnist-cnn", {"fmnist-cnn", "resnet18-cifar", "resnet9", "mlp"},
-           "run", "Model architecture"),
+           "run", "Model architecture")
+          .label("Model")
+          .labels({{"fmnist-cnn", "Small CNN for Fashion-MNIST"},
+                   {"resnet18-cifar", "ResNet-18 (CIFAR variant)"},
+                   {"resnet9", "ResNet-9"},
+                   {"mlp", "Multi-layer perceptron"}}),
       text("device", &R::device, "auto", {}, "run",
-           "auto (a GPU when one works, else the CPU), cpu, cuda or cuda:N"),
-      integer("epochs", &R::epochs, 1, 0, 100000, "run", "Passes over the training set"),
+           "auto (a GPU when one works, else the CPU), cpu, cuda or cuda:N")
+          .label("Device"),
+      integer("epochs", &R::epochs, 1, 0, 100000, "run", "Passes over the training set")
+          .label("Epochs"),
       integer("max_steps", &R::max_steps, 0, 0, big, "run",
-              "Stop after this many optimizer steps (0: run all epochs)"),
-      Row{{"seed", KeyType::Int, 0, json::array(), 0, 9.0e15, "run", 19, nullptr, 1, &R::seed,
-           "Seed for weights, shuffling and augmentation"}},
+              "Stop after this many optimizer steps (0: run all epochs)")
+          .label("Max steps")
+          .zero_means("use epochs"),
+      row("seed", KeyType::Int, 0, json::array(), 0, 9.0e15, "run", &R::seed,
+          "Seed for weights, shuffling and augmentation")
+          .trick(19)
+          .label("Seed"),
       integer("log_every", &R::log_every, 20, 1, 1000000, "run",
               "Steps between loss/accuracy read-backs when sync_every_step is off")
-          .trick(16),
+          .trick(16)
+          .label("Log every"),
       // --- data
       text("dataset", &R::dataset, "fashion-mnist", {"fashion-mnist", "mnist", "cifar10", "synthetic"},
-           "data", "Data set"),
+           "data", "Data set")
+          .label("Data set")
+          .labels({{"fashion-mnist", "Fashion-MNIST"},
+                   {"mnist", "MNIST"},
+                   {"cifar10", "CIFAR-10 (binary folder)"},
+                   {"synthetic", "Synthetic images"}}),
       text("data_dir", &R::data_dir, "", {}, "data",
-           "Folder of the data set files (default: /usr/share/datasets/fashion-mnist)"),
+           "Folder of the data set files (default: /usr/share/datasets/fashion-mnist)")
+          .label("Folder")
+          .applies_when("dataset", {"fashion-mnist", "mnist", "cifar10"}),
       integer("train_limit", &R::train_limit, 0, 0, big, "data",
-              "Use only the first N training samples (0: all)"),
+              "Use only the first N training samples (0: all)")
+          .label("Training samples")
+          .zero_means("all"),
       integer("test_limit", &R::test_limit, 0, 0, big, "data",
-              "Use only the first N test samples (0: all)"),
-      Row{{"synthetic_shape", KeyType::IntList, json::array({3, 32, 32}), json::array(), 1, 4096,
-           "data", 0, nullptr, 1, &R::synthetic_shape,
-           "Synthetic images: [channels, height, width]"}},
+              "Use only the first N test samples (0: all)")
+          .label("Test samples")
+          .zero_means("all"),
+      row("synthetic_shape", KeyType::IntList, json::array({3, 32, 32}), json::array(), 1, 4096,
+          "data", &R::synthetic_shape, "Synthetic images: [channels, height, width]")
+          .label("Image shape (C×H×W)")
+          .applies_when("dataset", {"synthetic"}),
       integer("synthetic_size", &R::synthetic_size, 10000, 1, big, "data",
-              "Synthetic training samples"),
+              "Synthetic training samples")
+          .label("Synthetic samples")
+          .applies_when("dataset", {"synthetic"}),
       integer("random_crop_padding", &R::random_crop_padding, 0, 0, 64, "data",
-              "Random crop after zero padding by this many pixels (0: off)"),
-      flag("horizontal_flip", &R::horizontal_flip, false, "data", "Random horizontal flips"),
-      flag("pad_to_32", &R::pad_to_32, false, "data", "Pad 28x28 images to 32x32 (for CIFAR models)"),
+              "Random crop after zero padding by this many pixels (0: off)")
+          .label("Random-crop padding")
+          .zero_means("off"),
+      flag("horizontal_flip", &R::horizontal_flip, false, "data", "Random horizontal flips")
+          .label("Random horizontal flip"),
+      flag("pad_to_32", &R::pad_to_32, false, "data", "Pad 28x28 images to 32x32 (for CIFAR models)")
+          .label("Pad to 32×32"),
       // --- optimizer and schedule
       integer("batch_size", &R::batch_size, 64, 1, 1 << 20, "training", "Samples per micro-batch")
-          .trick(2),
+          .trick(2)
+          .label("Batch size"),
       text("optimizer", &R::optimizer, "sgd", {"sgd", "adamw", "rmsprop", "lars", "lamb"},
            "training", "Optimizer (lars/lamb for large batches)")
-          .trick(23),
-      number("lr", &R::lr, 0.05, 0, 100, "training", "Base learning rate"),
-      number("momentum", &R::momentum, 0.9, 0, 1, "training", "Momentum (SGD, RMSProp, LARS)"),
-      flag("nesterov", &R::nesterov, false, "training", "Nesterov momentum (SGD)"),
+          .trick(23)
+          .label("Optimizer")
+          .labels({{"sgd", "SGD with momentum"},
+                   {"adamw", "AdamW"},
+                   {"rmsprop", "RMSProp"},
+                   {"lars", "LARS (large batch)"},
+                   {"lamb", "LAMB (large batch)"}}),
+      number("lr", &R::lr, 0.05, 0, 100, "training", "Base learning rate").label("Learning rate"),
+      number("momentum", &R::momentum, 0.9, 0, 1, "training", "Momentum (SGD, RMSProp, LARS)")
+          .label("Momentum")
+          .applies_when("optimizer", {"sgd", "rmsprop", "lars"}),
+      flag("nesterov", &R::nesterov, false, "training", "Nesterov momentum (SGD)")
+          .label("Nesterov momentum")
+          .applies_when("optimizer", {"sgd"}),
       number("weight_decay", &R::weight_decay, 5e-4, 0, 1, "training",
-             "Weight decay (L2 for SGD/RMSProp/LARS, decoupled for AdamW/LAMB)"),
-      number("beta1", &R::beta1, 0.9, 0, 1, "training", "First-moment decay (AdamW, LAMB)"),
-      number("beta2", &R::beta2, 0.999, 0, 1, "training", "Second-moment decay (AdamW, LAMB)"),
-      number("eps", &R::eps, 1e-8, 0, 1, "training", "Denominator epsilon"),
-      number("alpha", &R::alpha, 0.99, 0, 1, "training", "Squared-gradient smoothing (RMSProp)"),
+             "Weight decay (L2 for SGD/RMSProp/LARS, decoupled for AdamW/LAMB)")
+          .label("Weight decay"),
+      number("beta1", &R::beta1, 0.9, 0, 1, "training", "First-moment decay (AdamW, LAMB)")
+          .label("β1")
+          .applies_when("optimizer", {"adamw", "lamb"}),
+      number("beta2", &R::beta2, 0.999, 0, 1, "training", "Second-moment decay (AdamW, LAMB)")
+          .label("β2")
+          .applies_when("optimizer", {"adamw", "lamb"}),
+      number("eps", &R::eps, 1e-8, 0, 1, "training", "Denominator epsilon (AdamW, RMSProp, LAMB)")
+          .label("Epsilon")
+          .applies_when("optimizer", {"adamw", "rmsprop", "lamb"}),
+      number("alpha", &R::alpha, 0.99, 0, 1, "training", "Squared-gradient smoothing (RMSProp)")
+          .label("α (smoothing)")
+          .applies_when("optimizer", {"rmsprop"}),
       // Cosine decay over the run is the default recipe: with it fmnist-cnn reaches
       // 0.916 test accuracy in 3 epochs, against 0.893 at a constant rate
       // (bench/results/cpu-fmnist-cnn-accuracy.json).
+      // One-cycle's own shape (pct_start, div_factor, final_div_factor) is
+      // fixed in ScheduleConfig; min_lr is the cosine schedule's alone.
       text("schedule", &R::schedule, "cosine", {"constant", "step", "cosine", "onecycle"},
-           "training", "Learning-rate schedule (cosine: decay to min_lr over the run)"),
-      integer("step_size", &R::step_size, 1000, 1, big, "training",
-              "Steps between decays (step schedule)"),
-      number("gamma", &R::gamma, 0.1, 0, 1, "training", "Decay factor (step schedule)"),
-      number("min_lr", &R::min_lr, 0.0, 0, 100, "training", "Final learning rate (cosine, one-cycle)"),
+           "schedule", "Learning-rate schedule (cosine: decay to min_lr over the run)")
+          .label("Schedule")
+          .labels({{"constant", "Constant"},
+                   {"step", "Step decay"},
+                   {"cosine", "Cosine"},
+                   {"onecycle", "One-cycle"}}),
+      integer("step_size", &R::step_size, 1000, 1, big, "schedule",
+              "Steps between decays (step schedule)")
+          .label("Decay every (steps)")
+          .applies_when("schedule", {"step"}),
+      number("gamma", &R::gamma, 0.1, 0, 1, "schedule", "Decay factor (step schedule)")
+          .label("Decay factor γ")
+          .applies_when("schedule", {"step"}),
+      number("min_lr", &R::min_lr, 0.0, 0, 100, "schedule", "Final learning rate (cosine schedule)")
+          .label("Final learning rate")
+          .applies_when("schedule", {"cosine"}),
       integer("base_batch_size", &R::base_batch_size, 64, 1, 1 << 20, "training",
               "Batch size the base lr is for (lr_scaling)")
-          .trick(2),
+          .trick(2)
+          .label("Base batch size")
+          .applies_when("lr_scaling", {"linear", "sqrt"}),
       number("label_smoothing", &R::label_smoothing, 0.0, 0, 1, "training",
-             "Label smoothing of the loss"),
+             "Label smoothing of the loss")
+          .label("Label smoothing")
+          .zero_means("off"),
       // --- tricks: data pipeline
       integer("workers", &R::workers, 0, 0, 256, "data pipeline",
               "Loader threads decoding and augmenting in parallel (0: on the training thread)")
@@ -155,7 +248,8 @@ std::vector<ConfigKey> make_table() {
           .trick(1).needs(&C::low_precision),
       integer("pad_channels_to", &R::pad_channels_to, 0, 0, 128, "precision",
               "Pad channel counts to a multiple of this (8 suits Tensor Cores; 0: off)")
-          .trick(22).needs(&C::tensor_core_alignment).one_of({0, 2, 4, 8, 16, 32, 64, 128}),
+          .trick(22).needs(&C::tensor_core_alignment).one_of({0, 2, 4, 8, 16, 32, 64, 128})
+          .labels({{"0", "off"}}),
       // --- tricks: kernels and memory layout
       flag("cudnn_benchmark", &R::cudnn_benchmark, false, "kernels",
            "Time every cuDNN plan once per shape and keep the fastest")
@@ -184,13 +278,15 @@ std::vector<ConfigKey> make_table() {
           .trick(13),
       number("clip_grad_norm", &R::clip_grad_norm, 0.0, 0, 1e9, "optimizer",
              "Clip the global gradient L2 norm to this (0: off)")
-          .trick(14),
+          .trick(14)
+          .zero_means("off"),
       text("lr_scaling", &R::lr_scaling, "none", {"none", "linear", "sqrt"}, "optimizer",
            "Scale lr with batch_size relative to base_batch_size")
           .trick(2),
       integer("warmup_steps", &R::warmup_steps, 0, 0, big, "optimizer",
-              "Linear learning-rate warm-up steps")
-          .trick(2),
+              "Linear learning-rate warm-up steps (with any schedule)")
+          .trick(2)
+          .zero_means("off"),
       // --- tricks: data parallel (engine/parallel, docs/parallel.md)
       text("parallel", &R::parallel, "none", {"none", "dp", "ddp"}, "parallel",
            "Data parallelism: ddp, one process per device (mpirun or RANK/WORLD_SIZE); "
@@ -199,14 +295,18 @@ std::vector<ConfigKey> make_table() {
       integer("processes", &R::processes, 1, 1, 4096, "parallel",
               "ddp processes: the GUI starts this many with mpirun; a run records how many "
               "its launcher started")
-          .trick(21),
+          .trick(21)
+          .applies_when("parallel", {"ddp"}),
       number("bucket_mb", &R::bucket_mb, 25.0, 0, 4096, "parallel",
              "ddp all-reduce bucket size in MiB; a bucket is sent as soon as backward has "
              "filled it (0: one all-reduce after backward)")
-          .trick(21),
+          .trick(21)
+          .zero_means("one all-reduce after backward")
+          .applies_when("parallel", {"ddp"}),
       flag("sync_batchnorm", &R::sync_batchnorm, false, "parallel",
            "ddp: batch-norm statistics over every rank's batch (default: each rank its own)")
-          .trick(21),
+          .trick(21)
+          .applies_when("parallel", {"ddp"}),
       // --- tricks: memory
       flag("eval_inference_mode", &R::eval_inference_mode, true, "memory",
            "Evaluate without keeping activations or gradients")
@@ -248,6 +348,17 @@ std::vector<ConfigKey> make_table() {
     TB_CHECK(std::any_of(groups().begin(), groups().end(),
                          [&](const ConfigGroup& g) { return g.id == k.group; }),
              "settings table: key '", k.key, "' names unknown group '", k.group, "'");
+    for (const auto& [value, name] : k.choice_labels.items())
+      TB_CHECK(std::any_of(k.choices.begin(), k.choices.end(),
+                           [&](const json& c) { return (c.is_string() ? c.get<std::string>() : c.dump()) == value; }),
+               "settings table: key '", k.key, "' names choice '", value, "', which it does not have");
+    if (k.applies_key.empty()) continue;
+    const auto on = std::find_if(t.begin(), t.end(), [&](const ConfigKey& o) { return o.key == k.applies_key; });
+    TB_CHECK(on != t.end(), "settings table: key '", k.key, "' applies when unknown key '", k.applies_key, "'");
+    for (const json& v : k.applies_values)
+      TB_CHECK(on->choices.empty() || std::find(on->choices.begin(), on->choices.end(), v) != on->choices.end(),
+               "settings table: key '", k.key, "' applies when ", k.applies_key, " is ", v.dump(),
+               ", which is not one of its choices");
   }
   return t;
 }
@@ -362,6 +473,10 @@ json config_schema_json() {
               {"min_devices", k.min_devices}, {"help", k.help}};
     if (!k.choices.empty()) e["choices"] = k.choices;
     if (k.min < k.max) e["min"] = k.min, e["max"] = k.max;
+    if (!k.label.empty()) e["label"] = k.label;
+    if (!k.choice_labels.empty()) e["choice_labels"] = k.choice_labels;
+    if (!k.zero_means.empty()) e["zero_means"] = k.zero_means;
+    if (!k.applies_key.empty()) e["applies_when"] = {{"key", k.applies_key}, {"values", k.applies_values}};
     keys.push_back(e);
   }
   return {{"version", 2}, {"groups", groups}, {"keys", keys}};

@@ -88,6 +88,16 @@ struct ConfigKey {
   int min_devices = 1;  // devices the key needs when on (parallel: 2)
   ConfigField field;
   std::string help;  // one line for --help and tooltips
+  // How front ends show it: a short name (tricks take theirs from the GUI's
+  // teaching texts), display names of choices (by value as text), and what a
+  // special 0 means ("all", "off"); empty when there is none.
+  std::string label;
+  nlohmann::json choice_labels = nlohmann::json::object();
+  std::string zero_means;
+  // The key takes effect only while `applies_key` has one of `applies_values`
+  // (step_size: schedule is step); empty: always.
+  std::string applies_key;
+  nlohmann::json applies_values = nlohmann::json::array();
 
   // "all" when the CPU backend honours it (every backend does), else "cuda".
   std::string backends() const;
@@ -98,7 +108,8 @@ const std::vector<ConfigKey>& config_schema();
 const ConfigKey* find_config_key(const std::string& key);  // nullptr when unknown
 // The table as JSON (`config --schema`; the GUI builds its controls from it):
 // {"version": 2, "groups": [{id, title, tricks}], "keys": [{key, type, default,
-//  choices?, min?, max?, group, trick, backends, min_devices, help}]}
+//  choices?, min?, max?, group, trick, backends, min_devices, help, label?,
+//  choice_labels?, zero_means?, applies_when?: {key, values}}]}
 nlohmann::json config_schema_json();
 nlohmann::json default_config();
 

@@ -233,7 +233,12 @@ bool StoreSink::apply(const json& e) {
     } else if (type == "log") {
       store_.append_event(run_, e.value("level", "info"), e.value("message", ""));
     } else if (type == "run_started") {
-      store_.start_run(run_, e.value("environment", json::object()), e.value("tricks", json::object()));
+      // How long the run is, for readers that follow it from the store.
+      json plan = json::object();
+      for (const char* key : {"steps_per_epoch", "total_steps"})
+        if (e.contains(key)) plan[key] = e[key];
+      store_.start_run(run_, e.value("environment", json::object()), e.value("tricks", json::object()),
+                       plan);
     } else if (type == "finished" || type == "failed") {
       const std::string status = type == "failed" ? "failed" : e.value("status", "finished");
       store_.finish_run(run_, status, e.value("summary", json::object()), e.value("error", ""));

@@ -418,6 +418,7 @@ json publish_run_started(EventBus& bus, int64_t run_id, const RunConfig& c, Back
           {"epochs", 0},
           {"batch_size", c.batch_size},
           {"steps_per_epoch", shape.steps_per_epoch},
+          {"total_steps", shape.total_steps},
           {"effective_batch_size", shape.samples_per_step},
           {"parameters", model.num_params()},
           {"device", be.device().str()}};

@@ -383,6 +383,100 @@ class TestData : public QObject {
     EXPECT_CONTAINS(msg, "data_batch_4.bin: no such file");
   }
 
+  // ---- the cheap check before a run ------------------------------------------
+
+  // check_dataset_files finds, from headers and sizes alone, what the readers
+  // would refuse, in their words, one message per file; sound files pass.
+  void checkDatasetFiles() {
+    namespace fs = std::filesystem;
+    auto joined = [](const std::vector<std::string>& v) {
+      std::string out;
+      for (const std::string& s : v) out += s + "\n";
+      return out;
+    };
+    const std::string good = path("check-good");
+    fs::create_directory(good);
+    write_gz(good + "/train-images-idx3-ubyte.gz", idx_images(3, 4, 4, pattern_pixels(3, 4, 4)));
+    write_gz(good + "/train-labels-idx1-ubyte.gz", idx_labels({1, 2, 3}));
+    write_raw(good + "/t10k-images-idx3-ubyte", idx_images(2, 4, 4, pattern_pixels(2, 4, 4)));
+    write_raw(good + "/t10k-labels-idx1-ubyte", idx_labels({4, 5}));
+    QVERIFY2(check_dataset_files({{"name", "mnist"}, {"path", good}}).empty(),
+             joined(check_dataset_files({{"name", "mnist"}, {"path", good}})).c_str());
+    QVERIFY(check_dataset_files({{"name", "synthetic"}}).empty());
+
+    // A missing folder is one problem, in open_dataset's words.
+    std::vector<std::string> p = check_dataset_files({{"name", "fashion-mnist"}, {"path", path("nowhere")}});
+    QCOMPARE(p.size(), size_t(1));
+    EXPECT_CONTAINS(p[0], "(the folder does not exist)");
+    p = check_dataset_files({{"name", "cifar10"}, {"path", path("nowhere")}});
+    QCOMPARE(p.size(), size_t(1));
+    EXPECT_CONTAINS(p[0], "cifar10: folder " + path("nowhere") + " does not exist");
+
+    // Bad magic, truncated (plain and gzip), trailing bytes, counts that differ.
+    const std::string bad = path("check-bad");
+    fs::create_directory(bad);
+    write_raw(bad + "/train-images-idx3-ubyte", idx_images(3, 4, 4, pattern_pixels(3, 4, 4), kIdxLabelsMagic));
+    Bytes labels = idx_labels({1, 2, 3});
+    labels.push_back(0);
+    write_raw(bad + "/train-labels-idx1-ubyte", labels);
+    Bytes im = idx_images(2, 4, 4, pattern_pixels(2, 4, 4));
+    im.resize(im.size() - 5);
+    write_gz(bad + "/t10k-images-idx3-ubyte.gz", im);
+    write_raw(bad + "/t10k-labels-idx1-ubyte", idx_labels({4, 5, 6}));
+    p = check_dataset_files({{"name", "mnist"}, {"path", bad}});
+    const std::string all = joined(p);
+    QCOMPARE(p.size(), size_t(3));
+    EXPECT_CONTAINS(all, bad + "/train-images-idx3-ubyte: bad magic number 0x00000801");
+    EXPECT_CONTAINS(all, bad + "/train-labels-idx1-ubyte: 1 bytes of trailing data");
+    EXPECT_CONTAINS(all, bad + "/t10k-images-idx3-ubyte.gz: truncated: expected 48 bytes, found 43");
+
+    write_gz(bad + "/t10k-images-idx3-ubyte.gz", idx_images(2, 4, 4, pattern_pixels(2, 4, 4)));
+    p = check_dataset_files({{"name", "mnist"}, {"path", bad}});
+    EXPECT_CONTAINS(joined(p), "mnist/test: image count 2 in " + bad + "/t10k-images-idx3-ubyte.gz"
+                               " does not match label count 3");
+
+    // A gzip stream cut short: its trailer disagrees, so it is decompressed
+    // and named as the reader names it.
+    write_gz(path("whole.gz"), idx_labels(Bytes(5000, 1)));
+    Bytes gz = read_raw(path("whole.gz"));
+    gz.resize(gz.size() - 10);
+    write_raw(bad + "/t10k-labels-idx1-ubyte.gz", gz);
+    fs::remove(bad + "/t10k-labels-idx1-ubyte");
+    EXPECT_CONTAINS(joined(check_dataset_files({{"name", "mnist"}, {"path", bad}})),
+                    bad + "/t10k-labels-idx1-ubyte.gz: corrupt gzip stream");
+    // Several gzip members: the trailer gives only the last one's length; the
+    // file is still sound.
+    const std::string multi = path("check-multi");
+    fs::copy(good, multi, fs::copy_options::recursive);
+    const Bytes three = idx_labels({1, 2, 3});
+    write_gz(path("part1.gz"), Bytes(three.begin(), three.begin() + 9));
+    write_gz(path("part2.gz"), Bytes(three.begin() + 9, three.end()));
+    Bytes both = read_raw(path("part1.gz")), second = read_raw(path("part2.gz"));
+    both.insert(both.end(), second.begin(), second.end());
+    write_raw(multi + "/train-labels-idx1-ubyte.gz", both);
+    QCOMPARE(read_idx_labels(multi + "/train-labels-idx1-ubyte.gz").size(), size_t(3));
+    QVERIFY2(check_dataset_files({{"name", "mnist"}, {"path", multi}}).empty(),
+             joined(check_dataset_files({{"name", "mnist"}, {"path", multi}})).c_str());
+
+    // CIFAR-10: sizes only (labels are not read).
+    const std::string cifar = path("check-cifar");
+    fs::create_directory(cifar);
+    for (int f = 1; f <= 5; ++f) write_raw(cifar + "/data_batch_" + std::to_string(f) + ".bin", Bytes(3073 * 2, 1));
+    write_raw(cifar + "/data_batch_2.bin", Bytes(3073 + 7, 1));
+    p = check_dataset_files({{"name", "cifar10"}, {"path", cifar}});
+    QCOMPARE(p.size(), size_t(2));
+    EXPECT_CONTAINS(joined(p), "data_batch_2.bin: size 3080 bytes is not a multiple of 3073");
+    EXPECT_CONTAINS(joined(p), cifar + "/test_batch.bin: no such file");
+    write_raw(cifar + "/data_batch_2.bin", Bytes(3073, 1));
+    write_raw(cifar + "/test_batch.bin", Bytes(3073, 1));
+    QVERIFY(check_dataset_files({{"name", "cifar10"}, {"path", cifar}}).empty());
+
+    // A spec open_dataset refuses is one problem in its words.
+    p = check_dataset_files({{"name", "imagenet"}});
+    QCOMPARE(p.size(), size_t(1));
+    EXPECT_CONTAINS(p[0], "unknown dataset name 'imagenet'");
+  }
+
   // ---- synthetic, subsets, factory -------------------------------------------
 
   void syntheticDeterministicAndLearnable() {

@@ -189,6 +189,58 @@ class TestSettings : public QObject {
     QCOMPARE(s.gamma, 0.5);
     QCOMPARE(s.min_lr, 0.001);
   }
+
+  // The table's applies_when facts are true of the engine: a key that
+  // applies only to some schedules (or lr scalings) changes the learning
+  // rates of exactly those.
+  void appliesWhenMatchesTheSchedules() {
+    auto rates = [](const json& overrides) {
+      const RunConfig c = RunConfig::from_json(validate_config(overrides, "test"));
+      const LrSchedule schedule(ScheduleConfig::from_run(c, 128, 50));
+      std::vector<double> out;
+      for (int64_t s = 0; s < 50; ++s) out.push_back(schedule.lr_for_step(s));
+      return out;
+    };
+    int checked = 0;
+    for (const ConfigKey& k : config_schema()) {
+      if (k.applies_key != "schedule" && k.applies_key != "lr_scaling") continue;
+      const ConfigKey* on = find_config_key(k.applies_key);
+      QVERIFY(on);
+      json changed = k.type == KeyType::Int ? json(7) : json(0.01);
+      for (const json& choice : on->choices) {
+        const json base = {{k.applies_key, choice}, {"schedule", k.applies_key == "schedule" ? choice : json("step")},
+                           {"step_size", 10}};
+        json other = base;
+        other[k.key] = changed;
+        const bool applies =
+            std::find(k.applies_values.begin(), k.applies_values.end(), choice) != k.applies_values.end();
+        QVERIFY2((rates(base) != rates(other)) == applies, (k.key + " with " + choice.dump()).c_str());
+        ++checked;
+      }
+    }
+    QVERIFY(checked >= 12);  // step_size, gamma, min_lr over 4 schedules; base_batch_size over 3 scalings
+  }
+
+  // Front ends name keys from the table: every key outside the trick groups
+  // has a label, and the table's references are sound (make_table checks
+  // them; here, that the schema carries them).
+  void schemaCarriesLabelsAndApplicability() {
+    std::set<std::string> trick_groups;
+    for (const ConfigGroup& g : config_groups())
+      if (g.tricks) trick_groups.insert(g.id);
+    const json schema = config_schema_json();
+    for (const json& k : schema["keys"]) {
+      if (!trick_groups.count(k["group"].get<std::string>()))
+        QVERIFY2(!k.value("label", std::string()).empty(), k.dump().c_str());
+    }
+    const json* step_size = nullptr;
+    for (const json& k : schema["keys"])
+      if (k["key"] == "step_size") step_size = &k;
+    QVERIFY(step_size);
+    QCOMPARE((*step_size)["applies_when"], (json{{"key", "schedule"}, {"values", {"step"}}}));
+    QCOMPARE(find_config_key("optimizer")->choice_labels["lars"].get<std::string>(), std::string("LARS (large batch)"));
+    QCOMPARE(find_config_key("train_limit")->zero_means, std::string("all"));
+  }
 };
 
 QTEST_MAIN(TestSettings)

@@ -163,6 +163,25 @@ class TestStoreSink : public QObject {
     QVERIFY2(QString::fromStdString(why).contains("locked"), why.c_str());
   }
 
+  // The start records how long the run is, so a reader that follows the run
+  // from the store can show "step N of M" before the end; the end's summary
+  // replaces it.
+  void theStartRecordsHowLongTheRunIs() {
+    const int64_t id = make_run();
+    RunStore store(db_);
+    tb::StoreSink sink(store, id);
+    sink.on_event(make_event("run_started", {{"environment", json::object()}, {"tricks", json::object()},
+                                             {"steps_per_epoch", 4}, {"total_steps", 8}, {"epochs", 2}}));
+    sink.on_event(step_event(1));
+    QTRY_COMPARE(QString::fromStdString(RunStore(db_, RunStore::Mode::ReadOnly).get_run(id)->status),
+                 QString("running"));
+    QCOMPARE(RunStore(db_, RunStore::Mode::ReadOnly).get_run(id)->summary,
+             (json{{"steps_per_epoch", 4}, {"total_steps", 8}}));
+    sink.on_event(make_event("finished", {{"status", "finished"}, {"summary", {{"steps", 8}, {"total_steps", 8}}}}));
+    QCOMPARE(QString::fromStdString(sink.close(5s)), QString());
+    QCOMPARE(RunStore(db_, RunStore::Mode::ReadOnly).get_run(id)->summary, (json{{"steps", 8}, {"total_steps", 8}}));
+  }
+
   // A second stop signal records "stopped" at once, ahead of the trainer.
   void stopNowIsRecorded() {
     const int64_t id = make_run();

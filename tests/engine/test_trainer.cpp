@@ -64,6 +64,20 @@ class TestTrainer : public QObject {
     QVERIFY(std::isfinite(o.summary["final_test_accuracy"].get<double>()));
   }
 
+  // How long the run is (epochs x steps per epoch, or max_steps) is known
+  // before the first step and kept in the summary: readers show "step N of M".
+  void totalStepsIsKnownAtTheStart() {
+    // 256 samples / (32 x 2 accumulated) = 4 steps per epoch, 2 epochs.
+    Outcome o = train({{"max_steps", 0}, {"epochs", 2}, {"train_limit", 256}, {"accumulation_steps", 2}});
+    QCOMPARE(o.started["steps_per_epoch"].get<int64_t>(), int64_t(4));
+    QCOMPARE(o.started["total_steps"].get<int64_t>(), int64_t(8));
+    QCOMPARE(o.summary["total_steps"].get<int64_t>(), int64_t(8));
+    QCOMPARE(o.summary["steps"].get<int64_t>(), int64_t(8));
+    o = train({{"max_steps", 6}, {"epochs", 2}});
+    QCOMPARE(o.started["total_steps"].get<int64_t>(), int64_t(6));
+    QCOMPARE(o.summary["total_steps"].get<int64_t>(), int64_t(6));
+  }
+
   void sameSeedIsBitIdentical() {
     Outcome a = train({}), b = train({});
     QCOMPARE(a.losses, b.losses);

@@ -9,6 +9,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QRegularExpression>
 #include <QSignalSpy>
 #include <QStandardPaths>
 #include <QTemporaryDir>
@@ -107,6 +108,25 @@ class TestEngineRuns : public QObject {
     db_ = dir_.filePath(QStringLiteral("runs-%1.db").arg(QTest::currentTestFunction()));
   }
 
+  // While a launched run goes on, its header says "step N of M" (M: the total
+  // the engine announced at the start) and N follows the steps.
+  void launchedRunShowsStepNOfM() {
+    qputenv("FAKE_STEPS", "600");
+    qputenv("FAKE_DELAY", "0.02");
+    MainWindow window(db_);
+    window.setEnginePath(QStringLiteral(TRAINBENCH_FAKE_ENGINE));
+    window.launchNow();
+    QTRY_COMPARE_WITH_TIMEOUT(window.dashboards()->count(), 1, 10000);
+    auto* d = qobject_cast<RunDashboard*>(window.dashboards()->widget(0));
+    const QRegularExpression progress(QStringLiteral("step (\\d+) of 600"));
+    QTRY_VERIFY_WITH_TIMEOUT(progress.match(d->headerText()).captured(1).toInt() > 0, 10000);
+    const int seen = progress.match(d->headerText()).captured(1).toInt();
+    QCOMPARE(d->statusText(), QStringLiteral("running"));
+    QTRY_VERIFY_WITH_TIMEOUT(progress.match(d->headerText()).captured(1).toInt() > seen, 10000);
+    window.stopRun();
+    QCOMPARE(waitForEnd(window.runQueue(), 20000).status, QStringLiteral("stopped"));
+  }
+
   void fakeRunFillsTheDashboard() {
     MainWindow window(db_);
     window.setEnginePath(QStringLiteral(TRAINBENCH_FAKE_ENGINE));
@@ -201,7 +221,7 @@ class TestEngineRuns : public QObject {
     QCOMPARE(stepCount(d, QStringLiteral("step_time_ms")), 10);  // what came before the crash stays
     // The GUI keeps working: the history shows the failure, the next run runs.
     window.historyView()->reload();
-    QCOMPARE(window.historyView()->model()->rowCount(), 1);
+    QTRY_COMPARE(window.historyView()->model()->rowCount(), 1);
     qunsetenv("FAKE_MODE");
     window.launchNow();
     QCOMPARE(waitForEnd(window.runQueue(), 20000).status, QStringLiteral("finished"));
@@ -310,6 +330,9 @@ class TestEngineRuns : public QObject {
     c.insert(QStringLiteral("data_dir"), missing);
     window.setConfig(c);
     window.launchNow();
+    QVERIFY(!window.runQueue()->isBusy());  // the Set up page refuses it (test_setup_page)
+    // A queued run whose folder went away before its turn reaches the engine.
+    window.runQueue()->enqueue(c);
     const Ended end = waitForEnd(window.runQueue(), 60000);
     QCOMPARE(end.status, QStringLiteral("failed"));
     tb::RunStore store(db_.toStdString(), tb::RunStore::Mode::ReadOnly);
@@ -340,7 +363,7 @@ class TestEngineRuns : public QObject {
 
     MainWindow window(db_);
     window.historyView()->reload();
-    QCOMPARE(window.historyView()->model()->rowCount(), 1);
+    QTRY_COMPARE(window.historyView()->model()->rowCount(), 1);
     const qint64 id = window.historyView()->model()->runs().first().id;
     window.openRun(id);
     auto* d = qobject_cast<RunDashboard*>(window.dashboards()->widget(0));
@@ -349,6 +372,10 @@ class TestEngineRuns : public QObject {
     // New metric rows keep arriving from SQLite: no frozen snapshot.
     QTRY_VERIFY_WITH_TIMEOUT(stepCount(d, QStringLiteral("step_time_ms")) > first + 10, 60000);
     QCOMPARE(d->statusText(), QStringLiteral("running"));
+    // How far it is, with the total the engine stored at the start (max_steps here).
+    const QRegularExpressionMatch progress =
+        QRegularExpression(QStringLiteral("step (\\d+) of 20000")).match(d->headerText());
+    QVERIFY2(progress.hasMatch() && progress.captured(1).toInt() > first, qPrintable(d->headerText()));
     QTRY_VERIFY_WITH_TIMEOUT(d->canStop(), 5000);
     d->requestStop();
     QVERIFY(cli.waitForFinished(60000));
@@ -409,7 +436,7 @@ class TestEngineRuns : public QObject {
     QVERIFY(stepCount(d, QStringLiteral("step_time_ms")) >= 2);
     // Still working: the history lists it as failed and a new run completes.
     window.historyView()->reload();
-    QCOMPARE(window.historyView()->model()->runs().first().status, QStringLiteral("failed"));
+    QTRY_COMPARE(window.historyView()->model()->runs().value(0).status, QStringLiteral("failed"));
     window.setConfig(shortRealConfig(QStringLiteral("after the kill"), 3));
     window.launchNow();
     QCOMPARE(waitForEnd(window.runQueue(), 180000).status, QStringLiteral("finished"));

@@ -158,7 +158,7 @@ class TestHistoryCompare : public QObject {
     }
     RunHistoryView view;
     view.setDatabasePath(copy);
-    QCOMPARE(view.model()->rowCount(), 2);
+    QTRY_COMPARE(view.model()->rowCount(), 2);  // read on the history's worker
     const qint64 id = view.model()->runs().first().id;
     QVERIFY(view.renameRun(id, QStringLiteral("renamed")));
     QVERIFY(view.setRunTags(id, QStringLiteral("ladder, amp")));
@@ -170,14 +170,14 @@ class TestHistoryCompare : public QObject {
       QCOMPARE(QString::fromStdString(run->tags), QStringLiteral("ladder, amp"));
       QCOMPARE(QString::fromStdString(run->notes), QStringLiteral("fast one"));
     }
-    QCOMPARE(view.model()->tags(), (QStringList{"amp", "ladder"}));
+    QTRY_COMPARE(view.model()->tags(), (QStringList{"amp", "ladder"}));
     view.filter()->setTagFilter(QStringLiteral("amp"));
     QCOMPARE(view.filter()->rowCount(), 1);
     view.filter()->setTagFilter(QString());
     view.selectRuns({id});
     QCOMPARE(view.selectedRunIds(), QList<qint64>{id});
     QVERIFY(view.deleteRuns({id}));
-    QCOMPARE(view.model()->rowCount(), 1);
+    QTRY_COMPARE(view.model()->rowCount(), 1);
     tb::RunStore store(copy.toStdString(), tb::RunStore::Mode::ReadOnly);
     QVERIFY(!store.get_run(id).has_value());
     QCOMPARE(QString::fromStdString(store.integrity_check()), QStringLiteral("ok"));
@@ -197,6 +197,7 @@ class TestHistoryCompare : public QObject {
     view.setDatabasePath(path);
     view.show();
     QVERIFY(QTest::qWaitForWindowExposed(&view));
+    QTRY_COMPARE(view.model()->rowCount(), 2);
     auto* notes = view.findChild<QPlainTextEdit*>();
     QVERIFY(notes);
     auto storedNotes = [&path](qint64 id) {
@@ -394,7 +395,7 @@ class TestHistoryCompare : public QObject {
 
   void historyOpensSavedRunDashboards() {
     MainWindow window(db_);
-    QCOMPARE(window.historyView()->model()->rowCount(), 3);
+    QTRY_COMPARE(window.historyView()->model()->rowCount(), 3);
     window.openRun(amp_);
     QCOMPARE(window.dashboards()->count(), 1);
     auto* d = qobject_cast<RunDashboard*>(window.dashboards()->widget(0));
