@@ -140,13 +140,14 @@ void ProgressSink::on_event(const json& e) {
 void StoreSink::on_event(const json& e) {
   const std::string type = e.value("type", "");
   const double t = e.value("t", 0.0);
-  if (type == "step") {
+  // An evaluation between epochs (eval_every_steps, target_accuracy) is a step series too.
+  if (type == "step" || type == "evaluation") {
     const int64_t step = e.value("step", int64_t(0));
     std::vector<MetricPoint> points;
     for (const auto& [name, value] : e["metrics"].items())
       if (value.is_number()) points.push_back({name, step, t, value.get<double>()});
     store_.append_step_metrics(run_, points);
-    if (t - last_heartbeat_ >= 2.0) {
+    if (type == "step" && t - last_heartbeat_ >= 2.0) {
       store_.heartbeat(run_);
       last_heartbeat_ = t;
     }
