@@ -16,6 +16,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "app/engine/cmd_ladder.h"
 #include "app/engine/table.h"
 #include "engine/backend/backend.h"
 #include "engine/core/error.h"
@@ -525,6 +526,8 @@ int main(int argc, char** argv) {
   CLI::App* devices = app.add_subcommand("devices", "List the devices this build can use");
   devices->add_flag("--json", devices_json, "JSON output");
 
+  const auto ladder_commands = cli::add_ladder_commands(app, g_stop, install_signal_handlers);
+
   CLI11_PARSE(app, argc, argv);
   const std::string db_path = db.empty() ? RunStore::default_path() : db;
   try {
@@ -537,6 +540,8 @@ int main(int argc, char** argv) {
     if (compare->parsed()) return cmd_compare(db_path, compare_ids);
     if (trace->parsed()) return cmd_trace(db_path, trace_id, trace_steps, trace_output);
     if (exp->parsed()) return cmd_export(db_path, export_id, export_format, export_output);
+    for (const cli::Command& c : ladder_commands)
+      if (c.app->parsed()) return c.run(db_path);
     if (cfg->parsed()) {
       if (!validate_file.empty()) {
         validate_config(read_json_file(validate_file), validate_file);
