@@ -40,6 +40,45 @@ double CompareSummaryModel::speedUp(int row) const {
   return std::numeric_limits<double>::quiet_NaN();
 }
 
+QList<int> CompareSummaryModel::sameConfiguration(int row) const {
+  QList<int> rows;
+  if (row < 0 || row >= runs_.size()) return rows;
+  auto key = [](QJsonObject c) {
+    c.remove(QStringLiteral("name"));
+    return c;
+  };
+  const QJsonObject mine = key(runs_[row].config);
+  for (int i = 0; i < runs_.size(); ++i)
+    if (key(runs_[i].config) == mine) rows << i;
+  return rows;
+}
+
+QString CompareSummaryModel::spreadText(int row) const {
+  const QList<int> group = sameConfiguration(row);
+  int baseRow = -1;
+  for (int i = 0; i < runs_.size(); ++i)
+    if (runs_[i].id == baseline_) baseRow = i;
+  if (group.size() < 2 || baseRow < 0) return {};
+  double baseMean = 0;
+  int n = 0;
+  for (int i : sameConfiguration(baseRow))
+    if (!std::isnan(runs_[i].samplesPerSecond)) baseMean += runs_[i].samplesPerSecond, ++n;
+  if (n == 0 || baseMean <= 0) return {};
+  baseMean /= n;
+  double sum = 0, lo = INFINITY, hi = -INFINITY;
+  int m = 0;
+  for (int i : group) {
+    const double change = runs_[i].samplesPerSecond / baseMean - 1.0;
+    if (std::isnan(change)) continue;
+    sum += change, lo = std::min(lo, change), hi = std::max(hi, change), ++m;
+  }
+  if (m < 2) return {};
+  return QStringLiteral("%1% ± %2% (n=%3)")
+      .arg(QString::asprintf("%+.0f", 100.0 * sum / m))
+      .arg(100.0 * (hi - lo) / 2, 0, 'f', 0)
+      .arg(m);
+}
+
 int CompareSummaryModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : runs_.size(); }
 
 int CompareSummaryModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : ColumnCount; }
@@ -62,8 +101,12 @@ QVariant CompareSummaryModel::data(const QModelIndex& index, int role) const {
     case SamplesPerSecond: return RunHistoryModel::formatNumber(r.samplesPerSecond, 1);
     case SpeedUp: {
       const double s = speedUp(index.row());
-      return std::isnan(s) ? QStringLiteral("—") : QStringLiteral("%1 %").arg(s * 100.0, 0, 'f', 0);
+      if (std::isnan(s)) return QStringLiteral("—");
+      const QString spread = spreadText(index.row());
+      return QStringLiteral("%1 %").arg(s * 100.0, 0, 'f', 0) + (spread.isEmpty() ? QString() : QStringLiteral("  (%1)").arg(spread));
     }
+    case TimeToTarget:
+      return std::isnan(r.timeToTargetS) ? QStringLiteral("—") : QStringLiteral("%1 s").arg(r.timeToTargetS, 0, 'f', 1);
     case FinalAccuracy:
       return std::isnan(r.finalAccuracy)
                  ? QStringLiteral("—")
@@ -81,6 +124,7 @@ QVariant CompareSummaryModel::headerData(int section, Qt::Orientation orientatio
     case MedianStep: return tr("Median step (ms)");
     case SamplesPerSecond: return tr("Samples/s");
     case SpeedUp: return tr("Speed-up vs baseline");
+    case TimeToTarget: return tr("Time to target");
     case FinalAccuracy: return tr("Final accuracy");
   }
   return {};

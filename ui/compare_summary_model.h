@@ -11,7 +11,7 @@
 class CompareSummaryModel : public QAbstractTableModel {
   Q_OBJECT
  public:
-  enum Column { Name, Batch, PeakMemory, MedianStep, SamplesPerSecond, SpeedUp, FinalAccuracy, ColumnCount };
+  enum Column { Name, Batch, PeakMemory, MedianStep, SamplesPerSecond, SpeedUp, TimeToTarget, FinalAccuracy, ColumnCount };
   explicit CompareSummaryModel(QObject* parent = nullptr);
 
   void setRuns(const QList<RunSummary>& runs);
@@ -19,6 +19,11 @@ class CompareSummaryModel : public QAbstractTableModel {
   qint64 baseline() const { return baseline_; }
   // NaN when either samples/s is unknown.
   double speedUp(int row) const;
+  // Runs of the same configuration (the ladder's repeats; names aside): the
+  // rows of row's group, and its spread against the baseline's group as
+  // "+12% ± 9%" (mean change, half the min-max range); empty for a single run.
+  QList<int> sameConfiguration(int row) const;
+  QString spreadText(int row) const;
 
   int rowCount(const QModelIndex& parent = {}) const override;
   int columnCount(const QModelIndex& parent = {}) const override;

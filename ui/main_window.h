@@ -8,6 +8,7 @@ class CompareView;
 class ConfigPanel;
 class EngineInfo;
 class EngineProcess;
+class LadderView;
 class QAction;
 class QComboBox;
 class QLabel;
@@ -26,7 +27,7 @@ class TrickPanel;
 class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
-  enum Page { SetupPage, RunsPage, HistoryPage, ComparePage };
+  enum Page { SetupPage, RunsPage, HistoryPage, ComparePage, LadderPage };
 
   explicit MainWindow(const QString& databasePath = QString(), QWidget* parent = nullptr);
   ~MainWindow() override;
@@ -50,14 +51,16 @@ class MainWindow : public QMainWindow {
   RunQueue* runQueue() const { return queue_; }
   RunHistoryView* historyView() const { return history_; }
   CompareView* compareView() const { return compare_; }
+  LadderView* ladderView() const { return ladder_; }
   QTabWidget* dashboards() const { return dashboards_; }
   RunDashboard* dashboardFor(EngineProcess* process) const;
 
  public slots:
   void launchNow();
   void addToQueue();
-  // Baseline, then the current configuration's tricks added one at a time.
-  int queueLadder();
+  // The Ladder page with the current configuration as the baseline, started
+  // (`trainbench-engine ladder`); false when it could not start.
+  bool queueLadder();
   void stopRun();
   void killRun();
   void saveConfigDialog();
@@ -93,6 +96,7 @@ class MainWindow : public QMainWindow {
   RunQueue* queue_ = nullptr;
   RunHistoryView* history_ = nullptr;
   CompareView* compare_ = nullptr;
+  LadderView* ladder_ = nullptr;
   EngineInfo* engineInfo_ = nullptr;
   SeriesLoader* loader_ = nullptr;
   QLabel *engineStatus_ = nullptr, *dbStatus_ = nullptr;

@@ -12,6 +12,7 @@ class LivePlot;
 class QComboBox;
 class QCheckBox;
 class QGridLayout;
+class QTabWidget;
 class QLabel;
 class QPlainTextEdit;
 class QSlider;
@@ -50,6 +51,8 @@ class RunDashboard : public QWidget {
   // Labels of the tricks whose "which plot should move" text names this plot.
   static QString tricksThatMove(const QString& plotTitle);
   void refreshNow();  // redraw all plots (normally done a few times a second)
+  // The tabs under the plots (tricks applied, engine log); the window adds the advisor there.
+  QTabWidget* bottomTabs() const { return bottom_; }
   // Every plot as PNG, SVG and PDF into folder; returns the number of files.
   int exportPlots(const QString& folder, QString* error = nullptr);
 
@@ -77,6 +80,7 @@ class RunDashboard : public QWidget {
   QList<Panel> panels_;
   QSet<QString> claimed_;  // series shown on a fixed panel
   QGridLayout* grid_ = nullptr;
+  QTabWidget* bottom_ = nullptr;
   QLabel* header_ = nullptr;
   QLabel* tricks_ = nullptr;
   QPlainTextEdit* log_ = nullptr;

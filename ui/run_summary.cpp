@@ -19,7 +19,8 @@ double firstNumber(const QJsonObject& o, std::initializer_list<const char*> keys
 }  // namespace
 
 RunSummary::RunSummary()
-    : medianStepMs(kNaN), samplesPerSecond(kNaN), peakMemoryBytes(kNaN), finalAccuracy(kNaN), batchSize(kNaN) {}
+    : medianStepMs(kNaN), samplesPerSecond(kNaN), peakMemoryBytes(kNaN), finalAccuracy(kNaN), timeToTargetS(kNaN),
+      batchSize(kNaN) {}
 
 QJsonObject RunSummary::toQt(const nlohmann::json& json) {
   if (!json.is_object()) return {};
@@ -53,5 +54,6 @@ RunSummary RunSummary::fromRecord(const tb::RunRecord& r) {
                                               "host_mem_peak_bytes"});
   s.finalAccuracy = firstNumber(s.summary, {"final_test_accuracy", "test_accuracy", "final_accuracy"});
   s.batchSize = firstNumber(s.config, {"batch_size"});
+  s.timeToTargetS = firstNumber(s.summary, {"time_to_target_s"});
   return s;
 }

@@ -12,6 +12,7 @@ struct RunSummary {
   qint64 id = 0;
   QString name, createdAt, model, dataset, device, status, tags, notes, error;
   double medianStepMs, samplesPerSecond, peakMemoryBytes, finalAccuracy;
+  double timeToTargetS;  // training seconds to target_accuracy; NaN when not set or not reached
   double batchSize;
   QJsonObject config, summary, environment, tricks;
 

@@ -62,8 +62,9 @@ void print_outcomes(const json& outcomes) {
   std::cout << "\nre-runs with advice applied (predicted bound next to the measured result)\n";
   for (const json& o : outcomes)
     std::cout << "  run " << o["run_id"].get<int64_t>() << " (" << o["rule"].get<std::string>()
-              << ", " << o["status"].get<std::string>() << "): at most "
-              << factor(o["max_speedup"]) << ", measured " << factor(o["measured_speedup"]) << "\n";
+              << ", " << o["status"].get<std::string>() << "): predicted "
+              << (o["max_speedup"].is_number() ? "at most " + factor(o["max_speedup"]) : "no bound")
+              << ", measured " << factor(o["measured_speedup"]) << "\n";
 }
 
 int run_advise(const AdviseArgs& a, const std::string& db, const std::atomic<bool>& stop,

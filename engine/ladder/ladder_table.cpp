@@ -67,20 +67,12 @@ std::string bytes_text(double b) {
   return fmt(u == 0 ? "%.0f" : "%.1f", b) + " " + units[u];
 }
 
-// "1.23× (1.20–1.26)"
-std::string ratio_text(const json& s) {
+// A spread as "median (min–max)": "1.23× (1.20–1.26)", "3456 (3400–3500)".
+std::string spread_text(const json& s, const char* median_format, const char* range_format) {
   if (!s.is_object()) return "–";
-  std::string t = fmt("%.2f×", s["median"].get<double>());
+  std::string t = fmt(median_format, s["median"].get<double>());
   if (s["n"].get<int>() > 1)
-    t += " (" + fmt("%.2f", s["min"].get<double>()) + "–" + fmt("%.2f", s["max"].get<double>()) + ")";
-  return t;
-}
-
-std::string samples_text(const json& s) {
-  if (!s.is_object()) return "–";
-  std::string t = fmt("%.0f", s["median"].get<double>());
-  if (s["n"].get<int>() > 1)
-    t += " (" + fmt("%.0f", s["min"].get<double>()) + "–" + fmt("%.0f", s["max"].get<double>()) + ")";
+    t += " (" + fmt(range_format, s["min"].get<double>()) + "–" + fmt(range_format, s["max"].get<double>()) + ")";
   return t;
 }
 
@@ -211,9 +203,9 @@ std::vector<std::string> ladder_row_cells(const json& row, bool with_accuracy) {
   cells.insert(cells.end(), {std::to_string(row["batch"].get<int64_t>()),
                              bytes_text(num(row, "peak_memory_bytes")),
                              fmt("%.2f ms", num(row, "median_step_ms")),
-                             samples_text(row["samples_per_s"]),
-                             ratio_text(row.value("speedup", json())),
-                             ratio_text(row.value("effect", json())), verdict});
+                             spread_text(row["samples_per_s"], "%.0f", "%.0f"),
+                             spread_text(row.value("speedup", json()), "%.2f×", "%.2f"),
+                             spread_text(row.value("effect", json()), "%.2f×", "%.2f"), verdict});
   if (with_accuracy) {
     const json acc = row.value("accuracy", json());
     cells.push_back(fmt("%.4f", num(acc, "final_test_accuracy")));
