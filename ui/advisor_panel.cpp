@@ -13,6 +13,8 @@
 
 #include "engine/advise/advisor.h"
 #include "engine/backend/backend.h"
+#include "engine/ladder/rungs.h"
+#include "run_summary.h"
 #include "engine/store/run_store.h"
 
 using json = nlohmann::json;
@@ -68,7 +70,7 @@ void AdvisorPanel::showRun(qint64 runId) {
   render();
   // Reading every step series of a long run takes a while: off the GUI thread.
   const std::string path = databasePath_.toStdString();
-  auto result = std::make_shared<std::tuple<json, json, QString>>();
+  auto result = std::make_shared<std::tuple<json, json, QString, json>>();
   QThread* worker = QThread::create([path, runId, result] {
     try {
       tb::RunStore store(path, tb::RunStore::Mode::ReadOnly);
@@ -78,6 +80,7 @@ void AdvisorPanel::showRun(qint64 runId) {
       for (const tb::Advice& a : tb::advise(e)) list.push_back(a.to_json());
       std::get<0>(*result) = list;
       std::get<1>(*result) = tb::advice_outcomes(store, runId);
+      std::get<3>(*result) = e.config;
     } catch (const std::exception& ex) {
       std::get<2>(*result) = QString::fromUtf8(ex.what());
     }
@@ -90,6 +93,7 @@ void AdvisorPanel::showRun(qint64 runId) {
     self->advice_ = std::get<0>(*result);
     self->reruns_ = std::get<1>(*result);
     self->error_ = std::get<2>(*result);
+    self->config_ = std::get<3>(*result);
     self->render();
     emit self->adviceReady(runId);
   });
@@ -100,6 +104,20 @@ QStringList AdvisorPanel::rules() const {
   QStringList out;
   for (const json& a : advice_) out << qs(a.value("rule", ""));
   return out;
+}
+
+QJsonObject AdvisorPanel::ladderFor(const QString& rule) const {
+  for (const json& a : advice_) {
+    if (qs(a.value("rule", "")) != rule) continue;
+    const std::vector<std::string> rungs = tb::rungs_for_changes(a["changes"]);
+    if (rungs.empty() || !config_.is_object()) return {};
+    std::string list;
+    for (const std::string& r : rungs) list += (list.empty() ? "" : ",") + r;
+    QJsonObject c = RunSummary::toQt(config_);
+    c.insert(QStringLiteral("ladder_rungs"), qs(list));
+    return c;
+  }
+  return {};
 }
 
 bool AdvisorPanel::applyAndRerun(const QString& rule) {
@@ -161,6 +179,15 @@ void AdvisorPanel::render() {
     const QString rule = qs(a.value("rule", ""));
     connect(apply, &QPushButton::clicked, this, [this, rule] { applyAndRerun(rule); });
     row->addStretch(1);
+    const QJsonObject ladder = ladderFor(rule);
+    if (!ladder.isEmpty()) {
+      auto* add = new QPushButton(tr("Add to ladder"), box);
+      add->setToolTip(tr("Open the Ladder page with this run as the baseline and the rungs %1, to measure "
+                         "the change with repeats.")
+                          .arg(ladder.value(QLatin1String("ladder_rungs")).toString()));
+      connect(add, &QPushButton::clicked, this, [this, ladder] { emit addToLadderRequested(ladder); });
+      row->addWidget(add);
+    }
     row->addWidget(apply);
     v->addLayout(row);
     cardsLayout_->insertWidget(i++, box);

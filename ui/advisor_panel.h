@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
+#include <QJsonObject>
 #include <QProcess>
 #include <QWidget>
 
@@ -32,11 +33,16 @@ class AdvisorPanel : public QWidget {
   const nlohmann::json& advice() const { return advice_; }
   const nlohmann::json& reruns() const { return reruns_; }
   bool applyAndRerun(const QString& rule);
+  // The ladder baseline for a rule's advice; empty when no rung makes its changes.
+  QJsonObject ladderFor(const QString& rule) const;
 
  signals:
   void adviceReady(qint64 runId);
   void rerunFinished(qint64 beforeRunId, int exitCode);
   void statusMessage(const QString& message);
+  // "Add to ladder": the run's configuration as a ladder baseline whose rungs
+  // are the ones this advice's changes make.
+  void addToLadderRequested(const QJsonObject& baseline);
 
  private:
   void render();
@@ -45,6 +51,7 @@ class AdvisorPanel : public QWidget {
   qint64 runId_ = 0;
   bool computing_ = false;
   nlohmann::json advice_ = nlohmann::json::array(), reruns_ = nlohmann::json::array();
+  nlohmann::json config_;  // the run's configuration
   QString error_;
   QLabel* header_ = nullptr;
   QWidget* cards_ = nullptr;

@@ -153,6 +153,13 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
   trainForm->addRow(tr("Schedule details:"), stepRow);
   trainForm->addRow(tr("Seed:"), add(QStringLiteral("seed"), trainBox));
   trainForm->addRow(tr("Log every:"), add(QStringLiteral("log_every"), trainBox));
+  // Time to accuracy: the run ends at the first evaluation reaching the target.
+  auto* target = qobject_cast<QDoubleSpinBox*>(add(QStringLiteral("target_accuracy"), trainBox, {}, 3));
+  target->setSpecialValueText(tr("off"));
+  trainForm->addRow(tr("Stop at test accuracy:"), target);
+  auto* evalEvery = qobject_cast<QSpinBox*>(add(QStringLiteral("eval_every_steps"), trainBox));
+  evalEvery->setSpecialValueText(tr("epoch ends"));
+  trainForm->addRow(tr("Evaluate every (steps):"), evalEvery);
   outer->addWidget(trainBox);
   outer->addStretch(1);
 

@@ -478,6 +478,10 @@ void MainWindow::openRun(qint64 runId) {
   advisor->setEnginePath(enginePath());
   connect(advisor, &AdvisorPanel::statusMessage, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
   connect(advisor, &AdvisorPanel::rerunFinished, this, [this] { history_->reload(); });
+  connect(advisor, &AdvisorPanel::addToLadderRequested, this, [this](const QJsonObject& baseline) {
+    ladder_->setBaseline(baseline);
+    showPage(LadderPage);
+  });
   advisor->showRun(runId);
   dashboard->bottomTabs()->addTab(advisor, tr("Advisor"));
   showPage(RunsPage);

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "engine/core/error.h"
+#include "engine/train/config.h"
 
 namespace tb {
 
@@ -53,6 +54,18 @@ const RungDef* find_rung(const std::string& id) {
 std::vector<std::string> default_rung_order() {
   std::vector<std::string> ids;
   for (const RungDef& r : rung_catalogue()) ids.push_back(r.id);
+  return ids;
+}
+
+std::vector<std::string> rungs_for_changes(const json& changes) {
+  std::vector<std::string> ids;
+  const json base = default_config();
+  for (const RungDef& r : rung_catalogue()) {
+    const json keys = r.changes(base);  // named: items() of a temporary would dangle
+    bool all = true;
+    for (const auto& [k, v] : keys.items()) all = all && changes.contains(k);
+    if (all) ids.push_back(r.id);
+  }
   return ids;
 }
 

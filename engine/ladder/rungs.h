@@ -29,6 +29,10 @@ const std::vector<RungDef>& rung_catalogue();
 const RungDef* find_rung(const std::string& id);  // nullptr when unknown
 // The order used when ladder_rungs is empty: the whole catalogue.
 std::vector<std::string> default_rung_order();
+// The rungs, in catalogue order, whose keys all appear in `changes` (an
+// advisor's recommendation): {"workers": 4, "pin_memory": true,
+// "non_blocking": true} -> {"workers", "pinned"}; for "add to ladder".
+std::vector<std::string> rungs_for_changes(const nlohmann::json& changes);
 // "amp, workers" -> {"amp", "workers"}; throws tb::Error naming an unknown
 // rung or a repeated one. Empty text: the default order.
 std::vector<std::string> parse_rung_list(const std::string& text);

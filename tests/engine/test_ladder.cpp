@@ -130,6 +130,16 @@ class TestLadder : public QObject {
     QCOMPARE(parse_rung_list(""), default_rung_order());
   }
 
+  // "Add to ladder": an advisor's changes name the rungs that make them.
+  void rungsForAdvice() {
+    QCOMPARE(rungs_for_changes({{"workers", 4}, {"pin_memory", true}, {"non_blocking", true}, {"h2d_uint8", true}}),
+             (std::vector<std::string>{"h2d_uint8", "workers", "pinned"}));
+    QCOMPARE(rungs_for_changes({{"pin_memory", true}}), std::vector<std::string>{});  // half a rung
+    QCOMPARE(rungs_for_changes({{"batch_size", 256}, {"lr_scaling", "linear"}, {"base_batch_size", 64},
+                                {"warmup_steps", 20}}),
+             std::vector<std::string>{"batch_x4"});
+  }
+
   // A B C A B C: repetition r of every rung before repetition r + 1 of any;
   // then the accuracy runs of the baseline and the rungs that change numbers.
   void runsAreInterleavedThenAccuracyRuns() {

@@ -186,6 +186,36 @@ class TestLadderView : public QObject {
     screenshot(&panel, QStringLiteral("advisor.png"));
   }
 
+  // "Add to ladder": the run as the baseline, the rungs that make the advice.
+  void advisorAddsToTheLadder() {
+    int64_t id = 0;
+    {
+      tb::RunStore store(db().toStdString());
+      tb::RunRecord r;
+      r.config = tb::validate_config({{"device", "cpu"}, {"batch_size", 48}}, "test");
+      r.environment = {{"device", "cpu"}};
+      id = store.create_run(r);
+      std::vector<tb::MetricPoint> points;
+      for (int s = 1; s <= 20; ++s) {
+        points.push_back({"step_time_ms", s, 0.02 * s, 20.0});
+        points.push_back({"data_wait_ms", s, 0.02 * s, 6.0});
+      }
+      store.append_step_metrics(id, points);
+    }
+    AdvisorPanel panel;
+    panel.setDatabasePath(db());
+    QSignalSpy ready(&panel, &AdvisorPanel::adviceReady);
+    panel.showRun(id);
+    QVERIFY(ready.wait(60000));
+    QVERIFY(panel.rules().contains(QStringLiteral("input_wait")));
+    const QJsonObject baseline = panel.ladderFor(QStringLiteral("input_wait"));
+    QCOMPARE(baseline.value(QLatin1String("ladder_rungs")).toString(), QStringLiteral("workers"));
+    QCOMPARE(baseline.value(QLatin1String("batch_size")).toInt(), 48);
+    LadderView view;
+    view.setBaseline(baseline);
+    QCOMPARE(view.ladderConfig().value(QLatin1String("ladder_rungs")).toString(), QStringLiteral("workers"));
+  }
+
   // Compare: repeats of one configuration show their spread; time to target has a column.
   void compareShowsSpreadAndTimeToTarget() {
     auto run = [](qint64 id, double sps, json extra, double ttt) {
