@@ -26,15 +26,18 @@ json base(json overrides = json::object()) {
 
 class TestTimeToTarget : public QObject {
   Q_OBJECT
+  test::Recorder free_run_;  // base() without a target: shared by two tests
+
  private slots:
   void initTestCase() {
     if (!QFile::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
       QSKIP("Fashion-MNIST is not installed (Debian package dataset-fashion-mnist; scripts/setup.sh)");
+    free_run_ = test::run_trainer(base());
   }
 
   // Every eval_every_steps steps and at each epoch end; no evaluation events without it.
   void evaluationsEveryNSteps() {
-    const test::Recorder r = test::run_trainer(base());
+    const test::Recorder& r = free_run_;
     std::vector<int64_t> steps;
     for (const json& e : r.of("evaluation")) {
       steps.push_back(e["step"].get<int64_t>());
@@ -49,8 +52,7 @@ class TestTimeToTarget : public QObject {
   // The same seed trains the same model, so the run with a target stops at
   // the first evaluation of the free run whose accuracy reaches it.
   void stopsAtTheFirstEvaluationReachingTheTarget() {
-    const test::Recorder free_run = test::run_trainer(base());
-    const auto evals = free_run.of("evaluation");
+    const auto evals = free_run_.of("evaluation");
     // The target: the accuracy of the first evaluation that beats every earlier one after the first.
     size_t k = 0;
     double best = evals[0]["metrics"]["test_accuracy"].get<double>();
