@@ -1,165 +1,343 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Side by side on the lent GPU: Trainbench's CUDA backend and PyTorch train the
-same model at the same batch with the same tricks; then the optimization ladder
-(the baseline, then one trick more per run) for Trainbench alone. Writes one
-JSON with the device, driver, versions and date. Run by scripts/gpu-check.sh
-bench; by hand:
+"""Side by side on one GPU, in one call: Trainbench and PyTorch train the same
+model on the same data shape at the same batch with the same optimizer and
+tricks (bench/README.md has the table this fills).
 
-    bench/gpu_vs_pytorch.py --engine build-cuda/bin/trainbench-engine \
-        --output bench/results/gpu-vs-pytorch.json [--quick]
+  models      resnet18-cifar and resnet9, batch 512, CIFAR-shaped synthetic
+              uint8 data (3x32x32); fmnist-cnn, batch 256, Fashion-MNIST
+  recipes     baseline fp32 (no tricks, TF32 off on both sides); all-tricks in
+              bf16 and fp16 (AMP, channels-last, cuDNN autotune, pinned +
+              non-blocking + uint8 uploads, set-to-none, multi-tensor SGD,
+              fused pointwise and CUDA graphs on Trainbench's side; PyTorch
+              eager, torch.compile and torch.compile(mode="max-autotune"))
+  figures     samples/s (median of the timed steps after a warm-up, CUDA
+              events, fresh data), peak device memory, MFU against the matrix
+              peak measured first in the same call (bench/matrix_peak.py),
+              FLOPs per sample from bench/bench_models.py for both sides, and
+              the ratios Trainbench / PyTorch eager and / best compiled.
 
-Both sides are timed on the device (CUDA events): Trainbench's step_time_ms
-minus its data wait (the loader; PyTorch's inputs are ready-made), PyTorch's
-copy + forward + backward + optimizer. Medians over the timed steps.
+Tasks run in priority order (the issue's target row first) within --budget
+seconds; the JSON is rewritten after every task, so a cut-off call keeps
+what finished, and the tasks not run are listed with the reason (--only runs
+a subset in a later call). CPU smoke run here:
+
+    bench/gpu_vs_pytorch.py --device cpu --engine build/bin/trainbench-engine \
+        --steps 3 --warmup 2 --batch-scale 0.03 --output /tmp/gvp.json
 """
 import argparse
 import datetime
 import json
 import os
-import statistics
+import re
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench_proc  # noqa: E402
+import engine_run  # noqa: E402
 
-# (name, model, C,H,W, batch, tricks shared by both sides)
-PAIRS = [
-    ("fmnist-cnn b64 fp32", "fmnist-cnn", (1, 28, 28), 64, {}),
-    ("fmnist-cnn b256 fp32", "fmnist-cnn", (1, 28, 28), 256, {}),
-    ("resnet18 b256 fp32", "resnet18-cifar", (3, 32, 32), 256, {}),
-    ("resnet18 b256 bf16 channels-last", "resnet18-cifar", (3, 32, 32), 256,
-     {"amp": "bf16", "channels_last": True}),
-    ("resnet18 b256 fp16 channels-last", "resnet18-cifar", (3, 32, 32), 256,
-     {"amp": "fp16", "channels_last": True}),
-]
+# (model, batch, data set) of the comparison
+MODELS = [("resnet18-cifar", 512, "synthetic"), ("resnet9", 512, "synthetic"),
+          ("fmnist-cnn", 256, "fashion-mnist")]
 
-# Cumulative: each rung adds its tricks to everything above it.
-LADDER = [
-    ("baseline", {"grad_set_to_none": False}),
-    ("+ data-loader workers", {"workers": 4}),
-    ("+ pinned memory, non-blocking copies", {"pin_memory": True, "non_blocking": True}),
-    ("+ uint8 host-to-device", {"h2d_uint8": True}),
-    ("+ grad set to none", {"grad_set_to_none": True}),
-    ("+ cuDNN autotuning", {"cudnn_benchmark": True}),
-    ("+ no conv bias before BN", {"conv_bias_before_bn": False}),
-    ("+ multi-tensor optimizer", {"optimizer_foreach": True}),
-    ("+ fused pointwise", {"fuse_pointwise": True}),
-    ("+ mixed precision bf16", {"amp": "bf16"}),
-    ("+ channels-last", {"channels_last": True}),
-    ("+ no per-step sync", {"sync_every_step": False}),
-    ("+ batch 512 (linear lr scaling, warm-up)",
-     {"batch_size": 512, "lr_scaling": "linear", "base_batch_size": 256, "warmup_steps": 20}),
-]
+# Trainbench's side of each recipe (PyTorch's is torch_train_step.py's --recipe).
+ENGINE_RECIPES = {
+    "baseline": {"amp": "off", "conv_bias_before_bn": True, "grad_set_to_none": False,
+                 "optimizer_foreach": False, "sync_every_step": True},
+    "all-tricks": {"channels_last": True, "cudnn_benchmark": True, "pin_memory": True,
+                   "non_blocking": True, "h2d_uint8": True, "grad_set_to_none": True,
+                   "optimizer_foreach": True, "fuse_pointwise": True, "cuda_graphs": True,
+                   "conv_bias_before_bn": False, "sync_every_step": False, "log_every": 50},
+}
+# (recipe, precision) rows; PyTorch variants per row.
+ROWS = [("baseline", "fp32"), ("all-tricks", "bf16"), ("all-tricks", "fp16")]
+TORCH_VARIANTS = {"baseline": ["eager"], "all-tricks": ["eager", "compile", "max-autotune"]}
+COMPILE_ARG = {"eager": "none", "compile": "default", "max-autotune": "max-autotune"}
+
+# Priority order of (model, recipe, precision, side) tasks: the issue's target
+# row (resnet18 all-tricks bf16) against eager and compile first, then every
+# eager comparison, then max-autotune of the target row (minutes of
+# autotuning), then the fp16 rows, then the other compiled variants.
+def tasks():
+    t = [("resnet18-cifar", "all-tricks", "bf16", s) for s in ("trainbench", "eager", "compile")]
+    t += [("resnet18-cifar", "baseline", "fp32", s) for s in ("trainbench", "eager")]
+    for model, _, _ in MODELS[1:]:
+        t += [(model, "all-tricks", "bf16", s) for s in ("trainbench", "eager")]
+        t += [(model, "baseline", "fp32", s) for s in ("trainbench", "eager")]
+    t.append(("resnet18-cifar", "all-tricks", "bf16", "max-autotune"))
+    for model, _, _ in MODELS:
+        t += [(model, "all-tricks", "fp16", s) for s in ("trainbench", "eager")]
+    for model, _, _ in MODELS[1:]:
+        t.append((model, "all-tricks", "bf16", "compile"))
+    for model, _, _ in MODELS:
+        t.append((model, "all-tricks", "fp16", "compile"))
+    for model, _, _ in MODELS[1:]:
+        t.append((model, "all-tricks", "bf16", "max-autotune"))
+    for model, _, _ in MODELS:
+        t.append((model, "all-tricks", "fp16", "max-autotune"))
+    return t
 
 
-def sh(cmd, **kw):
-    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw).stdout
+def task_id(t):
+    return "/".join(t)
 
 
-def trainbench(engine, db, name, model, chw, batch, tricks, steps, warmup, device="cuda"):
-    config = {"name": name, "device": device, "model": model, "dataset": "synthetic",
-              "synthetic_shape": list(chw), "synthetic_size": (steps + warmup + 2) * max(batch, 512),
-              "test_limit": 512, "max_steps": steps + warmup, "batch_size": batch, "seed": 0,
-              "workers": 4}
-    config.update(tricks)
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(config, f)
+# (seconds a task needs to be started, seconds it may take at most): a task
+# that does not fit in what is left is listed as not run and the next, maybe
+# cheaper, one is tried; a compile that runs past its cap is reported as such.
+TASK_TIME = {"trainbench": (30, 120), "eager": (30, 120), "compile": (90, 180),
+             "max-autotune": (150, 300)}
+
+
+def engine_config(model, batch, data, recipe, precision, steps, warmup, device, data_dir):
+    c = {"name": f"gpu-vs-pytorch {model} b{batch} {recipe} {precision}", "device": device,
+         "model": model, "batch_size": batch, "max_steps": warmup + steps, "seed": 0,
+         "schedule": "constant", "lr": 0.05, "optimizer": "sgd", "momentum": 0.9,
+         "weight_decay": 5e-4, "test_limit": 512,
+         # PyTorch's batches are made before its loop; Trainbench's loader runs
+         # with workers so its data wait stays small (it is reported).
+         "workers": 8}
+    if data == "synthetic":
+        c.update({"dataset": "synthetic", "synthetic_shape": [3, 32, 32],
+                  "synthetic_size": batch * (warmup + steps + 1)})
+    else:
+        c.update({"dataset": "fashion-mnist", "data_dir": data_dir})
+    c.update(ENGINE_RECIPES[recipe])
+    if recipe != "baseline":
+        c["amp"] = precision
+    return c
+
+
+def torch_side(a, model, batch, data, recipe, precision, variant, timeout):
+    cmd = [a.python, os.path.join(HERE, "torch_train_step.py"), "--model", model,
+           "--batch-size", str(batch), "--steps", str(a.steps), "--warmup", str(a.warmup),
+           "--recipe", recipe, "--precision", precision, "--compile", COMPILE_ARG[variant],
+           "--device", a.device, "--data", data, "--data-dir", a.data_dir]
+    t0 = time.time()
     try:
-        proc = subprocess.run([engine, "run", "--db", db, "--quiet", "--config", f.name],
-                              capture_output=True, text=True)
-    finally:
-        os.unlink(f.name)
-    if proc.returncode != 0:
-        return {"framework": "trainbench", "name": name, "error": proc.stderr.strip()[-2000:]}
-    run_id = max(r["id"] for r in json.loads(sh([engine, "list", "--db", db, "--json"])))
-    data = json.loads(sh([engine, "export", str(run_id), "--db", db, "--format", "json"]))
-    series = data["step_series"]
-    step = {s: v for s, _, v in series["step_time_ms"]}
-    wait = {s: v for s, _, v in series.get("data_wait_ms", [])}
-    timed = [s for s in step if s > warmup]
-    compute = statistics.median(step[s] - wait.get(s, 0.0) for s in timed)
-    out = {"framework": "trainbench", "name": name, "run_id": run_id, "model": model,
-           "batch_size": config["batch_size"], "tricks": tricks, "steps": len(timed),
-           "median_step_ms": compute, "median_step_ms_with_data": statistics.median(
-               step[s] for s in timed),
-           "samples_per_s": config["batch_size"] * 1e3 / compute,
-           "peak_allocated_bytes": data["summary"].get("gpu_mem_peak_bytes"),
-           "environment": data.get("environment", {}),
-           "tricks_applied": {k: v.get("applied") for k, v in data.get("tricks", {}).items()
-                              if v.get("changed")}}
-    for k in ("tensor_core_share", "kernels_per_step", "h2d_ms", "loss_scale"):
-        vals = [v for s, _, v in series.get(k, []) if s > warmup]
-        if vals:
-            out["median_" + k] = statistics.median(vals)
-    return out
+        proc = bench_proc.run(cmd, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"
+                         + (" (compilation or autotuning not finished)" if variant != "eager" else "")}
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return {"error": (proc.stderr.strip() or "no output")[-1500:], "exit": proc.returncode}
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    r["wall_s"] = time.time() - t0
+    return r
 
 
-def pytorch(python, model, chw, batch, tricks, steps, warmup):
-    cmd = [python, os.path.join(HERE, "torch_train_step.py"), "--model", model, "--shape",
-           ",".join(map(str, chw)), "--batch-size", str(batch), "--steps", str(steps), "--warmup",
-           str(warmup), "--amp", tricks.get("amp", "off")]
-    if tricks.get("channels_last"):
-        cmd.append("--channels-last")
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+def matrix_peak(a):
+    if a.peak:
+        return json.load(open(a.peak))
+    cmd = [a.python, os.path.join(HERE, "matrix_peak.py"), "--device", a.device]
+    if a.device != "cuda":
+        cmd += ["--size", "256", "--reps", "3"]
+    elif a.quick:
+        cmd += ["--size", "4096", "--reps", "5"]
+    try:
+        proc = bench_proc.run(cmd, timeout=180)
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out after 180 s"}
     if proc.returncode != 0:
-        return {"framework": "pytorch", "error": proc.stderr.strip()[-2000:]}
+        return {"error": proc.stderr.strip()[-1000:]}
     return json.loads(proc.stdout)
+
+
+def flops(a):
+    proc = subprocess.run([a.python, "-c", "import json, bench_models as m; print(json.dumps("
+                           "{k: m.train_flops_per_sample(k) for k in m.SHAPES}))"],
+                          capture_output=True, text=True, cwd=HERE)
+    if proc.returncode != 0:  # no torch in this Python: no MFU, the rest still runs
+        return {"error": "bench_models.py failed: " + proc.stderr.strip()[-500:]}
+    return json.loads(proc.stdout)
+
+
+def ok(r):
+    return isinstance(r, dict) and "samples_per_s" in r and "error" not in r
+
+
+def fill_row(row, peak, flops_per_sample):
+    """MFU and ratios of one row from what ran so far."""
+    prec = row["precision"]
+    pk = peak.get(prec, {})
+    tflops = pk.get("tflops") if isinstance(pk, dict) else None
+    sides = {"trainbench": row.get("trainbench"), **row.get("pytorch", {})}
+    row["mfu"] = {k: (v["samples_per_s"] * flops_per_sample / (tflops * 1e12))
+                  for k, v in sides.items() if ok(v) and tflops and flops_per_sample}
+    tb = row.get("trainbench")
+    pt = row.get("pytorch", {})
+    ratios = {}
+    if ok(tb):
+        if ok(pt.get("eager")):
+            ratios["vs_eager"] = tb["samples_per_s"] / pt["eager"]["samples_per_s"]
+        compiled = [pt[v] for v in ("compile", "max-autotune") if ok(pt.get(v))]
+        if compiled:
+            best = max(compiled, key=lambda r: r["samples_per_s"])
+            ratios["vs_best_compiled"] = tb["samples_per_s"] / best["samples_per_s"]
+            ratios["best_compiled"] = best.get("compile")
+        ran = [v for v in pt.values() if ok(v)]
+        if ran:
+            best = max(ran, key=lambda r: r["samples_per_s"])
+            ratios["vs_best_pytorch"] = tb["samples_per_s"] / best["samples_per_s"]
+            if tb.get("peak_allocated_bytes") and best.get("peak_allocated_bytes"):
+                ratios["peak_memory_vs_best_pytorch"] = (tb["peak_allocated_bytes"] /
+                                                         best["peak_allocated_bytes"])
+        if ok(pt.get("eager")) and tb.get("peak_allocated_bytes") and \
+                pt["eager"].get("peak_allocated_bytes"):
+            ratios["peak_memory_vs_eager"] = (tb["peak_allocated_bytes"] /
+                                              pt["eager"]["peak_allocated_bytes"])
+    row["ratios"] = ratios
+
+
+def targets(rows):
+    """The issue's targets on all-tricks resnet18-cifar bf16."""
+    row = next((r for r in rows if r["model"] == "resnet18-cifar" and r["recipe"] == "all-tricks"
+                and r["precision"] == "bf16"), None)
+    if row is None:
+        return {}
+    rt, mfu = row.get("ratios", {}), row.get("mfu", {})
+    pt = row.get("pytorch", {})
+    t = {}
+
+    def check(name, value, target, higher=True):
+        t[name] = {"value": value, "target": target,
+                   "met": None if value is None else (value >= target if higher else value <= target)}
+    check("samples_per_s_vs_eager", rt.get("vs_eager"), 1.25)
+    check("samples_per_s_vs_best_compiled", rt.get("vs_best_compiled"), 1.0)
+    mem = None
+    ran = [v for v in pt.values() if ok(v) and v.get("peak_allocated_bytes")]
+    tb = row.get("trainbench")
+    if ok(tb) and tb.get("peak_allocated_bytes") and ran:
+        mem = tb["peak_allocated_bytes"] / min(v["peak_allocated_bytes"] for v in ran)
+    check("peak_memory_vs_lowest_pytorch", mem, 1.0, higher=False)
+    check("mfu", mfu.get("trainbench"), 0.35)
+    return t
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--engine", required=True)
     p.add_argument("--output", required=True)
-    p.add_argument("--python", default=sys.executable)
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--quick", action="store_true", help="fewer steps, first pairs only")
-    p.add_argument("--skip-ladder", action="store_true")
-    p.add_argument("--device", default="cuda",
-                   help="Trainbench's device; anything but cuda skips PyTorch (a smoke test)")
+    p.add_argument("--python", default=sys.executable, help="a Python with torch")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--warmup", type=int, default=30)
+    p.add_argument("--budget", type=float, default=1e9, help="seconds for all tasks")
+    p.add_argument("--only", default="", help="regex on task ids model/recipe/precision/side")
+    p.add_argument("--batch-scale", type=float, default=1.0,
+                   help="multiplies every batch (CPU smoke runs only)")
+    p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--peak", default="", help="a matrix_peak.py JSON measured in this call")
+    p.add_argument("--merge", default="",
+                   help="an earlier call's JSON: its finished tasks are kept, not run again")
+    p.add_argument("--quick", action="store_true",
+                   help="fmnist-cnn baseline and all-tricks bf16, eager, 30 steps (gpu-check.sh run)")
+    p.add_argument("--skip-ladder", action="store_true",
+                   help="accepted for scripts/gpu-check.sh run; the ladder is bench/ladder.py")
     a = p.parse_args()
-    steps, warmup = (30, 10) if a.quick else (a.steps, a.warmup)
-    db = tempfile.mktemp(suffix=".db")
+    if a.quick:
+        a.steps, a.warmup = min(a.steps, 30), min(a.warmup, 10)
+        a.only = a.only or r"^fmnist-cnn/(baseline/fp32|all-tricks/bf16)/(trainbench|eager)$"
+    t_start = time.time()
+    deadline = t_start + a.budget
+
     result = {"benchmark": "gpu-vs-pytorch", "date": datetime.datetime.now(
-        datetime.timezone.utc).isoformat(timespec="seconds"), "steps": steps, "warmup": warmup}
-    try:
-        result["nvidia_smi"] = sh(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
-                                   "--format=csv,noheader"]).strip()
-    except (OSError, subprocess.CalledProcessError) as e:
-        result["nvidia_smi"] = f"unavailable: {e}"
-    pairs = []
-    for name, model, chw, batch, tricks in (PAIRS[:2] if a.quick else PAIRS):
-        tb = trainbench(a.engine, db, name, model, chw, batch, tricks, steps, warmup, a.device)
-        pt = (pytorch(a.python, model, chw, batch, tricks, steps, warmup) if a.device == "cuda"
-              else {"framework": "pytorch", "error": "skipped: not a cuda run"})
-        pair = {"name": name, "trainbench": tb, "pytorch": pt}
-        if "median_step_ms" in tb and "median_step_ms" in pt:
-            pair["trainbench_speedup_vs_pytorch"] = pt["median_step_ms"] / tb["median_step_ms"]
-        print(json.dumps({k: pair.get(k) for k in ("name", "trainbench_speedup_vs_pytorch")}),
-              flush=True)
-        pairs.append(pair)
-    result["pairs"] = pairs
-    if not a.skip_ladder:
-        ladder, tricks = [], {}
-        for rung, add in LADDER:
-            tricks = {**tricks, **add}
-            batch = tricks.get("batch_size", 256)
-            r = trainbench(a.engine, db, "ladder: " + rung, "resnet18-cifar", (3, 32, 32), batch,
-                           {k: v for k, v in tricks.items() if k != "batch_size"}, steps, warmup,
-                           a.device)
-            r["rung"] = rung
-            if ladder and "median_step_ms" in r and "median_step_ms" in ladder[0]:
-                r["speedup_vs_baseline"] = (r["samples_per_s"] / ladder[0]["samples_per_s"])
-            print(json.dumps({k: r.get(k) for k in ("rung", "median_step_ms", "samples_per_s",
-                                                     "speedup_vs_baseline", "error")}), flush=True)
-            ladder.append(r)
-        result["ladder"] = ladder
-    if pairs and "environment" in pairs[0]["trainbench"]:
-        result["environment"] = pairs[0]["trainbench"]["environment"]
-    with open(a.output, "w") as f:
-        json.dump(result, f, indent=1)
+        datetime.timezone.utc).isoformat(timespec="seconds"), "device_kind": a.device,
+        "steps": a.steps, "warmup": a.warmup, "batch_scale": a.batch_scale}
+    result["nvidia_smi"] = bench_proc.nvidia_smi()
+    result["matrix_peak"] = peak = matrix_peak(a)
+    result["flops_per_sample"] = fl = flops(a)
+    print(json.dumps({"matrix_peak_tflops": {k: v.get("tflops") for k, v in peak.items()
+                                             if isinstance(v, dict)}}), flush=True)
+
+    rows = {}
+    for model, batch, data in MODELS:
+        b = max(2, int(round(batch * a.batch_scale)))
+        for recipe, prec in ROWS:
+            rows[(model, recipe, prec)] = {"model": model, "batch_size": b, "data": data,
+                                           "recipe": recipe, "precision": prec, "pytorch": {}}
+    result["rows"] = list(rows.values())
+    result["not_run"] = []
+    done = set()
+    if a.merge and os.path.exists(a.merge):
+        # Rows of an earlier call (same device, same script): tasks that ran
+        # without error stay, the rest run again here.
+        earlier = json.load(open(a.merge))
+        result["merged_from"] = {"file": a.merge, "date": earlier.get("date"),
+                                 "nvidia_smi": earlier.get("nvidia_smi")}
+        for old in earlier.get("rows", []):
+            key = (old["model"], old["recipe"], old["precision"])
+            if key not in rows:
+                continue
+            if ok(old.get("trainbench")):
+                rows[key]["trainbench"] = old["trainbench"]
+                done.add(key + ("trainbench",))
+            for side, r in old.get("pytorch", {}).items():
+                if ok(r):
+                    rows[key]["pytorch"][side] = r
+                    done.add(key + (side,))
+    db = os.path.join(tempfile.mkdtemp(prefix="gvp-"), "runs.db")
+
+    def save():
+        for row in rows.values():
+            fill_row(row, peak, fl.get(row["model"], {}).get("train"))
+        result["targets"] = targets(list(rows.values()))
+        # Versions: the engine's run record (driver, runtime, cuDNN, cuBLAS) and PyTorch's.
+        for row in rows.values():
+            tb = row.get("trainbench") or {}
+            if tb.get("environment") and "environment" not in result:
+                result["environment"] = tb["environment"]
+            for r in row["pytorch"].values():
+                if r.get("version") and "pytorch" not in result:
+                    result["pytorch"] = {k: r.get(k) for k in ("version", "cuda", "cudnn", "device")}
+        result["wall_s"] = time.time() - t_start
+        tmp = a.output + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(tmp, a.output)
+
+    save()
+    for t in tasks():
+        model, recipe, prec, side = t
+        if (a.only and not re.search(a.only, task_id(t))) or t in done:
+            continue
+        left = deadline - time.time()
+        need, cap = TASK_TIME[side]
+        if left < need:
+            result["not_run"].append({"task": task_id(t), "why": f"budget ({left:.0f} s left, "
+                                                                f"needs {need} s)"})
+            continue
+        row = rows[(model, recipe, prec)]
+        timeout = min(cap, left)
+        t0 = time.time()
+        if side == "trainbench":
+            cfg = engine_config(model, row["batch_size"], row["data"], recipe, prec, a.steps,
+                                a.warmup, a.device, a.data_dir)
+            r = engine_run.run(a.engine, db, cfg, a.warmup, timeout=timeout)
+            r["wall_s"] = time.time() - t0
+            r["config"] = cfg
+            row["trainbench"] = r
+        else:
+            r = torch_side(a, model, row["batch_size"], row["data"], recipe, prec, side, timeout)
+            row["pytorch"][side] = r
+        print(json.dumps({"task": task_id(t), "samples_per_s": r.get("samples_per_s"),
+                          "peak_allocated_bytes": r.get("peak_allocated_bytes"),
+                          "wall_s": round(time.time() - t0, 1),
+                          "error": (r.get("error") or "")[:200] or None,
+                          **({"tricks_not_applied": sorted(r["tricks_not_applied"])}
+                             if r.get("tricks_not_applied") else {})}), flush=True)
+        save()
+    save()
+    for row in rows.values():
+        if row.get("ratios"):
+            print(json.dumps({"row": f"{row['model']} {row['recipe']} {row['precision']}",
+                              "ratios": row["ratios"],
+                              "mfu_trainbench": row["mfu"].get("trainbench")}), flush=True)
+    print(json.dumps({"targets": {k: [v["value"], v["met"]] for k, v in result["targets"].items()}}))
     print("wrote", a.output)
 
 

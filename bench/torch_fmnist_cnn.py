@@ -10,12 +10,17 @@ time (forward + backward + optimizer) over the timed steps.
 import argparse
 import gzip
 import json
+import os
 import statistics
+import sys
 import time
 
 import numpy as np
 import torch
 import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_models  # noqa: E402
 
 
 def read_idx_images(path):
@@ -29,13 +34,6 @@ def read_idx_labels(path):
     with gzip.open(path, "rb") as f:
         data = f.read()
     return np.frombuffer(data, dtype=np.uint8, offset=8).astype(np.int64)
-
-
-def model(classes=10):
-    return nn.Sequential(
-        nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, classes))
 
 
 def main():
@@ -53,7 +51,7 @@ def main():
     y = read_idx_labels(f"{a.data_dir}/train-labels-idx1-ubyte.gz")
     x = (torch.from_numpy(x.astype(np.float32)) / 255.0 - 0.2860) / 0.3530
     y = torch.from_numpy(y)
-    net = model()
+    net = bench_models.fmnist_cnn(1, 10)
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
     loss_fn = nn.CrossEntropyLoss()
     perm = torch.randperm(x.shape[0])

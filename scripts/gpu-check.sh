@@ -36,6 +36,15 @@
 #       GPU_CHECK_DRY_DEVICE=cpu runs their plumbing on the CPU instead.
 #   scripts/gpu-check.sh ncu                 there, a later call (carry build-gpu)
 #       The tensor pipe active % (tensor_pipe_profiler.h) against Nsight Compute.
+#   scripts/gpu-check.sh bench               there, a later call (carry build-gpu)
+#       Every benchmark of bench/ under per-stage budgets (bench/gpu_bench.py):
+#       Trainbench vs PyTorch side by side, the truth harnesses (step time,
+#       measurement cost, memory, Tensor Core share, ncu), the ladder. $OUT gets
+#       bench-summary.json, bench-logs.tar.gz, gpu-vs-pytorch.json,
+#       gpu-truth.json, gpu-ladder.json. GPU_BENCH_STAGES (e.g.
+#       "side-by-side,ladder") runs only those; GPU_BENCH_ONLY is a regex on
+#       the side-by-side's tasks (model/recipe/precision/side); GPU_BENCH_MERGE
+#       names an earlier gpu-vs-pytorch.json whose finished tasks are kept.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -79,7 +88,7 @@ stage() {
   local s
   for s in "${suites[@]}"; do [[ -f tests/engine/$s.cpp ]] || { echo "no tests/engine/$s.cpp" >&2; exit 2; }; done
   echo "== building in $src (2 cores here: only what the GPU check runs)"
-  cmake --build "$src" --target trainbench-engine "${suites[@]}" -j 2 || exit 1
+  cmake --build "$src" --target trainbench-engine trainbench-step-truth "${suites[@]}" -j 2 || exit 1
   ldd "$src/bin/test_cuda_backend" | grep -q libcudnn || {
     echo "$src/bin/test_cuda_backend does not link cuDNN: not a CUDA build" >&2; exit 2; }
 
@@ -101,7 +110,7 @@ stage() {
   echo "GPU slots: $(wc -l <"$pack/gpu-slots.txt") in ${#suites[@]} suites"
 
   local b lib
-  for b in trainbench-engine "${suites[@]}"; do
+  for b in trainbench-engine trainbench-step-truth "${suites[@]}"; do
     cp "$src/bin/$b" "$pack/bin/"
     ldd "$src/bin/$b" | awk '/=> \//{print $3}' | while read -r lib; do
       is_system_lib "$lib" || cp -L -n "$lib" "$pack/lib/"
@@ -134,7 +143,7 @@ stage() {
 
 # ---------------------------------------------------------------- on the GPU machine
 
-root=/tmp/trainbench-gpu
+root=${GPU_CHECK_ROOT:-/tmp/trainbench-gpu}
 out=${OUT:-$here/$stage_dir/out}
 # Outside $OUT: at most 8 files come back, so the logs travel as one tarball.
 logs=$root/logs
@@ -791,9 +800,34 @@ print(json.dumps(res, indent=1))
 PY
 }
 
+# ---------------------------------------------------------------- bench (a later call)
+
+# bench/gpu_bench.py over the unpacked binaries; its stages and budgets are there.
+bench_check() {
+  mkdir -p "$out"
+  rm -f "$out"/bench-summary.json "$out"/bench-logs.tar.gz "$out"/gpu-vs-pytorch.json \
+    "$out"/gpu-truth.json "$out"/gpu-ladder.json
+  local bin=$root/bin data=$here/$data_dir py=python3
+  if [[ -n ${GPU_BENCH_BIN:-} ]]; then  # binaries built here (a dry run without staging)
+    bin=$(cd "$GPU_BENCH_BIN" && pwd)
+    rm -rf "$root" && mkdir -p "$logs" "$work"
+    [[ -d $data ]] || data=/usr/share/datasets/fashion-mnist
+  else
+    unpack
+    say "== bench: $(head -n 1 "$root/MANIFEST")"
+  fi
+  # The dry run here needs Debian's torch (/usr/bin/python3).
+  [[ $dev != cuda && -x /usr/bin/python3 ]] && py=/usr/bin/python3
+  PYTHONUNBUFFERED=1 "$py" bench/gpu_bench.py --bin "$bin" --out "$out" --logs "$logs" \
+    --data-dir "$data" --seconds "$total" --device "$dev" --python "$py" \
+    --stages "${GPU_BENCH_STAGES:-}" --only "${GPU_BENCH_ONLY:-}" --merge "${GPU_BENCH_MERGE:-}" \
+    --gpu-check-root "$root-ncu"
+}
+
 case "${1:-run}" in
   stage) shift; stage "$@" ;;
   run) run_all ;;
   ncu) ncu_check ;;
-  *) echo "usage: $0 stage [BUILD_DIR] | run | ncu" >&2; exit 2 ;;
+  bench) bench_check ;;
+  *) echo "usage: $0 stage [BUILD_DIR] | run | ncu | bench" >&2; exit 2 ;;
 esac

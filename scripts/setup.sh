@@ -17,6 +17,10 @@ packages=(
   xvfb xauth
   # tools for tests and checks
   sqlite3
+  # packaging (scripts/check-package.sh): .deb building and checking, man pages, icons
+  dpkg-dev file man-db lintian desktop-file-utils appstream help2man librsvg2-bin
+  # the PyTorch peer of the benchmarks' CPU smoke runs (bench/, /usr/bin/python3)
+  python3-torch
 )
 
 need=()

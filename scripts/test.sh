@@ -6,3 +6,4 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
 ctest --test-dir build --output-on-failure --timeout 1200
+scripts/check-package.sh

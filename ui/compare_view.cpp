@@ -12,13 +12,17 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QMessageBox>
+#include <QJsonDocument>
+#include <QMenu>
 #include <QPushButton>
+#include <QToolButton>
 #include <QSaveFile>
 #include <QScrollArea>
 #include <QSettings>
 #include <QSlider>
 #include <QSplitter>
 #include <QTableView>
+#include <QTemporaryDir>
 #include <QVBoxLayout>
 
 #include "compare_summary_model.h"
@@ -30,21 +34,62 @@
 #include "table_export.h"
 
 namespace {
-struct OverlaySpec {
-  const char* title;
-  const char* unit;
-  bool epochSeries;
-  const char* name;
-  double scale;
-};
-const OverlaySpec kOverlays[] = {
-    {"Training loss", "loss", false, "loss", 1.0},
-    {"Test accuracy", "accuracy", true, "test_accuracy", 1.0},
-    {"Step time", "ms", false, "step_time_ms", 1.0},
-    {"Samples per second", "samples/s", false, "samples_per_s", 1.0},
-    {"GPU memory allocated", "MiB", false, "gpu_mem_allocated_bytes", 1.0 / (1024.0 * 1024.0)},
-    {"Test loss", "loss", true, "test_loss", 1.0},
-};
+// Shown at first where the runs have them.
+const char* const kDefaultMetrics[] = {"s:loss", "e:test_accuracy", "s:step_time_ms", "s:samples_per_s",
+                                       "s:gpu_mem_allocated_bytes", "e:test_loss"};
+
+QString metricTitle(const QString& key) {
+  const QString name = key.mid(2);
+  if (name == QLatin1String("loss")) return QObject::tr("Training loss");
+  const QString title = seriesTitleAndUnit(name).first;
+  return key.startsWith(QLatin1String("e:")) ? QObject::tr("%1 (per epoch)").arg(title) : title;
+}
+
+QString metricUnit(const QString& key) {
+  const QString name = key.mid(2);
+  if (name.contains(QLatin1String("accuracy"))) return QStringLiteral("%");
+  if (name.contains(QLatin1String("loss"))) return QObject::tr("loss");
+  return seriesTitleAndUnit(name).second;
+}
+
+double metricScale(const QString& key) {
+  return key.mid(2).contains(QLatin1String("accuracy")) ? 100.0 : seriesScale(key.mid(2));
+}
+
+// Mean, lowest and highest of several runs' series, step by step (steps that
+// only some runs reached use those runs).
+void aggregate(const QList<const SeriesPoints*>& runs, SeriesPoints* mean, SeriesPoints* low, SeriesPoints* high) {
+  struct At {
+    double epoch = 0, time = 0, wall = 0, sum = 0, lo = 0, hi = 0;
+    int n = 0;
+  };
+  std::map<double, At> byStep;
+  for (const SeriesPoints* s : runs) {
+    const QVector<double>& epochs = s->x(XAxis::Epoch);
+    const QVector<double> e = epochs;  // the cache is shared by axes
+    const QVector<double>& walls = s->x(XAxis::WallTime);
+    for (int i = 0; i < s->size(); ++i) {
+      const double v = s->value[i];
+      if (std::isnan(v)) continue;
+      At& at = byStep[s->step[i]];
+      if (at.n == 0) {
+        at.epoch = e[i];
+        at.time = s->time[i];
+        at.wall = walls[i];
+        at.lo = at.hi = v;
+      }
+      at.sum += v;
+      at.lo = std::min(at.lo, v);
+      at.hi = std::max(at.hi, v);
+      ++at.n;
+    }
+  }
+  for (const auto& [step, at] : byStep) {
+    mean->append(step, at.epoch, at.time, at.wall, at.sum / at.n);
+    low->append(step, at.epoch, at.time, at.wall, at.lo);
+    high->append(step, at.epoch, at.time, at.wall, at.hi);
+  }
+}
 }  // namespace
 
 CompareView::CompareView(QWidget* parent) : QWidget(parent) {
@@ -56,6 +101,24 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   auto* bar = new QHBoxLayout;
   title_ = new QLabel(tr("Select two or more runs in the history and choose Compare."), this);
   bar->addWidget(title_, 1);
+  metricsButton_ = new QToolButton(this);
+  metricsButton_->setText(tr("Metrics"));
+  metricsButton_->setToolTip(tr("Which metrics to overlay: any series the compared runs share."));
+  metricsButton_->setPopupMode(QToolButton::InstantPopup);
+  metricsButton_->setMenu(new QMenu(metricsButton_));
+  bar->addWidget(metricsButton_);
+  runsButton_ = new QToolButton(this);
+  runsButton_->setText(tr("Runs"));
+  runsButton_->setToolTip(tr("Hide or show runs in the plots."));
+  runsButton_->setPopupMode(QToolButton::InstantPopup);
+  runsButton_->setMenu(new QMenu(runsButton_));
+  bar->addWidget(runsButton_);
+  groupRepeats_ = new QCheckBox(tr("Group repeats"), this);
+  groupRepeats_->setChecked(true);
+  groupRepeats_->setToolTip(tr("Runs of the same configuration (all settings but name and seed) are drawn as "
+                               "their mean with a min–max band, and the summary shows the spread of the "
+                               "speed-up: differences inside the band are noise, not a speed-up."));
+  bar->addWidget(groupRepeats_);
   bar->addWidget(new QLabel(tr("Baseline:"), this));
   baseline_ = new QComboBox(this);
   baseline_->setToolTip(tr("The run the speed-up column is measured against."));
@@ -139,6 +202,10 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   connect(smoothing_, &QSlider::valueChanged, this, [this](int v) {
     for (LivePlot* p : plots_) p->setSmoothing(v / 100.0);
   });
+  connect(groupRepeats_, &QCheckBox::toggled, this, [this] {
+    updateSummary();
+    rebuildPlots();
+  });
   connect(report, &QPushButton::clicked, this, &CompareView::exportReportDialog);
   connect(summaryCsv, &QPushButton::clicked, this,
           [this] { PlotExportDialog::exportTableCsv(this, summary_, QStringLiteral("comparison-summary")); });
@@ -166,8 +233,13 @@ void CompareView::setRuns(const QString& databasePath, const QList<RunSummary>& 
     }
   }
   diff_->setRuns(names, configs);
-  summary_->setRuns(runs);
+  hidden_.clear();
+  metricsChosen_ = false;
+  metrics_.clear();
+  updateSummary();
   if (!runs.isEmpty()) summary_->setBaseline(runs.first().id);
+  groupRepeats_->setVisible(repeatGroups(runs).size() < runs.size());
+  rebuildMenus();
   summaryTable_->resizeColumnsToContents();
   diffTable_->resizeColumnsToContents();
   title_->setText(tr("Comparing %n run(s)", nullptr, int(runs.size())));
@@ -192,8 +264,101 @@ void CompareView::onLoaded(qint64 runId, const RunSeries& series) {
   for (const RunSummary& r : runs_) wanted = wanted || r.id == runId;
   if (!wanted) return;
   series_[runId] = std::make_unique<RunSeries>(series);
+  rebuildMenus();
   rebuildPlots();
   if (int(series_.size()) == runs_.size()) emit allLoaded();
+}
+
+QList<QList<RunSummary>> CompareView::repeatGroups(const QList<RunSummary>& runs) {
+  QList<QList<RunSummary>> groups;
+  QStringList keys;
+  for (const RunSummary& r : runs) {
+    QJsonObject config = r.config;
+    config.remove(QStringLiteral("name"));
+    config.remove(QStringLiteral("seed"));
+    const QString key = QString::fromUtf8(QJsonDocument(config).toJson(QJsonDocument::Compact));
+    const int i = int(keys.indexOf(key));
+    if (i < 0 || config.isEmpty()) {
+      keys << key;
+      groups.append({r});
+    } else {
+      groups[i].append(r);
+    }
+  }
+  return groups;
+}
+
+bool CompareView::groupsRepeats() const { return groupRepeats_->isChecked() && !groupRepeats_->isHidden(); }
+
+void CompareView::setGroupRepeats(bool on) { groupRepeats_->setChecked(on); }
+
+void CompareView::updateSummary() {
+  if (groupsRepeats()) summary_->setGroups(repeatGroups(runs_));
+  else summary_->setRuns(runs_);
+  summaryTable_->resizeColumnsToContents();
+}
+
+QStringList CompareView::availableMetrics() const {
+  // Series that at least two loaded runs have (or the one run's own).
+  std::map<QString, int> count;
+  for (const auto& [id, s] : series_) {
+    for (const auto& [name, points] : s->step)
+      if (!points.isEmpty()) ++count[QStringLiteral("s:") + name];
+    for (const auto& [name, points] : s->epoch)
+      if (!points.isEmpty()) ++count[QStringLiteral("e:") + name];
+  }
+  const int need = std::min(2, int(series_.size()));
+  QStringList out;
+  for (const auto& [key, n] : count)
+    if (n >= need) out << key;
+  return out;
+}
+
+void CompareView::setShownMetrics(const QStringList& metrics) {
+  metricsChosen_ = true;
+  metrics_ = metrics;
+  rebuildMenus();
+  rebuildPlots();
+}
+
+void CompareView::setRunHidden(qint64 runId, bool hidden) {
+  if (hidden) hidden_.insert(runId);
+  else hidden_.remove(runId);
+  rebuildMenus();
+  rebuildPlots();
+}
+
+void CompareView::rebuildMenus() {
+  const QStringList available = availableMetrics();
+  if (!metricsChosen_) {
+    metrics_.clear();
+    for (const char* m : kDefaultMetrics)
+      if (available.contains(QString::fromLatin1(m))) metrics_ << QString::fromLatin1(m);
+  }
+  QMenu* menu = metricsButton_->menu();
+  menu->clear();
+  for (const QString& key : available) {
+    QAction* a = menu->addAction(metricTitle(key));
+    a->setToolTip(key.mid(2));
+    a->setCheckable(true);
+    a->setChecked(metrics_.contains(key));
+    connect(a, &QAction::toggled, this, [this, key](bool on) {
+      QStringList m = metrics_;
+      if (on && !m.contains(key)) m << key;
+      if (!on) m.removeAll(key);
+      setShownMetrics(m);
+    });
+  }
+  metricsButton_->setText(tr("Metrics (%1 of %2)").arg(metrics_.size()).arg(available.size()));
+  QMenu* runsMenu = runsButton_->menu();
+  runsMenu->clear();
+  for (const RunSummary& r : runs_) {
+    QAction* a = runsMenu->addAction(QStringLiteral("%1 (#%2)").arg(r.name).arg(r.id));
+    a->setCheckable(true);
+    a->setChecked(!hidden_.contains(r.id));
+    connect(a, &QAction::toggled, this, [this, id = r.id](bool on) { setRunHidden(id, !on); });
+  }
+  runsButton_->setText(hidden_.isEmpty() ? tr("Runs") : tr("Runs (%1 hidden)").arg(hidden_.size()));
 }
 
 void CompareView::rebuildPlots() {
@@ -204,16 +369,46 @@ void CompareView::rebuildPlots() {
     p->deleteLater();
   }
   plots_.clear();
-  for (const OverlaySpec& spec : kOverlays) {
+  aggregates_.clear();
+  QList<QList<RunSummary>> rows;
+  if (groupsRepeats()) rows = repeatGroups(runs_);
+  else
+    for (const RunSummary& r : runs_) rows.append({r});
+  for (const QString& key : metrics_) {
+    const bool epochSeries = key.startsWith(QLatin1String("e:"));
+    const QString name = key.mid(2);
     LivePlot* plot = nullptr;
-    for (const RunSummary& r : runs_) {
-      auto it = series_.find(r.id);
-      if (it == series_.end()) continue;
-      const auto& map = spec.epochSeries ? it->second->epoch : it->second->step;
-      auto s = map.find(QString::fromLatin1(spec.name));
-      if (s == map.end() || s->second.isEmpty()) continue;
-      if (!plot) plot = new LivePlot(tr(spec.title), tr(spec.unit), plotCanvas_);
-      plot->addCurve(QStringLiteral("%1 (#%2)").arg(r.name).arg(r.id), &s->second, spec.scale);
+    for (const QList<RunSummary>& row : rows) {
+      QList<const SeriesPoints*> found;
+      for (const RunSummary& r : row) {
+        if (hidden_.contains(r.id)) continue;
+        auto it = series_.find(r.id);
+        if (it == series_.end()) continue;
+        const auto& map = epochSeries ? it->second->epoch : it->second->step;
+        auto s = map.find(name);
+        if (s != map.end() && !s->second.isEmpty()) found << &s->second;
+      }
+      if (found.isEmpty()) continue;
+      if (!plot) {
+        plot = new LivePlot(metricTitle(key), metricUnit(key), plotCanvas_);
+        const bool amount = name.endsWith(QLatin1String("_ms")) || name.endsWith(QLatin1String("_bytes")) ||
+                            name.endsWith(QLatin1String("_per_s"));
+        plot->setZeroBased(amount);
+      }
+      const RunSummary& first = row.first();
+      if (found.size() == 1) {
+        plot->addCurve(QStringLiteral("%1 (#%2)").arg(first.name).arg(first.id), found.first(), metricScale(key));
+        continue;
+      }
+      aggregates_.emplace_back();
+      SeriesPoints* mean = &aggregates_.back();
+      aggregates_.emplace_back();
+      SeriesPoints* low = &aggregates_.back();
+      aggregates_.emplace_back();
+      SeriesPoints* high = &aggregates_.back();
+      aggregate(found, mean, low, high);
+      plot->addCurve(tr("%1, mean of %2").arg(first.name).arg(found.size()), mean, metricScale(key));
+      plot->setBand(plot->curveCount() - 1, low, high);
     }
     if (!plot) continue;
     plot->setXAxis(XAxis(xAxis_->currentData().toInt()));
@@ -228,16 +423,21 @@ bool CompareView::exportReport(const QString& path, QString* error) {
   const QFileInfo info(path);
   const bool html = info.suffix().compare(QLatin1String("html"), Qt::CaseInsensitive) == 0 ||
                     info.suffix().compare(QLatin1String("htm"), Qt::CaseInsensitive) == 0;
+  // HTML carries its plots inside (data: URLs), so it can be mailed or moved
+  // alone; Markdown links PNGs in a folder named after the report, so reports
+  // written into one folder never overwrite each other's plots.
+  QTemporaryDir scratch;
   const QString folderName = info.completeBaseName() + QStringLiteral("_plots");
-  QDir dir = info.absoluteDir();
-  if (!dir.mkpath(folderName)) {
-    if (error) *error = tr("cannot create %1").arg(dir.filePath(folderName));
+  QDir dir = html ? QDir(scratch.path()) : info.absoluteDir();
+  if (html ? !scratch.isValid() : !dir.mkpath(folderName)) {
+    if (error) *error = tr("cannot create %1").arg(html ? scratch.path() : dir.filePath(folderName));
     return false;
   }
   QStringList images, titles;
   if (speedup_->barCount() > 0) {
     const QString file = QStringLiteral("%1/speedup.png").arg(folderName);
-    if (!speedup_->exportPng(dir.filePath(file), 1000, 120 + 60 * runs_.size())) {
+    dir.mkpath(folderName);
+    if (!speedup_->exportPng(dir.filePath(file), 1000, 120 + 60 * summary_->rowCount())) {
       if (error) *error = tr("cannot write %1").arg(dir.filePath(file));
       return false;
     }
@@ -263,8 +463,16 @@ bool CompareView::exportReport(const QString& path, QString* error) {
     text += QStringLiteral("<h2>%1</h2>\n").arg(tr("Summary")) + TableExport::toHtml(summary_);
     text += QStringLiteral("<h2>%1</h2>\n").arg(tr("Configuration keys that differ")) + TableExport::toHtml(diff_);
     text += QStringLiteral("<h2>%1</h2>\n").arg(tr("Plots"));
-    for (int i = 0; i < images.size(); ++i)
-      text += QStringLiteral("<h3>%1</h3>\n<img src=\"%2\" alt=\"%1\">\n").arg(titles[i].toHtmlEscaped(), images[i]);
+    for (int i = 0; i < images.size(); ++i) {
+      QFile png(dir.filePath(images[i]));
+      if (!png.open(QIODevice::ReadOnly)) {
+        if (error) *error = tr("cannot read back %1").arg(png.fileName());
+        diff_->setDifferencesOnly(wasDiffOnly);
+        return false;
+      }
+      text += QStringLiteral("<h3>%1</h3>\n<img src=\"data:image/png;base64,%2\" alt=\"%1\">\n")
+                  .arg(titles[i].toHtmlEscaped(), QString::fromLatin1(png.readAll().toBase64()));
+    }
     text += QStringLiteral("</body></html>\n");
   } else {
     text = QStringLiteral("# %1\n\n%2\n\n").arg(tr("Trainbench comparison"), stamp);

@@ -3,6 +3,8 @@
 #include <QList>
 #include <QMap>
 #include <QWidget>
+#include <QSet>
+#include <deque>
 #include <memory>
 
 #include "run_summary.h"
@@ -19,9 +21,11 @@ class QTableView;
 class SeriesLoader;
 class SpeedupChart;
 
-// Two or more saved runs side by side: overlaid plots (loss, test accuracy,
-// step time, samples/s, GPU memory), a summary table with the speed-up over a
-// chosen baseline run, and a configuration table that can hide equal keys.
+// Two or more saved runs side by side: overlaid plots of the metrics the user
+// picks among those the runs share, runs that can be hidden, a summary table
+// with the speed-up over a chosen baseline run, and a configuration table that
+// can hide equal keys. Runs of one configuration (repeats, e.g. the ladder's)
+// are grouped: their mean with a min-max band, and the speed-up's spread.
 // Series are loaded on a worker thread.
 class CompareView : public QWidget {
   Q_OBJECT
@@ -39,6 +43,15 @@ class CompareView : public QWidget {
   SpeedupChart* speedupChart() const { return speedup_; }
   void setDifferencesOnly(bool on);
   void setBaseline(qint64 runId);
+  // Metrics as "s:name" (per step) or "e:name" (per epoch).
+  QStringList availableMetrics() const;
+  QStringList shownMetrics() const { return metrics_; }
+  void setShownMetrics(const QStringList& metrics);
+  void setRunHidden(qint64 runId, bool hidden);
+  void setGroupRepeats(bool on);
+  bool groupsRepeats() const;
+  // Runs that share a configuration (all keys but name and seed), in order.
+  static QList<QList<RunSummary>> repeatGroups(const QList<RunSummary>& runs);
 
   // Markdown (.md) or HTML (.html): the summary, the differing configuration
   // keys and every plot as a PNG next to the report.
@@ -54,15 +67,22 @@ class CompareView : public QWidget {
  private:
   void onLoaded(qint64 runId, const RunSeries& series);
   void rebuildPlots();
+  void rebuildMenus();
+  void updateSummary();
 
   QList<RunSummary> runs_;
+  QStringList metrics_;
+  bool metricsChosen_ = false;  // the user picked; else defaults follow the loaded runs
+  QSet<qint64> hidden_;
+  std::deque<SeriesPoints> aggregates_;  // means and bands of repeat groups (plots point here)
   std::map<qint64, std::unique_ptr<RunSeries>> series_;
   QList<LivePlot*> plots_;
   SeriesLoader* loader_;
   ConfigDiffModel* diff_;
   CompareSummaryModel* summary_;
   QTableView *diffTable_, *summaryTable_;
-  QCheckBox* diffOnly_;
+  QCheckBox *diffOnly_, *groupRepeats_;
+  class QToolButton *metricsButton_, *runsButton_;
   QComboBox *baseline_, *xAxis_;
   QSlider* smoothing_;
   QLabel* title_;

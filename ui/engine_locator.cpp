@@ -1,17 +1,23 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "engine_locator.h"
 
-#include <QCoreApplication>
 #include <QDir>
+#include <QFileInfo>
 #include <QSettings>
 #include <QStandardPaths>
+
+#include "install_paths.h"
 
 QString EngineLocator::enginePath() {
   const QString env = qEnvironmentVariable("TRAINBENCH_ENGINE");
   if (!env.isEmpty()) return env;
   const QString configured = QSettings().value(QStringLiteral("engine/path")).toString();
   if (!configured.isEmpty()) return configured;
-  return QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("trainbench-engine"));
+  const QString beside = InstallPaths::besideExecutable(QStringLiteral("trainbench-engine"));
+  if (QFileInfo::exists(beside)) return beside;
+  // A GUI started from elsewhere (a copy, a wrapper) still finds an installed engine.
+  const QString onPath = QStandardPaths::findExecutable(QStringLiteral("trainbench-engine"));
+  return onPath.isEmpty() ? beside : onPath;
 }
 
 QString EngineLocator::defaultDatabasePath() {

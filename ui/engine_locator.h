@@ -6,7 +6,8 @@
 class EngineLocator {
  public:
   // $TRAINBENCH_ENGINE, else the QSettings key engine/path, else
-  // trainbench-engine next to this executable.
+  // trainbench-engine next to this executable (installed or build tree), else
+  // the one on PATH.
   static QString enginePath();
   // QStandardPaths::AppDataLocation + "/runs.db" (the folder is created).
   static QString defaultDatabasePath();

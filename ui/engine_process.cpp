@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "engine_process.h"
 
+#include <QDateTime>
 #include <QDir>
 #include <QJsonDocument>
 #include <exception>
@@ -18,6 +19,7 @@ EngineProcess::EngineProcess(const QString& enginePath, const QString& databaseP
   connect(&process_, &QProcess::readyReadStandardError, this, &EngineProcess::readStderr);
   connect(&process_, &QProcess::finished, this, &EngineProcess::onFinished);
   connect(&process_, &QProcess::errorOccurred, this, &EngineProcess::onError);
+  connect(&process_, &QProcess::started, this, [this] { startedPid_ = process_.processId(); });
 }
 
 EngineProcess::~EngineProcess() {
@@ -47,6 +49,7 @@ void EngineProcess::start() {
   configFile_->flush();
   state_ = State::Running;
   emit stateChanged(state_);
+  startedAt_ = QDateTime::currentDateTimeUtc();
   process_.start(enginePath_, {QStringLiteral("run"), QStringLiteral("--config"), configFile_->fileName(),
                                QStringLiteral("--db"), databasePath_, QStringLiteral("--events"),
                                QStringLiteral("jsonl")});
@@ -63,6 +66,19 @@ void EngineProcess::kill() {
   if (state_ != State::Running && state_ != State::Stopping) return;
   killed_ = true;
   process_.kill();
+}
+
+QString EngineProcess::failureReason() const {
+  if (!reportedError_.isEmpty()) return reportedError_;
+  // The engine's own "error: ..." line, else what the workbench saw happen
+  // with the last thing the engine said.
+  for (auto it = lastLines_.crbegin(); it != lastLines_.crend(); ++it)
+    if (it->startsWith(QLatin1String("error: "))) return it->mid(7);
+  QString said;
+  for (auto it = lastLines_.crbegin(); it != lastLines_.crend() && said.isEmpty(); ++it)
+    if (*it != explanation_) said = *it;
+  if (explanation_.isEmpty()) return said;
+  return said.isEmpty() ? explanation_ : tr("%1; its last words: %2").arg(explanation_, said);
 }
 
 QString EngineProcess::lastWords() const {
@@ -111,6 +127,10 @@ void EngineProcess::handleLine(const QByteArray& raw) {
   }
   const QJsonObject event = doc.object();
   const QString type = event.value(QLatin1String("type")).toString();
+  // Every event of a recorded run names it; a run that fails before it
+  // started training says so only in its "failed" event.
+  if (runId_ <= 0 && event.value(QLatin1String("run_id")).toInteger() > 0)
+    runId_ = event.value(QLatin1String("run_id")).toInteger();
   if (type == QLatin1String("step")) {
     emit stepReceived(event);
   } else if (type == QLatin1String("epoch")) {
@@ -126,18 +146,26 @@ void EngineProcess::handleLine(const QByteArray& raw) {
     emit logReceived(level, message);
   } else if (type == QLatin1String("finished")) {
     reportedStatus_ = event.value(QLatin1String("status")).toString(QStringLiteral("finished"));
+    summary_ = event.value(QLatin1String("summary")).toObject();
   } else if (type == QLatin1String("failed")) {
     reportedStatus_ = QStringLiteral("failed");
     reportedError_ = event.value(QLatin1String("error")).toString();
+    summary_ = event.value(QLatin1String("summary")).toObject();
     rememberLine(reportedError_);
     emit logReceived(QStringLiteral("error"), reportedError_);
   }
 }
 
+void EngineProcess::explain(const QString& line) {
+  explanation_ = line;
+  rememberLine(line);
+  emit logReceived(QStringLiteral("workbench"), line);
+}
+
 void EngineProcess::onError(QProcess::ProcessError error) {
   if (error == QProcess::FailedToStart) {
-    rememberLine(tr("could not start the engine '%1': %2").arg(enginePath_, process_.errorString()));
-    markFailedInStore(lastWords());
+    explain(tr("could not start the engine '%1': %2").arg(enginePath_, process_.errorString()));
+    markFailedInStore(failureReason());
     finish(QStringLiteral("failed"), lastWords());
   }
 }
@@ -147,7 +175,10 @@ void EngineProcess::onFinished(int exitCode, QProcess::ExitStatus exitStatus) {
   if (!stdoutBuffer_.isEmpty()) handleLine(stdoutBuffer_);
   stdoutBuffer_.clear();
   readStderr();
-  if (!stderrBuffer_.isEmpty()) rememberLine(QString::fromUtf8(stderrBuffer_));
+  if (!stderrBuffer_.isEmpty()) {
+    rememberLine(QString::fromUtf8(stderrBuffer_));
+    emit logReceived(QStringLiteral("stderr"), QString::fromUtf8(stderrBuffer_));
+  }
   stderrBuffer_.clear();
 
   // Exit code 0 = finished, 130 = stopped by SIGTERM/SIGINT (docs/events.md).
@@ -156,27 +187,43 @@ void EngineProcess::onFinished(int exitCode, QProcess::ExitStatus exitStatus) {
     finish(reportedStatus_, QString());
     return;
   }
-  if (killed_) rememberLine(tr("the engine was killed (SIGKILL) from the workbench"));
-  else if (exitStatus == QProcess::CrashExit) rememberLine(tr("the engine crashed or was killed by a signal (%1)").arg(process_.errorString()));
+  if (killed_) explain(tr("the engine was killed (SIGKILL) from the workbench"));
+  else if (exitStatus == QProcess::CrashExit) explain(tr("the engine crashed or was killed by a signal (%1)").arg(process_.errorString()));
   else if (reportedStatus_.isEmpty() || exitCode != 0)
-    rememberLine(tr("the engine exited with code %1 without finishing the run").arg(exitCode));
-  markFailedInStore(lastWords());
+    explain(tr("the engine exited with code %1 without finishing the run").arg(exitCode));
+  markFailedInStore(failureReason());
   finish(QStringLiteral("failed"), lastWords());
 }
 
 void EngineProcess::markFailedInStore(const QString& message) {
   try {
     tb::RunStore store(databasePath_.toStdString());
+    if (runId_ <= 0 && startedPid_ > 0) {
+      // The engine may have recorded the run and died before it said which:
+      // its row names our engine's pid and this host (and is not older than
+      // our start, so a reused pid is not mistaken for ours).
+      const std::string host = tb::this_host_name();
+      for (const tb::RunRecord& r : store.list_runs()) {
+        const QDateTime created = QDateTime::fromString(QString::fromStdString(r.created_at), Qt::ISODateWithMs);
+        if (r.engine_pid == startedPid_ && r.engine_host == host && created.isValid() &&
+            created.msecsTo(startedAt_) < 1000)
+          runId_ = r.id;
+      }
+    }
     if (runId_ > 0) {
       const auto run = store.get_run(runId_);
-      if (run && !tb::is_terminal_run_status(run->status))
+      if (run && !tb::is_terminal_run_status(run->status)) {
+        // The engine could not record its end: keep its last words with the run.
+        for (const QString& line : lastLines_) store.append_event(runId_, "stderr", line.toStdString());
         store.set_status(runId_, tb::run_status::kFailed, message.toStdString());
+      }
     } else {
       // The engine died before it recorded the run: record it here.
       tb::RunRecord record;
       record.name = name().toStdString();
       record.config = nlohmann::json::parse(QJsonDocument(config_).toJson(QJsonDocument::Compact).toStdString());
       runId_ = store.create_run(record);
+      for (const QString& line : lastLines_) store.append_event(runId_, "stderr", line.toStdString());
       store.set_status(runId_, tb::run_status::kFailed, message.toStdString());
     }
   } catch (const std::exception& e) {

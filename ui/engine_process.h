@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
+#include <QDateTime>
 #include <QJsonObject>
 #include <QObject>
 #include <QProcess>
@@ -34,6 +35,11 @@ class EngineProcess : public QObject {
   const QJsonObject& startEvent() const { return startEvent_; }
   QString finalStatus() const { return finalStatus_; }  // finished | stopped | failed
   QString lastWords() const;                             // last stderr lines and errors
+  // Why a failed run failed, in the engine's words, once (the "failed"
+  // event's error, else its last error line).
+  QString failureReason() const;
+  // The "finished" (or "failed") event's summary: the run's headline figures.
+  const QJsonObject& summary() const { return summary_; }
   QString databasePath() const { return databasePath_; }
   qint64 pid() const { return process_.processId(); }
 
@@ -58,15 +64,18 @@ class EngineProcess : public QObject {
   void finish(const QString& status, const QString& message);
   void markFailedInStore(const QString& message);
   void rememberLine(const QString& line);
+  void explain(const QString& line);  // what the workbench saw happen, kept and logged
 
   QString enginePath_, databasePath_;
-  QJsonObject config_, startEvent_;
+  QJsonObject config_, startEvent_, summary_;
   QProcess process_;
   std::unique_ptr<QTemporaryFile> configFile_;
   QByteArray stdoutBuffer_, stderrBuffer_;
   QStringList lastLines_;
-  QString reportedStatus_, reportedError_, finalStatus_;
+  QString reportedStatus_, reportedError_, finalStatus_, explanation_;
   qint64 runId_ = 0;
+  qint64 startedPid_ = 0;  // processId() is 0 once the process is gone
+  QDateTime startedAt_;
   State state_ = State::NotStarted;
   bool killed_ = false;
 };

@@ -5,7 +5,10 @@
 
 #include <QDateTime>
 #include <QFileInfo>
+#include <QHelpEvent>
+#include <QLocale>
 #include <QMenu>
+#include <QToolTip>
 #include <QSaveFile>
 #include <QSvgGenerator>
 #include <QTextStream>
@@ -42,7 +45,36 @@ LivePlot::LivePlot(const QString& title, const QString& yLabel, QWidget* parent)
   QFont small = font();
   small.setPointSizeF(std::max(6.0, small.pointSizeF() * 0.85));
   plot_->legend->setFont(small);
-  plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+  // The legend goes under the axes, in rows, so it never covers data.
+  // (In a row of its own beside an empty filler: an empty legend would
+  // otherwise cap the column's width and squeeze the axes.)
+  plot_->axisRect()->insetLayout()->take(plot_->legend);
+  auto* legendRow = new QCPLayoutGrid;
+  plot_->plotLayout()->addElement(2, 0, legendRow);
+  legendRow->addElement(0, 0, plot_->legend);
+  legendRow->addElement(0, 1, new QCPLayoutElement(plot_));
+  legendRow->setColumnStretchFactor(0, 0.001);
+  legendRow->setMargins(QMargins(40, 0, 0, 0));
+  plot_->plotLayout()->setRowStretchFactor(2, 0.001);
+  plot_->plotLayout()->setRowSpacing(2);
+  plot_->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
+  plot_->legend->setWrap(4);
+  plot_->legend->setMargins(QMargins(4, 1, 4, 1));
+  plot_->legend->setRowSpacing(0);
+  plot_->legend->setColumnSpacing(10);
+  plot_->legend->setBorderPen(Qt::NoPen);
+  plot_->legend->setSelectableParts(QCPLegend::spNone);
+  // A quick second click arrives as a double click: it toggles back.
+  connect(plot_, &QCustomPlot::legendDoubleClick, this, [this](QCPLegend* l, QCPAbstractLegendItem* item, QMouseEvent* e) {
+    emit plot_->legendClick(l, item, e);
+  });
+  connect(plot_, &QCustomPlot::legendClick, this, [this](QCPLegend*, QCPAbstractLegendItem* item, QMouseEvent*) {
+    auto* entry = qobject_cast<QCPPlottableLegendItem*>(item);
+    if (!entry) return;
+    for (int i = 0; i < curves_.size(); ++i)
+      if (entry->plottable() == curves_[i].raw || entry->plottable() == curves_[i].smooth)
+        setCurveVisible(i, !curves_[i].visible);
+  });
 
   // Zoom and pan along x; y follows the visible data.
   plot_->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
@@ -56,9 +88,8 @@ LivePlot::LivePlot(const QString& title, const QString& yLabel, QWidget* parent)
   trackerLabel_->setVisible(false);
   trackerLabel_->setPositionAlignment(Qt::AlignTop | Qt::AlignLeft);
   trackerLabel_->setTextAlignment(Qt::AlignLeft);
-  trackerLabel_->position->setType(QCPItemPosition::ptAxisRectRatio);
-  trackerLabel_->position->setCoords(0.01, 0.02);
-  trackerLabel_->setPadding(QMargins(4, 3, 4, 3));
+  trackerLabel_->position->setType(QCPItemPosition::ptAbsolute);  // pixels: placed beside the cursor
+  trackerLabel_->setPadding(QMargins(3, 1, 3, 1));
   trackerLabel_->setFont(small);
   trackerLabel_->setClipToAxisRect(true);
 
@@ -72,13 +103,14 @@ LivePlot::LivePlot(const QString& title, const QString& yLabel, QWidget* parent)
     rangeTimer_->start();
     emit viewChanged();
   });
-  connect(plot_, &QCustomPlot::mouseDoubleClick, this, [this] { resetView(); });
+  connect(plot_, &QCustomPlot::mouseDoubleClick, this, [this](QMouseEvent* e) {
+    if (plot_->axisRect()->rect().contains(e->position().toPoint())) resetView();
+  });
   plot_->setContextMenuPolicy(Qt::CustomContextMenu);
   connect(plot_, &QWidget::customContextMenuRequested, this, &LivePlot::showContextMenu);
   plot_->setMouseTracking(true);
   plot_->installEventFilter(this);
-  setToolTip(tr("Wheel: zoom the x axis. Drag: pan. Double-click: show everything again. "
-                "Right-click: export, log scale."));
+  setHelpText(QString());
   applyPalette();
 }
 
@@ -90,6 +122,54 @@ void LivePlot::addCurve(const QString& label, const SeriesPoints* points, double
   c.color = kCurveColors[curves_.size() % (sizeof(kCurveColors) / sizeof(kCurveColors[0]))];
   curves_.append(c);
   rebuildGraphs();
+}
+
+void LivePlot::setHelpText(const QString& text) {
+  help_ = tr("Wheel: zoom the x axis. Drag: pan. Double-click: show everything again. Click a legend "
+             "entry: hide or show that curve. Right-click: export, log scale, legend.");
+  if (!text.isEmpty()) help_ = text + QStringLiteral("\n\n") + help_;
+}
+
+void LivePlot::setBand(int index, const SeriesPoints* low, const SeriesPoints* high) {
+  if (index < 0 || index >= curves_.size()) return;
+  curves_[index].bandLow = low;
+  curves_[index].bandHigh = high;
+  rebuildGraphs();
+}
+
+void LivePlot::setZeroBased(bool on) {
+  zeroBased_ = on;
+  redraw();
+}
+
+void LivePlot::setCurveVisible(int index, bool visible) {
+  if (index < 0 || index >= curves_.size() || curves_[index].visible == visible) return;
+  curves_[index].visible = visible;
+  rebuildGraphs();
+}
+
+bool LivePlot::curveVisible(int index) const {
+  return index >= 0 && index < curves_.size() && curves_[index].visible;
+}
+
+void LivePlot::setLegendVisible(bool on) {
+  plot_->legend->setVisible(on);
+  plot_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+bool LivePlot::legendVisible() const { return plot_->legend->visible(); }
+
+void LivePlot::updateLegendItem(int index) {
+  const Curve& c = curves_[index];
+  QCPGraph* shown = (alpha_ > 0 && !stacked_) ? c.smooth : c.raw;
+  if (auto* item = plot_->legend->itemWithPlottable(shown)) {
+    QColor text = palette().color(QPalette::Text);
+    if (!c.visible) text.setAlpha(90);
+    item->setTextColor(text);
+    QFont f = plot_->legend->font();
+    f.setStrikeOut(!c.visible);
+    item->setFont(f);
+  }
 }
 
 void LivePlot::removeCurves() {
@@ -162,20 +242,25 @@ int LivePlot::displayedPointCount() const {
 void LivePlot::rebuildGraphs() {
   plot_->clearGraphs();
   QCPGraph* previous = nullptr;
-  for (Curve& c : curves_) {
+  for (int i = 0; i < curves_.size(); ++i) {
+    Curve& c = curves_[i];
     c.raw = plot_->addGraph();
     c.smooth = plot_->addGraph();
     c.raw->setName(c.label);
     c.smooth->setName(c.label);
     if (stacked_) {
-      c.raw->setPen(QPen(c.color, 1.2));
+      // Fills only, in steps over shared x: a phase's spike is a column of
+      // that phase's colour (outlines of the layers above would paint it in
+      // theirs).
+      c.raw->setPen(Qt::NoPen);
       QColor fill = c.color;
-      fill.setAlpha(110);
+      fill.setAlpha(200);
       c.raw->setBrush(fill);
-      c.raw->setChannelFillGraph(previous);
+      c.raw->setLineStyle(QCPGraph::lsStepCenter);
+      c.raw->setChannelFillGraph(c.visible ? previous : nullptr);
       c.smooth->setVisible(false);
       c.smooth->removeFromLegend();
-      previous = c.raw;
+      if (c.visible) previous = c.raw;
     } else if (alpha_ > 0) {
       QColor faint = c.color;
       faint.setAlpha(60);
@@ -188,6 +273,30 @@ void LivePlot::rebuildGraphs() {
       c.smooth->setVisible(false);
       c.smooth->removeFromLegend();
     }
+    if (!c.visible) {
+      // Drawn nowhere, still listed (struck out) so a click brings it back.
+      c.raw->setVisible(false);
+      c.smooth->setVisible(false);
+    }
+    updateLegendItem(i);
+  }
+  // Bands after every curve's own graphs (curve i keeps graphs 2i and 2i+1),
+  // drawn below them.
+  for (Curve& c : curves_) {
+    c.bandLowGraph = c.bandHighGraph = nullptr;
+    if (!c.bandLow || !c.bandHigh || stacked_) continue;
+    c.bandLowGraph = plot_->addGraph();
+    c.bandHighGraph = plot_->addGraph();
+    for (QCPGraph* g : {c.bandLowGraph, c.bandHighGraph}) {
+      g->removeFromLegend();
+      g->setPen(Qt::NoPen);
+      g->setVisible(c.visible);
+      g->setLayer(QStringLiteral("grid"));
+    }
+    QColor fill = c.color;
+    fill.setAlpha(50);
+    c.bandHighGraph->setBrush(fill);
+    c.bandHighGraph->setChannelFillGraph(c.bandLowGraph);
   }
   redraw();
 }
@@ -252,6 +361,12 @@ void LivePlot::redraw() {
     if (hi <= lo) {
       lo -= 0.5;
       hi += 0.5;
+    } else {
+      // A little room at both ends, so a point on the edge (the one point of
+      // a per-epoch series) is drawn whole.
+      const double pad = (hi - lo) * 0.015;
+      lo -= pad;
+      hi += pad;
     }
     plot_->xAxis->setRange(lo, hi);
   }
@@ -266,26 +381,58 @@ void LivePlot::redraw() {
       yMax = std::max(yMax, ys[i]);
     }
   };
-  QVector<double> dx, dy, cumulative;
+  QVector<double> dx, dy;
+  if (stacked_) {
+    // Cumulative sums of the visible layers over the first one's x, thinned
+    // at indices chosen jointly from every layer's own values.
+    QList<QVector<double>> values, sums;
+    const QVector<double>* xs = nullptr;
+    int n = std::numeric_limits<int>::max();
+    for (Curve& c : curves_) {
+      if (!c.points || !c.visible) continue;
+      if (!xs) xs = &c.points->x(xAxis_);
+      n = std::min(n, c.points->size());
+    }
+    if (!xs) n = 0;
+    for (Curve& c : curves_) {
+      if (!c.points || !c.visible) continue;
+      QVector<double> v = displayValues(c, c.points->size()).mid(0, n);
+      QVector<double> sum = sums.isEmpty() ? QVector<double>(n, 0.0) : sums.last();
+      for (int i = 0; i < n; ++i)
+        if (!std::isnan(v[i])) sum[i] += v[i];
+      values << v;
+      sums << sum;
+    }
+    QList<const QVector<double>*> ys;
+    for (const QVector<double>& v : values) ys << &v;
+    const QVector<int> picks = xs ? SeriesDownsampler::jointIndices(*xs, ys, r.lower, r.upper, columns) : QVector<int>();
+    int layer = 0;
+    for (Curve& c : curves_) {
+      c.raw->setScatterStyle(QCPScatterStyle::ssNone);
+      if (!c.points || !c.visible) {
+        c.raw->data()->clear();
+        continue;
+      }
+      dx.resize(picks.size());
+      dy.resize(picks.size());
+      for (int k = 0; k < picks.size(); ++k) {
+        dx[k] = (*xs)[picks[k]];
+        dy[k] = sums[layer][picks[k]];
+      }
+      c.raw->setData(dx, dy, true);
+      account(dx, dy);
+      ++layer;
+    }
+  }
   for (Curve& c : curves_) {
-    if (!c.points) continue;
+    if (!c.points || stacked_) continue;
     const int n = c.points->size();
     const QVector<double>& x = c.points->x(xAxis_);
     if (alpha_ > 0) updateEma(c);
     // Few points (epoch metrics, sparse series): mark each one.
-    const QCPScatterStyle marks(n <= 30 && !stacked_ ? QCPScatterStyle::ssDisc : QCPScatterStyle::ssNone, 5);
+    const QCPScatterStyle marks(n <= 30 ? QCPScatterStyle::ssDisc : QCPScatterStyle::ssNone, n == 1 ? 7 : 5);
     c.raw->setScatterStyle(marks);
     c.smooth->setScatterStyle(marks);
-    if (stacked_) {
-      const QVector<double> v = displayValues(c, n);
-      if (cumulative.size() < n) cumulative.resize(n, 0.0);
-      for (int i = 0; i < n; ++i)
-        if (!std::isnan(v[i])) cumulative[i] += v[i];
-      SeriesDownsampler::downsample(x, cumulative.mid(0, n), r.lower, r.upper, columns, &dx, &dy);
-      c.raw->setData(dx, dy, true);
-      account(dx, dy);
-      continue;
-    }
     if (alpha_ > 0) {
       QVector<double> rawScaled = c.points->value;
       if (c.yScale != 1.0)
@@ -294,20 +441,35 @@ void LivePlot::redraw() {
       c.raw->setData(dx, dy, true);
       SeriesDownsampler::downsample(x, displayValues(c, n), r.lower, r.upper, columns, &dx, &dy);
       c.smooth->setData(dx, dy, true);
-      account(dx, dy);
     } else {
       SeriesDownsampler::downsample(x, displayValues(c, n), r.lower, r.upper, columns, &dx, &dy);
       c.raw->setData(dx, dy, true);
-      account(dx, dy);
+    }
+    if (c.visible) account(dx, dy);
+    if (c.bandLowGraph) {
+      for (auto [band, graph] : {std::pair{c.bandLow, c.bandLowGraph}, std::pair{c.bandHigh, c.bandHighGraph}}) {
+        QVector<double> v = band->value;
+        if (c.yScale != 1.0)
+          for (double& y : v) y *= c.yScale;
+        SeriesDownsampler::downsample(band->x(xAxis_), v, r.lower, r.upper, columns, &dx, &dy);
+        graph->setData(dx, dy, true);
+        if (c.visible) account(dx, dy);
+      }
     }
   }
   if (yMin <= yMax) {
     if (log_) {
       plot_->yAxis->setRange(yMin / 1.3, yMax * 1.3);
+    } else if (stacked_ || (zeroBased_ && yMin >= 0)) {
+      plot_->yAxis->setRange(0, yMax > 0 ? yMax * 1.08 : 1.0);
     } else {
-      double pad = (yMax - yMin) * 0.06;
-      if (pad == 0) pad = std::max(std::abs(yMax) * 0.05, 1e-9);
-      plot_->yAxis->setRange(stacked_ ? std::min(0.0, yMin) : yMin - pad, yMax + pad);
+      // Padded, and never narrower than 2 % of the values' size: a flat but
+      // noisy curve stays flat instead of filling the plot with jumps.
+      const double span = std::max(yMax - yMin, 0.02 * std::max(std::abs(yMax), std::abs(yMin)));
+      const double mid = (yMax + yMin) / 2;
+      double half = span / 2 * 1.12;
+      if (half == 0) half = 1e-9;
+      plot_->yAxis->setRange(mid - half, mid + half);
     }
   }
   plot_->replot(QCustomPlot::rpQueuedReplot);
@@ -325,23 +487,36 @@ static QString formatX(XAxis axis, double x) {
   return {};
 }
 
+QString LivePlot::formatValue(double v) const {
+  if (std::isnan(v)) return QStringLiteral("—");
+  const double a = std::abs(v);
+  QString number;
+  if (a != 0 && (a < 1e-3 || a >= 1e7)) number = QString::number(v, 'e', 2);
+  else if (a >= 1000) number = QLocale().toString(v, 'f', 0);
+  else number = QString::number(v, 'f', a >= 100 ? 1 : a >= 10 ? 2 : a >= 1 ? 3 : 4);
+  if (yLabel_.isEmpty() || yLabel_ == title_.toLower()) return number;
+  return yLabel_ == QLatin1String("%") ? number + QStringLiteral(" %") : number + QLatin1Char(' ') + yLabel_;
+}
+
 QString LivePlot::trackerText(double x) const {
   QStringList lines{formatX(xAxis_, x)};
   for (const Curve& c : curves_) {
-    if (!c.points || c.points->isEmpty()) continue;
+    if (!c.points || c.points->isEmpty() || !c.visible) continue;
     const QVector<double>& xs = c.points->x(xAxis_);
     int i = int(std::lower_bound(xs.begin(), xs.end(), x) - xs.begin());
     if (i >= xs.size()) i = xs.size() - 1;
     if (i > 0 && std::abs(xs[i - 1] - x) < std::abs(xs[i] - x)) --i;
     const double v = (alpha_ > 0 && i < c.ema.size() ? c.ema[i] : c.points->value[i]) * c.yScale;
-    lines << QStringLiteral("%1: %2").arg(c.label, QString::number(v, 'g', 5));
+    lines << QStringLiteral("%1: %2").arg(c.label, formatValue(v));
   }
   return lines.join(QLatin1Char('\n'));
 }
 
-void LivePlot::updateTracker(double pixelX) {
+void LivePlot::updateTracker(double pixelX, double pixelY) {
   const QRect rect = plot_->axisRect()->rect();
-  if (curves_.isEmpty() || pixelX < rect.left() || pixelX > rect.right()) {
+  if (curves_.isEmpty() || pixelX < rect.left() || pixelX > rect.right() || pixelY < rect.top() ||
+      pixelY > rect.bottom()) {
+    if (!trackerLine_->visible()) return;
     trackerLine_->setVisible(false);
     trackerLabel_->setVisible(false);
   } else {
@@ -350,17 +525,37 @@ void LivePlot::updateTracker(double pixelX) {
     trackerLine_->point2->setCoords(x, 1);
     trackerLine_->setVisible(true);
     trackerLabel_->setText(trackerText(x));
+    // Beside the cursor, on the side with room, inside the axes.
+    const QFontMetrics fm(trackerLabel_->font());
+    const QSize size = fm.size(0, trackerLabel_->text()) + QSize(8, 4);
+    double left = pixelX + 12 + size.width() > rect.right() ? pixelX - 12 - size.width() : pixelX + 12;
+    double top = pixelY + 14 + size.height() > rect.bottom() ? pixelY - 8 - size.height() : pixelY + 14;
+    left = std::max(double(rect.left()), left);
+    top = std::max(double(rect.top()), top);
+    trackerLabel_->position->setCoords(left, top);
     trackerLabel_->setVisible(true);
   }
   plot_->replot(QCustomPlot::rpQueuedReplot);
 }
 
+bool LivePlot::trackerVisible() const { return trackerLabel_->visible(); }
+
 bool LivePlot::eventFilter(QObject* watched, QEvent* event) {
   if (watched == plot_) {
-    if (event->type() == QEvent::MouseMove)
-      updateTracker(static_cast<QMouseEvent*>(event)->position().x());
-    else if (event->type() == QEvent::Leave)
-      updateTracker(-1e9);
+    if (event->type() == QEvent::MouseMove) {
+      const QPointF p = static_cast<QMouseEvent*>(event)->position();
+      updateTracker(p.x(), p.y());
+    } else if (event->type() == QEvent::Leave) {
+      updateTracker(-1e9, -1e9);
+    } else if (event->type() == QEvent::ToolTip) {
+      // Help only over the title: nothing large ever covers the data.
+      auto* help = static_cast<QHelpEvent*>(event);
+      if (help->pos().y() < plot_->axisRect()->rect().top() - 4 && !help_.isEmpty())
+        QToolTip::showText(help->globalPos(), help_, plot_);
+      else
+        QToolTip::hideText();
+      return true;
+    }
   }
   return QWidget::eventFilter(watched, event);
 }
@@ -393,9 +588,10 @@ void LivePlot::applyPalette() {
   legendBg.setAlpha(200);
   plot_->legend->setBrush(legendBg);
   plot_->legend->setTextColor(fg);
-  plot_->legend->setBorderPen(QPen(grid));
+  plot_->legend->setBorderPen(Qt::NoPen);
   if (auto* t = qobject_cast<QCPTextElement*>(plot_->plotLayout()->element(0, 0))) t->setTextColor(fg);
   trackerLabel_->setColor(fg);
+  for (int i = 0; i < curves_.size(); ++i) updateLegendItem(i);
   trackerLabel_->setBrush(legendBg);
   trackerLabel_->setPen(QPen(grid));
   plot_->replot(QCustomPlot::rpQueuedReplot);
@@ -404,6 +600,19 @@ void LivePlot::applyPalette() {
 void LivePlot::showContextMenu(const QPoint& pos) {
   QMenu menu(this);
   menu.addAction(tr("Show everything"), this, &LivePlot::resetView);
+  QAction* legendAction = menu.addAction(tr("Legend"));
+  legendAction->setCheckable(true);
+  legendAction->setChecked(legendVisible());
+  connect(legendAction, &QAction::toggled, this, &LivePlot::setLegendVisible);
+  if (!curves_.isEmpty()) {
+    QMenu* curves = menu.addMenu(tr("Curves"));
+    for (int i = 0; i < curves_.size(); ++i) {
+      QAction* a = curves->addAction(curves_[i].label);
+      a->setCheckable(true);
+      a->setChecked(curves_[i].visible);
+      connect(a, &QAction::toggled, this, [this, i](bool on) { setCurveVisible(i, on); });
+    }
+  }
   QAction* logAction = menu.addAction(tr("Logarithmic y axis"));
   logAction->setCheckable(true);
   logAction->setChecked(log_);
@@ -415,7 +624,7 @@ void LivePlot::showContextMenu(const QPoint& pos) {
 }
 
 bool LivePlot::exportImage(const QString& path, int width, int height, QString* error) {
-  const bool trackerWasVisible = trackerLabel_->visible();
+  const bool trackerWasVisible = trackerLabel_->visible(), legendWasVisible = plot_->legend->visible();
   trackerLine_->setVisible(false);
   trackerLabel_->setVisible(false);
   plot_->legend->setVisible(true);
@@ -443,6 +652,7 @@ bool LivePlot::exportImage(const QString& path, int width, int height, QString* 
   }
   trackerLine_->setVisible(trackerWasVisible);
   trackerLabel_->setVisible(trackerWasVisible);
+  plot_->legend->setVisible(legendWasVisible);
   if (!ok && error) *error = tr("could not write %1").arg(path);
   return ok;
 }

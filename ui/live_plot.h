@@ -20,8 +20,10 @@ class QTimer;
 // width (spikes kept), optionally EMA-smoothed with the raw curve drawn faintly
 // behind, optionally stacked (for the step-time breakdown). The x axis can be
 // step, epoch, relative or wall time; the y axis linear or logarithmic.
-// Zoom with the wheel, pan by dragging, double-click to reset; a hover tracker
-// shows every curve's value at the mouse's x.
+// Zoom with the wheel, pan by dragging, double-click to reset; a small hover
+// tracker beside the cursor shows every curve's value at the mouse's x. The
+// legend sits under the axes (never over data); clicking an entry hides or
+// shows its curve.
 class LivePlot : public QWidget {
   Q_OBJECT
  public:
@@ -31,10 +33,27 @@ class LivePlot : public QWidget {
   // points must outlive the plot (or removeCurves() must be called first).
   void addCurve(const QString& label, const SeriesPoints* points, double yScale = 1.0);
   void removeCurves();
+  // A faint band from low to high behind curve `index` (the min-max of
+  // repeated runs around their mean); both must outlive the plot.
+  void setBand(int index, const SeriesPoints* low, const SeriesPoints* high);
   int curveCount() const { return curves_.size(); }
   QStringList curveLabels() const;
 
   void setStacked(bool stacked);
+  // y axis from zero (amounts such as memory, times, throughput), so noise
+  // does not look like a jump; otherwise the range is padded.
+  void setZeroBased(bool on);
+  // Curves can be hidden (click their legend entry); hidden ones are left out
+  // of the y range, the tracker and stacked sums.
+  void setCurveVisible(int index, bool visible);
+  bool curveVisible(int index) const;
+  void setLegendVisible(bool on);
+  bool legendVisible() const;
+  // Help shown as the tooltip of the title (never over the data).
+  void setHelpText(const QString& text);
+  QString helpText() const { return help_; }
+  // "12.3 ms", "5,210 samples/s", "84.21 %": value with the plot's unit.
+  QString formatValue(double v) const;
   void setXAxis(XAxis axis);
   XAxis xAxis() const { return xAxis_; }
   void setSmoothing(double alpha);  // 0 = off, up to 0.999
@@ -53,6 +72,7 @@ class LivePlot : public QWidget {
   int displayedPointCount() const;
   // Text the hover tracker shows for data x (tests use it too).
   QString trackerText(double x) const;
+  bool trackerVisible() const;
 
   bool exportImage(const QString& path, int width = 1200, int height = 700, QString* error = nullptr);
   bool exportCsv(const QString& path, QString* error = nullptr) const;
@@ -77,14 +97,18 @@ class LivePlot : public QWidget {
     QVector<double> ema;           // smoothed values, same length as points->value
     double emaState = 0, emaWeight = 0;
     double emaAlpha = -1;
+    bool visible = true;
+    const SeriesPoints *bandLow = nullptr, *bandHigh = nullptr;
+    QCPGraph *bandLowGraph = nullptr, *bandHighGraph = nullptr;
   };
   void updateEma(Curve& c);
   QVector<double> displayValues(const Curve& c, int n) const;  // scaled, smoothed if on
   void rebuildGraphs();
   void redraw();
   void applyPalette();
-  void updateTracker(double pixelX);
+  void updateTracker(double pixelX, double pixelY);
   void showContextMenu(const QPoint& pos);
+  void updateLegendItem(int index);
   bool dataRange(double* xMin, double* xMax) const;
 
   QString title_, yLabel_;
@@ -92,7 +116,9 @@ class LivePlot : public QWidget {
   QList<Curve> curves_;
   XAxis xAxis_ = XAxis::Step;
   double alpha_ = 0;
-  bool log_ = false, stacked_ = false, follow_ = true, redrawing_ = false, redrawPending_ = false;
+  bool log_ = false, stacked_ = false, zeroBased_ = false, follow_ = true, redrawing_ = false,
+       redrawPending_ = false;
+  QString help_;
   QCPItemStraightLine* trackerLine_ = nullptr;
   QCPItemText* trackerLabel_ = nullptr;
   QTimer* rangeTimer_ = nullptr;

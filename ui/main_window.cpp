@@ -13,6 +13,9 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QPushButton>
+#include <QScreen>
+#include <QTabBar>
+#include <QMenu>
 #include <QScrollArea>
 #include <QSettings>
 #include <QSplitter>
@@ -37,7 +40,7 @@
 #include "run_history_model.h"
 #include "run_history_view.h"
 #include "run_queue.h"
-#include "series_loader.h"
+#include "palette_colors.h"
 #include "trick_catalog.h"
 #include "trick_panel.h"
 
@@ -45,7 +48,7 @@ MainWindow::MainWindow(const QString& databasePath, QWidget* parent) : QMainWind
   setWindowTitle(tr("Trainbench"));
   setWindowIcon(QIcon(QStringLiteral(":/icons/trainbench.svg")));
   queue_ = new RunQueue(this);
-  loader_ = new SeriesLoader(this);
+  applyReadableHints();
 
   pages_ = new QTabWidget(this);
   pages_->setDocumentMode(true);
@@ -74,15 +77,6 @@ MainWindow::MainWindow(const QString& databasePath, QWidget* parent) : QMainWind
   connect(compare_, &CompareView::statusMessage, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
   connect(ladder_, &LadderView::statusMessage, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
   connect(ladder_, &LadderView::ladderFinished, this, [this] { history_->reload(); });
-  connect(loader_, &SeriesLoader::loaded, this, [this](qint64 runId, const RunSeries& series) {
-    for (int i = 0; i < dashboards_->count(); ++i) {
-      auto* d = qobject_cast<RunDashboard*>(dashboards_->widget(i));
-      if (d && d->property("storedRunId").toLongLong() == runId) d->setSeries(series);
-    }
-  });
-  connect(loader_, &SeriesLoader::failed, this, [this](qint64 runId, const QString& error) {
-    statusBar()->showMessage(tr("Could not load run %1: %2").arg(runId).arg(error), 10000);
-  });
 
   QSettings settings;
   setDatabasePath(databasePath.isEmpty()
@@ -94,10 +88,47 @@ MainWindow::MainWindow(const QString& databasePath, QWidget* parent) : QMainWind
   setConfig(RunConfig::merged(RunConfig::defaults(), saved));
   if (!restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray())) resize(1500, 950);
   restoreState(settings.value(QStringLiteral("window/state")).toByteArray());
+  fitToScreen();
+  if (!runsSplitter_->restoreState(settings.value(QStringLiteral("window/runsSplitter")).toByteArray()) ||
+      runsSplitter_->sizes().value(0) < 150 || runsSplitter_->sizes().value(1) < 400)
+    runsSplitter_->setSizes({240, std::max(600, width() - 240)});
   pages_->setCurrentIndex(settings.value(QStringLiteral("window/page"), 0).toInt());
 }
 
 MainWindow::~MainWindow() = default;
+
+void MainWindow::fitToScreen() {
+  // A geometry saved on a larger screen (or a default that is too big) is
+  // clamped to the screen the window is on, so no control is off-screen.
+  QScreen* screen = this->screen() ? this->screen() : QGuiApplication::primaryScreen();
+  if (!screen) return;
+  const QRect available = screen->availableGeometry();
+  const QSize frame = frameGeometry().size() - geometry().size();
+  const QSize limit = available.size() - frame;
+  if (isMaximized() || isFullScreen()) return;
+  QRect g = geometry();
+  g.setSize(g.size().boundedTo(limit));
+  if (g.right() > available.right()) g.moveRight(available.right());
+  if (g.bottom() > available.bottom()) g.moveBottom(available.bottom());
+  if (g.left() < available.left()) g.moveLeft(available.left());
+  if (g.top() < available.top()) g.moveTop(available.top());
+  setGeometry(g);
+}
+
+void MainWindow::applyReadableHints() {
+  // Hint texts (placeholders, the reasons under disabled tricks) keep 4.5:1
+  // contrast on any palette, dark ones included.
+  const QPalette readable = PaletteColors::withReadableHints(QApplication::palette(this));
+  QPalette hints;
+  for (QPalette::ColorGroup g : {QPalette::Active, QPalette::Inactive})
+    hints.setColor(g, QPalette::PlaceholderText, readable.color(g, QPalette::PlaceholderText));
+  if (palette().color(QPalette::PlaceholderText) != hints.color(QPalette::PlaceholderText)) setPalette(hints);
+}
+
+void MainWindow::changeEvent(QEvent* event) {
+  QMainWindow::changeEvent(event);
+  if (event->type() == QEvent::ApplicationPaletteChange) applyReadableHints();
+}
 
 QWidget* MainWindow::buildSetupPage() {
   auto* page = new QWidget(this);
@@ -108,7 +139,10 @@ QWidget* MainWindow::buildSetupPage() {
   presets_ = new QComboBox(page);
   presets_->setToolTip(tr("Start from a known set of tricks: the baseline, everything on, or one article's recipe."));
   presets_->addItem(tr("— choose a preset —"));
-  for (const Preset& p : PresetLibrary::builtIn()) presets_->addItem(p.name, p.name);
+  for (const Preset& p : PresetLibrary::builtIn()) {
+    presets_->addItem(p.name, p.name);
+    presets_->setItemData(presets_->count() - 1, p.toolTip(), Qt::ToolTipRole);
+  }
   presetBar->addWidget(presets_);
   presetDescription_ = new QLabel(page);
   presetDescription_->setWordWrap(true);
@@ -183,11 +217,16 @@ QWidget* MainWindow::buildSetupPage() {
 
 QWidget* MainWindow::buildRunsPage() {
   auto* page = new QSplitter(Qt::Horizontal, this);
+  runsSplitter_ = page;
+  page->setChildrenCollapsible(false);
   auto* left = new QWidget(page);
   auto* leftLayout = new QVBoxLayout(left);
   leftLayout->addWidget(new QLabel(tr("<b>Queue</b>"), left));
   queueList_ = new QListWidget(left);
   queueList_->setToolTip(tr("The run in progress, then the runs waiting. Del removes a waiting run."));
+  queueList_->setWordWrap(true);  // long names wrap instead of being cut off
+  queueList_->setTextElideMode(Qt::ElideNone);
+  queueList_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
   leftLayout->addWidget(queueList_, 1);
   stopButton_ = new QPushButton(tr("Stop"), left);
   stopButton_->setToolTip(tr("Ask the engine to finish the current step, save and stop (SIGTERM)."));
@@ -197,11 +236,30 @@ QWidget* MainWindow::buildRunsPage() {
   leftLayout->addWidget(stopButton_);
   leftLayout->addWidget(killButton_);
   leftLayout->addWidget(remove);
-  left->setMinimumWidth(200);
+  auto* closeAll = new QPushButton(tr("Close ended runs' tabs"), left);
+  closeAll->setToolTip(tr("Close every dashboard tab whose run has ended (Ctrl+Shift+W); live runs stay open."));
+  leftLayout->addWidget(closeAll);
+  left->setMinimumWidth(180);
   page->addWidget(left);
   dashboards_ = new QTabWidget(page);
   dashboards_->setTabsClosable(true);
   dashboards_->setMovable(true);
+  dashboards_->setElideMode(Qt::ElideMiddle);
+  dashboards_->setUsesScrollButtons(true);
+  dashboards_->tabBar()->setContextMenuPolicy(Qt::CustomContextMenu);
+  connect(dashboards_->tabBar(), &QWidget::customContextMenuRequested, this, [this](const QPoint& pos) {
+    const int index = dashboards_->tabBar()->tabAt(pos);
+    QMenu menu(this);
+    if (index >= 0)
+      menu.addAction(tr("Close"), this, [this, index] { closeDashboard(index); });
+    menu.addAction(tr("Close other tabs"), this, [this, index] {
+      QWidget* keep = dashboards_->widget(index);
+      closeDashboards([keep](QWidget* w) { return w != keep; });
+    })->setEnabled(index >= 0);
+    menu.addAction(tr("Close ended runs' tabs"), this, [this] { closeDashboards(); });
+    menu.exec(dashboards_->tabBar()->mapToGlobal(pos));
+  });
+  connect(closeAll, &QPushButton::clicked, this, [this] { closeDashboards(); });
   page->addWidget(dashboards_);
   page->setStretchFactor(0, 1);
   page->setStretchFactor(1, 6);
@@ -213,17 +271,33 @@ QWidget* MainWindow::buildRunsPage() {
     queue_->removePending(row);
   });
   connect(dashboards_, &QTabWidget::tabCloseRequested, this, [this](int index) {
-    QWidget* w = dashboards_->widget(index);
-    auto* d = qobject_cast<RunDashboard*>(w);
-    if (d && d->statusText() == QLatin1String("running")) {
-      statusBar()->showMessage(tr("Stop the run before closing its dashboard."), 5000);
-      return;
-    }
-    dashboards_->removeTab(index);
-    w->deleteLater();
+    if (!closeDashboard(index)) statusBar()->showMessage(tr("Stop the run before closing its dashboard."), 5000);
   });
   updateQueueList();
   return page;
+}
+
+bool MainWindow::closeDashboard(int index) {
+  QWidget* w = dashboards_->widget(index);
+  auto* d = qobject_cast<RunDashboard*>(w);
+  if (!w) return false;
+  // A run this workbench drives keeps its dashboard until it ended (a run
+  // followed from the store is only watched: closing its tab is harmless).
+  auto* process = d ? qobject_cast<EngineProcess*>(d->property("process").value<QObject*>()) : nullptr;
+  if (process && process->state() != EngineProcess::State::Ended) return false;
+  dashboards_->removeTab(index);
+  w->deleteLater();
+  return true;
+}
+
+int MainWindow::closeDashboards(const std::function<bool(QWidget*)>& which) {
+  int closed = 0;
+  for (int i = dashboards_->count() - 1; i >= 0; --i) {
+    auto* d = qobject_cast<RunDashboard*>(dashboards_->widget(i));
+    const bool chosen = which ? which(dashboards_->widget(i)) : !(d && d->isFollowing());  // default: runs that ended
+    if (chosen && closeDashboard(i)) ++closed;
+  }
+  return closed;
 }
 
 void MainWindow::buildMenus() {
@@ -254,7 +328,7 @@ void MainWindow::buildMenus() {
   QMenu* presetMenu = run->addMenu(tr("&Presets"));
   for (const Preset& p : PresetLibrary::builtIn()) {
     QAction* a = presetMenu->addAction(p.name, this, [this, name = p.name] { applyPreset(name); });
-    a->setToolTip(p.description);
+    a->setToolTip(p.toolTip());
   }
 
   QMenu* view = menuBar()->addMenu(tr("&View"));
@@ -262,6 +336,8 @@ void MainWindow::buildMenus() {
   for (int i = 0; i < names.size(); ++i)
     view->addAction(names[i], QKeySequence(Qt::CTRL | (Qt::Key_1 + i)), this, [this, i] { pages_->setCurrentIndex(i); });
   view->addSeparator();
+  view->addAction(tr("Close ended runs' tabs"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_W), this,
+                  [this] { closeDashboards(); });
   view->addAction(tr("&Refresh history"), QKeySequence::Refresh, this, [this] { history_->reload(); });
   view->addAction(tr("Compare selected runs"), QKeySequence(Qt::CTRL | Qt::Key_M), this, [this] {
     compareRuns(history_->selectedRunIds());
@@ -285,7 +361,7 @@ bool MainWindow::applyPreset(const QString& name) {
     if (p.name != name) continue;
     const QJsonObject defaults = engineDefaults_.isEmpty() ? RunConfig::defaults() : engineDefaults_;
     setConfig(p.applyTo(currentConfig(), defaults));
-    presetDescription_->setText(p.description);
+    presetDescription_->setText(p.source.isEmpty() ? p.description : tr("%1 (from %2)").arg(p.description, p.source));
     const int i = presets_->findData(name);
     if (i >= 0) presets_->setCurrentIndex(i);
     statusBar()->showMessage(tr("Preset applied: %1").arg(name), 5000);
@@ -300,7 +376,8 @@ void MainWindow::showLearnMore(const QString& key) {
   QString html = TrickCatalog::learnMoreHtml(*t);
   const QString reason = tricks_->disabledReason(key);
   if (!reason.isEmpty())
-    html += QStringLiteral("<p style='color:#b05000'><b>%1</b> %2</p>").arg(tr("On this device:"), reason.toHtmlEscaped());
+    html += QStringLiteral("<p>%1 %2</p>").arg(PaletteColors::span(tr("On this device:"), PaletteColors::warning(palette()), true),
+                                               reason.toHtmlEscaped());
   learnMore_->setHtml(html);
 }
 
@@ -411,6 +488,10 @@ void MainWindow::onLaunched(EngineProcess* process) {
   dashboard->setProperty("process", QVariant::fromValue<QObject*>(process));
   dashboards_->setCurrentIndex(dashboards_->addTab(dashboard, process->name()));
   dashboard->setStatus(tr("starting"));
+  dashboard->setStoppable(true);
+  connect(dashboard, &RunDashboard::stopRequested, this, [this, process] {
+    if (queue_->current() == process) stopRun();
+  });
   connect(process, &EngineProcess::runStarted, dashboard, [dashboard, this, process](qint64, const QJsonObject& e) {
     dashboard->handleRunStarted(e);
     const int i = dashboards_->indexOf(dashboard);
@@ -421,16 +502,24 @@ void MainWindow::onLaunched(EngineProcess* process) {
   connect(process, &EngineProcess::epochReceived, dashboard, &RunDashboard::handleEpoch);
   connect(process, &EngineProcess::logReceived, dashboard, &RunDashboard::appendLog);
   connect(process, &EngineProcess::stateChanged, this, &MainWindow::updateQueueList);
+  connect(process, &EngineProcess::stateChanged, dashboard, [dashboard](EngineProcess::State state) {
+    if (state == EngineProcess::State::Stopping) dashboard->setStatus(QStringLiteral("stopping"));
+  });
   updateQueueList();
 }
 
-void MainWindow::onRunEnded(EngineProcess* process, const QString& status, const QString& message) {
+void MainWindow::onRunEnded(EngineProcess* process, const QString& status, const QString&) {
+  const QString reason = status == QLatin1String("failed") ? process->failureReason() : QString();
   if (RunDashboard* d = dashboardFor(process)) {
     d->refreshNow();
-    d->setStatus(status, status == QLatin1String("failed") ? tr("The engine's last words:\n%1").arg(message) : QString());
+    d->setStatus(status, reason);
+    d->showResult(process->summary());
+    const int i = dashboards_->indexOf(d);
+    if (i >= 0 && process->runId() > 0)
+      dashboards_->setTabText(i, QStringLiteral("%1 (#%2)").arg(process->name()).arg(process->runId()));
   }
   if (status == QLatin1String("failed")) {
-    statusBar()->showMessage(tr("Run '%1' failed: %2").arg(process->name(), message.section(QLatin1Char('\n'), -1)), 15000);
+    statusBar()->showMessage(tr("Run '%1' failed: %2").arg(process->name(), reason), 15000);
   } else {
     statusBar()->showMessage(tr("Run '%1' %2.").arg(process->name(), status), 8000);
   }
@@ -444,10 +533,16 @@ void MainWindow::updateQueueList() {
   EngineProcess* current = queue_->current();
   if (current) {
     const QString state = current->state() == EngineProcess::State::Stopping ? tr("stopping") : tr("running");
-    queueList_->addItem(QStringLiteral("▶ %1 — %2").arg(current->name(), state));
+    const QString id = current->runId() > 0 ? QStringLiteral(" (#%1)").arg(current->runId()) : QString();
+    queueList_->addItem(QStringLiteral("▶ %1%2 — %3").arg(current->name(), id, state));
+    queueList_->item(0)->setToolTip(queueList_->item(0)->text());
   }
-  for (const QJsonObject& c : queue_->pending())
-    queueList_->addItem(QStringLiteral("… %1").arg(c.value(QLatin1String("name")).toString()));
+  int position = 1;
+  for (const QJsonObject& c : queue_->pending()) {
+    auto* item = new QListWidgetItem(QStringLiteral("%1. %2").arg(position++).arg(c.value(QLatin1String("name")).toString()),
+                                     queueList_);
+    item->setToolTip(tr("Waiting: %1").arg(c.value(QLatin1String("name")).toString()));
+  }
   stopButton_->setEnabled(current != nullptr);
   killButton_->setEnabled(current != nullptr);
   if (stopAction_) stopAction_->setEnabled(current != nullptr);
@@ -468,11 +563,13 @@ void MainWindow::openRun(qint64 runId) {
   const RunSummary* run = history_->model()->run(runId);
   auto* dashboard = new RunDashboard(dashboards_);
   dashboard->setProperty("storedRunId", runId);
-  dashboard->setStatus(run ? run->status : tr("loading"), run && !run->error.isEmpty() ? run->error : QString());
-  if (run) dashboard->setTricks(run->tricks);
+  dashboard->setStatus(tr("loading"));
   dashboards_->setCurrentIndex(dashboards_->addTab(dashboard, run ? QStringLiteral("%1 (#%2)").arg(run->name).arg(runId)
                                                                    : tr("Run %1").arg(runId)));
-  loader_->request(databasePath_, runId);
+  // Read from the store on a worker thread; a run still being written (by
+  // the command line or another workbench) is followed until it ends.
+  dashboard->follow(databasePath_, runId);
+  connect(dashboard, &RunDashboard::runEnded, history_, &RunHistoryView::reload);
   auto* advisor = new AdvisorPanel(dashboard);
   advisor->setDatabasePath(databasePath_);
   advisor->setEnginePath(enginePath());
@@ -483,6 +580,7 @@ void MainWindow::openRun(qint64 runId) {
     showPage(LadderPage);
   });
   advisor->showRun(runId);
+  connect(dashboard, &RunDashboard::runEnded, advisor, [advisor, runId] { advisor->showRun(runId); });
   dashboard->bottomTabs()->addTab(advisor, tr("Advisor"));
   showPage(RunsPage);
 }
@@ -581,8 +679,10 @@ void MainWindow::closeEvent(QCloseEvent* event) {
       return;
     }
   }
+  history_->saveNotesIfModified();
   QSettings settings;
   settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
+  settings.setValue(QStringLiteral("window/runsSplitter"), runsSplitter_->saveState());
   settings.setValue(QStringLiteral("window/state"), saveState());
   settings.setValue(QStringLiteral("window/page"), pages_->currentIndex());
   settings.setValue(QStringLiteral("setup/config"), QJsonDocument(currentConfig()).toJson(QJsonDocument::Compact));

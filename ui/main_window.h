@@ -3,6 +3,7 @@
 #include <QJsonObject>
 #include <QMainWindow>
 #include <QPointer>
+#include <functional>
 
 class CompareView;
 class ConfigPanel;
@@ -19,7 +20,7 @@ class QTextBrowser;
 class RunDashboard;
 class RunHistoryView;
 class RunQueue;
-class SeriesLoader;
+class QSplitter;
 class TrickPanel;
 
 // The workbench window: Set up (configuration, tricks, presets), Runs (queue
@@ -54,6 +55,13 @@ class MainWindow : public QMainWindow {
   LadderView* ladderView() const { return ladder_; }
   QTabWidget* dashboards() const { return dashboards_; }
   RunDashboard* dashboardFor(EngineProcess* process) const;
+  // Closes a dashboard tab unless its run is driven by this workbench and not
+  // over; closeDashboards() closes those `which` picks (default: every run
+  // that ended). Returns whether / how many closed.
+  bool closeDashboard(int index);
+  int closeDashboards(const std::function<bool(QWidget*)>& which = {});
+  // Clamps the window to its screen's available area.
+  void fitToScreen();
 
  public slots:
   void launchNow();
@@ -70,6 +78,7 @@ class MainWindow : public QMainWindow {
 
  protected:
   void closeEvent(QCloseEvent* event) override;
+  void changeEvent(QEvent* event) override;
 
  private:
   QWidget* buildSetupPage();
@@ -81,6 +90,7 @@ class MainWindow : public QMainWindow {
   void updateDeviceContext();
   void onEngineInfo();
   void updateConfigPreview();
+  void applyReadableHints();
 
   QString databasePath_;
   ConfigPanel* config_ = nullptr;
@@ -98,7 +108,7 @@ class MainWindow : public QMainWindow {
   CompareView* compare_ = nullptr;
   LadderView* ladder_ = nullptr;
   EngineInfo* engineInfo_ = nullptr;
-  SeriesLoader* loader_ = nullptr;
+  QSplitter* runsSplitter_ = nullptr;
   QLabel *engineStatus_ = nullptr, *dbStatus_ = nullptr;
   QAction *stopAction_ = nullptr, *killAction_ = nullptr;
   QJsonObject engineDefaults_;

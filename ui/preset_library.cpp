@@ -4,7 +4,9 @@
 #include <QDir>
 #include <QFile>
 #include <QJsonDocument>
+#include <QObject>
 
+#include "install_paths.h"
 #include "run_config.h"
 #include "trick_catalog.h"
 
@@ -19,10 +21,16 @@ QJsonObject Preset::applyTo(const QJsonObject& current, const QJsonObject& defau
   return RunConfig::merged(out, overrides);
 }
 
+QString Preset::toolTip() const {
+  if (source.isEmpty()) return description;
+  return QObject::tr("%1\n\nFrom %2.").arg(description, source);
+}
+
 Preset PresetLibrary::fromJson(const QJsonObject& o) {
   Preset p;
   p.name = o.value(QLatin1String("name")).toString();
   p.description = o.value(QLatin1String("description")).toString();
+  p.source = o.value(QLatin1String("source")).toString();
   p.resetTricks = o.value(QLatin1String("reset_tricks")).toBool(true);
   p.overrides = o.value(QLatin1String("overrides")).toObject();
   return p;
@@ -30,7 +38,7 @@ Preset PresetLibrary::fromJson(const QJsonObject& o) {
 
 QList<Preset> PresetLibrary::builtIn() {
   QList<Preset> out;
-  QDir dir(QStringLiteral(":/presets"));
+  QDir dir(InstallPaths::dataFile(QStringLiteral("presets")));
   for (const QString& file : dir.entryList({QStringLiteral("*.json")}, QDir::Files, QDir::Name)) {
     QFile f(dir.filePath(file));
     if (!f.open(QIODevice::ReadOnly)) continue;

@@ -4,9 +4,11 @@
 #include <QList>
 #include <QString>
 
-// A named set of configuration overrides (resources/presets/*.json).
+// A named set of configuration overrides (resources/presets/*.json), named
+// by what it does; `source` names the article it comes from (for tooltips).
 struct Preset {
-  QString name, description;
+  QString name, description, source;
+  QString toolTip() const;  // description, then "From <source>." 
   bool resetTricks = true;  // put every trick back to its default first
   QJsonObject overrides;
 
@@ -17,6 +19,6 @@ struct Preset {
 
 class PresetLibrary {
  public:
-  static QList<Preset> builtIn();  // from :/presets, in file-name order
+  static QList<Preset> builtIn();  // from <data dir>/presets, in file-name order
   static Preset fromJson(const QJsonObject& object);
 };

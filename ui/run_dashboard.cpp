@@ -5,12 +5,15 @@
 #include <QComboBox>
 #include <QDateTime>
 #include <QDir>
+#include <QEvent>
 #include <QFileDialog>
-#include <QMessageBox>
+#include <QFrame>
 #include <QGridLayout>
 #include <QHBoxLayout>
+#include <QJsonArray>
 #include <QJsonDocument>
 #include <QLabel>
+#include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QScrollArea>
@@ -18,29 +21,80 @@
 #include <QSlider>
 #include <QSplitter>
 #include <QTabWidget>
+#include <QTextDocument>
 #include <QTimer>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "engine_owner.h"
 #include "live_plot.h"
+#include "palette_colors.h"
 #include "run_config.h"
+#include "store_follower.h"
 #include "trick_catalog.h"
 
 namespace {
 double metricValue(const QJsonValue& v) {
   return v.isDouble() ? v.toDouble() : std::numeric_limits<double>::quiet_NaN();
 }
+
+QString formatDuration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return QStringLiteral("—");
+  if (seconds < 60) return QObject::tr("%1 s").arg(seconds, 0, 'f', seconds < 10 ? 1 : 0);
+  const qint64 s = qint64(std::llround(seconds));
+  if (s < 3600) return QObject::tr("%1 min %2 s").arg(s / 60).arg(s % 60);
+  return QObject::tr("%1 h %2 min").arg(s / 3600).arg((s % 3600) / 60);
+}
+
+double number(const QJsonObject& o, const char* key) {
+  const QJsonValue v = o.value(QLatin1String(key));
+  return v.isDouble() ? v.toDouble() : std::numeric_limits<double>::quiet_NaN();
+}
 }  // namespace
 
 RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
-  auto* controls = new QHBoxLayout;
+
+  // Header: who, how it is going, why it failed, Stop.
+  auto* top = new QHBoxLayout;
   header_ = new QLabel(this);
   header_->setTextFormat(Qt::RichText);
-  controls->addWidget(header_, 1);
+  header_->setWordWrap(true);
+  top->addWidget(header_, 1);
+  stopButton_ = new QPushButton(tr("Stop"), this);
+  stopButton_->setToolTip(tr("Ask the engine to finish its step, save and stop (SIGTERM)."));
+  stopButton_->setVisible(false);
+  top->addWidget(stopButton_);
+  layout->addLayout(top);
+  reasonLabel_ = new QLabel(this);
+  reasonLabel_->setWordWrap(true);
+  reasonLabel_->setTextFormat(Qt::RichText);
+  reasonLabel_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  reasonLabel_->setVisible(false);
+  layout->addWidget(reasonLabel_);
 
+  // The result: headline figures once the run ended.
+  resultStrip_ = new QFrame(this);
+  resultStrip_->setFrameShape(QFrame::StyledPanel);
+  resultStrip_->setVisible(false);
+  auto* strip = new QHBoxLayout(resultStrip_);
+  strip->setContentsMargins(8, 4, 8, 4);
+  const QStringList captions{tr("Test accuracy"), tr("Median step"), tr("Throughput"), tr("Peak memory"),
+                             tr("Wall time"), tr("Tricks applied")};
+  for (const QString& caption : captions) {
+    auto* figure = new QLabel(resultStrip_);
+    figure->setTextFormat(Qt::RichText);
+    figure->setProperty("caption", caption);
+    figure->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    strip->addWidget(figure, caption == captions.last() ? 2 : 1);
+    resultLabels_ << figure;
+  }
+  resultLabels_.last()->setWordWrap(true);
+  layout->addWidget(resultStrip_);
+
+  auto* controls = new QHBoxLayout;
   controls->addWidget(new QLabel(tr("X axis:"), this));
   xAxisBox_ = new QComboBox(this);
   xAxisBox_->addItem(tr("Step"), int(XAxis::Step));
@@ -53,12 +107,16 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   controls->addWidget(new QLabel(tr("Smoothing:"), this));
   smoothing_ = new QSlider(Qt::Horizontal, this);
   smoothing_->setRange(0, 99);
-  smoothing_->setFixedWidth(120);
+  smoothing_->setFixedWidth(110);
   smoothing_->setToolTip(tr("Exponential moving average weight (0 = off). The raw curve stays drawn faintly behind."));
   controls->addWidget(smoothing_);
+  smoothingValue_ = new QLabel(this);
+  smoothingValue_->setMinimumWidth(QFontMetrics(font()).horizontalAdvance(QStringLiteral("0.00 ")));
+  controls->addWidget(smoothingValue_);
   logScale_ = new QCheckBox(tr("Log y"), this);
   logScale_->setToolTip(tr("Logarithmic y axis on every plot (useful for the loss)."));
   controls->addWidget(logScale_);
+  controls->addStretch(1);
   auto* exportAll = new QPushButton(tr("Export plots…"), this);
   exportAll->setToolTip(tr("Save every plot of this dashboard as PNG, SVG and PDF (with legends) into a folder."));
   controls->addWidget(exportAll);
@@ -71,8 +129,15 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   auto* scroll = new QScrollArea(splitter);
   scroll->setWidgetResizable(true);
   auto* canvas = new QWidget(scroll);
-  grid_ = new QGridLayout(canvas);
+  auto* canvasLayout = new QVBoxLayout(canvas);
+  emptyHint_ = new QLabel(canvas);
+  emptyHint_->setAlignment(Qt::AlignCenter);
+  emptyHint_->setWordWrap(true);
+  canvasLayout->addWidget(emptyHint_);
+  grid_ = new QGridLayout;
   grid_->setSpacing(6);
+  canvasLayout->addLayout(grid_);
+  canvasLayout->addStretch(1);
   scroll->setWidget(canvas);
   splitter->addWidget(scroll);
 
@@ -92,14 +157,16 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   splitter->addWidget(bottom);
   splitter->setStretchFactor(0, 5);
   splitter->setStretchFactor(1, 1);
-  splitter->setSizes({800, 150});
+  splitter->setSizes({800, 130});
   layout->addWidget(splitter, 1);
 
   connect(xAxisBox_, &QComboBox::currentIndexChanged, this,
           [this] { setXAxis(XAxis(xAxisBox_->currentData().toInt())); });
   connect(smoothing_, &QSlider::valueChanged, this, [this](int v) {
+    smoothingValue_->setText(v == 0 ? tr("off") : QString::number(v / 100.0, 'f', 2));
     for (LivePlot* p : plots()) p->setSmoothing(v / 100.0);
   });
+  smoothingValue_->setText(tr("off"));
   connect(logScale_, &QCheckBox::toggled, this, [this](bool on) {
     for (LivePlot* p : plots()) p->setLogScale(on);
   });
@@ -114,6 +181,7 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   connect(reset, &QPushButton::clicked, this, [this] {
     for (LivePlot* p : plots()) p->resetView();
   });
+  connect(stopButton_, &QPushButton::clicked, this, &RunDashboard::requestStop);
 
   refreshTimer_ = new QTimer(this);
   refreshTimer_->setInterval(250);
@@ -124,18 +192,20 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
 
   const QString ms = tr("ms");
   auto makePanel = [](const QString& title, const QString& unit, const QList<PanelCurve>& curves,
-                      bool stacked = false, double yScale = 1.0) {
+                      bool stacked = false, double yScale = 1.0, bool zeroBased = false) {
     Panel p;
     p.title = title;
     p.unit = unit;
     p.curves = curves;
     p.stacked = stacked;
     p.yScale = yScale;
+    p.zeroBased = zeroBased;
     return p;
   };
   panels_ = {
-      makePanel(tr("Step time"), ms, {{false, QStringLiteral("step_time_ms"), tr("step time")}}),
-      makePanel(tr("Samples per second"), tr("samples/s"), {{false, QStringLiteral("samples_per_s"), tr("samples/s")}}),
+      makePanel(tr("Step time"), ms, {{false, QStringLiteral("step_time_ms"), tr("step time")}}, false, 1.0, true),
+      makePanel(tr("Samples per second"), tr("samples/s"), {{false, QStringLiteral("samples_per_s"), tr("samples/s")}},
+                false, 1.0, true),
       makePanel(tr("Step-time breakdown (stacked)"), ms,
        {{false, QStringLiteral("data_wait_ms"), tr("data wait")},
         {false, QStringLiteral("h2d_ms"), tr("host→device")},
@@ -150,25 +220,30 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
         {false, QStringLiteral("gpu_mem_peak_bytes"), tr("peak")},
         {false, QStringLiteral("gpu_mem_used_bytes"), tr("device used")},
         {false, QStringLiteral("host_rss_bytes"), tr("host resident (RSS)")}},
-       false, 1.0 / (1024.0 * 1024.0)),
+       false, 1.0 / (1024.0 * 1024.0), true),
       makePanel(tr("Tensor Core utilization"), tr("%"),
        {{false, QStringLiteral("tensor_core_share"), tr("share of kernel time"), 100.0},
-        {false, QStringLiteral("tensor_pipe_active_pct"), tr("tensor pipe active")}}),
+        {false, QStringLiteral("tensor_pipe_active_pct"), tr("tensor pipe active")}}, false, 1.0, true),
       makePanel(tr("Loss"), tr("loss"),
        {{false, QStringLiteral("loss"), tr("train (step)")},
         {true, QStringLiteral("train_loss"), tr("train (epoch)")},
         {true, QStringLiteral("test_loss"), tr("test (epoch)")}}),
-      makePanel(tr("Accuracy"), tr("accuracy"),
+      makePanel(tr("Accuracy"), tr("%"),
        {{false, QStringLiteral("train_accuracy"), tr("train (step)")},
         {false, QStringLiteral("accuracy"), tr("train (step)")},
         {true, QStringLiteral("train_accuracy"), tr("train (epoch)")},
-        {true, QStringLiteral("test_accuracy"), tr("test (epoch)")}}),
+        {true, QStringLiteral("test_accuracy"), tr("test (epoch)")}}, false, 100.0),
       makePanel(tr("Learning rate"), tr("lr"), {{false, QStringLiteral("lr"), tr("learning rate")}}),
   };
   for (const Panel& p : panels_)
     for (const PanelCurve& c : p.curves)
       claimed_.insert((c.epochSeries ? QStringLiteral("e:") : QStringLiteral("s:")) + c.name);
-  setStatus(status_);
+  updateHeader();
+}
+
+RunDashboard::~RunDashboard() {
+  // Plots point into series_: let go of them first.
+  for (LivePlot* p : plots()) p->removeCurves();
 }
 
 QList<LivePlot*> RunDashboard::plots() const {
@@ -186,6 +261,29 @@ LivePlot* RunDashboard::plot(const QString& title) const {
 
 QString RunDashboard::statusText() const { return status_; }
 
+QString RunDashboard::headerText() const {
+  QTextDocument doc;
+  doc.setHtml(header_->text());
+  QString text = doc.toPlainText();
+  if (reasonLabel_->isVisibleTo(this)) {
+    doc.setHtml(reasonLabel_->text());
+    text += QLatin1Char('\n') + doc.toPlainText();
+  }
+  return text;
+}
+
+bool RunDashboard::hasResult() const { return resultStrip_->isVisibleTo(this); }
+
+QString RunDashboard::resultText() const {
+  QStringList parts;
+  QTextDocument doc;
+  for (const QLabel* l : resultLabels_) {
+    doc.setHtml(l->text());
+    parts << doc.toPlainText().replace(QLatin1Char('\n'), QLatin1String(": "));
+  }
+  return parts.join(QStringLiteral(" | "));
+}
+
 void RunDashboard::handleRunStarted(const QJsonObject& event) {
   series_.runId = event.value(QLatin1String("run_id")).toInteger();
   series_.runName = event.value(QLatin1String("name")).toString(series_.runName);
@@ -200,27 +298,27 @@ void RunDashboard::handleRunStarted(const QJsonObject& event) {
 void RunDashboard::setTricks(const QJsonObject& tricks) {
   // Which tricks the engine applied, and why not where it did not: the ones
   // changed from their default first.
-  if (!tricks.isEmpty()) {
-    QString html = QStringLiteral("<table cellspacing='4'><tr><th align='left'>%1</th><th align='left'>%2</th>"
-                                  "<th align='left'>%3</th><th align='left'>%4</th></tr>")
-                       .arg(tr("Trick"), tr("Requested"), tr("Applied"), tr("Reason"));
-    QStringList keys = tricks.keys();
-    std::stable_sort(keys.begin(), keys.end(), [&tricks](const QString& a, const QString& b) {
-      return tricks.value(a).toObject().value(QLatin1String("changed")).toBool() &&
-             !tricks.value(b).toObject().value(QLatin1String("changed")).toBool();
-    });
-    for (const QString& key : keys) {
-      const auto it = tricks.constFind(key);
-      const QJsonObject t = it.value().toObject();
-      const TrickInfo* info = TrickCatalog::instance().find(it.key());
-      const QString requested = RunConfig::valueText(t.value(QLatin1String("requested")));
-      const QString applied = RunConfig::valueText(t.value(QLatin1String("applied")));
-      html += QStringLiteral("<tr><td>%1</td><td>%2</td><td>%3</td><td>%4</td></tr>")
-                  .arg((info ? info->label : it.key()).toHtmlEscaped(), requested.toHtmlEscaped(),
-                       applied.toHtmlEscaped(), t.value(QLatin1String("reason")).toString().toHtmlEscaped());
-    }
-    tricks_->setText(html + QStringLiteral("</table>"));
+  if (tricks.isEmpty()) return;
+  tricksReport_ = tricks;
+  QString html = QStringLiteral("<table cellspacing='4'><tr><th align='left'>%1</th><th align='left'>%2</th>"
+                                "<th align='left'>%3</th><th align='left'>%4</th></tr>")
+                     .arg(tr("Trick"), tr("Requested"), tr("Applied"), tr("Reason"));
+  QStringList keys = tricks.keys();
+  std::stable_sort(keys.begin(), keys.end(), [&tricks](const QString& a, const QString& b) {
+    return tricks.value(a).toObject().value(QLatin1String("changed")).toBool() &&
+           !tricks.value(b).toObject().value(QLatin1String("changed")).toBool();
+  });
+  for (const QString& key : keys) {
+    const QJsonObject t = tricks.value(key).toObject();
+    const TrickInfo* info = TrickCatalog::instance().find(key);
+    const QString requested = RunConfig::valueText(t.value(QLatin1String("requested")));
+    const QString applied = RunConfig::valueText(t.value(QLatin1String("applied")));
+    html += QStringLiteral("<tr><td>%1</td><td>%2</td><td>%3</td><td>%4</td></tr>")
+                .arg((info ? info->label : key).toHtmlEscaped(), requested.toHtmlEscaped(), applied.toHtmlEscaped(),
+                     t.value(QLatin1String("reason")).toString().toHtmlEscaped());
   }
+  tricks_->setText(html + QStringLiteral("</table>"));
+  if (hasResult()) showResult(lastSummary_);
 }
 
 SeriesPoints& RunDashboard::stepSeries(const QString& name) { return series_.step[name]; }
@@ -254,20 +352,148 @@ void RunDashboard::appendLog(const QString& level, const QString& message) {
   log_->appendPlainText(QStringLiteral("[%1] %2").arg(level, message));
 }
 
-void RunDashboard::setStatus(const QString& status, const QString& message) {
+void RunDashboard::setStatus(const QString& status, const QString& reason) {
   status_ = status;
-  if (status == QLatin1String("failed") && !message.isEmpty())
-    lastWords_ = message.trimmed().section(QLatin1Char('\n'), -1);
+  if (!reason.trimmed().isEmpty()) reason_ = reason.trimmed();
+  const bool over = status == QLatin1String("finished") || status == QLatin1String("stopped") ||
+                    status == QLatin1String("failed") || status == QLatin1String("interrupted");
+  if (over) setStoppable(false);
+  updateHeader();
+}
+
+void RunDashboard::updateHeader() {
   QString progress;
-  if (totalSteps_ > 0) progress = tr(" — step %1 of %2").arg(lastStep_).arg(totalSteps_);
-  else if (lastStep_ > 0) progress = tr(" — step %1").arg(lastStep_);
-  QString html = QStringLiteral("<b>%1</b> &nbsp; %2%3")
-                     .arg(series_.runName.toHtmlEscaped(), status.toHtmlEscaped(), progress.toHtmlEscaped());
-  if (status == QLatin1String("failed") && !lastWords_.isEmpty())
-    html += QStringLiteral(" &nbsp; <span style='color:#c83232'>%1</span>").arg(lastWords_.left(200).toHtmlEscaped());
+  if (totalSteps_ > 0) progress = tr("step %1 of %2").arg(lastStep_).arg(totalSteps_);
+  else if (lastStep_ > 0) progress = tr("step %1").arg(lastStep_);
+  const QPalette pal = palette();
+  QString html = QStringLiteral("<b>%1</b>").arg(series_.runName.toHtmlEscaped());
+  if (series_.runId > 0) html += QStringLiteral(" (#%1)").arg(series_.runId);
+  html += QStringLiteral(" &nbsp; ") + PaletteColors::span(status_, PaletteColors::status(status_, pal), true);
+  if (!progress.isEmpty()) html += QStringLiteral(" &nbsp;·&nbsp; ") + progress.toHtmlEscaped();
+  if (followed_ && !followedRun_.isTerminal() && followedRun_.id > 0)
+    html += QStringLiteral(" &nbsp;·&nbsp; ") +
+            PaletteColors::span(followedRun_.engineHost.isEmpty()
+                                    ? tr("followed from the run database")
+                                    : tr("followed from the run database (engine pid %1 on %2)")
+                                          .arg(followedRun_.enginePid)
+                                          .arg(followedRun_.engineHost),
+                                PaletteColors::hint(pal));
   header_->setText(html);
-  header_->setToolTip(status == QLatin1String("failed") ? tr("The engine's last words are in the Engine log tab.") : QString());
-  if (!message.isEmpty()) appendLog(status, message);
+  // Until the first plot: what to expect, or why there will be none.
+  const bool over = status_ == QLatin1String("finished") || status_ == QLatin1String("stopped") ||
+                    status_ == QLatin1String("failed") || status_ == QLatin1String("interrupted");
+  emptyHint_->setVisible(plots().isEmpty());
+  emptyHint_->setText(PaletteColors::span(over ? tr("No metrics were recorded: the run ended before its first step.")
+                                               : tr("The plots appear with the first training step."),
+                                          PaletteColors::hint(pal)));
+  const bool showReason = !reason_.isEmpty() && (status_ == QLatin1String("failed") || status_ == QLatin1String("interrupted"));
+  reasonLabel_->setVisible(showReason);
+  if (showReason)
+    reasonLabel_->setText(PaletteColors::span(status_ == QLatin1String("failed") ? tr("Failed:") : tr("Interrupted:"),
+                                              PaletteColors::error(pal), true) +
+                          QStringLiteral(" ") + reason_.left(1000).toHtmlEscaped().replace(QLatin1Char('\n'), QLatin1String("<br>")));
+  reasonLabel_->setToolTip(showReason ? tr("The engine's full output is in the Engine log tab.") : QString());
+}
+
+void RunDashboard::showResult(const QJsonObject& summary) {
+  lastSummary_ = summary;
+  const qint64 steps = summary.value(QLatin1String("steps")).toInteger();
+  if (summary.isEmpty() || steps <= 0) {
+    resultStrip_->setVisible(false);
+    return;
+  }
+  const QPalette pal = palette();
+  auto figure = [&](int i, const QString& value, const QString& tip = QString()) {
+    resultLabels_[i]->setText(QStringLiteral("%1<br><span style='font-size:large; font-weight:bold'>%2</span>")
+                                  .arg(PaletteColors::span(resultLabels_[i]->property("caption").toString(),
+                                                           PaletteColors::hint(pal)),
+                                       value.toHtmlEscaped()));
+    resultLabels_[i]->setToolTip(tip);
+  };
+  double accuracy = number(summary, "final_test_accuracy");
+  if (std::isnan(accuracy)) {
+    auto it = series_.epoch.find(QStringLiteral("test_accuracy"));
+    if (it != series_.epoch.end() && !it->second.isEmpty()) accuracy = it->second.value.last();
+  }
+  figure(0, std::isnan(accuracy) ? QStringLiteral("—") : QStringLiteral("%1 %").arg(accuracy * 100, 0, 'f', 2),
+         tr("Test accuracy after the last evaluation."));
+  const double median = number(summary, "median_step_time_ms");
+  figure(1, std::isnan(median) ? QStringLiteral("—") : tr("%1 ms").arg(median, 0, 'f', median < 10 ? 2 : 1),
+         tr("Median time of one training step (robust to the slow first steps)."));
+  const double rate = number(summary, "samples_per_s");
+  figure(2, std::isnan(rate) ? QStringLiteral("—") : tr("%1 samples/s").arg(QLocale().toString(rate, 'f', 0)),
+         tr("Training samples per second at the median step time."));
+  const double peak = number(summary, "peak_memory_bytes");
+  const QString kind = summary.value(QLatin1String("peak_memory_kind")).toString();
+  figure(3, std::isnan(peak) ? QStringLiteral("—") : tr("%1 MiB").arg(peak / (1024.0 * 1024.0), 0, 'f', 0),
+         kind == QLatin1String("host_peak_rss") ? tr("Peak resident memory of the engine process (CPU run).")
+                                                : tr("Peak memory allocated on the device."));
+  double wall = number(summary, "total_time_s");
+  if (std::isnan(wall)) wall = followedRun_.wallSeconds;
+  figure(4, formatDuration(wall), tr("From the start of the run to its end, %n step(s).", nullptr, int(steps)));
+  QStringList applied;
+  for (auto it = tricksReport_.begin(); it != tricksReport_.end(); ++it) {
+    const QJsonObject t = it.value().toObject();
+    if (!t.value(QLatin1String("changed")).toBool() || !t.value(QLatin1String("applied")).toBool()) continue;
+    const TrickInfo* info = TrickCatalog::instance().find(it.key());
+    applied << (info ? info->label : it.key());
+  }
+  figure(5, applied.isEmpty() ? tr("none (baseline)") : QString::number(applied.size()) + QStringLiteral(": ") + applied.join(QStringLiteral(", ")),
+         applied.join(QLatin1Char('\n')));
+  resultStrip_->setVisible(true);
+}
+
+void RunDashboard::follow(const QString& databasePath, qint64 runId) {
+  followed_ = true;
+  series_.runId = runId;
+  delete follower_;
+  follower_ = new RunFollower(databasePath, runId, this);
+  connect(follower_, &RunFollower::updated, this, [this](const RunSeries& newer, const RunSummary& run) {
+    appendSeries(newer);
+    setRun(run);
+  });
+  connect(follower_, &RunFollower::ended, this, [this](const RunSummary& run) {
+    refreshNow();
+    emit runEnded(run.status);
+  });
+  connect(follower_, &RunFollower::failed, this, [this](const QString& error) {
+    appendLog(QStringLiteral("workbench"), tr("Could not read the run from the database: %1").arg(error));
+    setStoppable(false);
+    if (status_ == QLatin1String("loading") || status_ == QLatin1String("waiting")) setStatus(tr("unreadable"), error);
+  });
+  follower_->start();
+}
+
+bool RunDashboard::isFollowing() const { return follower_ && !followedRun_.isTerminal(); }
+
+void RunDashboard::setRun(const RunSummary& run) {
+  followedRun_ = run;
+  series_.runId = run.id;
+  if (!run.name.isEmpty()) series_.runName = run.name;
+  setTricks(run.tricks);
+  const qint64 total = run.summary.value(QLatin1String("total_steps")).toInteger();
+  if (total > 0) totalSteps_ = total;
+  if (run.isTerminal()) {
+    setStatus(run.status, run.error);
+    showResult(run.summary);
+  } else {
+    const QString why = EngineOwner::whyNotStoppable(run.enginePid, run.engineHost);
+    setStoppable(status_ != QLatin1String("stopping"), why);
+    if (status_ != QLatin1String("stopping")) setStatus(run.status);
+    else updateHeader();
+  }
+}
+
+void RunDashboard::appendSeries(const RunSeries& newer) {
+  const bool hadRunId = series_.runId > 0;
+  const qint64 keepId = series_.runId;
+  series_.appendAll(newer);
+  if (hadRunId) series_.runId = keepId;
+  for (const QString& line : newer.events) log_->appendPlainText(line);
+  for (const auto& [name, points] : series_.step)
+    if (!points.isEmpty()) lastStep_ = std::max(lastStep_, qint64(points.step.last()));
+  scheduleRefresh();
+  updateHeader();
 }
 
 void RunDashboard::setSeries(const RunSeries& series) {
@@ -280,8 +506,35 @@ void RunDashboard::setSeries(const RunSeries& series) {
   lastStep_ = 0;
   for (const auto& [name, points] : series_.step)
     if (!points.isEmpty()) lastStep_ = std::max(lastStep_, qint64(points.step.last()));
-  setStatus(status_);
+  updateHeader();
   refreshNow();
+}
+
+void RunDashboard::setStoppable(bool on, const QString& whyNot) {
+  stopButton_->setVisible(on || !whyNot.isEmpty());
+  stopButton_->setEnabled(on && whyNot.isEmpty());
+  stopButton_->setToolTip(whyNot.isEmpty() ? tr("Ask the engine to finish its step, save and stop (SIGTERM).")
+                                           : tr("Cannot stop this run from here: %1.").arg(whyNot));
+  if (!on && whyNot.isEmpty()) stopButton_->setVisible(false);
+}
+
+bool RunDashboard::canStop() const { return stopButton_->isEnabled() && stopButton_->isVisibleTo(this); }
+
+void RunDashboard::requestStop() {
+  if (!followed_) {
+    emit stopRequested();
+    return;
+  }
+  QString error;
+  if (!EngineOwner::stop(followedRun_.enginePid, followedRun_.engineHost, &error)) {
+    appendLog(QStringLiteral("workbench"), tr("Stop failed: %1").arg(error));
+    setStoppable(false, error);
+    return;
+  }
+  appendLog(QStringLiteral("workbench"), tr("Sent SIGTERM to the engine (pid %1): it saves and stops after this step.")
+                                             .arg(followedRun_.enginePid));
+  stopButton_->setEnabled(false);
+  setStatus(QStringLiteral("stopping"));
 }
 
 void RunDashboard::scheduleRefresh() { dirty_ = true; }
@@ -304,10 +557,9 @@ void RunDashboard::attachCurves(Panel& panel) {
     if (!panel.plot) {
       panel.plot = new LivePlot(panel.title, panel.unit, this);
       const QString movers = tricksThatMove(panel.title);
-      if (!movers.isEmpty())
-        panel.plot->setToolTip(panel.plot->toolTip() + QStringLiteral("\n\n") +
-                               tr("Tricks that should move this plot: %1").arg(movers));
+      if (!movers.isEmpty()) panel.plot->setHelpText(tr("Tricks that should move this plot: %1").arg(movers));
       panel.plot->setStacked(panel.stacked);
+      panel.plot->setZeroBased(panel.zeroBased);
       placePlot(panel.plot);
     }
     panel.plot->addCurve(c.label, &it->second, panel.yScale * c.scale);
@@ -338,15 +590,22 @@ QString RunDashboard::tricksThatMove(const QString& title) {
   return labels.join(QStringLiteral(", "));
 }
 
+QPair<QString, QString> RunDashboard::readableName(const QString& series) { return seriesTitleAndUnit(series); }
+
 void RunDashboard::ensurePanels() {
-  // Series nobody claimed get a plot of their own (plots are generic over names).
+  // Series nobody claimed get a plot of their own (plots are generic over
+  // names), titled in words with the unit their name ends in.
   auto addGeneric = [this](bool epochSeries, const QString& name) {
     const QString id = (epochSeries ? QStringLiteral("e:") : QStringLiteral("s:")) + name;
     if (claimed_.contains(id)) return;
     claimed_.insert(id);
+    const auto [title, unit] = readableName(name);
     Panel p;
-    p.title = epochSeries ? tr("%1 (per epoch)").arg(name) : name;
+    p.title = epochSeries ? tr("%1 (per epoch)").arg(title) : title;
+    p.unit = unit;
     p.curves = {{epochSeries, name, name}};
+    p.yScale = seriesScale(name);
+    p.zeroBased = !unit.isEmpty();
     panels_.append(p);
   };
   for (const auto& [name, points] : series_.step) addGeneric(false, name);
@@ -358,25 +617,37 @@ void RunDashboard::refreshNow() {
   dirty_ = false;
   ensurePanels();
   for (LivePlot* p : plots()) p->refresh();
-  if (status_ == QLatin1String("running")) setStatus(status_);
+  updateHeader();
 }
 
 int RunDashboard::exportPlots(const QString& folder, QString* error) {
   int written = 0;
   QString base = series_.runName.isEmpty() ? QStringLiteral("run") : series_.runName;
+  if (series_.runId > 0) base += QStringLiteral("-%1").arg(series_.runId);
   for (QChar& c : base)
     if (!c.isLetterOrNumber() && c != QLatin1Char('-')) c = QLatin1Char('_');
   for (LivePlot* p : plots()) {
     QString title = p->title();
     for (QChar& c : title)
       if (!c.isLetterOrNumber() && c != QLatin1Char('-')) c = QLatin1Char('_');
+    // A run without an id (it never reached the store) still never overwrites.
+    QString stem = QDir(folder).filePath(QStringLiteral("%1-%2").arg(base, title));
+    for (int n = 2; QFileInfo::exists(stem + QStringLiteral(".png")); ++n)
+      stem = QDir(folder).filePath(QStringLiteral("%1-%2-%3").arg(base, title).arg(n));
     for (const char* suffix : {"png", "svg", "pdf"}) {
-      const QString path = QDir(folder).filePath(QStringLiteral("%1-%2.%3").arg(base, title, QLatin1String(suffix)));
-      if (!p->exportImage(path, 1200, 700, error)) return written;
+      if (!p->exportImage(stem + QLatin1Char('.') + QLatin1String(suffix), 1200, 700, error)) return written;
       ++written;
     }
   }
   return written;
+}
+
+void RunDashboard::changeEvent(QEvent* event) {
+  QWidget::changeEvent(event);
+  if (event->type() == QEvent::PaletteChange) {
+    updateHeader();
+    if (hasResult()) showResult(lastSummary_);
+  }
 }
 
 void RunDashboard::setXAxis(XAxis axis) {

@@ -38,9 +38,15 @@ bool RunHistoryFilter::filterAcceptsRow(int row, const QModelIndex& parent) cons
     if (!found) return false;
   }
   if (!search_.isEmpty()) {
+    // A word matches the run's texts and configuration values; "key=value"
+    // (or a prefix such as "lr=0.") matches one setting.
     const QString text = index.data(RunHistoryModel::SearchTextRole).toString();
-    for (const QString& word : search_.split(QLatin1Char(' '), Qt::SkipEmptyParts))
-      if (!text.contains(word, Qt::CaseInsensitive)) return false;
+    const QString pairs = QLatin1Char('\n') + index.data(RunHistoryModel::ConfigPairsRole).toString();
+    for (const QString& word : search_.split(QLatin1Char(' '), Qt::SkipEmptyParts)) {
+      const bool found = word.contains(QLatin1Char('=')) ? pairs.contains(QLatin1Char('\n') + word, Qt::CaseInsensitive)
+                                                        : text.contains(word, Qt::CaseInsensitive);
+      if (!found) return false;
+    }
   }
   return true;
 }

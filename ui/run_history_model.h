@@ -9,9 +9,9 @@
 class RunHistoryModel : public QAbstractTableModel {
   Q_OBJECT
  public:
-  enum Column { Name, Date, Model, Dataset, Device, Status, MedianStep, SamplesPerSecond, PeakMemory,
-                FinalAccuracy, Tags, ColumnCount };
-  enum Role { RunIdRole = Qt::UserRole + 1, SortRole, StatusRole, ModelRole, TagsRole, SearchTextRole };
+  enum Column { Id, Name, Date, Model, Dataset, Device, Status, Batch, Duration, MedianStep, SamplesPerSecond,
+                PeakMemory, FinalAccuracy, Tags, ColumnCount };
+  enum Role { RunIdRole = Qt::UserRole + 1, SortRole, StatusRole, ModelRole, TagsRole, SearchTextRole, ConfigPairsRole };
 
   explicit RunHistoryModel(QObject* parent = nullptr);
 
@@ -23,7 +23,9 @@ class RunHistoryModel : public QAbstractTableModel {
 
   const QList<RunSummary>& runs() const { return runs_; }
   const RunSummary* run(qint64 id) const;
+  void setNotes(qint64 id, const QString& notes);  // after they were saved to the store
   QStringList models() const;
+  QStringList statuses() const;  // every status the runs have, the usual ones first
   QStringList tags() const;
 
   int rowCount(const QModelIndex& parent = {}) const override;
@@ -33,6 +35,11 @@ class RunHistoryModel : public QAbstractTableModel {
 
   static QString formatNumber(double v, int decimals);
   static QString formatBytes(double bytes);
+  static QString formatDuration(double seconds);  // "42 s", "3 min 05 s", "1 h 02 min"
+  // Every configuration value as text, and "key=value" per key (one a line),
+  // for searching.
+  static QStringList configValues(const QJsonObject& config);
+  static QString configPairs(const QJsonObject& config);
 
  private:
   QList<RunSummary> runs_;

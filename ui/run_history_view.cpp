@@ -8,12 +8,15 @@
 #include <QItemSelectionModel>
 #include <QJsonDocument>
 #include <QLabel>
+#include <QMenu>
+#include <QSettings>
 #include <QLineEdit>
 #include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSplitter>
 #include <QTableView>
+#include <QTextCursor>
 #include <QTimer>
 #include <QVBoxLayout>
 #include <exception>
@@ -23,6 +26,7 @@
 #include "plot_export_dialog.h"
 #include "run_history_filter.h"
 #include "run_history_model.h"
+#include "store_follower.h"
 
 RunHistoryView::RunHistoryView(QWidget* parent) : QWidget(parent) {
   model_ = new RunHistoryModel(this);
@@ -32,13 +36,13 @@ RunHistoryView::RunHistoryView(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
   auto* bar = new QHBoxLayout;
   search_ = new QLineEdit(this);
-  search_->setPlaceholderText(tr("Search name, model, tags, notes…"));
+  search_->setPlaceholderText(tr("Search name, model, tags, notes, settings (amp=bf16)…"));
+  search_->setToolTip(tr("Every word must match the run's name, id (#12), model, data set, device, status, tags, "
+                         "notes or a configuration value: 'bf16', 'batch_size=256', 'channels_last=true'."));
   search_->setClearButtonEnabled(true);
   bar->addWidget(search_, 2);
   status_ = new QComboBox(this);
-  status_->addItem(tr("Any status"), QString());
-  for (const char* s : {"finished", "stopped", "failed", "running", "queued"})
-    status_->addItem(QString::fromLatin1(s), QString::fromLatin1(s));
+  status_->addItem(tr("Any status"), QString());  // filled from the runs (any status string)
   modelFilter_ = new QComboBox(this);
   tag_ = new QComboBox(this);
   bar->addWidget(status_);
@@ -80,6 +84,8 @@ RunHistoryView::RunHistoryView(QWidget* parent) : QWidget(parent) {
   splitter->addWidget(side);
   splitter->setStretchFactor(0, 4);
   splitter->setStretchFactor(1, 1);
+  splitter->setSizes({900, 220});
+  side->setMinimumWidth(160);
   layout->addWidget(splitter, 1);
 
   auto* buttons = new QHBoxLayout;
@@ -124,26 +130,82 @@ RunHistoryView::RunHistoryView(QWidget* parent) : QWidget(parent) {
   });
   connect(table_->selectionModel(), &QItemSelectionModel::selectionChanged, this, &RunHistoryView::showSelectedNotes);
   connect(saveNotes, &QPushButton::clicked, this, [this] {
-    if (notesRun_ > 0 && setRunNotes(notesRun_, notes_->toPlainText())) {
-      notes_->document()->setModified(false);
-      emit statusMessage(tr("Notes saved."));
-    }
+    if (saveNotesIfModified()) emit statusMessage(tr("Notes saved."));
   });
+  // Typed notes are saved when the editor loses focus or the selection moves
+  // on: nothing typed is ever dropped.
+  notes_->installEventFilter(this);
+  saveNotes->setToolTip(tr("Notes are also saved when you select another run or leave the notes field."));
   updateFilterChoices();
 
   // Runs started elsewhere (the command line, another workbench) appear on
-  // their own while the history is shown; typing notes is never interrupted.
+  // their own: the store is watched for commits (StoreWatcher), and read
+  // again now and then for what changes without a commit (an engine that
+  // died). Typing notes is never interrupted.
+  watcher_ = new StoreWatcher(this);
+  // At most one reload a second while an engine commits batch after batch;
+  // a hidden history catches up when it is shown.
+  reloadSoon_ = new QTimer(this);
+  reloadSoon_->setSingleShot(true);
+  reloadSoon_->setInterval(1000);
+  connect(reloadSoon_, &QTimer::timeout, this, [this] {
+    if (isVisible() && !notes_->document()->isModified()) reload();
+  });
+  connect(watcher_, &StoreWatcher::changed, this, [this] {
+    pendingReload_ = true;
+    if (!reloadSoon_->isActive()) reloadSoon_->start();
+  });
   autoRefresh_ = new QTimer(this);
-  autoRefresh_->setInterval(5000);
+  autoRefresh_->setInterval(15000);
   connect(autoRefresh_, &QTimer::timeout, this, [this] {
     if (isVisible() && !databasePath_.isEmpty() && !notes_->document()->isModified()) reload();
   });
   autoRefresh_->start();
+
+  // Columns: a chooser on the header, remembered; a few are hidden at first.
+  auto* header = table_->horizontalHeader();
+  header->setContextMenuPolicy(Qt::CustomContextMenu);
+  header->setToolTip(tr("Right-click to choose the columns."));
+  connect(header, &QWidget::customContextMenuRequested, this, [this](const QPoint& pos) {
+    QMenu menu(this);
+    for (int c = 0; c < RunHistoryModel::ColumnCount; ++c) {
+      QAction* a = menu.addAction(model_->headerData(c, Qt::Horizontal).toString());
+      a->setCheckable(true);
+      a->setChecked(!table_->isColumnHidden(c));
+      connect(a, &QAction::toggled, this, [this, c](bool on) { setColumnShown(c, on); });
+    }
+    menu.exec(table_->horizontalHeader()->mapToGlobal(pos));
+  });
+  const QStringList hidden = QSettings().value(QStringLiteral("history/hiddenColumns"),
+                                               QStringList{QStringLiteral("Dataset"), QStringLiteral("Device"), QStringLiteral("Tags")})
+                                   .toStringList();
+  for (int c = 0; c < RunHistoryModel::ColumnCount; ++c)
+    table_->setColumnHidden(c, hidden.contains(columnKey(c)));
 }
 
+QString RunHistoryView::columnKey(int column) {
+  static const char* keys[] = {"Id", "Name", "Date", "Model", "Dataset", "Device", "Status", "Batch", "Duration",
+                               "MedianStep", "SamplesPerSecond", "PeakMemory", "FinalAccuracy", "Tags"};
+  static_assert(sizeof(keys) / sizeof(keys[0]) == RunHistoryModel::ColumnCount);
+  return column >= 0 && column < RunHistoryModel::ColumnCount ? QString::fromLatin1(keys[column]) : QString();
+}
+
+void RunHistoryView::setColumnShown(int column, bool shown) {
+  table_->setColumnHidden(column, !shown);
+  QStringList hidden;
+  for (int c = 0; c < RunHistoryModel::ColumnCount; ++c)
+    if (table_->isColumnHidden(c)) hidden << columnKey(c);
+  QSettings().setValue(QStringLiteral("history/hiddenColumns"), hidden);
+}
+
+bool RunHistoryView::columnShown(int column) const { return !table_->isColumnHidden(column); }
+
 void RunHistoryView::setDatabasePath(const QString& path) {
+  saveNotesIfModified();
+  notesRun_ = 0;
   databasePath_ = path;
   reload();
+  watcher_->watch(path);
 }
 
 void RunHistoryView::reload() {
@@ -152,9 +214,13 @@ void RunHistoryView::reload() {
   bool changed = false;
   if (!model_->reload(databasePath_, &error, &changed))
     emit statusMessage(tr("Cannot read %1: %2").arg(databasePath_, error));
+  pendingReload_ = false;
   if (!changed) return;
   updateFilterChoices();
   table_->resizeColumnsToContents();
+  // Long names and device strings do not push the numbers off screen.
+  for (int c = 0; c < RunHistoryModel::ColumnCount; ++c)
+    table_->setColumnWidth(c, std::min(table_->columnWidth(c), 240));
   selectRuns(selected);
 }
 
@@ -168,6 +234,8 @@ void RunHistoryView::updateFilterChoices() {
     const int i = box->findData(current);
     box->setCurrentIndex(i < 0 ? 0 : i);
   };
+  refill(status_, tr("Any status"), model_->statuses());
+  filter_->setStatusFilter(status_->currentData().toString());
   refill(modelFilter_, tr("Any model"), model_->models());
   refill(tag_, tr("Any tag"), model_->tags());
   filter_->setModelFilter(modelFilter_->currentData().toString());
@@ -191,12 +259,44 @@ void RunHistoryView::selectRuns(const QList<qint64>& ids) {
   table_->selectionModel()->select(selection, QItemSelectionModel::ClearAndSelect);
 }
 
+void RunHistoryView::showEvent(QShowEvent* event) {
+  QWidget::showEvent(event);
+  if (pendingReload_) reload();
+}
+
+bool RunHistoryView::eventFilter(QObject* watched, QEvent* event) {
+  if (watched == notes_ && event->type() == QEvent::FocusOut && saveNotesIfModified() && pendingReload_) reload();
+  return QWidget::eventFilter(watched, event);
+}
+
+bool RunHistoryView::saveNotesIfModified() {
+  if (notesRun_ <= 0 || !notes_->document()->isModified()) return true;
+  const QString text = notes_->toPlainText();
+  try {
+    tb::RunStore(databasePath_.toStdString()).set_notes(notesRun_, text.toStdString());
+  } catch (const std::exception& e) {
+    // Kept here and shown again with the run: never dropped.
+    unsavedNotes_.insert(notesRun_, text);
+    emit statusMessage(tr("Could not save the notes of run %1 (kept unsaved): %2")
+                           .arg(notesRun_).arg(QString::fromUtf8(e.what())));
+    return false;
+  }
+  unsavedNotes_.remove(notesRun_);
+  model_->setNotes(notesRun_, text);
+  notes_->document()->setModified(false);
+  return true;
+}
+
 void RunHistoryView::showSelectedNotes() {
   const auto ids = selectedRunIds();
   const RunSummary* run = ids.isEmpty() ? nullptr : model_->run(ids.first());
+  if (!run || run->id != notesRun_) saveNotesIfModified();
+  if (run && run->id == notesRun_ && notes_->document()->isModified()) return;  // still typing into it
   notesRun_ = run ? run->id : 0;
-  notes_->setPlainText(run ? run->notes : QString());
-  notes_->document()->setModified(false);
+  const auto unsaved = run ? unsavedNotes_.constFind(run->id) : unsavedNotes_.constEnd();
+  notes_->setPlainText(unsaved != unsavedNotes_.constEnd() ? *unsaved : run ? run->notes : QString());
+  notes_->document()->setModified(unsaved != unsavedNotes_.constEnd());
+  notes_->moveCursor(QTextCursor::End);  // typing goes on from the end
   notes_->setEnabled(run != nullptr);
   if (!run) {
     details_->setText(tr("Select a run."));

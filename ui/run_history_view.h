@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
+#include <QHash>
 #include <QList>
 #include <QWidget>
 #include <functional>
@@ -35,6 +36,12 @@ class RunHistoryView : public QWidget {
   bool setRunTags(qint64 id, const QString& tags);
   bool setRunNotes(qint64 id, const QString& notes);
   bool deleteRuns(const QList<qint64>& ids);
+  // Writes the notes being typed to the store (no-op when unchanged); false
+  // when the store refused them (they stay in the editor).
+  bool saveNotesIfModified();
+  // The column chooser (right-click on the header), remembered in QSettings.
+  void setColumnShown(int column, bool shown);
+  bool columnShown(int column) const;
 
  public slots:
   void renameSelected();
@@ -46,6 +53,10 @@ class RunHistoryView : public QWidget {
   void openRunRequested(qint64 runId);
   void compareRequested(const QList<qint64>& runIds);
   void statusMessage(const QString& message);
+
+ protected:
+  bool eventFilter(QObject* watched, QEvent* event) override;
+  void showEvent(QShowEvent* event) override;
 
  private:
   void updateFilterChoices();
@@ -61,5 +72,10 @@ class RunHistoryView : public QWidget {
   QPlainTextEdit* notes_;
   QLabel* details_;
   qint64 notesRun_ = 0;
+  QHash<qint64, QString> unsavedNotes_;  // notes the store refused, by run
   class QTimer* autoRefresh_ = nullptr;
+  class StoreWatcher* watcher_ = nullptr;
+  class QTimer* reloadSoon_ = nullptr;
+  bool pendingReload_ = false;
+  static QString columnKey(int column);
 };

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "run_summary.h"
 
+#include <QDateTime>
 #include <QJsonDocument>
 #include <cmath>
 #include <limits>
@@ -20,7 +21,12 @@ double firstNumber(const QJsonObject& o, std::initializer_list<const char*> keys
 
 RunSummary::RunSummary()
     : medianStepMs(kNaN), samplesPerSecond(kNaN), peakMemoryBytes(kNaN), finalAccuracy(kNaN), timeToTargetS(kNaN),
-      batchSize(kNaN) {}
+      batchSize(kNaN), wallSeconds(kNaN) {}
+
+bool RunSummary::isTerminal() const {
+  // "interrupted" is the store's derived status of a run whose engine died.
+  return tb::is_terminal_run_status(status.toStdString()) || status == QLatin1String("interrupted");
+}
 
 QJsonObject RunSummary::toQt(const nlohmann::json& json) {
   if (!json.is_object()) return {};
@@ -32,6 +38,10 @@ RunSummary RunSummary::fromRecord(const tb::RunRecord& r) {
   s.id = r.id;
   s.name = QString::fromStdString(r.name);
   s.createdAt = QString::fromStdString(r.created_at);
+  s.startedAt = QString::fromStdString(r.started_at);
+  s.finishedAt = QString::fromStdString(r.finished_at);
+  s.enginePid = r.engine_pid;
+  s.engineHost = QString::fromStdString(r.engine_host);
   s.status = QString::fromStdString(r.status);
   s.tags = QString::fromStdString(r.tags);
   s.notes = QString::fromStdString(r.notes);
@@ -55,5 +65,8 @@ RunSummary RunSummary::fromRecord(const tb::RunRecord& r) {
   s.finalAccuracy = firstNumber(s.summary, {"final_test_accuracy", "test_accuracy", "final_accuracy"});
   s.batchSize = firstNumber(s.config, {"batch_size"});
   s.timeToTargetS = firstNumber(s.summary, {"time_to_target_s"});
+  const QDateTime started = QDateTime::fromString(s.startedAt.isEmpty() ? s.createdAt : s.startedAt, Qt::ISODateWithMs);
+  const QDateTime finished = QDateTime::fromString(s.finishedAt, Qt::ISODateWithMs);
+  if (started.isValid() && finished.isValid()) s.wallSeconds = started.msecsTo(finished) / 1000.0;
   return s;
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 #include <QJsonObject>
+#include <QMetaType>
 #include <QString>
 
 #include "engine/store/run_store.h"
@@ -10,13 +11,19 @@
 // that lack some of them (NaN then).
 struct RunSummary {
   qint64 id = 0;
-  QString name, createdAt, model, dataset, device, status, tags, notes, error;
+  QString name, createdAt, startedAt, finishedAt, model, dataset, device, status, tags, notes, error;
   double medianStepMs, samplesPerSecond, peakMemoryBytes, finalAccuracy;
   double timeToTargetS;  // training seconds to target_accuracy; NaN when not set or not reached
   double batchSize;
+  double wallSeconds;  // started_at to finished_at (NaN while running or unknown)
+  qint64 enginePid = 0;  // the process that writes the run, on engineHost
+  QString engineHost;
   QJsonObject config, summary, environment, tricks;
 
   RunSummary();
   static RunSummary fromRecord(const tb::RunRecord& record);
   static QJsonObject toQt(const nlohmann::json& json);  // object or {}
+  bool isTerminal() const;  // finished, failed, stopped, interrupted: nothing more will be written
 };
+
+Q_DECLARE_METATYPE(RunSummary)

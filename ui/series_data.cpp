@@ -18,6 +18,34 @@ void SeriesPoints::append(double stepX, double epochX, double timeX, double wall
   epoch_.append(float(epochX));
 }
 
+void SeriesPoints::appendAll(const SeriesPoints& other) {
+  const QVector<double>& epochs = other.x(XAxis::Epoch);
+  reserve(size() + other.size());
+  for (int i = 0; i < other.size(); ++i)
+    append(other.step[i], epochs[i], other.time[i], other.time[i] + other.wallOffset_, other.value[i]);
+}
+
+void SeriesPoints::setEpochsFromSteps(int stepsPerEpoch) {
+  if (stepsPerEpoch <= 0) return;
+  for (int i = 0; i < size(); ++i) epoch_[i] = float(step[i] / stepsPerEpoch);
+  cache_.clear();
+  cacheAxis_ = -1;
+}
+
+void RunSeries::appendAll(const RunSeries& newer) {
+  if (runId == 0) runId = newer.runId;
+  if (!newer.runName.isEmpty()) runName = newer.runName;
+  if (startWallSeconds == 0) startWallSeconds = newer.startWallSeconds;
+  if (stepsPerEpoch == 0 && newer.stepsPerEpoch > 0) {
+    stepsPerEpoch = newer.stepsPerEpoch;
+    for (auto& [name, points] : step) points.setEpochsFromSteps(stepsPerEpoch);
+    for (auto& [name, points] : epoch) points.setEpochsFromSteps(stepsPerEpoch);
+  }
+  for (const auto& [name, points] : newer.step) step[name].appendAll(points);
+  for (const auto& [name, points] : newer.epoch) epoch[name].appendAll(points);
+  events += newer.events;
+}
+
 const QVector<double>& SeriesPoints::x(XAxis axis) const {
   switch (axis) {
     case XAxis::Step: return step;
@@ -43,4 +71,30 @@ QString xAxisTitle(XAxis axis) {
     case XAxis::WallTime: return QObject::tr("wall-clock time");
   }
   return {};
+}
+
+QPair<QString, QString> seriesTitleAndUnit(const QString& series) {
+  // Unit suffixes of the engine's series names (docs/events.md).
+  static const QList<QPair<QString, QString>> units = {
+      {QStringLiteral("_per_s"), QStringLiteral("/s")},    {QStringLiteral("_ms"), QStringLiteral("ms")},
+      {QStringLiteral("_s"), QStringLiteral("s")},         {QStringLiteral("_bytes"), QStringLiteral("MiB")},
+      {QStringLiteral("_pct"), QStringLiteral("%")},       {QStringLiteral("_mib"), QStringLiteral("MiB")},
+  };
+  // Names whose words read better spelled out.
+  if (series == QLatin1String("samples_per_s")) return {QObject::tr("Samples per second"), QObject::tr("samples/s")};
+  if (series == QLatin1String("lr")) return {QObject::tr("Learning rate"), QString()};
+  QString base = series, unit;
+  for (const auto& [suffix, u] : units)
+    if (base.endsWith(suffix) && base.size() > suffix.size()) {
+      base.chop(suffix.size());
+      unit = u;
+      break;
+    }
+  base.replace(QLatin1Char('_'), QLatin1Char(' '));
+  if (!base.isEmpty()) base[0] = base[0].toUpper();
+  return {base, unit};
+}
+
+double seriesScale(const QString& series) {
+  return series.endsWith(QLatin1String("_bytes")) ? 1.0 / (1024.0 * 1024.0) : 1.0;
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 #include <map>
+#include <QPair>
 #include <QString>
 #include <QStringList>
 #include <QVector>
@@ -23,6 +24,11 @@ struct SeriesPoints {
   void append(double stepX, double epochX, double timeX, double wallX, double y);
   const QVector<double>& x(XAxis axis) const;
   double wallOffset() const { return wallOffset_; }
+  // Appends other's points (a follower's newer points of the same series).
+  void appendAll(const SeriesPoints& other);
+  // Epoch x of every point from its step, once steps per epoch became known
+  // (a followed run learns it from its first epoch point).
+  void setEpochsFromSteps(int stepsPerEpoch);
 
  private:
   QVector<float> epoch_;
@@ -46,7 +52,16 @@ struct RunSeries {
   double epochOfStep(double stepIndex, double fallbackEpoch) const {
     return stepsPerEpoch > 0 ? stepIndex / stepsPerEpoch : fallbackEpoch;
   }
+  // Adds a follower's newer points, series and events (see RunSeriesReader).
+  void appendAll(const RunSeries& newer);
 };
 
 // Text for axis titles.
 QString xAxisTitle(XAxis axis);
+
+// A series name as a plot title and unit, from the unit suffixes of the
+// engine's names (docs/events.md): "data_wait_ms" -> {"Data wait", "ms"},
+// "host_rss_bytes" -> {"Host rss", "MiB"}.
+QPair<QString, QString> seriesTitleAndUnit(const QString& series);
+// The factor from a series' stored unit to the unit above (bytes -> MiB).
+double seriesScale(const QString& series);

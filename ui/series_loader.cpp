@@ -45,43 +45,63 @@ void SeriesLoader::request(const QString& databasePath, qint64 runId) {
 
 RunSeries SeriesLoader::load(const QString& databasePath, qint64 runId) {
   tb::RunStore store(databasePath.toStdString(), tb::RunStore::Mode::ReadOnly);
+  return RunSeriesReader(runId).read(store);
+}
+
+RunSeries RunSeriesReader::read(const tb::RunStore& store, tb::RunRecord* record) {
   RunSeries out;
-  out.runId = runId;
-  const auto run = store.get_run(runId);
-  if (!run) throw std::runtime_error("run " + std::to_string(runId) + " is not in the database");
+  out.runId = runId_;
+  const auto run = store.get_run(runId_);
+  if (!run) throw std::runtime_error("run " + std::to_string(runId_) + " is not in the database");
+  if (record) *record = *run;
   out.runName = QString::fromStdString(run->name);
-  QString start = QString::fromStdString(run->started_at);
-  if (start.isEmpty()) start = QString::fromStdString(run->created_at);
-  const QDateTime started = QDateTime::fromString(start, Qt::ISODateWithMs);
-  out.startWallSeconds = started.isValid() ? started.toMSecsSinceEpoch() / 1000.0 : 0;
+  if (startWallSeconds_ == 0) {
+    QString start = QString::fromStdString(run->started_at);
+    if (start.isEmpty()) start = QString::fromStdString(run->created_at);
+    const QDateTime started = QDateTime::fromString(start, Qt::ISODateWithMs);
+    startWallSeconds_ = started.isValid() ? started.toMSecsSinceEpoch() / 1000.0 : 0;
+  }
+  out.startWallSeconds = startWallSeconds_;
   auto number = [](const nlohmann::json& j, const char* key) -> int {
     if (j.is_object() && j.contains(key) && j[key].is_number()) return j[key].get<int>();
     return 0;
   };
-  out.stepsPerEpoch = number(run->summary, "steps_per_epoch");
-  if (out.stepsPerEpoch == 0) out.stepsPerEpoch = number(run->environment, "steps_per_epoch");
+  if (stepsPerEpoch_ == 0) stepsPerEpoch_ = number(run->summary, "steps_per_epoch");
+  if (stepsPerEpoch_ == 0) stepsPerEpoch_ = number(run->environment, "steps_per_epoch");
 
   std::map<std::string, std::vector<tb::EpochPoint>> epochData;
-  for (const std::string& name : store.epoch_series_names(runId)) epochData[name] = store.epoch_series(runId, name);
-  if (out.stepsPerEpoch == 0) {
+  for (const std::string& name : store.epoch_series_names(runId_)) {
+    auto last = lastEpoch_.find(name);
+    epochData[name] = store.epoch_series(runId_, name, last == lastEpoch_.end() ? -1 : last->second);
+  }
+  if (stepsPerEpoch_ == 0) {
     // Estimate from the first epoch point (its step is where that epoch ended).
     for (const auto& [name, points] : epochData) {
       if (points.empty() || points.front().step <= 0) continue;
-      out.stepsPerEpoch = int(points.front().step / std::max<int64_t>(1, points.front().epoch));
+      stepsPerEpoch_ = int(points.front().step / std::max<int64_t>(1, points.front().epoch + 1));
       break;
     }
   }
-  for (const std::string& name : store.step_series_names(runId)) {
-    const std::vector<tb::MetricPoint> points = store.step_series(runId, name);
+  out.stepsPerEpoch = stepsPerEpoch_;
+  for (const std::string& name : store.step_series_names(runId_)) {
+    auto last = lastStep_.find(name);
+    const std::vector<tb::MetricPoint> points =
+        store.step_series(runId_, name, last == lastStep_.end() ? -1 : last->second);
+    if (points.empty()) continue;
+    lastStep_[name] = points.back().step;
     SeriesPoints& s = out.step[QString::fromStdString(name)];
     s.reserve(int(points.size()));
     for (const tb::MetricPoint& p : points)
       s.append(double(p.step), out.epochOfStep(double(p.step), 0), p.wall_time, out.startWallSeconds + p.wall_time,
                p.value);
   }
-  for (const tb::EventRecord& e : store.events(runId))
+  for (const tb::EventRecord& e : store.events(runId_, lastEvent_)) {
     out.events << QStringLiteral("[%1] %2").arg(QString::fromStdString(e.level), QString::fromStdString(e.message));
+    lastEvent_ = std::max(lastEvent_, e.id);
+  }
   for (const auto& [name, points] : epochData) {
+    if (points.empty()) continue;
+    lastEpoch_[name] = points.back().epoch;
     SeriesPoints& s = out.epoch[QString::fromStdString(name)];
     s.reserve(int(points.size()));
     for (const tb::EpochPoint& p : points)

@@ -4,6 +4,7 @@
 #include <qcustomplot.h>
 
 #include <QVBoxLayout>
+#include <algorithm>
 #include <cmath>
 
 #include "compare_summary_model.h"
@@ -44,6 +45,13 @@ void SpeedupChart::refresh() {
   bars->setWidth(0.6);
   bars->setPen(Qt::NoPen);
   bars->setBrush(QColor(31, 119, 180));
+  // Whiskers: the spread of repeated runs (CompareSummaryModel::speedUpSpread).
+  auto* whiskers = new QCPErrorBars(plot_->yAxis, plot_->xAxis);
+  whiskers->setErrorType(QCPErrorBars::etKeyError);
+  whiskers->setPen(QPen(fg, 1.5));
+  whiskers->setWhiskerWidth(8);
+  whiskers->removeFromLegend();
+  QVector<double> errorsMinus, errorsPlus;
   auto ticker = QSharedPointer<QCPAxisTickerText>::create();
   const int n = model_->rowCount();
   double hi = 100;
@@ -54,7 +62,10 @@ void SpeedupChart::refresh() {
     ticker->addTick(position, model_->index(row, CompareSummaryModel::Name).data().toString());
     if (std::isnan(s)) continue;
     bars->addData(position, s * 100.0);
-    hi = std::max(hi, s * 100.0);
+    const double spread = model_->speedUpSpread(row);
+    errorsMinus << (std::isnan(spread) ? 0.0 : spread * 100.0);
+    errorsPlus << (std::isnan(spread) ? 0.0 : spread * 100.0);
+    hi = std::max(hi, (s + (std::isnan(spread) ? 0.0 : spread)) * 100.0);
     ++bars_;
     auto* label = new QCPItemText(plot_);
     label->setClipToAxisRect(false);
@@ -62,9 +73,18 @@ void SpeedupChart::refresh() {
     label->position->setCoords(s * 100.0, position);
     label->setPositionAlignment(Qt::AlignLeft | Qt::AlignVCenter);
     label->setPadding(QMargins(4, 0, 0, 0));
-    label->setText(QStringLiteral("%1 %").arg(s * 100.0, 0, 'f', 0));
+    label->setText(std::isnan(spread) ? QStringLiteral("%1 %").arg(s * 100.0, 0, 'f', 0)
+                                      : QStringLiteral("%1 % ± %2 %").arg(s * 100.0, 0, 'f', 0).arg(spread * 100.0, 0, 'f', 0));
+    if (!std::isnan(spread)) label->position->setCoords((s + spread) * 100.0, position);
     label->setColor(fg);
   }
+  whiskers->setDataPlottable(bars);
+  // The horizontal bars' values run along the x axis: the errors are on the value.
+  whiskers->setErrorType(QCPErrorBars::etValueError);
+  // Bars keep their data sorted by position (last row first): errors likewise.
+  std::reverse(errorsMinus.begin(), errorsMinus.end());
+  std::reverse(errorsPlus.begin(), errorsPlus.end());
+  whiskers->setData(errorsMinus, errorsPlus);
   plot_->yAxis->setTicker(ticker);
   plot_->yAxis->setRange(0.4, n + 0.6);
   plot_->yAxis->grid()->setVisible(false);

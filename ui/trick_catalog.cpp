@@ -10,6 +10,8 @@
 
 #include "engine/train/config.h"
 
+#include "install_paths.h"
+
 static QByteArray readResource(const QString& path) {
   QFile f(path);
   if (!f.open(QIODevice::ReadOnly)) return {};
@@ -20,7 +22,7 @@ const TrickCatalog& TrickCatalog::instance() {
   // The GUI links the engine library, so it reads the very JSON that
   // `trainbench-engine config --schema` prints without waiting for a process.
   static const TrickCatalog catalog(QByteArray::fromStdString(tb::config_schema_json().dump()),
-                                    readResource(QStringLiteral(":/tricks/tricks.json")));
+                                    readResource(InstallPaths::dataFile(QStringLiteral("tricks/tricks.json"))));
   return catalog;
 }
 

@@ -34,7 +34,7 @@ struct TrickGroup {
 class TrickCatalog {
  public:
   // The engine's table as linked into this program (the same JSON as
-  // `config --schema`) with :/tricks/tricks.json.
+  // `config --schema`) with <data dir>/tricks/tricks.json.
   static const TrickCatalog& instance();
   // schema: the JSON of `config --schema`; texts: tricks.json.
   TrickCatalog(const QByteArray& schema, const QByteArray& texts);

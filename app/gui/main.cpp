@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   QApplication::setOrganizationDomain(QStringLiteral("trainbench"));
   QApplication::setApplicationDisplayName(QStringLiteral("Trainbench"));
   QApplication::setApplicationVersion(QStringLiteral(TRAINBENCH_VERSION));
+  QApplication::setDesktopFileName(QStringLiteral(TRAINBENCH_APP_ID));  // packaging/trainbench.desktop.in
   QApplication::setWindowIcon(QIcon(QStringLiteral(":/icons/trainbench.svg")));
 
   QCommandLineParser parser;

@@ -633,6 +633,14 @@ int RunStore::schema_version() const {
   return d.read_version();
 }
 
+int64_t RunStore::data_version() const {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  Query q(d, "PRAGMA data_version", "reading the data version");
+  q.next();
+  return q.int_at(0);
+}
+
 int64_t RunStore::create_run(const RunRecord& run) {
   Impl& d = impl();
   std::lock_guard lock(d.mutex);

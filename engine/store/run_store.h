@@ -163,6 +163,10 @@ class RunStore {
   std::vector<EpochPoint> epoch_series(int64_t run, const std::string& name,
                                        int64_t after_epoch = -1) const;
   std::vector<EventRecord> events(int64_t run, int64_t after_id = 0) const;
+  // PRAGMA data_version of this connection: changes whenever another
+  // connection commits to the file, so a follower polls it and reads only
+  // when something changed.
+  int64_t data_version() const;
 
   // --- Ladders and run links (schema v5). A ladder's runs are ordinary runs;
   // deleting a run drops its links, deleting a ladder keeps its runs.

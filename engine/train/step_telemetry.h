@@ -35,7 +35,7 @@ class TensorPipeProfiler;
 class TracingStepTimer;
 
 struct TelemetryOptions {
-  bool measure = true;           // off: the step total only (bench/measurement_cost.py)
+  bool measure = true;           // off: the step total only (bench/truth.py cost)
   int timer_lag_for_test = 0;    // step times handed back this many steps late
   ChromeTrace* trace = nullptr;  // host spans (steps, phases) and device rows
   bool profiler_requested = false;  // a missing census is then a warning

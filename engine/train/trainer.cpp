@@ -493,6 +493,7 @@ TrainResult Trainer::run(int64_t run_id) {
     data.train->start_epoch(epoch);
     train_stats.start_epoch();
     for (int64_t s = 0; s < steps_per_epoch && step < total_steps; ++s) {
+      if (step_hook_) step_hook_(be, step + 1);
       telemetry.begin_step(step + 1);
       if (!c.grad_set_to_none) {
         Tensor grads = model->grad_block();
@@ -545,6 +546,7 @@ TrainResult Trainer::run(int64_t run_id) {
       }
     }
 
+    if (step_hook_) step_hook_(be, step + 1);
     telemetry.flush();  // the epoch's last step events go out before its epoch event
     // Evaluate at the end of every epoch (and of a run cut short by max_steps
     // or by reaching target_accuracy, whose evaluation is not repeated).

@@ -2,6 +2,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 
 namespace tb {
 
+class Backend;
 class ChromeTrace;
 
 struct TrainResult {
@@ -30,7 +32,7 @@ class Trainer {
   TrainResult run(int64_t run_id);
 
   // Measurement off: only step_time_ms is timed (no phase breakdown); the
-  // baseline of bench/measurement_cost.py. Default on, or off when the
+  // baseline of bench/truth.py cost. Default on, or off when the
   // environment has TRAINBENCH_MEASURE=off.
   void set_measure(bool on) { measure_ = on; }
   // Records host spans into `trace` (steps, phases, and every layer's forward
@@ -45,6 +47,13 @@ class Trainer {
   // timer does on a GPU, so the CPU tests cover the trainer's late publishing.
   void set_step_timer_lag_for_test(int lag) { timer_lag_for_test_ = lag; }
 
+  // Bench hook (bench/step_truth.cpp times the loop from outside): called on
+  // the training thread before every step with the step about to start
+  // (1-based), and after an epoch's last step with the next step's number, so
+  // consecutive calls bracket exactly one step of the loop.
+  using StepBoundaryHook = std::function<void(Backend& backend, int64_t next_step)>;
+  void set_step_boundary_hook(StepBoundaryHook hook) { step_hook_ = std::move(hook); }
+
   // Partial summary of what ran so far (for a failed run's record).
   const nlohmann::json& summary_so_far() const { return summary_; }
 
@@ -57,6 +66,7 @@ class Trainer {
   ChromeTrace* trace_ = nullptr;
   int timer_lag_for_test_ = 0;
   bool amp_on_cpu_ = false;
+  StepBoundaryHook step_hook_;
 };
 
 }  // namespace tb

@@ -177,6 +177,24 @@ class TestTrainer : public QObject {
     }
   }
 
+  // The bench hook (bench/step_truth.cpp): one call before every step and one
+  // after each epoch's last, so consecutive calls bracket exactly one step.
+  void stepBoundaryHookBracketsEveryStep() {
+    json cfg = {{"device", "cpu"}, {"dataset", "fashion-mnist"}, {"train_limit", 512},
+                {"test_limit", 64}, {"max_steps", 20}, {"batch_size", 32}, {"seed", 7}};
+    RunConfig c = RunConfig::from_json(validate_config(cfg, "test"));  // 16 steps an epoch
+    EventBus bus;
+    std::atomic<bool> stop{false};
+    Trainer t(c, bus, stop);
+    std::vector<int64_t> seen;
+    t.set_step_boundary_hook([&](Backend&, int64_t next_step) { seen.push_back(next_step); });
+    t.run(0);
+    std::vector<int64_t> expected;
+    for (int64_t s = 1; s <= 17; ++s) expected.push_back(s);  // epoch 1, then its end
+    for (int64_t s = 17; s <= 21; ++s) expected.push_back(s);  // epoch 2 (4 steps), its end
+    QCOMPARE(seen, expected);
+  }
+
   void tooSmallDataSetIsAClearError() {
     try {
       train({{"train_limit", 10}, {"batch_size", 32}});

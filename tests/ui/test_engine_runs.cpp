@@ -6,7 +6,9 @@
 // real trainbench-engine.
 #include <QDir>
 #include <QFileInfo>
+#include <QJsonDocument>
 #include <QJsonObject>
+#include <QProcess>
 #include <QSignalSpy>
 #include <QStandardPaths>
 #include <QTemporaryDir>
@@ -67,6 +69,20 @@ QJsonObject shortRealConfig(const QString& name, int maxSteps) {
   return c;
 }
 
+// The last step the first run of db has in the store (0 while there is none yet).
+qint64 storedSteps(const QString& db) {
+  try {
+    if (!QFileInfo::exists(db)) return 0;
+    tb::RunStore store(db.toStdString(), tb::RunStore::Mode::ReadOnly);
+    const auto runs = store.list_runs();
+    if (runs.empty()) return 0;
+    const auto points = store.step_series(runs.front().id, "step_time_ms");
+    return points.empty() ? 0 : points.back().step;
+  } catch (const std::exception&) {
+    return 0;  // the engine is still creating the file
+  }
+}
+
 tb::RunRecord storedRun(const QString& db, qint64 id) {
   tb::RunStore store(db.toStdString(), tb::RunStore::Mode::ReadOnly);
   auto run = store.get_run(id);
@@ -111,7 +127,7 @@ class TestEngineRuns : public QObject {
     QCOMPARE(d->plot(QStringLiteral("Loss"))->curveCount(), 3);  // step loss + epoch train/test
     QVERIFY(d->plot(QStringLiteral("Accuracy")));
     QVERIFY(d->plot(QStringLiteral("Learning rate")));
-    QVERIFY2(d->plot(QStringLiteral("my_custom_metric")), "unknown series get a plot of their own");
+    QVERIFY2(d->plot(QStringLiteral("My custom metric")), "unknown series get a plot of their own, titled in words");
     QVERIFY(!d->plot(QStringLiteral("Memory")));  // no such series: no empty plot
     QVERIFY(d->plot(QStringLiteral("Step time"))->displayedPointCount() >= 20);
     QCOMPARE(d->statusText(), QStringLiteral("finished"));
@@ -123,6 +139,32 @@ class TestEngineRuns : public QObject {
     QCOMPARE(d->exportPlots(out.path(), &error), 3 * int(d->plots().size()));
     QVERIFY2(error.isEmpty(), qPrintable(error));
     QCOMPARE(QDir(out.path()).entryList({QStringLiteral("*.svg")}).size(), int(d->plots().size()));  // step 20 of 10 per epoch
+    // A second export into the same folder never overwrites the first.
+    QCOMPARE(d->exportPlots(out.path(), &error), 3 * int(d->plots().size()));
+    QCOMPARE(QDir(out.path()).entryList({QStringLiteral("*.svg")}).size(), 2 * int(d->plots().size()));
+    // The result strip shows what the engine summarized.
+    QVERIFY(d->hasResult());
+    QVERIFY2(d->resultText().contains(QLatin1String("Median step: 11.0 ms")), qPrintable(d->resultText()));
+  }
+
+  // Ended runs' tabs close all at once; a run still going keeps its tab.
+  void endedRunsTabsCloseAtOnce() {
+    MainWindow window(db_);
+    window.setEnginePath(QStringLiteral(TRAINBENCH_FAKE_ENGINE));
+    qputenv("FAKE_STEPS", "5");
+    window.launchNow();
+    window.launchNow();
+    QCOMPARE(waitForEnd(window.runQueue(), 20000).status, QStringLiteral("finished"));
+    QCOMPARE(waitForEnd(window.runQueue(), 20000).status, QStringLiteral("finished"));
+    qputenv("FAKE_STEPS", "100000");
+    window.launchNow();  // still running while we close
+    QCOMPARE(window.dashboards()->count(), 3);
+    QCOMPARE(window.closeDashboards(), 2);
+    QCOMPARE(window.dashboards()->count(), 1);
+    QVERIFY(!window.closeDashboard(0));  // a live run keeps its dashboard
+    window.killRun();
+    QCOMPARE(waitForEnd(window.runQueue(), 20000).status, QStringLiteral("failed"));
+    QVERIFY(window.closeDashboard(0));
   }
 
   void queueRunsOneAfterAnother() {
@@ -237,6 +279,12 @@ class TestEngineRuns : public QObject {
     }
     QVERIFY(d->series().epoch.count(QStringLiteral("test_accuracy")) == 1);
     QVERIFY(end.process->runId() > 0);
+    // The result strip: the headline figures of the finished run.
+    QVERIFY(d->hasResult());
+    const QString result = d->resultText();
+    for (const char* word : {"Test accuracy", " %", "Median step", " ms", "samples/s", "Peak memory", "MiB", "Wall time"})
+      QVERIFY2(result.contains(QLatin1String(word)), qPrintable(result));
+    QVERIFY2(!result.contains(QStringLiteral("—")), qPrintable(result));  // every figure known
     // The store has the run, finished, with its series and summary.
     const tb::RunRecord run = storedRun(db_, end.process->runId());
     QCOMPARE(QString::fromStdString(run.status), QStringLiteral("finished"));
@@ -248,6 +296,90 @@ class TestEngineRuns : public QObject {
     QVERIFY(!std::isnan(model.runs().first().medianStepMs));
     QVERIFY(!std::isnan(model.runs().first().samplesPerSecond));
     QVERIFY(!std::isnan(model.runs().first().finalAccuracy));
+  }
+
+  // A run that fails before training (here: no data folder) is one attempt
+  // and one row in the store, failed, with the engine's reason in words.
+  void realEngineFailingBeforeTrainingIsStoredOnce() {
+    if (!QFileInfo(QStringLiteral(TRAINBENCH_ENGINE_BIN)).isExecutable())
+      QSKIP("trainbench-engine was not built (" TRAINBENCH_ENGINE_BIN ")");
+    MainWindow window(db_);
+    window.setEnginePath(QStringLiteral(TRAINBENCH_ENGINE_BIN));
+    QJsonObject c = shortRealConfig(QStringLiteral("no data"), 8);
+    const QString missing = dir_.filePath(QStringLiteral("no-such-folder"));
+    c.insert(QStringLiteral("data_dir"), missing);
+    window.setConfig(c);
+    window.launchNow();
+    const Ended end = waitForEnd(window.runQueue(), 60000);
+    QCOMPARE(end.status, QStringLiteral("failed"));
+    tb::RunStore store(db_.toStdString(), tb::RunStore::Mode::ReadOnly);
+    const auto runs = store.list_runs();
+    QCOMPARE(int(runs.size()), 1);
+    QCOMPARE(QString::fromStdString(runs.front().status), QStringLiteral("failed"));
+    QVERIFY2(QString::fromStdString(runs.front().error).contains(missing), runs.front().error.c_str());
+    QCOMPARE(end.process->runId(), qint64(runs.front().id));
+    // The dashboard says why in words, once, in its header; no result strip.
+    auto* d = qobject_cast<RunDashboard*>(window.dashboards()->widget(0));
+    QCOMPARE(d->statusText(), QStringLiteral("failed"));
+    QVERIFY2(d->failureReason().contains(missing), qPrintable(d->failureReason()));
+    QCOMPARE(d->headerText().count(missing), 1);
+    QVERIFY(!d->hasResult());
+  }
+
+  // A run started from the command line against the same store is followed
+  // live: its plots keep growing, its true status shows, and Stop (SIGTERM to
+  // the pid the store records) ends it as stopped.
+  void commandLineRunIsFollowedLiveAndStopped() {
+    if (!QFileInfo(QStringLiteral(TRAINBENCH_ENGINE_BIN)).isExecutable())
+      QSKIP("trainbench-engine was not built (" TRAINBENCH_ENGINE_BIN ")");
+    if (!QFileInfo::exists(QStringLiteral("/usr/share/datasets/fashion-mnist")))
+      QSKIP("Fashion-MNIST is not installed (package dataset-fashion-mnist)");
+    QProcess cli;  // not through the workbench: as a shell would start it
+    QVERIFY(startFromCommandLine(&cli, QStringLiteral("from the command line")));
+    QTRY_VERIFY_WITH_TIMEOUT(storedSteps(db_) >= 5, 120000);
+
+    MainWindow window(db_);
+    window.historyView()->reload();
+    QCOMPARE(window.historyView()->model()->rowCount(), 1);
+    const qint64 id = window.historyView()->model()->runs().first().id;
+    window.openRun(id);
+    auto* d = qobject_cast<RunDashboard*>(window.dashboards()->widget(0));
+    QTRY_VERIFY_WITH_TIMEOUT(stepCount(d, QStringLiteral("step_time_ms")) > 0, 10000);
+    const int first = stepCount(d, QStringLiteral("step_time_ms"));
+    // New metric rows keep arriving from SQLite: no frozen snapshot.
+    QTRY_VERIFY_WITH_TIMEOUT(stepCount(d, QStringLiteral("step_time_ms")) > first + 10, 60000);
+    QCOMPARE(d->statusText(), QStringLiteral("running"));
+    QTRY_VERIFY_WITH_TIMEOUT(d->canStop(), 5000);
+    d->requestStop();
+    QVERIFY(cli.waitForFinished(60000));
+    QCOMPARE(cli.exitCode(), 130);  // the engine saved and stopped
+    QTRY_COMPARE_WITH_TIMEOUT(d->statusText(), QStringLiteral("stopped"), 10000);
+    QVERIFY(d->hasResult());
+    QVERIFY(!d->canStop());
+    QCOMPARE(QString::fromStdString(storedRun(db_, id).status), QStringLiteral("stopped"));
+    // Everything the engine stored is on the dashboard.
+    tb::RunStore store(db_.toStdString(), tb::RunStore::Mode::ReadOnly);
+    QCOMPARE(stepCount(d, QStringLiteral("step_time_ms")), int(store.step_series(id, "step_time_ms").size()));
+  }
+
+  // A followed run whose engine is gone from this host (killed) shows as
+  // interrupted, not as a frozen "running".
+  void followedRunWhoseEngineDiedIsInterrupted() {
+    if (!QFileInfo(QStringLiteral(TRAINBENCH_ENGINE_BIN)).isExecutable())
+      QSKIP("trainbench-engine was not built (" TRAINBENCH_ENGINE_BIN ")");
+    if (!QFileInfo::exists(QStringLiteral("/usr/share/datasets/fashion-mnist")))
+      QSKIP("Fashion-MNIST is not installed (package dataset-fashion-mnist)");
+    QProcess cli;
+    QVERIFY(startFromCommandLine(&cli, QStringLiteral("killed outside")));
+    QTRY_VERIFY_WITH_TIMEOUT(storedSteps(db_) >= 5, 120000);
+    MainWindow window(db_);
+    window.openRun(1);
+    auto* d = qobject_cast<RunDashboard*>(window.dashboards()->widget(0));
+    QTRY_COMPARE_WITH_TIMEOUT(d->statusText(), QStringLiteral("running"), 10000);
+    cli.kill();
+    QVERIFY(cli.waitForFinished(10000));
+    QTRY_COMPARE_WITH_TIMEOUT(d->statusText(), QStringLiteral("interrupted"), 10000);
+    QVERIFY2(d->headerText().contains(QLatin1String("stopped without finishing")), qPrintable(d->headerText()));
   }
 
   void realEngineKilledMidRunIsMarkedFailed() {
@@ -305,6 +437,18 @@ class TestEngineRuns : public QObject {
   }
 
  private:
+  // `trainbench-engine run` on db_ as a terminal would start it (a long run).
+  bool startFromCommandLine(QProcess* cli, const QString& name) {
+    QFile config(dir_.filePath(name + QStringLiteral(".json")));
+    if (!config.open(QIODevice::WriteOnly)) return false;
+    config.write(QJsonDocument(shortRealConfig(name, 20000)).toJson());
+    config.close();
+    cli->start(QStringLiteral(TRAINBENCH_ENGINE_BIN),
+               {QStringLiteral("run"), QStringLiteral("--config"), config.fileName(), QStringLiteral("--db"), db_,
+                QStringLiteral("--quiet")});
+    return cli->waitForStarted();
+  }
+
   QTemporaryDir dir_;
   QString db_;
 };

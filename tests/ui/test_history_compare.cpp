@@ -6,10 +6,12 @@
 #include <QDir>
 #include <QFile>
 #include <QStandardPaths>
+#include <QPlainTextEdit>
 #include <QTableView>
 #include <QTemporaryDir>
 #include <QtTest>
 #include <cmath>
+#include <qcustomplot.h>
 
 #include "compare_summary_model.h"
 #include "compare_view.h"
@@ -96,6 +98,7 @@ class TestHistoryCompare : public QObject {
     QCOMPARE(model.index(row, RunHistoryModel::PeakMemory).data().toString(), QStringLiteral("300.0 MiB"));
     QCOMPARE(model.index(row, RunHistoryModel::FinalAccuracy).data().toString(), QStringLiteral("81.00 %"));
     QCOMPARE(model.models(), (QStringList{"fmnist-cnn", "resnet9"}));
+    QCOMPARE(model.statuses(), (QStringList{"finished", "failed"}));  // the runs' own, any string
     // Reading an unchanged store again does not reset the model (views keep their place).
     QSignalSpy resets(&model, &QAbstractItemModel::modelReset);
     bool changed = true;
@@ -129,6 +132,17 @@ class TestHistoryCompare : public QObject {
     filter.setSearchText(QStringLiteral("AMP"));
     QCOMPARE(filter.rowCount(), 1);
     filter.setSearchText(QStringLiteral("resnet9 failed"));
+    QCOMPARE(filter.rowCount(), 1);
+    // Configuration values: a bare value, a key=value pair, an id.
+    filter.setSearchText(QStringLiteral("bf16"));
+    QCOMPARE(filter.rowCount(), 1);
+    filter.setSearchText(QStringLiteral("batch_size=128"));
+    QCOMPARE(filter.rowCount(), 1);
+    QCOMPARE(filter.index(0, RunHistoryModel::Name).data().toString(), QStringLiteral("resnet attempt"));
+    filter.setSearchText(QStringLiteral("batch_size=64 amp=off"));
+    QCOMPARE(filter.rowCount(), 1);
+    QCOMPARE(filter.index(0, RunHistoryModel::Name).data().toString(), QStringLiteral("baseline"));
+    filter.setSearchText(QStringLiteral("#%1").arg(amp_));
     QCOMPARE(filter.rowCount(), 1);
     filter.setSearchText(QString());
     QCOMPARE(filter.rowCount(), 3);
@@ -169,6 +183,41 @@ class TestHistoryCompare : public QObject {
     QCOMPARE(QString::fromStdString(store.integrity_check()), QStringLiteral("ok"));
   }
 
+  // Notes typed in the history reach the store when the selection moves on
+  // or the editor loses focus, without pressing "Save notes".
+  void notesAreKeptWhenTheSelectionChanges() {
+    const QString path = dir_.filePath(QStringLiteral("notes.db"));
+    qint64 first = 0, second = 0;
+    {
+      tb::RunStore store(path.toStdString());
+      first = addRun(store, QStringLiteral("one"), QStringLiteral("mlp"), QStringLiteral("finished"), {}, 5, 100, 0.5);
+      second = addRun(store, QStringLiteral("two"), QStringLiteral("mlp"), QStringLiteral("finished"), {}, 5, 100, 0.5);
+    }
+    RunHistoryView view;
+    view.setDatabasePath(path);
+    view.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    auto* notes = view.findChild<QPlainTextEdit*>();
+    QVERIFY(notes);
+    auto storedNotes = [&path](qint64 id) {
+      tb::RunStore store(path.toStdString(), tb::RunStore::Mode::ReadOnly);
+      return QString::fromStdString(store.get_run(id)->notes);
+    };
+    view.selectRuns({first});
+    notes->setFocus();
+    QTest::keyClicks(notes, QStringLiteral("lr too high"));
+    view.selectRuns({second});  // selection moves on before "Save notes"
+    QCOMPARE(storedNotes(first), QStringLiteral("lr too high"));
+    QVERIFY(notes->toPlainText().isEmpty());  // the second run's (empty) notes
+    view.selectRuns({first});
+    QCOMPARE(notes->toPlainText(), QStringLiteral("lr too high"));
+    // Focus leaving the editor saves too.
+    notes->setFocus();
+    QTest::keyClicks(notes, QStringLiteral(", try 0.05"));
+    view.table()->setFocus();
+    QTRY_COMPARE(storedNotes(first), QStringLiteral("lr too high, try 0.05"));
+  }
+
   void runsWrittenElsewhereAppearOnTheirOwn() {
     const QString path = dir_.filePath(QStringLiteral("follow.db"));
     { tb::RunStore store(path.toStdString()); }
@@ -183,7 +232,7 @@ class TestHistoryCompare : public QObject {
       addRun(store, QStringLiteral("from the command line"), QStringLiteral("mlp"), QStringLiteral("finished"),
              {{"model", "mlp"}}, 5, 100, 0.5);
     }
-    QTRY_COMPARE_WITH_TIMEOUT(view.model()->rowCount(), 1, 12000);
+    QTRY_COMPARE_WITH_TIMEOUT(view.model()->rowCount(), 1, 3000);  // on the commit, not a slow timer
   }
 
   void diffOnlyHidesEqualKeys() {
@@ -242,7 +291,7 @@ class TestHistoryCompare : public QObject {
     view.setBaseline(baseline_);
     QCOMPARE(view.speedupChart()->barCount(), 3);
 
-    for (const QString& name : {QStringLiteral("report.md"), QStringLiteral("report.html")}) {
+    for (const QString& name : {QStringLiteral("report.md"), QStringLiteral("page.html")}) {
       const QString path = dir_.filePath(name);
       QString error;
       QVERIFY2(view.exportReport(path, &error), qPrintable(error));
@@ -253,16 +302,22 @@ class TestHistoryCompare : public QObject {
       QVERIFY(text.contains(QLatin1String("200 %")));
       QVERIFY(text.contains(QLatin1String("bf16")));
       QVERIFY(!text.contains(QLatin1String("pin_memory")));  // reports list only the keys that differ
+      const QString folder = dir_.filePath(QFileInfo(name).completeBaseName() + QStringLiteral("_plots"));
       if (name.endsWith(QLatin1String(".html"))) {
-        QVERIFY(text.startsWith(QLatin1String("<!DOCTYPE html>")) && text.contains(QLatin1String("<img src=")));
+        // Self-contained: every plot (+ the speed-up chart) inside, no folder beside it.
+        QVERIFY(text.startsWith(QLatin1String("<!DOCTYPE html>")));
+        QCOMPARE(int(text.count(QLatin1String("<img src=\"data:image/png;base64,"))), int(view.plots().size()) + 1);
+        const int at = int(text.indexOf(QLatin1String("base64,"))) + 7;
+        const QByteArray png = QByteArray::fromBase64(text.mid(at, text.indexOf(QLatin1Char('"'), at) - at).toLatin1());
+        QVERIFY(!QImage::fromData(png, "PNG").isNull());
+        QVERIFY(!QFileInfo::exists(folder));
       } else {
         QVERIFY(text.contains(QLatin1String("| Run |")) && text.contains(QLatin1String("![")));
+        const QStringList images = QDir(folder).entryList({QStringLiteral("*.png")});
+        QCOMPARE(images.size(), view.plots().size() + 1);  // + the speed-up chart
+        QVERIFY(images.contains(QStringLiteral("speedup.png")));
+        QVERIFY(!QImage(QDir(folder).filePath(images.first())).isNull());
       }
-      const QString folder = dir_.filePath(QFileInfo(name).completeBaseName() + QStringLiteral("_plots"));
-      const QStringList images = QDir(folder).entryList({QStringLiteral("*.png")});
-      QCOMPARE(images.size(), view.plots().size() + 1);  // + the speed-up chart
-      QVERIFY(images.contains(QStringLiteral("speedup.png")));
-      QVERIFY(!QImage(QDir(folder).filePath(images.first())).isNull());
     }
     QVERIFY(!view.diffModel()->differencesOnly());  // the table's own setting came back (all keys)
     QVERIFY(view.diffModel()->shownKeys().contains(QStringLiteral("pin_memory")));
@@ -275,6 +330,66 @@ class TestHistoryCompare : public QObject {
     QString error;
     QVERIFY(TableExport::writeCsv(view.diffModel(), dir_.filePath(QStringLiteral("diff.csv")), &error));
     QVERIFY(QFileInfo(dir_.filePath(QStringLiteral("diff.csv"))).size() > 100);
+  }
+
+  // Repeats of one configuration are grouped: mean with a min-max band in
+  // the plots, the speed-up's spread in the summary; metrics can be chosen
+  // among those the runs share, and runs hidden.
+  void compareGroupsRepeatsAndChoosesMetrics() {
+    const QString path = dir_.filePath(QStringLiteral("repeats.db"));
+    QList<qint64> a, b;
+    qint64 single = 0;
+    {
+      tb::RunStore store(path.toStdString());
+      const double rateA[] = {100, 110, 90}, rateB[] = {200, 220};
+      for (int i = 0; i < 3; ++i)
+        a << addRun(store, QStringLiteral("base"), QStringLiteral("mlp"), QStringLiteral("finished"),
+                    {{"model", "mlp"}, {"seed", i}}, 10.0, rateA[i], 0.8);
+      for (int i = 0; i < 2; ++i)
+        b << addRun(store, QStringLiteral("fused"), QStringLiteral("mlp"), QStringLiteral("finished"),
+                    {{"model", "mlp"}, {"seed", i}, {"fuse_pointwise", true}}, 5.0, rateB[i], 0.8);
+      single = addRun(store, QStringLiteral("big batch"), QStringLiteral("mlp"), QStringLiteral("finished"),
+                      {{"model", "mlp"}, {"batch_size", 256}}, 20.0, 400, 0.7);
+    }
+    RunHistoryModel model;
+    QVERIFY(model.reload(path));
+    QList<RunSummary> runs;
+    for (const RunSummary& r : model.runs()) runs << r;
+    QCOMPARE(CompareView::repeatGroups(runs).size(), 3);
+    CompareView view;
+    view.resize(1200, 800);
+    QSignalSpy loaded(&view, &CompareView::allLoaded);
+    view.setRuns(path, runs);
+    QVERIFY(loaded.wait(20000));
+    QVERIFY(view.groupsRepeats());
+    CompareSummaryModel* summary = view.summaryModel();
+    QCOMPARE(summary->rowCount(), 3);
+    QVERIFY(summary->index(0, CompareSummaryModel::Name).data().toString().contains(QStringLiteral("×3")));
+    QCOMPARE(summary->speedUp(1), 2.1);  // 210 / 100 samples/s
+    QCOMPARE(summary->speedUpSpread(1), (220.0 / 90.0 - 200.0 / 110.0) / 2);
+    QCOMPARE(summary->index(1, CompareSummaryModel::SpeedUp).data().toString(), QStringLiteral("210 % ± 31 %"));
+    QCOMPARE(summary->index(2, CompareSummaryModel::SpeedUp).data().toString(), QStringLiteral("400 % ± 40 %"));
+    // Plots: one curve per group, a band behind each group's mean.
+    LivePlot* steps = nullptr;
+    for (LivePlot* p : view.plots())
+      if (p->title() == QLatin1String("Step time")) steps = p;
+    QVERIFY(steps);
+    QCOMPARE(steps->curveCount(), 3);
+    QVERIFY(steps->curveLabels().first().contains(QLatin1String("mean of 3")));
+    QCOMPARE(steps->customPlot()->graphCount(), 3 * 2 + 2 * 2);  // curves + two bands
+    // Metrics: any shared series; the user's choice is what is drawn.
+    const QStringList metrics = view.availableMetrics();
+    for (const char* m : {"s:step_time_ms", "s:samples_per_s", "s:loss", "e:test_accuracy"})
+      QVERIFY2(metrics.contains(QLatin1String(m)), m);
+    view.setShownMetrics({QStringLiteral("s:samples_per_s")});
+    QCOMPARE(view.plots().size(), 1);
+    QCOMPARE(view.plots().first()->title(), QStringLiteral("Samples per second"));
+    view.setRunHidden(single, true);
+    QCOMPARE(view.plots().first()->curveCount(), 2);
+    view.setRunHidden(single, false);
+    view.setGroupRepeats(false);
+    QCOMPARE(summary->rowCount(), 6);
+    QCOMPARE(view.plots().first()->curveCount(), 6);
   }
 
   void historyOpensSavedRunDashboards() {

@@ -19,6 +19,7 @@
 
 #include "config_panel.h"
 #include "engine/train/config.h"
+#include "install_paths.h"
 #include "main_window.h"
 #include "run_config.h"
 #include "trick_catalog.h"
@@ -59,7 +60,7 @@ class TestSettingsTruth : public QObject {
     QCOMPARE(catalog.settings().size(), int(tb::config_schema().size()));
 
     // The check itself: a missing text and a text for no key are both reported.
-    const QJsonObject texts = QJsonDocument::fromJson(readFile(QStringLiteral(":/tricks/tricks.json"))).object();
+    const QJsonObject texts = QJsonDocument::fromJson(readFile(InstallPaths::dataFile(QStringLiteral("tricks/tricks.json")))).object();
     QJsonObject byKey = texts.value(QLatin1String("texts")).toObject();
     byKey.remove(QStringLiteral("amp"));
     byKey.insert(QStringLiteral("amp_typo"), texts.value(QLatin1String("texts")).toObject().value(QLatin1String("amp")));

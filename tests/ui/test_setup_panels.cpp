@@ -124,6 +124,12 @@ class TestSetupPanels : public QObject {
     QVERIFY(names.contains(QStringLiteral("Baseline")));
     QVERIFY(names.contains(QStringLiteral("All tricks")));
     QVERIFY(presets.size() >= 6);  // + one recipe per seed article (000, 001, 003, 004)
+    // Recipes are named by what they do; the article is named in the tooltip.
+    for (const Preset& p : presets) {
+      QVERIFY2(!p.name.contains(QLatin1String("seed")) && !p.name.startsWith(QLatin1String("Recipe:")), qPrintable(p.name));
+      if (!p.source.isEmpty()) QVERIFY(p.toolTip().contains(p.source));
+    }
+    QCOMPARE(std::count_if(presets.begin(), presets.end(), [](const Preset& p) { return p.source.contains(QLatin1String("seed")); }), 4);
 
     QTemporaryDir dir;
     MainWindow window(dir.filePath(QStringLiteral("runs.db")));
@@ -142,7 +148,7 @@ class TestSetupPanels : public QObject {
     QCOMPARE(c.value(QLatin1String("workers")).toInt(), 0);
     QCOMPARE(c.value(QLatin1String("grad_set_to_none")).toBool(), false);  // the memset baseline
     QCOMPARE(c.value(QLatin1String("model")).toString(), QStringLiteral("fmnist-cnn"));  // kept
-    QVERIFY(window.applyPreset(QStringLiteral("Recipe: memory-analysis ladder (seed 004)")));
+    QVERIFY(window.applyPreset(QStringLiteral("Memory-lean recipe: fp16, batch 128, uint8 copies")));
     c = window.currentConfig();
     QCOMPARE(c.value(QLatin1String("batch_size")).toInt(), 128);
     QCOMPARE(c.value(QLatin1String("h2d_uint8")).toBool(), true);

@@ -186,7 +186,7 @@ std::shared_ptr<fe::graph::Graph> build(cudnnHandle_t handle, const ConvPlanKey&
   int built = 0;
   std::string failures;
   for (int64_t i = 0; i < g->get_execution_plan_count() && built < f.max_candidates; ++i) {
-    const fe::error_t e = g->build_plan_at_index(i);
+    fe::error_t e = g->build_plan_at_index(i);  // get_message() is not const
     if (e.is_good())
       ++built;
     else if (failures.size() < 2000)
