@@ -16,11 +16,14 @@ packages=(
   # headless GUI tests and screenshots
   xvfb xauth
   # tools for tests and checks
-  sqlite3
+  sqlite3 python3
   # packaging (scripts/check-package.sh): .deb building and checking, man pages, icons
   dpkg-dev file man-db lintian desktop-file-utils appstream help2man librsvg2-bin
   # the PyTorch peer of the benchmarks' CPU smoke runs (bench/, /usr/bin/python3)
   python3-torch
+  # sanitizer build (libasan/libubsan come with gcc) and libFuzzer (clang's
+  # -fsanitize=fuzzer is in libclang-rt-14-dev)
+  clang libclang-rt-14-dev
 )
 
 need=()

@@ -6,4 +6,6 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
 ctest --test-dir build --output-on-failure --timeout 1200
+scripts/check-sanitize.sh
+scripts/check-fuzz.sh
 scripts/check-package.sh

@@ -306,7 +306,7 @@ void LadderView::reloadLadders() {
   ladders_->clear();
   if (databasePath_.isEmpty() || !QFileInfo::exists(databasePath_)) return;
   try {
-    tb::RunStore store(databasePath_.toStdString());
+    tb::RunStore store(databasePath_.toStdString(), tb::RunStore::Mode::ReadOnly);
     const auto list = store.list_ladders();
     for (auto it = list.rbegin(); it != list.rend(); ++it)
       ladders_->addItem(QStringLiteral("#%1  %2  (%3, %4)")
@@ -324,7 +324,7 @@ void LadderView::reloadLadders() {
 
 bool LadderView::showLadder(qint64 id) {
   try {
-    tb::RunStore store(databasePath_.toStdString());
+    tb::RunStore store(databasePath_.toStdString(), tb::RunStore::Mode::ReadOnly);
     const auto l = store.get_ladder(id);
     if (!l) return false;
     ladderId_ = id;

@@ -23,8 +23,8 @@ void RunHistoryModel::setRuns(const QList<RunSummary>& runs) {
 
 bool RunHistoryModel::reload(const QString& databasePath, QString* error, bool* changed) {
   try {
+    // Runs whose engine is gone read as "interrupted" (RunStore derives it).
     tb::RunStore store(databasePath.toStdString());
-    store.mark_interrupted_runs();
     QList<RunSummary> runs;
     for (const tb::RunRecord& r : store.list_runs()) runs.append(RunSummary::fromRecord(r));
     // Only reset (which loses the view's scroll position) when something changed.

@@ -8,7 +8,6 @@
 #include <optional>
 
 #include "engine/store/run_store.h"
-#include "engine_owner.h"
 #include "series_loader.h"
 
 namespace {
@@ -126,18 +125,8 @@ class RunFollower::Worker : public QObject {
         if (!row) throw std::runtime_error("the run was deleted from the database");
         record = *row;
       }
+      // The store reads a run whose engine is gone as "interrupted", with why.
       RunSummary run = RunSummary::fromRecord(record);
-      if (!run.isTerminal() && EngineOwner::liveness(run.enginePid, run.engineHost) == EngineOwner::Liveness::Gone) {
-        // The engine may have committed its end just before exiting: read again.
-        newer.appendAll(reader_.read(*store, &record));
-        run = RunSummary::fromRecord(record);
-        if (!run.isTerminal()) {
-          run.status = QStringLiteral("interrupted");
-          if (run.error.isEmpty())
-            run.error = RunFollower::tr("the engine (pid %1) stopped without finishing (killed or crashed)")
-                            .arg(run.enginePid);
-        }
-      }
       const bool news = committed || run.status != lastStatus_;
       lastStatus_ = run.status;
       if (news) emit owner_->updated(newer, run);

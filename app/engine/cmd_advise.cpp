@@ -67,11 +67,11 @@ void print_outcomes(const json& outcomes) {
               << ", measured " << factor(o["measured_speedup"]) << "\n";
 }
 
-int run_advise(const AdviseArgs& a, const std::string& db, const std::atomic<bool>& stop,
-               const std::function<void()>& install_signals) {
+int run_advise(const AdviseArgs& a, const std::string& db, const Signals& signals) {
   TB_CHECK(access(db.c_str(), F_OK) == 0, db,
            ": no run store here yet (runs are recorded by `trainbench-engine run`)");
-  RunStore store(db, RunStore::Mode::ReadWrite);
+  // Advice only reads (never waits for a writer, never migrates); --apply records a run.
+  RunStore store(db, a.apply.empty() ? RunStore::Mode::ReadOnly : RunStore::Mode::ReadWrite);
   const auto run = store.get_run(a.id);
   TB_CHECK(run.has_value(), db, ": no run with id ", a.id, " (see `trainbench-engine list`)");
   RunEvidence evidence = evidence_from_store(store, a.id);
@@ -102,9 +102,10 @@ int run_advise(const AdviseArgs& a, const std::string& db, const std::atomic<boo
   rec.engine_host = this_host_name();
   const int64_t after = store.create_run(rec);
   link_advice(store, a.id, after, *chosen);
-  install_signals();
+  signals.install();
   ProgressSink progress(stdout, isatty(fileno(stdout)) != 0, a.quiet);
-  LadderExecutor execute = in_process_executor(store, stop, {&progress});
+  LadderExecutor execute =
+      in_process_executor(store, signals.stop, {&progress}, signals.current_sink);
   const LadderRunOutcome o = execute(after, {0, 0, "speed", rec.name, config, 0});
   std::cout << "\n";
   print_outcomes(advice_outcomes(store, a.id));
@@ -114,8 +115,7 @@ int run_advise(const AdviseArgs& a, const std::string& db, const std::atomic<boo
 
 }  // namespace
 
-Command add_advise_command(CLI::App& app, const std::atomic<bool>& stop,
-                           std::function<void()> install_signals) {
+Command add_advise_command(CLI::App& app, Signals signals) {
   auto a = std::make_shared<AdviseArgs>();
   CLI::App* cmd = app.add_subcommand(
       "advise", "What to try next for a stored run: rules over its measured series, each with its "
@@ -125,8 +125,9 @@ Command add_advise_command(CLI::App& app, const std::atomic<bool>& stop,
   cmd->add_option("--apply", a->apply,
                   "Re-run the run's configuration with this rule's changes and link the pair");
   cmd->add_flag("-q,--quiet", a->quiet, "No progress output while re-running");
-  return {cmd, [a, &stop, install_signals](const std::string& db) {
-            return run_advise(*a, db, stop, install_signals);
+  return {cmd, [a] { return a->apply.empty() ? StoreUse::Reads : StoreUse::Records; },
+          [a, signals](const std::string& db) {
+            return run_advise(*a, db, signals);
           }};
 }
 

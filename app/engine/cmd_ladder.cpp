@@ -102,7 +102,7 @@ int list_rungs() {
 
 int show_ladder(const std::string& db, int64_t id) {
   TB_CHECK(access(db.c_str(), F_OK) == 0, db, ": no run store here yet");
-  RunStore store(db, RunStore::Mode::ReadWrite);
+  RunStore store(db, RunStore::Mode::ReadOnly);
   auto l = store.get_ladder(id);
   TB_CHECK(l.has_value(), db, ": no ladder with id ", id);
   std::cout << "ladder " << l->id << ": " << l->name << " (" << l->status << ", "
@@ -122,8 +122,8 @@ void emit(bool jsonl, const std::string& type, json fields) {
   std::fflush(stdout);
 }
 
-int run_ladder_command(const LadderArgs& a, const std::string& db, const std::atomic<bool>& stop,
-                       const std::function<void()>& install_signals) {
+int run_ladder_command(const LadderArgs& a, const std::string& db, const Signals& signals) {
+  const std::atomic<bool>& stop = signals.stop;
   if (a.list_rungs) return list_rungs();
   if (a.show > 0) return show_ladder(db, a.show);
   json config;
@@ -142,7 +142,7 @@ int run_ladder_command(const LadderArgs& a, const std::string& db, const std::at
   }
   const bool jsonl = a.events == "jsonl";
   RunStore store(db);
-  install_signals();
+  signals.install();
   std::FILE* human = jsonl ? stderr : stdout;
   ProgressSink progress(human, isatty(fileno(human)) != 0, /*quiet=*/true);
   JsonlSink jsonl_sink(stdout);
@@ -162,7 +162,7 @@ int run_ladder_command(const LadderArgs& a, const std::string& db, const std::at
   }
   json loads = json::array();
   const std::string started = utc_now(), load_before = load_average();
-  LadderExecutor inner = in_process_executor(store, stop, sinks);
+  LadderExecutor inner = in_process_executor(store, stop, sinks, signals.current_sink);
   size_t n = 0;
   LadderExecutor execute = [&](int64_t run_id, const LadderRun& run) {
     ++n;
@@ -214,11 +214,9 @@ int run_ladder_command(const LadderArgs& a, const std::string& db, const std::at
 
 }  // namespace
 
-Command add_advise_command(CLI::App& app, const std::atomic<bool>& stop,
-                           std::function<void()> install_signals);
+Command add_advise_command(CLI::App& app, Signals signals);
 
-std::vector<Command> add_ladder_commands(CLI::App& app, const std::atomic<bool>& stop,
-                                         std::function<void()> install_signals) {
+std::vector<Command> add_ladder_commands(CLI::App& app, Signals signals) {
   auto a = std::make_shared<LadderArgs>();
   CLI::App* l = app.add_subcommand(
       "ladder",
@@ -250,10 +248,15 @@ std::vector<Command> add_ladder_commands(CLI::App& app, const std::atomic<bool>&
   l->add_flag("--list-rungs", a->list_rungs, "List the rungs and what each sets");
   l->add_option("--show", a->show, "Print the table of a stored ladder")->check(CLI::PositiveNumber);
   std::vector<Command> commands;
-  commands.push_back({l, [a, &stop, install_signals](const std::string& db) {
-                        return run_ladder_command(*a, db, stop, install_signals);
+  commands.push_back({l,
+                      [a] {
+                        if (a->list_rungs) return StoreUse::None;
+                        return a->show > 0 ? StoreUse::Reads : StoreUse::Records;
+                      },
+                      [a, signals](const std::string& db) {
+                        return run_ladder_command(*a, db, signals);
                       }});
-  commands.push_back(add_advise_command(app, stop, install_signals));
+  commands.push_back(add_advise_command(app, signals));
   return commands;
 }
 

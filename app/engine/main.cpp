@@ -1,17 +1,27 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // trainbench-engine: the headless training engine and its run-store tools.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <charconv>
 #include <csignal>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -35,20 +45,61 @@ namespace {
 constexpr int kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitStopped = 130;
 
 std::atomic<bool> g_stop{false};
+// The running run's store sink, for the second stop signal (guarded by g_sink_mutex).
+std::mutex g_sink_mutex;
+StoreSink* g_store_sink = nullptr;
 
-void on_stop_signal(int) {
+int g_signal_pipe[2] = {-1, -1};
+
+// Any thread may receive the signal (OpenBLAS and OpenMP start theirs before
+// main), so the handler only does what is async-signal-safe: it sets the stop
+// flag and hands the signal to the signal thread through a pipe.
+void on_stop_signal(int sig) {
   g_stop.store(true);
-  // A second signal ends the process at once.
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
+  const char c = static_cast<char>(sig);
+  const ssize_t written = write(g_signal_pipe[1], &c, 1);
+  (void)written;
 }
 
-void install_signal_handlers() {
+// The first SIGINT/SIGTERM asks the trainer to stop after the current step or
+// evaluation batch; the second records the run as stopped and ends the process
+// (within ~5 s; a third ends it at once). The signal thread, not the handler,
+// talks to the store.
+void start_signal_thread() {
+  TB_CHECK(pipe2(g_signal_pipe, O_CLOEXEC) == 0, "cannot create the signal pipe: ",
+           std::strerror(errno));
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESTART;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  std::thread([] {
+    auto next_signal = [](int timeout_ms) {
+      pollfd p{g_signal_pipe[0], POLLIN, 0};
+      if (poll(&p, 1, timeout_ms) <= 0) return false;
+      char c = 0;
+      return read(g_signal_pipe[0], &c, 1) == 1;
+    };
+    while (!next_signal(-1)) {
+    }
+    std::fprintf(stderr, "trainbench: stopping after the current step (signal again to end now)\n");
+    while (!next_signal(-1)) {
+    }
+    std::fprintf(stderr, "trainbench: second stop signal: recording the run as stopped, ending now\n");
+    std::thread([] {
+      {
+        std::lock_guard lock(g_sink_mutex);
+        if (g_store_sink) {
+          g_store_sink->record_stop_now("stopped by a second signal before the step ended");
+          g_store_sink->close(std::chrono::seconds(4));
+        }
+      }
+      _exit(kExitStopped);
+    }).detach();
+    next_signal(5000);  // a third signal, or the store taking too long
+    _exit(kExitStopped);
+  }).detach();
 }
 
 json read_json_file(const std::string& path) {
@@ -82,12 +133,39 @@ double num(const json& j, const char* key) {
   return j.contains(key) && j[key].is_number() ? j[key].get<double>() : NAN;
 }
 
-// Read commands open an existing store read-write so an older schema is migrated
-// once; a store that does not exist yet is reported, not created.
+// Read commands open the store read-only: they never wait for a writer's lock,
+// work in read-only folders, never migrate and never create or convert a file.
 std::unique_ptr<RunStore> open_existing_store(const std::string& path) {
   TB_CHECK(access(path.c_str(), F_OK) == 0, path,
            ": no run store here yet (runs are recorded by `trainbench-engine run`)");
-  return std::make_unique<RunStore>(path, RunStore::Mode::ReadWrite);
+  return std::make_unique<RunStore>(path, RunStore::Mode::ReadOnly);
+}
+
+// Damage found in a run's row, on stderr; the run is still shown.
+void report_problems(const RunRecord& r) {
+  for (const auto& p : r.problems)
+    std::fprintf(stderr, "warning: run %lld: %s; shown without it\n", static_cast<long long>(r.id),
+                 p.c_str());
+}
+
+// The default store's folder is made when a run is first recorded.
+void make_store_folder(const std::string& db) {
+  const auto folder = std::filesystem::path(db).parent_path();
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  TB_CHECK(!ec, "cannot create the run store folder '", folder.string(), "': ", ec.message(),
+           " (name another store with --db or TRAINBENCH_DB)");
+}
+
+// A run id as typed: a whole number from 1 up, never saturated or wrapped.
+int64_t parse_run_id(const std::string& text) {
+  int64_t id = 0;
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, id);
+  TB_CHECK(ec == std::errc() && p == end && id > 0, "'", text,
+           "' is not a run id (a whole number from 1 to 9223372036854775807; see "
+           "`trainbench-engine list`)");
+  return id;
 }
 
 RunRecord require_run(const RunStore& store, int64_t id) {
@@ -153,15 +231,41 @@ int cmd_trace(const std::string& db, int64_t id, int64_t steps, std::string outp
 
 // ---------------------------------------------------------------- run
 
+// A configuration key given by its own flag (--steps for max_steps): the text
+// as typed goes through the same validation as --set key=value.
+struct KeyFlag {
+  KeyFlag(const char* k, const char* f) : key(k), flag(f) {}
+  const char* key;
+  const char* flag;
+  std::string text;
+  CLI::Option* option = nullptr;
+};
+
 struct RunArgs {
   std::string config_file, events = "none", db;
+  bool db_is_default = false;
   std::vector<std::string> sets;
-  std::string model, dataset, data_dir, device, optimizer, amp, name;
-  int64_t epochs = -1, steps = -1, batch = -1, workers = -1, train_limit = -1, test_limit = -1,
-          seed = -1;
-  double lr = -1;
+  std::vector<KeyFlag> flags = {
+      {"name", "--name"},         {"model", "--model"},        {"dataset", "--dataset"},
+      {"data_dir", "--data-dir"}, {"device", "--device"},      {"epochs", "--epochs"},
+      {"max_steps", "--steps"},   {"batch_size", "--batch-size"}, {"lr", "--lr"},
+      {"optimizer", "--optimizer"}, {"workers", "--workers"},  {"amp", "--amp"},
+      {"seed", "--seed"},         {"train_limit", "--train-limit"},
+      {"test_limit", "--test-limit"}};
   bool quiet = false;
 };
+
+// A flag's text as the JSON value --set would make of it: an integer, a number,
+// else the text itself (which validation then rejects, naming the key).
+json flag_value(const ConfigKey& key, const std::string& text) {
+  if (key.type == KeyType::String) return text;
+  const char* end = text.data() + text.size();
+  int64_t i = 0;
+  if (auto [p, ec] = std::from_chars(text.data(), end, i); ec == std::errc() && p == end) return i;
+  double d = 0;
+  if (auto [p, ec] = std::from_chars(text.data(), end, d); ec == std::errc() && p == end) return d;
+  return text;
+}
 
 json build_config(const RunArgs& a, std::string& source) {
   json cfg = json::object();
@@ -171,15 +275,14 @@ json build_config(const RunArgs& a, std::string& source) {
     TB_CHECK(cfg.is_object(), a.config_file, ": the configuration must be a JSON object");
     source = a.config_file;
   }
-  auto set_str = [&](const char* k, const std::string& v) { if (!v.empty()) cfg[k] = v; };
-  auto set_int = [&](const char* k, int64_t v) { if (v >= 0) cfg[k] = v; };
-  set_str("model", a.model), set_str("dataset", a.dataset), set_str("data_dir", a.data_dir);
-  set_str("device", a.device), set_str("optimizer", a.optimizer), set_str("amp", a.amp);
-  set_str("name", a.name);
-  set_int("epochs", a.epochs), set_int("max_steps", a.steps), set_int("batch_size", a.batch);
-  set_int("workers", a.workers), set_int("train_limit", a.train_limit);
-  set_int("test_limit", a.test_limit), set_int("seed", a.seed);
-  if (a.lr >= 0) cfg["lr"] = a.lr;
+  for (const KeyFlag& f : a.flags) {
+    if (f.option->count() == 0) continue;
+    const auto& schema = config_schema();
+    auto key = std::find_if(schema.begin(), schema.end(),
+                            [&](const ConfigKey& k) { return k.key == f.key; });
+    TB_CHECK(key != schema.end(), f.flag, ": no configuration key '", f.key, "'");
+    cfg[f.key] = flag_value(*key, f.text);
+  }
   for (const auto& s : a.sets) apply_assignment(cfg, s);
   if (!a.sets.empty() && a.config_file.empty()) source = "--set";
   return cfg;
@@ -191,7 +294,13 @@ int cmd_run(const RunArgs& a) {
   try {
     validated = validate_config(build_config(a, source), source);
   } catch (const Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::string message = e.what();
+    // Name the flag too when the key came from one (--steps for max_steps).
+    for (const KeyFlag& f : a.flags)
+      if (f.option->count() > 0 && std::string(f.key) != f.flag + 2 &&
+          message.find(std::string("key '") + f.key + "'") != std::string::npos)
+        message += std::string(" (given as ") + f.flag + ")";
+    std::fprintf(stderr, "error: %s\n", message.c_str());
     return kExitUsage;
   }
   RunConfig config = RunConfig::from_json(validated);
@@ -204,7 +313,8 @@ int cmd_run(const RunArgs& a) {
   std::unique_ptr<RunStore> store;
   int64_t run_id = 0;
   try {
-    store = std::make_unique<RunStore>(a.db.empty() ? RunStore::default_path() : a.db);
+    if (a.db_is_default) make_store_folder(a.db);
+    store = std::make_unique<RunStore>(a.db);
     RunRecord rec;
     rec.name = config.name;
     rec.status = "queued";
@@ -220,36 +330,53 @@ int cmd_run(const RunArgs& a) {
 
   EventBus bus;
   StoreSink store_sink(*store, run_id);
+  {
+    std::lock_guard lock(g_sink_mutex);
+    g_store_sink = &store_sink;
+  }
   JsonlSink jsonl_sink(stdout);
   // With --events jsonl stdout carries the stream; people read stderr.
   ProgressSink progress(jsonl ? stderr : stdout, isatty(fileno(jsonl ? stderr : stdout)) != 0,
                         jsonl || a.quiet);
-  bus.add(&store_sink);
+  // The stream first: whatever the store has, the stream had before it.
   if (jsonl) bus.add(&jsonl_sink);
+  bus.add(&store_sink);
   bus.add(&progress);
 
-  install_signal_handlers();
   Trainer trainer(config, bus, g_stop);
   std::string error;
+  int code = kExitFailed;
   try {
     TrainResult r = trainer.run(run_id);
-    store->flush();
-    return r.status == "stopped" ? kExitStopped : kExitOk;
+    code = r.status == "stopped" ? kExitStopped : kExitOk;
   } catch (const OutOfMemory& e) {
     error = std::string(e.what()) + " (batch_size " + std::to_string(config.batch_size) +
             ", asked for " + bytes_str(double(e.requested_bytes)) + ")";
   } catch (const std::exception& e) {
     error = e.what();
   }
-  std::fprintf(stderr, "error: run %lld failed: %s\n", (long long)run_id, error.c_str());
-  try {
+  if (code == kExitFailed) {
+    std::fprintf(stderr, "error: run %lld failed: %s\n", (long long)run_id, error.c_str());
     bus.publish("failed", {{"run_id", run_id}, {"error", error}, {"summary", trainer.summary_so_far()}});
-    store->flush();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: could not record the failure in %s: %s\n",
-                 store->path().c_str(), e.what());
   }
-  return kExitFailed;
+  // The stream has the final event; now the store gets its last chance (a lock
+  // held elsewhere, a disk that fills: retried until the time is up).
+  std::string unrecorded;
+  {
+    std::lock_guard lock(g_sink_mutex);
+    g_store_sink = nullptr;
+    unrecorded = store_sink.close(std::chrono::seconds(15));
+  }
+  if (!unrecorded.empty()) {
+    const std::string message = "the run store " + store->path() + " could not record the end of run " +
+                                std::to_string(run_id) + ": " + unrecorded +
+                                "; readers will show the run as interrupted";
+    std::fprintf(stderr, "error: %s\n", message.c_str());
+    if (jsonl) jsonl_sink.on_event({{"v", kEventsVersion}, {"type", "log"}, {"t", bus.seconds()},
+                                    {"level", "error"}, {"message", message}});
+    return kExitFailed;
+  }
+  return code;
 }
 
 // ---------------------------------------------------------------- list / show
@@ -263,13 +390,18 @@ int cmd_list(const std::string& db, bool as_json) {
   auto store_ptr = open_existing_store(db);
   RunStore& store = *store_ptr;
   auto runs = store.list_runs();
+  for (const auto& r : runs) report_problems(r);
   if (as_json) {
     json out = json::array();
-    for (const auto& r : runs)
-      out.push_back({{"id", r.id}, {"name", r.name}, {"status", r.status},
-                     {"created_at", r.created_at}, {"model", r.config.value("model", "")},
-                     {"device", r.environment.value("device", "")}, {"summary", r.summary}});
-    std::cout << out.dump(2) << "\n";
+    for (const auto& r : runs) {
+      json j = {{"id", r.id}, {"name", r.name}, {"status", r.status},
+                {"created_at", r.created_at}, {"model", r.config.value("model", "")},
+                {"device", r.environment.value("device", "")}, {"summary", r.summary},
+                {"heartbeat_at", r.heartbeat_at}, {"error", r.error}};
+      if (!r.problems.empty()) j["problems"] = r.problems;
+      out.push_back(std::move(j));
+    }
+    std::cout << out.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
     return kExitOk;
   }
   Table t({"id", "name", "status", "created", "model", "device", "batch", "median step ms",
@@ -290,12 +422,17 @@ int cmd_show(const std::string& db, int64_t id) {
   auto store_ptr = open_existing_store(db);
   RunStore& store = *store_ptr;
   RunRecord r = require_run(store, id);
+  report_problems(r);
   std::cout << "run " << r.id << ": " << r.name << "\n"
             << "  status    " << r.status << (r.error.empty() ? "" : " (" + r.error + ")") << "\n"
             << "  created   " << r.created_at << "\n"
             << "  started   " << r.started_at << "\n"
             << "  finished  " << r.finished_at << "\n"
-            << "  engine    " << r.engine_version << "\n";
+            << "  heartbeat " << r.heartbeat_at << "\n"
+            << "  engine    " << r.engine_version;
+  if (r.engine_pid > 0) std::cout << " (process " << r.engine_pid << " on " << r.engine_host << ")";
+  std::cout << "\n";
+  for (const auto& p : r.problems) std::cout << "  damaged   " << p << "\n";
   if (!r.tags.empty()) std::cout << "  tags      " << r.tags << "\n";
   if (!r.notes.empty()) std::cout << "  notes     " << r.notes << "\n";
   std::cout << "\nenvironment\n";
@@ -344,6 +481,7 @@ int cmd_compare(const std::string& db, const std::vector<int64_t>& ids) {
   RunStore& store = *store_ptr;
   std::vector<RunRecord> runs;
   for (int64_t id : ids) runs.push_back(require_run(store, id));
+  for (const auto& r : runs) report_problems(r);
 
   std::set<std::string> keys;
   for (const auto& r : runs)
@@ -388,10 +526,25 @@ int cmd_export(const std::string& db, int64_t id, const std::string& format,
   auto store_ptr = open_existing_store(db);
   RunStore& store = *store_ptr;
   RunRecord r = require_run(store, id);
+  report_problems(r);
+  // Never onto the store itself (or its -wal/-shm files): that would wipe
+  // every run. The export goes to a temporary file renamed into place, so a
+  // failed export leaves whatever was at `output` as it was.
+  std::string temporary;
   std::ofstream file;
   if (!output.empty()) {
-    file.open(output);
-    TB_CHECK(file, output, ": cannot open for writing");
+    struct stat target {};
+    if (::stat(output.c_str(), &target) == 0)
+      for (const std::string& f : {db, db + "-wal", db + "-shm", db + "-journal"}) {
+        struct stat st {};
+        TB_CHECK(::stat(f.c_str(), &st) != 0 || st.st_dev != target.st_dev ||
+                     st.st_ino != target.st_ino,
+                 output, ": this is the run store (", f,
+                 "); exporting onto it would destroy every run. Name another file.");
+      }
+    temporary = output + ".tmp-" + std::to_string(getpid());
+    file.open(temporary, std::ios::trunc);
+    TB_CHECK(file, temporary, ": cannot open for writing (", std::strerror(errno), ")");
   }
   std::ostream& out = output.empty() ? std::cout : file;
   const auto names = store.step_series_names(id);
@@ -439,24 +592,40 @@ int cmd_export(const std::string& db, int64_t id, const std::string& format,
     }
   }
   out.flush();
-  TB_CHECK(out.good(), (output.empty() ? "stdout" : output), ": write failed");
+  if (!output.empty()) {
+    file.close();
+    if (!file) {
+      std::remove(temporary.c_str());
+      TB_FAIL(output, ": write failed (", std::strerror(errno), "); nothing was changed");
+    }
+    if (std::rename(temporary.c_str(), output.c_str()) != 0) {
+      const std::string why = std::strerror(errno);
+      std::remove(temporary.c_str());
+      TB_FAIL(output, ": cannot move the export into place (", why, ")");
+    }
+    return kExitOk;
+  }
+  TB_CHECK(out.good(), "stdout: write failed");
   return kExitOk;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int engine_main(int argc, char** argv) {
   CLI::App app{
       "trainbench-engine: trains a model with the chosen speed-up tricks and records every run\n"
       "in a SQLite run store.\n\n"
       "Exit codes: 0 finished, 1 the run failed (or a store error), 2 invalid usage or\n"
-      "configuration, 130 stopped by SIGINT/SIGTERM (the current step finishes, all is stored).",
+      "configuration, 130 stopped by SIGINT/SIGTERM (the current step or evaluation batch\n"
+      "finishes, all is stored; a second signal records the run as stopped and ends at once).",
       "trainbench-engine"};
   app.set_version_flag("--version", std::string("trainbench-engine ") + TRAINBENCH_VERSION);
   app.require_subcommand(0, 1);
   app.fallthrough();  // --db may follow the subcommand
   std::string db;
-  app.add_option("--db", db, "Run store database (default: " + RunStore::default_path() + ")")
+  // The default is worked out only when a command needs it: --help and
+  // --version must work without HOME.
+  app.add_option("--db", db,
+                 "Run store database (default: $XDG_DATA_HOME/trainbench/runs.db, else "
+                 "~/.local/share/trainbench/runs.db)")
       ->envname("TRAINBENCH_DB");
 
   RunArgs ra;
@@ -464,21 +633,27 @@ int main(int argc, char** argv) {
       "run", "Train one run. With no options: fmnist-cnn on Fashion-MNIST for one epoch.");
   run->add_option("-c,--config", ra.config_file, "Run configuration (JSON object; see `config`)");
   run->add_option("-s,--set", ra.sets, "Override one key: key=value (repeatable)");
-  run->add_option("--name", ra.name, "Run name");
-  run->add_option("--model", ra.model, "fmnist-cnn, resnet18-cifar, resnet9 or mlp");
-  run->add_option("--dataset", ra.dataset, "fashion-mnist, mnist, cifar10 or synthetic");
-  run->add_option("--data-dir", ra.data_dir, "Folder with the data set files");
-  run->add_option("--device", ra.device, "auto, cpu, cuda or cuda:N");
-  run->add_option("--epochs", ra.epochs, "Epochs");
-  run->add_option("--steps", ra.steps, "Stop after this many optimizer steps");
-  run->add_option("-b,--batch-size", ra.batch, "Batch size");
-  run->add_option("--lr", ra.lr, "Learning rate");
-  run->add_option("--optimizer", ra.optimizer, "sgd, adamw, rmsprop, lars or lamb");
-  run->add_option("--workers", ra.workers, "Data-loader threads");
-  run->add_option("--amp", ra.amp, "off, fp16 or bf16 (cuda backend)");
-  run->add_option("--seed", ra.seed, "Seed");
-  run->add_option("--train-limit", ra.train_limit, "Use the first N training samples");
-  run->add_option("--test-limit", ra.test_limit, "Use the first N test samples");
+  const std::map<std::string, std::string> flag_help = {
+      {"--name", "Run name"},
+      {"--model", "fmnist-cnn, resnet18-cifar, resnet9 or mlp"},
+      {"--dataset", "fashion-mnist, mnist, cifar10 or synthetic"},
+      {"--data-dir", "Folder with the data set files"},
+      {"--device", "auto, cpu, cuda or cuda:N"},
+      {"--epochs", "Epochs"},
+      {"--steps", "Stop after this many optimizer steps (key max_steps)"},
+      {"--batch-size", "Batch size"},
+      {"--lr", "Learning rate"},
+      {"--optimizer", "sgd, adamw, rmsprop, lars or lamb"},
+      {"--workers", "Data-loader threads"},
+      {"--amp", "off, fp16 or bf16 (cuda backend)"},
+      {"--seed", "Seed"},
+      {"--train-limit", "Use the first N training samples"},
+      {"--test-limit", "Use the first N test samples"}};
+  for (KeyFlag& f : ra.flags) {
+    const std::string names = std::string(f.flag) == "--batch-size" ? "-b,--batch-size" : f.flag;
+    f.option = run->add_option(names, f.text, flag_help.at(f.flag) +
+                                                  " (checked like --set " + f.key + "=...)");
+  }
   run->add_option("--events", ra.events, "none, or jsonl: a JSON-lines event stream on stdout "
                                          "(docs/events.md)")
       ->check(CLI::IsMember({"none", "jsonl"}));
@@ -488,23 +663,24 @@ int main(int argc, char** argv) {
   CLI::App* list = app.add_subcommand("list", "List the runs in the store");
   list->add_flag("--json", list_json, "JSON output");
 
-  int64_t show_id = 0;
+  std::string show_id;
   CLI::App* show = app.add_subcommand("show", "Show one run: configuration, tricks, summary, epochs");
   show->add_option("id", show_id, "Run id")->required();
 
-  std::vector<int64_t> compare_ids;
+  std::vector<std::string> compare_ids;
   CLI::App* compare = app.add_subcommand(
       "compare", "Compare runs: configuration differences and a results table with speed-ups "
                  "relative to the first run");
   compare->add_option("ids", compare_ids, "Two or more run ids")->required()->expected(2, -1);
 
-  int64_t export_id = 0;
+  std::string export_id;
   std::string export_format = "csv", export_output;
   CLI::App* exp = app.add_subcommand("export", "Export a run's metric series");
   exp->add_option("id", export_id, "Run id")->required();
   exp->add_option("--format", export_format, "csv (one row per step) or json (everything)")
       ->check(CLI::IsMember({"csv", "json"}));
-  exp->add_option("-o,--output", export_output, "Output file (default: stdout)");
+  exp->add_option("-o,--output", export_output,
+                  "Output file (default: stdout); written whole or not at all, never onto the store");
 
   bool show_defaults = false, show_schema = false;
   std::string validate_file;
@@ -514,7 +690,8 @@ int main(int argc, char** argv) {
   cfg->add_flag("--schema", show_schema, "Every key: type, default, choices, group, trick number");
   cfg->add_option("--validate", validate_file, "Validate a configuration file");
 
-  int64_t trace_id = 0, trace_steps = 5;
+  std::string trace_id;
+  int64_t trace_steps = 5;
   std::string trace_output;
   CLI::App* trace = app.add_subcommand(
       "trace", "Re-run a stored run's configuration for N steps and write a Chrome/Perfetto trace");
@@ -526,22 +703,70 @@ int main(int argc, char** argv) {
   CLI::App* devices = app.add_subcommand("devices", "List the devices this build can use");
   devices->add_flag("--json", devices_json, "JSON output");
 
-  const auto ladder_commands = cli::add_ladder_commands(app, g_stop, install_signal_handlers);
+  // ladder and advise train in this process: the same signal thread as run.
+  const auto ladder_commands = cli::add_ladder_commands(
+      app, {g_stop,
+            [] {
+              std::signal(SIGPIPE, SIG_IGN);
+              start_signal_thread();
+            },
+            [](StoreSink* sink) {
+              std::lock_guard lock(g_sink_mutex);
+              g_store_sink = sink;
+            }});
 
-  CLI11_PARSE(app, argc, argv);
-  const std::string db_path = db.empty() ? RunStore::default_path() : db;
   try {
-    if (run->parsed() || app.get_subcommands().empty()) {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);  // prints the message and the usage hint
+    return kExitUsage;
+  }
+
+  // Usage checks that CLI11 cannot do: run ids as typed, the store path.
+  std::vector<int64_t> ids;
+  std::string db_path = db;
+  const bool is_run = run->parsed() || app.get_subcommands().empty();
+  bool needs_store = is_run || list->parsed() || show->parsed() || compare->parsed() ||
+                     exp->parsed() || trace->parsed();
+  for (const cli::Command& c : ladder_commands)
+    needs_store = needs_store || (c.app->parsed() && c.store_use() != cli::StoreUse::None);
+  try {
+    for (const std::string* id : {&show_id, &export_id, &trace_id})
+      if (!id->empty()) ids.push_back(parse_run_id(*id));
+    for (const std::string& id : compare_ids) ids.push_back(parse_run_id(id));
+    if (needs_store && db_path.empty()) {
+      db_path = RunStore::default_path();
+      ra.db_is_default = true;
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitUsage;
+  }
+
+  try {
+    if (is_run) {
       ra.db = db_path;
+      // A reader of --events that goes away must not kill the run (EPIPE instead).
+      std::signal(SIGPIPE, SIG_IGN);
+      start_signal_thread();
       return cmd_run(ra);
     }
     if (list->parsed()) return cmd_list(db_path, list_json);
-    if (show->parsed()) return cmd_show(db_path, show_id);
-    if (compare->parsed()) return cmd_compare(db_path, compare_ids);
-    if (trace->parsed()) return cmd_trace(db_path, trace_id, trace_steps, trace_output);
-    if (exp->parsed()) return cmd_export(db_path, export_id, export_format, export_output);
-    for (const cli::Command& c : ladder_commands)
-      if (c.app->parsed()) return c.run(db_path);
+    if (show->parsed()) return cmd_show(db_path, ids.at(0));
+    if (compare->parsed()) return cmd_compare(db_path, ids);
+    if (trace->parsed()) {
+      std::signal(SIGPIPE, SIG_IGN);
+      start_signal_thread();
+      return cmd_trace(db_path, ids.at(0), trace_steps, trace_output);
+    }
+    if (exp->parsed()) return cmd_export(db_path, ids.at(0), export_format, export_output);
+    for (const cli::Command& c : ladder_commands) {
+      if (!c.app->parsed()) continue;
+      if (ra.db_is_default && c.store_use() == cli::StoreUse::Records) make_store_folder(db_path);
+      return c.run(db_path);
+    }
     if (cfg->parsed()) {
       if (!validate_file.empty()) {
         validate_config(read_json_file(validate_file), validate_file);
@@ -567,9 +792,21 @@ int main(int argc, char** argv) {
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return cfg->parsed() ? kExitUsage : kExitFailed;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return kExitFailed;
   }
   return kExitOk;
+}
+
+}  // namespace
+
+// No exception leaves main: whatever escapes a command is an error message
+// and exit code 1, never an abort.
+int main(int argc, char** argv) {
+  try {
+    return engine_main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "error: unexpected failure\n");
+  }
+  return kExitFailed;
 }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <map>
 
@@ -197,11 +198,13 @@ struct MeasuredSteps final : EventSink {
 }  // namespace
 
 LadderExecutor in_process_executor(RunStore& store, const std::atomic<bool>& stop,
-                                   std::vector<EventSink*> extra_sinks) {
-  return [&store, &stop, extra_sinks](int64_t run_id, const LadderRun& run) {
+                                   std::vector<EventSink*> extra_sinks,
+                                   std::function<void(StoreSink*)> current_sink) {
+  return [&store, &stop, extra_sinks, current_sink](int64_t run_id, const LadderRun& run) {
     LadderRunOutcome out;
     EventBus bus;
     StoreSink store_sink(store, run_id);
+    if (current_sink) current_sink(&store_sink);
     MeasuredSteps measured(run.warmup_steps);
     bus.add(&store_sink);
     bus.add(&measured);
@@ -210,7 +213,6 @@ LadderExecutor in_process_executor(RunStore& store, const std::atomic<bool>& sto
     Trainer trainer(RunConfig::from_json(run.config), bus, stop);
     try {
       TrainResult r = trainer.run(run_id);
-      store.flush();
       out.status = r.status;
       out.summary = r.summary;
     } catch (const std::exception& e) {
@@ -218,7 +220,15 @@ LadderExecutor in_process_executor(RunStore& store, const std::atomic<bool>& sto
       out.error = e.what();
       out.summary = trainer.summary_so_far();
       bus.publish("failed", {{"run_id", run_id}, {"error", out.error}, {"summary", out.summary}});
-      store.flush();
+    }
+    // The sink writes from its own thread: the run is stored once it is closed.
+    if (current_sink) current_sink(nullptr);
+    const std::string unrecorded = store_sink.close(std::chrono::seconds(15));
+    if (!unrecorded.empty()) {
+      out.status = run_status::kFailed;
+      out.error = "the run store " + store.path() + " could not record the end of run " +
+                  std::to_string(run_id) + ": " + unrecorded +
+                  "; readers will show the run as interrupted";
     }
     out.measured_step_ms = std::move(measured.step_ms);
     return out;

@@ -4,7 +4,7 @@
 // (rungs.h), each measured `ladder_repeats` times for a fixed number of steps
 // after a warm-up, the repeats interleaved (A B C A B C ...) so that drift of
 // the machine hits every rung alike. Every run is an ordinary stored run,
-// linked to one ladder record (RunStore::create_ladder, schema v5); the
+// linked to one ladder record (RunStore::create_ladder, schema v4); the
 // result is seed article 004's table with the spread (ladder_table.h).
 //
 //   plan_ladder   which rungs run, with which configuration, and which are
@@ -26,6 +26,7 @@ namespace tb {
 
 class EventSink;
 class RunStore;
+class StoreSink;
 
 struct PlannedRung {
   int index = 0;               // 0: the baseline
@@ -84,9 +85,13 @@ using LadderExecutor = std::function<LadderRunOutcome(int64_t run_id, const Ladd
 
 // The trainer in this process, writing into `store`; extra sinks (progress,
 // JSON lines) see every event. The peak resident memory is reset before each
-// run, so a CPU run's peak is its own.
+// run, so a CPU run's peak is its own. current_sink, when given, is told the
+// run's store sink while it is open and nullptr once it is closed (the
+// engine's second stop signal records that run as stopped). A run whose end
+// the store could not record (15 s) is failed, saying why.
 LadderExecutor in_process_executor(RunStore& store, const std::atomic<bool>& stop,
-                                   std::vector<EventSink*> extra_sinks = {});
+                                   std::vector<EventSink*> extra_sinks = {},
+                                   std::function<void(StoreSink*)> current_sink = {});
 
 struct LadderOutcome {
   int64_t ladder_id = 0;

@@ -2,13 +2,18 @@
 #include "engine/store/run_store.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <deque>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <mutex>
 #include <set>
@@ -28,8 +33,6 @@ constexpr const char* kEngineVersion = TRAINBENCH_VERSION;
 #else
 constexpr const char* kEngineVersion = "unknown";
 #endif
-
-constexpr const char* kInterruptedError = "engine stopped without finishing (killed or crashed)";
 
 // migrations[N-1] brings schema version N-1 to N. Never edit a shipped entry:
 // databases in the field were made by it. Append a new one instead.
@@ -96,12 +99,7 @@ CREATE INDEX runs_by_status ON runs (status);
 ALTER TABLE runs ADD COLUMN engine_pid INTEGER;
 ALTER TABLE runs ADD COLUMN engine_host TEXT NOT NULL DEFAULT '';
 )sql",
-    // v4: reserved for the reliability branch's migration (merged separately;
-    // the coordinator renumbers at merge). Nothing changes here.
-    R"sql(
-SELECT 1;
-)sql",
-    // v5: ladders (a baseline and rungs measured in interleaved repeats), the
+    // v4: ladders (a baseline and rungs measured in interleaved repeats), the
     // runs of each linked by rung and repetition, and links between runs (an
     // advisor's before/after pair).
     R"sql(
@@ -154,18 +152,129 @@ std::string iso_utc(std::chrono::system_clock::time_point t) {
 
 std::string now_utc() { return iso_utc(std::chrono::system_clock::now()); }
 
+std::optional<std::chrono::system_clock::time_point> parse_iso_utc(const std::string& text) {
+  std::tm tm{};
+  int ms = 0;
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%3d", &tm.tm_year, &tm.tm_mon,
+                  &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms) < 6)
+    return std::nullopt;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  const std::time_t secs = timegm(&tm);
+  if (secs == static_cast<std::time_t>(-1)) return std::nullopt;
+  return std::chrono::system_clock::from_time_t(secs) + std::chrono::milliseconds(ms);
+}
+
 std::string json_text(const json& j) {
   if (j.is_null()) return "{}";
   // Replace invalid UTF-8 instead of throwing: a run's config must not fail to save.
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-json parse_json(const std::string& text) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  return j.is_discarded() ? json(text) : j;  // keep hand-edited garbage visible
+// A JSON column: an object, or {} with the damage described in `problems`.
+json parse_json_column(const std::string& text, const char* column,
+                       std::vector<std::string>& problems) {
+  try {
+    json j = json::parse(text);
+    if (j.is_object()) return j;
+    problems.push_back(detail::concat(column, ": expected a JSON object, found ", j.type_name()));
+  } catch (const json::exception& e) {
+    problems.push_back(detail::concat(column, ": not valid JSON (", e.what(), ")"));
+  }
+  return json::object();
+}
+
+// The process exists and is not a zombie (a killed engine its parent has not
+// reaped yet is gone all the same).
+bool process_alive(int64_t pid) {
+  if (pid <= 0 || pid > std::numeric_limits<pid_t>::max()) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;  // no /proc: trust kill()
+  const size_t paren = line.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= line.size()) return true;
+  const char state = line[paren + 2];
+  return state != 'Z' && state != 'X';
+}
+
+const std::string& cached_host_name() {
+  static const std::string name = this_host_name();
+  return name;
 }
 
 }  // namespace
+
+std::string valid_utf8(std::string text) {
+  // Fast path: most text is valid and comes back as it is.
+  auto sequence_length = [&](size_t i) -> size_t {  // 0: invalid at i
+    const auto c = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+    const unsigned char b = c(i);
+    if (b < 0x80) return 1;
+    size_t n;
+    uint32_t min, cp;
+    if ((b & 0xE0) == 0xC0) n = 2, min = 0x80, cp = b & 0x1F;
+    else if ((b & 0xF0) == 0xE0) n = 3, min = 0x800, cp = b & 0x0F;
+    else if ((b & 0xF8) == 0xF0) n = 4, min = 0x10000, cp = b & 0x07;
+    else return 0;
+    if (i + n > text.size()) return 0;
+    for (size_t k = 1; k < n; ++k) {
+      if ((c(i + k) & 0xC0) != 0x80) return 0;
+      cp = (cp << 6) | (c(i + k) & 0x3F);
+    }
+    // Overlong forms, UTF-16 surrogates and code points past U+10FFFF are invalid.
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return n;
+  };
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t n = sequence_length(i);
+    if (n == 0) break;
+    i += n;
+  }
+  if (i == text.size()) return text;
+  std::string out = text.substr(0, i);
+  while (i < text.size()) {
+    const size_t n = sequence_length(i);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD for each bad byte
+      ++i;
+    } else {
+      out.append(text, i, n);
+      i += n;
+    }
+  }
+  return out;
+}
+
+std::string engine_gone_reason(const RunRecord& r, std::chrono::system_clock::time_point now,
+                               std::chrono::milliseconds stale_after) {
+  const std::string& status = r.recorded_status.empty() ? r.status : r.recorded_status;
+  if (status != run_status::kQueued && status != run_status::kRunning) return "";
+  if (r.engine_pid > 0 && !r.engine_host.empty() && r.engine_host == cached_host_name() &&
+      !process_alive(r.engine_pid))
+    return detail::concat("the engine (process ", r.engine_pid, " on ", r.engine_host,
+                          ") ended without recording the end of the run (killed, crashed, or "
+                          "its run store could not be written)");
+  // Runs from schema v1 have no heartbeat; their start time stands in for it.
+  const std::string& beat =
+      !r.heartbeat_at.empty() ? r.heartbeat_at
+                              : (!r.started_at.empty() ? r.started_at : r.created_at);
+  const auto last = parse_iso_utc(beat);
+  const auto age = last ? now - *last : std::chrono::system_clock::duration::max();
+  if (age <= stale_after) return "";
+  const std::string seen =
+      last ? detail::concat("no heartbeat for ",
+                            std::chrono::duration_cast<std::chrono::seconds>(age).count(), " s")
+           : detail::concat("no readable heartbeat ('", beat, "')");
+  return detail::concat(seen, ": the engine",
+                        r.engine_pid > 0 ? detail::concat(" (process ", r.engine_pid, " on ",
+                                                          r.engine_host.empty() ? "an unknown host"
+                                                                                : r.engine_host,
+                                                          ")")
+                                         : std::string(),
+                        " stopped without recording the end of the run");
+}
 
 bool is_valid_run_status(const std::string& s) {
   return s == run_status::kQueued || s == run_status::kRunning || is_terminal_run_status(s);
@@ -191,10 +300,14 @@ struct RunStore::Impl {
   Mode mode = Mode::ReadWrite;
   RunStoreOptions options;
   sqlite3* db = nullptr;
+  int version = 0;  // the file's schema version (ReadOnly reads older ones as they are)
+  int last_error_code = SQLITE_OK;  // of the last failure, kept past a rollback
+  std::chrono::steady_clock::time_point retry_after{};  // no automatic flush before
+  int64_t dropped_points = 0;
   std::unordered_map<std::string, sqlite3_stmt*> statements;
   // Series ids never change once committed, so a name is looked up once.
   std::unordered_map<std::string, int64_t> series_ids;
-  std::vector<PendingStep> pending_steps;
+  std::deque<PendingStep> pending_steps;  // the bound drops from the front
   std::vector<PendingEpoch> pending_epochs;
   std::chrono::steady_clock::time_point oldest_pending;
   std::mutex mutex;
@@ -204,7 +317,8 @@ struct RunStore::Impl {
     if (db) sqlite3_close_v2(db);
   }
 
-  [[noreturn]] void fail(const std::string& op) const {
+  [[noreturn]] void fail(const std::string& op) {
+    last_error_code = sqlite3_extended_errcode(db);
     TB_FAIL("run database '", path, "': ", op, ": ", sqlite3_errmsg(db), " (SQLite code ",
             sqlite3_extended_errcode(db), ")");
   }
@@ -236,13 +350,18 @@ struct RunStore::Impl {
   void open();
   int read_version();
   void migrate();
+  std::string run_columns() const;
   int64_t series_id(const std::string& name, bool create);
   void write_pending();
+  void pending_written();
   void flush_pending();
+  void bound_pending();
   void maybe_flush();
   void update_column(int64_t id, const char* column, const std::string& value, const char* op);
+  void update_status(int64_t id, const std::string& status, const std::string& error,
+                     const char* op);
   void expect_one_change(int64_t id, const char* op) const;
-  RunRecord read_run(sqlite3_stmt* stmt) const;
+  RunRecord read_run(sqlite3_stmt* stmt, std::chrono::system_clock::time_point now) const;
 };
 
 namespace {
@@ -353,12 +472,18 @@ class Transaction {
   bool committed_ = false;
 };
 
-constexpr const char* kRunColumns =
-    "id, name, created_at, started_at, finished_at, status, config_json, environment_json, "
-    "engine_version, tricks_json, summary_json, error, tags, notes, heartbeat_at, engine_pid, "
-    "engine_host";
-
 }  // namespace
+
+// The columns read_run expects, in its order; columns a schema version does not
+// have yet read as their defaults (a ReadOnly store never migrates).
+std::string RunStore::Impl::run_columns() const {
+  std::string cols =
+      "id, name, created_at, started_at, finished_at, status, config_json, environment_json, "
+      "engine_version, tricks_json, summary_json, error, ";
+  cols += version >= 2 ? "tags, notes, heartbeat_at, " : "'', '', NULL, ";
+  cols += version >= 3 ? "engine_pid, engine_host" : "NULL, ''";
+  return cols;
+}
 
 // --- Opening and migrating ---------------------------------------------------
 
@@ -386,16 +511,13 @@ int RunStore::Impl::read_version() {
 void RunStore::Impl::open() {
   // Look before changing anything: a database from a newer Trainbench must
   // be left exactly as it is, journal mode included.
-  const int version = read_version();
+  version = read_version();
   TB_CHECK(version <= kSchemaVersion, "run database '", path, "' has schema version ", version,
            " but this Trainbench knows versions up to ", kSchemaVersion,
            "; open it with a newer Trainbench (the file was not changed)");
   Query(*this, "PRAGMA foreign_keys = ON", "enabling foreign keys").run();
   if (mode == Mode::ReadOnly) {
     TB_CHECK(version > 0, "'", path, "' is not a Trainbench run database (it is empty)");
-    TB_CHECK(version == kSchemaVersion, "run database '", path, "' has schema version ", version,
-             " but this Trainbench needs ", kSchemaVersion,
-             "; open it once read-write (e.g. in the workbench) to upgrade it");
     return;
   }
   // WAL lets readers in other processes work while the engine writes; NORMAL
@@ -408,6 +530,8 @@ void RunStore::Impl::open() {
 }
 
 void RunStore::Impl::migrate() {
+  // Up to date (the usual case): no transaction, so no write lock is waited for.
+  if (version == kSchemaVersion) return;
   for (;;) {
     // One transaction per migration; the version is read again inside it
     // because another process may have upgraded the file meanwhile.
@@ -417,6 +541,7 @@ void RunStore::Impl::migrate() {
              " but this Trainbench knows versions up to ", kSchemaVersion);
     if (version == kSchemaVersion) {
       tx.commit();
+      this->version = version;
       return;
     }
     const std::string op =
@@ -443,15 +568,13 @@ int64_t RunStore::Impl::series_id(const std::string& name, bool create) {
   return id;
 }
 
-// Inside an open transaction.
+// Inside an open transaction; the points stay pending until the caller has
+// committed (pending_written), so a rolled-back batch is retried whole, never
+// point by point.
 void RunStore::Impl::write_pending() {
   if (pending_steps.empty() && pending_epochs.empty()) return;
-  // Taken out first: a failed batch is rolled back and dropped, never retried
-  // point by point (that could half-write it).
-  auto steps = std::move(pending_steps);
-  auto epochs = std::move(pending_epochs);
-  pending_steps.clear();
-  pending_epochs.clear();
+  const auto& steps = pending_steps;
+  const auto& epochs = pending_epochs;
 
   // One prepared insert per table for the whole batch.
   std::set<int64_t> runs;
@@ -494,18 +617,60 @@ void RunStore::Impl::write_pending() {
         .run();
 }
 
+void RunStore::Impl::pending_written() {
+  pending_steps.clear();
+  pending_epochs.clear();
+  retry_after = {};
+}
+
+namespace {
+// Failures that may pass: another process's lock, a full disk, an I/O error.
+// Anything else (a constraint: a point of a deleted run) fails the same way again.
+bool may_pass(int extended_code) {
+  switch (extended_code & 0xff) {
+    case SQLITE_BUSY: case SQLITE_LOCKED: case SQLITE_FULL: case SQLITE_IOERR: case SQLITE_NOMEM:
+    case SQLITE_CANTOPEN: case SQLITE_PROTOCOL: case SQLITE_READONLY:
+      return true;
+    default:
+      return false;
+  }
+}
+}  // namespace
+
 void RunStore::Impl::flush_pending() {
   if (pending_steps.empty() && pending_epochs.empty()) return;
-  Transaction tx(*this, "writing metrics");
-  write_pending();
-  tx.commit();
+  try {
+    Transaction tx(*this, "writing metrics");
+    write_pending();
+    tx.commit();
+  } catch (const Error&) {
+    if (may_pass(last_error_code)) {
+      retry_after = std::chrono::steady_clock::now() + options.retry_interval;
+    } else {
+      pending_steps.clear();
+      pending_epochs.clear();
+    }
+    throw;
+  }
+  pending_written();
+}
+
+// Keeps at most max_pending_points buffered: the oldest step points go first.
+void RunStore::Impl::bound_pending() {
+  const size_t n = pending_steps.size() + pending_epochs.size();
+  if (n <= options.max_pending_points) return;
+  const size_t excess = std::min(n - options.max_pending_points, pending_steps.size());
+  pending_steps.erase(pending_steps.begin(), pending_steps.begin() + static_cast<ptrdiff_t>(excess));
+  dropped_points += static_cast<int64_t>(excess);
 }
 
 void RunStore::Impl::maybe_flush() {
+  bound_pending();
   const size_t n = pending_steps.size() + pending_epochs.size();
   if (n == 0) return;
-  if (n >= options.batch_points ||
-      std::chrono::steady_clock::now() - oldest_pending >= options.batch_interval)
+  const auto now = std::chrono::steady_clock::now();
+  if (now < retry_after) return;  // a failed batch waits before it is tried again
+  if (n >= options.batch_points || now - oldest_pending >= options.batch_interval)
     flush_pending();
 }
 
@@ -513,36 +678,70 @@ void RunStore::Impl::expect_one_change(int64_t id, const char* op) const {
   TB_CHECK(sqlite3_changes(db) == 1, "run database '", path, "': ", op, ": no run with id ", id);
 }
 
+void RunStore::Impl::update_status(int64_t id, const std::string& status,
+                                   const std::string& error, const char* op) {
+  Query(*this,
+        "UPDATE runs SET status = ?1, error = ?2, heartbeat_at = ?3, "
+        "started_at = CASE WHEN ?1 = 'running' THEN coalesce(started_at, ?3) ELSE started_at END, "
+        "finished_at = CASE WHEN ?1 IN ('finished', 'failed', 'stopped') THEN ?3 ELSE NULL END "
+        "WHERE id = ?4",
+        op)
+      .bind_text(1, status)
+      .bind_text(2, valid_utf8(error))
+      .bind_text(3, now_utc())
+      .bind_int(4, id)
+      .run();
+  expect_one_change(id, op);
+}
+
 void RunStore::Impl::update_column(int64_t id, const char* column, const std::string& value,
                                    const char* op) {
   require_writable(op);
   Query(*this, detail::concat("UPDATE runs SET ", column, " = ? WHERE id = ?"), op)
-      .bind_text(1, value)
+      .bind_text(1, valid_utf8(value))
       .bind_int(2, id)
       .run();
   expect_one_change(id, op);
 }
 
-RunRecord RunStore::Impl::read_run(sqlite3_stmt* s) const {
-  auto text = [s](int col) { return Query::column_text(s, col); };
+// One damaged column never hides the run or the rest of the store: text that is
+// not UTF-8 gets U+FFFD, a JSON column that is not an object reads as {}, and
+// either is named in `problems`.
+RunRecord RunStore::Impl::read_run(sqlite3_stmt* s, std::chrono::system_clock::time_point now) const {
+  static constexpr const char* kNames[] = {
+      "id", "name", "created_at", "started_at", "finished_at", "status", "config_json",
+      "environment_json", "engine_version", "tricks_json", "summary_json", "error", "tags",
+      "notes", "heartbeat_at", "engine_pid", "engine_host"};
   RunRecord r;
+  auto text = [&](int col) {
+    std::string raw = Query::column_text(s, col);
+    std::string clean = valid_utf8(raw);
+    if (clean != raw) r.problems.push_back(detail::concat(kNames[col], ": not valid UTF-8"));
+    return clean;
+  };
   r.id = sqlite3_column_int64(s, 0);
   r.name = text(1);
   r.created_at = text(2);
   r.started_at = text(3);
   r.finished_at = text(4);
-  r.status = text(5);
-  r.config = parse_json(text(6));
-  r.environment = parse_json(text(7));
+  r.recorded_status = text(5);
+  r.config = parse_json_column(text(6), kNames[6], r.problems);
+  r.environment = parse_json_column(text(7), kNames[7], r.problems);
   r.engine_version = text(8);
-  r.tricks = parse_json(text(9));
-  r.summary = parse_json(text(10));
+  r.tricks = parse_json_column(text(9), kNames[9], r.problems);
+  r.summary = parse_json_column(text(10), kNames[10], r.problems);
   r.error = text(11);
   r.tags = text(12);
   r.notes = text(13);
   r.heartbeat_at = text(14);
   r.engine_pid = sqlite3_column_int64(s, 15);  // NULL reads as 0: unknown
   r.engine_host = text(16);
+  r.status = r.recorded_status;
+  const std::string gone = engine_gone_reason(r, now, kDefaultStaleAfter);
+  if (!gone.empty()) {
+    r.status = run_status::kInterrupted;
+    r.error = r.error.empty() ? gone : r.error + "; " + gone;
+  }
   return r;
 }
 
@@ -561,15 +760,41 @@ std::string RunStore::default_path() {
   } else {
     const char* home = std::getenv("HOME");
     TB_CHECK(home && *home,
-             "cannot locate the run database: neither XDG_DATA_HOME nor HOME is set");
+             "cannot locate the run database: neither XDG_DATA_HOME nor HOME is set "
+             "(name one with --db or TRAINBENCH_DB)");
     base = fs::path(home) / ".local" / "share";
   }
-  const fs::path dir = base / "trainbench";
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  TB_CHECK(!ec, "cannot create the run database folder '", dir.string(), "': ", ec.message());
-  return (dir / "runs.db").string();
+  return (base / "trainbench" / "runs.db").string();
 }
+
+namespace {
+// "file:" URI of a path, for SQLite's URI parameters.
+std::string file_uri(const std::string& path) {
+  std::string uri = "file:";
+  const std::string abs = fs::absolute(path).string();
+  for (unsigned char c : abs) {
+    if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
+      uri += static_cast<char>(c);
+    } else {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", c);
+      uri += buf;
+    }
+  }
+  return uri;
+}
+
+sqlite3* open_connection(const std::string& name, int flags, const std::string& path) {
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(name.c_str(), &db, flags, nullptr);
+  if (rc != SQLITE_OK) {
+    const std::string message = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    if (db) sqlite3_close_v2(db);
+    TB_FAIL("cannot open run database '", path, "': ", message);
+  }
+  return db;
+}
+}  // namespace
 
 RunStore::RunStore(const std::string& path, Mode mode, const RunStoreOptions& options)
     : impl_(std::make_unique<Impl>()) {
@@ -580,25 +805,51 @@ RunStore::RunStore(const std::string& path, Mode mode, const RunStoreOptions& op
   if (d.options.batch_points == 0) d.options.batch_points = 1;
 
   // SQLite only says "unable to open database file"; name the actual cause.
+  TB_CHECK(!path.empty(), "cannot open a run database: the path is empty");
   const fs::path parent = fs::path(path).parent_path();
   std::error_code ec;
   TB_CHECK(parent.empty() || fs::is_directory(parent, ec), "cannot open run database '", path,
            "': the folder '", parent.string(), "' does not exist");
-  TB_CHECK(mode == Mode::ReadWrite || fs::exists(path, ec), "cannot open run database '", path,
+  TB_CHECK(!fs::is_directory(path, ec), "cannot open run database '", path,
+           "': it is a folder; name a file in it, e.g. '", (fs::path(path) / "runs.db").string(),
+           "'");
+  const bool exists = fs::exists(path, ec);
+  TB_CHECK(mode == Mode::ReadWrite || exists, "cannot open run database '", path,
            "' read-only: the file does not exist");
+  // SQLite would take an empty file as an empty database and make it a store:
+  // a file someone else created (touch, mktemp) is not ours to convert.
+  TB_CHECK(!exists || fs::file_size(path, ec) > 0 || ec, "cannot open run database '", path,
+           "': the file exists but is empty, so it was not made as a run store; remove it or "
+           "name another file");
 
   // No SQLite mutex: Impl::mutex serialises every use of the connection.
   const int flags =
       (mode == Mode::ReadOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
       SQLITE_OPEN_NOMUTEX;
-  const int rc = sqlite3_open_v2(path.c_str(), &d.db, flags, nullptr);
-  if (rc != SQLITE_OK) {
-    const std::string message = d.db ? sqlite3_errmsg(d.db) : sqlite3_errstr(rc);
-    TB_FAIL("cannot open run database '", path, "': ", message);
+  auto connect = [&](const std::string& name, int extra) {
+    d.db = open_connection(name, flags | extra, path);
+    sqlite3_extended_result_codes(d.db, 1);
+    sqlite3_busy_timeout(d.db, static_cast<int>(d.options.busy_timeout.count()));
+  };
+  connect(path, 0);
+  try {
+    d.open();
+  } catch (const Error&) {
+    // Reading a WAL database needs its -shm file; in a read-only folder or
+    // mount that file cannot be made. With no -wal file there is nothing
+    // uncheckpointed and no writer (a writer needs the -wal), so the file can
+    // be read as immutable.
+    const int code = d.last_error_code & 0xff;
+    const bool wal = fs::exists(path + "-wal", ec) && fs::file_size(path + "-wal", ec) > 0;
+    if (mode != Mode::ReadOnly || wal || (code != SQLITE_READONLY && code != SQLITE_CANTOPEN))
+      throw;
+    for (auto& [sql, stmt] : d.statements) sqlite3_finalize(stmt);
+    d.statements.clear();
+    sqlite3_close_v2(d.db);
+    d.db = nullptr;
+    connect(file_uri(path) + "?immutable=1", SQLITE_OPEN_URI);
+    d.open();
   }
-  sqlite3_extended_result_codes(d.db, 1);
-  sqlite3_busy_timeout(d.db, static_cast<int>(d.options.busy_timeout.count()));
-  d.open();
 }
 
 RunStore::~RunStore() {
@@ -653,22 +904,22 @@ int64_t RunStore::create_run(const RunRecord& run) {
           "environment_json, engine_version, tricks_json, summary_json, error, tags, notes, "
           "heartbeat_at, engine_pid, engine_host) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
           "creating a run");
-  q.bind_text(1, run.name)
+  q.bind_text(1, valid_utf8(run.name))
       .bind_text(2, run.created_at.empty() ? now : run.created_at)
       .bind_optional_text(3, run.started_at)
       .bind_optional_text(4, run.finished_at)
       .bind_text(5, status)
       .bind_text(6, json_text(run.config))
       .bind_text(7, json_text(run.environment))
-      .bind_text(8, run.engine_version.empty() ? kEngineVersion : run.engine_version)
+      .bind_text(8, valid_utf8(run.engine_version.empty() ? kEngineVersion : run.engine_version))
       .bind_text(9, json_text(run.tricks))
       .bind_text(10, json_text(run.summary))
-      .bind_text(11, run.error)
-      .bind_text(12, run.tags)
-      .bind_text(13, run.notes)
+      .bind_text(11, valid_utf8(run.error))
+      .bind_text(12, valid_utf8(run.tags))
+      .bind_text(13, valid_utf8(run.notes))
       .bind_text(14, run.heartbeat_at.empty() ? now : run.heartbeat_at)
       .bind_optional_int(15, run.engine_pid)
-      .bind_text(16, run.engine_host);
+      .bind_text(16, valid_utf8(run.engine_host));
   q.run();
   return sqlite3_last_insert_rowid(d.db);
 }
@@ -683,19 +934,47 @@ void RunStore::set_status(int64_t id, const std::string& status, const std::stri
   // sees every point.
   Transaction tx(d, "setting the status of a run");
   d.write_pending();
-  Query(d,
-        "UPDATE runs SET status = ?1, error = ?2, heartbeat_at = ?3, "
-        "started_at = CASE WHEN ?1 = 'running' THEN coalesce(started_at, ?3) ELSE started_at END, "
-        "finished_at = CASE WHEN ?1 IN ('finished', 'failed', 'stopped') THEN ?3 ELSE NULL END "
-        "WHERE id = ?4",
-        "setting the status of a run")
-      .bind_text(1, status)
-      .bind_text(2, error)
-      .bind_text(3, now_utc())
-      .bind_int(4, id)
-      .run();
-  d.expect_one_change(id, "setting the status of a run");
+  d.update_status(id, status, error, "setting the status of a run");
   tx.commit();
+  d.pending_written();
+}
+
+void RunStore::start_run(int64_t id, const nlohmann::json& environment,
+                         const nlohmann::json& tricks) {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  d.require_writable("starting a run");
+  const char* op = "starting a run";
+  Transaction tx(d, op);
+  Query(d, "UPDATE runs SET environment_json = ?, tricks_json = ? WHERE id = ?", op)
+      .bind_text(1, json_text(environment))
+      .bind_text(2, json_text(tricks))
+      .bind_int(3, id)
+      .run();
+  d.expect_one_change(id, op);
+  d.update_status(id, run_status::kRunning, "", op);
+  tx.commit();
+}
+
+void RunStore::finish_run(int64_t id, const std::string& status, const nlohmann::json& summary,
+                          const std::string& error) {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  d.require_writable("recording the end of a run");
+  TB_CHECK(is_terminal_run_status(status), "invalid final run status '", status,
+           "' (expected finished, failed or stopped)");
+  const char* op = "recording the end of a run";
+  // Points, summary and status together: a reader that sees the end sees everything.
+  Transaction tx(d, op);
+  d.write_pending();
+  Query(d, "UPDATE runs SET summary_json = ? WHERE id = ?", op)
+      .bind_text(1, json_text(summary))
+      .bind_int(2, id)
+      .run();
+  d.expect_one_change(id, op);
+  d.update_status(id, status, error, op);
+  tx.commit();
+  d.pending_written();
 }
 
 void RunStore::set_summary(int64_t id, const nlohmann::json& summary) {
@@ -773,6 +1052,18 @@ void RunStore::flush() {
   d.flush_pending();
 }
 
+size_t RunStore::pending_points() const {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  return d.pending_steps.size() + d.pending_epochs.size();
+}
+
+int64_t RunStore::dropped_points() const {
+  Impl& d = impl();
+  std::lock_guard lock(d.mutex);
+  return d.dropped_points;
+}
+
 void RunStore::append_event(int64_t run, const std::string& level, const std::string& message) {
   Impl& d = impl();
   std::lock_guard lock(d.mutex);
@@ -781,27 +1072,29 @@ void RunStore::append_event(int64_t run, const std::string& level, const std::st
         detail::concat("appending an event to run ", run))
       .bind_int(1, run)
       .bind_text(2, now_utc())
-      .bind_text(3, level)
-      .bind_text(4, message)
+      .bind_text(3, valid_utf8(level))
+      .bind_text(4, valid_utf8(message))
       .run();
 }
 
 std::vector<RunRecord> RunStore::list_runs() const {
   Impl& d = impl();
   std::lock_guard lock(d.mutex);
-  Query q(d, detail::concat("SELECT ", kRunColumns, " FROM runs ORDER BY id"), "listing runs");
+  Query q(d, detail::concat("SELECT ", d.run_columns(), " FROM runs ORDER BY id"), "listing runs");
   std::vector<RunRecord> runs;
-  while (q.next()) runs.push_back(d.read_run(q.stmt()));
+  const auto now = std::chrono::system_clock::now();
+  while (q.next()) runs.push_back(d.read_run(q.stmt(), now));
   return runs;
 }
 
 std::optional<RunRecord> RunStore::get_run(int64_t id) const {
   Impl& d = impl();
   std::lock_guard lock(d.mutex);
-  Query q(d, detail::concat("SELECT ", kRunColumns, " FROM runs WHERE id = ?"), "reading a run");
+  Query q(d, detail::concat("SELECT ", d.run_columns(), " FROM runs WHERE id = ?"),
+          "reading a run");
   q.bind_int(1, id);
   if (!q.next()) return std::nullopt;
-  return d.read_run(q.stmt());
+  return d.read_run(q.stmt(), std::chrono::system_clock::now());
 }
 
 namespace {
@@ -881,21 +1174,32 @@ std::vector<EventRecord> RunStore::events(int64_t run, int64_t after_id) const {
   return events;
 }
 
-// --- Ladders and run links (schema v5) ----------------------------------------
+// --- Ladders and run links (schema v4) ----------------------------------------
 
 namespace {
 constexpr const char* kLadderColumns =
     "id, name, created_at, finished_at, status, error, spec_json, result_json";
 
+// As the runs' JSON columns, a damaged one reads as {} (these rows keep no
+// list of problems).
+json parse_json(const std::string& text, const char* column) {
+  std::vector<std::string> ignored;
+  return parse_json_column(text, column, ignored);
+}
+
 LadderRecord read_ladder(const Query& q) {
   return {q.int_at(0), q.text_at(1), q.text_at(2), q.text_at(3), q.text_at(4), q.text_at(5),
-          parse_json(q.text_at(6)), parse_json(q.text_at(7))};
+          parse_json(q.text_at(6), "spec_json"), parse_json(q.text_at(7), "result_json")};
 }
 
 LadderRunLink read_ladder_link(const Query& q) {
   return {q.int_at(0), q.int_at(1), static_cast<int>(q.int_at(2)), static_cast<int>(q.int_at(3)),
           q.text_at(4)};
 }
+
+// A read-only store older than v4 has no ladder tables: it holds no ladders
+// and no links (a writer migrates before it reads).
+constexpr int kLadderSchema = 4;
 
 bool is_ladder_status(const std::string& s) {
   return s == run_status::kRunning || is_terminal_run_status(s);
@@ -971,6 +1275,7 @@ void RunStore::link_ladder_run(const LadderRunLink& link) {
 std::vector<LadderRecord> RunStore::list_ladders() const {
   Impl& d = impl();
   std::lock_guard lock(d.mutex);
+  if (d.version < kLadderSchema) return {};
   Query q(d, detail::concat("SELECT ", kLadderColumns, " FROM ladders ORDER BY id"),
           "listing ladders");
   std::vector<LadderRecord> out;
@@ -981,6 +1286,7 @@ std::vector<LadderRecord> RunStore::list_ladders() const {
 std::optional<LadderRecord> RunStore::get_ladder(int64_t id) const {
   Impl& d = impl();
   std::lock_guard lock(d.mutex);
+  if (d.version < kLadderSchema) return {};
   Query q(d, detail::concat("SELECT ", kLadderColumns, " FROM ladders WHERE id = ?"),
           "reading a ladder");
   q.bind_int(1, id);
@@ -991,6 +1297,7 @@ std::optional<LadderRecord> RunStore::get_ladder(int64_t id) const {
 std::vector<LadderRunLink> RunStore::ladder_runs(int64_t ladder) const {
   Impl& d = impl();
   std::lock_guard lock(d.mutex);
+  if (d.version < kLadderSchema) return {};
   Query q(d,
           "SELECT ladder_id, run_id, rung, repetition, kind FROM ladder_runs WHERE ladder_id = ? "
           "ORDER BY rung, kind DESC, repetition, run_id",
@@ -1004,6 +1311,7 @@ std::vector<LadderRunLink> RunStore::ladder_runs(int64_t ladder) const {
 std::optional<LadderRunLink> RunStore::ladder_of_run(int64_t run) const {
   Impl& d = impl();
   std::lock_guard lock(d.mutex);
+  if (d.version < kLadderSchema) return {};
   Query q(d,
           "SELECT ladder_id, run_id, rung, repetition, kind FROM ladder_runs WHERE run_id = ? "
           "ORDER BY ladder_id LIMIT 1",
@@ -1042,6 +1350,7 @@ void RunStore::link_runs(const RunLink& link) {
 std::vector<RunLink> RunStore::run_links(int64_t run) const {
   Impl& d = impl();
   std::lock_guard lock(d.mutex);
+  if (d.version < kLadderSchema) return {};
   Query q(d,
           "SELECT from_run, to_run, kind, created_at, note_json FROM run_links "
           "WHERE from_run = ?1 OR to_run = ?1 ORDER BY created_at, from_run, to_run",
@@ -1049,25 +1358,8 @@ std::vector<RunLink> RunStore::run_links(int64_t run) const {
   q.bind_int(1, run);
   std::vector<RunLink> out;
   while (q.next())
-    out.push_back({q.int_at(0), q.int_at(1), q.text_at(2), q.text_at(3), parse_json(q.text_at(4))});
+    out.push_back({q.int_at(0), q.int_at(1), q.text_at(2), q.text_at(3), parse_json(q.text_at(4), "note_json")});
   return out;
-}
-
-int RunStore::mark_interrupted_runs(std::chrono::milliseconds stale_after) {
-  Impl& d = impl();
-  std::lock_guard lock(d.mutex);
-  d.require_writable("marking interrupted runs");
-  const std::string threshold = iso_utc(std::chrono::system_clock::now() - stale_after);
-  // Runs from schema v1 have no heartbeat; their start time stands in for it.
-  Query(d,
-        "UPDATE runs SET status = 'failed', error = ?1, finished_at = ?2 "
-        "WHERE status = 'running' AND coalesce(heartbeat_at, started_at, created_at) < ?3",
-        "marking interrupted runs")
-      .bind_text(1, kInterruptedError)
-      .bind_text(2, now_utc())
-      .bind_text(3, threshold)
-      .run();
-  return sqlite3_changes(d.db);
 }
 
 std::string RunStore::integrity_check() const {

@@ -20,26 +20,48 @@ inline constexpr const char* kRunning = "running";
 inline constexpr const char* kFinished = "finished";
 inline constexpr const char* kFailed = "failed";
 inline constexpr const char* kStopped = "stopped";
+// Never stored: what readers show for a queued or running run whose engine is
+// gone (see engine_gone_reason).
+inline constexpr const char* kInterrupted = "interrupted";
 }  // namespace run_status
 
-bool is_valid_run_status(const std::string& status);
-bool is_terminal_run_status(const std::string& status);  // finished, failed, stopped
+bool is_valid_run_status(const std::string& status);     // the five stored ones
+// finished, failed, stopped: the stored ends. "interrupted" is not one: a writer
+// (the GUI that ran the engine) may still record how the run ended.
+bool is_terminal_run_status(const std::string& status);
 
 // This machine's host name as runs.engine_host records it (gethostname).
 std::string this_host_name();
+
+// `text` with every invalid UTF-8 sequence replaced by U+FFFD, so that it can
+// go into JSON (list --json, exports, the GUI). Valid text comes back unchanged.
+std::string valid_utf8(std::string text);
 
 // One row of `runs`. Times are ISO-8601 UTC text ("2026-11-22T21:52:39.123Z"),
 // empty when not set yet.
 struct RunRecord {
   int64_t id = 0;
+  // `status` is what a reader shows: the stored status, or "interrupted" (with
+  // the reason in `error`) when the run's engine is gone; `recorded_status` is
+  // runs.status as stored. Writers set `status`.
   std::string name, created_at, started_at, finished_at, status, engine_version, error, tags, notes,
-      heartbeat_at;
+      heartbeat_at, recorded_status;
   // The engine process that writes the run (0: unknown, e.g. made by an older
   // version) and its host name, so a reader can check or signal it.
   int64_t engine_pid = 0;
   std::string engine_host;
   nlohmann::json config, environment, tricks, summary;
+  // Damage found while reading this row ("config_json: not valid JSON ..."):
+  // the damaged column reads as {} (text columns with U+FFFD) and the rest of
+  // the row and of the store stays readable.
+  std::vector<std::string> problems;
 };
+
+// Why a queued or running run's engine is taken as gone, or "" while it may be
+// alive: on this host, its recorded engine pid no longer exists (at once);
+// otherwise its heartbeat (or start) is older than stale_after. Terminal runs: "".
+std::string engine_gone_reason(const RunRecord& run, std::chrono::system_clock::time_point now,
+                               std::chrono::milliseconds stale_after);
 
 // value may be NaN (a diverged loss); it is stored as SQL NULL and read back as NaN.
 struct MetricPoint {
@@ -62,7 +84,7 @@ struct EventRecord {
   std::string time, level, message;
 };
 
-// --- Ladders (schema v5) ------------------------------------------------------
+// --- Ladders (schema v4) ------------------------------------------------------
 // One row of `ladders`: a `trainbench-engine ladder` (engine/ladder/ladder.h).
 // status is running, finished, failed or stopped; spec is what was asked
 // (baseline configuration, rungs, mode, repeats, steps), result the table.
@@ -94,6 +116,11 @@ struct RunStoreOptions {
   // when points are appended), and always on flush(), set_status() and destruction.
   size_t batch_points = 1000;
   std::chrono::milliseconds batch_interval{500};
+  // A batch that fails for a passing reason (database locked, disk full, I/O)
+  // stays buffered and is retried, at most this many points (the oldest go
+  // first, counted in dropped_points()); automatic retries wait retry_interval.
+  size_t max_pending_points = 200000;
+  std::chrono::milliseconds retry_interval{1000};
   // How long a statement waits for another process's lock before failing.
   std::chrono::milliseconds busy_timeout{10000};
 };
@@ -102,21 +129,25 @@ struct RunStoreOptions {
 // process (the engine) and any number of readers (GUI, CLI) may use the same
 // file at once. An instance is internally locked, but meant for one thread.
 // Every failure throws tb::Error naming the database path and the operation.
+// ReadOnly never writes to the file (no migration, no journal-mode change, no
+// lock taken) and reads every schema version up to kSchemaVersion.
 class RunStore {
  public:
   enum class Mode { ReadWrite, ReadOnly };
 
-  static constexpr int kSchemaVersion = 5;
-  // A 'running' run whose heartbeat is older than this is taken as abandoned.
+  static constexpr int kSchemaVersion = 4;
+  // A queued or running run whose heartbeat is older than this is taken as
+  // interrupted (writers beat every few seconds from a timer thread).
   static constexpr std::chrono::milliseconds kDefaultStaleAfter{60000};
 
-  // $XDG_DATA_HOME/trainbench/runs.db, else ~/.local/share/trainbench/runs.db;
-  // creates the folder.
+  // $XDG_DATA_HOME/trainbench/runs.db, else ~/.local/share/trainbench/runs.db.
+  // Creates nothing; throws tb::Error when neither variable is usable.
   static std::string default_path();
 
-  // Opens (ReadWrite: creates) the database and brings its schema up to date.
-  // Refuses, without touching it, a file that is not a run database or whose
-  // schema is newer than this code. ReadOnly needs an up-to-date schema.
+  // Opens the database; ReadWrite creates it when the file does not exist and
+  // brings its schema up to date. Refuses, without touching it, a folder, an
+  // existing empty file (not made as a store), a file that is not a run
+  // database or whose schema is newer than this code.
   explicit RunStore(const std::string& path, Mode mode = Mode::ReadWrite,
                     const RunStoreOptions& options = {});
   ~RunStore();  // flushes buffered points; reports a failure on stderr
@@ -133,6 +164,11 @@ class RunStore {
   // Flushes buffered points first, so a reader that sees a terminal status has
   // every point. 'running' sets started_at (once), a terminal status sets finished_at.
   void set_status(int64_t id, const std::string& status, const std::string& error = "");
+  // The run's start in one transaction: environment, tricks, status 'running'.
+  void start_run(int64_t id, const nlohmann::json& environment, const nlohmann::json& tricks);
+  // The run's end in one transaction: buffered points, summary, terminal status.
+  void finish_run(int64_t id, const std::string& status, const nlohmann::json& summary,
+                  const std::string& error = "");
   void set_summary(int64_t id, const nlohmann::json& summary);
   void set_tricks(int64_t id, const nlohmann::json& tricks);
   void set_environment(int64_t id, const nlohmann::json& environment);
@@ -144,15 +180,20 @@ class RunStore {
   void heartbeat(int64_t id);
 
   // --- Metrics, buffered (see RunStoreOptions). A failed batch is rolled back
-  // and dropped, and the error is thrown.
+  // and the error thrown; its points stay buffered for the next flush when the
+  // cause may pass (busy, full, I/O), and are dropped when it cannot (a point
+  // of a deleted run).
   void append_step_metrics(int64_t run, const std::vector<MetricPoint>& points);
   void append_epoch_metrics(int64_t run, const std::vector<EpochPoint>& points);
   void flush();
+  size_t pending_points() const;
+  int64_t dropped_points() const;  // lost to the max_pending_points bound
   // Written at once (events are rare and readers want them promptly).
   void append_event(int64_t run, const std::string& level, const std::string& message);
 
   // --- Reading: committed data only (a writer's buffered points are not visible
-  // until flushed). Series come back in step (epoch) order.
+  // until flushed). Series come back in step (epoch) order. Runs come back with
+  // the status readers show (RunRecord::status) and any damage in `problems`.
   std::vector<RunRecord> list_runs() const;
   std::optional<RunRecord> get_run(int64_t id) const;
   std::vector<std::string> step_series_names(int64_t run) const;
@@ -168,7 +209,7 @@ class RunStore {
   // when something changed.
   int64_t data_version() const;
 
-  // --- Ladders and run links (schema v5). A ladder's runs are ordinary runs;
+  // --- Ladders and run links (schema v4). A ladder's runs are ordinary runs;
   // deleting a run drops its links, deleting a ladder keeps its runs.
   int64_t create_ladder(const LadderRecord& ladder);  // status defaults to 'running'
   void set_ladder_status(int64_t id, const std::string& status, const std::string& error = "");
@@ -183,10 +224,6 @@ class RunStore {
   std::vector<RunLink> run_links(int64_t run) const;  // where the run is either end
 
   // --- Maintenance.
-  // Runs left 'running' whose heartbeat is older than stale_after become
-  // 'failed' with error "engine stopped without finishing (killed or crashed)".
-  // Returns how many were marked. Readers call it when they open the store.
-  int mark_interrupted_runs(std::chrono::milliseconds stale_after = kDefaultStaleAfter);
   // "ok", or the problems PRAGMA integrity_check and foreign_key_check found.
   std::string integrity_check() const;
 

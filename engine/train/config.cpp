@@ -282,37 +282,41 @@ std::string closest_key(const std::string& key) {
   return best_len >= 3 ? best : "";
 }
 
+// A value as error messages show it; text that is not UTF-8 must not turn a
+// clear error into a JSON exception (found by fuzz/config_fuzzer.cpp).
+std::string shown(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 json check_type_and_range(const ConfigKey& k, const json& v, const std::string& source) {
   const std::string where = source + ": key '" + k.key + "'";
   auto range_ok = [&](double x) { return !(k.min < k.max) || (x >= k.min && x <= k.max); };
   auto range_str = [&]() { return " in [" + json(k.min).dump() + ", " + json(k.max).dump() + "]"; };
   switch (k.type) {
     case KeyType::Bool:
-      TB_CHECK(v.is_boolean(), where, ": expected true or false, got ", v.dump());
+      TB_CHECK(v.is_boolean(), where, ": expected true or false, got ", shown(v));
       return v;
     case KeyType::Int: {
       bool integral = v.is_number_integer() ||
                       (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
-      TB_CHECK(integral, where, ": expected an integer, got ", v.dump());
+      TB_CHECK(integral, where, ": expected an integer, got ", shown(v));
       const double x = v.get<double>();
-      TB_CHECK(range_ok(x), where, ": ", v.dump(), " is out of range; expected an integer",
+      TB_CHECK(range_ok(x), where, ": ", shown(v), " is out of range; expected an integer",
                range_str());
       return json(static_cast<int64_t>(x));
     }
     case KeyType::Float: {
-      TB_CHECK(v.is_number(), where, ": expected a number, got ", v.dump());
+      TB_CHECK(v.is_number(), where, ": expected a number, got ", shown(v));
       const double x = v.get<double>();
-      TB_CHECK(std::isfinite(x) && range_ok(x), where, ": ", v.dump(),
+      TB_CHECK(std::isfinite(x) && range_ok(x), where, ": ", shown(v),
                " is out of range; expected a number", range_str());
       return json(x);
     }
     case KeyType::String:
-      TB_CHECK(v.is_string(), where, ": expected a string, got ", v.dump());
+      TB_CHECK(v.is_string(), where, ": expected a string, got ", shown(v));
       return v;
     case KeyType::IntList: {
-      TB_CHECK(v.is_array() && !v.empty(), where, ": expected a list of integers, got ", v.dump());
+      TB_CHECK(v.is_array() && !v.empty(), where, ": expected a list of integers, got ", shown(v));
       for (const auto& e : v)
-        TB_CHECK(e.is_number_integer() && range_ok(e.get<double>()), where, ": element ", e.dump(),
+        TB_CHECK(e.is_number_integer() && range_ok(e.get<double>()), where, ": element ", shown(e),
                  " is not an integer", range_str());
       return v;
     }
@@ -328,7 +332,7 @@ json check_value(const ConfigKey& k, const json& v, const std::string& source) {
     for (const auto& c : k.choices)
       list += (list.empty() ? "" : ", ") + (c.is_string() ? c.get<std::string>() : c.dump());
     TB_FAIL(source, ": key '", k.key, "': ",
-            value.is_string() ? "'" + value.get<std::string>() + "'" : value.dump(),
+            value.is_string() ? "'" + value.get<std::string>() + "'" : shown(value),
             " is not one of: ", list);
   }
   return value;
@@ -380,7 +384,10 @@ json validate_config(const json& overrides, const std::string& source) {
   TB_CHECK(overrides.is_object(), source, ": the configuration must be a JSON object, got ",
            overrides.type_name());
   json c = default_config();
-  for (const auto& [key, value] : overrides.items()) {
+  for (const auto& item : overrides.items()) {
+    // Named, not a structured binding: clang 14 (the fuzz build) cannot capture those.
+    const std::string& key = item.key();
+    const json& value = item.value();
     const ConfigKey* k = find_config_key(key);
     if (!k) {
       const std::string hint = closest_key(key);
@@ -395,7 +402,7 @@ json validate_config(const json& overrides, const std::string& source) {
            ": epochs and max_steps are both 0; nothing would run");
   const auto& shape = c["synthetic_shape"];
   TB_CHECK(shape.size() == 3, source, ": key 'synthetic_shape': expected [channels, height, width], got ",
-           shape.dump());
+           shown(shape));
   const std::string device = c["device"].get<std::string>();
   TB_CHECK(device == "auto" || device == "cpu" || device == "cuda" || device.rfind("cuda:", 0) == 0,
            source, ": key 'device': '", device, "' is not auto, cpu, cuda or cuda:N");

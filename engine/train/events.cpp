@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "engine/train/events.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 
 #include "engine/store/run_store.h"
 
@@ -18,15 +21,28 @@ double EventBus::seconds() const {
 void EventBus::publish(const std::string& type, json fields) {
   json e = {{"v", kEventsVersion}, {"type", type}, {"t", seconds()}};
   for (auto& [k, v] : fields.items()) e[k] = std::move(v);
-  for (EventSink* s : sinks_) s->on_event(e);
+  for (EventSink* s : sinks_) {
+    try {
+      s->on_event(e);
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "trainbench: an event sink failed on '%s': %s\n", type.c_str(), ex.what());
+    }
+  }
 }
 
 void JsonlSink::on_event(const json& event) {
+  if (closed_) return;
   // Non-finite numbers (a diverged loss) become null: JSON has no NaN.
-  const std::string line = event.dump(-1, ' ', false, json::error_handler_t::replace);
-  std::fputs(line.c_str(), out_);
-  std::fputc('\n', out_);
-  std::fflush(out_);
+  std::string line = event.dump(-1, ' ', false, json::error_handler_t::replace);
+  line += '\n';
+  // One write per line; a reader that went away (EPIPE) closes the stream.
+  if (std::fwrite(line.data(), 1, line.size(), out_) != line.size() || std::fflush(out_) != 0) {
+    closed_ = true;
+    std::fprintf(stderr,
+                 "trainbench: the event stream's reader went away (%s); no more events are "
+                 "written to it, the run goes on and is recorded in the run store\n",
+                 std::strerror(errno));
+  }
 }
 
 // --- ProgressSink
@@ -137,40 +153,169 @@ void ProgressSink::on_event(const json& e) {
 
 // --- StoreSink
 
-void StoreSink::on_event(const json& e) {
+namespace {
+using Clock = std::chrono::steady_clock;
+constexpr auto kRetryInterval = std::chrono::milliseconds(1000);
+constexpr const char* kStopNow = "_stop_now";  // internal: record_stop_now()
+}  // namespace
+
+StoreSink::StoreSink(RunStore& store, int64_t run_id, StoreSinkOptions options)
+    : store_(store), run_(run_id), options_(options), thread_([this] { loop(); }) {}
+
+StoreSink::~StoreSink() {
+  if (thread_.joinable()) close(std::chrono::milliseconds(0));
+}
+
+void StoreSink::on_event(const json& event) {
+  std::lock_guard lock(mutex_);
+  if (ended_) return;
+  queue_.push_back(event);
+  if (queue_.size() > options_.max_queued_events) {
+    // The front may be being written right now: never drop that one.
+    auto it = std::find_if(queue_.begin() + 1, queue_.end(),
+                           [](const json& q) { return q.value("type", "") == "step"; });
+    if (it != queue_.end()) {
+      queue_.erase(it);
+      ++dropped_events_;
+    }
+  }
+  wake_.notify_one();
+}
+
+void StoreSink::record_stop_now(const std::string& error) {
+  on_event({{"type", kStopNow}, {"error", error}});
+}
+
+std::string StoreSink::close(std::chrono::milliseconds timeout) {
+  std::lock_guard closing(close_mutex_);
+  {
+    std::lock_guard lock(mutex_);
+    if (!thread_.joinable()) return end_recorded_ ? "" : last_error_;
+    closing_ = true;
+    close_deadline_ = Clock::now() + timeout;
+  }
+  wake_.notify_one();
+  thread_.join();
+  std::lock_guard lock(mutex_);
+  ended_ = true;
+  if (end_recorded_) return "";
+  if (!last_error_.empty()) return last_error_;
+  return "the run store got no final status for the run";
+}
+
+// One event into the store. False when it must be retried (nothing of it was
+// written); metric points are always taken: the store buffers and retries them.
+bool StoreSink::apply(const json& e) {
   const std::string type = e.value("type", "");
   const double t = e.value("t", 0.0);
-  // An evaluation between epochs (eval_every_steps, target_accuracy) is a step series too.
-  if (type == "step" || type == "evaluation") {
-    const int64_t step = e.value("step", int64_t(0));
-    std::vector<MetricPoint> points;
-    for (const auto& [name, value] : e["metrics"].items())
-      if (value.is_number()) points.push_back({name, step, t, value.get<double>()});
-    store_.append_step_metrics(run_, points);
-    if (type == "step" && t - last_heartbeat_ >= 2.0) {
-      store_.heartbeat(run_);
-      last_heartbeat_ = t;
+  try {
+    // An evaluation between epochs (eval_every_steps, target_accuracy) is a step series too.
+    if (type == "step" || type == "evaluation") {
+      const int64_t step = e.value("step", int64_t(0));
+      std::vector<MetricPoint> points;
+      for (const auto& [name, value] : e["metrics"].items())
+        if (value.is_number()) points.push_back({name, step, t, value.get<double>()});
+      try {
+        store_.append_step_metrics(run_, points);
+      } catch (const std::exception& ex) {
+        note_error(ex.what());  // the points stay buffered in the store
+      }
+    } else if (type == "epoch") {
+      const int64_t epoch = e.value("epoch", int64_t(0)), step = e.value("step", int64_t(0));
+      std::vector<EpochPoint> points;
+      for (const auto& [name, value] : e["metrics"].items())
+        if (value.is_number()) points.push_back({name, epoch, step, t, value.get<double>()});
+      try {
+        store_.append_epoch_metrics(run_, points);
+        store_.flush();
+      } catch (const std::exception& ex) {
+        note_error(ex.what());
+      }
+    } else if (type == "log") {
+      store_.append_event(run_, e.value("level", "info"), e.value("message", ""));
+    } else if (type == "run_started") {
+      store_.start_run(run_, e.value("environment", json::object()), e.value("tricks", json::object()));
+    } else if (type == "finished" || type == "failed") {
+      const std::string status = type == "failed" ? "failed" : e.value("status", "finished");
+      store_.finish_run(run_, status, e.value("summary", json::object()), e.value("error", ""));
+      std::lock_guard lock(mutex_);
+      end_recorded_ = true;
+    } else if (type == kStopNow) {
+      store_.set_status(run_, run_status::kStopped, e.value("error", ""));
+      std::lock_guard lock(mutex_);
+      end_recorded_ = true;
     }
-  } else if (type == "epoch") {
-    const int64_t epoch = e.value("epoch", int64_t(0)), step = e.value("step", int64_t(0));
-    std::vector<EpochPoint> points;
-    for (const auto& [name, value] : e["metrics"].items())
-      if (value.is_number()) points.push_back({name, epoch, step, t, value.get<double>()});
-    store_.append_epoch_metrics(run_, points);
-    store_.flush();
-  } else if (type == "log") {
-    store_.append_event(run_, e.value("level", "info"), e.value("message", ""));
-  } else if (type == "run_started") {
-    store_.set_environment(run_, e["environment"]);
-    store_.set_tricks(run_, e["tricks"]);
-    store_.set_status(run_, "running");
-  } else if (type == "finished") {
-    store_.set_summary(run_, e["summary"]);
-    store_.set_status(run_, e.value("status", "finished"));
-  } else if (type == "failed") {
-    if (e.contains("summary")) store_.set_summary(run_, e["summary"]);
-    store_.set_status(run_, "failed", e.value("error", ""));
+  } catch (const std::exception& ex) {
+    note_error(ex.what());
+    return false;
   }
+  return true;
+}
+
+void StoreSink::note_error(const std::string& error) {
+  std::lock_guard lock(mutex_);
+  // The first failure at once, then at most one line per 10 s.
+  const auto now = Clock::now();
+  if (last_error_.empty() || (error != last_error_ && now - last_printed_ >= std::chrono::seconds(10))) {
+    std::fprintf(stderr, "trainbench: run store: %s (training goes on; retrying)\n", error.c_str());
+    last_printed_ = now;
+  }
+  last_error_ = error;
+}
+
+void StoreSink::loop() {
+  auto next_beat = Clock::now() + options_.heartbeat_interval;
+  Clock::time_point retry_at{};
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    const auto now = Clock::now();
+    if (closing_ && (queue_.empty() || now >= close_deadline_)) break;
+    if (queue_.empty() || now < retry_at) {
+      auto until = next_beat;
+      if (!queue_.empty()) until = std::min(until, retry_at);
+      if (closing_) until = std::min(until, close_deadline_);
+      wake_.wait_until(lock, until);
+    }
+    // In order: an event that cannot be written yet holds back those after it.
+    while (!queue_.empty() && Clock::now() >= retry_at) {
+      const json event = queue_.front();
+      lock.unlock();
+      const bool ok = apply(event);
+      lock.lock();
+      if (ok) {
+        queue_.pop_front();
+      } else {
+        retry_at = Clock::now() + kRetryInterval;
+        if (closing_ && Clock::now() >= close_deadline_) break;
+      }
+    }
+    if (Clock::now() >= next_beat) {
+      lock.unlock();
+      try {
+        store_.heartbeat(run_);
+        if (store_.pending_points() > 0) store_.flush();  // retries a failed batch
+        std::lock_guard relock(mutex_);
+        if (!last_error_.empty() && queue_.empty()) {
+          std::fprintf(stderr, "trainbench: run store: writing again\n");
+          last_error_.clear();
+        }
+      } catch (const std::exception& ex) {
+        note_error(ex.what());
+      }
+      lock.lock();
+      next_beat = Clock::now() + options_.heartbeat_interval;
+    }
+  }
+  const int64_t dropped = dropped_events_;
+  lock.unlock();
+  try {
+    store_.flush();  // points that came after the end (a stop recorded early)
+  } catch (const std::exception& ex) {
+    note_error(ex.what());
+  }
+  if (dropped > 0)
+    std::fprintf(stderr, "trainbench: run store: %lld step events dropped while the store could "
+                 "not be written\n", static_cast<long long>(dropped));
 }
 
 }  // namespace tb

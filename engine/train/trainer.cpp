@@ -290,16 +290,19 @@ void train_step(StepContext& s, int64_t K, int64_t step, double lr, StepTimer* t
   }
 }
 
-// Test loss and accuracy over the whole test set, without gradients.
-std::pair<double, double> evaluate(Backend& be, Model& model, Context& ctx, DataLoader& loader,
-                                   InputStager& stager) {
+// Test loss and accuracy over the whole test set, without gradients; nothing
+// when a stop is requested midway (a long evaluation must not hold a stop back).
+std::optional<std::pair<double, double>> evaluate(Backend& be, Model& model, Context& ctx,
+                                                  DataLoader& loader, InputStager& stager,
+                                                  const std::atomic<bool>& stop) {
   ctx.training = false;
   DeviceStats eval_stats(be);
   int64_t n = 0;
   loader.start_epoch(0);
   Batch b;
   Tensor none, x, y;
-  while (loader.next(b)) {
+  bool cut_short = false;
+  while (!(cut_short = stop.load()) && loader.next(b)) {
     n += b.labels.dim(0);
     stager.stage(std::move(b), loader, x, y);
     Tensor logits = model.forward(ctx, x);
@@ -309,7 +312,8 @@ std::pair<double, double> evaluate(Backend& be, Model& model, Context& ctx, Data
   stager.release_all();  // the test loader's batches go home before its next epoch
   ctx.training = true;
   auto [loss_sum, correct] = eval_stats.read_and_reset();
-  return {loss_sum / std::max<int64_t>(n, 1), correct / std::max<int64_t>(n, 1)};
+  if (cut_short) return std::nullopt;
+  return std::pair{loss_sum / std::max<int64_t>(n, 1), correct / std::max<int64_t>(n, 1)};
 }
 
 // The evaluation between epochs, with what surrounds it: the graphs dropped
@@ -317,16 +321,19 @@ std::pair<double, double> evaluate(Backend& be, Model& model, Context& ctx, Data
 // stager's slots, so their addresses go stale; one eager step puts the
 // training shapes back before the next capture) and, with
 // empty_cache_between_phases, the cached memory released on both sides.
-json evaluate_phase(Backend& be, Model& model, Context& ctx, DataLoader& loader,
-                    InputStager& stager, StepGraphs* graphs, StepTelemetry& telemetry,
-                    bool empty_cache) {
+// Nothing when a stop cut the evaluation short.
+std::optional<json> evaluate_phase(Backend& be, Model& model, Context& ctx, DataLoader& loader,
+                                   InputStager& stager, StepGraphs* graphs,
+                                   StepTelemetry& telemetry, bool empty_cache,
+                                   const std::atomic<bool>& stop) {
   const auto t_eval = Clock::now();
   if (graphs) graphs->invalidate(1);
   if (empty_cache) telemetry.release_cached_memory();
-  auto [test_loss, test_acc] = evaluate(be, model, ctx, loader, stager);
+  const auto result = evaluate(be, model, ctx, loader, stager, stop);
   if (empty_cache) telemetry.release_cached_memory();
-  return {{"test_loss", test_loss}, {"test_accuracy", test_acc},
-          {"eval_time_s", ms_since(t_eval) / 1e3}};
+  if (!result) return std::nullopt;
+  return json{{"test_loss", result->first}, {"test_accuracy", result->second},
+              {"eval_time_s", ms_since(t_eval) / 1e3}};
 }
 
 
@@ -468,13 +475,21 @@ TrainResult Trainer::run(int64_t run_id) {
   int64_t evaluated_at = -1;  // the step of the last evaluation
   json last_eval;
   bool target_reached = false;
+  // False when a stop cut the evaluation short: nothing of it is recorded.
   auto evaluate_now = [&](int64_t epoch) {
-    last_eval = evaluate_phase(be, *model, ctx, *data.test, stager, graphs.get(), telemetry,
-                               plan.empty_cache_between_phases);
+    std::optional<json> eval = evaluate_phase(be, *model, ctx, *data.test, stager, graphs.get(),
+                                              telemetry, plan.empty_cache_between_phases, stop_);
+    if (!eval) {
+      stopped = true;
+      log("info", "stop requested: evaluation at step " + std::to_string(step) + " (epoch " +
+                      std::to_string(epoch + 1) + ") cut short, not recorded");
+      return false;
+    }
+    last_eval = std::move(*eval);
     evaluated_at = step;
     eval_seconds += last_eval["eval_time_s"].get<double>();
     last_test_loss = last_eval["test_loss"], last_test_acc = last_eval["test_accuracy"];
-    if (!periodic_eval) return;
+    if (!periodic_eval) return true;
     bus_.publish("evaluation", {{"step", step}, {"epoch", epoch}, {"metrics", last_eval}});
     if (c.target_accuracy > 0 && !target_reached && last_test_acc >= c.target_accuracy) {
       target_reached = true;
@@ -487,6 +502,7 @@ TrainResult Trainer::run(int64_t run_id) {
                       std::to_string(step) + " (test accuracy " + std::to_string(last_test_acc) +
                       "): the run ends here");
     }
+    return true;
   };
   for (int64_t epoch = 0; epoch < epochs && !stopped; ++epoch) {
     const auto epoch_start = Clock::now();
@@ -541,8 +557,7 @@ TrainResult Trainer::run(int64_t run_id) {
       const bool epoch_end = s + 1 == steps_per_epoch || step == total_steps;
       if (c.eval_every_steps > 0 && step % c.eval_every_steps == 0 && !epoch_end) {
         telemetry.flush();  // the step events go out before the evaluation's
-        evaluate_now(epoch);
-        if (target_reached) break;
+        if (!evaluate_now(epoch) || target_reached) break;
       }
     }
 

@@ -240,7 +240,8 @@ class TestAdvisor : public QObject {
     bus.add(&sink);
     std::atomic<bool> stop{false};
     Trainer(RunConfig::from_json(c), bus, stop).run(id);
-    store.flush();
+    // The sink writes from its own thread: everything is in once it is closed.
+    QCOMPARE(QString::fromStdString(sink.close(std::chrono::seconds(30))), QString());
     const RunEvidence e = evidence_from_store(store, id);
     QCOMPARE(e.device, std::string("cpu"));
     QVERIFY(e.get("step_time_ms") > 0);

@@ -5,7 +5,11 @@
 #include <QtTest>
 
 #include <signal.h>
+#include <sqlite3.h>
+#include <unistd.h>
 #include <zlib.h>
+
+#include <chrono>
 
 #include <nlohmann/json.hpp>
 
@@ -20,8 +24,10 @@ struct Result {
   QString out, err;
 };
 
-Result engine(const QStringList& args, int timeout_ms = 300000) {
+Result engine(const QStringList& args, int timeout_ms = 300000,
+              const QProcessEnvironment& env = QProcessEnvironment::systemEnvironment()) {
   QProcess p;
+  p.setProcessEnvironment(env);
   p.start(TRAINBENCH_ENGINE_BIN, args);
   if (!p.waitForFinished(timeout_ms)) {
     p.kill();
@@ -32,6 +38,49 @@ Result engine(const QStringList& args, int timeout_ms = 300000) {
 }
 
 const char* kFmnist = "/usr/share/datasets/fashion-mnist";
+
+// Another process's connection to the store holding its write lock.
+class WriteLock {
+ public:
+  explicit WriteLock(const QString& path) {
+    sqlite3_open(path.toUtf8().constData(), &db_);
+    sqlite3_busy_timeout(db_, 10000);
+    held_ = sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK;
+  }
+  ~WriteLock() {
+    if (held_) sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
+    sqlite3_close(db_);
+  }
+  bool held() const { return held_; }
+  void exec(const char* sql) { sqlite3_exec(db_, sql, nullptr, nullptr, nullptr); }
+
+ private:
+  sqlite3* db_ = nullptr;
+  bool held_ = false;
+};
+
+// The engine with its stdout read as events until `until` says enough.
+struct LiveRun {
+  QProcess p;
+  QByteArray out;
+  explicit LiveRun(const QStringList& args) { p.start(TRAINBENCH_ENGINE_BIN, args); }
+  ~LiveRun() {
+    if (p.state() != QProcess::NotRunning) {
+      p.kill();
+      p.waitForFinished();
+    }
+  }
+  bool wait_for(const char* needle, int count, int timeout_ms = 120000) {
+    QElapsedTimer t;
+    t.start();
+    while (out.count(needle) < count && t.elapsed() < timeout_ms) {
+      p.waitForReadyRead(1000);
+      out += p.readAllStandardOutput();
+      if (p.state() == QProcess::NotRunning) break;
+    }
+    return out.count(needle) >= count;
+  }
+};
 
 }  // namespace
 
@@ -242,16 +291,285 @@ class TestCli : public QObject {
     const int64_t pid = p.processId();
     ::kill(pid, SIGKILL);
     QVERIFY(p.waitForFinished(60000));
-    tb::RunStore store(db_.toStdString(), tb::RunStore::Mode::ReadWrite);
+    tb::RunStore store(db_.toStdString(), tb::RunStore::Mode::ReadOnly);
     QCOMPARE(QString::fromStdString(store.integrity_check()), QString("ok"));
     auto run = store.list_runs().back();
-    QCOMPARE(QString::fromStdString(run.status), QString("running"));
-    // The store names the process that wrote the run, so a reader can check it.
+    QCOMPARE(QString::fromStdString(run.recorded_status), QString("running"));
+    // The store names the process that wrote the run, so a reader can check it:
+    // that process is gone, so every reader shows the run interrupted at once.
     QCOMPARE(run.engine_pid, pid);
     QCOMPARE(run.engine_host, tb::this_host_name());
-    QCOMPARE(store.mark_interrupted_runs(std::chrono::milliseconds(0)), 1);
-    run = *store.get_run(run.id);
-    QCOMPARE(QString::fromStdString(run.status), QString("failed"));
+    QCOMPARE(QString::fromStdString(run.status), QString("interrupted"));
+    const json listed = json::parse(engine({"list", "--json", "--db", db_}).out.toStdString());
+    QCOMPARE(QString::fromStdString(listed.back()["status"]), QString("interrupted"));
+    QVERIFY(QString::fromStdString(listed.back()["error"]).contains(QString::number(pid)));
+    QVERIFY(!listed.back()["heartbeat_at"].get<std::string>().empty());
+    Result show = engine({"show", QString::number(run.id), "--db", db_});
+    QVERIFY2(show.out.contains("status    interrupted"), qPrintable(show.out));
+  }
+
+  // Defect: the default store path was worked out (and its folder made) for
+  // the help text, so every command aborted (134) without a usable HOME.
+  void commandsWorkWithoutHome() {
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.remove("HOME");
+    env.remove("XDG_DATA_HOME");
+    env.remove("TRAINBENCH_DB");
+    QCOMPARE(engine({"--version"}, 30000, env).code, 0);
+    QCOMPARE(engine({"--help"}, 30000, env).code, 0);
+    QCOMPARE(engine({"run", "--help"}, 30000, env).code, 0);
+    Result listed = engine({"--db", dir_.filePath("none.db"), "list"}, 30000, env);
+    QCOMPARE(listed.code, 0);
+    QVERIFY(!QFile::exists(dir_.filePath("none.db")));
+    Result no_db = engine({"list"}, 30000, env);
+    QCOMPARE(no_db.code, 2);
+    QVERIFY2(no_db.err.contains("HOME") && no_db.err.contains("--db"), qPrintable(no_db.err));
+    // A HOME that cannot be written: the read commands do not care.
+    env.insert("HOME", "/proc/no-such-home");
+    QCOMPARE(engine({"list"}, 30000, env).code, 0);
+    QCOMPARE(engine({"config", "--defaults"}, 30000, env).code, 0);
+  }
+
+  // Defect: negative numbers given to flags were ignored (exit 0, --steps -1
+  // ran a whole epoch); they go through the same validation as --set.
+  void flagsAreValidatedLikeSet_data() {
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<QString>("message");
+    QTest::newRow("steps") << QStringList{"--steps", "-1"} << "key 'max_steps': -1 is out of range";
+    QTest::newRow("lr") << QStringList{"--lr", "-0.5"} << "key 'lr': -0.5 is out of range";
+    QTest::newRow("seed") << QStringList{"--seed", "-3"} << "key 'seed': -3 is out of range";
+    QTest::newRow("epochs") << QStringList{"--epochs", "-2"} << "key 'epochs': -2 is out of range";
+    QTest::newRow("batch") << QStringList{"--batch-size", "-5"} << "key 'batch_size': -5 is out of range";
+    QTest::newRow("workers") << QStringList{"--workers", "-1"} << "key 'workers': -1 is out of range";
+    QTest::newRow("text") << QStringList{"--steps", "ten"} << "key 'max_steps': expected an integer";
+    QTest::newRow("same as --set") << QStringList{"--set", "batch_size=-5"}
+                                   << "key 'batch_size': -5 is out of range";
+  }
+  void flagsAreValidatedLikeSet() {
+    QFETCH(QStringList, args);
+    QFETCH(QString, message);
+    Result r = engine(QStringList{"run", "--db", db_, "--device", "cpu"} + args, 60000);
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains(message), qPrintable(r.err));
+  }
+
+  // Found by fuzz/config_fuzzer.cpp: a value that is not UTF-8 made validation
+  // throw a JSON exception (exit 1, "[json.exception.type_error.316] ...").
+  void invalidUtf8ValueIsAClearError() {
+    QProcess p;
+    p.start("bash", {"-c", QString("'%1' run --db '%2' --set \"$(printf 'batch_size=\\xff')\"")
+                               .arg(TRAINBENCH_ENGINE_BIN, db_)});
+    QVERIFY(p.waitForFinished(60000));
+    const QString err = QString::fromUtf8(p.readAllStandardError());
+    QCOMPARE(p.exitCode(), 2);
+    QVERIFY2(err.contains("key 'batch_size': expected an integer"), qPrintable(err));
+  }
+
+  // Defect: usage errors left with CLI11's codes (104-114), a huge id became
+  // INT64_MAX, and --db DIR gave SQLite's bare message.
+  void usageErrorsExitTwo() {
+    QCOMPARE(engine({"list", "--no-such-flag"}).code, 2);
+    QCOMPARE(engine({"show"}).code, 2);
+    QCOMPARE(engine({"compare", "1"}).code, 2);
+    QCOMPARE(engine({"export", "1", "--format", "xml", "--db", db_}).code, 2);
+    QCOMPARE(engine({"trace", "1", "--steps", "0", "--db", db_}).code, 2);
+    for (const char* id : {"99999999999999999999", "-1", "0", "1x", "abc"}) {
+      Result r = engine({"show", id, "--db", db_});
+      QVERIFY2(r.code == 2, id);
+      QVERIFY2(r.err.contains("is not a run id"), qPrintable(r.err));
+    }
+    Result folder = engine({"list", "--db", dir_.path()});
+    QCOMPARE(folder.code, 1);
+    QVERIFY2(folder.err.contains("it is a folder"), qPrintable(folder.err));
+    Result run_folder = engine({"run", "--db", dir_.path(), "--steps", "1"});
+    QCOMPARE(run_folder.code, 1);
+    QVERIFY2(run_folder.err.contains("it is a folder"), qPrintable(run_folder.err));
+  }
+
+  // Defect: `export ... -o runs.db` truncated the store and wiped every run.
+  void exportOntoTheStoreIsRefused() {
+    const QString link = dir_.filePath("alias.db");
+    QVERIFY(QFile::link(db_, link));
+    const qint64 size = QFileInfo(db_).size();
+    for (const QString& target : {db_, link, db_ + "-wal"}) {
+      if (!QFile::exists(target)) continue;
+      Result r = engine({"export", "1", "-o", target, "--db", db_});
+      QCOMPARE(r.code, 1);
+      QVERIFY2(r.err.contains("this is the run store"), qPrintable(r.err));
+    }
+    QCOMPARE(QFileInfo(db_).size(), size);
+    QVERIFY(json::parse(engine({"list", "--json", "--db", db_}).out.toStdString()).size() >= 2);
+    // An export replaces its target whole, and leaves no temporary file behind.
+    const QString out = dir_.filePath("export.csv");
+    QFile old(out);
+    QVERIFY(old.open(QIODevice::WriteOnly));
+    old.write("old contents that are much longer than nothing at all\n");
+    old.close();
+    QCOMPARE(engine({"export", "1", "-o", out, "--db", db_}).code, 0);
+    QFile fresh(out);
+    QVERIFY(fresh.open(QIODevice::ReadOnly));
+    QVERIFY(fresh.readAll().startsWith("step,wall_time"));
+    QCOMPARE(QDir(dir_.path()).entryList({"export.csv.tmp*"}).size(), 0);
+  }
+
+  // Defect: one bad row (invalid UTF-8 name, corrupt JSON) broke list --json,
+  // list, show and compare for the whole store.
+  void damagedRowsDoNotBreakListing() {
+    const QString db = dir_.filePath("damaged.db");
+    QVERIFY(QFile::copy(db_, db));
+    {
+      WriteLock raw(db);
+      raw.exec("UPDATE runs SET name = CAST(X'6261640AFF' AS TEXT), config_json = '{oops' "
+               "WHERE id = 1");
+      raw.exec("UPDATE runs SET summary_json = 'null', tricks_json = '[' WHERE id = 2");
+    }
+    Result lj = engine({"list", "--json", "--db", db});
+    QCOMPARE(lj.code, 0);
+    const json runs = json::parse(lj.out.toStdString());  // valid JSON, every run in it
+    QVERIFY(runs.size() >= 2);
+    QVERIFY(runs[0].contains("problems"));
+    QVERIFY2(lj.err.contains("run 1: config_json: not valid JSON"), qPrintable(lj.err));
+    QVERIFY2(lj.err.contains("run 2: summary_json"), qPrintable(lj.err));
+    Result l = engine({"list", "--db", db});
+    QCOMPARE(l.code, 0);
+    QVERIFY(l.out.contains("batch 256"));
+    Result sh = engine({"show", "1", "--db", db});
+    QCOMPARE(sh.code, 0);
+    QVERIFY2(sh.out.contains("damaged   config_json"), qPrintable(sh.out));
+    QCOMPARE(engine({"compare", "1", "2", "--db", db}).code, 0);
+    QCOMPARE(engine({"export", "2", "--format", "json", "--db", db}).code, 0);
+  }
+
+  // Defect: `list` opened read-write and waited for the write lock ("upgrading
+  // the schema: database is locked"); it also turned an empty file into a store.
+  // And a run whose store stayed locked past the busy timeout failed.
+  void lockedStoreNeitherBlocksReadersNorFailsTheRun() {
+    const QString db = dir_.filePath("locked.db");
+    QVERIFY(QFile::copy(db_, db));
+    LiveRun run({"run", "--db", db, "--device", "cpu", "--train-limit", "640", "--test-limit",
+                 "200", "--batch-size", "64", "--steps", "10", "--events", "jsonl", "--name",
+                 "under lock"});
+    QVERIFY(run.wait_for("\"type\":\"run_started\"", 1));
+    int64_t steps = 0;
+    {
+      WriteLock lock(db);
+      QVERIFY(lock.held());
+      QElapsedTimer t;
+      t.start();
+      Result listed = engine({"list", "--db", db}, 30000);
+      QCOMPARE(listed.code, 0);
+      QVERIFY2(t.elapsed() < 5000, qPrintable(QString::number(t.elapsed())));
+      // The run trains to its end while the store stays locked for 12 s (the
+      // busy timeout is 10 s).
+      QVERIFY(run.wait_for("\"type\":\"finished\"", 1, 60000));
+      steps = run.out.count("\"type\":\"step\"");
+      QThread::msleep(12000 - std::min<qint64>(t.elapsed(), 12000));
+    }
+    QVERIFY(run.p.waitForFinished(60000));
+    QVERIFY2(run.p.exitCode() == 0, run.p.readAllStandardError().constData());
+    QCOMPARE(steps, 10);
+    tb::RunStore store(db.toStdString(), tb::RunStore::Mode::ReadOnly);
+    const auto rec = store.list_runs().back();
+    QCOMPARE(QString::fromStdString(rec.name), QString("under lock"));
+    QCOMPARE(QString::fromStdString(rec.status), QString("finished"));
+    QCOMPARE(store.step_series(rec.id, "loss").size(), size_t(10));
+
+    const QString empty = dir_.filePath("empty.db");
+    QFile f(empty);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.close();
+    for (const QStringList& args : {QStringList{"list", "--db", empty},
+                                    QStringList{"run", "--db", empty, "--steps", "1"}}) {
+      Result r = engine(args, 60000);
+      QCOMPARE(r.code, 1);
+      QVERIFY2(r.err.contains("exists but is empty"), qPrintable(r.err));
+    }
+    QCOMPARE(QFileInfo(empty).size(), 0);
+  }
+
+  // Defect: a reader of --events that went away killed the engine with
+  // SIGPIPE (141) and left the run "running".
+  void closedEventStreamDoesNotKillTheRun() {
+    const QString db = dir_.filePath("pipe.db");
+    QProcess p;
+    p.start("bash", {"-c", QString("'%1' run --db '%2' --device cpu --train-limit 640 --test-limit 200 "
+                                   "--batch-size 64 --steps 10 --events jsonl | head -3 >/dev/null; "
+                                   "echo \"engine exit ${PIPESTATUS[0]}\" >&2")
+                               .arg(TRAINBENCH_ENGINE_BIN, db)});
+    QVERIFY(p.waitForFinished(120000));
+    const QString err = QString::fromUtf8(p.readAllStandardError());
+    QVERIFY2(err.contains("engine exit 0"), qPrintable(err));
+    QVERIFY2(err.contains("reader went away"), qPrintable(err));
+    tb::RunStore store(db.toStdString(), tb::RunStore::Mode::ReadOnly);
+    const auto run = store.list_runs().back();
+    QCOMPARE(QString::fromStdString(run.status), QString("finished"));
+    QCOMPARE(store.step_series(run.id, "loss").size(), size_t(10));
+  }
+
+  // Defect: on a full disk the store sink threw first and the final event never
+  // reached the stream. Here the file size limit stands in for the full disk
+  // once the store exists.
+  void fullDiskStillEndsTheStream() {
+    const QString db = dir_.filePath("full.db");
+    QCOMPARE(engine({"run", "--db", db, "--device", "cpu", "--train-limit", "640", "--test-limit",
+                     "200", "--batch-size", "64", "--steps", "1", "--quiet"})
+                 .code,
+             0);
+    QProcess p;
+    p.start("bash", {"-c", QString("trap '' XFSZ; ulimit -f %3; exec '%1' run --db '%2' --device cpu "
+                                   "--train-limit 6400 --test-limit 200 --batch-size 16 --steps 120 "
+                                   "--events jsonl")
+                               .arg(TRAINBENCH_ENGINE_BIN, db)
+                               .arg((QFileInfo(db).size() + QFileInfo(db + "-wal").size()) / 1024 + 8)});
+    QVERIFY(p.waitForFinished(180000));
+    const QByteArray out = p.readAllStandardOutput();
+    const QString err = QString::fromUtf8(p.readAllStandardError());
+    QVERIFY2(err.contains("run store"), qPrintable(err));
+    QVERIFY2(out.contains("\"type\":\"finished\""), qPrintable(err));  // the end reached the stream
+    QCOMPARE(out.count("\"type\":\"step\""), 120);
+    // The end could not be recorded: the stream, the exit code and readers say so.
+    QCOMPARE(p.exitCode(), 1);
+    QVERIFY2(out.contains("could not record the end of run"), out.constData());
+    tb::RunStore store(db.toStdString(), tb::RunStore::Mode::ReadOnly);
+    QCOMPARE(QString::fromStdString(store.integrity_check()), QString("ok"));
+    QCOMPARE(QString::fromStdString(store.list_runs().back().status), QString("interrupted"));
+  }
+
+  // Defect: a stop signal during evaluation waited for the whole evaluation.
+  void stopDuringEvaluationIsPrompt() {
+    const QString db = dir_.filePath("eval.db");
+    // One step, then an evaluation over 200 000 synthetic samples (minutes).
+    LiveRun run({"run", "--db", db, "--device", "cpu", "--dataset", "synthetic", "--set",
+                 "synthetic_size=200000", "--set", "synthetic_shape=[1,28,28]", "--train-limit",
+                 "64", "--batch-size", "64", "--steps", "1", "--events", "jsonl"});
+    QVERIFY(run.wait_for("\"type\":\"step\"", 1));
+    QThread::msleep(300);  // into the evaluation
+    QElapsedTimer t;
+    t.start();
+    ::kill(run.p.processId(), SIGTERM);
+    QVERIFY(run.p.waitForFinished(30000));
+    QVERIFY2(t.elapsed() < 2000, qPrintable(QString::number(t.elapsed()) + " ms"));
+    QCOMPARE(run.p.exitCode(), 130);
+    tb::RunStore store(db.toStdString(), tb::RunStore::Mode::ReadOnly);
+    QCOMPARE(QString::fromStdString(store.list_runs().back().status), QString("stopped"));
+  }
+
+  // Defect: a second signal close behind the first killed the engine at once
+  // and left the run "running".
+  void twoSignalsLeaveTheRunMarked() {
+    const QString db = dir_.filePath("twice.db");
+    LiveRun run({"run", "--db", db, "--device", "cpu", "--events", "jsonl", "--epochs", "50",
+                 "--train-limit", "2048", "--test-limit", "100"});
+    QVERIFY(run.wait_for("\"type\":\"step\"", 3));
+    ::kill(run.p.processId(), SIGINT);
+    QThread::msleep(20);  // the first one handled, the step not yet ended
+    ::kill(run.p.processId(), SIGINT);
+    QVERIFY(run.p.waitForFinished(30000));
+    QCOMPARE(run.p.exitCode(), 130);
+    tb::RunStore store(db.toStdString(), tb::RunStore::Mode::ReadOnly);
+    const auto rec = store.list_runs().back();
+    QCOMPARE(QString::fromStdString(rec.recorded_status), QString("stopped"));
+    QVERIFY(!rec.finished_at.empty());
   }
 };
 

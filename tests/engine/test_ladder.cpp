@@ -6,7 +6,9 @@
 #include <sqlite3.h>
 
 #include <atomic>
+#include <chrono>
 #include <map>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -310,14 +312,48 @@ class TestLadder : public QObject {
     QVERIFY(rows[1]["speedup"]["median"].get<double>() > 0);
   }
 
-  // A store made before ladders (v3) gets the ladder tables when opened.
+  // The store sink writes from its own thread: the executor returns only once
+  // the run's end is recorded, even when another process holds the store's
+  // lock through the whole run (released after 2 s here).
+  void executorWaitsForTheStoreToRecordTheEnd() {
+    RunStoreOptions options;
+    options.busy_timeout = std::chrono::milliseconds(50);
+    RunStore store(db(), RunStore::Mode::ReadWrite, options);
+    const json c = config({{"model", "mlp"}, {"dataset", "synthetic"},
+                           {"synthetic_shape", {1, 16, 16}}, {"synthetic_size", 256},
+                           {"test_limit", 64}, {"max_steps", 3}});
+    RunRecord rec;
+    rec.name = "under a lock";
+    rec.config = c;
+    const int64_t id = store.create_run(rec);
+    sqlite3* holder = nullptr;
+    QCOMPARE(sqlite3_open(db().c_str(), &holder), SQLITE_OK);
+    QCOMPARE(sqlite3_exec(holder, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+    std::thread release([holder] {
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      sqlite3_exec(holder, "COMMIT", nullptr, nullptr, nullptr);
+      sqlite3_close(holder);
+    });
+    std::atomic<bool> stop{false};
+    const LadderRunOutcome o = in_process_executor(store, stop)(id, {0, 0, "speed", rec.name, c, 0});
+    release.join();
+    QCOMPARE(o.status, std::string("finished"));
+    QVERIFY2(o.error.empty(), o.error.c_str());
+    const auto run = store.get_run(id);
+    QCOMPARE(run->status, std::string("finished"));
+    QCOMPARE(run->summary["steps"].get<int64_t>(), int64_t(3));
+    QCOMPARE(store.step_series(id, "step_time_ms").size(), size_t(3));
+  }
+
+  // A store made before ladders (v3) gets the ladder tables when opened: v4 is
+  // the ladder migration.
   void olderStoresGainTheLadderTables() {
     const std::string path = dir_.filePath("old.db").toStdString();
     {
       RunStore fresh(path);
     }
     {
-      // Take it back to v3 by hand: drop what v5 added.
+      // Take it back to v3 by hand: drop what v4 added.
       sqlite3* raw = nullptr;
       QCOMPARE(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
       QCOMPARE(sqlite3_exec(raw,
@@ -327,7 +363,17 @@ class TestLadder : public QObject {
                SQLITE_OK);
       sqlite3_close(raw);
     }
+    {
+      // A reader does not migrate: the v3 store reads as one without ladders.
+      RunStore reader(path, RunStore::Mode::ReadOnly);
+      QCOMPARE(reader.schema_version(), 3);
+      QVERIFY(reader.list_ladders().empty());
+      QVERIFY(!reader.get_ladder(1).has_value());
+      QVERIFY(reader.run_links(1).empty());
+      QVERIFY(!reader.ladder_of_run(1).has_value());
+    }
     RunStore s(path);
+    QCOMPARE(s.schema_version(), 4);
     QCOMPARE(s.schema_version(), RunStore::kSchemaVersion);
     QVERIFY(s.list_ladders().empty());
     RunRecord r;

@@ -103,6 +103,7 @@ class Child {
   Child& operator=(const Child&) = delete;
 
   bool started() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
   bool kill_now() { return kill(pid_, SIGKILL) == 0; }
   // Exit code, or 128 + signal like a shell.
   int wait() {
@@ -217,11 +218,23 @@ class TestStore : public QObject {
 
     QCOMPARE(QString::fromStdString(xdg_path),
              QString::fromStdString(file("xdg/trainbench/runs.db")));
-    QVERIFY(QFileInfo(QString::fromStdString(file("xdg/trainbench"))).isDir());
     QCOMPARE(QString::fromStdString(home_path),
              QString::fromStdString(file("home/.local/share/trainbench/runs.db")));
-    QVERIFY(QFileInfo(QString::fromStdString(file("home/.local/share/trainbench"))).isDir());
     QCOMPARE(relative_path, home_path);
+    // Working out the path creates nothing (only recording a run makes the folder).
+    QVERIFY(!QFileInfo::exists(QString::fromStdString(file("xdg"))));
+    QVERIFY(!QFileInfo::exists(QString::fromStdString(file("home"))));
+
+    qunsetenv("XDG_DATA_HOME");
+    qunsetenv("HOME");
+    try {
+      RunStore::default_path();
+      restore();
+      QFAIL("a default path without HOME");
+    } catch (const tb::Error& e) {
+      restore();
+      QVERIFY2(QString(e.what()).contains("--db"), e.what());
+    }
   }
 
   void roundTrip() {
@@ -519,17 +532,70 @@ class TestStore : public QObject {
     for (size_t i = 0; i < points.size(); ++i) QCOMPARE(points[i].step, int64_t(i));
     QVERIFY(!store.events(id).empty());
 
-    // Its heartbeat is fresh, so with the default threshold it could still be alive.
-    QCOMPARE(store.mark_interrupted_runs(), 0);
-    QCOMPARE(QString::fromStdString(store.get_run(id)->status), QString("running"));
+    // No engine pid was recorded and its heartbeat is fresh: it could still be
+    // alive; once the heartbeat is older than the limit it reads as interrupted.
+    auto run = store.get_run(id);
+    QCOMPARE(QString::fromStdString(run->status), QString("running"));
     std::this_thread::sleep_for(300ms);
-    QCOMPARE(store.mark_interrupted_runs(100ms), 1);
-    const auto run = store.get_run(id);
-    QCOMPARE(QString::fromStdString(run->status), QString("failed"));
-    QCOMPARE(QString::fromStdString(run->error),
-             QString("engine stopped without finishing (killed or crashed)"));
-    QVERIFY(!run->finished_at.empty());
+    const std::string gone = tb::engine_gone_reason(*run, std::chrono::system_clock::now(), 100ms);
+    QVERIFY2(QString::fromStdString(gone).contains("no heartbeat"), gone.c_str());
     QCOMPARE(QString::fromStdString(store.get_run(done)->status), QString("finished"));
+  }
+
+  // A run whose engine process on this host is gone reads as interrupted at
+  // once, for every reader, without anyone writing it; a live one does not.
+  void runsOfDeadEnginesReadAsInterrupted() {
+    Child child(fork_child([] {}));
+    const pid_t dead_pid = child.pid();
+    QCOMPARE(child.wait(), 0);  // reaped: the pid no longer exists
+
+    const std::string host = tb::this_host_name();
+    QVERIFY(!host.empty());
+    auto run_of = [&](const char* status, int64_t pid, const std::string& engine_host,
+                      const std::string& heartbeat = "") {
+      RunStore store(db_);
+      tb::RunRecord r;
+      r.status = status;
+      r.engine_pid = pid;
+      r.engine_host = engine_host;
+      r.heartbeat_at = heartbeat;
+      return store.create_run(r);
+    };
+    const int64_t dead_running = run_of("running", dead_pid, host);
+    const int64_t dead_queued = run_of("queued", dead_pid, host);  // killed while loading data
+    const int64_t alive = run_of("running", getpid(), host);
+    const int64_t elsewhere_fresh = run_of("running", dead_pid, "another-host");
+    const int64_t elsewhere_stale =
+        run_of("running", dead_pid, "another-host", "2020-01-01T00:00:00.000Z");
+    const int64_t finished = run_of("finished", dead_pid, host);
+
+    for (auto mode : {RunStore::Mode::ReadOnly, RunStore::Mode::ReadWrite}) {
+      RunStore store(db_, mode);
+      auto status = [&](int64_t id) { return QString::fromStdString(store.get_run(id)->status); };
+      QCOMPARE(status(dead_running), QString("interrupted"));
+      QCOMPARE(status(dead_queued), QString("interrupted"));
+      QCOMPARE(status(alive), QString("running"));
+      QCOMPARE(status(elsewhere_fresh), QString("running"));
+      QCOMPARE(status(elsewhere_stale), QString("interrupted"));
+      QCOMPARE(status(finished), QString("finished"));
+      const auto run = store.get_run(dead_running);
+      QCOMPARE(QString::fromStdString(run->recorded_status), QString("running"));
+      QVERIFY2(QString::fromStdString(run->error).contains(QString::number(dead_pid)),
+               run->error.c_str());
+      QVERIFY(QString::fromStdString(store.get_run(elsewhere_stale)->error).contains("no heartbeat"));
+      size_t interrupted = 0;
+      for (const auto& r : store.list_runs()) interrupted += r.status == "interrupted";
+      QCOMPARE(interrupted, size_t(3));
+    }
+    // Nothing was written: the stored status is what the engine left.
+    QCOMPARE(QString::fromStdString(RawDb(db_).text(
+                 "SELECT status FROM runs WHERE id = " + std::to_string(dead_running))),
+             QString("running"));
+    // "interrupted" is shown, never stored; a writer may still record the end.
+    RunStore store(db_);
+    QVERIFY_THROWS_EXCEPTION(tb::Error, store.set_status(dead_running, "interrupted"));
+    store.set_status(dead_running, "failed", "engine killed");
+    QCOMPARE(QString::fromStdString(store.get_run(dead_running)->status), QString("failed"));
   }
 
   // A full disk (here: a file size limit on the writer) fails the batch with
@@ -606,8 +672,7 @@ class TestStore : public QObject {
     store.set_tags(1, "legacy");
     QCOMPARE(QString::fromStdString(store.get_run(1)->tags), QString("legacy"));
     // A v1 run left running has no heartbeat; its start time counts instead.
-    QCOMPARE(store.mark_interrupted_runs(), 1);
-    QCOMPARE(QString::fromStdString(store.get_run(2)->status), QString("failed"));
+    QCOMPARE(QString::fromStdString(store.get_run(2)->status), QString("interrupted"));
     const int64_t fresh = store.create_run({});
     QVERIFY(fresh > 2);
   }
@@ -733,7 +798,6 @@ class TestStore : public QObject {
     QVERIFY_THROWS_EXCEPTION(tb::Error, reader.create_run({}));
     QVERIFY_THROWS_EXCEPTION(tb::Error, reader.set_status(id, "running"));
     QVERIFY_THROWS_EXCEPTION(tb::Error, reader.append_step_metrics(id, one_point("loss", 0, 1.0)));
-    QVERIFY_THROWS_EXCEPTION(tb::Error, reader.mark_interrupted_runs());
     QCOMPARE(QString::fromStdString(reader.get_run(id)->status), QString("queued"));
   }
 
@@ -774,6 +838,195 @@ class TestStore : public QObject {
     QVERIFY_THROWS_EXCEPTION(tb::Error, first.list_runs());  // NOLINT(bugprone-use-after-move)
     first = RunStore(db_, RunStore::Mode::ReadOnly);
     QCOMPARE(first.list_runs().size(), size_t(1));
+  }
+
+  // Reading never writes: an older schema is read as it is (no migration, no
+  // journal change), so a reader works on a file it may not change.
+  void readOnlyReadsOlderSchemasWithoutChangingThem() {
+    {
+      RawDb old(db_);
+      old.exec(kVersion1Schema);
+      old.exec(
+          "INSERT INTO runs (id, name, created_at, status, config_json) VALUES "
+          "(1, 'old run', '2025-01-02T03:04:05.000Z', 'finished', '{\"lr\":0.01}');"
+          "INSERT INTO series (id, name) VALUES (1, 'loss');"
+          "INSERT INTO step_metrics VALUES (1, 1, 0, 0.1, 2.0);");
+    }
+    const std::string before = read_file(db_);
+    {
+      RunStore reader(db_, RunStore::Mode::ReadOnly);
+      QCOMPARE(reader.schema_version(), 1);
+      const auto runs = reader.list_runs();
+      QCOMPARE(runs.size(), size_t(1));
+      QCOMPARE(QString::fromStdString(runs[0].name), QString("old run"));
+      QCOMPARE(runs[0].config, (nlohmann::json{{"lr", 0.01}}));
+      QVERIFY(runs[0].tags.empty());
+      QCOMPARE(reader.step_series(1, "loss").size(), size_t(1));
+    }
+    QVERIFY(read_file(db_) == before);
+    QVERIFY(!QFile::exists(QString::fromStdString(db_ + "-wal")));
+  }
+
+  // A writer that opens an up-to-date store takes no lock: it does not wait
+  // for (or fail on) another process's write transaction.
+  void upToDateStoreOpensWhileAnotherWrites() {
+    make_run();
+    RawDb other(db_);
+    other.exec("BEGIN IMMEDIATE");  // holds the write lock
+    tb::RunStoreOptions quick;
+    quick.busy_timeout = 200ms;
+    const auto t0 = std::chrono::steady_clock::now();
+    RunStore writer(db_, RunStore::Mode::ReadWrite, quick);
+    RunStore reader(db_, RunStore::Mode::ReadOnly, quick);
+    QCOMPARE(writer.list_runs().size(), size_t(1));
+    QCOMPARE(reader.list_runs().size(), size_t(1));
+    QVERIFY(std::chrono::steady_clock::now() - t0 < 150ms);
+    other.exec("COMMIT");
+  }
+
+  // A file someone else made (empty) or a folder is named as the problem and
+  // left exactly as it was.
+  void emptyFilesAndFoldersAreRefused() {
+    const std::string empty = file("empty.db");
+    std::ofstream(empty).close();
+    for (auto mode : {RunStore::Mode::ReadWrite, RunStore::Mode::ReadOnly}) {
+      try {
+        RunStore store(empty, mode);
+        QFAIL("an empty file was opened as a run store");
+      } catch (const tb::Error& e) {
+        QVERIFY2(QString(e.what()).contains("empty"), e.what());
+        QVERIFY2(QString(e.what()).contains(QString::fromStdString(empty)), e.what());
+      }
+    }
+    QCOMPARE(QFileInfo(QString::fromStdString(empty)).size(), 0);
+    QVERIFY(!QFile::exists(QString::fromStdString(empty + "-wal")));
+
+    const std::string folder = file("");
+    try {
+      RunStore store(folder, RunStore::Mode::ReadOnly);
+      QFAIL("a folder was opened as a run store");
+    } catch (const tb::Error& e) {
+      QVERIFY2(QString(e.what()).contains("folder"), e.what());
+    }
+  }
+
+  // Invalid UTF-8 is replaced on the way in; damage made by others (a hand
+  // edit, an old tool) is reported per run and column on the way out, and the
+  // other runs and columns read normally.
+  void damagedRowsDoNotHideTheRest() {
+    RunStore store(db_);
+    tb::RunRecord bad_name;
+    bad_name.name = "caf\xC3 \xFF run";
+    bad_name.config = {{"model", "mlp"}};
+    const int64_t sanitised = store.create_run(bad_name);
+    store.append_event(sanitised, "info", "bad \xFE byte");
+    const int64_t good = store.create_run({});
+    const int64_t raw_bad = store.create_run({});
+    {
+      RawDb raw(db_);
+      raw.exec("UPDATE runs SET name = CAST(X'6E616D65FF' AS TEXT), config_json = '{\"lr\": 0.1,,',"
+               " summary_json = '[1, 2]' WHERE id = " + std::to_string(raw_bad));
+    }
+    const auto runs = store.list_runs();
+    QCOMPARE(runs.size(), size_t(3));
+    nlohmann::json listing = nlohmann::json::array();
+    for (const auto& r : runs) listing.push_back({{"name", r.name}, {"config", r.config}});
+    QVERIFY(!listing.dump().empty());  // throws on invalid UTF-8
+
+    QCOMPARE(QString::fromStdString(runs[0].name), QString::fromUtf8("caf\uFFFD \uFFFD run"));
+    QVERIFY(runs[0].problems.empty());  // cleaned when written
+    QCOMPARE(QString::fromStdString(store.events(sanitised)[0].message),
+             QString::fromUtf8("bad \uFFFD byte"));
+    QVERIFY(store.get_run(good)->problems.empty());
+
+    const auto bad = *store.get_run(raw_bad);
+    QCOMPARE(QString::fromStdString(bad.name), QString::fromUtf8("name\uFFFD"));
+    QVERIFY(bad.config.is_object() && bad.config.empty());
+    QVERIFY(bad.summary.is_object() && bad.summary.empty());
+    QString problems;
+    for (const auto& p : bad.problems) problems += QString::fromStdString(p) + "\n";
+    QVERIFY2(problems.contains("name: not valid UTF-8"), qPrintable(problems));
+    QVERIFY2(problems.contains("config_json: not valid JSON"), qPrintable(problems));
+    QVERIFY2(problems.contains("summary_json: expected a JSON object"), qPrintable(problems));
+    QCOMPARE(bad.problems.size(), size_t(3));
+    QCOMPARE(tb::valid_utf8("ok \xE2\x82\xAC"), std::string("ok \xE2\x82\xAC"));  // valid stays
+    QCOMPARE(tb::valid_utf8("\xED\xA0\x80"), std::string("\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"));
+  }
+
+  // While another process holds the write lock (or the disk is full) a batch
+  // fails, stays buffered and goes in whole once the store can be written.
+  void failedBatchIsKeptAndRetried() {
+    const int64_t id = make_run();
+    tb::RunStoreOptions options;
+    options.busy_timeout = 100ms;
+    options.batch_points = 5;
+    options.retry_interval = 50ms;
+    RunStore writer(db_, RunStore::Mode::ReadWrite, options);
+    RawDb other(db_);
+    other.exec("BEGIN IMMEDIATE");
+    for (int64_t step = 0; step < 4; ++step) writer.append_step_metrics(id, one_point("loss", step, 1.0));
+    QVERIFY_THROWS_EXCEPTION(tb::Error, writer.append_step_metrics(id, one_point("loss", 4, 1.0)));
+    QCOMPARE(writer.pending_points(), size_t(5));
+    // Within the retry interval appending does not try (and wait) again.
+    const auto t0 = std::chrono::steady_clock::now();
+    writer.append_step_metrics(id, one_point("loss", 5, 1.0));
+    QVERIFY(std::chrono::steady_clock::now() - t0 < 50ms);
+    QVERIFY_THROWS_EXCEPTION(tb::Error, writer.flush());
+    other.exec("COMMIT");
+    writer.flush();
+    QCOMPARE(writer.pending_points(), size_t(0));
+    const auto points = writer.step_series(id, "loss");
+    QCOMPARE(points.size(), size_t(6));
+    for (size_t i = 0; i < points.size(); ++i) QCOMPARE(points[i].step, int64_t(i));
+    QCOMPARE(writer.dropped_points(), int64_t(0));
+  }
+
+  // The buffer of points that cannot be written yet is bounded: the oldest go.
+  void pendingPointsAreBounded() {
+    const int64_t id = make_run();
+    tb::RunStoreOptions options;
+    options.busy_timeout = 10ms;
+    options.batch_points = 5;
+    options.max_pending_points = 10;
+    options.retry_interval = 1h;
+    RunStore writer(db_, RunStore::Mode::ReadWrite, options);
+    RawDb other(db_);
+    other.exec("BEGIN IMMEDIATE");
+    for (int64_t step = 0; step < 25; ++step) {
+      try {
+        writer.append_step_metrics(id, one_point("loss", step, 1.0));
+      } catch (const tb::Error&) {
+      }
+    }
+    QCOMPARE(writer.pending_points(), size_t(10));
+    QCOMPARE(writer.dropped_points(), int64_t(15));
+    other.exec("COMMIT");
+    writer.flush();
+    const auto points = writer.step_series(id, "loss");
+    QCOMPARE(points.size(), size_t(10));
+    QCOMPARE(points.front().step, int64_t(15));  // the newest ten
+  }
+
+  // start_run and finish_run are one transaction each: a reader sees all of
+  // the start (or end) or none of it.
+  void startAndFinishAreOneWriteEach() {
+    const int64_t id = make_run();
+    RunStore writer(db_);
+    writer.start_run(id, {{"device", "cpu"}}, {{"amp", {{"applied", false}}}});
+    auto run = *writer.get_run(id);
+    QCOMPARE(QString::fromStdString(run.status), QString("running"));
+    QCOMPARE(run.environment, (nlohmann::json{{"device", "cpu"}}));
+    QVERIFY(run.tricks.contains("amp"));
+    QVERIFY(!run.started_at.empty());
+    writer.append_step_metrics(id, one_point("loss", 0, 1.0));
+    writer.finish_run(id, "finished", {{"steps", 1}});
+    RunStore reader(db_, RunStore::Mode::ReadOnly);
+    run = *reader.get_run(id);
+    QCOMPARE(QString::fromStdString(run.status), QString("finished"));
+    QCOMPARE(run.summary, (nlohmann::json{{"steps", 1}}));
+    QCOMPARE(reader.step_series(id, "loss").size(), size_t(1));
+    QVERIFY_THROWS_EXCEPTION(tb::Error, writer.finish_run(id, "running", {}));
+    QVERIFY_THROWS_EXCEPTION(tb::Error, writer.start_run(id + 99, {}, {}));
   }
 };
 

@@ -112,7 +112,8 @@ class TestTimeToTarget : public QObject {
     bus.add(&sink);
     std::atomic<bool> stop{false};
     Trainer(RunConfig::from_json(validate_config(base({{"epochs", 1}}), "test")), bus, stop).run(id);
-    store.flush();
+    // The sink writes from its own thread: everything is in once it is closed.
+    QCOMPARE(QString::fromStdString(sink.close(std::chrono::seconds(30))), QString());
     const auto acc = store.step_series(id, "test_accuracy");
     QCOMPARE(acc.size(), size_t(4));
     QCOMPARE(acc[0].step, int64_t(4));

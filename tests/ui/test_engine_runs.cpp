@@ -379,7 +379,7 @@ class TestEngineRuns : public QObject {
     cli.kill();
     QVERIFY(cli.waitForFinished(10000));
     QTRY_COMPARE_WITH_TIMEOUT(d->statusText(), QStringLiteral("interrupted"), 10000);
-    QVERIFY2(d->headerText().contains(QLatin1String("stopped without finishing")), qPrintable(d->headerText()));
+    QVERIFY2(d->headerText().contains(QLatin1String("ended without recording the end of the run")), qPrintable(d->headerText()));
   }
 
   void realEngineKilledMidRunIsMarkedFailed() {
