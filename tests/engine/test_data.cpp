@@ -24,8 +24,10 @@
 #include "engine/data/loader.h"
 #include "engine/data/synthetic_dataset.h"
 #include "engine/data/transforms.h"
+#include "tests/engine/tensor_helpers.h"
 
 using namespace tb;
+using tb::test::error_of;
 using Bytes = std::vector<uint8_t>;
 
 namespace {
@@ -69,17 +71,6 @@ void write_gz(const std::string& path, const Bytes& b) {
 Bytes read_raw(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return Bytes(std::istreambuf_iterator<char>(f), {});
-}
-
-// The tb::Error message of f(), or a marker that makes every check fail.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const tb::Error& e) {
-    return e.what();
-  }
-  return "<no tb::Error thrown>";
 }
 
 #define EXPECT_CONTAINS(msg, part)                \

@@ -18,6 +18,7 @@
 #include "engine/train/config.h"
 #include "engine/train/events.h"
 #include "engine/train/trainer.h"
+#include "tests/engine/run_fixture.h"
 
 using namespace tb;
 using json = nlohmann::json;
@@ -31,13 +32,6 @@ const char* const kGpuOnly[] = {"h2d_ms",         "gpu_util_pct",       "gpu_mem
                                 "gpu_used_bytes", "gpu_total_bytes",    "tensor_core_kernel_share",
                                 "tensor_pipe_active_pct"};
 
-struct StepRecorder final : EventSink {
-  std::vector<json> steps;
-  void on_event(const json& e) override {
-    if (e["type"] == "step") steps.push_back(e);
-  }
-};
-
 RunConfig small_config(int64_t steps) {
   json c = {{"device", "cpu"},         {"dataset", "synthetic"},  {"synthetic_shape", {1, 8, 8}},
             {"synthetic_size", 256},   {"test_limit", 32},        {"max_steps", steps},
@@ -46,15 +40,10 @@ RunConfig small_config(int64_t steps) {
 }
 
 std::vector<json> run_steps(int64_t steps, bool measure, ChromeTrace* trace = nullptr) {
-  EventBus bus;
-  StepRecorder rec;
-  bus.add(&rec);
-  std::atomic<bool> stop{false};
-  Trainer t(small_config(steps), bus, stop);
-  t.set_measure(measure);
-  t.set_trace(trace);
-  t.run(0);
-  return rec.steps;
+  return tb::test::run_trainer(small_config(steps).values, 0, nullptr, [&](Trainer& t) {
+           t.set_measure(measure);
+           t.set_trace(trace);
+         }).of("step");
 }
 
 double sum_of_parts(const json& m) {
@@ -174,7 +163,7 @@ class TestMetrics : public QObject {
       const int64_t id = store.create_run(rec);
       EventBus bus;
       StoreSink sink(store, id);
-      StepRecorder steps;
+      tb::test::Recorder steps;
       bus.add(&sink);
       bus.add(&steps);
       std::atomic<bool> stop{false};
@@ -182,7 +171,7 @@ class TestMetrics : public QObject {
       t.run(id);
       // The sink writes from its own thread: everything is in once it is closed.
       QCOMPARE(QString::fromStdString(sink.close(std::chrono::seconds(30))), QString());
-      published = steps.steps;
+      published = steps.of("step");
       for (const char* name : {"step_time_ms", "forward_ms", "backward_ms", "other_ms"}) {
         const std::vector<MetricPoint> pts = store.step_series(id, name);
         QCOMPARE(pts.size(), size_t(3));

@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // The input path and the device figures (tricks 4, 5, 6, 20; the step timer
-// read back late; GPU memory series):
-//   - normalize_u8 gives the loader's host normalisation bit for bit (CPU here;
-//     the CUDA kernel against it in a GPU slot);
+// read back late; GPU memory series). The op behind h2d_uint8, normalize_u8,
+// is checked against the loader's bits in test_op_augment.
 //   - the trainer publishes every step exactly once, in order, before its
 //     epoch event, when step times come back late (LaggedStepTimer stands in
 //     for the CUDA event timer on the CPU);
@@ -25,37 +24,16 @@
 #include "engine/train/trainer.h"
 #include "engine/train/tricks.h"
 #include "tests/engine/run_fixture.h"
+#include "tests/engine/tensor_helpers.h"
 #ifdef TRAINBENCH_HAVE_CUDA
 #include "engine/backend/cuda/cuda_backend.h"
 #endif
 
 using namespace tb;
 using json = nlohmann::json;
-using tb::test::Recorder;
-using tb::test::run_trainer;
+using namespace tb::test;
 
 namespace {
-
-Tensor random_u8(const Shape& s, uint64_t seed, Layout l = Layout::NCHW) {
-  std::mt19937_64 rng(seed);
-  Tensor t = Tensor::empty(s, DType::U8, Device::cpu(), l);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data_as<uint8_t>()[i] = uint8_t(rng() & 0xff);
-  return t;
-}
-
-// The loader's normalisation of every image of a u8 NCHW batch.
-Tensor host_normalized(const Tensor& u8, const NormStats& stats) {
-  Tensor f = Tensor::empty(u8.shape(), DType::F32);
-  const Shape chw{u8.c(), u8.h(), u8.w()};
-  const int64_t per = u8.c() * u8.h() * u8.w();
-  for (int64_t n = 0; n < u8.n(); ++n)
-    normalize(u8.data_as<uint8_t>() + n * per, f.data_as<float>() + n * per, chw, stats);
-  return f;
-}
-
-bool bit_equal(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
-}
 
 json base_config() {
   return {{"device", "cpu"},   {"dataset", "synthetic"}, {"synthetic_shape", {1, 12, 12}},
@@ -73,33 +51,6 @@ Recorder run(const json& config, int lag, const std::atomic<bool>* stop = nullpt
 class TestStaging : public QObject {
   Q_OBJECT
  private slots:
-  // --- normalize_u8: the device path of h2d_uint8 must give the host loader's bits.
-  void cpuNormalizeU8MatchesLoaderBits() {
-    CpuBackend be;
-    for (const char* ds : {"fashion-mnist", "cifar10", "synthetic"}) {
-      const int64_t C = std::string(ds) == "fashion-mnist" ? 1 : 3;
-      const NormStats stats = standard_norm_stats(ds, C);
-      std::vector<float> scale, shift;
-      norm_scale_shift(stats, C, scale, shift);
-      Tensor u8 = random_u8({5, C, 7, 9}, 11 + C);
-      Tensor ref = host_normalized(u8, stats);
-      Tensor got = Tensor::empty(u8.shape(), DType::F32);
-      be.normalize_u8(u8, scale, shift, got);
-      QVERIFY2(bit_equal(ref, got), ds);
-    }
-  }
-
-  void normalizeU8RejectsBadArguments() {
-    CpuBackend be;
-    Tensor u8 = random_u8({2, 3, 4, 4}, 1);
-    Tensor f = Tensor::empty({2, 3, 4, 4}, DType::F32);
-    std::vector<float> one(1, 1.0f), three(3, 1.0f);
-    QVERIFY_THROWS_EXCEPTION(Error, be.normalize_u8(u8, one, one, f));  // 1 scale, 3 channels
-    Tensor wrong = Tensor::empty({2, 3, 4, 5}, DType::F32);
-    QVERIFY_THROWS_EXCEPTION(Error, be.normalize_u8(u8, three, three, wrong));
-    QVERIFY_THROWS_EXCEPTION(Error, be.normalize_u8(f, three, three, f));  // src not u8
-  }
-
   // --- host backends: the defaults of the device-memory API.
   void cpuHasNoDeviceMemory() {
     CpuBackend be;
@@ -194,31 +145,6 @@ class TestStaging : public QObject {
             std::string::npos);
   }
 
-  // ------------------------------------------------------------ GPU slots
-  void gpuNormalizeU8MatchesLoaderBits() {
-    NEED_GPU();
-    TB_GPU_TRY
-#ifdef TRAINBENCH_HAVE_CUDA
-    CudaBackend be(0, {});
-    const NormStats stats = standard_norm_stats("cifar10", 3);
-    std::vector<float> scale, shift;
-    norm_scale_shift(stats, 3, scale, shift);
-    for (Layout l : {Layout::NCHW, Layout::NHWC}) {
-      Tensor u8 = random_u8({6, 3, 11, 13}, 21, l);
-      CpuBackend cpu;
-      Tensor ref = Tensor::empty(u8.shape(), DType::F32, Device::cpu(), l);
-      cpu.normalize_u8(u8, scale, shift, ref);
-      Tensor du8 = be.empty(u8.shape(), DType::U8, l), dout = be.empty(u8.shape(), DType::F32, l);
-      be.copy(u8, du8);
-      be.normalize_u8(du8, scale, shift, dout);
-      Tensor got = Tensor::empty(u8.shape(), DType::F32, Device::cpu(), l);
-      be.copy(dout, got);
-      QVERIFY2(bit_equal(ref, got), layout_name(l));
-    }
-#endif
-    TB_GPU_CATCH
-  }
-
   void gpuUploadAsyncRoundTrip() {
     NEED_GPU();
     TB_GPU_TRY
@@ -236,7 +162,7 @@ class TestStaging : public QObject {
       fence[k % 2] = be.fence();
       Tensor back = Tensor::empty(host.shape(), DType::U8);
       be.copy(dev[k % 2], back);
-      QVERIFY(bit_equal(src, back));
+      QVERIFY(bitwise_equal(src, back));
     }
     Tensor f32 = be.empty(host.shape(), DType::F32);
     QVERIFY_THROWS_EXCEPTION(Error, be.upload_async(host, f32, 0));  // no conversions

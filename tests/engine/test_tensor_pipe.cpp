@@ -13,10 +13,7 @@
 #include "engine/core/error.h"
 #include "engine/metrics/kernel_census.h"
 #include "engine/metrics/tensor_pipe_profiler.h"
-#ifdef TRAINBENCH_HAVE_CUDA
-#include "engine/backend/cuda/cuda_backend.h"
-#endif
-#include "tests/engine/gpu_slot.h"
+#include "tests/engine/device_fixture.h"
 
 using namespace tb;
 using json = nlohmann::json;
@@ -132,11 +129,9 @@ class TestTensorPipe : public QObject {
   // fp32 GEMMs run on the FMA pipes (the CUDA backend sets no TF32), fp16 ones
   // on the tensor pipe: the figure must tell them apart.
   void fp16GemmStepKeepsTheTensorPipeBusierThanFp32() {
-#ifdef TRAINBENCH_HAVE_CUDA
-    std::string why;
-    if (cuda_device_count(&why) == 0) QSKIP(("no CUDA device: " + why).c_str());
+    NEED_GPU();
     TB_GPU_TRY
-    std::unique_ptr<Backend> gpu = make_cuda_backend(0, BackendOptions{});
+    Backend* const gpu = &tb::test::cuda_backend();
     TensorPipeProfiler p(*gpu, 1, 1);
     if (!p.available()) QSKIP(("tensor pipe counters " + p.reason()).c_str());
     qInfo("metrics: %s", p.describe().c_str());
@@ -167,9 +162,6 @@ class TestTensorPipe : public QObject {
     QVERIFY2(fp32 < 5.0, "fp32 GEMMs (no TF32) should leave the tensor pipe nearly idle");
     QVERIFY2(fp16 > 20.0 && fp16 > fp32 + 15.0, "fp16 GEMMs should keep the tensor pipe busy");
     TB_GPU_CATCH
-#else
-    QSKIP("this build has no CUDA backend (TRAINBENCH_HAVE_CUDA is not defined)");
-#endif
   }
 };
 

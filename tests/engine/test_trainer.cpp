@@ -10,26 +10,12 @@
 #include "engine/train/config.h"
 #include "engine/train/events.h"
 #include "engine/train/trainer.h"
+#include "tests/engine/run_fixture.h"
 
 using namespace tb;
 using json = nlohmann::json;
 
 namespace {
-
-// Collects the per-step losses and the run_started/finished events.
-struct Recorder final : EventSink {
-  std::vector<double> losses;
-  json started, finished;
-  std::vector<json> warnings;
-  void on_event(const json& e) override {
-    const std::string type = e["type"];
-    if (type == "step" && e["metrics"].contains("loss"))
-      losses.push_back(e["metrics"]["loss"].get<double>());
-    if (type == "run_started") started = e;
-    if (type == "finished") finished = e;
-    if (type == "log" && e["level"] == "warning") warnings.push_back(e);
-  }
-};
 
 struct Outcome {
   std::vector<double> losses;
@@ -42,14 +28,15 @@ Outcome train(json overrides) {
                {"test_limit", 128},      {"max_steps", 6},             {"batch_size", 32},
                {"model", "fmnist-cnn"},  {"seed", 7}};
   for (auto& [k, v] : overrides.items()) base[k] = v;
-  RunConfig c = RunConfig::from_json(validate_config(base, "test"));
-  EventBus bus;
-  Recorder rec;
-  bus.add(&rec);
-  std::atomic<bool> stop{false};
-  Trainer t(c, bus, stop);
-  TrainResult r = t.run(0);
-  return {rec.losses, rec.started, r.summary, rec.warnings};
+  const tb::test::Recorder rec = tb::test::run_trainer(base);
+  Outcome o;
+  for (const json& e : rec.of("step"))
+    if (e["metrics"].contains("loss")) o.losses.push_back(e["metrics"]["loss"].get<double>());
+  o.started = rec.of("run_started").at(0);
+  o.summary = rec.of("finished").at(0)["summary"];
+  for (const json& e : rec.of("log"))
+    if (e["level"] == "warning") o.warnings.push_back(e);
+  return o;
 }
 
 double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {

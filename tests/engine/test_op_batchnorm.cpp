@@ -1,0 +1,338 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The batch-norm op family: batchnorm_forward_train (batch statistics, the
+// running statistics' update), batchnorm_forward_eval, batchnorm_backward, and
+// the BatchNorm2d layer, on every backend, layout and dtype.
+//
+// 1. Gradients against central finite differences, f64 on the reference
+//    backend (gradcheck.h), train and eval, NCHW and NHWC.
+// 2. batchnorm_matches_reference, one body over targets x shapes: y,
+//    save_mean, save_invstd, running mean and (unbiased) variance, dx, dgamma,
+//    dbeta (written, and accumulated onto earlier values) and the eval output
+//    with the updated running statistics, against the reference kernels in
+//    NCHW. Bit-identical on the exact CPU targets (f64, NHWC: the reference
+//    visits the same elements in the same order); the fast NCHW f32 path
+//    (one-pass Σx, Σx² statistics, threads) within absolute 1e-5 (y, dx, eval
+//    y), 1e-6 (statistics) and 1e-4 (dgamma, dbeta: sums of thousands of
+//    terms) on O(1) values; CUDA (statistics in double, apply in float) within
+//    1e-5 relative + 1e-5 (y), 1e-6 relative (statistics), 1e-5 of the
+//    largest magnitude (dx) and 1e-5 + 1e-5 (dgamma, dbeta).
+// 3. Eval backward against its closed form, gradient accumulation through the
+//    layer, the running statistics by hand, mixed layouts refused.
+// GPU rows QSKIP with the reason where there is no device.
+#include <QtTest>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/error.h"
+#include "engine/nn/batchnorm2d.h"
+#include "engine/nn/model.h"
+#include "tests/engine/device_fixture.h"
+#include "tests/engine/gradcheck.h"
+#include "tests/engine/tensor_helpers.h"
+
+using namespace tb;
+using namespace tb::test;
+
+namespace {
+
+struct BnCase {
+  const char* name = "";
+  Shape shape;
+  double lo = -1.0, hi = 1.0;     // x uniform in [lo, hi)
+  bool channel_offsets = false;   // x·(1 + c) + c/2: channels differ in mean and variance
+};
+
+const BnCase kCases[] = {
+    // Mean 3, std ~1.2: the fast path's one-pass variance; 32768 elements: threaded.
+    {"16x8x16x16 mean 3", {16, 8, 16, 16}, 1.0, 5.0, false},
+    {"3x6x5x4 channel offsets", {3, 6, 5, 4}, -1.0, 1.0, true},
+    {"6x7x9x5", {6, 7, 9, 5}, -2.0, 3.0, false},
+};
+
+const Target kTargets[] = {
+    {Impl::CpuFast, Layout::NCHW, DType::F32},      {Impl::CpuFast, Layout::NCHW, DType::F64},
+    {Impl::CpuReference, Layout::NHWC, DType::F32}, {Impl::CpuReference, Layout::NHWC, DType::F64},
+    {Impl::CpuFast, Layout::NHWC, DType::F32},      {Impl::CpuFast, Layout::NHWC, DType::F64},
+    {Impl::Cuda, Layout::NCHW, DType::F32},         {Impl::Cuda, Layout::NHWC, DType::F32},
+};
+
+bool exact_target(const Target& t) {
+  return !t.on_gpu() &&
+         (t.dtype == DType::F64 || t.layout == Layout::NHWC || t.impl == Impl::CpuReference);
+}
+
+// The outputs of one forward_train + backward (written and accumulated) + eval.
+struct BnOut {
+  Tensor y, sm, si, rm, rv, dx, dg, db, dg_acc, db_acc, ye;  // host
+};
+
+BnOut run_bn(Backend& be, const Target& t, const Tensor& x, const Tensor& dy, const Tensor& gamma,
+             const Tensor& beta, const Tensor& rm_init, const Tensor& rv_init, const Tensor& dg_old,
+             const Tensor& db_old, Layout L) {
+  const DType dt = t.dtype;
+  const int64_t C = x.c();
+  const Tensor xd = to_device(be, x, L), dyd = to_device(be, dy, L);
+  const Tensor g = to_device(be, gamma), b = to_device(be, beta);
+  Tensor rm = to_device(be, rm_init), rv = to_device(be, rv_init);
+  Tensor y = be.empty(x.shape(), dt, L), sm = be.empty({C}, dt), si = be.empty({C}, dt);
+  be.batchnorm_forward_train(xd, g, b, rm, rv, 0.1f, 1e-5f, y, sm, si);
+  Tensor dx = be.empty(x.shape(), dt, L), dg = be.empty({C}, dt), db = be.empty({C}, dt);
+  be.batchnorm_backward(xd, dyd, g, sm, si, dx, dg, db, false);
+  Tensor dxa = be.empty(x.shape(), dt, L), dga = to_device(be, dg_old), dba = to_device(be, db_old);
+  be.batchnorm_backward(xd, dyd, g, sm, si, dxa, dga, dba, true);
+  Tensor ye = be.empty(x.shape(), dt, L);
+  be.batchnorm_forward_eval(xd, g, b, rm, rv, 1e-5f, ye);
+  return {to_host(be, y),  to_host(be, sm), to_host(be, si),  to_host(be, rm),
+          to_host(be, rv), to_host(be, dx), to_host(be, dg),  to_host(be, db),
+          to_host(be, dga), to_host(be, dba), to_host(be, ye)};
+}
+
+// One output of a target against the reference's; `kind`: "y", "stat", "dx", "dparam".
+Comparison check_output(const Target& t, const std::string& kind, const std::string& out,
+                        const Tensor& ref, const Tensor& got) {
+  const std::string what = "bn " + out + " " + t.name();
+  if (exact_target(t)) {
+    const double d = max_abs_diff(ref, got);
+    return {d == 0.0, what + ": differs from the reference by " + std::to_string(d)};
+  }
+  if (!t.on_gpu()) {
+    const double tol = kind == "stat" ? 1e-6 : kind == "dparam" ? 1e-4 : 1e-5;
+    const double d = max_abs_diff(ref, got);
+    return {d < tol, what + ": max |diff| " + std::to_string(d) + " >= " + std::to_string(tol)};
+  }
+  if (kind == "y") return compare(ref, got, 1e-5, 1e-5, what, false, "fp32");
+  if (kind == "dx") return compare(ref, got, 1e-5, 0.0, what, true, "fp32");
+  if (kind == "dparam") return compare(ref, got, 1e-5, 1e-5, what, false, "fp32");
+  // statistics: save_mean and running_mean with 1e-7 absolute, the others none
+  const bool mean = out.find("mean") != std::string::npos;
+  return compare(ref, got, 1e-6, mean ? 1e-7 : 0.0, what, false, "fp32");
+}
+
+#define EXPECT_OUTPUT(t, kind, out, ref, got)                             \
+  do {                                                                    \
+    const Comparison c_ = check_output((t), (kind), (out), (ref), (got)); \
+    QVERIFY2(c_.ok, c_.msg.c_str());                                      \
+  } while (0)
+
+}  // namespace
+
+Q_DECLARE_METATYPE(BnCase)
+
+class TestOpBatchnorm : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // ------------------------------------------------------------ finite differences (f64)
+
+  void gradcheck_batchnorm_data() {
+    QTest::addColumn<bool>("training");
+    QTest::addColumn<Shape>("shape");
+    QTest::addColumn<uint64_t>("seed");
+    QTest::addColumn<double>("tol");
+    QTest::addColumn<Layout>("layout");
+    struct R {
+      const char* name;
+      bool training;
+      Shape shape;
+      uint64_t seed;
+      double tol;
+    };
+    const R rows[] = {{"train 4x3x3x2", true, {4, 3, 3, 2}, 7, 1e-5},
+                      {"eval 3x2x2x3", false, {3, 2, 2, 3}, 8, 1e-5},
+                      {"train 2x3x6x5", true, {2, 3, 6, 5}, 77, 1e-6},
+                      {"eval 2x3x6x5", false, {2, 3, 6, 5}, 77, 1e-6}};
+    for (Layout l : {Layout::NCHW, Layout::NHWC})
+      for (const R& r : rows)
+        QTest::addRow("%s %s", r.name, layout_name(l)) << r.training << r.shape << r.seed << r.tol << l;
+  }
+  void gradcheck_batchnorm() {
+    QFETCH(bool, training);
+    QFETCH(Shape, shape);
+    QFETCH(uint64_t, seed);
+    QFETCH(double, tol);
+    QFETCH(Layout, layout);
+    auto r = test::gradcheck_layer(std::make_unique<BatchNorm2d>("bn"), shape, seed, training,
+                                   1e-6, layout);
+    QVERIFY2(r.max_rel_error_dx < tol, qPrintable(QString("dx rel error %1 at %2")
+                                                      .arg(r.max_rel_error_dx)
+                                                      .arg(QString::fromStdString(r.worst))));
+    QVERIFY2(r.max_rel_error_params < tol, qPrintable(QString("param rel error %1 at %2")
+                                                          .arg(r.max_rel_error_params)
+                                                          .arg(QString::fromStdString(r.worst))));
+  }
+
+  // ------------------------------------------------------------ every target vs the reference
+
+  void batchnorm_matches_reference_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<BnCase>("c");
+    for (const Target& t : kTargets)
+      for (const BnCase& c : kCases) QTest::addRow("%s: %s", t.name().c_str(), c.name) << t << c;
+  }
+  void batchnorm_matches_reference() {
+    FETCH_TARGET(t, be);
+    QFETCH(BnCase, c);
+    TB_GPU_TRY
+    const DType dt = t.dtype;
+    const int64_t C = c.shape[1];
+    std::mt19937_64 rng(31 + uint64_t(C));
+    Tensor x = random_tensor(c.shape, dt, rng, Layout::NCHW, c.lo, c.hi);
+    if (c.channel_offsets) {
+      const int64_t plane = c.shape[2] * c.shape[3];
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const int64_t ch = (i / plane) % C;
+        if (dt == DType::F64)
+          x.data_as<double>()[i] = x.data_as<double>()[i] * double(1 + ch) + 0.5 * double(ch);
+        else
+          x.data_as<float>()[i] = x.data_as<float>()[i] * float(1 + ch) + 0.5f * float(ch);
+      }
+    }
+    const Tensor dy = random_tensor(c.shape, dt, rng);
+    const Tensor gamma = random_tensor({C}, dt, rng, Layout::NCHW, 0.5, 1.5);
+    const Tensor beta = random_tensor({C}, dt, rng);
+    const Tensor rm_init = random_tensor({C}, dt, rng);
+    const Tensor rv_init = random_tensor({C}, dt, rng, Layout::NCHW, 0.5, 2.0);
+    const Tensor dg_old = random_tensor({C}, dt, rng), db_old = random_tensor({C}, dt, rng);
+
+    const BnOut r = run_bn(cpu_reference(), t, x, dy, gamma, beta, rm_init, rv_init, dg_old,
+                           db_old, Layout::NCHW);
+    const BnOut o = run_bn(be, t, x, dy, gamma, beta, rm_init, rv_init, dg_old, db_old, t.layout);
+    EXPECT_OUTPUT(t, "y", "train y", r.y, o.y);
+    EXPECT_OUTPUT(t, "stat", "save_mean", r.sm, o.sm);
+    EXPECT_OUTPUT(t, "stat", "save_invstd", r.si, o.si);
+    EXPECT_OUTPUT(t, "stat", "running_mean", r.rm, o.rm);
+    EXPECT_OUTPUT(t, "stat", "running_var (unbiased)", r.rv, o.rv);
+    EXPECT_OUTPUT(t, "dx", "dx", r.dx, o.dx);
+    EXPECT_OUTPUT(t, "dparam", "dgamma", r.dg, o.dg);
+    EXPECT_OUTPUT(t, "dparam", "dbeta", r.db, o.db);
+    EXPECT_OUTPUT(t, "dparam", "accumulated dgamma", r.dg_acc, o.dg_acc);
+    EXPECT_OUTPUT(t, "dparam", "accumulated dbeta", r.db_acc, o.db_acc);
+    EXPECT_OUTPUT(t, "y", "eval y", r.ye, o.ye);
+    TB_GPU_CATCH
+  }
+
+  // ------------------------------------------------------------ closed forms, by hand
+
+  // Eval mode with non-trivial running statistics against the closed form
+  //   dx = γ·dy/sqrt(σ²+eps), dγ = Σ dy·(x−μ)/sqrt(σ²+eps), dβ = Σ dy.
+  void batchnorm_eval_backward_closed_form() {
+    for (bool reference : {true, false}) {
+      CpuBackend& be = reference ? cpu_reference() : cpu_fast();
+      Model model("m", {2, 1, 3}, 0);
+      model.emplace<BatchNorm2d>("bn", 0.1f, 1e-5f);
+      model.build(be, 1, DType::F32);
+      // params: bn.weight, bn.bias; buffers: running_mean, running_var
+      float* gamma = model.params()[0].value.data_as<float>();
+      float* beta = model.params()[1].value.data_as<float>();
+      float* rm = model.buffers()[0].value.data_as<float>();
+      float* rv = model.buffers()[1].value.data_as<float>();
+      gamma[0] = 2.0f, gamma[1] = 3.0f, beta[0] = 0.5f, beta[1] = -1.0f;
+      rm[0] = 0.5f, rm[1] = -1.0f, rv[0] = 4.0f, rv[1] = 0.25f;
+      Context ctx{be};
+      ctx.training = false;
+      Tensor x = random_tensor({2, 2, 1, 3}, 3);
+      Tensor y = model.forward(ctx, x);
+      Tensor dy = random_tensor({2, 2, 1, 3}, 4);
+      Tensor dx = model.layers()[0]->backward(ctx, dy, true);
+      const Tensor& dgamma = model.params()[0].grad;
+      const Tensor& dbeta = model.params()[1].grad;
+      for (int64_t c = 0; c < 2; ++c) {
+        const double s = 1.0 / std::sqrt(double(rv[c]) + 1e-5);
+        double sg = 0.0, sb = 0.0;
+        for (int64_t n = 0; n < 2; ++n)
+          for (int64_t i = 0; i < 3; ++i) {
+            const int64_t k = (n * 2 + c) * 3 + i;
+            const double xv = x.data_as<float>()[k], g = dy.data_as<float>()[k];
+            QVERIFY(std::abs(y.data_as<float>()[k] - (gamma[c] * (xv - rm[c]) * s + beta[c])) <
+                    1e-5);
+            QVERIFY(std::abs(dx.data_as<float>()[k] - gamma[c] * g * s) < 1e-5);
+            sg += g * (xv - rm[c]) * s;
+            sb += g;
+          }
+        QVERIFY(std::abs(dgamma.data_as<float>()[c] - sg) < 1e-5);
+        QVERIFY(std::abs(dbeta.data_as<float>()[c] - sb) < 1e-5);
+      }
+      // Eval forward leaves the running statistics alone.
+      QCOMPARE(rm[0], 0.5f);
+      QCOMPARE(rv[1], 0.25f);
+    }
+  }
+
+  // ctx.accumulate_grads: a second backward with the same dy adds the same
+  // parameter gradients again (gradient accumulation through the layer).
+  void batchnorm_accumulates_parameter_gradients() {
+    for (bool training : {true, false}) {
+      CpuBackend& be = cpu_fast();
+      Model model("m", {3, 2, 2}, 0);
+      model.emplace<BatchNorm2d>("bn");
+      model.build(be, 2, DType::F32);
+      Context ctx{be};
+      ctx.training = training;
+      Tensor x = random_tensor({4, 3, 2, 2}, 5);
+      Tensor dy = random_tensor({4, 3, 2, 2}, 6);
+      model.forward(ctx, x);
+      ctx.accumulate_grads = false;
+      model.layers()[0]->backward(ctx, dy, false);
+      std::vector<float> once(model.grad_block().data_as<float>(),
+                              model.grad_block().data_as<float>() + 6);
+      ctx.accumulate_grads = true;
+      model.layers()[0]->backward(ctx, dy, false);
+      for (int i = 0; i < 6; ++i) {
+        QVERIFY(once[size_t(i)] != 0.0f);
+        QVERIFY(std::abs(model.grad_block().data_as<float>()[i] - 2.0f * once[size_t(i)]) <
+                1e-5f * (1.0f + std::abs(once[size_t(i)])));
+      }
+    }
+  }
+
+  // One channel holds {1, 2, 3, 6}: mean 3, biased var 14/4 = 3.5, unbiased 14/3.
+  // The other holds {−1, −1, 1, 1}: mean 0, biased var 1, unbiased 4/3.
+  // momentum 0.1 from (mean 0, var 1):
+  //   running_mean = 0.9·0 + 0.1·3 = 0.3          and 0
+  //   running_var  = 0.9·1 + 0.1·14/3 = 1.3666667 and 0.9 + 0.1·4/3 = 1.0333333
+  // y(x=1, γ=1, β=0) = (1−3)/sqrt(3.5+1e-5) = −1.0690434
+  void batchnorm_running_statistics() {
+    for (bool reference : {true, false}) {
+      CpuBackend& be = reference ? cpu_reference() : cpu_fast();
+      // x (N=2, C=2, H=1, W=2) NCHW: n0c0 {1,2}, n0c1 {−1,−1}, n1c0 {3,6}, n1c1 {1,1}
+      Tensor x = from_values({2, 2, 1, 2}, {1, 2, -1, -1, 3, 6, 1, 1});
+      Tensor gamma = from_values({2}, {1, 1}), beta = from_values({2}, {0, 0});
+      Tensor rm = from_values({2}, {0, 0}), rv = from_values({2}, {1, 1});
+      Tensor y = Tensor::empty(x.shape(), DType::F32);
+      Tensor sm = Tensor::empty({2}, DType::F32), si = Tensor::empty({2}, DType::F32);
+      be.batchnorm_forward_train(x, gamma, beta, rm, rv, 0.1f, 1e-5f, y, sm, si);
+      QVERIFY(std::abs(rm.data_as<float>()[0] - 0.3) < 1e-6);
+      QVERIFY(std::abs(rm.data_as<float>()[1] - 0.0) < 1e-6);
+      QVERIFY(std::abs(rv.data_as<float>()[0] - 1.3666667) < 1e-6);
+      QVERIFY(std::abs(rv.data_as<float>()[1] - 1.0333333) < 1e-6);
+      QVERIFY(std::abs(sm.data_as<float>()[0] - 3.0) < 1e-6);
+      QVERIFY(std::abs(si.data_as<float>()[0] - 1.0 / std::sqrt(3.5 + 1e-5)) < 1e-6);
+      QVERIFY(std::abs(si.data_as<float>()[1] - 1.0 / std::sqrt(1.0 + 1e-5)) < 1e-6);
+      QVERIFY(std::abs(y.data_as<float>()[0] - (-1.0690434)) < 1e-5);
+      QVERIFY(std::abs(y.data_as<float>()[2] - (-0.999995)) < 1e-5);  // −1/sqrt(1+1e-5)
+    }
+  }
+
+  // NHWC is supported (batchnorm_matches_reference); x and y in different
+  // layouts are not: that would be a hidden transpose.
+  void batchnorm_rejects_mixed_layouts() {
+    CpuBackend& be = cpu_fast();
+    Tensor x = Tensor::zeros({1, 2, 2, 2}, DType::F32, Device::cpu(), Layout::NHWC);
+    Tensor y = Tensor::zeros({1, 2, 2, 2}, DType::F32, Device::cpu(), Layout::NCHW);
+    Tensor c = Tensor::zeros({2}, DType::F32);
+    try {
+      be.batchnorm_forward_eval(x, c, c, c, c, 1e-5f, y);
+      QFAIL("NHWC input with an NCHW output was accepted");
+    } catch (const Error& e) {
+      QVERIFY(QString(e.what()).contains("NHWC"));
+    }
+  }
+};
+
+QTEST_GUILESS_MAIN(TestOpBatchnorm)
+#include "test_op_batchnorm.moc"

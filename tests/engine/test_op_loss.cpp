@@ -1,0 +1,239 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The loss op family: softmax_cross_entropy (label smoothing, grad_scale, the
+// loss sum and correct count accumulated across calls), on every backend and dtype.
+//
+// 1. The gradient against central finite differences of the mean loss, f64 on
+//    the reference backend, plain, with label smoothing, and scaled.
+// 2. loss_matches_reference, one body over targets x problems against the
+//    reference kernel: the loss sum within 1e-5 relative and the correct count
+//    exact on every target; dlogits exact on the exact CPU targets, within
+//    1e-5 absolute on the fast f32 path (|dlogits| <= grad_scale) and
+//    1e-5 relative + 1e-8 on CUDA. On CUDA also the host-label path without a
+//    gradient, and an out-of-range label refused.
+// 3. Values computed by hand and a max-shifted log-sum-exp that does not overflow.
+// GPU rows QSKIP with the reason where there is no device.
+#include <QtTest>
+
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/error.h"
+#include "tests/engine/device_fixture.h"
+#include "tests/engine/gradcheck.h"
+#include "tests/engine/tensor_helpers.h"
+
+using namespace tb;
+using namespace tb::test;
+
+namespace {
+
+// Mean loss of the f64 reference loss (no gradient).
+double mean_loss(Backend& be, const Tensor& logits, const Tensor& labels, float smoothing) {
+  Tensor stats = Tensor::zeros({2}, DType::F64);
+  Tensor none;
+  be.softmax_cross_entropy(logits, labels, smoothing, 1.0f, none, stats);
+  return stats.data_as<double>()[0] / double(logits.dim(0));
+}
+
+// Finite-difference check of the loss gradient (d mean loss / d logits, times
+// grad_scale); returns the largest relative error.
+double loss_gradient_error(float smoothing, float grad_scale) {
+  CpuBackend& be = cpu_reference();
+  const int64_t N = 4, K = 5;
+  Tensor logits = random_tensor({N, K}, 11, -3.0, 3.0, DType::F64);
+  Tensor labels = Tensor::empty({N}, DType::I32);
+  for (int64_t n = 0; n < N; ++n) labels.data_as<int32_t>()[n] = int32_t((3 * n + 1) % K);
+  Tensor dlogits = Tensor::empty({N, K}, DType::F64);
+  Tensor stats = Tensor::zeros({2}, DType::F64);
+  be.softmax_cross_entropy(logits, labels, smoothing, grad_scale, dlogits, stats);
+  const double h = 1e-6;
+  double worst = 0.0;
+  for (int64_t i = 0; i < logits.numel(); ++i) {
+    double& z = logits.data_as<double>()[i];
+    const double saved = z;
+    z = saved + h;
+    const double lp = mean_loss(be, logits, labels, smoothing);
+    z = saved - h;
+    const double lm = mean_loss(be, logits, labels, smoothing);
+    z = saved;
+    const double numeric = grad_scale * (lp - lm) / (2 * h);
+    worst = std::max(worst, test::rel_error(dlogits.data_as<double>()[i], numeric));
+  }
+  return worst;
+}
+
+struct LossCase {
+  const char* name = "";
+  int64_t N = 0, K = 0;
+  float smoothing = 0.0f, grad_scale = 1.0f;
+  double range = 6.0;  // logits uniform in [-range, range)
+};
+
+const LossCase kCases[] = {
+    {"64x100 smoothing 0.1 scale 128", 64, 100, 0.1f, 128.0f, 8.0},
+    {"67x10 smoothing 0.1", 67, 10, 0.1f, 0.5f, 6.0},
+    {"5x1000", 5, 1000, 0.0f, 0.5f, 6.0},
+    {"33x37 smoothing 0.3", 33, 37, 0.3f, 0.5f, 6.0},
+};
+
+const Target kTargets[] = {
+    {Impl::CpuFast, Layout::NCHW, DType::F32},
+    {Impl::CpuFast, Layout::NCHW, DType::F64},
+    {Impl::Cuda, Layout::NCHW, DType::F32},
+};
+
+}  // namespace
+
+Q_DECLARE_METATYPE(LossCase)
+
+class TestOpLoss : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // ------------------------------------------------------------ finite differences (f64)
+
+  void loss_gradient_data() {
+    QTest::addColumn<float>("smoothing");
+    QTest::addColumn<float>("grad_scale");
+    QTest::newRow("plain") << 0.0f << 1.0f;
+    QTest::newRow("label smoothing") << 0.1f << 1.0f;
+    QTest::newRow("scaled") << 0.2f << 1024.0f;
+  }
+  void loss_gradient() {
+    QFETCH(float, smoothing);
+    QFETCH(float, grad_scale);
+    const double worst = loss_gradient_error(smoothing, grad_scale);
+    QVERIFY2(worst < 1e-6, qPrintable(QString("max relative error %1").arg(worst)));
+  }
+
+  // ------------------------------------------------------------ every target vs the reference
+
+  void loss_matches_reference_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<LossCase>("c");
+    for (const Target& t : kTargets)
+      for (const LossCase& c : kCases)
+        QTest::addRow("%s: %s", t.name().c_str(), c.name) << t << c;
+  }
+  void loss_matches_reference() {
+    FETCH_TARGET(t, be);
+    QFETCH(LossCase, c);
+    TB_GPU_TRY
+    const int64_t N = c.N, K = c.K;
+    const DType dt = t.dtype;
+    Tensor z = random_tensor({N, K}, uint64_t(31 + K), -c.range, c.range, dt);
+    Tensor labels = Tensor::empty({N}, DType::I32);
+    std::mt19937 rng(7);
+    for (int64_t n = 0; n < N; ++n) labels.data_as<int32_t>()[n] = int32_t(rng() % uint64_t(K));
+    // Make some predictions right so the count is not trivially zero.
+    for (int64_t n = 0; n < N; n += 3) {
+      const int32_t y = labels.data_as<int32_t>()[n];
+      if (dt == DType::F64)
+        z.data_as<double>()[n * K + y] = 9.0;
+      else
+        z.data_as<float>()[n * K + y] = 9.0f;
+    }
+    // Statistics accumulate onto what is there.
+    const Tensor init = from_values({2}, {1.5, 2.0}, DType::F64);
+    Tensor stats_c = clone(init);
+    Tensor dz_c = Tensor::empty({N, K}, dt);
+    cpu_reference().softmax_cross_entropy(z, labels, c.smoothing, c.grad_scale, dz_c, stats_c);
+    Tensor stats_g = to_device(be, init), dz_g = be.empty({N, K}, dt);
+    be.softmax_cross_entropy(to_device(be, z), to_device(be, labels), c.smoothing, c.grad_scale,
+                             dz_g, stats_g);
+    const Tensor sg = to_host(be, stats_g);
+    const double sum_c = stats_c.data_as<double>()[0], sum_g = sg.data_as<double>()[0];
+    QVERIFY2(std::abs(sum_g - sum_c) <= 1e-5 * std::abs(sum_c),
+             qPrintable(QString("loss sum %1 vs %2").arg(sum_g).arg(sum_c)));
+    QCOMPARE(sg.data_as<double>()[1], stats_c.data_as<double>()[1]);  // exact count
+    QVERIFY(stats_c.data_as<double>()[1] > 2.0);
+    const Tensor dz = to_host(be, dz_g);
+    const std::string what = "dlogits " + t.name();
+    if (!t.on_gpu() && dt == DType::F64) {
+      QVERIFY2(max_abs_diff(dz_c, dz) == 0.0, what.c_str());
+    } else if (!t.on_gpu()) {
+      QVERIFY2(max_abs_diff(dz_c, dz) < 1e-5, what.c_str());  // |dlogits| <= 2 here
+    } else {
+      EXPECT_CLOSE(dz_c, dz, 1e-5, 1e-8, what);
+      // Without a gradient, host labels (checked on the host).
+      Tensor none;
+      be.softmax_cross_entropy(to_device(be, z), labels, c.smoothing, 1.0f, none, stats_g);
+      QVERIFY(to_host(be, stats_g).data_as<double>()[1] > sg.data_as<double>()[1]);
+      labels.data_as<int32_t>()[1] = int32_t(K);  // out of range: rejected on the host path
+      QVERIFY_THROWS_EXCEPTION(tb::Error, be.softmax_cross_entropy(to_device(be, z), labels,
+                                                                   c.smoothing, 1.0f, none, stats_g));
+    }
+    TB_GPU_CATCH
+  }
+
+  // ------------------------------------------------------------ hand-computed values
+
+  // Logits (0, ln 3): p = (1/4, 3/4). Label 1:
+  //   ε = 0:   loss = −ln(3/4) = 0.2876821,  dlogits = (p − onehot)/N = (0.25, −0.25)/N
+  //   ε = 0.2: q = (0.1, 0.9), loss = −(0.1·ln ¼ + 0.9·ln ¾) = 0.3975433,
+  //            dlogits = (0.15, −0.15)/N
+  // Uniform logits give ln K for every sample, with or without smoothing.
+  void loss_values() {
+    for (bool reference : {true, false}) {
+      CpuBackend& be = reference ? cpu_reference() : cpu_fast();
+      Tensor logits = from_values({2, 2}, {0, std::log(3.0), 0, std::log(3.0)});
+      Tensor labels = Tensor::empty({2}, DType::I32);
+      labels.data_as<int32_t>()[0] = 1;
+      labels.data_as<int32_t>()[1] = 0;  // second sample: p_y = 1/4, wrong prediction
+      Tensor d = Tensor::empty({2, 2}, DType::F32);
+      Tensor stats = Tensor::zeros({2}, DType::F64);
+      be.softmax_cross_entropy(logits, labels, 0.0f, 1.0f, d, stats);
+      // Σ loss = −ln ¾ − ln ¼ = 0.2876821 + 1.3862944 = 1.6739765; one correct
+      QVERIFY(std::abs(stats.data_as<double>()[0] - 1.6739765) < 1e-6);
+      QCOMPARE(stats.data_as<double>()[1], 1.0);
+      QVERIFY(std::abs(d.data_as<float>()[0] - 0.125f) < 1e-7);
+      QVERIFY(std::abs(d.data_as<float>()[1] + 0.125f) < 1e-7);
+      QVERIFY(std::abs(d.data_as<float>()[2] + 0.375f) < 1e-7);  // (1/4 − 1)/2
+      // Stats accumulate across calls; smoothing 0.2 on sample 0 only
+      Tensor one = logits.rows(0, 1), lab1 = labels.rows(0, 1), d1 = d.rows(0, 1);
+      be.softmax_cross_entropy(one, lab1, 0.2f, 2.0f, d1, stats);
+      QVERIFY(std::abs(stats.data_as<double>()[0] - (1.6739765 + 0.3975433)) < 1e-6);
+      QCOMPARE(stats.data_as<double>()[1], 2.0);
+      QVERIFY(std::abs(d.data_as<float>()[0] - 2.0f * 0.15f) < 1e-6);  // grad_scale 2, N 1
+      QVERIFY(std::abs(d.data_as<float>()[1] + 2.0f * 0.15f) < 1e-6);
+
+      const int64_t N = 3, K = 10;
+      Tensor uni = Tensor::zeros({N, K}, DType::F32);
+      for (int64_t i = 0; i < uni.numel(); ++i) uni.data_as<float>()[i] = 1.5f;
+      Tensor ul = Tensor::zeros({N}, DType::I32);
+      ul.data_as<int32_t>()[1] = 4;
+      ul.data_as<int32_t>()[2] = 9;
+      for (float eps : {0.0f, 0.3f}) {
+        Tensor st = Tensor::zeros({2}, DType::F64);
+        Tensor none;
+        be.softmax_cross_entropy(uni, ul, eps, 1.0f, none, st);
+        QVERIFY(std::abs(st.data_as<double>()[0] - 3.0 * std::log(10.0)) < 1e-5);
+        QCOMPARE(st.data_as<double>()[1], 1.0);  // ties: the first maximum (class 0) wins
+      }
+      Tensor bad = Tensor::zeros({N}, DType::I32);
+      bad.data_as<int32_t>()[2] = int32_t(K);
+      Tensor none;
+      QVERIFY_THROWS_EXCEPTION(Error, be.softmax_cross_entropy(uni, bad, 0.0f, 1.0f, none, stats));
+    }
+  }
+
+  // Large logits must not overflow (max-shifted log-sum-exp).
+  void loss_is_stable() {
+    for (bool reference : {true, false}) {
+      CpuBackend& be = reference ? cpu_reference() : cpu_fast();
+      Tensor logits = from_values({1, 3}, {1000, 0, -1000});
+      Tensor labels = Tensor::zeros({1}, DType::I32);
+      Tensor d = Tensor::empty({1, 3}, DType::F32);
+      Tensor stats = Tensor::zeros({2}, DType::F64);
+      be.softmax_cross_entropy(logits, labels, 0.0f, 1.0f, d, stats);
+      QVERIFY(std::isfinite(stats.data_as<double>()[0]));
+      QVERIFY(stats.data_as<double>()[0] < 1e-6);
+      for (int k = 0; k < 3; ++k) QVERIFY(std::abs(d.data_as<float>()[k]) < 1e-6);
+    }
+  }
+};
+
+QTEST_GUILESS_MAIN(TestOpLoss)
+#include "test_op_loss.moc"

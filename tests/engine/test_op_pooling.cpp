@@ -1,0 +1,378 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The pooling op family: max pooling (values, argmax, gradient), average
+// pooling (count_include_pad), global average pooling, and the MaxPool2d,
+// AvgPool2d, GlobalAvgPool and Flatten layers, on every backend, layout and dtype.
+//
+// 1. Gradients against central finite differences, f64 on the reference
+//    backend (gradcheck.h), NCHW and NHWC: relative error < 1e-6.
+// 2. pool_matches_reference, one body over targets x geometries: every output
+//    of the target against the reference kernels in NCHW. Max pooling is exact
+//    everywhere (values, argmax as the (H, W) plane index in both layouts, and
+//    the routed gradient; the fast path's gradient within 1e-7 scaled). Average
+//    and global pooling: bit-identical on the exact CPU targets (f64, NHWC,
+//    the reference), 1e-4 of the largest magnitude on the fast NCHW f32 path,
+//    and on CUDA 1e-5 relative + 1e-7 (average), 1e-6 relative + 1e-7 / + 0
+//    (global y / dx).
+// 3. Hand-computed values (ties, padding never winning, count_include_pad,
+//    overlapping windows), NaN propagation, the layers' shapes and errors.
+// GPU rows QSKIP with the reason where there is no device.
+#include <QtTest>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/error.h"
+#include "engine/nn/model.h"
+#include "engine/nn/pooling.h"
+#include "tests/engine/device_fixture.h"
+#include "tests/engine/gradcheck.h"
+#include "tests/engine/tensor_helpers.h"
+
+using namespace tb;
+using namespace tb::test;
+
+namespace {
+
+constexpr double kGradTol = 1e-6;  // f64 finite differences
+constexpr double kFastTol = 1e-4;  // fast f32 vs reference f32
+
+struct PoolCase {
+  const char* name = "";
+  int64_t N = 0, C = 0, H = 0, W = 0, k = 2, s = 2, p = 0;
+};
+
+// 2x2/stride 2 has its own vector path on the fast backend: widths 14 (whole
+// vectors), 7 and 5 (a ragged end), 3 (scalar only); then general windows.
+const PoolCase kCases[] = {
+    {"fmnist pool1 2/2/0", 4, 32, 28, 28, 2, 2, 0}, {"14 wide 2/2/0", 2, 3, 14, 14, 2, 2, 0},
+    {"11 wide 2/2/0", 2, 3, 9, 11, 2, 2, 0},        {"7 wide 2/2/0", 1, 2, 6, 7, 2, 2, 0},
+    {"9 wide 3/2/1", 1, 2, 7, 9, 3, 2, 1},          {"overlapping 2/1/0", 3, 4, 5, 5, 2, 1, 0},
+    {"3/3/1", 2, 3, 9, 8, 3, 3, 1},                 {"2/2/0", 2, 5, 9, 8, 2, 2, 0},
+    {"3/2/1 overlapping", 2, 5, 9, 8, 3, 2, 1},     {"3/1/1", 2, 5, 9, 8, 3, 1, 1},
+    {"k2s2p0 13x11", 3, 5, 13, 11, 2, 2, 0},        {"k3s2p1 13x11", 3, 5, 13, 11, 3, 2, 1},
+    {"k3s1p1 overlap 13x11", 3, 5, 13, 11, 3, 1, 1},
+};
+
+const Target kTargets[] = {
+    {Impl::CpuFast, Layout::NCHW, DType::F32},      {Impl::CpuFast, Layout::NCHW, DType::F64},
+    {Impl::CpuReference, Layout::NHWC, DType::F32}, {Impl::CpuReference, Layout::NHWC, DType::F64},
+    {Impl::CpuFast, Layout::NHWC, DType::F32},      {Impl::CpuFast, Layout::NHWC, DType::F64},
+    {Impl::Cuda, Layout::NCHW, DType::F32},         {Impl::Cuda, Layout::NHWC, DType::F32},
+};
+
+bool exact_target(const Target& t) {
+  return !t.on_gpu() &&
+         (t.dtype == DType::F64 || t.layout == Layout::NHWC || t.impl == Impl::CpuReference);
+}
+
+// One output of a target against the reference's (host tensors). `kind`:
+// "max" (max-pool values and argmax), "maxdx", "avg", "gy", "gdx".
+Comparison check_output(const Target& t, const std::string& kind, const std::string& out,
+                        const Tensor& ref, const Tensor& got) {
+  const std::string what = out + " " + t.name();
+  const bool exact = exact_target(t) || kind == "max" || (t.on_gpu() && kind == "maxdx");
+  if (exact) {
+    const double d = max_abs_diff(ref, got);
+    return {d == 0.0, what + ": differs from the reference by " + std::to_string(d)};
+  }
+  if (!t.on_gpu()) {
+    const double e = scaled_diff(ref, got), tol = kind == "maxdx" ? 1e-7 : kFastTol;
+    return {e < tol, what + ": scaled difference " + std::to_string(e)};
+  }
+  if (kind == "avg") return compare(ref, got, 1e-5, 1e-7, what, false, "fp32");
+  if (kind == "gy") return compare(ref, got, 1e-6, 1e-7, what, false, "fp32");
+  return compare(ref, got, 1e-6, 0, what, false, "fp32");  // gdx
+}
+
+#define EXPECT_OUTPUT(t, kind, out, ref, got)                        \
+  do {                                                               \
+    const Comparison c_ = check_output((t), (kind), (out), (ref), (got)); \
+    QVERIFY2(c_.ok, c_.msg.c_str());                                 \
+  } while (0)
+
+}  // namespace
+
+Q_DECLARE_METATYPE(PoolCase)
+
+class TestOpPooling : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // ------------------------------------------------------------ finite differences
+
+  void gradcheck_pooling_data() {
+    QTest::addColumn<QString>("layer");
+    QTest::addColumn<int64_t>("k");
+    QTest::addColumn<int64_t>("s");
+    QTest::addColumn<int64_t>("p");
+    QTest::addColumn<Shape>("shape");
+    QTest::addColumn<uint64_t>("seed");
+    QTest::addColumn<Layout>("layout");
+    struct R {
+      const char* name;
+      const char* layer;
+      int64_t k, s, p;
+      Shape shape;
+      uint64_t seed;
+    };
+    // Non-overlapping, overlapping with padding, overlapping without.
+    const R rows[] = {{"maxpool 2/2/0", "max", 2, 2, 0, {2, 3, 7, 6}, 13},
+                      {"maxpool 3/2/1", "max", 3, 2, 1, {2, 3, 7, 6}, 13},
+                      {"maxpool 2/1/0", "max", 2, 1, 0, {2, 3, 7, 6}, 13},
+                      {"avgpool 2/2/0", "avg", 2, 2, 0, {2, 3, 7, 6}, 14},
+                      {"avgpool 3/2/1", "avg", 3, 2, 1, {2, 3, 7, 6}, 14},
+                      {"avgpool 2/1/0", "avg", 2, 1, 0, {2, 3, 7, 6}, 14},
+                      {"global avgpool", "gap", 0, 0, 0, {2, 3, 4, 5}, 15},
+                      {"flatten", "flatten", 0, 0, 0, {2, 3, 4, 5}, 16},
+                      {"maxpool 3/2/1 6x5", "max", 3, 2, 1, {2, 3, 6, 5}, 77},
+                      {"avgpool 3/2/1 6x5", "avg", 3, 2, 1, {2, 3, 6, 5}, 77},
+                      {"global avgpool 6x5", "gap", 0, 0, 0, {2, 3, 6, 5}, 77},
+                      {"flatten 6x5", "flatten", 0, 0, 0, {2, 3, 6, 5}, 77}};
+    for (Layout l : {Layout::NCHW, Layout::NHWC})
+      for (const R& r : rows)
+        QTest::addRow("%s %s", r.name, layout_name(l))
+            << QString(r.layer) << r.k << r.s << r.p << r.shape << r.seed << l;
+  }
+  void gradcheck_pooling() {
+    QFETCH(QString, layer);
+    QFETCH(int64_t, k);
+    QFETCH(int64_t, s);
+    QFETCH(int64_t, p);
+    QFETCH(Shape, shape);
+    QFETCH(uint64_t, seed);
+    QFETCH(Layout, layout);
+    std::unique_ptr<Layer> l;
+    if (layer == "max") l = std::make_unique<MaxPool2d>("pool", k, s, p);
+    if (layer == "avg") l = std::make_unique<AvgPool2d>("pool", k, s, p);
+    if (layer == "gap") l = std::make_unique<GlobalAvgPool>("pool");
+    if (layer == "flatten") l = std::make_unique<Flatten>("flatten");
+    QVERIFY(l);
+    const auto r = test::gradcheck_layer(std::move(l), shape, seed, true, 1e-6, layout);
+    QVERIFY2(r.max_rel_error_dx < kGradTol, qPrintable(QString("dx rel error %1 at %2")
+                                                           .arg(r.max_rel_error_dx)
+                                                           .arg(QString::fromStdString(r.worst))));
+    QVERIFY2(r.max_rel_error_params < kGradTol,
+             qPrintable(QString("param rel error %1 at %2")
+                            .arg(r.max_rel_error_params)
+                            .arg(QString::fromStdString(r.worst))));
+  }
+
+  // ------------------------------------------------------------ every target vs the reference
+
+  void pool_matches_reference_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<PoolCase>("c");
+    for (const Target& t : kTargets)
+      for (const PoolCase& c : kCases) QTest::addRow("%s: %s", t.name().c_str(), c.name) << t << c;
+  }
+  void pool_matches_reference() {
+    FETCH_TARGET(t, be);
+    QFETCH(PoolCase, c);
+    TB_GPU_TRY
+    const auto g = PoolGeometry::make(c.N, c.C, c.H, c.W, c.k, c.s, c.p);
+    const DType dt = t.dtype;
+    const Layout L = t.layout;
+    std::mt19937_64 rng(24 + uint64_t(c.N * 1000 + c.W * 100 + c.k * 10 + c.s));
+    const Tensor x = random_tensor(g.input_shape(), dt, rng);
+    const Tensor dy = random_tensor(g.output_shape(), dt, rng);
+    const Tensor gdy = random_tensor({c.N, c.C}, dt, rng);
+
+    // The oracle: the reference kernels, NCHW.
+    CpuBackend& ref = cpu_reference();
+    Tensor my0 = like(dy, Layout::NCHW), am0 = Tensor::empty(g.output_shape(), DType::I32);
+    Tensor mdx0 = like(x, Layout::NCHW), ay0 = like(dy, Layout::NCHW), adx0 = like(x, Layout::NCHW);
+    Tensor gy0 = like(gdy, Layout::NCHW), gdx0 = like(x, Layout::NCHW);
+    ref.maxpool2d_forward(g, x, my0, am0);
+    ref.maxpool2d_backward(g, dy, am0, mdx0);
+    ref.avgpool2d_forward(g, x, ay0);
+    ref.avgpool2d_backward(g, dy, adx0);
+    ref.global_avgpool_forward(x, gy0);
+    ref.global_avgpool_backward(gdy, gdx0);
+
+    // The target.
+    const Tensor xd = to_device(be, x, L), dyd = to_device(be, dy, L);
+    Tensor my = be.empty(g.output_shape(), dt, L), am = be.empty(g.output_shape(), DType::I32, L);
+    Tensor mdx = be.empty(g.input_shape(), dt, L);
+    be.maxpool2d_forward(g, xd, my, am);
+    be.maxpool2d_backward(g, dyd, am, mdx);
+    Tensor ay = be.empty(g.output_shape(), dt, L), adx = be.empty(g.input_shape(), dt, L);
+    be.avgpool2d_forward(g, xd, ay);
+    be.avgpool2d_backward(g, dyd, adx);
+    Tensor gy = be.empty({c.N, c.C}, dt), gdx = be.empty(g.input_shape(), dt, L);
+    be.global_avgpool_forward(xd, gy);
+    be.global_avgpool_backward(to_device(be, gdy), gdx);
+
+    EXPECT_OUTPUT(t, "max", "maxpool y", my0, to_host(be, my));
+    // argmax: the (H, W) plane index in both layouts (as pool.cu defines it).
+    EXPECT_OUTPUT(t, "max", "maxpool argmax", am0, to_host(be, am));
+    EXPECT_OUTPUT(t, "maxdx", "maxpool dx", mdx0, to_host(be, mdx));
+    EXPECT_OUTPUT(t, "avg", "avgpool y", ay0, to_host(be, ay));
+    EXPECT_OUTPUT(t, "avg", "avgpool dx", adx0, to_host(be, adx));
+    EXPECT_OUTPUT(t, "gy", "global avgpool y", gy0, to_host(be, gy));
+    EXPECT_OUTPUT(t, "gdx", "global avgpool dx", gdx0, to_host(be, gdx));
+    TB_GPU_CATCH
+  }
+
+  void maxpool_nan_propagates() {
+    // A NaN in a window propagates (argmax: its first NaN); other windows are unaffected.
+    CpuBackend &fast = cpu_fast(), &ref = cpu_reference();
+    std::mt19937_64 rng(26);
+    for (int64_t k : {2, 3}) {
+      const auto g = PoolGeometry::make(2, 2, 10, 18, k, 2, k == 3 ? 1 : 0);
+      Tensor x = random_tensor(g.input_shape(), DType::F32, rng);
+      float* xp = x.data_as<float>();
+      xp[3] = NAN;                 // plane 0, row 0: in an SSE block
+      xp[18 * 4 + 17] = NAN;       // row 4, last column: the ragged end
+      xp[180 + 18 * 9 + 0] = NAN;  // plane 1, last row
+      xp[180 + 18 * 9 + 1] = NAN;  // two NaNs in one window: the first wins
+      Tensor y_f = Tensor::empty(g.output_shape(), DType::F32), y_r = clone(y_f);
+      Tensor a_f = Tensor::empty(g.output_shape(), DType::I32), a_r = clone(a_f);
+      fast.maxpool2d_forward(g, x, y_f, a_f);
+      ref.maxpool2d_forward(g, x, y_r, a_r);
+      QVERIFY(std::memcmp(a_f.data(), a_r.data(), a_f.nbytes()) == 0);
+      int nans = 0;
+      for (int64_t i = 0; i < y_f.numel(); ++i) {
+        const float f = y_f.data_as<float>()[i], r = y_r.data_as<float>()[i];
+        QVERIFY((f != f) == (r != r));
+        if (f != f) ++nans;
+        else QCOMPARE(f, r);
+      }
+      QVERIFY(nans >= 3);
+      QCOMPARE(a_r.data_as<int32_t>()[1], 3);  // plane 0, output (0, 1) holds x[0, 3]
+    }
+  }
+
+  // ------------------------------------------------------------ hand-computed values
+
+  void pool_known_values() {
+    for (bool reference : {false, true}) {
+      CpuBackend& be = reference ? cpu_reference() : cpu_fast();
+      // Ties: a constant plane, 2x2 windows -> the first cell of each window wins.
+      auto g = PoolGeometry::make(1, 1, 4, 4, 2, 2, 0);
+      Tensor x = Tensor::empty({1, 1, 4, 4}, DType::F32);
+      be.fill(x, 3.0);
+      Tensor y = Tensor::empty({1, 1, 2, 2}, DType::F32);
+      Tensor am = Tensor::empty({1, 1, 2, 2}, DType::I32);
+      be.maxpool2d_forward(g, x, y, am);
+      const int32_t want_am[4] = {0, 2, 8, 10};
+      for (int i = 0; i < 4; ++i) {
+        QCOMPARE(y.data_as<float>()[i], 3.0f);
+        QCOMPARE(am.data_as<int32_t>()[i], want_am[i]);
+      }
+      // Padding never wins: all-negative input, 3x3 windows, stride 2, padding 1.
+      auto gp = PoolGeometry::make(1, 1, 3, 3, 3, 2, 1);
+      Tensor xn = Tensor::empty({1, 1, 3, 3}, DType::F32);
+      for (int i = 0; i < 9; ++i) xn.data_as<float>()[i] = -1.0f - float(i);
+      Tensor yp = Tensor::empty({1, 1, 2, 2}, DType::F32);
+      Tensor amp = Tensor::empty({1, 1, 2, 2}, DType::I32);
+      be.maxpool2d_forward(gp, xn, yp, amp);
+      // Windows cover rows/cols {0,1} or {1,2}: the top-left cell of each is largest.
+      const float want_y[4] = {-1.0f, -2.0f, -4.0f, -5.0f};
+      const int32_t want_amp[4] = {0, 1, 3, 4};
+      for (int i = 0; i < 4; ++i) {
+        QCOMPARE(yp.data_as<float>()[i], want_y[i]);
+        QCOMPARE(amp.data_as<int32_t>()[i], want_amp[i]);
+      }
+      // Overlapping windows route gradient to a shared argmax twice.
+      Tensor dy = Tensor::empty({1, 1, 2, 2}, DType::F32);
+      be.fill(dy, 1.0);
+      Tensor dx = Tensor::empty({1, 1, 3, 3}, DType::F32);
+      Tensor x3 = Tensor::empty({1, 1, 3, 3}, DType::F32);
+      be.fill(x3, 0.0);
+      x3.data_as<float>()[4] = 5.0f;  // the centre is in all four windows
+      be.maxpool2d_forward(gp, x3, yp, amp);
+      be.maxpool2d_backward(gp, dy, amp, dx);
+      QCOMPARE(dx.data_as<float>()[4], 4.0f);
+      QCOMPARE(dx.data_as<float>()[0], 0.0f);
+
+      // count_include_pad: ones, 3x3 windows, stride 1, padding 1: a corner sees 4 of 9.
+      auto ga = PoolGeometry::make(1, 1, 3, 3, 3, 1, 1);
+      Tensor ones = Tensor::empty({1, 1, 3, 3}, DType::F32);
+      be.fill(ones, 1.0);
+      Tensor ya = Tensor::empty({1, 1, 3, 3}, DType::F32);
+      be.avgpool2d_forward(ga, ones, ya);
+      QCOMPARE(ya.data_as<float>()[0], 4.0f / 9.0f);
+      QCOMPARE(ya.data_as<float>()[1], 6.0f / 9.0f);
+      QCOMPARE(ya.data_as<float>()[4], 1.0f);
+
+      // Global average of 1..6 on a 2x3 plane is 3.5; dx spreads dy / 6.
+      Tensor xg = Tensor::empty({1, 1, 2, 3}, DType::F32);
+      for (int i = 0; i < 6; ++i) xg.data_as<float>()[i] = float(i + 1);
+      Tensor yg = Tensor::empty({1, 1}, DType::F32);
+      be.global_avgpool_forward(xg, yg);
+      QCOMPARE(yg.data_as<float>()[0], 3.5f);
+      Tensor dyg = Tensor::empty({1, 1}, DType::F32);
+      be.fill(dyg, 6.0);
+      be.global_avgpool_backward(dyg, xg);
+      for (int i = 0; i < 6; ++i) QCOMPARE(xg.data_as<float>()[i], 1.0f);
+    }
+  }
+
+  // The argmax of an NHWC max pool is the plane index ih*W + iw (not a memory
+  // offset): planted maxima at known cells.
+  void maxpool_nhwc_argmax_known() {
+    CpuBackend& be = cpu_reference();
+    const PoolGeometry g = PoolGeometry::make(1, 3, 4, 4, 2, 2, 0);
+    std::mt19937_64 rng(11);
+    Tensor x = random_tensor(g.input_shape(), DType::F32, rng);  // values in [-1, 1)
+    // channel c: the maximum of output cell (0, 1) at input (1, 2 + c % 2).
+    for (int c = 0; c < 3; ++c) x.data_as<float>()[(c * 4 + 1) * 4 + 2 + c % 2] = 5.0f + c;
+    Tensor xn = like(x, Layout::NHWC);
+    be.copy(x, xn);
+    Tensor y = Tensor::empty(g.output_shape(), DType::F32, Device::cpu(), Layout::NHWC);
+    Tensor am = Tensor::empty(g.output_shape(), DType::I32, Device::cpu(), Layout::NHWC);
+    be.maxpool2d_forward(g, xn, y, am);
+    for (int c = 0; c < 3; ++c) {
+      const int64_t o = offset4(Layout::NHWC, 3, 2, 2, 0, c, 0, 1);
+      QCOMPARE(am.data_as<int32_t>()[o], 1 * 4 + 2 + c % 2);
+      QCOMPARE(y.data_as<float>()[o], 5.0f + c);
+    }
+  }
+
+  // ------------------------------------------------------------ the layers
+
+  void pooling_layer_shapes() {
+    ParamRegistry reg;
+    MaxPool2d mp("mp", 2, 2);
+    QCOMPARE(mp.setup({1, 32, 28, 28}, reg), (Shape{1, 32, 14, 14}));
+    AvgPool2d ap("ap", 3, 2, 1);
+    QCOMPARE(ap.setup({1, 4, 7, 7}, reg), (Shape{1, 4, 4, 4}));
+    GlobalAvgPool gap("gap");
+    QCOMPARE(gap.setup({1, 64, 7, 7}, reg), (Shape{1, 64}));
+    Flatten fl("fl");
+    QCOMPARE(fl.setup({1, 64, 7, 7}, reg), (Shape{1, 3136}));
+    QCOMPARE(reg.params().size(), size_t(0));  // pooling and flatten have none
+
+    // Flatten is a view: same memory forward and back.
+    Context ctx{cpu_fast()};
+    Tensor x = Tensor::zeros({2, 3, 4, 5}, DType::F32);
+    Tensor y = fl.forward(ctx, x);
+    QCOMPARE(y.shape(), (Shape{2, 60}));
+    QVERIFY(y.data() == x.data());
+    Tensor dx = fl.backward(ctx, y, true);
+    QCOMPARE(dx.shape(), x.shape());
+    QVERIFY(dx.data() == x.data());
+  }
+
+  void pool_shape_errors() {
+    CpuBackend& be = cpu_fast();
+    Tensor x = Tensor::zeros({2, 3, 8, 8}, DType::F32);
+    auto pg = PoolGeometry::make(2, 3, 8, 8, 2, 2, 0);
+    Tensor py_bad = Tensor::zeros({2, 3, 5, 4}, DType::F32);
+    Tensor pam = Tensor::zeros({2, 3, 4, 4}, DType::I32);
+    QString m = qerror_of([&] { be.maxpool2d_forward(pg, x, py_bad, pam); });
+    QVERIFY2(m.contains("[2, 3, 5, 4]") && m.contains("[2, 3, 4, 4]"), qPrintable(m));
+    m = qerror_of([&] { be.avgpool2d_backward(pg, py_bad, x); });
+    QVERIFY2(m.contains("[2, 3, 5, 4]"), qPrintable(m));
+    Tensor gy_bad = Tensor::zeros({2, 4}, DType::F32);
+    m = qerror_of([&] { be.global_avgpool_forward(x, gy_bad); });
+    QVERIFY2(m.contains("[2, 4]") && m.contains("[2, 3]"), qPrintable(m));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestOpPooling)
+#include "test_op_pooling.moc"
