@@ -129,6 +129,10 @@ QVariant CompareSummaryModel::data(const QModelIndex& index, int role) const {
       if (!std::isnan(spread)) text += QStringLiteral(" ± %1 %").arg(spread * 100.0, 0, 'f', 0);
       return text;
     }
+    case TimeToTarget: {  // target_accuracy: training seconds to it (the mean over repeats that reached it)
+      const double t = stats(g, &RunSummary::timeToTargetS).mean;
+      return std::isnan(t) ? QStringLiteral("—") : QStringLiteral("%1 s").arg(t, 0, 'f', 1);
+    }
     case FinalAccuracy: return accuracyText(stats(g, &RunSummary::finalAccuracy).mean);
   }
   return {};
@@ -136,6 +140,9 @@ QVariant CompareSummaryModel::data(const QModelIndex& index, int role) const {
 
 QVariant CompareSummaryModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (orientation != Qt::Horizontal) return {};
+  if (role == Qt::ToolTipRole && section == TimeToTarget)
+    return tr("Training time to target_accuracy (evaluations excluded): a speed-up that costs accuracy "
+              "takes longer here.");
   if (role == Qt::ToolTipRole && section == SpeedUp)
     return tr("Samples/s relative to the baseline. For repeated runs: the ratio of the means ± half the range "
               "from the slowest run over the baseline's fastest to the fastest over the baseline's slowest.");
@@ -147,6 +154,7 @@ QVariant CompareSummaryModel::headerData(int section, Qt::Orientation orientatio
     case MedianStep: return tr("Median step (ms)");
     case SamplesPerSecond: return tr("Samples/s");
     case SpeedUp: return tr("Speed-up vs baseline");
+    case TimeToTarget: return tr("Time to target");
     case FinalAccuracy: return tr("Final accuracy");
   }
   return {};

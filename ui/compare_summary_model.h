@@ -15,7 +15,7 @@
 class CompareSummaryModel : public QAbstractTableModel {
   Q_OBJECT
  public:
-  enum Column { Name, Batch, PeakMemory, MedianStep, SamplesPerSecond, SpeedUp, FinalAccuracy, ColumnCount };
+  enum Column { Name, Batch, PeakMemory, MedianStep, SamplesPerSecond, SpeedUp, TimeToTarget, FinalAccuracy, ColumnCount };
   explicit CompareSummaryModel(QObject* parent = nullptr);
 
   void setRuns(const QList<RunSummary>& runs);             // one row per run

@@ -26,10 +26,12 @@
 #include <QVBoxLayout>
 
 #include "compare_view.h"
+#include "advisor_panel.h"
 #include "config_panel.h"
 #include "engine_info.h"
 #include "engine_locator.h"
 #include "engine_process.h"
+#include "ladder_view.h"
 #include "live_plot.h"
 #include "plot_export_dialog.h"
 #include "preset_library.h"
@@ -56,6 +58,8 @@ MainWindow::MainWindow(const QString& databasePath, QWidget* parent) : QMainWind
   pages_->addTab(history_, tr("History"));
   compare_ = new CompareView(pages_);
   pages_->addTab(compare_, tr("Compare"));
+  ladder_ = new LadderView(pages_);
+  pages_->addTab(ladder_, tr("Ladder"));
   setCentralWidget(pages_);
 
   engineStatus_ = new QLabel(this);
@@ -71,6 +75,8 @@ MainWindow::MainWindow(const QString& databasePath, QWidget* parent) : QMainWind
   connect(history_, &RunHistoryView::compareRequested, this, &MainWindow::compareRuns);
   connect(history_, &RunHistoryView::statusMessage, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
   connect(compare_, &CompareView::statusMessage, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
+  connect(ladder_, &LadderView::statusMessage, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
+  connect(ladder_, &LadderView::ladderFinished, this, [this] { history_->reload(); });
 
   QSettings settings;
   setDatabasePath(databasePath.isEmpty()
@@ -182,8 +188,8 @@ QWidget* MainWindow::buildSetupPage() {
   auto* queueButton = new QPushButton(tr("Add to queue"), right);
   queueButton->setToolTip(tr("Queue this configuration to run after the others (Ctrl+Shift+R)."));
   auto* ladderButton = new QPushButton(tr("Queue ladder"), right);
-  ladderButton->setToolTip(tr("Queue the baseline, then this configuration's tricks added one at a time "
-                              "(Ctrl+Alt+R): an optimization ladder to compare."));
+  ladderButton->setToolTip(tr("Measure an optimization ladder with this configuration as the baseline: each "
+                              "rung adds tricks, every rung runs several times, interleaved (Ctrl+Alt+R)."));
   buttons->addWidget(runNow);
   buttons->addWidget(queueButton);
   buttons->addWidget(ladderButton);
@@ -321,7 +327,7 @@ void MainWindow::buildMenus() {
   run->addAction(tr("Add to &queue"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_R), this, &MainWindow::addToQueue);
   QAction* ladder = run->addAction(tr("Queue optimization &ladder"), QKeySequence(Qt::CTRL | Qt::ALT | Qt::Key_R), this,
                                    [this] { queueLadder(); });
-  ladder->setToolTip(tr("Queue the baseline, then this configuration's tricks added one at a time."));
+  ladder->setToolTip(tr("Measure an optimization ladder with this configuration as the baseline."));
   stopAction_ = run->addAction(tr("&Stop (save and end)"), QKeySequence(Qt::CTRL | Qt::Key_Period), this, &MainWindow::stopRun);
   killAction_ = run->addAction(tr("&Kill engine"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_K), this, &MainWindow::killRun);
   QMenu* presetMenu = run->addMenu(tr("&Presets"));
@@ -331,7 +337,7 @@ void MainWindow::buildMenus() {
   }
 
   QMenu* view = menuBar()->addMenu(tr("&View"));
-  const QStringList names{tr("Set up"), tr("Runs"), tr("History"), tr("Compare")};
+  const QStringList names{tr("Set up"), tr("Runs"), tr("History"), tr("Compare"), tr("Ladder")};
   for (int i = 0; i < names.size(); ++i)
     view->addAction(names[i], QKeySequence(Qt::CTRL | (Qt::Key_1 + i)), this, [this, i] { pages_->setCurrentIndex(i); });
   view->addSeparator();
@@ -391,12 +397,14 @@ void MainWindow::setDatabasePath(const QString& path) {
   databasePath_ = path;
   queue_->setDatabasePath(path);
   history_->setDatabasePath(path);
+  ladder_->setDatabasePath(path);
   dbStatus_->setText(tr("Database: %1").arg(QFileInfo(path).fileName()));
   dbStatus_->setToolTip(path);
 }
 
 void MainWindow::setEnginePath(const QString& path) {
   queue_->setEnginePath(path);
+  ladder_->setEnginePath(path);
   if (engineInfo_) engineInfo_->deleteLater();
   engineInfo_ = new EngineInfo(path, this);
   connect(engineInfo_, &EngineInfo::ready, this, &MainWindow::onEngineInfo);
@@ -457,22 +465,10 @@ void MainWindow::addToQueue() {
   statusBar()->showMessage(tr("Queued: %1").arg(currentConfig().value(QLatin1String("name")).toString()), 5000);
 }
 
-int MainWindow::queueLadder() {
-  const QJsonObject defaults = engineDefaults_.isEmpty() ? RunConfig::defaults() : engineDefaults_;
-  QJsonObject baseline = defaults;
-  for (const Preset& p : PresetLibrary::builtIn())
-    if (p.name == QLatin1String("Baseline")) baseline = p.applyTo(defaults, defaults);
-  const QJsonObject target = currentConfig();
-  const QList<QJsonObject> rungs =
-      RunConfig::ladder(baseline, target, target.value(QLatin1String("name")).toString(tr("ladder")));
-  if (rungs.size() < 2) {
-    statusBar()->showMessage(tr("This configuration uses no trick beyond the baseline: nothing to climb."), 8000);
-    return 0;
-  }
-  for (const QJsonObject& rung : rungs) queue_->enqueue(rung);
-  statusBar()->showMessage(tr("Queued a ladder of %1 runs; compare them in the history when they are done.").arg(rungs.size()), 10000);
-  showPage(RunsPage);
-  return int(rungs.size());
+bool MainWindow::queueLadder() {
+  ladder_->setBaseline(currentConfig());
+  showPage(LadderPage);
+  return ladder_->start();
 }
 
 void MainWindow::stopRun() {
@@ -589,6 +585,18 @@ void MainWindow::openRun(qint64 runId) {
   // the command line or another workbench) is followed until it ends.
   dashboard->follow(databasePath_, runId);
   connect(dashboard, &RunDashboard::runEnded, history_, &RunHistoryView::reload);
+  auto* advisor = new AdvisorPanel(dashboard);
+  advisor->setDatabasePath(databasePath_);
+  advisor->setEnginePath(enginePath());
+  connect(advisor, &AdvisorPanel::statusMessage, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
+  connect(advisor, &AdvisorPanel::rerunFinished, this, [this] { history_->reload(); });
+  connect(advisor, &AdvisorPanel::addToLadderRequested, this, [this](const QJsonObject& baseline) {
+    ladder_->setBaseline(baseline);
+    showPage(LadderPage);
+  });
+  advisor->showRun(runId);
+  connect(dashboard, &RunDashboard::runEnded, advisor, [advisor, runId] { advisor->showRun(runId); });
+  dashboard->bottomTabs()->addTab(advisor, tr("Advisor"));
   showPage(RunsPage);
 }
 

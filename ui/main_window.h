@@ -9,6 +9,7 @@ class CompareView;
 class ConfigPanel;
 class EngineInfo;
 class EngineProcess;
+class LadderView;
 class QAction;
 class QComboBox;
 class QLabel;
@@ -27,7 +28,7 @@ class TrickPanel;
 class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
-  enum Page { SetupPage, RunsPage, HistoryPage, ComparePage };
+  enum Page { SetupPage, RunsPage, HistoryPage, ComparePage, LadderPage };
 
   explicit MainWindow(const QString& databasePath = QString(), QWidget* parent = nullptr);
   ~MainWindow() override;
@@ -51,6 +52,7 @@ class MainWindow : public QMainWindow {
   RunQueue* runQueue() const { return queue_; }
   RunHistoryView* historyView() const { return history_; }
   CompareView* compareView() const { return compare_; }
+  LadderView* ladderView() const { return ladder_; }
   QTabWidget* dashboards() const { return dashboards_; }
   RunDashboard* dashboardFor(EngineProcess* process) const;
   // Closes a dashboard tab unless its run is driven by this workbench and not
@@ -64,8 +66,9 @@ class MainWindow : public QMainWindow {
  public slots:
   void launchNow();
   void addToQueue();
-  // Baseline, then the current configuration's tricks added one at a time.
-  int queueLadder();
+  // The Ladder page with the current configuration as the baseline, started
+  // (`trainbench-engine ladder`); false when it could not start.
+  bool queueLadder();
   void stopRun();
   void killRun();
   void saveConfigDialog();
@@ -106,6 +109,7 @@ class MainWindow : public QMainWindow {
   RunQueue* queue_ = nullptr;
   RunHistoryView* history_ = nullptr;
   CompareView* compare_ = nullptr;
+  LadderView* ladder_ = nullptr;
   EngineInfo* engineInfo_ = nullptr;
   QSplitter* runsSplitter_ = nullptr;
   QLabel *engineStatus_ = nullptr, *dbStatus_ = nullptr;

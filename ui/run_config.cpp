@@ -40,27 +40,6 @@ QStringList differingKeys(const QList<QJsonObject>& configs) {
   return out;
 }
 
-QList<QJsonObject> ladder(const QJsonObject& baseline, const QJsonObject& target, const QString& prefix) {
-  const QStringList trickKeys = TrickCatalog::instance().keys();
-  // Rung 0: the target's non-trick settings with the baseline's tricks.
-  QJsonObject rung = target;
-  for (const QString& key : trickKeys)
-    if (baseline.contains(key)) rung.insert(key, baseline.value(key));
-  rung.insert(QStringLiteral("name"), QStringLiteral("%1 0: baseline").arg(prefix));
-  QList<QJsonObject> out{rung};
-  for (const QString& key : trickKeys) {
-    if (!target.contains(key) || rung.value(key) == target.value(key)) continue;
-    rung.insert(key, target.value(key));
-    const TrickInfo* info = TrickCatalog::instance().find(key);
-    rung.insert(QStringLiteral("name"), QStringLiteral("%1 %2: + %3 = %4")
-                                            .arg(prefix)
-                                            .arg(out.size())
-                                            .arg(info ? info->label : key, valueText(target.value(key))));
-    out.append(rung);
-  }
-  return out;
-}
-
 QString valueText(const QJsonValue& v) {
   switch (v.type()) {
     case QJsonValue::Bool: return v.toBool() ? QStringLiteral("true") : QStringLiteral("false");

@@ -18,12 +18,6 @@ QJsonObject merged(const QJsonObject& base, const QJsonObject& overrides);
 // missing from one config counts as different). Sorted.
 QStringList differingKeys(const QList<QJsonObject>& configs);
 
-// An optimization ladder from baseline to target: the baseline first, then one
-// configuration per trick key that differs (in catalogue order), each adding
-// that trick to the previous rung. Non-trick keys come from target; names are
-// "<prefix> 0: baseline", "<prefix> 1: + <trick label> = <value>", ...
-QList<QJsonObject> ladder(const QJsonObject& baseline, const QJsonObject& target, const QString& prefix);
-
 // Compact text of one value for tables ("true", "0.1", "[1,28,28]").
 QString valueText(const QJsonValue& value);
 

@@ -141,7 +141,7 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   scroll->setWidget(canvas);
   splitter->addWidget(scroll);
 
-  auto* bottom = new QTabWidget(splitter);
+  auto* bottom = bottom_ = new QTabWidget(splitter);
   tricks_ = new QLabel(tr("The engine has not reported its tricks yet."), bottom);
   tricks_->setTextFormat(Qt::RichText);
   tricks_->setAlignment(Qt::AlignTop | Qt::AlignLeft);

@@ -15,6 +15,7 @@ class QComboBox;
 class QCheckBox;
 class QFrame;
 class QGridLayout;
+class QTabWidget;
 class QLabel;
 class QPlainTextEdit;
 class QPushButton;
@@ -81,6 +82,8 @@ class RunDashboard : public QWidget {
   // A series name as a plot title and its unit: "data_wait_ms" -> "Data wait", "ms".
   static QPair<QString, QString> readableName(const QString& series);
   void refreshNow();  // redraw all plots (normally done a few times a second)
+  // The tabs under the plots (tricks applied, engine log); the window adds the advisor there.
+  QTabWidget* bottomTabs() const { return bottom_; }
   // Every plot as PNG, SVG and PDF into folder, named after the run (and its
   // id), so exports of several runs into one folder never overwrite each
   // other; returns the number of files.
@@ -118,6 +121,7 @@ class RunDashboard : public QWidget {
   QList<Panel> panels_;
   QSet<QString> claimed_;  // series shown on a fixed panel
   QGridLayout* grid_ = nullptr;
+  QTabWidget* bottom_ = nullptr;
   QLabel* header_ = nullptr;
   QLabel* reasonLabel_ = nullptr;
   QLabel* emptyHint_ = nullptr;

@@ -20,8 +20,8 @@ double firstNumber(const QJsonObject& o, std::initializer_list<const char*> keys
 }  // namespace
 
 RunSummary::RunSummary()
-    : medianStepMs(kNaN), samplesPerSecond(kNaN), peakMemoryBytes(kNaN), finalAccuracy(kNaN), batchSize(kNaN),
-      wallSeconds(kNaN) {}
+    : medianStepMs(kNaN), samplesPerSecond(kNaN), peakMemoryBytes(kNaN), finalAccuracy(kNaN), timeToTargetS(kNaN),
+      batchSize(kNaN), wallSeconds(kNaN) {}
 
 bool RunSummary::isTerminal() const {
   // "interrupted" is the store's derived status of a run whose engine died.
@@ -64,6 +64,7 @@ RunSummary RunSummary::fromRecord(const tb::RunRecord& r) {
                                               "host_mem_peak_bytes"});
   s.finalAccuracy = firstNumber(s.summary, {"final_test_accuracy", "test_accuracy", "final_accuracy"});
   s.batchSize = firstNumber(s.config, {"batch_size"});
+  s.timeToTargetS = firstNumber(s.summary, {"time_to_target_s"});
   const QDateTime started = QDateTime::fromString(s.startedAt.isEmpty() ? s.createdAt : s.startedAt, Qt::ISODateWithMs);
   const QDateTime finished = QDateTime::fromString(s.finishedAt, Qt::ISODateWithMs);
   if (started.isValid() && finished.isValid()) s.wallSeconds = started.msecsTo(finished) / 1000.0;

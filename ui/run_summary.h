@@ -13,6 +13,7 @@ struct RunSummary {
   qint64 id = 0;
   QString name, createdAt, startedAt, finishedAt, model, dataset, device, status, tags, notes, error;
   double medianStepMs, samplesPerSecond, peakMemoryBytes, finalAccuracy;
+  double timeToTargetS;  // training seconds to target_accuracy; NaN when not set or not reached
   double batchSize;
   double wallSeconds;  // started_at to finished_at (NaN while running or unknown)
   qint64 enginePid = 0;  // the process that writes the run, on engineHost

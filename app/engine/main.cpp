@@ -26,6 +26,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "app/engine/cmd_ladder.h"
 #include "app/engine/table.h"
 #include "engine/backend/backend.h"
 #include "engine/core/error.h"
@@ -146,6 +147,15 @@ void report_problems(const RunRecord& r) {
   for (const auto& p : r.problems)
     std::fprintf(stderr, "warning: run %lld: %s; shown without it\n", static_cast<long long>(r.id),
                  p.c_str());
+}
+
+// The default store's folder is made when a run is first recorded.
+void make_store_folder(const std::string& db) {
+  const auto folder = std::filesystem::path(db).parent_path();
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  TB_CHECK(!ec, "cannot create the run store folder '", folder.string(), "': ", ec.message(),
+           " (name another store with --db or TRAINBENCH_DB)");
 }
 
 // A run id as typed: a whole number from 1 up, never saturated or wrapped.
@@ -307,13 +317,7 @@ int cmd_run(const RunArgs& a) {
   // nothing and print only their errors (engine/parallel/launch.h).
   const int rank = launch_rank();
   if (rank == 0) try {
-    if (a.db_is_default) {  // the default folder is made when a run is first recorded
-      const auto folder = std::filesystem::path(a.db).parent_path();
-      std::error_code ec;
-      std::filesystem::create_directories(folder, ec);
-      TB_CHECK(!ec, "cannot create the run store folder '", folder.string(), "': ", ec.message(),
-               " (name another store with --db or TRAINBENCH_DB)");
-    }
+    if (a.db_is_default) make_store_folder(a.db);
     store = std::make_unique<RunStore>(a.db);
     RunRecord rec;
     rec.name = config.name;
@@ -710,6 +714,18 @@ int engine_main(int argc, char** argv) {
   CLI::App* devices = app.add_subcommand("devices", "List the devices this build can use");
   devices->add_flag("--json", devices_json, "JSON output");
 
+  // ladder and advise train in this process: the same signal thread as run.
+  const auto ladder_commands = cli::add_ladder_commands(
+      app, {g_stop,
+            [] {
+              std::signal(SIGPIPE, SIG_IGN);
+              start_signal_thread();
+            },
+            [](StoreSink* sink) {
+              std::lock_guard lock(g_sink_mutex);
+              g_store_sink = sink;
+            }});
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
@@ -723,8 +739,10 @@ int engine_main(int argc, char** argv) {
   std::vector<int64_t> ids;
   std::string db_path = db;
   const bool is_run = run->parsed() || app.get_subcommands().empty();
-  const bool needs_store = is_run || list->parsed() || show->parsed() || compare->parsed() ||
-                           exp->parsed() || trace->parsed();
+  bool needs_store = is_run || list->parsed() || show->parsed() || compare->parsed() ||
+                     exp->parsed() || trace->parsed();
+  for (const cli::Command& c : ladder_commands)
+    needs_store = needs_store || (c.app->parsed() && c.store_use() != cli::StoreUse::None);
   try {
     for (const std::string* id : {&show_id, &export_id, &trace_id})
       if (!id->empty()) ids.push_back(parse_run_id(*id));
@@ -755,6 +773,11 @@ int engine_main(int argc, char** argv) {
       return cmd_trace(db_path, ids.at(0), trace_steps, trace_output);
     }
     if (exp->parsed()) return cmd_export(db_path, ids.at(0), export_format, export_output);
+    for (const cli::Command& c : ladder_commands) {
+      if (!c.app->parsed()) continue;
+      if (ra.db_is_default && c.store_use() == cli::StoreUse::Records) make_store_folder(db_path);
+      return c.run(db_path);
+    }
     if (cfg->parsed()) {
       if (!validate_file.empty()) {
         validate_config(read_json_file(validate_file), validate_file);

@@ -5,6 +5,8 @@
 #include <QDir>
 #include <QFileInfo>
 #include <QJsonObject>
+#include <QSplitter>
+#include <QTabWidget>
 #include <QTimer>
 
 #include "engine_locator.h"
@@ -37,13 +39,14 @@ int main(int argc, char** argv) {
   QCommandLineOption preset(QStringLiteral("preset"), QStringLiteral("Apply a preset by name."), QStringLiteral("NAME"));
   QCommandLineOption learn(QStringLiteral("learn"), QStringLiteral("Show the 'learn more' text of a trick."), QStringLiteral("KEY"));
   QCommandLineOption run(QStringLiteral("run"), QStringLiteral("Launch the loaded configuration at start."));
-  QCommandLineOption page(QStringLiteral("page"), QStringLiteral("Page to show: setup, runs, history, compare."), QStringLiteral("NAME"));
+  QCommandLineOption page(QStringLiteral("page"), QStringLiteral("Page to show: setup, runs, history, compare, ladder."), QStringLiteral("NAME"));
   QCommandLineOption openRun(QStringLiteral("open-run"), QStringLiteral("Open the dashboard of a saved run."), QStringLiteral("ID"));
+  QCommandLineOption advisor(QStringLiteral("advisor"), QStringLiteral("With --open-run: show the run's Advisor tab, enlarged."));
   QCommandLineOption compare(QStringLiteral("compare"), QStringLiteral("Compare saved runs (comma-separated ids)."), QStringLiteral("IDS"));
   QCommandLineOption screenshot(QStringLiteral("screenshot"), QStringLiteral("Save a picture of the window and quit."), QStringLiteral("FILE"));
   QCommandLineOption delay(QStringLiteral("screenshot-delay"), QStringLiteral("Milliseconds to wait before the screenshot."), QStringLiteral("MS"), QStringLiteral("3000"));
   QCommandLineOption size(QStringLiteral("size"), QStringLiteral("Window size WxH."), QStringLiteral("WxH"));
-  for (const auto& o : {db, engine, config, preset, learn, run, page, openRun, compare, screenshot, delay, size}) parser.addOption(o);
+  for (const auto& o : {db, engine, config, preset, learn, run, page, openRun, advisor, compare, screenshot, delay, size}) parser.addOption(o);
   parser.process(app);
 
   if (parser.isSet(engine)) qputenv("TRAINBENCH_ENGINE", QFileInfo(parser.value(engine)).absoluteFilePath().toLocal8Bit());
@@ -68,7 +71,14 @@ int main(int argc, char** argv) {
   else if (pageName == QLatin1String("runs")) window.showPage(MainWindow::RunsPage);
   else if (pageName == QLatin1String("history")) window.showPage(MainWindow::HistoryPage);
   else if (pageName == QLatin1String("compare")) window.showPage(MainWindow::ComparePage);
+  else if (pageName == QLatin1String("ladder")) window.showPage(MainWindow::LadderPage);
   if (parser.isSet(openRun)) window.openRun(parser.value(openRun).toLongLong());
+  if (parser.isSet(advisor))
+    if (auto* d = qobject_cast<RunDashboard*>(window.dashboards()->currentWidget())) {
+      QTabWidget* tabs = d->bottomTabs();
+      tabs->setCurrentIndex(tabs->count() - 1);
+      if (auto* split = qobject_cast<QSplitter*>(tabs->parentWidget())) split->setSizes({400, 500});
+    }
   if (parser.isSet(compare)) {
     QList<qint64> ids;
     for (const QString& id : parser.value(compare).split(QLatin1Char(','), Qt::SkipEmptyParts)) ids << id.toLongLong();

@@ -23,6 +23,13 @@ int64_t status_kib(const char* field) {
 int64_t process_rss_bytes() { return status_kib("VmRSS") * 1024; }
 int64_t process_peak_rss_bytes() { return status_kib("VmHWM") * 1024; }
 
+bool reset_process_peak_rss() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";  // 5: reset the peak resident set size (Linux 4.0)
+  out.flush();
+  return out.good();
+}
+
 double process_cpu_seconds() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);

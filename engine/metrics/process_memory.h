@@ -8,6 +8,10 @@ namespace tb {
 // where /proc is not available. The CPU backend's memory figures.
 int64_t process_rss_bytes();
 int64_t process_peak_rss_bytes();
+// Restarts the peak (VmHWM) at the current RSS (/proc/self/clear_refs), so
+// runs trained one after another in one process each report their own peak.
+// False where the kernel does not allow it.
+bool reset_process_peak_rss();
 // CPU time (user + system) this process has used, in seconds: with wall time
 // it gives the thread utilisation of the CPU backend.
 double process_cpu_seconds();

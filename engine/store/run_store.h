@@ -84,6 +84,32 @@ struct EventRecord {
   std::string time, level, message;
 };
 
+// --- Ladders (schema v4) ------------------------------------------------------
+// One row of `ladders`: a `trainbench-engine ladder` (engine/ladder/ladder.h).
+// status is running, finished, failed or stopped; spec is what was asked
+// (baseline configuration, rungs, mode, repeats, steps), result the table.
+struct LadderRecord {
+  int64_t id = 0;
+  std::string name, created_at, finished_at, status, error;
+  nlohmann::json spec, result;
+};
+
+// A run that belongs to a ladder: rung 0 is the baseline, repetition counts
+// from 0; kind is "speed" (measured steps) or "accuracy" (trained to the end).
+struct LadderRunLink {
+  int64_t ladder_id = 0, run_id = 0;
+  int rung = 0, repetition = 0;
+  std::string kind;
+};
+
+// Two runs linked by what one did to the other: kind "advice" is the
+// advisor's before/after pair (note: the recommendation and its predicted bound).
+struct RunLink {
+  int64_t from_run = 0, to_run = 0;
+  std::string kind, created_at;
+  nlohmann::json note;
+};
+
 struct RunStoreOptions {
   // Buffered metric points are written in one transaction once this many are
   // pending, or once the oldest pending point is batch_interval old (checked
@@ -109,7 +135,7 @@ class RunStore {
  public:
   enum class Mode { ReadWrite, ReadOnly };
 
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
   // A queued or running run whose heartbeat is older than this is taken as
   // interrupted (writers beat every few seconds from a timer thread).
   static constexpr std::chrono::milliseconds kDefaultStaleAfter{60000};
@@ -186,6 +212,20 @@ class RunStore {
   // connection commits to the file, so a follower polls it and reads only
   // when something changed.
   int64_t data_version() const;
+
+  // --- Ladders and run links (schema v4). A ladder's runs are ordinary runs;
+  // deleting a run drops its links, deleting a ladder keeps its runs.
+  int64_t create_ladder(const LadderRecord& ladder);  // status defaults to 'running'
+  void set_ladder_status(int64_t id, const std::string& status, const std::string& error = "");
+  void set_ladder_result(int64_t id, const nlohmann::json& result);
+  void link_ladder_run(const LadderRunLink& link);
+  std::vector<LadderRecord> list_ladders() const;
+  std::optional<LadderRecord> get_ladder(int64_t id) const;
+  std::vector<LadderRunLink> ladder_runs(int64_t ladder) const;  // by rung, repetition
+  std::optional<LadderRunLink> ladder_of_run(int64_t run) const;
+  void delete_ladder(int64_t id);
+  void link_runs(const RunLink& link);  // replaces a link of the same runs and kind
+  std::vector<RunLink> run_links(int64_t run) const;  // where the run is either end
 
   // --- Maintenance.
   // "ok", or the problems PRAGMA integrity_check and foreign_key_check found.

@@ -83,6 +83,7 @@ const std::vector<ConfigGroup>& groups() {
     {"parallel", "Data parallel", true},
     {"memory", "Memory", true},
     {"debugging", "Debugging", true},
+    {"ladder", "Optimization ladder", false},
   };
   return kGroups;
 }
@@ -122,6 +123,14 @@ std::vector<ConfigKey> make_table() {
               "Steps between loss/accuracy read-backs when sync_every_step is off")
           .trick(16)
           .label("Log every"),
+      number("target_accuracy", &R::target_accuracy, 0.0, 0, 1, "run",
+             "Stop once the test accuracy reaches this; records time and steps to it (0: off)")
+          .label("Target accuracy")
+          .zero_means("off"),
+      integer("eval_every_steps", &R::eval_every_steps, 0, 0, big, "run",
+              "Evaluate on the test set every N steps as well as at epoch ends (0: epoch ends only)")
+          .label("Evaluate every")
+          .zero_means("epoch ends only"),
       // --- data
       text("dataset", &R::dataset, "fashion-mnist", {"fashion-mnist", "mnist", "cifar10", "synthetic"},
            "data", "Data set")
@@ -326,6 +335,31 @@ std::vector<ConfigKey> make_table() {
       flag("deterministic", &R::deterministic, false, "debugging",
            "Deterministic algorithms only: bit-identical reruns")
           .trick(19),
+      // --- the optimization ladder (read by `trainbench-engine ladder` only)
+      text("ladder_rungs", &R::ladder_rungs, "", {}, "ladder",
+           "Comma-separated rungs in order (empty: the default order; `ladder --list-rungs`)")
+          .label("Rungs"),
+      text("ladder_mode", &R::ladder_mode, "cumulative", {"cumulative", "alone", "leave_one_out"},
+           "ladder",
+           "cumulative: each rung on top of the last; alone: each against the baseline; "
+           "leave_one_out: all rungs, then all but one")
+          .label("Mode")
+          .labels({{"cumulative", "Cumulative (004's table)"},
+                   {"alone", "Each rung alone"},
+                   {"leave_one_out", "Leave one out"}}),
+      integer("ladder_repeats", &R::ladder_repeats, 3, 1, 100, "ladder",
+              "Measured runs per rung, interleaved (A B C A B C) so drift hits every rung alike")
+          .label("Repeats"),
+      integer("ladder_warmup_steps", &R::ladder_warmup_steps, 10, 0, 100000, "ladder",
+              "Steps per run before measuring (allocator, autotuning, caches)")
+          .label("Warm-up steps"),
+      integer("ladder_measured_steps", &R::ladder_measured_steps, 50, 1, 1000000, "ladder",
+              "Steps per run whose median step time is the run's figure")
+          .label("Measured steps"),
+      flag("ladder_accuracy", &R::ladder_accuracy, false, "ladder",
+           "Rungs that change the numbers (amp, batch size) also train to the end once, "
+           "next to the baseline, for their accuracy and time to target_accuracy")
+          .label("Accuracy runs"),
   };
   std::vector<ConfigKey> t;
   for (const Row& r : rows) t.push_back(r.k);

@@ -39,6 +39,13 @@ struct RunConfig {
   int64_t random_crop_padding = 0;
   bool horizontal_flip = false, pad_to_32 = false;
   int64_t log_every = 20;
+  // time to accuracy: stop at a target test accuracy, evaluated every N steps
+  double target_accuracy = 0;
+  int64_t eval_every_steps = 0;
+  // the ladder (`trainbench-engine ladder`; a plain run ignores them)
+  std::string ladder_rungs, ladder_mode;
+  int64_t ladder_repeats = 3, ladder_warmup_steps = 10, ladder_measured_steps = 50;
+  bool ladder_accuracy = false;
 
   // tricks
   std::string amp, parallel;

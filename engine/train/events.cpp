@@ -209,7 +209,8 @@ bool StoreSink::apply(const json& e) {
   const std::string type = e.value("type", "");
   const double t = e.value("t", 0.0);
   try {
-    if (type == "step") {
+    // An evaluation between epochs (eval_every_steps, target_accuracy) is a step series too.
+    if (type == "step" || type == "evaluation") {
       const int64_t step = e.value("step", int64_t(0));
       std::vector<MetricPoint> points;
       for (const auto& [name, value] : e["metrics"].items())

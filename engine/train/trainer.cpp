@@ -541,6 +541,44 @@ TrainResult Trainer::run(int64_t run_id) {
   int64_t step = 0;
   bool stopped = false;
   const auto run_start = Clock::now();
+  // Time to accuracy: evaluations every eval_every_steps (and at epoch ends);
+  // the run ends at the first one that reaches target_accuracy. Its time
+  // excludes the evaluations, so how often one evaluates does not change it.
+  const bool periodic_eval = c.eval_every_steps > 0 || c.target_accuracy > 0;
+  double eval_seconds = 0;
+  int64_t evaluated_at = -1;  // the step of the last evaluation
+  json last_eval;
+  bool target_reached = false;
+  // False when a stop cut the evaluation short: nothing of it is recorded.
+  auto evaluate_now = [&](int64_t epoch) {
+    std::optional<json> eval = evaluate_phase(be, *model, ctx, *data.test, stager, graphs.get(),
+                                              telemetry, plan.empty_cache_between_phases, stop_,
+                                              ddp.get());
+    if (!eval) {
+      stopped = true;
+      log("info", "stop requested: evaluation at step " + std::to_string(step) + " (epoch " +
+                      std::to_string(epoch + 1) + ") cut short, not recorded");
+      return false;
+    }
+    last_eval = std::move(*eval);
+    evaluated_at = step;
+    eval_seconds += last_eval["eval_time_s"].get<double>();
+    last_test_loss = last_eval["test_loss"], last_test_acc = last_eval["test_accuracy"];
+    if (!periodic_eval) return true;
+    bus_.publish("evaluation", {{"step", step}, {"epoch", epoch}, {"metrics", last_eval}});
+    if (c.target_accuracy > 0 && !target_reached && last_test_acc >= c.target_accuracy) {
+      target_reached = true;
+      const double wall = ms_since(run_start) / 1e3;
+      summary_["steps_to_target"] = step;
+      summary_["samples_to_target"] = step * samples_per_step;
+      summary_["time_to_target_s"] = wall - eval_seconds;
+      summary_["wall_time_to_target_s"] = wall;
+      log("info", "target_accuracy " + std::to_string(c.target_accuracy) + " reached at step " +
+                      std::to_string(step) + " (test accuracy " + std::to_string(last_test_acc) +
+                      "): the run ends here");
+    }
+    return true;
+  };
   for (int64_t epoch = 0; epoch < epochs && !stopped; ++epoch) {
     const auto epoch_start = Clock::now();
     data.train->start_epoch(epoch);
@@ -596,27 +634,28 @@ TrainResult Trainer::run(int64_t run_id) {
         log("info", "stop requested: ending after step " + std::to_string(step));
         break;
       }
+      const bool epoch_end = s + 1 == steps_per_epoch || step == total_steps;
+      if (c.eval_every_steps > 0 && step % c.eval_every_steps == 0 && !epoch_end) {
+        telemetry.flush();  // the step events go out before the evaluation's
+        if (!evaluate_now(epoch) || target_reached) break;
+      }
     }
 
     if (step_hook_) step_hook_(be, step + 1);
     telemetry.flush();  // the epoch's last step events go out before its epoch event
-    // Evaluate at the end of every epoch (and of a run cut short by max_steps).
-    std::optional<json> eval;
-    if (!stopped) {
-      eval = evaluate_phase(be, *model, ctx, *data.test, stager, graphs.get(), telemetry,
-                            plan.empty_cache_between_phases, stop_, ddp.get());
-      if (!eval) {
-        stopped = true;
-        log("info", "stop requested: evaluation of epoch " + std::to_string(epoch + 1) +
-                        " cut short, not recorded");
-      }
-    }
-    json em = eval.value_or(json::object());
-    if (eval) last_test_loss = em["test_loss"], last_test_acc = em["test_accuracy"];
+    // Evaluate at the end of every epoch (and of a run cut short by max_steps
+    // or by reaching target_accuracy, whose evaluation is not repeated).
+    if (!stopped && evaluated_at != step) evaluate_now(epoch);
+    json em = stopped ? json::object() : last_eval;
     train_stats.write_epoch_means(em);
     em["epoch_time_s"] = ms_since(epoch_start) / 1e3;
     bus_.publish("epoch", {{"epoch", epoch}, {"step", step}, {"metrics", em}});
     summary_["epochs"] = epoch + 1;
+    if (target_reached) break;
+  }
+  if (c.target_accuracy > 0) {
+    summary_["target_accuracy"] = c.target_accuracy;
+    summary_["target_reached"] = target_reached;
   }
 
   telemetry.write_summary(summary_);

@@ -650,8 +650,8 @@ class TestStore : public QObject {
           "'2025-01-02T03:05:00.000Z', 'info', 'done');");
     }
     RunStore store(db_);
-    QCOMPARE(store.schema_version(), 3);
-    QCOMPARE(RawDb(db_).integer("SELECT version FROM schema_version"), 3LL);
+    QCOMPARE(store.schema_version(), RunStore::kSchemaVersion);
+    QCOMPARE(RawDb(db_).integer("SELECT version FROM schema_version"), static_cast<long long>(RunStore::kSchemaVersion));
     QCOMPARE(RawDb(db_).integer("SELECT count(*) FROM schema_version"), 1LL);
 
     const auto run = store.get_run(1);

@@ -37,6 +37,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ENGINE = ""
@@ -119,6 +120,25 @@ def start_run(db, *extra):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
+def finish(p, timeout):
+    """The rest of stdout and stderr, and the exit, of a run whose stdout was read
+    with readline(). communicate() reads the pipe itself and would lose what
+    readline() had already buffered (lines lost from the stream); the process is
+    killed after `timeout` seconds."""
+    timer = threading.Timer(timeout, p.kill)
+    timer.start()
+    try:
+        err = []
+        reader = threading.Thread(target=lambda: err.append(p.stderr.read()))
+        reader.start()
+        out = p.stdout.read()
+        reader.join()
+        p.wait()
+    finally:
+        timer.cancel()
+    return out, err[0]
+
+
 # --------------------------------------------------------------- scenarios
 
 def scenario_kills(tmp, kills):
@@ -173,7 +193,7 @@ def scenario_sigterm(tmp):
                 raise AssertionError(f"term {i}: the engine ended early: {p.stderr.read().decode()}")
             lines.append(line.decode())
         p.send_signal(signal.SIGTERM)
-        out, err = p.communicate(timeout=60)
+        out, err = finish(p, timeout=60)
         lines += out.decode().splitlines()
         check(p.returncode == 130, f"term {i}: exit {p.returncode}: {err.decode()}")
         sound(db)

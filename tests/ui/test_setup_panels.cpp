@@ -201,24 +201,6 @@ class TestSetupPanels : public QObject {
     QCOMPARE(RunConfig::differingKeys({a, a}), QStringList());
   }
 
-  void ladderAddsOneTrickPerRung() {
-    const QJsonObject base = RunConfig::defaults();
-    QJsonObject target = RunConfig::merged(base, {{"name", "fast"}, {"amp", "fp16"}, {"workers", 4},
-                                                  {"batch_size", 128}, {"pin_memory", true}});
-    const QList<QJsonObject> rungs = RunConfig::ladder(base, target, QStringLiteral("fast"));
-    QCOMPARE(rungs.size(), 4);  // baseline + workers, pin_memory, amp (catalogue order)
-    QCOMPARE(rungs[0].value(QLatin1String("amp")).toString(), QStringLiteral("off"));
-    QCOMPARE(rungs[0].value(QLatin1String("batch_size")).toInt(), 128);  // non-trick settings from the target
-    QCOMPARE(rungs[0].value(QLatin1String("name")).toString(), QStringLiteral("fast 0: baseline"));
-    QCOMPARE(rungs[1].value(QLatin1String("workers")).toInt(), 4);
-    QCOMPARE(rungs[1].value(QLatin1String("pin_memory")).toBool(), false);
-    QCOMPARE(rungs[2].value(QLatin1String("pin_memory")).toBool(), true);
-    QCOMPARE(rungs[3].value(QLatin1String("amp")).toString(), QStringLiteral("fp16"));
-    QVERIFY(rungs[3].value(QLatin1String("name")).toString().contains(QLatin1String("Mixed precision")));
-    QCOMPARE(RunConfig::differingKeys({rungs[3], target}), QStringList{QStringLiteral("name")});
-    QCOMPARE(RunConfig::ladder(base, base, QStringLiteral("x")).size(), 1);
-  }
-
   void plotsNameTheTricksThatMoveThem() {
     const QString breakdown = RunDashboard::tricksThatMove(QStringLiteral("Step-time breakdown (stacked)"));
     QVERIFY2(breakdown.contains(QLatin1String("Pinned host memory")), qPrintable(breakdown));

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "engine/ladder/rungs.h"
+
+#include <algorithm>
+
+#include "engine/core/error.h"
+#include "engine/train/config.h"
+
+namespace tb {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::vector<RungDef> make_catalogue() {
+  auto fixed = [](json changes) { return [changes](const json&) { return changes; }; };
+  return {
+      {"amp", "AMP (fp16)", true, fixed({{"amp", "fp16"}})},
+      // Four times the batch with the learning rate scaled to match and a short
+      // warm-up, so the bigger batch is a speed-up and not a different recipe.
+      {"batch_x4", "batch x4, lr scaled", true,
+       [](const json& base) {
+         const int64_t b = base.at("batch_size").get<int64_t>();
+         return json{{"batch_size", 4 * b},
+                     {"lr_scaling", "linear"},
+                     {"base_batch_size", b},
+                     {"warmup_steps", std::max<int64_t>(base.at("warmup_steps").get<int64_t>(), 20)}};
+       }},
+      {"h2d_uint8", "uint8 uploads", false, fixed({{"h2d_uint8", true}})},
+      {"workers", "4 loader workers", false, fixed({{"workers", 4}})},
+      {"pinned", "pinned + non-blocking", false,
+       fixed({{"pin_memory", true}, {"non_blocking", true}})},
+      {"channels_last", "channels-last", false, fixed({{"channels_last", true}})},
+      {"cudnn_benchmark", "cuDNN autotune", false, fixed({{"cudnn_benchmark", true}})},
+      {"fuse_pointwise", "fused pointwise", false, fixed({{"fuse_pointwise", true}})},
+      {"optimizer_foreach", "multi-tensor optimizer", false, fixed({{"optimizer_foreach", true}})},
+      {"cuda_graphs", "CUDA graphs", false, fixed({{"cuda_graphs", true}})},
+  };
+}
+
+}  // namespace
+
+const std::vector<RungDef>& rung_catalogue() {
+  static const std::vector<RungDef> catalogue = make_catalogue();
+  return catalogue;
+}
+
+const RungDef* find_rung(const std::string& id) {
+  for (const RungDef& r : rung_catalogue())
+    if (r.id == id) return &r;
+  return nullptr;
+}
+
+std::vector<std::string> default_rung_order() {
+  std::vector<std::string> ids;
+  for (const RungDef& r : rung_catalogue()) ids.push_back(r.id);
+  return ids;
+}
+
+std::vector<std::string> rungs_for_changes(const json& changes) {
+  std::vector<std::string> ids;
+  const json base = default_config();
+  for (const RungDef& r : rung_catalogue()) {
+    const json keys = r.changes(base);  // named: items() of a temporary would dangle
+    bool all = true;
+    for (const auto& [k, v] : keys.items()) all = all && changes.contains(k);
+    if (all) ids.push_back(r.id);
+  }
+  return ids;
+}
+
+std::vector<std::string> parse_rung_list(const std::string& text) {
+  std::vector<std::string> ids;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    std::string id = text.substr(start, end - start);
+    id.erase(0, id.find_first_not_of(" \t"));
+    id.erase(id.find_last_not_of(" \t") + 1);
+    if (!id.empty()) {
+      if (!find_rung(id)) {
+        std::string known;
+        for (const RungDef& r : rung_catalogue()) known += (known.empty() ? "" : ", ") + r.id;
+        TB_FAIL("ladder_rungs: unknown rung '", id, "'; the rungs are: ", known);
+      }
+      TB_CHECK(std::find(ids.begin(), ids.end(), id) == ids.end(), "ladder_rungs: rung '", id,
+               "' is listed twice");
+      ids.push_back(id);
+    }
+    start = end + 1;
+  }
+  return ids.empty() ? default_rung_order() : ids;
+}
+
+}  // namespace tb

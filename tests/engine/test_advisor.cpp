@@ -1,0 +1,256 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The advisor's rules on synthetic series: each fires where its evidence
+// crosses its threshold and stays quiet where it does not (or where the
+// evidence is missing), with the bound it derives from the breakdown.
+#include <QtTest>
+
+#include <cmath>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/advise/advisor.h"
+#include "engine/store/run_store.h"
+#include "engine/train/config.h"
+#include "tests/engine/run_fixture.h"
+
+using namespace tb;
+using json = nlohmann::json;
+
+namespace {
+
+using Series = std::map<std::string, std::vector<double>>;
+
+// `n` steady steps of each value, after 10 warm-up steps of 10x the value
+// (which the medians must leave out).
+Series steady(const std::map<std::string, double>& values, int n = 40) {
+  Series s;
+  for (const auto& [name, v] : values) {
+    s[name] = std::vector<double>(10, 10 * v);
+    s[name].insert(s[name].end(), n, v);
+  }
+  return s;
+}
+
+RunEvidence evidence(const std::string& device, const std::map<std::string, double>& values,
+                     json overrides = json::object(), json summary = json::object()) {
+  json c = validate_config(overrides.is_null() ? json::object() : overrides, "test");
+  return evidence_from_series(c, summary, device, steady(values));
+}
+
+// A CPU step of 20 ms: its phases and the given data wait.
+std::map<std::string, double> cpu_step(double data_wait) {
+  return {{"step_time_ms", 20.0}, {"data_wait_ms", data_wait}, {"forward_ms", 7.0},
+          {"backward_ms", 9.0},   {"optimizer_ms", 2.0},       {"other_ms", 2.0}};
+}
+
+// A copy: the list is often a temporary.
+std::optional<Advice> find(const std::vector<Advice>& list, const std::string& rule) {
+  for (const Advice& a : list)
+    if (a.rule == rule) return a;
+  return std::nullopt;
+}
+
+bool fires(const RunEvidence& e, const std::string& rule) { return find(advise(e), rule).has_value(); }
+
+}  // namespace
+
+class TestAdvisor : public QObject {
+  Q_OBJECT
+ private slots:
+  void mediansLeaveOutTheWarmup() {
+    const RunEvidence e = evidence("cpu", {{"step_time_ms", 20.0}});
+    QCOMPARE(e.get("step_time_ms"), 20.0);
+    QVERIFY(std::isnan(e.get("tensor_core_share")));
+  }
+
+  // 30% of the step waiting for data: at most 1 / 0.7 = 1.43x.
+  void inputWait() {
+    const RunEvidence e = evidence("cpu", cpu_step(6.0));
+    const std::optional<Advice> a = find(advise(e), "input_wait");
+    QVERIFY(a);
+    QVERIFY(std::abs(a->max_speedup - 1.0 / 0.7) < 1e-9);
+    QCOMPARE(a->changes["workers"].get<int64_t>(), int64_t(4));
+    QVERIFY(!a->changes.contains("pin_memory"));  // nothing to pin on the CPU
+    QVERIFY2(a->evidence.find("30.0%") != std::string::npos, a->evidence.c_str());
+    // On a GPU the copies count too, and pinned memory and uint8 uploads are offered.
+    const RunEvidence g = evidence("cuda:0", {{"step_time_ms", 20.0}, {"data_wait_ms", 1.0}, {"h2d_ms", 3.0}});
+    const std::optional<Advice> b = find(advise(g), "input_wait");
+    QVERIFY(b);
+    QVERIFY(std::abs(b->max_speedup - 1.0 / 0.8) < 1e-9);
+    QVERIFY(b->changes["pin_memory"].get<bool>() && b->changes["h2d_uint8"].get<bool>());
+    // Quiet at 2.5% and when the run has no data-wait series.
+    QVERIFY(!fires(evidence("cpu", cpu_step(0.5)), "input_wait"));
+    QVERIFY(!fires(evidence("cpu", {{"step_time_ms", 20.0}}), "input_wait"));
+  }
+
+  // No Tensor Core time with 70% of the step in forward + backward: at most 1 / 0.3.
+  void tensorCores() {
+    const std::map<std::string, double> gpu = {{"step_time_ms", 20.0}, {"forward_ms", 6.0},
+                                               {"backward_ms", 8.0}, {"tensor_core_share", 0.0}};
+    const std::optional<Advice> a = find(advise(evidence("cuda:0", gpu)), "tensor_cores");
+    QVERIFY(a);
+    QVERIFY(std::abs(a->max_speedup - 1.0 / 0.3) < 1e-9);
+    QCOMPARE(a->changes["amp"].get<std::string>(), std::string("bf16"));
+    QVERIFY(a->changes["channels_last"].get<bool>());
+    QCOMPARE(a->changes["pad_channels_to"].get<int64_t>(), int64_t(8));  // Fashion-MNIST: 1 channel
+    // Quiet: Tensor Cores in use, amp already on, on the CPU (no census), no census.
+    auto used = gpu;
+    used["tensor_core_share"] = 0.6;
+    QVERIFY(!fires(evidence("cuda:0", used), "tensor_cores"));
+    QVERIFY(!fires(evidence("cuda:0", gpu, {{"amp", "bf16"}}), "tensor_cores"));
+    QVERIFY(!fires(evidence("cpu", gpu), "tensor_cores"));
+    QVERIFY(!fires(evidence("cuda:0", {{"step_time_ms", 20.0}}), "tensor_cores"));
+    // 16 input channels need no padding.
+    const std::optional<Advice> b = find(advise(evidence("cuda:0", gpu, {{"dataset", "synthetic"}, {"synthetic_shape", {16, 32, 32}}})), "tensor_cores");
+    QVERIFY(b && !b->changes.contains("pad_channels_to"));
+  }
+
+  void memoryHeadroom() {
+    const std::map<std::string, double> gpu = {{"step_time_ms", 20.0}, {"optimizer_ms", 3.0},
+                                               {"other_ms", 1.0}, {"gpu_mem_total_bytes", 80e9}};
+    const std::optional<Advice> a = find(advise(evidence("cuda:0", gpu, {{"batch_size", 64}}, {{"gpu_mem_peak_bytes", 8e9}})),
+                           "memory_headroom");
+    QVERIFY(a);
+    QCOMPARE(a->changes["batch_size"].get<int64_t>(), int64_t(256));
+    QCOMPARE(a->changes["lr_scaling"].get<std::string>(), std::string("linear"));
+    QVERIFY(a->changes["warmup_steps"].get<int64_t>() > 0);
+    // 20% of the step is fixed cost shared by 4x the samples: 1 / (0.8 + 0.05).
+    QVERIFY(std::abs(a->max_speedup - 1.0 / 0.85) < 1e-9);
+    QVERIFY(!fires(evidence("cuda:0", gpu, {}, {{"gpu_mem_peak_bytes", 50e9}}), "memory_headroom"));
+    QVERIFY(!fires(evidence("cpu", gpu, {}, {{"gpu_mem_peak_bytes", 8e9}}), "memory_headroom"));
+    QVERIFY(!fires(evidence("cuda:0", {{"step_time_ms", 20.0}}, {}, {{"gpu_mem_peak_bytes", 8e9}}),
+                   "memory_headroom"));  // device size unknown
+  }
+
+  // 500 kernels of 10 us in a 20 ms step: the GPU computes 25% of it; at most 4x.
+  void launchBound() {
+    const std::map<std::string, double> gpu = {{"step_time_ms", 20.0}, {"kernels_per_step", 500.0},
+                                               {"kernel_time_ms", 5.0}};
+    const std::optional<Advice> a = find(advise(evidence("cuda:0", gpu)), "launch_bound");
+    QVERIFY(a);
+    QVERIFY(std::abs(a->max_speedup - 4.0) < 1e-9);
+    QVERIFY(a->changes["cuda_graphs"].get<bool>() && a->changes["fuse_pointwise"].get<bool>() &&
+            a->changes["optimizer_foreach"].get<bool>());
+    auto few = gpu;
+    few["kernels_per_step"] = 50;
+    few["kernel_time_ms"] = 0.5;
+    QVERIFY(!fires(evidence("cuda:0", few), "launch_bound"));
+    auto busy = gpu;
+    busy["kernel_time_ms"] = 18.0;
+    busy["kernels_per_step"] = 1000;  // 18 us each, but the GPU is 90% busy
+    QVERIFY(!fires(evidence("cuda:0", busy), "launch_bound"));
+    QVERIFY(!fires(evidence("cuda:0", gpu, {{"cuda_graphs", true}, {"fuse_pointwise", true},
+                                           {"optimizer_foreach", true}}),
+                   "launch_bound"));  // nothing left to try
+  }
+
+  void syncEveryStep() {
+    QVERIFY(fires(evidence("cuda:0", {{"step_time_ms", 20.0}}), "sync_every_step"));  // the default is on
+    QVERIFY(!fires(evidence("cuda:0", {{"step_time_ms", 20.0}}, {{"sync_every_step", false}}), "sync_every_step"));
+    QVERIFY(!fires(evidence("cpu", {{"step_time_ms", 20.0}}), "sync_every_step"));
+  }
+
+  void debugChecks() {
+    const std::optional<Advice> a = find(advise(evidence("cpu", cpu_step(0), {{"anomaly_check", true}})), "debug_checks");
+    QVERIFY(a);
+    QCOMPARE(a->changes, (json{{"anomaly_check", false}}));
+    QVERIFY(!fires(evidence("cpu", cpu_step(0)), "debug_checks"));
+  }
+
+  void gradZeroing() {
+    const std::optional<Advice> a = find(advise(evidence("cpu", cpu_step(0), {{"grad_set_to_none", false}})), "grad_zeroing");
+    QVERIFY(a);
+    QVERIFY(std::abs(a->max_speedup - 1.0 / 0.9) < 1e-9);  // other_ms is 10% of the step
+    QVERIFY(!fires(evidence("cpu", cpu_step(0)), "grad_zeroing"));
+    // On a GPU whose census saw no memset, quiet.
+    QVERIFY(!fires(evidence("cuda:0", {{"step_time_ms", 20.0}, {"memsets_per_step", 0.0}},
+                            {{"grad_set_to_none", false}}),
+                   "grad_zeroing"));
+    QVERIFY(fires(evidence("cuda:0", {{"step_time_ms", 20.0}, {"memsets_per_step", 12.0}},
+                           {{"grad_set_to_none", false}}),
+                  "grad_zeroing"));
+  }
+
+  void cpuWithGpu() {
+    RunEvidence e = evidence("cpu", cpu_step(0));
+    QVERIFY(!fires(e, "cpu_with_gpu"));
+    e.gpu_present = true;
+    const std::optional<Advice> a = find(advise(e), "cpu_with_gpu");
+    QVERIFY(a);
+    QCOMPARE(a->changes["device"].get<std::string>(), std::string("cuda"));
+    QVERIFY(std::isnan(a->max_speedup));
+    QVERIFY(!a->bound_reason.empty());
+  }
+
+  // A healthy GPU step: nothing fires.
+  void quietOnAHealthyRun() {
+    const std::map<std::string, double> gpu = {
+        {"step_time_ms", 20.0},    {"data_wait_ms", 0.2},      {"h2d_ms", 0.3},
+        {"forward_ms", 6.0},       {"backward_ms", 10.0},      {"optimizer_ms", 1.0},
+        {"other_ms", 2.5},         {"tensor_core_share", 0.7}, {"kernels_per_step", 300.0},
+        {"kernel_time_ms", 19.0},  {"memsets_per_step", 0.0},  {"gpu_mem_total_bytes", 80e9}};
+    const auto list = advise(evidence("cuda:0", gpu, {{"amp", "bf16"}, {"sync_every_step", false}},
+                                      {{"gpu_mem_peak_bytes", 60e9}}));
+    QVERIFY2(list.empty(), list.empty() ? "" : list[0].rule.c_str());
+  }
+
+  // Apply and re-run: the pair is linked, and the predicted bound is shown
+  // next to the measured speed-up.
+  void appliedAdviceIsLinkedWithItsBound() {
+    QTemporaryDir dir;
+    RunStore store(dir.filePath("runs.db").toStdString());
+    RunRecord before;
+    before.config = validate_config({{"anomaly_check", true}, {"name", "base"}}, "test");
+    before.summary = {{"samples_per_s", 1000.0}};
+    const int64_t b = store.create_run(before);
+    const Advice advice = *find(advise(evidence("cpu", cpu_step(6.0), before.config)), "input_wait");
+    const json cfg = applied_config(before.config, advice);
+    QCOMPARE(cfg["workers"].get<int64_t>(), int64_t(4));
+    QCOMPARE(cfg["name"].get<std::string>(), std::string("base + input_wait"));
+    RunRecord after;
+    after.config = cfg;
+    after.summary = {{"samples_per_s", 1200.0}};
+    after.status = "finished";
+    const int64_t a = store.create_run(after);
+    link_advice(store, b, a, advice);
+    const json out = advice_outcomes(store, b);
+    QCOMPARE(out.size(), size_t(1));
+    QCOMPARE(out[0]["run_id"].get<int64_t>(), a);
+    QCOMPARE(out[0]["rule"].get<std::string>(), std::string("input_wait"));
+    QVERIFY(std::abs(out[0]["measured_speedup"].get<double>() - 1.2) < 1e-9);
+    QVERIFY(std::abs(out[0]["max_speedup"].get<double>() - 1.0 / 0.7) < 1e-9);
+    QVERIFY(advice_outcomes(store, a).empty());  // only from the "before" side
+  }
+
+  // From the store: a real CPU run with anomaly_check on gets debug_checks.
+  void adviceForAStoredRun() {
+    if (!QFile::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
+      QSKIP("Fashion-MNIST is not installed (Debian package dataset-fashion-mnist; scripts/setup.sh)");
+    QTemporaryDir dir;
+    RunStore store(dir.filePath("runs.db").toStdString());
+    const json c = validate_config({{"device", "cpu"}, {"train_limit", 256}, {"test_limit", 64},
+                                    {"max_steps", 8}, {"batch_size", 32}, {"anomaly_check", true}},
+                                   "test");
+    RunRecord rec;
+    rec.config = c;
+    const int64_t id = store.create_run(rec);
+    EventBus bus;
+    StoreSink sink(store, id);
+    bus.add(&sink);
+    std::atomic<bool> stop{false};
+    Trainer(RunConfig::from_json(c), bus, stop).run(id);
+    // The sink writes from its own thread: everything is in once it is closed.
+    QCOMPARE(QString::fromStdString(sink.close(std::chrono::seconds(30))), QString());
+    const RunEvidence e = evidence_from_store(store, id);
+    QCOMPARE(e.device, std::string("cpu"));
+    QVERIFY(e.get("step_time_ms") > 0);
+    const auto list = advise(e);
+    QVERIFY(find(list, "debug_checks"));
+    QVERIFY(!find(list, "tensor_cores"));  // no census on the CPU: quiet, not guessed
+    QVERIFY(!find(list, "memory_headroom"));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestAdvisor)
+#include "test_advisor.moc"

@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+#include <QJsonObject>
+#include <QProcess>
+#include <QWidget>
+
+#include <nlohmann/json.hpp>
+
+class QCheckBox;
+class QComboBox;
+class QCustomPlot;
+class QLabel;
+class QListWidget;
+class QPushButton;
+class QTableWidget;
+
+// The optimization ladder, a front end to `trainbench-engine ladder`: the
+// rungs to climb (the engine's rung catalogue), the ladder settings (controls
+// from the settings table's "ladder" group), Start/Stop; the table filling in
+// live from the engine's ladder_progress events (or a stored ladder picked in
+// the list), the speed-up chart with min-max error bars, the accuracy curves
+// of accuracy runs, and exports (CSV, Markdown and HTML with the chart).
+class LadderView : public QWidget {
+  Q_OBJECT
+ public:
+  explicit LadderView(QWidget* parent = nullptr);
+  ~LadderView() override;
+
+  void setDatabasePath(const QString& path);
+  void setEnginePath(const QString& path) { enginePath_ = path; }
+  // The baseline: the Set-up page's configuration (its ladder_* keys are
+  // replaced by this view's controls).
+  void setBaseline(const QJsonObject& config);
+  QJsonObject ladderConfig() const;  // the baseline with this view's ladder settings
+
+  bool start();  // false (with a status message) when one is running or the engine is missing
+  void stop();   // SIGTERM: the run in progress finishes, the ladder is stored as stopped
+  bool isRunning() const { return process_.state() != QProcess::NotRunning; }
+
+  void reloadLadders();  // the list of stored ladders
+  bool showLadder(qint64 id);
+  qint64 currentLadder() const { return ladderId_; }
+  const nlohmann::json& table() const { return table_; }
+
+  QTableWidget* tableWidget() const { return tableWidget_; }
+  QCustomPlot* chart() const { return chart_; }
+  QCustomPlot* accuracyPlot() const { return accuracy_; }
+  QListWidget* rungList() const { return rungs_; }
+
+  bool exportCsv(const QString& path) const;
+  bool exportMarkdown(const QString& path) const;  // with the chart as PATH.png beside it
+  bool exportHtml(const QString& path) const;      // the chart embedded
+
+ signals:
+  void statusMessage(const QString& message);
+  void ladderFinished(qint64 ladderId, const QString& status);
+
+ private:
+  void readEngineOutput();
+  void render();
+  void renderChart();
+  void renderAccuracy();
+  QString tableHtml() const;
+
+  QString databasePath_, enginePath_, configFile_;
+  QJsonObject baseline_;
+  QProcess process_;
+  QByteArray pending_;
+  qint64 ladderId_ = 0;
+  nlohmann::json table_;
+  QListWidget* rungs_ = nullptr;
+  QList<QWidget*> settings_;
+  QComboBox* ladders_ = nullptr;
+  QPushButton *start_ = nullptr, *stop_ = nullptr;
+  QLabel* status_ = nullptr;
+  QTableWidget* tableWidget_ = nullptr;
+  QCustomPlot *chart_ = nullptr, *accuracy_ = nullptr;
+};
