@@ -130,3 +130,12 @@ Q_DECLARE_METATYPE(tb::DType)
       QTest::qData("target", ::qMetaTypeId<::tb::test::Target>()));               \
   if (var.on_gpu()) NEED_GPU();                                                    \
   ::tb::Backend& be = ::tb::test::backend_of(var)
+
+// Each op family's check_output(target, [case,] output name, reference, result)
+// judges one output with the tolerance its target allows; this fails the row
+// with the comparison's message.
+#define EXPECT_OUTPUT(...)                                \
+  do {                                                    \
+    const auto c_ = check_output(__VA_ARGS__);            \
+    QVERIFY2(c_.ok, c_.msg.c_str());                      \
+  } while (0)

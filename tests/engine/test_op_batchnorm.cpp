@@ -113,12 +113,6 @@ Comparison check_output(const Target& t, const std::string& kind, const std::str
   return compare(ref, got, 1e-6, mean ? 1e-7 : 0.0, what, false, "fp32");
 }
 
-#define EXPECT_OUTPUT(t, kind, out, ref, got)                             \
-  do {                                                                    \
-    const Comparison c_ = check_output((t), (kind), (out), (ref), (got)); \
-    QVERIFY2(c_.ok, c_.msg.c_str());                                      \
-  } while (0)
-
 }  // namespace
 
 Q_DECLARE_METATYPE(BnCase)

@@ -125,12 +125,6 @@ Comparison check_output(const Target& t, const ConvGeometry& g, const std::strin
   return compare(ref, got, network_tolerance("fp32", 4, k), 0.0, what, true, "fp32");
 }
 
-#define EXPECT_OUTPUT(t, g, out, ref, got)                                   \
-  do {                                                                       \
-    const Comparison c_ = check_output((t), (g), (out), (ref), (got));       \
-    QVERIFY2(c_.ok, c_.msg.c_str());                                         \
-  } while (0)
-
 // a + b element-wise (host, f32 or f64, same layout).
 Tensor sum_of(const Tensor& a, const Tensor& b) {
   Tensor s = clone(a);

@@ -80,12 +80,6 @@ Comparison check_output(const Target& t, const std::string& out, const Tensor& r
   return compare(ref, got, 1e-4, 0.0, what, true, "fp32");
 }
 
-#define EXPECT_OUTPUT(t, out, ref, got)                             \
-  do {                                                              \
-    const Comparison c_ = check_output((t), (out), (ref), (got));   \
-    QVERIFY2(c_.ok, c_.msg.c_str());                                \
-  } while (0)
-
 Tensor sum_of(const Tensor& a, const Tensor& b) {
   Tensor s = clone(a);
   for (int64_t i = 0; i < s.numel(); ++i) {
