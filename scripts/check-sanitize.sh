@@ -16,6 +16,11 @@ t1=$(date +%s)
 export ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$PWD/scripts/sanitize-leaks.supp:print_suppressions=0
-ctest --test-dir build-sanitize --output-on-failure --timeout 1800
+ctest --test-dir build-sanitize --output-on-failure --timeout 1800 -E '^test_ddp$'
+# test_ddp starts its ranks through mpirun: Open MPI's dlclose()d components
+# leak in ways no suppression can name (sanitize-leaks.supp); memory errors and
+# undefined behaviour are still checked there.
+ASAN_OPTIONS=$ASAN_OPTIONS:detect_leaks=0 \
+  ctest --test-dir build-sanitize --output-on-failure --timeout 1800 -R '^test_ddp$'
 t2=$(date +%s)
 echo "check-sanitize: build $((t1 - t0)) s, tests $((t2 - t1)) s"

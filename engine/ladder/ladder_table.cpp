@@ -37,8 +37,12 @@ double num(const json& j, const char* key) {
 // Repetition -> samples/s of a rung's finished speed runs.
 std::map<int, double> samples_by_repetition(const json& row) {
   std::map<int, double> m;
-  for (const json& r : row["runs"])
-    if (r["samples_per_s"].is_number()) m[r["repetition"].get<int>()] = r["samples_per_s"];
+  // A failed run has no samples_per_s; const json's [] on a missing key is UB.
+  if (!row.is_object() || !row.contains("runs")) return m;
+  for (const json& r : row.at("runs")) {
+    const double v = num(r, "samples_per_s");
+    if (std::isfinite(v) && r.contains("repetition")) m[r.at("repetition").get<int>()] = v;
+  }
   return m;
 }
 

@@ -382,10 +382,12 @@ std::vector<ConfigKey> make_table() {
     TB_CHECK(std::any_of(groups().begin(), groups().end(),
                          [&](const ConfigGroup& g) { return g.id == k.group; }),
              "settings table: key '", k.key, "' names unknown group '", k.group, "'");
-    for (const auto& [value, name] : k.choice_labels.items())
+    for (const auto& item : k.choice_labels.items()) {
+      const std::string value = item.key();  // not a structured binding: clang 14 cannot capture one
       TB_CHECK(std::any_of(k.choices.begin(), k.choices.end(),
                            [&](const json& c) { return (c.is_string() ? c.get<std::string>() : c.dump()) == value; }),
                "settings table: key '", k.key, "' names choice '", value, "', which it does not have");
+    }
     if (k.applies_key.empty()) continue;
     const auto on = std::find_if(t.begin(), t.end(), [&](const ConfigKey& o) { return o.key == k.applies_key; });
     TB_CHECK(on != t.end(), "settings table: key '", k.key, "' applies when unknown key '", k.applies_key, "'");

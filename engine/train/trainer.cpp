@@ -484,8 +484,10 @@ TrainResult Trainer::run(int64_t run_id) {
 
   // --- data, model, optimizer, schedule
   RunData data = open_data(c, plan, be, shard);
-  const auto [steps_per_epoch, total_steps, epochs, samples_per_step] =
-      run_shape(c, data, shard.count);
+  // Plain names, not a structured binding: lambdas below capture them (clang 14).
+  const RunShape shape = run_shape(c, data, shard.count);
+  const int64_t steps_per_epoch = shape.steps_per_epoch, total_steps = shape.total_steps,
+                epochs = shape.epochs, samples_per_step = shape.samples_per_step;
   std::unique_ptr<Model> model = build_model(c, plan, be, data, log);
   // ddp: the communicator, every rank on rank 0's model, the gradient buckets.
   std::unique_ptr<DataParallel> ddp;
@@ -514,9 +516,7 @@ TrainResult Trainer::run(int64_t run_id) {
   // scaler, driven as engine/amp/loss_scaler.h describes.
   std::optional<LossScaler> scaler;
   if (plan.precision.needs_loss_scaling()) scaler.emplace(be);
-  summary_ = publish_run_started(bus_, run_id, c, be, plan, *model, data,
-                                 {steps_per_epoch, total_steps, epochs, samples_per_step},
-                                 shard.count);
+  summary_ = publish_run_started(bus_, run_id, c, be, plan, *model, data, shape, shard.count);
 
   // --- the step's parts
   Context ctx{be};
