@@ -19,6 +19,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/backend/cuda/caching_allocator.h"
@@ -39,6 +40,7 @@ namespace {
 // capture mode a thread_local, and every call is recorded.
 namespace fake_runtime {
 thread_local int capture_mode = 0;  // 0 = global, the runtime's default
+thread_local int current_device = 0;  // cudaSetDevice is per thread
 std::vector<int> modes_at_malloc;   // the calling thread's mode at each cudaMalloc
 int exchanges = 0, frees = 0, fail_next = 0;
 uintptr_t next_address = 0x10000000;
@@ -60,7 +62,7 @@ tb::cuda::AllocatorRuntime runtime() {
     return tb::cuda::kCudaSuccess;
   };
   rt.free = [](void*) { return ++frees, tb::cuda::kCudaSuccess; };
-  rt.get_device = [](int* d) { return *d = 0, tb::cuda::kCudaSuccess; };
+  rt.get_device = [](int* d) { return *d = current_device, tb::cuda::kCudaSuccess; };
   rt.set_device = [](int) { return tb::cuda::kCudaSuccess; };
   rt.mem_get_info = [](size_t* f, size_t* t) {
     *f = size_t(1) << 30, *t = size_t(2) << 30;
@@ -165,6 +167,33 @@ class TestCudaBackend : public QObject {
     a.deallocate(r, 5 << 20);
     a.deallocate(big, 64 << 20);
     a.deallocate(p, 1000);
+#else
+    QSKIP("this build has no CUDA backend (the allocator is compiled with it)");
+#endif
+  }
+
+  // parallel: dp drives several devices from one thread each: a thread that
+  // makes device 1's stream current must not retag device 0's allocations
+  // (a block freed on device 0 is found again on device 0's stream).
+  void allocatorStreamPerDevice() {
+#ifdef TRAINBENCH_HAVE_CUDA
+    using namespace tb::cuda;
+    namespace fr = fake_runtime;
+    fr::reset();
+    CachingAllocator a(fr::runtime());
+    int stream_0 = 0, stream_1 = 0;
+    a.set_current_stream(&stream_0);  // this thread on device 0
+    void* p = a.allocate(4096);
+    std::thread([&] {  // another thread drives device 1
+      fr::current_device = 1;
+      a.set_current_stream(&stream_1);
+      QVERIFY(a.current_stream() == &stream_1);
+    }).join();
+    QVERIFY(a.current_stream() == &stream_0);
+    a.deallocate(p, 4096);
+    QVERIFY(a.allocate(4096) == p);  // device 0's pool on device 0's stream
+    QCOMPARE(a.stats().cache_hits, int64_t(1));
+    a.deallocate(p, 4096);
 #else
     QSKIP("this build has no CUDA backend (the allocator is compiled with it)");
 #endif

@@ -112,9 +112,12 @@ class CachingAllocator final : public Allocator {
   void* allocate(size_t bytes) override;  // on the current stream of this device
   void deallocate(void* ptr, size_t bytes) override;
 
-  // The stream (cudaStream_t as void*) new allocations are tagged with.
+  // The stream (cudaStream_t as void*) new allocations on the calling
+  // thread's current device are tagged with. One per device, so that threads
+  // driving different devices at once (parallel: dp, one thread per device)
+  // each tag their blocks with their own device's stream.
   void set_current_stream(void* stream);
-  void* current_stream() const;
+  void* current_stream() const;  // of the calling thread's current device
 
   void empty_cache();  // cudaFree every cached (free) block
   void reset_peak();   // peaks := current values
@@ -158,10 +161,11 @@ class CachingAllocator final : public Allocator {
 
   void* malloc_or_throw(size_t rounded, size_t requested, int device);  // lock held
   void release_cached();                                                // lock held
+  void* stream_of(int device) const;                                    // lock held
 
   AllocatorRuntime rt_;
   mutable std::mutex mutex_;
-  void* stream_ = nullptr;
+  std::unordered_map<int, void*> streams_;  // the current stream of each device
   bool capturing_ = false;
   std::unordered_map<PoolKey, FreeList, PoolKeyHash> free_;
   std::unordered_map<void*, Block> live_;
