@@ -304,12 +304,20 @@ void train_step(StepContext& s, int64_t K, int64_t step, double lr, StepTimer* t
                 const std::function<void(Tensor& x, Tensor& y)>& stage,
                 const std::function<void()>& consumed, json& metrics) {
   const RunConfig& c = s.c;
-  if (s.dp) s.dp->replicate();
+  if (s.dp) {
+    std::optional<PhaseScope> ps;
+    if (timer) ps.emplace(*timer, Phase::Replicate);
+    s.dp->replicate();
+  }
   for (int64_t k = 0; k < K; ++k) {
     Tensor x, y;
     stage(x, y);
     if (s.dp) {
-      s.dp->scatter(x, y);
+      {
+        std::optional<PhaseScope> ps;
+        if (timer) ps.emplace(*timer, Phase::Scatter);
+        s.dp->scatter(x, y);
+      }
       s.dp->parallel_apply([&](int r) {
         StepContext& rs = r == 0 ? s : (*s.replica_steps)[size_t(r - 1)];
         forward_backward(rs, s.dp->x(r), s.dp->y(r), k, K, step, s.dp->share(r),
@@ -320,7 +328,11 @@ void train_step(StepContext& s, int64_t K, int64_t step, double lr, StepTimer* t
     }
     consumed();  // the last reader of x and y (conv weight gradients) is queued
   }
-  if (s.dp) s.dp->reduce_gradients();
+  if (s.dp) {
+    std::optional<PhaseScope> ps;
+    if (timer) ps.emplace(*timer, Phase::Reduce);
+    s.dp->reduce_gradients();
+  }
   std::optional<PhaseScope> ps;
   if (timer) ps.emplace(*timer, Phase::Optimizer);
   float grad_scale = 1.0f;
