@@ -49,6 +49,9 @@ DeviceReplicas::DeviceReplicas(Backend& primary, Model& model,
   }
   if (size() > 1) received_ = primary_.empty(model_.grad_block().shape(), model_.grad_block().dtype());
   stats_host_ = Tensor::empty({2}, DType::F64);
+  // Building the replicas made their devices current on this thread; what
+  // the trainer makes next (the step timer's events) belongs to the primary.
+  primary_.synchronize();
 }
 
 DeviceReplicas::~DeviceReplicas() = default;

@@ -140,6 +140,22 @@ void* CachingAllocator::malloc_or_throw(size_t rounded, size_t requested, int de
       requested);
 }
 
+void* CachingAllocator::allocate_for(const Device& device, size_t bytes) {
+  int current = 0;
+  TB_CUDA_CHECK(cudaError_t(rt_.get_device(&current)));
+  if (device.kind != DeviceKind::CUDA || device.index == current) return allocate(bytes);
+  TB_CUDA_CHECK(cudaError_t(rt_.set_device(device.index)));
+  void* p = nullptr;
+  try {
+    p = allocate(bytes);
+  } catch (...) {
+    (void)rt_.set_device(current);
+    throw;
+  }
+  TB_CUDA_CHECK(cudaError_t(rt_.set_device(current)));
+  return p;
+}
+
 void* CachingAllocator::allocate(size_t bytes) {
   const size_t rounded = round_size(bytes);
   int device = 0;

@@ -110,6 +110,9 @@ class CachingAllocator final : public Allocator {
   ~CachingAllocator() override;  // leaks cached blocks on purpose if the driver is gone
 
   void* allocate(size_t bytes) override;  // on the current stream of this device
+  // On `device` (and its current stream); the thread's current device is
+  // switched for the cudaMalloc and put back.
+  void* allocate_for(const Device& device, size_t bytes) override;
   void deallocate(void* ptr, size_t bytes) override;
 
   // The stream (cudaStream_t as void*) new allocations on the calling

@@ -46,6 +46,20 @@ void enable_peer_access(CudaBackend::Impl& m, int peer) {
   TB_CUDA_CHECK(e);
 }
 
+// Puts the calling thread's current device back when it goes: a peer copy
+// leaves the caller where it was (the training thread stays on the first
+// device between the dp steps' copies).
+class DeviceRestorer {
+ public:
+  DeviceRestorer() { TB_CUDA_CHECK(cudaGetDevice(&device_)); }
+  ~DeviceRestorer() { (void)cudaSetDevice(device_); }
+  DeviceRestorer(const DeviceRestorer&) = delete;
+  DeviceRestorer& operator=(const DeviceRestorer&) = delete;
+
+ private:
+  int device_ = 0;
+};
+
 }  // namespace
 }  // namespace cuda
 
@@ -62,6 +76,7 @@ void CudaBackend::copy_from_peer(Backend& src_backend, const Tensor& src, Tensor
   if (src.numel() == 0) return;
   Impl& m = *impl_;
   Impl& p = peer->impl();
+  const cuda::DeviceRestorer restore;
   p.activate();
   TB_CUDA_CHECK(cudaEventRecord(cuda::peer_event(p), p.stream));  // src written
   m.activate();
