@@ -113,11 +113,14 @@ class Backend {
   // parallel: dp (one process driving several devices). Copies `src`, on
   // `src_backend`'s device, into `dst` on this backend's device (same shape,
   // dtype and layout), after the work both backends have queued so far; ops
-  // either backend queues afterwards see the copy done. Backends of one
-  // device refuse it (the default).
+  // either backend queues afterwards see the copy done. The default copies
+  // within one device (two CPU backends share the host's memory, which lets
+  // the CPU tests drive parallel: dp's replicas) and refuses across devices.
   virtual void copy_from_peer(Backend& src_backend, const Tensor& src, Tensor& dst) {
-    TB_FAIL("copy_from_peer: the ", name(), " backend drives one device; copying from ",
-            src_backend.name(), " (parallel: dp) needs the cuda backend");
+    TB_CHECK(src_backend.device() == device(), "copy_from_peer: the ", name(),
+             " backend drives one device; copying from ", src_backend.name(),
+             " (parallel: dp) needs the cuda backend");
+    copy(src, dst);
   }
 
   // --- convolution: x (N,Cin,H,W), w (Cout,Cin,KH,KW), b (Cout) or undefined

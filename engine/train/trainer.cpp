@@ -278,7 +278,8 @@ void forward_backward(StepContext& s, const Tensor& x, const Tensor& y, int64_t 
     // gradient, and by the ranks so the all-reduced sum is their mean.
     const int64_t world = s.ddp ? s.ddp->size() : 1;
     s.be.softmax_cross_entropy(logits, y, static_cast<float>(c.label_smoothing),
-                               static_cast<float>(share / double(K * world)), *dlogits, s.stats);
+                               static_cast<float>(share) / static_cast<float>(K * world),
+                               *dlogits, s.stats);
     if (s.scaler) s.scaler->scale_grad(*dlogits);  // dlogits *= loss scale, on the device
   }
   std::optional<PhaseScope> ps;

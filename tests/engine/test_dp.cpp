@@ -3,7 +3,8 @@
 //   - CPU: the run plan's record (applied on CUDA with enough devices, refused
 //     on the CPU, dp_devices only with dp, fp16 and cuda_graphs not with dp);
 //     the batch split; a dp run on the CPU fails with an error naming the key
-//     and value; the CPU backend refuses a peer copy.
+//     and value; the replicas' arithmetic (replicate, uneven scatter, two
+//     threads, reduce) on two CPU backends against one model on the batch.
 //   - GPU slots (QSKIP without a device or a CUDA build): dp on one device
 //     gives the plain run's per-step losses and parameters; dp on two devices
 //     gives the plain run's on the same total batch (QSKIP unless 2 GPUs).
@@ -17,6 +18,7 @@
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
 #include "engine/nn/model.h"
+#include "engine/nn/models.h"
 #include "engine/parallel/device_replicas.h"
 #include "engine/train/config.h"
 #include "engine/train/trainer.h"
@@ -180,15 +182,71 @@ class TestDp : public QObject {
     }
   }
 
-  void cpuBackendRefusesPeerCopy() {
-    CpuBackend a, b;
-    Tensor src = Tensor::zeros({4}, DType::F32), dst = Tensor::zeros({4}, DType::F32);
-    try {
-      a.copy_from_peer(b, src, dst);
-      QFAIL("the cpu backend copied from a peer");
-    } catch (const Error& e) {
-      QVERIFY2(std::string(e.what()).find("parallel: dp") != std::string::npos, e.what());
+  // The replicas' arithmetic, on two CPU backends (copy_from_peer is a copy
+  // there): replicate, an uneven scatter (7 = 4 + 3), forward and backward on
+  // two threads, the reduce; the summed gradients equal one model's on the
+  // whole batch (float rounding of a different summation order), and the
+  // replicas' loss sums add up to the whole batch's.
+  void replicasOnTwoCpuBackendsSumToTheWholeBatch() {
+    CpuBackend primary, second;
+    const Shape in{1, 6, 6};
+    auto make = [&](Backend& be, uint64_t seed) {
+      std::unique_ptr<Model> m = make_model("mlp", in, 5, ModelOptions{});
+      m->build(be, seed);
+      return m;
+    };
+    std::unique_ptr<Model> model = make(primary, 3), whole = make(primary, 3);
+    std::vector<std::unique_ptr<Backend>> others;
+    others.push_back(std::make_unique<CpuBackend>());
+    Context ctx{primary};
+    // The replica starts from other weights (seed 4): replicate must fix that.
+    DeviceReplicas dp(primary, *model, std::move(others),
+                      [&](Backend& be) { return make(be, 4); }, ctx);
+    QCOMPARE(dp.size(), 2);
+    Tensor x = Tensor::empty({7, 1, 6, 6}, DType::F32), y = Tensor::empty({7}, DType::I32);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = float(std::sin(0.37 * double(i)));
+    for (int64_t i = 0; i < 7; ++i) y.data_as<int32_t>()[i] = int32_t(i % 5);
+
+    dp.replicate();
+    dp.scatter(x, y);
+    QCOMPARE(dp.x(0).dim(0), int64_t(4));
+    QCOMPARE(dp.x(1).dim(0), int64_t(3));
+    QCOMPARE(dp.share(0) + dp.share(1), 1.0);
+    Tensor stats0 = Tensor::zeros({2}, DType::F64);
+    std::vector<Tensor> dlogits(2);
+    dp.parallel_apply([&](int r) {
+      Context& c = r == 0 ? ctx : dp.context(r);
+      Tensor& stats = r == 0 ? stats0 : dp.stats(r);
+      Tensor logits = dp.model(r).forward(c, dp.x(r));
+      dlogits[size_t(r)] = Tensor::empty(logits.shape(), DType::F32);
+      dp.backend(r).softmax_cross_entropy(logits, dp.y(r), 0.0f, float(dp.share(r)),
+                                          dlogits[size_t(r)], stats);
+      dp.model(r).backward(c, dlogits[size_t(r)]);
+    });
+    dp.reduce_gradients();
+
+    Context whole_ctx{primary};
+    Tensor whole_stats = Tensor::zeros({2}, DType::F64);
+    Tensor logits = whole->forward(whole_ctx, x);
+    Tensor d = Tensor::empty(logits.shape(), DType::F32);
+    primary.softmax_cross_entropy(logits, y, 0.0f, 1.0f, d, whole_stats);
+    whole->backward(whole_ctx, d);
+
+    const float* g = model->grad_block().data_as<float>();
+    const float* w = whole->grad_block().data_as<float>();
+    double err = 0, scale = 0;
+    for (int64_t i = 0; i < model->grad_block().numel(); ++i) {
+      err = std::max(err, double(std::fabs(g[i] - w[i])));
+      scale = std::max(scale, double(std::fabs(w[i])));
     }
+    QVERIFY(scale > 0);
+    QVERIFY2(err / scale < 1e-5, qPrintable(QString::number(err / scale)));
+    const auto [loss1, correct1] = dp.read_and_reset_stats();
+    const double loss = stats0.data_as<double>()[0] + loss1;
+    QVERIFY(std::fabs(loss - whole_stats.data_as<double>()[0]) < 1e-4 * std::fabs(loss));
+    QCOMPARE(stats0.data_as<double>()[1] + correct1, whole_stats.data_as<double>()[1]);
+    QCOMPARE(dp.read_and_reset_stats().first, 0.0);  // restarted
+    QCOMPARE(dp.describe()["dp_devices"], json(2));
   }
 
   // One device: dp runs exactly the plain run's ops (the slice is the whole
