@@ -110,6 +110,18 @@ class Backend {
   // Same logical shape and dtype; either side may be on the host; layouts may
   // differ (the only place a layout conversion happens, and it is explicit).
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
+  // parallel: dp (one process driving several devices). Copies `src`, on
+  // `src_backend`'s device, into `dst` on this backend's device (same shape,
+  // dtype and layout), after the work both backends have queued so far; ops
+  // either backend queues afterwards see the copy done. The default copies
+  // within one device (two CPU backends share the host's memory, which lets
+  // the CPU tests drive parallel: dp's replicas) and refuses across devices.
+  virtual void copy_from_peer(Backend& src_backend, const Tensor& src, Tensor& dst) {
+    TB_CHECK(src_backend.device() == device(), "copy_from_peer: the ", name(),
+             " backend drives one device; copying from ", src_backend.name(),
+             " (parallel: dp) needs the cuda backend");
+    copy(src, dst);
+  }
 
   // --- convolution: x (N,Cin,H,W), w (Cout,Cin,KH,KW), b (Cout) or undefined
   virtual void conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,

@@ -110,7 +110,7 @@ Tensor Tensor::empty_with(Allocator& allocator, const Shape& shape, DType dtype,
   t.layout_ = layout;
   const size_t bytes = t.nbytes();
   Allocator* a = &allocator;
-  void* p = a->allocate(bytes);
+  void* p = a->allocate_for(device, bytes);
   t.storage_ = std::shared_ptr<void>(p, [a, bytes](void* q) { a->deallocate(q, bytes); });
   t.data_ = p;
   return t;

@@ -27,6 +27,13 @@ class Allocator {
   virtual ~Allocator() = default;
   virtual void* allocate(size_t bytes) = 0;  // throws tb::OutOfMemory
   virtual void deallocate(void* ptr, size_t bytes) = 0;
+  // Memory for a tensor of `device`. An allocator serving several devices
+  // (CUDA) allocates on that one, whatever device the calling thread has
+  // current (parallel: dp allocates for several devices from one thread).
+  virtual void* allocate_for(const Device& device, size_t bytes) {
+    (void)device;
+    return allocate(bytes);
+  }
 };
 Allocator& allocator_for(const Device& d);  // throws tb::Error if none is registered
 void register_allocator(DeviceKind kind, Allocator* allocator);

@@ -106,6 +106,7 @@ StepTimes CudaStepTimer::read(EventSet& s) {
     double ms = s.host_ms[p];
     for (int k = 0; k < s.used[p]; ++k) ms += elapsed_ms(s.begins[p][k], s.ends[p][k]);
     t.phase_ms[p] = ms;
+    if (s.used[p] > 0 && is_dp_phase(static_cast<Phase>(p))) t.has_dp = true;
   }
   s.pending = false;
   return t;

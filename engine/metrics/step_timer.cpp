@@ -18,6 +18,9 @@ const char* phase_metric(Phase p) {
     case Phase::Forward: return "forward_ms";
     case Phase::Backward: return "backward_ms";
     case Phase::Optimizer: return "optimizer_ms";
+    case Phase::Replicate: return "dp_replicate_ms";
+    case Phase::Scatter: return "dp_scatter_ms";
+    case Phase::Reduce: return "dp_reduce_ms";
   }
   return "?";
 }
@@ -29,14 +32,19 @@ const char* phase_name(Phase p) {
     case Phase::Forward: return "forward";
     case Phase::Backward: return "backward";
     case Phase::Optimizer: return "optimizer";
+    case Phase::Replicate: return "dp_replicate";
+    case Phase::Scatter: return "dp_scatter";
+    case Phase::Reduce: return "dp_reduce";
   }
   return "?";
 }
 
 double StepTimes::measured_ms() const {
   double s = 0;
-  for (int i = 0; i < kPhaseCount; ++i)
-    if (has_h2d || static_cast<Phase>(i) != Phase::H2D) s += phase_ms[i];
+  for (int i = 0; i < kPhaseCount; ++i) {
+    const Phase p = static_cast<Phase>(i);
+    if ((p != Phase::H2D || has_h2d) && (!is_dp_phase(p) || has_dp)) s += phase_ms[i];
+  }
   return s;
 }
 
@@ -46,7 +54,7 @@ void StepTimes::write_metrics(nlohmann::json& metrics) const {
   metrics["step_time_ms"] = total_ms;
   for (int i = 0; i < kPhaseCount; ++i) {
     const Phase p = static_cast<Phase>(i);
-    if (p == Phase::H2D && !has_h2d) continue;
+    if ((p == Phase::H2D && !has_h2d) || (is_dp_phase(p) && !has_dp)) continue;
     metrics[phase_metric(p)] = phase_ms[i];
   }
   metrics["other_ms"] = other_ms();
@@ -64,7 +72,10 @@ void HostStepTimer::end_step() {
   ready_.push_back(current_);
 }
 
-void HostStepTimer::begin(Phase p) { phase_start_[static_cast<int>(p)] = Clock::now(); }
+void HostStepTimer::begin(Phase p) {
+  if (is_dp_phase(p)) current_.has_dp = true;
+  phase_start_[static_cast<int>(p)] = Clock::now();
+}
 
 void HostStepTimer::end(Phase p) {
   const int i = static_cast<int>(p);

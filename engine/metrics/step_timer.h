@@ -17,8 +17,11 @@
 
 namespace tb {
 
-enum class Phase : int { DataWait = 0, H2D, Forward, Backward, Optimizer };
-constexpr int kPhaseCount = 5;
+// Replicate, Scatter, Reduce: parallel: dp's copies between devices
+// (device_replicas.h), as the first device's stream sees them.
+enum class Phase : int { DataWait = 0, H2D, Forward, Backward, Optimizer, Replicate, Scatter, Reduce };
+constexpr int kPhaseCount = 8;
+inline bool is_dp_phase(Phase p) { return p >= Phase::Replicate; }
 
 // The metric name of a phase: "data_wait_ms", "h2d_ms", "forward_ms", ...
 const char* phase_metric(Phase p);
@@ -30,6 +33,7 @@ struct StepTimes {
   double total_ms = 0;
   std::array<double, kPhaseCount> phase_ms{};
   bool has_h2d = false;  // device backends only; absent (not zero) on the CPU
+  bool has_dp = false;   // the dp phases: only in steps that entered one (parallel: dp)
 
   double phase(Phase p) const { return phase_ms[static_cast<int>(p)]; }
   double measured_ms() const;  // the sum of the phases that are reported

@@ -301,6 +301,12 @@ std::vector<ConfigKey> make_table() {
            "Data parallelism: ddp, one process per device (mpirun or RANK/WORLD_SIZE); "
            "dp, one process driving several GPUs")
           .trick(21).needs(&C::process_parallel),
+      integer("dp_devices", &R::dp_devices, 0, 0, 1024, "parallel",
+              "dp: GPUs one process drives, from the run's device on (cuda:k .. cuda:k+N-1); "
+              "each step splits batch_size across them")
+          .trick(21)
+          .zero_means("every visible GPU from the run's device on")
+          .applies_when("parallel", {"dp"}),
       integer("processes", &R::processes, 1, 1, 4096, "parallel",
               "ddp processes: the GUI starts this many with mpirun; a run records how many "
               "its launcher started")

@@ -57,8 +57,8 @@ struct RunConfig {
        eval_inference_mode = true, deterministic = false, empty_cache_between_phases = false,
        cuda_graphs = false;
   double clip_grad_norm = 0;
-  // data parallel (parallel: ddp)
-  int64_t processes = 1;
+  // data parallel (parallel: ddp; dp_devices: parallel: dp)
+  int64_t processes = 1, dp_devices = 0;
   double bucket_mb = 25;
   bool sync_batchnorm = false;
 

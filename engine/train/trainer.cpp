@@ -14,6 +14,7 @@
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <vector>
 
 #include "engine/amp/loss_scaler.h"
 #include "engine/amp/precision_policy.h"
@@ -28,6 +29,7 @@
 #include "engine/optim/optimizer.h"
 #include "engine/optim/schedule.h"
 #include "engine/parallel/data_parallel.h"
+#include "engine/parallel/device_replicas.h"
 #include "engine/parallel/launch.h"
 #include "engine/train/input_stager.h"
 #include "engine/train/step_graph.h"
@@ -107,6 +109,7 @@ struct DeviceStats {
 struct TrainStats {
   DeviceStats stats;
   DataParallel* ddp = nullptr;  // ddp: the sums are over every rank's batches
+  DeviceReplicas* dp = nullptr;  // dp: and over every replica's slices
   double epoch_loss = 0, epoch_correct = 0, last_loss = NAN;
   int64_t epoch_samples = 0, pending_samples = 0;  // pending: not read back yet
   explicit TrainStats(Backend& be) : stats(be) {}
@@ -114,6 +117,10 @@ struct TrainStats {
   void read(json& metrics) {
     if (pending_samples == 0) return;
     auto [loss_sum, correct] = stats.read_and_reset();
+    if (dp) {
+      const auto [replica_loss, replica_correct] = dp->read_and_reset_stats();
+      loss_sum += replica_loss, correct += replica_correct;
+    }
     double sums[3] = {loss_sum, correct, double(pending_samples)};
     if (ddp) ddp->sum(sums, 3);
     const double samples = sums[2];
@@ -210,6 +217,12 @@ struct StepContext {
   ChromeTrace* trace;  // per-layer spans when tracing
   DataParallel* ddp = nullptr;  // ddp: gradients all-reduced in buckets during backward
   Tensor dlogits = {};
+  // dp: the replicas, and the step contexts of replicas 1..n-1 (replica 0 is
+  // this one). A replica's gradients are never zero-filled: its first
+  // micro-batch writes them.
+  DeviceReplicas* dp = nullptr;
+  std::vector<StepContext>* replica_steps = nullptr;
+  int replica = 0;
 };
 
 // Forward that checks every layer's output for NaN/Inf when anomaly_check is on.
@@ -249,39 +262,77 @@ void backward(StepContext& s, const Tensor& dlogits, GradientBuckets* buckets) {
 // backward, then the optimizer. The same code runs eagerly and under graph
 // capture (then K = 1 and no clipping or anomaly check, see
 // cuda_graphs_blocker, and no timer: a graph's phases are not separated).
+// Micro-batch k of K: forward, loss, backward. `share` is this replica's part
+// of the micro-batch (dp; 1 otherwise), so the replicas' gradients sum to
+// the mean gradient of the whole micro-batch.
+void forward_backward(StepContext& s, const Tensor& x, const Tensor& y, int64_t k, int64_t K,
+                      int64_t step, double share, StepTimer* timer) {
+  const RunConfig& c = s.c;
+  Tensor* dlogits = nullptr;
+  {
+    std::optional<PhaseScope> ps;
+    if (timer) ps.emplace(*timer, Phase::Forward);
+    Tensor logits = forward(s, x, step);
+    dlogits = &ensure_buffer(s.ctx, s.dlogits, logits.shape(), logits.dtype());
+    // The loss is divided by K so K micro-batches sum to one big batch's
+    // gradient, and by the ranks so the all-reduced sum is their mean.
+    const int64_t world = s.ddp ? s.ddp->size() : 1;
+    s.be.softmax_cross_entropy(logits, y, static_cast<float>(c.label_smoothing),
+                               static_cast<float>(share) / static_cast<float>(K * world),
+                               *dlogits, s.stats);
+    if (s.scaler) s.scaler->scale_grad(*dlogits);  // dlogits *= loss scale, on the device
+  }
+  std::optional<PhaseScope> ps;
+  if (timer) ps.emplace(*timer, Phase::Backward);
+  // grad_set_to_none: the first micro-batch writes the gradients, later ones add.
+  s.ctx.accumulate_grads = (s.replica == 0 && !c.grad_set_to_none) || k > 0;
+  // ddp: the earlier micro-batches only accumulate (no_sync); the last
+  // one's backward sends the buckets.
+  GradientBuckets* buckets = s.ddp && k + 1 == K ? &s.ddp->buckets() : nullptr;
+  if (buckets) buckets->begin_step();
+  backward(s, *dlogits, buckets);
+  if (buckets) buckets->finish();  // the block holds the mean gradient of every rank's batch
+}
+
+// One optimizer step: for each of K micro-batches, stage it, forward, loss,
+// backward, then the optimizer. The same code runs eagerly and under graph
+// capture (then K = 1 and no clipping or anomaly check, see
+// cuda_graphs_blocker, and no timer: a graph's phases are not separated).
+// dp: the parameters go to every replica first, each micro-batch is split
+// across them (replica 0, timed, on this thread), and their gradients are
+// summed on the primary before the optimizer.
 void train_step(StepContext& s, int64_t K, int64_t step, double lr, StepTimer* timer,
                 const std::function<void(Tensor& x, Tensor& y)>& stage,
                 const std::function<void()>& consumed, json& metrics) {
   const RunConfig& c = s.c;
+  if (s.dp) {
+    std::optional<PhaseScope> ps;
+    if (timer) ps.emplace(*timer, Phase::Replicate);
+    s.dp->replicate();
+  }
   for (int64_t k = 0; k < K; ++k) {
     Tensor x, y;
     stage(x, y);
-    Tensor* dlogits = nullptr;
-    {
-      std::optional<PhaseScope> ps;
-      if (timer) ps.emplace(*timer, Phase::Forward);
-      Tensor logits = forward(s, x, step);
-      dlogits = &ensure_buffer(s.ctx, s.dlogits, logits.shape(), logits.dtype());
-      // The loss is divided by K so K micro-batches sum to one big batch's
-      // gradient, and by the ranks so the all-reduced sum is their mean.
-      const int64_t world = s.ddp ? s.ddp->size() : 1;
-      s.be.softmax_cross_entropy(logits, y, static_cast<float>(c.label_smoothing),
-                                 1.0f / static_cast<float>(K * world), *dlogits, s.stats);
-      if (s.scaler) s.scaler->scale_grad(*dlogits);  // dlogits *= loss scale, on the device
-    }
-    {
-      std::optional<PhaseScope> ps;
-      if (timer) ps.emplace(*timer, Phase::Backward);
-      // grad_set_to_none: the first micro-batch writes the gradients, later ones add.
-      s.ctx.accumulate_grads = !c.grad_set_to_none || k > 0;
-      // ddp: the earlier micro-batches only accumulate (no_sync); the last
-      // one's backward sends the buckets.
-      GradientBuckets* buckets = s.ddp && k + 1 == K ? &s.ddp->buckets() : nullptr;
-      if (buckets) buckets->begin_step();
-      backward(s, *dlogits, buckets);
-      if (buckets) buckets->finish();  // the block holds the mean gradient of every rank's batch
+    if (s.dp) {
+      {
+        std::optional<PhaseScope> ps;
+        if (timer) ps.emplace(*timer, Phase::Scatter);
+        s.dp->scatter(x, y);
+      }
+      s.dp->parallel_apply([&](int r) {
+        StepContext& rs = r == 0 ? s : (*s.replica_steps)[size_t(r - 1)];
+        forward_backward(rs, s.dp->x(r), s.dp->y(r), k, K, step, s.dp->share(r),
+                         r == 0 ? timer : nullptr);
+      });
+    } else {
+      forward_backward(s, x, y, k, K, step, 1.0, timer);
     }
     consumed();  // the last reader of x and y (conv weight gradients) is queued
+  }
+  if (s.dp) {
+    std::optional<PhaseScope> ps;
+    if (timer) ps.emplace(*timer, Phase::Reduce);
+    s.dp->reduce_gradients();
   }
   std::optional<PhaseScope> ps;
   if (timer) ps.emplace(*timer, Phase::Optimizer);
@@ -397,9 +448,10 @@ RunShape run_shape(const RunConfig& c, const RunData& data, int world_size) {
 // Publishes run_started; returns the summary's first fields.
 json publish_run_started(EventBus& bus, int64_t run_id, const RunConfig& c, Backend& be,
                          const RunPlan& plan, const Model& model, const RunData& data,
-                         const RunShape& shape, int world_size) {
+                         const RunShape& shape, int world_size, const DeviceReplicas* dp) {
   json environment = be.describe();
   environment["world_size"] = world_size;  // processes that trained this run (ddp)
+  if (dp) environment.update(dp->describe());  // devices this process drove (dp)
   environment["engine_version"] = TRAINBENCH_VERSION;
   environment["compiler"] = __VERSION__;
   bus.publish("run_started", {{"run_id", run_id},
@@ -449,6 +501,29 @@ std::string device_for_rank(const std::string& device, const LaunchInfo& launch)
   return cuda ? "cuda:" + std::to_string(launch.local_rank) : device;
 }
 
+// Devices of `be`'s kind visible from its device on: what parallel: dp may drive.
+int devices_from(const Backend& be) {
+  if (be.device().is_cpu()) return 1;
+  int n = 0;
+  for (const auto& [id, name] : available_devices()) n += id.rfind("cuda:", 0) == 0;
+  return std::max(1, n - be.device().index);
+}
+
+// parallel: dp: the backends of devices 2..n of the plan (after the run's own)
+// and the replicas that train on them.
+std::unique_ptr<DeviceReplicas> make_replicas(const RunConfig& c, const RunPlan& plan, Backend& be,
+                                              Model& model, const RunData& data,
+                                              const Context& ctx) {
+  std::vector<std::unique_ptr<Backend>> others;
+  for (int r = 1; r < plan.dp_devices; ++r)
+    others.push_back(make_backend("cuda:" + std::to_string(be.device().index + r),
+                                  backend_options(c)));
+  const Log quiet = [](const std::string&, const std::string&) {};  // replica 0 said it all
+  return std::make_unique<DeviceReplicas>(
+      be, model, std::move(others),
+      [&](Backend& replica_be) { return build_model(c, plan, replica_be, data, quiet); }, ctx);
+}
+
 }  // namespace
 
 Trainer::Trainer(RunConfig config, EventBus& bus, const std::atomic<bool>& stop)
@@ -477,7 +552,15 @@ TrainResult Trainer::run(int64_t run_id) {
   const RunPlan plan = resolve_tricks(c, be.capabilities(), be.device(),
                                       {.tracing = trace_ != nullptr,
                                        .amp_on_cpu_for_test = amp_on_cpu_,
-                                       .world_size = launch.world_size});
+                                       .world_size = launch.world_size,
+                                       .devices = c.parallel == "dp" ? devices_from(be) : 1});
+  // dp cannot fall back to one device quietly: a comparison run on the
+  // wrong setup would measure nothing.
+  TB_CHECK(c.parallel != "dp" || plan.dp, "parallel = dp cannot run on ", be.device().str(), ": ",
+           plan.tricks["parallel"].value("reason", ""));
+  TB_CHECK(!plan.dp || c.batch_size >= plan.dp_devices, "parallel = dp: batch_size ",
+           c.batch_size, " cannot be split across ", plan.dp_devices,
+           " devices (dp_devices; batch_size is the whole step's batch)");
   TB_CHECK(launch.world_size == 1 || plan.ddp, "parallel: ddp cannot run as ", launch.describe(),
            ": ", plan.tricks["parallel"].value("reason", ""));
   const Shard shard = plan.ddp ? Shard{launch.rank, launch.world_size} : Shard{};
@@ -516,18 +599,35 @@ TrainResult Trainer::run(int64_t run_id) {
   // scaler, driven as engine/amp/loss_scaler.h describes.
   std::optional<LossScaler> scaler;
   if (plan.precision.needs_loss_scaling()) scaler.emplace(be);
-  summary_ = publish_run_started(bus_, run_id, c, be, plan, *model, data, shape, shard.count);
-
   // --- the step's parts
   Context ctx{be};
   ctx.layout = plan.layout;
   ctx.amp = plan.precision;
   if (ddp) ctx.sync_batchnorm = ddp->batchnorm_sync();
+  // dp: replicas 1..n-1 on their devices, each with its step context.
+  std::unique_ptr<DeviceReplicas> dp;
+  std::vector<StepContext> replica_steps;
+  if (plan.dp) {
+    dp = make_replicas(c, plan, be, *model, data, ctx);
+    replica_steps.reserve(size_t(dp->size() - 1));
+    for (int r = 1; r < dp->size(); ++r) {
+      replica_steps.push_back(StepContext{c, dp->backend(r), dp->model(r), dp->context(r),
+                                          optimizer, nullptr, dp->stats(r), nullptr});
+      replica_steps.back().replica = r;
+    }
+    log("info", "dp: " + dp->describe().dump() + ", batch_size " +
+                    std::to_string(c.batch_size) + " split across them every step");
+  }
+  summary_ = publish_run_started(bus_, run_id, c, be, plan, *model, data, shape, shard.count,
+                                 dp.get());
   TrainStats train_stats(be);
   train_stats.ddp = ddp.get();
+  train_stats.dp = dp.get();
   InputStager stager(be, input_options(plan, *data.train));
   StepContext step_ctx{c, be, *model, ctx, optimizer, scaler ? &*scaler : nullptr,
                        train_stats.stats.device, trace_, ddp.get()};
+  step_ctx.dp = dp.get();
+  step_ctx.replica_steps = &replica_steps;
   std::unique_ptr<StepGraphs> graphs;  // cuda_graphs: the whole step, captured once, replayed
   if (plan.cuda_graphs) graphs = std::make_unique<StepGraphs>(be, kGraphWarmup);
   StepTelemetry telemetry(be, plan,
@@ -670,6 +770,7 @@ TrainResult Trainer::run(int64_t run_id) {
   }
   if (scaler) summary_["amp_skipped_steps"] = scaler->read_skipped();
   if (ddp) ddp->write_summary(summary_);
+  if (dp) summary_["dp_devices"] = dp->size();
   TrainResult r{stopped ? "stopped" : "finished", summary_};
   bus_.publish("finished", {{"status", r.status}, {"summary", summary_}});
   return r;

@@ -18,9 +18,22 @@ bool decide(const ConfigKey& k, const json& value, bool changed, const RunConfig
   if (k.key == "parallel") {
     const std::string v = value.get<std::string>();
     if (v == "dp") {
-      reason = "not implemented: one process driving several GPUs needs several cuda backends "
-               "in one process; use ddp (one process per device)";
-      return false;
+      if (!caps.multi_device) {
+        reason = device.is_cpu() ? "the cpu backend drives one device; dp (one process driving "
+                                   "several GPUs) needs the cuda backend"
+                                 : "not implemented by this build's backend";
+        return false;
+      }
+      if (c.dp_devices > ctx.devices) {
+        reason = "dp_devices = " + std::to_string(c.dp_devices) + " but " +
+                 std::to_string(ctx.devices) + " device(s) are visible from " + device.str() +
+                 " on";
+        return false;
+      }
+      const int64_t n = c.dp_devices > 0 ? c.dp_devices : ctx.devices;
+      reason = std::to_string(n) + " device(s) driven by one process (" + device.str() + " on), " +
+               "batch_size split across them, gradients summed on " + device.str();
+      return true;
     }
     if (v == "ddp") {
       reason = ddp_unavailable_reason(device.kind);
@@ -30,8 +43,16 @@ bool decide(const ConfigKey& k, const json& value, bool changed, const RunConfig
     }
     return true;
   }
-  if (k.group == "parallel" && changed && c.parallel != "ddp") {
-    reason = "only with parallel: ddp";
+  if (k.group == "parallel" && changed) {
+    const std::string needed = k.key == "dp_devices" ? "dp" : "ddp";
+    if (c.parallel != needed) {
+      reason = "only with parallel: " + needed;
+      return false;
+    }
+  }
+  if (k.key == "amp" && c.parallel == "dp" && PrecisionPolicy::from_config(c.amp).needs_loss_scaling()) {
+    reason = "not applied: dp has one loss scaler, on the first device, and the replicas' "
+             "losses are scaled on theirs (use bf16, or ddp)";
     return false;
   }
   if (k.key == "fuse_pointwise" && value.get<bool>() && c.sync_batchnorm && c.parallel == "ddp") {
@@ -78,6 +99,8 @@ std::string cuda_graphs_blocker(const RunConfig& c) {
     return "not applied: anomaly_check reads every layer's output on the host inside the step";
   if (c.parallel == "ddp")
     return "not applied: ddp's gradient all-reduces and control exchange run outside a capture";
+  if (c.parallel == "dp")
+    return "not applied: dp's step runs on several devices from several host threads";
   return {};
 }
 
@@ -111,6 +134,8 @@ RunPlan resolve_tricks(const RunConfig& c, const BackendCapabilities& caps, cons
   p.ddp = c.parallel == "ddp" && p.applied("parallel");
   p.bucket_elements = p.ddp ? static_cast<int64_t>(c.bucket_mb * 1024 * 1024 / 4) : 0;
   p.sync_batchnorm = p.ddp && c.sync_batchnorm;
+  p.dp = c.parallel == "dp" && p.applied("parallel");
+  p.dp_devices = p.dp ? (c.dp_devices > 0 ? int(c.dp_devices) : ctx.devices) : 0;
   p.empty_cache_between_phases = on("empty_cache_between_phases", c.empty_cache_between_phases);
   // Kernel counts and the Tensor Core share: sampled, or every step with the
   // profiler. A trace records every kernel itself (its device rows), so it

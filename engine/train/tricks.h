@@ -25,6 +25,9 @@ struct PlanContext {
   // The record still says "not applied".
   bool amp_on_cpu_for_test = false;
   int world_size = 1;  // processes the launcher started (parallel: ddp)
+  // Devices of the run's kind visible from its device on (cuda:k .. the
+  // last): what parallel: dp may drive; dp_devices 0 takes them all.
+  int devices = 1;
 };
 
 struct RunPlan {
@@ -56,6 +59,10 @@ struct RunPlan {
   bool ddp = false;
   int64_t bucket_elements = 0;
   bool sync_batchnorm = false;
+  // parallel: dp (engine/parallel/device_replicas.h): dp_devices devices from
+  // the run's device on, driven by this process
+  bool dp = false;
+  int dp_devices = 0;
 
   // --- memory and measurement
   bool empty_cache_between_phases = false;

@@ -19,6 +19,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/backend/cuda/caching_allocator.h"
@@ -39,18 +40,23 @@ namespace {
 // capture mode a thread_local, and every call is recorded.
 namespace fake_runtime {
 thread_local int capture_mode = 0;  // 0 = global, the runtime's default
+thread_local int current_device = 0;  // cudaSetDevice is per thread
 std::vector<int> modes_at_malloc;   // the calling thread's mode at each cudaMalloc
+std::vector<int> devices_at_malloc;  // the calling thread's device at each cudaMalloc
 int exchanges = 0, frees = 0, fail_next = 0;
 uintptr_t next_address = 0x10000000;
 void reset() {
   capture_mode = 0;
   modes_at_malloc.clear();
+  devices_at_malloc.clear();
+  current_device = 0;
   exchanges = frees = fail_next = 0;
 }
 tb::cuda::AllocatorRuntime runtime() {
   tb::cuda::AllocatorRuntime rt;
   rt.malloc = [](void** p, size_t bytes) {
     modes_at_malloc.push_back(capture_mode);
+    devices_at_malloc.push_back(current_device);
     if (fail_next > 0) {
       --fail_next;
       return tb::cuda::kCudaErrorMemoryAllocation;
@@ -60,8 +66,8 @@ tb::cuda::AllocatorRuntime runtime() {
     return tb::cuda::kCudaSuccess;
   };
   rt.free = [](void*) { return ++frees, tb::cuda::kCudaSuccess; };
-  rt.get_device = [](int* d) { return *d = 0, tb::cuda::kCudaSuccess; };
-  rt.set_device = [](int) { return tb::cuda::kCudaSuccess; };
+  rt.get_device = [](int* d) { return *d = current_device, tb::cuda::kCudaSuccess; };
+  rt.set_device = [](int d) { return current_device = d, tb::cuda::kCudaSuccess; };
   rt.mem_get_info = [](size_t* f, size_t* t) {
     *f = size_t(1) << 30, *t = size_t(2) << 30;
     return tb::cuda::kCudaSuccess;
@@ -165,6 +171,46 @@ class TestCudaBackend : public QObject {
     a.deallocate(r, 5 << 20);
     a.deallocate(big, 64 << 20);
     a.deallocate(p, 1000);
+#else
+    QSKIP("this build has no CUDA backend (the allocator is compiled with it)");
+#endif
+  }
+
+  // parallel: dp drives several devices from one process:
+  // - a thread that makes device 1's stream current must not retag device
+  //   0's allocations (a block freed on device 0 is found again on device 0's
+  //   stream);
+  // - a tensor of cuda:1 made on a thread whose current device is 0 (dp makes
+  //   the replicas' buffers from the training thread) is allocated on device
+  //   1, in device 1's pool, and the thread's device is left as it was.
+  void allocatorPerDevice() {
+#ifdef TRAINBENCH_HAVE_CUDA
+    using namespace tb::cuda;
+    namespace fr = fake_runtime;
+    fr::reset();
+    CachingAllocator a(fr::runtime());
+    int stream_0 = 0, stream_1 = 0;
+    a.set_current_stream(&stream_0);  // this thread on device 0
+    void* p = a.allocate(4096);
+    std::thread([&] {  // another thread drives device 1
+      fr::current_device = 1;
+      a.set_current_stream(&stream_1);
+      QVERIFY(a.current_stream() == &stream_1);
+    }).join();
+    QVERIFY(a.current_stream() == &stream_0);
+    a.deallocate(p, 4096);
+    QVERIFY(a.allocate(4096) == p);  // device 0's pool on device 0's stream
+    QCOMPARE(a.stats().cache_hits, int64_t(1));
+
+    void* q = a.allocate_for(Device::cuda(1), 4096);
+    QCOMPARE(fr::devices_at_malloc, (std::vector<int>{0, 1}));
+    QCOMPARE(fr::current_device, 0);
+    a.deallocate(q, 4096);
+    QVERIFY(a.allocate_for(Device::cuda(1), 4096) == q);  // device 1's pool
+    QCOMPARE(fr::devices_at_malloc.size(), size_t(2));
+    QCOMPARE(fr::current_device, 0);
+    a.deallocate(p, 4096);
+    a.deallocate(q, 4096);
 #else
     QSKIP("this build has no CUDA backend (the allocator is compiled with it)");
 #endif

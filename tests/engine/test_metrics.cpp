@@ -120,6 +120,33 @@ class TestMetrics : public QObject {
     QVERIFY(t->total_ms >= t->phase(Phase::Forward) + t->phase(Phase::Backward));
   }
 
+  // parallel: dp's phases are series only in the steps that entered them,
+  // and then count among the parts that add up to the step.
+  void hostTimerReportsDpPhasesOnlyWhenEntered() {
+    HostStepTimer timer(/*report_h2d=*/false);
+    timer.begin_step(1);
+    { PhaseScope p(timer, Phase::Forward); }
+    timer.end_step();
+    json plain;
+    timer.poll()->write_metrics(plain);
+    for (const char* k : {"dp_replicate_ms", "dp_scatter_ms", "dp_reduce_ms"}) QVERIFY2(!plain.contains(k), k);
+    timer.begin_step(2);
+    {
+      PhaseScope p(timer, Phase::Replicate);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    { PhaseScope p(timer, Phase::Scatter); }
+    { PhaseScope p(timer, Phase::Reduce); }
+    timer.end_step();
+    const std::optional<StepTimes> t = timer.poll();
+    QVERIFY(t && t->has_dp);
+    json dp;
+    t->write_metrics(dp);
+    for (const char* k : {"dp_replicate_ms", "dp_scatter_ms", "dp_reduce_ms"}) QVERIFY2(dp.contains(k), k);
+    QVERIFY(dp["dp_replicate_ms"].get<double>() >= 2.0);
+    QVERIFY(t->measured_ms() >= t->phase(Phase::Replicate));
+  }
+
   // --- the trainer's step metrics on the CPU
   void cpuStepMetricsAddUpAndGpuSeriesAreAbsent() {
     const std::vector<json> steps = run_steps(4, true);

@@ -97,7 +97,8 @@ class TestSettings : public QObject {
     QVERIFY(capabilities_of(DeviceKind::CPU).fused_pointwise);
     QVERIFY(!capabilities_of(DeviceKind::CPU).graph_capture);
     QVERIFY(capabilities_of(DeviceKind::CUDA).graph_capture);
-    QVERIFY(!capabilities_of(DeviceKind::CUDA).multi_device);  // dp: not implemented
+    QVERIFY(capabilities_of(DeviceKind::CUDA).multi_device);  // dp: copy_from_peer (peer.cpp)
+    QVERIFY(!capabilities_of(DeviceKind::CPU).multi_device);
 #ifdef TRAINBENCH_HAVE_MPI
     QVERIFY(capabilities_of(DeviceKind::CPU).process_parallel);
 #else

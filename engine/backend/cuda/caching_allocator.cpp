@@ -74,13 +74,22 @@ bool CachingAllocator::capturing() const {
 }
 
 void CachingAllocator::set_current_stream(void* stream) {
+  int device = 0;
+  TB_CUDA_CHECK(cudaError_t(rt_.get_device(&device)));
   std::lock_guard lock(mutex_);
-  stream_ = stream;
+  streams_[device] = stream;
 }
 
 void* CachingAllocator::current_stream() const {
+  int device = 0;
+  TB_CUDA_CHECK(cudaError_t(rt_.get_device(&device)));
   std::lock_guard lock(mutex_);
-  return stream_;
+  return stream_of(device);
+}
+
+void* CachingAllocator::stream_of(int device) const {
+  const auto it = streams_.find(device);
+  return it == streams_.end() ? nullptr : it->second;
 }
 
 void CachingAllocator::inject_malloc_failures(int count) {
@@ -131,6 +140,22 @@ void* CachingAllocator::malloc_or_throw(size_t rounded, size_t requested, int de
       requested);
 }
 
+void* CachingAllocator::allocate_for(const Device& device, size_t bytes) {
+  int current = 0;
+  TB_CUDA_CHECK(cudaError_t(rt_.get_device(&current)));
+  if (device.kind != DeviceKind::CUDA || device.index == current) return allocate(bytes);
+  TB_CUDA_CHECK(cudaError_t(rt_.set_device(device.index)));
+  void* p = nullptr;
+  try {
+    p = allocate(bytes);
+  } catch (...) {
+    (void)rt_.set_device(current);
+    throw;
+  }
+  TB_CUDA_CHECK(cudaError_t(rt_.set_device(current)));
+  return p;
+}
+
 void* CachingAllocator::allocate(size_t bytes) {
   const size_t rounded = round_size(bytes);
   int device = 0;
@@ -138,7 +163,8 @@ void* CachingAllocator::allocate(size_t bytes) {
   std::lock_guard lock(mutex_);
   const bool small = is_small(rounded);
   Block b;
-  auto pool = free_.find(PoolKey{device, stream_, small});
+  void* const stream = stream_of(device);
+  auto pool = free_.find(PoolKey{device, stream, small});
   if (pool != free_.end()) {
     auto it = pool->second.lower_bound(rounded);
     // Large blocks are not split: refuse one more than twice the size asked.
@@ -152,7 +178,7 @@ void* CachingAllocator::allocate(size_t bytes) {
   if (!b.ptr) {
     b.ptr = malloc_or_throw(rounded, bytes, device);
     b.size = rounded;
-    b.stream = stream_;
+    b.stream = stream;
     b.device = device;
   }
   b.requested = bytes;

@@ -110,11 +110,17 @@ class CachingAllocator final : public Allocator {
   ~CachingAllocator() override;  // leaks cached blocks on purpose if the driver is gone
 
   void* allocate(size_t bytes) override;  // on the current stream of this device
+  // On `device` (and its current stream); the thread's current device is
+  // switched for the cudaMalloc and put back.
+  void* allocate_for(const Device& device, size_t bytes) override;
   void deallocate(void* ptr, size_t bytes) override;
 
-  // The stream (cudaStream_t as void*) new allocations are tagged with.
+  // The stream (cudaStream_t as void*) new allocations on the calling
+  // thread's current device are tagged with. One per device, so that threads
+  // driving different devices at once (parallel: dp, one thread per device)
+  // each tag their blocks with their own device's stream.
   void set_current_stream(void* stream);
-  void* current_stream() const;
+  void* current_stream() const;  // of the calling thread's current device
 
   void empty_cache();  // cudaFree every cached (free) block
   void reset_peak();   // peaks := current values
@@ -158,10 +164,11 @@ class CachingAllocator final : public Allocator {
 
   void* malloc_or_throw(size_t rounded, size_t requested, int device);  // lock held
   void release_cached();                                                // lock held
+  void* stream_of(int device) const;                                    // lock held
 
   AllocatorRuntime rt_;
   mutable std::mutex mutex_;
-  void* stream_ = nullptr;
+  std::unordered_map<int, void*> streams_;  // the current stream of each device
   bool capturing_ = false;
   std::unordered_map<PoolKey, FreeList, PoolKeyHash> free_;
   std::unordered_map<void*, Block> live_;

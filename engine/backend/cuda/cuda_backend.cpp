@@ -101,6 +101,7 @@ void release(CudaBackend::Impl& m) {
   m.conv.reset();
   cuda::release_graphs(m);  // first: it may swap the compute stream back
   cuda::release_staging(m);
+  cuda::release_peer(m);
   m.opt_consts_dev = Tensor{};
   if (m.cudnn) (void)cudnnDestroy(m.cudnn), m.cudnn = nullptr;
   if (m.cublaslt) (void)cublasLtDestroy(m.cublaslt), m.cublaslt = nullptr;

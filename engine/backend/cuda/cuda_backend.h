@@ -20,6 +20,7 @@
 //   cuda_ops.cpp       argument checks and dispatch for the kernel families above
 //   amp.cu/amp_ops.cpp mixed precision: f32<->f16/bf16 casts, loss-scaler kernels
 //   fused.cu/fused_ops.cpp  fuse_pointwise: BN+add+ReLU, Linear+act
+//   peer.cpp           copies between two devices' backends (parallel: dp)
 //
 // NOTE: written and compiled on a machine without a GPU; see the tests.
 #include <memory>
@@ -55,6 +56,9 @@ class CudaBackend final : public Backend {
 
   void fill(Tensor& t, double value) override;
   void copy(const Tensor& src, Tensor& dst) override;
+  // peer.cpp: cudaMemcpyPeerAsync between two CudaBackends, ordered by events
+  // on both streams (parallel: dp). NOT yet run on a GPU.
+  void copy_from_peer(Backend& src_backend, const Tensor& src, Tensor& dst) override;
 
   void conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
                       Tensor& y) override;
@@ -173,7 +177,7 @@ class CudaBackend final : public Backend {
 #ifdef TRAINBENCH_HAVE_NCCL
       .process_parallel = true,  // ddp over NCCL (engine/parallel/nccl_communicator.cpp)
 #endif
-      .multi_device = false,  // parallel: dp, not implemented yet
+      .multi_device = true,  // parallel: dp, copy_from_peer (peer.cpp)
   };
   BackendCapabilities capabilities() const override { return kCapabilities; }
   // Whole-step capture (graphs.cpp, cuda_graphs). NOT yet run on a GPU.

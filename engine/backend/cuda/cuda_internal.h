@@ -85,6 +85,12 @@ struct CudaBackend::Impl {
   Tensor norm_coef;                  // f32 [2C] on the device: normalize_u8's scale, shift
   std::vector<float> norm_coef_host;  // what norm_coef holds
 
+  // Peer copies (peer.cpp, parallel: dp): an event recorded on this stream
+  // that another device's stream waits on, and the devices whose memory this
+  // one may address directly (cudaDeviceEnablePeerAccess, tried once each).
+  cudaEvent_t peer_event = nullptr;
+  std::vector<int> peers_tried;
+
   std::unique_ptr<cuda::ConvPlanCache, void (*)(cuda::ConvPlanCache*)> conv{
       nullptr, cuda::destroy_conv_cache};
 
@@ -105,6 +111,8 @@ namespace cuda {
 void release_staging(CudaBackend::Impl& m);
 // graphs.cpp: destroys the graphs and the capture stream (best effort, no throw).
 void release_graphs(CudaBackend::Impl& m);
+// peer.cpp: destroys the peer event (best effort, no throw).
+void release_peer(CudaBackend::Impl& m);
 }  // namespace cuda
 
 // Argument checks shared by the op files.
