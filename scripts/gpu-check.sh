@@ -66,6 +66,8 @@ is_system_lib() {
   case "$(basename "$1")" in
     libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libgcc_s.so*|linux-vdso*) return 0 ;;
     libcuda.so*|libcudart*|libcublas*|libcudnn*|libnvrtc*|libnvidia*|libnvJitLink*|libcupti*|libnvperf*) return 0 ;;
+    # NCCL (218 MB, over the device tool's 64 MiB alone): the image's pip nvidia-nccl-cu13 has it.
+    libnccl.so*) return 0 ;;
   esac
   return 1
 }
@@ -163,14 +165,14 @@ now() { date +%s; }
 left() { echo $((t_start + total - $(now))); }
 say() { echo "$*"; }
 
-# Folders holding libcudnn/libcublas/libcublasLt/libnvrtc/libcupti on the device
+# Folders holding libcudnn/libcublas/libcublasLt/libnvrtc/libcupti/libnccl on the device
 # (and libnvperf_host, which CUPTI's profiler API dlopens).
 cuda_lib_dirs() {
   local roots=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/extras/CUPTI/lib64)
   local nv
   nv=$(python3 -c 'import nvidia; print("\n".join(list(nvidia.__path__)))' 2>/dev/null || true)
   [[ -n "$nv" ]] && roots+=($nv)
-  for name in libcudnn.so.9 libcublas.so.13 libcublasLt.so.13 libnvrtc.so.13 libcupti.so.13 libnvperf_host.so; do
+  for name in libcudnn.so.9 libcublas.so.13 libcublasLt.so.13 libnvrtc.so.13 libcupti.so.13 libnvperf_host.so libnccl.so.2; do
     { find -H "${roots[@]}" -name "$name" 2>/dev/null || true; } | head -n 1 | xargs -r dirname || true
   done | awk '!seen[$0]++'
 }
