@@ -362,9 +362,19 @@ void RunDashboard::setStatus(const QString& status, const QString& reason) {
 }
 
 void RunDashboard::updateHeader() {
+  const bool over = status_ == QLatin1String("finished") || status_ == QLatin1String("stopped") ||
+                    status_ == QLatin1String("failed") || status_ == QLatin1String("interrupted");
   QString progress;
-  if (totalSteps_ > 0) progress = tr("step %1 of %2").arg(lastStep_).arg(totalSteps_);
-  else if (lastStep_ > 0) progress = tr("step %1").arg(lastStep_);
+  if (totalSteps_ > 0 && over && lastStep_ < totalSteps_) {
+    // An ended run short of its planned steps says why it ended there.
+    progress = lastSummary_.value(QLatin1String("target_reached")).toBool()
+                   ? tr("target accuracy reached at step %1 of %2").arg(lastStep_).arg(totalSteps_)
+                   : tr("ended at step %1 of %2").arg(lastStep_).arg(totalSteps_);
+  } else if (totalSteps_ > 0) {
+    progress = tr("step %1 of %2").arg(lastStep_).arg(totalSteps_);
+  } else if (lastStep_ > 0) {
+    progress = tr("step %1").arg(lastStep_);
+  }
   const QPalette pal = palette();
   QString html = QStringLiteral("<b>%1</b>").arg(series_.runName.toHtmlEscaped());
   if (series_.runId > 0) html += QStringLiteral(" (#%1)").arg(series_.runId);
@@ -380,8 +390,6 @@ void RunDashboard::updateHeader() {
                                 PaletteColors::hint(pal));
   header_->setText(html);
   // Until the first plot: what to expect, or why there will be none.
-  const bool over = status_ == QLatin1String("finished") || status_ == QLatin1String("stopped") ||
-                    status_ == QLatin1String("failed") || status_ == QLatin1String("interrupted");
   emptyHint_->setVisible(plots().isEmpty());
   emptyHint_->setText(PaletteColors::span(over ? tr("No metrics were recorded: the run ended before its first step.")
                                                : tr("The plots appear with the first training step."),
@@ -397,6 +405,7 @@ void RunDashboard::updateHeader() {
 
 void RunDashboard::showResult(const QJsonObject& summary) {
   lastSummary_ = summary;
+  updateHeader();  // an early end's reason (target_reached) is in the summary
   const qint64 steps = summary.value(QLatin1String("steps")).toInteger();
   if (summary.isEmpty() || steps <= 0) {
     resultStrip_->setVisible(false);

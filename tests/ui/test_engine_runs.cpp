@@ -127,6 +127,27 @@ class TestEngineRuns : public QObject {
     QCOMPARE(waitForEnd(window.runQueue(), 20000).status, QStringLiteral("stopped"));
   }
 
+  // A run that ended short of its planned steps says why in its header: the
+  // target accuracy (the summary's target_reached) or an early end.
+  void earlyEndIsExplainedInTheHeader() {
+    for (const bool reached : {true, false}) {
+      RunDashboard d;
+      RunSeries series;
+      series.runId = 7;
+      for (int s = 1; s <= 40; ++s) series.step[QStringLiteral("step_time_ms")].append(s, 0, 0, 0, 1.0);
+      d.setSeries(series);
+      RunSummary run;
+      run.id = 7;
+      run.status = reached ? QStringLiteral("finished") : QStringLiteral("stopped");
+      run.summary = QJsonObject{{QStringLiteral("total_steps"), 120}, {QStringLiteral("steps"), 40},
+                                {QStringLiteral("target_reached"), reached}};
+      d.setRun(run);
+      QVERIFY2(d.headerText().contains(reached ? QLatin1String("target accuracy reached at step 40 of 120")
+                                               : QLatin1String("ended at step 40 of 120")),
+               qPrintable(d.headerText()));
+    }
+  }
+
   void fakeRunFillsTheDashboard() {
     MainWindow window(db_);
     window.setEnginePath(QStringLiteral(TRAINBENCH_FAKE_ENGINE));
