@@ -160,7 +160,8 @@ void EngineProcess::handleLine(const QByteArray& raw) {
   // started training says so only in its "failed" event.
   if (runId_ <= 0 && event.value(QLatin1String("run_id")).toInteger() > 0)
     runId_ = event.value(QLatin1String("run_id")).toInteger();
-  if (type == QLatin1String("step")) {
+  // An evaluation between epochs (eval_every_steps) carries step series, as the store keeps it.
+  if (type == QLatin1String("step") || type == QLatin1String("evaluation")) {
     emit stepReceived(event);
   } else if (type == QLatin1String("epoch")) {
     emit epochReceived(event);

@@ -227,12 +227,15 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
       makePanel(tr("Loss"), tr("loss"),
        {{false, QStringLiteral("loss"), tr("train (step)")},
         {true, QStringLiteral("train_loss"), tr("train (epoch)")},
-        {true, QStringLiteral("test_loss"), tr("test (epoch)")}}),
+        {true, QStringLiteral("test_loss"), tr("test (epoch)")},
+        {false, QStringLiteral("test_loss"), tr("test (evaluations)")}}),
       makePanel(tr("Accuracy"), tr("%"),
        {{false, QStringLiteral("train_accuracy"), tr("train (step)")},
         {false, QStringLiteral("accuracy"), tr("train (step)")},
         {true, QStringLiteral("train_accuracy"), tr("train (epoch)")},
-        {true, QStringLiteral("test_accuracy"), tr("test (epoch)")}}, false, 100.0),
+        {true, QStringLiteral("test_accuracy"), tr("test (epoch)")},
+        // eval_every_steps / target_accuracy: the evaluations between epochs
+        {false, QStringLiteral("test_accuracy"), tr("test (evaluations)")}}, false, 100.0),
       makePanel(tr("Learning rate"), tr("lr"), {{false, QStringLiteral("lr"), tr("learning rate")}}),
   };
   for (const Panel& p : panels_)

@@ -59,6 +59,11 @@ for step in range(1, steps + 1):
                   "backward_ms": 4.0, "optimizer_ms": 1.0, "other_ms": 0.5,
                   "samples_per_s": 6400.0, "loss": 2.3 / step, "lr": 0.1, "my_custom_metric": step * 2.0,
                   **gpu_series(step)})
+    # eval_every_steps: an evaluation between epochs (docs/events.md)
+    every = int(config.get("eval_every_steps", 0))
+    if every > 0 and step % every == 0:
+        emit("evaluation", step=step, epoch=(step - 1) // per_epoch,
+             metrics={"test_loss": 1.2 / step, "test_accuracy": min(0.9, 0.05 * step), "eval_time_s": 0.01})
     if step % per_epoch == 0:
         emit("epoch", epoch=step // per_epoch - 1, step=step,
              metrics={"train_loss": 1.0 / step, "test_loss": 1.1 / step, "train_accuracy": 0.5, "test_accuracy": 0.6})

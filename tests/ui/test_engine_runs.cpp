@@ -188,6 +188,26 @@ class TestEngineRuns : public QObject {
     QVERIFY2(d->resultText().contains(QLatin1String("Median step: 11.0 ms")), qPrintable(d->resultText()));
   }
 
+  // With eval_every_steps, the evaluations between epochs are curves of the
+  // Loss and Accuracy panels while the run goes on, not plots of their own.
+  void evaluationsBetweenEpochsArePlotted() {
+    MainWindow window(db_);
+    window.setEnginePath(QStringLiteral(TRAINBENCH_FAKE_ENGINE));
+    QJsonObject c = window.currentConfig();
+    c.insert(QStringLiteral("eval_every_steps"), 5);
+    window.setConfig(c);
+    window.launchNow();
+    QCOMPARE(waitForEnd(window.runQueue(), 20000).status, QStringLiteral("finished"));
+    auto* d = qobject_cast<RunDashboard*>(window.dashboards()->widget(0));
+    QVERIFY(d);
+    d->refreshNow();
+    QCOMPARE(stepCount(d, QStringLiteral("test_accuracy")), 4);  // steps 5, 10, 15, 20
+    for (const QString& panel : {QStringLiteral("Accuracy"), QStringLiteral("Loss")})
+      QVERIFY2(d->plot(panel)->curveLabels().contains(QStringLiteral("test (evaluations)")),
+               qPrintable(d->plot(panel)->curveLabels().join(QLatin1String(", "))));
+    QVERIFY(!d->plot(QStringLiteral("Test accuracy")));
+  }
+
   // Ended runs' tabs close all at once; a run still going keeps its tab.
   void endedRunsTabsCloseAtOnce() {
     MainWindow window(db_);
