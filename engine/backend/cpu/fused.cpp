@@ -177,7 +177,12 @@ void bn_act_backward_f32(const Dims& d, const float* x, const float* y, const fl
       if (relu) {
         const float* yr = y + at(d, n, c);
         float* mz = dres ? dres + at(d, n, c) : scratch.data();
-        for (int64_t i = 0; i < d.HW; ++i) mz[i] = yr[i] > 0.0f ? gr[i] : 0.0f;
+        // gr[i] loaded unconditionally: a conditional load keeps GCC from
+        // vectorizing the select (the unfused relu_backward is SIMD).
+        for (int64_t i = 0; i < d.HW; ++i) {
+          const float g = gr[i];
+          mz[i] = yr[i] > 0.0f ? g : 0.0f;
+        }
         dz = mz;
       } else if (dres) {
         std::copy_n(gr, d.HW, dres + at(d, n, c));
@@ -198,7 +203,8 @@ void bn_act_backward_f32(const Dims& d, const float* x, const float* y, const fl
         if (relu) {
           const float* yr = y + at(d, n, c);
           for (int64_t i = 0; i < d.HW; ++i) {
-            const float dz = yr[i] > 0.0f ? gr[i] : 0.0f;
+            const float g = gr[i];
+            const float dz = yr[i] > 0.0f ? g : 0.0f;
             out[i] = dz * a + xr[i] * b + c0;
           }
         } else {
