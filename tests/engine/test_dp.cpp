@@ -7,7 +7,9 @@
 //     threads, reduce) on two CPU backends against one model on the batch.
 //   - GPU slots (QSKIP without a device or a CUDA build): dp on one device
 //     gives the plain run's per-step losses and parameters; dp on two devices
-//     gives the plain run's on the same total batch (QSKIP unless 2 GPUs).
+//     gives the plain run's on the same total batch (QSKIP unless 2 GPUs);
+//     ddp over NCCL with one rank gives the plain run's (the one NCCL check a
+//     single GPU allows; this suite is in scripts/gpu-check.sh, test_ddp is not).
 #include <QtTest>
 
 #include <algorithm>
@@ -268,6 +270,31 @@ class TestDp : public QObject {
     const double tol = 1e-6;
     QVERIFY(tb::test::report_tolerance("fp32", worst_loss_error(plain, dp), tol, "dp 1 device losses"));
     QVERIFY(tb::test::report_tolerance("fp32", worst_param_error(plain, dp), tol, "dp 1 device params"));
+    TB_GPU_CATCH
+  }
+
+  // ddp over NCCL, one rank (no launcher): the all-reduce of one rank leaves
+  // the gradients as they are and the sampler's one shard is the whole epoch,
+  // so the run equals the plain run (bit-equal on the CPU over MPI; 1e-6
+  // relative allowed for the bucket copies on the device).
+  void gpuOneRankNcclDdpMatchesPlainRun() {
+    NEED_GPU();
+    TB_GPU_TRY
+#ifndef TRAINBENCH_HAVE_NCCL
+    QSKIP("this build has no NCCL (the CUDA toolkit's libnccl)");
+#endif
+    const Outcome plain = train(base_config({{"device", "cuda:0"}}));
+    const Outcome ddp = train(base_config({{"device", "cuda:0"}, {"parallel", "ddp"}}));
+    QVERIFY2(ddp.tricks["parallel"]["applied"].get<bool>(), ddp.tricks["parallel"].dump().c_str());
+    QCOMPARE(ddp.summary["world_size"], json(1));
+    QVERIFY2(ddp.summary["ddp_transport"].get<std::string>().rfind("nccl", 0) == 0,
+             ddp.summary["ddp_transport"].dump().c_str());
+    QCOMPARE(ddp.losses.size(), size_t(5));
+    QCOMPARE(ddp.losses.size(), plain.losses.size());
+    QCOMPARE(ddp.params.size(), plain.params.size());
+    const double tol = 1e-6;
+    QVERIFY(tb::test::report_tolerance("fp32", worst_loss_error(plain, ddp), tol, "ddp nccl 1 rank losses"));
+    QVERIFY(tb::test::report_tolerance("fp32", worst_param_error(plain, ddp), tol, "ddp nccl 1 rank params"));
     TB_GPU_CATCH
   }
 
