@@ -21,29 +21,12 @@
 #include <fstream>
 
 #include "engine/parallel/launch.h"
+#include "tests/engine/mpi_slot.h"
 #include "engine/store/run_store.h"
 
 using namespace tb;
 
 namespace {
-
-QString fmnist() { return QStringLiteral("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"); }
-
-#define NEED_MPI()                                                                             \
-  do {                                                                                         \
-    if (!QStringLiteral(TRAINBENCH_HAVE_MPI_TEXT).toInt())                                     \
-      QSKIP("this build has no MPI (libopenmpi-dev; scripts/setup.sh)");                       \
-    std::string why_;                                                                          \
-    if (find_mpirun(&why_).empty()) QSKIP(why_.c_str());                                       \
-    if (!QFile::exists(fmnist()))                                                              \
-      QSKIP("Fashion-MNIST is not installed (dataset-fashion-mnist; scripts/setup.sh)");       \
-  } while (0)
-
-#ifdef TRAINBENCH_HAVE_MPI
-#define TRAINBENCH_HAVE_MPI_TEXT "1"
-#else
-#define TRAINBENCH_HAVE_MPI_TEXT "0"
-#endif
 
 // A QProcess running `mpirun -np N program args...` with the variables
 // mpirun_command asks for.
@@ -105,7 +88,7 @@ class TestDdp : public QObject {
 
  private slots:
   void ddpEqualsSingleProcessOnTheConcatenatedBatch() {
-    NEED_MPI();
+    NEED_CPU_DDP();
     QTemporaryDir dir;
     QProcess p;
     p.setProcessChannelMode(QProcess::MergedChannels);
@@ -155,7 +138,7 @@ class TestDdp : public QObject {
   // The engine itself under mpirun: one run in the store, from rank 0, with
   // world_size and the parallel metric series; rank 1 prints nothing.
   void engineRecordsOneRunFromRankZero() {
-    NEED_MPI();
+    NEED_CPU_DDP();
     QTemporaryDir dir;
     const QString db = dir.filePath(QStringLiteral("runs.db"));
     QProcess p;
@@ -193,7 +176,7 @@ class TestDdp : public QObject {
   // A rank killed mid-run: mpirun ends the job, rank 0 records the failure,
   // within seconds, and the store stays intact.
   void killedRankFailsTheJob() {
-    NEED_MPI();
+    NEED_CPU_DDP();
     QTemporaryDir dir;
     const QString db = dir.filePath(QStringLiteral("runs.db"));
     QProcess p;

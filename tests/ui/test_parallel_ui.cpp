@@ -9,6 +9,7 @@
 
 #include "engine/parallel/launch.h"
 #include "engine/store/run_store.h"
+#include "tests/engine/mpi_slot.h"
 #include "compare_view.h"
 #include "engine_process.h"
 #include "parallel_launch.h"
@@ -72,12 +73,7 @@ class TestParallelUi : public QObject {
 
   // The real engine, two processes through mpirun, from the workbench.
   void ddpRunFromTheWorkbench() {
-    std::string why;
-    if (tb::find_mpirun(&why).empty()) QSKIP(why.c_str());
-    if (tb::ddp_unavailable_reason(tb::DeviceKind::CPU) != "")
-      QSKIP(tb::ddp_unavailable_reason(tb::DeviceKind::CPU).c_str());
-    if (!QFile::exists(QStringLiteral("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")))
-      QSKIP("Fashion-MNIST is not installed (dataset-fashion-mnist)");
+    NEED_CPU_DDP();
     QTemporaryDir dir;
     const QString db = dir.filePath(QStringLiteral("runs.db"));
     EngineProcess p(QStringLiteral(TRAINBENCH_ENGINE_BIN), db,
@@ -99,12 +95,7 @@ class TestParallelUi : public QObject {
   // Stop from the workbench: SIGTERM to mpirun reaches every rank, they agree
   // on the last step, and the run ends "stopped" (mpirun itself exits 1).
   void stoppingADdpRunFromTheWorkbench() {
-    std::string why;
-    if (tb::find_mpirun(&why).empty()) QSKIP(why.c_str());
-    if (tb::ddp_unavailable_reason(tb::DeviceKind::CPU) != "")
-      QSKIP(tb::ddp_unavailable_reason(tb::DeviceKind::CPU).c_str());
-    if (!QFile::exists(QStringLiteral("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")))
-      QSKIP("Fashion-MNIST is not installed (dataset-fashion-mnist)");
+    NEED_CPU_DDP();
     QTemporaryDir dir;
     const QString db = dir.filePath(QStringLiteral("runs.db"));
     EngineProcess p(QStringLiteral(TRAINBENCH_ENGINE_BIN), db,
