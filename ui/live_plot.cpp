@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "live_plot.h"
 
+#include "plot_style.h"
+
 #include <qcustomplot.h>
 
 #include <QDateTime>
@@ -29,16 +31,7 @@ const QColor kCurveColors[] = {QColor(31, 119, 180), QColor(255, 127, 14), QColo
 
 LivePlot::LivePlot(const QString& title, const QString& yLabel, QWidget* parent)
     : QWidget(parent), title_(title), yLabel_(yLabel) {
-  auto* layout = new QVBoxLayout(this);
-  layout->setContentsMargins(0, 0, 0, 0);
-  plot_ = new QCustomPlot(this);
-  plot_->setMinimumHeight(220);
-  layout->addWidget(plot_);
-
-  plot_->plotLayout()->insertRow(0);
-  QFont titleFont = font();
-  titleFont.setBold(true);
-  plot_->plotLayout()->addElement(0, 0, new QCPTextElement(plot_, title_, titleFont));
+  plot_ = PlotStyle::addTitledPlot(this, title_, 220);
   plot_->yAxis->setLabel(yLabel_);
   plot_->xAxis->setLabel(xAxisTitle(xAxis_));
   plot_->legend->setVisible(true);
@@ -575,21 +568,14 @@ void LivePlot::applyPalette() {
   const QColor bg = pal.color(QPalette::Base), fg = pal.color(QPalette::Text);
   QColor grid = fg;
   grid.setAlpha(40);
-  plot_->setBackground(bg);
-  for (QCPAxis* axis : {plot_->xAxis, plot_->yAxis, plot_->xAxis2, plot_->yAxis2}) {
-    axis->setBasePen(QPen(fg));
-    axis->setTickPen(QPen(fg));
-    axis->setSubTickPen(QPen(fg));
-    axis->setTickLabelColor(fg);
-    axis->setLabelColor(fg);
+  PlotStyle::applyPalette(plot_, pal);
+  for (QCPAxis* axis : {plot_->xAxis, plot_->yAxis, plot_->xAxis2, plot_->yAxis2})
     axis->grid()->setPen(QPen(grid, 1, Qt::DotLine));
-  }
   QColor legendBg = bg;
   legendBg.setAlpha(200);
   plot_->legend->setBrush(legendBg);
   plot_->legend->setTextColor(fg);
   plot_->legend->setBorderPen(Qt::NoPen);
-  if (auto* t = qobject_cast<QCPTextElement*>(plot_->plotLayout()->element(0, 0))) t->setTextColor(fg);
   trackerLabel_->setColor(fg);
   for (int i = 0; i < curves_.size(); ++i) updateLegendItem(i);
   trackerLabel_->setBrush(legendBg);

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "scaling_chart.h"
 
+#include "plot_style.h"
+
 #include <qcustomplot.h>
 
 #include <QEvent>
@@ -11,15 +13,7 @@
 
 ScalingChart::ScalingChart(QWidget* parent)
     : QWidget(parent), efficiency_(std::numeric_limits<double>::quiet_NaN()) {
-  auto* layout = new QVBoxLayout(this);
-  layout->setContentsMargins(0, 0, 0, 0);
-  plot_ = new QCustomPlot(this);
-  plot_->setMinimumHeight(200);
-  layout->addWidget(plot_);
-  plot_->plotLayout()->insertRow(0);
-  QFont titleFont = font();
-  titleFont.setBold(true);
-  plot_->plotLayout()->addElement(0, 0, new QCPTextElement(plot_, tr("Scaling (ddp)"), titleFont));
+  plot_ = PlotStyle::addTitledPlot(this, tr("Scaling (ddp)"), 200);
   plot_->xAxis->setLabel(tr("processes"));
   plot_->yAxis->setLabel(tr("samples/s"));
   plot_->legend->setVisible(true);
@@ -59,18 +53,9 @@ void ScalingChart::refresh() {
   if (best.size() < 2) return;
 
   const QPalette pal = palette();
-  const QColor bg = pal.color(QPalette::Base), fg = pal.color(QPalette::Text);
-  plot_->setBackground(bg);
-  plot_->legend->setBrush(bg);
-  plot_->legend->setTextColor(fg);
-  for (QCPAxis* axis : {plot_->xAxis, plot_->yAxis}) {
-    axis->setBasePen(QPen(fg));
-    axis->setTickPen(QPen(fg));
-    axis->setSubTickPen(QPen(fg));
-    axis->setTickLabelColor(fg);
-    axis->setLabelColor(fg);
-  }
-  if (auto* t = qobject_cast<QCPTextElement*>(plot_->plotLayout()->element(0, 0))) t->setTextColor(fg);
+  PlotStyle::applyPalette(plot_, pal);
+  plot_->legend->setBrush(pal.color(QPalette::Base));
+  plot_->legend->setTextColor(pal.color(QPalette::Text));
 
   const int p0 = best.begin()->first;
   const double base = best.begin()->second;

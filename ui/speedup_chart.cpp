@@ -8,17 +8,10 @@
 #include <cmath>
 
 #include "compare_summary_model.h"
+#include "plot_style.h"
 
 SpeedupChart::SpeedupChart(CompareSummaryModel* model, QWidget* parent) : QWidget(parent), model_(model) {
-  auto* layout = new QVBoxLayout(this);
-  layout->setContentsMargins(0, 0, 0, 0);
-  plot_ = new QCustomPlot(this);
-  plot_->setMinimumHeight(200);
-  layout->addWidget(plot_);
-  plot_->plotLayout()->insertRow(0);
-  QFont titleFont = font();
-  titleFont.setBold(true);
-  plot_->plotLayout()->addElement(0, 0, new QCPTextElement(plot_, tr("Speed-up vs baseline (samples/s)"), titleFont));
+  plot_ = PlotStyle::addTitledPlot(this, tr("Speed-up vs baseline (samples/s)"), 200);
   plot_->xAxis->setLabel(tr("% of the baseline's throughput"));
   setToolTip(tr("Each run's training throughput relative to the chosen baseline (100 %)."));
   connect(model_, &QAbstractItemModel::modelReset, this, &SpeedupChart::refresh);
@@ -30,16 +23,8 @@ void SpeedupChart::refresh() {
   plot_->clearPlottables();
   plot_->clearItems();
   const QPalette pal = palette();
-  const QColor bg = pal.color(QPalette::Base), fg = pal.color(QPalette::Text);
-  plot_->setBackground(bg);
-  for (QCPAxis* axis : {plot_->xAxis, plot_->yAxis}) {
-    axis->setBasePen(QPen(fg));
-    axis->setTickPen(QPen(fg));
-    axis->setSubTickPen(QPen(fg));
-    axis->setTickLabelColor(fg);
-    axis->setLabelColor(fg);
-  }
-  if (auto* t = qobject_cast<QCPTextElement*>(plot_->plotLayout()->element(0, 0))) t->setTextColor(fg);
+  const QColor fg = pal.color(QPalette::Text);
+  PlotStyle::applyPalette(plot_, pal);
 
   auto* bars = new QCPBars(plot_->yAxis, plot_->xAxis);  // horizontal bars
   bars->setWidth(0.6);
