@@ -6,6 +6,7 @@
 #include <QComboBox>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <utility>
 #include <QHBoxLayout>
 #include <QJsonDocument>
 #include <QLabel>
@@ -73,6 +74,9 @@ MainWindow::MainWindow(const QString& databasePath, QWidget* parent) : QMainWind
   connect(queue_, &RunQueue::pendingChanged, this, &MainWindow::updateQueueList);
   connect(history_, &RunHistoryView::openRunRequested, this, &MainWindow::openRun);
   connect(history_, &RunHistoryView::compareRequested, this, &MainWindow::compareRuns);
+  connect(history_, &RunHistoryView::reloaded, this, [this] {
+    if (!pendingCompare_.isEmpty()) compareRunsNow(std::exchange(pendingCompare_, {}), true);
+  });
   connect(history_, &RunHistoryView::statusMessage, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
   connect(compare_, &CompareView::statusMessage, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
   connect(ladder_, &LadderView::statusMessage, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
@@ -600,14 +604,28 @@ void MainWindow::openRun(qint64 runId) {
   showPage(RunsPage);
 }
 
-void MainWindow::compareRuns(const QList<qint64>& ids) {
+void MainWindow::compareRuns(const QList<qint64>& ids) { compareRunsNow(ids, false); }
+
+void MainWindow::compareRunsNow(const QList<qint64>& ids, bool afterReload) {
   if (ids.size() < 2) {
     statusBar()->showMessage(tr("Select two or more runs in the history to compare."), 6000);
     return;
   }
   QList<RunSummary> runs;
-  for (qint64 id : ids)
+  QStringList missing;
+  for (qint64 id : ids) {
     if (const RunSummary* r = history_->model()->run(id)) runs << *r;
+    else missing << QStringLiteral("#%1").arg(id);
+  }
+  if (!missing.isEmpty() && !afterReload) {
+    pendingCompare_ = ids;  // compared when the history has read the store
+    history_->reload();
+    return;
+  }
+  if (!missing.isEmpty())
+    statusBar()->showMessage(tr("Not in %1: run(s) %2").arg(QFileInfo(databasePath_).fileName(),
+                                                            missing.join(QLatin1String(", "))), 8000);
+  if (runs.size() < 2) return;
   std::sort(runs.begin(), runs.end(), [](const RunSummary& a, const RunSummary& b) { return a.id < b.id; });
   compare_->setRuns(databasePath_, runs);
   showPage(ComparePage);

@@ -45,6 +45,8 @@ class MainWindow : public QMainWindow {
 
   void showPage(Page page);
   void openRun(qint64 runId);
+  // Compares saved runs on the Compare page. Runs the history has not read
+  // yet (it reads the store on a worker thread) are waited for, once.
   void compareRuns(const QList<qint64>& ids);
 
   ConfigPanel* configPanel() const { return config_; }
@@ -81,6 +83,7 @@ class MainWindow : public QMainWindow {
   void changeEvent(QEvent* event) override;
 
  private:
+  void compareRunsNow(const QList<qint64>& ids, bool afterReload);
   QWidget* buildSetupPage();
   QWidget* buildRunsPage();
   void buildMenus();
@@ -116,4 +119,5 @@ class MainWindow : public QMainWindow {
   QAction *stopAction_ = nullptr, *killAction_ = nullptr;
   QJsonObject engineDefaults_;
   bool hadSavedConfig_ = false;
+  QList<qint64> pendingCompare_;  // ids waiting for the history's next read
 };

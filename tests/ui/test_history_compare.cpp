@@ -7,6 +7,7 @@
 #include <QFile>
 #include <QStandardPaths>
 #include <QPlainTextEdit>
+#include <QStatusBar>
 #include <QTableView>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -407,6 +408,18 @@ class TestHistoryCompare : public QObject {
     QCOMPARE(window.dashboards()->count(), 1);
     window.compareRuns({baseline_, amp_});
     QCOMPARE(window.compareView()->runs().size(), 2);
+  }
+
+  // `trainbench --compare 1,2`: the window compares before its history has
+  // read the store (a worker thread); the runs are compared once read, and
+  // ids the store lacks are named.
+  void compareBeforeTheHistoryIsRead() {
+    MainWindow window(db_);
+    window.compareRuns({baseline_, amp_, 99999});
+    QCOMPARE(window.compareView()->runs().size(), 0);  // not read yet
+    QTRY_COMPARE_WITH_TIMEOUT(window.compareView()->runs().size(), 2, 10000);
+    QVERIFY2(window.statusBar()->currentMessage().contains(QLatin1String("#99999")),
+             qPrintable(window.statusBar()->currentMessage()));
   }
 
   void seriesLoaderWorksOffTheGuiThread() {
