@@ -587,6 +587,11 @@ void MainWindow::openRun(qint64 runId) {
                                                                    : tr("Run %1").arg(runId)));
   // Read from the store on a worker thread; a run still being written (by
   // the command line or another workbench) is followed until it ends.
+  // The tab is named before the history has read the run (--open-run at start).
+  connect(dashboard, &RunDashboard::runNamed, this, [this, dashboard, runId](const QString& name) {
+    const int i = dashboards_->indexOf(dashboard);
+    if (i >= 0) dashboards_->setTabText(i, QStringLiteral("%1 (#%2)").arg(name).arg(runId));
+  });
   dashboard->follow(databasePath_, runId);
   connect(dashboard, &RunDashboard::runEnded, history_, &RunHistoryView::reload);
   auto* advisor = new AdvisorPanel(dashboard);

@@ -482,6 +482,10 @@ void RunDashboard::setRun(const RunSummary& run) {
   followedRun_ = run;
   series_.runId = run.id;
   if (!run.name.isEmpty()) series_.runName = run.name;
+  if (!run.name.isEmpty() && run.name != announcedName_) {
+    announcedName_ = run.name;
+    emit runNamed(run.name);
+  }
   setTricks(run.tricks);
   const qint64 total = run.summary.value(QLatin1String("total_steps")).toInteger();
   if (total > 0) totalSteps_ = total;

@@ -92,6 +92,7 @@ class RunDashboard : public QWidget {
  signals:
   void stopRequested();
   void runEnded(const QString& status);  // a followed run ended
+  void runNamed(const QString& name);    // a followed run's name, when read or changed
 
  protected:
   void changeEvent(QEvent* event) override;
@@ -141,5 +142,6 @@ class RunDashboard : public QWidget {
   QJsonObject tricksReport_, lastSummary_;
   RunSummary followedRun_;
   qint64 totalSteps_ = 0, lastStep_ = 0;
+  QString announcedName_;  // the run name last sent with runNamed
   bool dirty_ = false, followed_ = false;
 };

@@ -422,6 +422,14 @@ class TestHistoryCompare : public QObject {
              qPrintable(window.statusBar()->currentMessage()));
   }
 
+  // `trainbench --open-run 2` at start: the tab gets the run's name once the
+  // dashboard has read it, though the history had not when the tab opened.
+  void openRunBeforeTheHistoryIsRead() {
+    MainWindow window(db_);
+    window.openRun(amp_);
+    QTRY_COMPARE_WITH_TIMEOUT(window.dashboards()->tabText(0), QStringLiteral("amp bf16 (#%1)").arg(amp_), 10000);
+  }
+
   void seriesLoaderWorksOffTheGuiThread() {
     SeriesLoader loader;
     QSignalSpy loaded(&loader, &SeriesLoader::loaded);
