@@ -10,6 +10,17 @@
 
 EngineInfo::EngineInfo(const QString& enginePath, QObject* parent) : QObject(parent), enginePath_(enginePath) {}
 
+// A window closed while the engine is still being asked: the probe ends here,
+// quietly (a QProcess destroyed with its process running kills it and warns).
+EngineInfo::~EngineInfo() {
+  for (QProcess* p : findChildren<QProcess*>()) {
+    p->disconnect(this);
+    if (p->state() == QProcess::NotRunning) continue;
+    p->kill();
+    p->waitForFinished(1000);
+  }
+}
+
 bool EngineInfo::engineExists() const {
   const QFileInfo f(enginePath_);
   return f.exists() && f.isExecutable();

@@ -14,6 +14,7 @@ class EngineInfo : public QObject {
   Q_OBJECT
  public:
   explicit EngineInfo(const QString& enginePath, QObject* parent = nullptr);
+  ~EngineInfo() override;
 
   void query();  // returns at once; ready() follows
   bool engineExists() const;
