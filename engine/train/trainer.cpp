@@ -258,10 +258,6 @@ void backward(StepContext& s, const Tensor& dlogits, GradientBuckets* buckets) {
   }
 }
 
-// One optimizer step: for each of K micro-batches, stage it, forward, loss,
-// backward, then the optimizer. The same code runs eagerly and under graph
-// capture (then K = 1 and no clipping or anomaly check, see
-// cuda_graphs_blocker, and no timer: a graph's phases are not separated).
 // Micro-batch k of K: forward, loss, backward. `share` is this replica's part
 // of the micro-batch (dp; 1 otherwise), so the replicas' gradients sum to
 // the mean gradient of the whole micro-batch.
