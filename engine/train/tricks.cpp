@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "engine/train/tricks.h"
 
+#include <algorithm>
 #include <string>
 
 #include "engine/parallel/launch.h"
@@ -43,12 +44,13 @@ bool decide(const ConfigKey& k, const json& value, bool changed, const RunConfig
     }
     return true;
   }
-  if (k.group == "parallel" && changed) {
-    const std::string needed = k.key == "dp_devices" ? "dp" : "ddp";
-    if (c.parallel != needed) {
-      reason = "only with parallel: " + needed;
-      return false;
-    }
+  // The parallel keys that need one mode say so in the settings table (applies_when).
+  if (k.group == "parallel" && changed && k.applies_key == "parallel" &&
+      std::find(k.applies_values.begin(), k.applies_values.end(), c.parallel) ==
+          k.applies_values.end()) {
+    reason = "only with parallel:";
+    for (const json& v : k.applies_values) reason += " " + v.get<std::string>();
+    return false;
   }
   if (k.key == "amp" && c.parallel == "dp" && PrecisionPolicy::from_config(c.amp).needs_loss_scaling()) {
     reason = "not applied: dp has one loss scaler, on the first device, and the replicas' "
