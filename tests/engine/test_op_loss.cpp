@@ -233,6 +233,54 @@ class TestOpLoss : public QObject {
       for (int k = 0; k < 3; ++k) QVERIFY(std::abs(d.data_as<float>()[k]) < 1e-6);
     }
   }
+
+  // loss.cu's per-warp argmax: tied maxima in the same lane (k and k + 32),
+  // in different lanes, and at both ends of a 70-wide row; the first maximum
+  // wins, as on the CPU, so the hit count is the reference's exactly. Nine
+  // rows: the last block of 8 warps is partial. Then labels that live on the
+  // device and are out of range: no host check can see them, so the loss sum
+  // must come back NaN (not a silent wrong number) and the other rows still count.
+  void loss_ties_and_device_labels_on_gpu() {
+    NEED_GPU();
+    TB_GPU_TRY
+    Backend& be = cuda_backend();
+    const int64_t N = 9, K = 70;
+    Tensor z = random_tensor({N, K}, uint64_t(91), -1.0, 1.0);
+    Tensor labels = Tensor::empty({N}, DType::I32);
+    // Per row: the tied positions (value 5), then the label.
+    const int ties[9][3] = {{1, 33, -1}, {8, 40, -1}, {5, 34, -1}, {0, 69, -1}, {31, 32, 63},
+                            {2, 34, 66}, {64, 65, -1}, {30, 62, -1}, {7, 39, -1}};
+    const int32_t label_of[9] = {33, 8, 5, 69, 31, 66, 64, 62, 7};
+    for (int64_t n = 0; n < N; ++n) {
+      for (int k : ties[n])
+        if (k >= 0) z.data_as<float>()[n * K + k] = 5.0f;
+      labels.data_as<int32_t>()[n] = label_of[n];
+    }
+    Tensor stats_c = Tensor::zeros({2}, DType::F64), dz_c = Tensor::empty({N, K}, DType::F32);
+    cpu_reference().softmax_cross_entropy(z, labels, 0.1f, 1.0f, dz_c, stats_c);
+    QCOMPARE(stats_c.data_as<double>()[1], 5.0);  // rows 1, 2, 4, 6, 8 hit the first maximum
+    const Tensor zd = to_device(be, z);
+    Tensor stats_g = to_device(be, Tensor::zeros({2}, DType::F64));
+    Tensor dz_g = be.empty({N, K}, DType::F32);
+    be.softmax_cross_entropy(zd, to_device(be, labels), 0.1f, 1.0f, dz_g, stats_g);
+    const Tensor sg = to_host(be, stats_g);
+    QCOMPARE(sg.data_as<double>()[1], stats_c.data_as<double>()[1]);
+    const double sum_c = stats_c.data_as<double>()[0], sum_g = sg.data_as<double>()[0];
+    QVERIFY2(std::abs(sum_g - sum_c) <= 1e-5 * std::abs(sum_c),
+             qPrintable(QString("loss sum %1 vs %2").arg(sum_g).arg(sum_c)));
+    EXPECT_CLOSE(dz_c, to_host(be, dz_g), 1e-5, 1e-8, "dlogits with ties");
+    // Out-of-range labels on the device: rows 0 (K) and 3 (-1).
+    labels.data_as<int32_t>()[0] = int32_t(K);
+    labels.data_as<int32_t>()[3] = -1;
+    Tensor bad = to_device(be, Tensor::zeros({2}, DType::F64));
+    Tensor none;
+    be.softmax_cross_entropy(zd, to_device(be, labels), 0.0f, 1.0f, none, bad);
+    const Tensor sb = to_host(be, bad);
+    QVERIFY2(std::isnan(sb.data_as<double>()[0]),
+             qPrintable(QString("loss sum %1 with bad device labels").arg(sb.data_as<double>()[0])));
+    QCOMPARE(sb.data_as<double>()[1], 5.0);  // rows 0 and 3 were misses anyway
+    TB_GPU_CATCH
+  }
 };
 
 QTEST_GUILESS_MAIN(TestOpLoss)

@@ -240,6 +240,56 @@ class TestOpPooling : public QObject {
     }
   }
 
+  // The same planted NaNs on the GPU (pool.cu's isnan branch is reached by no
+  // random input): the argmax is the reference's (first NaN of the window),
+  // y is NaN where the reference's is and equal elsewhere, and the gradient
+  // routed through that argmax is the reference's bit for bit.
+  void maxpool_nan_matches_reference_on_gpu_data() {
+    QTest::addColumn<Target>("target");
+    for (const Target& t : cuda_targets()) QTest::newRow(t.name().c_str()) << t;
+  }
+  void maxpool_nan_matches_reference_on_gpu() {
+    FETCH_TARGET(t, be);
+    TB_GPU_TRY
+    CpuBackend& ref = cpu_reference();
+    std::mt19937_64 rng(27);
+    for (int64_t k : {2, 3}) {
+      const auto g = PoolGeometry::make(2, 2, 10, 18, k, 2, k == 3 ? 1 : 0);
+      Tensor x = random_tensor(g.input_shape(), DType::F32, rng);
+      float* xp = x.data_as<float>();
+      xp[3] = NAN;
+      xp[18 * 4 + 17] = NAN;
+      xp[180 + 18 * 9 + 0] = NAN;
+      xp[180 + 18 * 9 + 1] = NAN;  // two NaNs in one window: the first wins
+      const Tensor dy = random_tensor(g.output_shape(), DType::F32, rng);
+      Tensor y_r = Tensor::empty(g.output_shape(), DType::F32);
+      Tensor a_r = Tensor::empty(g.output_shape(), DType::I32), dx_r = like(x, Layout::NCHW);
+      ref.maxpool2d_forward(g, x, y_r, a_r);
+      ref.maxpool2d_backward(g, dy, a_r, dx_r);
+      const Tensor xd = to_device(be, x, t.layout), dyd = to_device(be, dy, t.layout);
+      Tensor yd = be.empty(g.output_shape(), DType::F32, t.layout);
+      Tensor ad = be.empty(g.output_shape(), DType::I32, t.layout);
+      Tensor dxd = be.empty(g.input_shape(), DType::F32, t.layout);
+      be.maxpool2d_forward(g, xd, yd, ad);
+      be.maxpool2d_backward(g, dyd, ad, dxd);
+      const Tensor y = to_host_nchw(be, yd), a = to_host_nchw(be, ad), dx = to_host_nchw(be, dxd);
+      const QString what = QString("%1 k %2").arg(QString::fromStdString(t.name())).arg(k);
+      QVERIFY2(std::memcmp(a.data(), a_r.data(), a.nbytes()) == 0, qPrintable(what + ": argmax"));
+      int nans = 0;
+      for (int64_t i = 0; i < y.numel(); ++i) {
+        const float f = y.data_as<float>()[i], r = y_r.data_as<float>()[i];
+        QVERIFY2((f != f) == (r != r), qPrintable(what + ": NaN at " + QString::number(i)));
+        if (f != f)
+          ++nans;
+        else
+          QVERIFY2(f == r, qPrintable(what + ": y at " + QString::number(i)));
+      }
+      QVERIFY(nans >= 3);
+      QVERIFY2(bitwise_equal(dx_r, dx), qPrintable(what + ": dx"));
+    }
+    TB_GPU_CATCH
+  }
+
   // ------------------------------------------------------------ hand-computed values
 
   void pool_known_values() {
