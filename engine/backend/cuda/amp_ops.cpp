@@ -174,9 +174,11 @@ void CudaBackend::linear_backward_lp(const Tensor& x, const Tensor& w, const Ten
               accumulate ? 1.0f : 0.0f, dw.data_as<float>(), K);
     }
   }
-  if (db.defined() && M > 0)
+  if (db.defined() && M > 0) {
+    Tensor work = m.scratch(cuda::bias_grad_scratch_bytes(N, M, 1, true));
     cuda::launch_bias_grad(dy.data_as<float>(), db.data_as<float>(), N, M, 1, true, accumulate,
-                           m.stream);
+                           work.data_as<double>(), m.stream);
+  }
 }
 
 }  // namespace tb

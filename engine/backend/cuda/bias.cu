@@ -33,23 +33,46 @@ __global__ void bias_grad_nchw_kernel(const float* dy, float* db, int64_t N, int
   if (threadIdx.x == 0) db[c] = accumulate ? db[c] + float(acc) : float(acc);
 }
 
-// Rows-by-channels (R = N·HW rows, C columns): column sums. A block of 32x8
-// threads owns 32 adjacent channels, so each warp reads 32 consecutive floats
-// (coalesced); the 8 row-strided partial sums meet in shared memory.
-__global__ void bias_grad_rows_kernel(const float* dy, float* db, int64_t R, int64_t C,
-                                      bool accumulate) {
+// Rows-by-channels (R = N·HW rows, C columns): column sums in two fixed-order
+// passes. One block per channel group alone would leave an NHWC conv's
+// N·H·W rows (200k for a 28x28 batch of 256) to one SM; instead block
+// (slice, group) sums kBiasRowsPerSlice rows of 32 adjacent channels into
+// partials[slice][c] (each warp reads 32 consecutive floats, coalesced; the
+// 8 row-strided sums meet in shared memory), and a second kernel adds the
+// slices in order.
+constexpr int64_t kBiasRowsPerSlice = 1024;
+
+__global__ void bias_grad_rows_partial_kernel(const float* dy, double* partials, int64_t R,
+                                              int64_t C) {
   __shared__ double part[8][33];
-  const int64_t c = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  const int64_t slice = blockIdx.x;
+  const int64_t c = int64_t(blockIdx.y) * 32 + threadIdx.x;
+  const int64_t r_end = min(R, (slice + 1) * kBiasRowsPerSlice);
   double acc = 0.0;
   if (c < C)
-    for (int64_t r = threadIdx.y; r < R; r += 8) acc += double(dy[r * C + c]);
+    for (int64_t r = slice * kBiasRowsPerSlice + threadIdx.y; r < r_end; r += 8)
+      acc += double(dy[r * C + c]);
   part[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && c < C) {
     double s = 0.0;
     for (int k = 0; k < 8; ++k) s += part[k][threadIdx.x];
+    partials[slice * C + c] = s;
+  }
+}
+
+__global__ void bias_grad_rows_finish_kernel(const double* partials, float* db, int64_t slices,
+                                             int64_t C, bool accumulate) {
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < C;
+       c += int64_t(gridDim.x) * blockDim.x) {
+    double s = 0.0;
+    for (int64_t k = 0; k < slices; ++k) s += partials[k * C + c];
     db[c] = accumulate ? db[c] + float(s) : float(s);
   }
+}
+
+int64_t bias_grad_slices(int64_t N, int64_t HW) {
+  return std::max<int64_t>(1, (N * HW + kBiasRowsPerSlice - 1) / kBiasRowsPerSlice);
 }
 
 }  // namespace
@@ -62,13 +85,24 @@ void launch_bias_add(float* y, const float* b, int64_t N, int64_t C, int64_t HW,
   TB_CUDA_LAUNCH_CHECK("bias_add_kernel");
 }
 
+size_t bias_grad_scratch_bytes(int64_t N, int64_t C, int64_t HW, bool nhwc) {
+  if (!(nhwc || HW == 1) || C <= 0) return 0;
+  return size_t(bias_grad_slices(N, HW) * C) * sizeof(double);
+}
+
 void launch_bias_grad(const float* dy, float* db, int64_t N, int64_t C, int64_t HW, bool nhwc,
-                      bool accumulate, cudaStream_t s) {
+                      bool accumulate, double* scratch, cudaStream_t s) {
   if (C <= 0) return;
   if (nhwc || HW == 1) {
-    const unsigned blocks = unsigned((C + 31) / 32);
-    bias_grad_rows_kernel<<<blocks, dim3(32, 8), 0, s>>>(dy, db, N * HW, C, accumulate);
-    TB_CUDA_LAUNCH_CHECK("bias_grad_rows_kernel");
+    const int64_t slices = bias_grad_slices(N, HW);
+    const int64_t groups = (C + 31) / 32;
+    TB_CHECK(groups <= 65535, "bias_grad: ", C, " channels exceed the grid's y limit");
+    bias_grad_rows_partial_kernel<<<dim3(unsigned(slices), unsigned(groups)), dim3(32, 8), 0,
+                                    s>>>(dy, scratch, N * HW, C);
+    TB_CUDA_LAUNCH_CHECK("bias_grad_rows_partial_kernel");
+    bias_grad_rows_finish_kernel<<<grid_for(C), kThreads, 0, s>>>(scratch, db, slices, C,
+                                                                 accumulate);
+    TB_CUDA_LAUNCH_CHECK("bias_grad_rows_finish_kernel");
   } else {
     bias_grad_nchw_kernel<<<unsigned(C), kThreads, 0, s>>>(dy, db, N, C, HW, accumulate);
     TB_CUDA_LAUNCH_CHECK("bias_grad_nchw_kernel");

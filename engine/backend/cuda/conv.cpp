@@ -106,9 +106,12 @@ void CudaBackend::conv2d_backward(const ConvGeometry& g, const Tensor& x, const 
   Impl& m = *impl_;
   m.activate();
   const bool nhwc = l == Layout::NHWC;
-  if (db.defined())
-    cuda::launch_bias_grad(fptr(dy), fptr(db), g.N, g.C_out, g.H_out * g.W_out, nhwc, accumulate,
-                           m.stream);
+  if (db.defined()) {
+    const int64_t HW = g.H_out * g.W_out;
+    Tensor work = m.scratch(cuda::bias_grad_scratch_bytes(g.N, g.C_out, HW, nhwc));
+    cuda::launch_bias_grad(fptr(dy), fptr(db), g.N, g.C_out, HW, nhwc, accumulate,
+                           work.data_as<double>(), m.stream);
+  }
   if (g.N == 0) {  // an empty batch: zero weight gradients (as the CPU backend), no dx
     if (dw.defined() && !accumulate) cuda::launch_fill(dw.data(), dw.numel(), 4, 0, m.stream);
     return;

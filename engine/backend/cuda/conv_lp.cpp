@@ -137,9 +137,13 @@ void CudaBackend::conv2d_backward_lp(const ConvGeometry &g, const Tensor &x,
   Impl &m = *impl_;
   m.activate();
   // db from the unrounded dy, as the fp32 layer's.
-  if (db.defined())
-    cuda::launch_bias_grad(fptr(dy), fptr(db), g.N, g.C_out, g.H_out * g.W_out,
-                           l == Layout::NHWC, accumulate, m.stream);
+  if (db.defined()) {
+    const int64_t HW = g.H_out * g.W_out;
+    const bool nhwc = l == Layout::NHWC;
+    Tensor work = m.scratch(cuda::bias_grad_scratch_bytes(g.N, g.C_out, HW, nhwc));
+    cuda::launch_bias_grad(fptr(dy), fptr(db), g.N, g.C_out, HW, nhwc, accumulate,
+                           work.data_as<double>(), m.stream);
+  }
   if (g.N ==
       0) { // an empty batch: zero weight gradients (as the f32 path), no dx
     if (dw.defined() && !accumulate)

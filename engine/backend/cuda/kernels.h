@@ -73,9 +73,12 @@ void launch_sum_squares(const T* x, int64_t n, double* partials, double* out, cu
 // is (N, M, 1) in either order.
 void launch_bias_add(float* y, const float* b, int64_t N, int64_t C, int64_t HW, bool nhwc,
                      cudaStream_t s);
-// db[c] (+)= Σ_{n,i} dy[n,c,i], sums in double, one thread block per channel group.
+// db[c] (+)= Σ_{n,i} dy[n,c,i], sums in double in a fixed order. Rows-by-channels
+// input (NHWC, or a linear layer's HW == 1) sums row slices into `scratch` of
+// bias_grad_scratch_bytes() first (0 bytes, scratch unused, for NCHW).
+size_t bias_grad_scratch_bytes(int64_t N, int64_t C, int64_t HW, bool nhwc);
 void launch_bias_grad(const float* dy, float* db, int64_t N, int64_t C, int64_t HW, bool nhwc,
-                      bool accumulate, cudaStream_t s);
+                      bool accumulate, double* scratch, cudaStream_t s);
 
 // ---------------------------------------------------------------- loss.cu
 // logits, dlogits (N, K), labels i32 (N) on the device, stats f64 (2) on the device.

@@ -108,8 +108,11 @@ void CudaBackend::linear_backward(const Tensor& x, const Tensor& w, const Tensor
            accumulate ? 1.0f : 0.0f, fptr(dw), K);
     }
   }
-  if (db.defined() && M > 0)
-    cuda::launch_bias_grad(fptr(dy), fptr(db), N, M, 1, true, accumulate, m.stream);
+  if (db.defined() && M > 0) {
+    Tensor work = m.scratch(cuda::bias_grad_scratch_bytes(N, M, 1, true));
+    cuda::launch_bias_grad(fptr(dy), fptr(db), N, M, 1, true, accumulate, work.data_as<double>(),
+                           m.stream);
+  }
 }
 
 }  // namespace tb
