@@ -399,9 +399,9 @@ def cmd_accuracy(list_json, dest):
     short = []
     for r in runs:
         sm = r.get("summary") or {}
-    short.append({"name": r.get("name"), "status": r.get("status"),
-                  **{k: sm.get(k) for k in ("final_test_accuracy", "epochs", "steps",
-                                            "median_step_time_ms", "total_time_s")}})
+        short.append({"name": r.get("name"), "status": r.get("status"),
+                      **{k: sm.get(k) for k in ("final_test_accuracy", "epochs", "steps",
+                                                "median_step_time_ms", "total_time_s")}})
     print(json.dumps(short))
 
 if __name__ == "__main__":
@@ -435,7 +435,7 @@ skip_stage() {  # NAME WHY
   say "== $1: skipped: $2"
 }
 
-eng() { "$root/bin/trainbench-engine" "$@"; }
+eng() { timeout -k 5 60 "$root/bin/trainbench-engine" "$@"; }
 
 probe() {
   local t0; t0=$(now)
@@ -482,7 +482,7 @@ probe() {
   fi
   # The engine on the GPU: 30 steps of fmnist-cnn on synthetic data. Its start
   # event's environment is what the backend loaded (driver, runtime, cuDNN, cuBLAS).
-  timeout 90 "$root/bin/trainbench-engine" run --db "$work/smoke.db" --device "$dev" --dataset synthetic \
+  timeout -k 5 90 "$root/bin/trainbench-engine" run --db "$work/smoke.db" --device "$dev" --dataset synthetic \
     --model fmnist-cnn --steps 30 -b 64 --test-limit 256 --set synthetic_size=4096 --events jsonl \
     >"$logs/smoke.jsonl" 2>"$logs/smoke.stderr"
   local rc=$? smoke

@@ -61,6 +61,10 @@ bool DataParallel::end_step(bool stop_requested, double step_ms, json& metrics) 
   v[size_t(1 + 2 * W + r)] = cs.exposed_ms;
   v[size_t(1 + 3 * W + r)] = double(cs.bytes);
   comm_->allreduce_host(v.data(), int64_t(v.size()));
+  // NCCL: the exchange above waited for the communication stream, so the
+  // step's all-reduces have ended and their device times can be read (the
+  // allreduce_ms slots of v are not read: each rank reports its own).
+  buckets_->collect_device_times();
   ++steps_;
   // A stop signal reaches every rank and each finishes its step: a wait that
   // outlives a few of the slowest steps after one is a peer that is gone.

@@ -47,6 +47,7 @@ void GradientBuckets::begin_step() {
   std::fill(request_.begin(), request_.end(), 0);
   std::fill(done_.begin(), done_.end(), false);
   stats_ = {};
+  times_pending_ = false;
 }
 
 void GradientBuckets::start(size_t b) {
@@ -74,7 +75,6 @@ void GradientBuckets::layer_done(size_t layer) {
 void GradientBuckets::finish() {
   const auto backward_end = Clock::now();
   while (next_ < buckets_.size()) start(next_++);
-  double device_ms = 0;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     if (!done_[b]) {
       comm_.wait(request_[b]);
@@ -82,8 +82,6 @@ void GradientBuckets::finish() {
     } else {
       comm_.wait(request_[b]);  // complete: returns at once, and forgets it
     }
-    const double ms = comm_.elapsed_ms(request_[b]);
-    if (ms >= 0) device_ms += ms;
   }
   const auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   if (buckets_.empty()) return;
@@ -91,8 +89,22 @@ void GradientBuckets::finish() {
     stats_.allreduce_ms = std::max(0.0, ms(last_done_ - first_start_));
     stats_.exposed_ms = std::max(0.0, ms(Clock::now() - backward_end));
   } else {
-    stats_.allreduce_ms = device_ms;
+    // wait() only ordered the streams: the collectives may not even have
+    // started, so their times are read later (collect_device_times).
+    times_pending_ = true;
   }
+}
+
+void GradientBuckets::collect_device_times() {
+  if (!times_pending_) return;
+  times_pending_ = false;
+  double device_ms = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const double ms = comm_.elapsed_ms(request_[b]);
+    if (ms < 0) return;  // one unknown: the step's figure is unknown, not a partial sum
+    device_ms += ms;
+  }
+  stats_.allreduce_ms = device_ms;
 }
 
 }  // namespace tb

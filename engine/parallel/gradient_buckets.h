@@ -37,7 +37,8 @@ struct StepCommStats {
   int64_t bytes = 0;       // summed over this rank's all-reduces (the payload, not the wire)
   int buckets = 0;
   double allreduce_ms = -1;  // host-waiting transports: first launch to last completion;
-                             // NCCL: the collectives' device time (events)
+                             // NCCL: the collectives' device time (events), known only
+                             // after collect_device_times()
   double exposed_ms = -1;    // time the step waited for them after backward (host-waiting only)
 };
 
@@ -50,6 +51,11 @@ class GradientBuckets {
   void begin_step();
   void layer_done(size_t layer);
   void finish();
+  // Transports that do not block the host (NCCL): the step's all-reduces are
+  // only queued when finish() returns, so their device times are read here,
+  // once the caller has waited for the communication to end (DataParallel::
+  // end_step, after its host exchange). -1 when one of them is not known.
+  void collect_device_times();
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const StepCommStats& last_step() const { return stats_; }
@@ -66,6 +72,7 @@ class GradientBuckets {
   std::vector<int> request_;     // per bucket: open request, or 0
   std::vector<bool> done_;
   size_t next_ = 0;              // next bucket to start
+  bool times_pending_ = false;   // finished, device times not read yet
   Clock::time_point first_start_, last_done_;
   StepCommStats stats_;
 };

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_check.h"
 #include "engine/core/error.h"
 #include "engine/parallel/communicator.h"
 #include "engine/parallel/launch.h"
@@ -118,7 +119,9 @@ class NcclCommunicator final : public Communicator {
     std::lock_guard lock(mu_);
     auto it = requests_.find(id);
     TB_CHECK(it != requests_.end(), "nccl: unknown or finished request ", id);
-    return cudaEventQuery(it->second.done) == cudaSuccess;
+    // "Not ready" is cleared from the thread's last-error slot (TB_CUDA_POLL):
+    // left there, the next kernel launch check of backward would throw it.
+    return TB_CUDA_POLL(cudaEventQuery(it->second.done));
   }
 
   void wait(int id) override {
@@ -138,9 +141,11 @@ class NcclCommunicator final : public Communicator {
   double elapsed_ms(int id) const override {
     std::lock_guard lock(mu_);
     for (const auto& [fid, r] : finished_)
-      if (fid == id && cudaEventQuery(r.done) == cudaSuccess) {
+      if (fid == id && TB_CUDA_POLL(cudaEventQuery(r.done))) {
         float ms = 0;
-        return cudaEventElapsedTime(&ms, r.start, r.done) == cudaSuccess ? double(ms) : -1.0;
+        if (cudaEventElapsedTime(&ms, r.start, r.done) == cudaSuccess) return double(ms);
+        (void)cudaGetLastError();  // unknown, not the next launch's error
+        return -1.0;
       }
     return -1.0;
   }
@@ -222,9 +227,7 @@ class NcclCommunicator final : public Communicator {
   void drain(const std::string& what) {
     wait_for_peers(policy_, rank_, size_, what, [&] {
       throw_if_failed();
-      const cudaError_t e = cudaStreamQuery(comm_stream_);
-      TB_CHECK(e == cudaSuccess || e == cudaErrorNotReady, what, ": ", cudaGetErrorString(e));
-      return e == cudaSuccess;
+      return TB_CUDA_POLL(cudaStreamQuery(comm_stream_));
     });
   }
 
@@ -246,6 +249,9 @@ class NcclCommunicator final : public Communicator {
   // Watchdog: an asynchronous NCCL error (a peer gone), or a stop signal
   // that collectives outlive by the grace period, aborts the communicator.
   void watch() {
+    // This rank's device on this thread too: its first runtime call would
+    // otherwise create a context on device 0 (memory on another rank's GPU).
+    if (cudaSetDevice(device_) != cudaSuccess) (void)cudaGetLastError();
     std::optional<Clock::time_point> stop_seen;
     while (!quit_ && !failed_) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -25,6 +25,7 @@
 #include "engine/nn/batchnorm2d.h"
 #include "engine/nn/model.h"
 #include "engine/nn/models.h"
+#include "engine/parallel/data_parallel.h"
 #include "engine/parallel/gradient_buckets.h"
 #include "engine/parallel/launch.h"
 #include "engine/parallel/tcp_rendezvous.h"
@@ -86,6 +87,33 @@ int free_port() {
   ::close(fd);
   return ntohs(a.sin_port);
 }
+
+// A transport that, like NCCL, does not block the host: wait() only orders
+// the device's work, and a collective's device time is known once the host
+// has waited for the communication to end (here: the next allreduce_host).
+class DeviceOrderedComm final : public Communicator {
+ public:
+  static constexpr double kMsPerCollective = 1.5;
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string describe() const override { return "device-ordered fake"; }
+  int start_allreduce(Tensor&) override {
+    drained_ = false;
+    return next_++;
+  }
+  bool test(int) override { return false; }
+  void wait(int) override {}
+  double elapsed_ms(int) const override { return drained_ ? kMsPerCollective : -1.0; }
+  bool host_waits() const override { return false; }
+  void allreduce_host(double*, int64_t) override { drained_ = true; }
+  void broadcast(Tensor&, int) override {}
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+  void set_grace_s(double) override {}
+
+ private:
+  int next_ = 1;
+  bool drained_ = true;
+};
 
 }  // namespace
 
@@ -165,6 +193,29 @@ class TestParallel : public QObject {
     const auto b = plan_buckets(offsets, 1);
     QCOMPARE(b.size(), size_t(7));
     for (const Bucket& x : b) QVERIFY(x.end > x.begin);
+  }
+
+  // NCCL's wait() returns before the all-reduces have run: the step's
+  // allreduce_ms must be their device time read once the communication has
+  // ended (after end_step's host exchange), not a sum of "not yet" (0).
+  void deviceOrderedAllreduceTimeIsReadAfterTheExchange() {
+    CpuBackend be;
+    auto model = make_model("fmnist-cnn", {1, 28, 28}, 10, {});
+    model->build(be, 1);
+    DataParallel ddp(std::make_unique<DeviceOrderedComm>(), be, *model,
+                     {.bucket_elements = 1000});
+    GradientBuckets& buckets = ddp.buckets();
+    QVERIFY(buckets.buckets().size() > 1);
+    for (int step = 0; step < 2; ++step) {
+      buckets.begin_step();
+      for (size_t layer = model->layers().size(); layer-- > 0;) buckets.layer_done(layer);
+      buckets.finish();
+      json metrics;
+      ddp.end_step(false, 10.0, metrics);
+      QVERIFY2(metrics.contains("allreduce_ms"), metrics.dump().c_str());
+      QCOMPARE(metrics["allreduce_ms"].get<double>(),
+               DeviceOrderedComm::kMsPerCollective * double(buckets.buckets().size()));
+    }
   }
 
   // The offsets the buckets follow are where each layer's gradients live.

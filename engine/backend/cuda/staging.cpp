@@ -140,8 +140,13 @@ void CudaBackend::empty_cache() {
 
 void CudaBackend::reset_peak_memory() { impl_->allocator->reset_peak(); }
 
-// Called from loader threads: touches no per-thread device state.
+// Called from loader threads. cudaHostAlloc needs a context: on a thread that
+// never selected a device that is device 0's, which it would create there (a
+// few hundred MiB on another GPU when this backend is cuda:1, per process), so
+// the calling thread selects this backend's device first, as PyTorch's
+// pin-memory thread does.
 Tensor CudaBackend::pinned_host_empty(const Shape& shape, DType dtype) {
+  TB_CUDA_CHECK(cudaSetDevice(impl_->device));
   return Tensor::empty_with(cuda::PinnedHostAllocator::instance(), shape, dtype, Device::cpu());
 }
 
