@@ -70,6 +70,14 @@ LaunchInfo launch_from_environment() {
            "=", l.world_size);
   if (const char* a = env("MASTER_ADDR")) l.master_addr = a;
   if (const char* p = env("MASTER_PORT")) l.master_port = env_int("MASTER_PORT", p, 1);
+  // torchrun's agent serves its own store on MASTER_PORT and tells its
+  // workers so: the NCCL id rendezvous takes the next port there.
+  if (const char* p = env("TRAINBENCH_RENDEZVOUS_PORT"))
+    l.master_port = env_int("TRAINBENCH_RENDEZVOUS_PORT", p, 1);
+  else if (const char* agent = env("TORCHELASTIC_USE_AGENT_STORE");
+           agent && std::string(agent) == "True" && l.master_port > 0)
+    l.master_port += 1;
+  TB_CHECK(l.master_port <= 65535, "launch: rendezvous port ", l.master_port, " is above 65535");
   return l;
 }
 

@@ -22,6 +22,8 @@ struct LaunchInfo {
   Launcher launcher = Launcher::None;
   int rank = 0, world_size = 1, local_rank = 0;
   std::string master_addr;  // Env launches: where rank 0 listens (NCCL id rendezvous)
+  // MASTER_PORT; MASTER_PORT + 1 under torchrun (TORCHELASTIC_USE_AGENT_STORE=True:
+  // its agent's store holds MASTER_PORT); TRAINBENCH_RENDEZVOUS_PORT overrides both.
   int master_port = 0;
 
   bool is_root() const { return rank == 0; }

@@ -72,7 +72,8 @@ const char* const kLaunchVars[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE
                                    "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_RANK", "PMI_RANK",
                                    "PMI_SIZE", "MPI_LOCALRANKID", "RANK", "WORLD_SIZE",
                                    "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-                                   "MASTER_ADDR", "MASTER_PORT"};
+                                   "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE",
+                                   "TRAINBENCH_RENDEZVOUS_PORT"};
 
 // A free loopback port (bound, read, released: another process could take
 // it in between, which a test on one machine does not meet in practice).
@@ -360,6 +361,13 @@ class TestParallel : public QObject {
     QVERIFY(l.launcher == LaunchInfo::Launcher::Env);
     QCOMPARE(l.rank, 2);
     QCOMPARE(l.master_port, 29500);
+    // torchrun's agent store holds MASTER_PORT: the rendezvous takes the next.
+    set_env("TORCHELASTIC_USE_AGENT_STORE", "True");
+    QCOMPARE(launch_from_environment().master_port, 29501);
+    set_env("TRAINBENCH_RENDEZVOUS_PORT", "31000");
+    QCOMPARE(launch_from_environment().master_port, 31000);
+    set_env("TRAINBENCH_RENDEZVOUS_PORT", "70000");
+    QVERIFY_THROWS_EXCEPTION(Error, launch_from_environment());
     set_env("WORLD_SIZE", "two");
     try {
       launch_from_environment();
