@@ -26,6 +26,7 @@ struct NvmlTelemetry::Api {
   NvmlReturn (*init)() = nullptr;
   NvmlReturn (*shutdown)() = nullptr;
   NvmlReturn (*handle_by_index)(unsigned int, NvmlDevice*) = nullptr;
+  NvmlReturn (*handle_by_pci_bus_id)(const char*, NvmlDevice*) = nullptr;  // optional
   NvmlReturn (*utilization)(NvmlDevice, NvmlUtilization*) = nullptr;
   NvmlReturn (*power_usage)(NvmlDevice, unsigned int*) = nullptr;  // milliwatts
   NvmlReturn (*clock_info)(NvmlDevice, int, unsigned int*) = nullptr;  // MHz
@@ -35,16 +36,22 @@ struct NvmlTelemetry::Api {
 void GpuTelemetry::write_metrics(nlohmann::json& metrics) const {
   metrics["gpu_util_pct"] = gpu_utilization_pct;
   metrics["gpu_mem_util_pct"] = memory_utilization_pct;
-  metrics["gpu_power_w"] = power_w;
-  metrics["gpu_sm_clock_mhz"] = sm_clock_mhz;
-  metrics["gpu_temp_c"] = temperature_c;
+  if (!std::isnan(power_w)) metrics["gpu_power_w"] = power_w;
+  if (!std::isnan(sm_clock_mhz)) metrics["gpu_sm_clock_mhz"] = sm_clock_mhz;
+  if (!std::isnan(temperature_c)) metrics["gpu_temp_c"] = temperature_c;
 }
 
-NvmlTelemetry::NvmlTelemetry(unsigned index) { open("libnvidia-ml.so.1", index); }
+NvmlTelemetry::NvmlTelemetry(unsigned index, const std::string& pci_bus_id) {
+  open("libnvidia-ml.so.1", index, pci_bus_id);
+}
 
-NvmlTelemetry::NvmlTelemetry(const std::string& library, unsigned index) { open(library, index); }
+NvmlTelemetry::NvmlTelemetry(const std::string& library, unsigned index,
+                             const std::string& pci_bus_id) {
+  open(library, index, pci_bus_id);
+}
 
-void NvmlTelemetry::open(const std::string& library, unsigned index) {
+void NvmlTelemetry::open(const std::string& library, unsigned index,
+                         const std::string& pci_bus_id) {
   lib_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib_) {
     const char* e = dlerror();
@@ -65,13 +72,21 @@ void NvmlTelemetry::open(const std::string& library, unsigned index) {
   load(api_->clock_info, "nvmlDeviceGetClockInfo");
   load(api_->temperature, "nvmlDeviceGetTemperature");
   if (!reason_.empty()) return;
+  api_->handle_by_pci_bus_id = reinterpret_cast<decltype(api_->handle_by_pci_bus_id)>(
+      dlsym(lib_, "nvmlDeviceGetHandleByPciBusId_v2"));
   if (NvmlReturn r = api_->init(); r != kNvmlSuccess) {
     reason_ = "not available: nvmlInit_v2 failed (NVML error " + std::to_string(r) + ")";
     api_->shutdown = nullptr;  // nothing to shut down
     return;
   }
   NvmlDevice d = nullptr;
-  if (NvmlReturn r = api_->handle_by_index(index, &d); r != kNvmlSuccess || !d) {
+  if (!pci_bus_id.empty() && api_->handle_by_pci_bus_id) {
+    if (NvmlReturn r = api_->handle_by_pci_bus_id(pci_bus_id.c_str(), &d); r != kNvmlSuccess || !d) {
+      reason_ = "not available: no NVML device at PCI bus id " + pci_bus_id + " (NVML error " +
+                std::to_string(r) + ")";
+      return;
+    }
+  } else if (NvmlReturn r = api_->handle_by_index(index, &d); r != kNvmlSuccess || !d) {
     reason_ = "not available: no NVML device " + std::to_string(index) + " (NVML error " +
               std::to_string(r) + ")";
     return;
@@ -90,16 +105,14 @@ std::optional<GpuTelemetry> NvmlTelemetry::read() const {
   GpuTelemetry t;
   NvmlUtilization u{};
   unsigned int mw = 0, mhz = 0, celsius = 0;
-  if (api_->utilization(device_, &u) != kNvmlSuccess ||
-      api_->power_usage(device_, &mw) != kNvmlSuccess ||
-      api_->clock_info(device_, kNvmlClockSm, &mhz) != kNvmlSuccess ||
-      api_->temperature(device_, kNvmlTemperatureGpu, &celsius) != kNvmlSuccess)
-    return std::nullopt;
+  if (api_->utilization(device_, &u) != kNvmlSuccess) return std::nullopt;
   t.gpu_utilization_pct = u.gpu;
   t.memory_utilization_pct = u.memory;
-  t.power_w = mw / 1000.0;
-  t.sm_clock_mhz = mhz;
-  t.temperature_c = celsius;
+  // One unsupported query (power on some virtual machines) leaves only its figure out.
+  if (api_->power_usage(device_, &mw) == kNvmlSuccess) t.power_w = mw / 1000.0;
+  if (api_->clock_info(device_, kNvmlClockSm, &mhz) == kNvmlSuccess) t.sm_clock_mhz = mhz;
+  if (api_->temperature(device_, kNvmlTemperatureGpu, &celsius) == kNvmlSuccess)
+    t.temperature_c = celsius;
   return t;
 }
 

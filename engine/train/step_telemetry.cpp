@@ -82,10 +82,11 @@ StepTelemetry::StepTelemetry(Backend& be, const RunPlan& plan, const TelemetryOp
   cpu_mark_ = process_cpu_seconds();
   wall_mark_ = Clock::now();
   // GPU telemetry (NVML, from the driver at run time); absent, with the reason
-  // logged, where there is none. NVML numbers devices in PCI order, CUDA
-  // fastest first: the same on one-GPU machines.
+  // logged, where there is none. NVML numbers devices in PCI order and ignores
+  // CUDA_VISIBLE_DEVICES: the device is found by its PCI bus id.
   if (!on_host_) {
-    nvml_ = std::make_unique<NvmlTelemetry>(unsigned(be.device().index));
+    nvml_ = std::make_unique<NvmlTelemetry>(unsigned(be.device().index),
+                                            be.describe().value("pci_bus_id", std::string()));
     if (!nvml_->available()) {
       log("info", "GPU telemetry " + nvml_->reason());
       nvml_.reset();

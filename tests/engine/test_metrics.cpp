@@ -342,6 +342,31 @@ class TestMetrics : public QObject {
   }
 
   // --- NVML
+  // NVML counts GPUs in PCI order whatever CUDA_VISIBLE_DEVICES says: the
+  // device is opened by the PCI bus id CUDA gives, not by CUDA's index.
+  void nvmlOpensTheDeviceByItsPciBusId() {
+    NvmlTelemetry by_bus(FAKE_NVML_LIB, 0, "0000:41:00.0");
+    QVERIFY2(by_bus.available(), by_bus.reason().c_str());
+    QCOMPARE(by_bus.read()->gpu_utilization_pct, 20.0);  // NVML's device 1
+    NvmlTelemetry by_index(FAKE_NVML_LIB, 0);
+    QCOMPARE(by_index.read()->gpu_utilization_pct, 10.0);
+    NvmlTelemetry unknown(FAKE_NVML_LIB, 0, "0000:99:00.0");
+    QVERIFY(!unknown.available());
+    QVERIFY2(unknown.reason().find("0000:99:00.0") != std::string::npos, unknown.reason().c_str());
+  }
+  // A query the device does not support leaves only its own figure out.
+  void nvmlUnsupportedPowerLeavesTheOtherFigures() {
+    qputenv("FAKE_NVML_NO_POWER", "1");
+    NvmlTelemetry nvml(FAKE_NVML_LIB, 1);
+    const std::optional<GpuTelemetry> t = nvml.read();
+    qunsetenv("FAKE_NVML_NO_POWER");
+    QVERIFY(t.has_value());
+    json m = json::object();
+    t->write_metrics(m);
+    QCOMPARE(m.value("gpu_util_pct", -1.0), 20.0);
+    QCOMPARE(m.value("gpu_sm_clock_mhz", -1.0), 1980.0);
+    QVERIFY(!m.contains("gpu_power_w"));
+  }
   void nvmlIsAbsentWithAReasonWithoutADriver() {
     NvmlTelemetry missing("libtrainbench-no-such-nvml.so", 0);
     QVERIFY(!missing.available());

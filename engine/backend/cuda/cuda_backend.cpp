@@ -168,10 +168,16 @@ nlohmann::json CudaBackend::describe() const {
   };
   const size_t cudnn_v = cudnnGetVersion();  // 91900 -> 9.19.0
   const auto st = m.allocator->stats();
+  char pci_bus_id[32] = {};  // "0000:41:00.0": NVML finds the device by it
+  if (cudaDeviceGetPCIBusId(pci_bus_id, int(sizeof pci_bus_id), m.device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    pci_bus_id[0] = 0;
+  }
   return {
       {"backend", "cuda"},
       {"device", device().str()},
       {"device_name", m.prop.name},
+      {"pci_bus_id", std::string(pci_bus_id)},
       {"compute_capability", std::to_string(m.prop.major) + "." + std::to_string(m.prop.minor)},
       {"multiprocessors", m.prop.multiProcessorCount},
       {"memory_bytes", m.prop.totalGlobalMem},

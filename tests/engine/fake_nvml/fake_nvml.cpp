@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Stands in for the driver's libnvidia-ml.so.1 in test_metrics: two devices in
+// NVML's (PCI) order, 0000:01:00.0 and 0000:41:00.0, whose utilisation is 10 %
+// and 20 %, so a test sees which one a lookup opened. FAKE_NVML_NO_POWER=1 makes
+// the power query unsupported, as it is on some virtual machines.
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+int devices[2];
+constexpr int kSuccess = 0, kInvalidArgument = 2, kNotSupported = 3, kNotFound = 6;
+int which(void* d) { return d == &devices[1] ? 1 : 0; }
+}  // namespace
+
+extern "C" {
+struct FakeNvmlUtilization {
+  unsigned int gpu, memory;
+};
+int nvmlInit_v2() { return kSuccess; }
+int nvmlShutdown() { return kSuccess; }
+int nvmlDeviceGetHandleByIndex_v2(unsigned int i, void** d) {
+  if (i > 1) return kInvalidArgument;
+  *d = &devices[i];
+  return kSuccess;
+}
+int nvmlDeviceGetHandleByPciBusId_v2(const char* id, void** d) {
+  if (std::strcmp(id, "0000:01:00.0") == 0) *d = &devices[0];
+  else if (std::strcmp(id, "0000:41:00.0") == 0) *d = &devices[1];
+  else return kNotFound;
+  return kSuccess;
+}
+int nvmlDeviceGetUtilizationRates(void* d, FakeNvmlUtilization* u) {
+  u->gpu = 10u * unsigned(which(d) + 1);
+  u->memory = 5;
+  return kSuccess;
+}
+int nvmlDeviceGetPowerUsage(void*, unsigned int* mw) {
+  if (const char* e = std::getenv("FAKE_NVML_NO_POWER"); e && *e == '1') return kNotSupported;
+  *mw = 250000;
+  return kSuccess;
+}
+int nvmlDeviceGetClockInfo(void*, int, unsigned int* mhz) {
+  *mhz = 1980;
+  return kSuccess;
+}
+int nvmlDeviceGetTemperature(void*, int, unsigned int* c) {
+  *c = 40;
+  return kSuccess;
+}
+}
