@@ -15,7 +15,8 @@
 //      the largest reference magnitude;
 //      cuda f32: cuDNN with strict fp32 engines (no TF32, no down-converted
 //      inputs: conv_engine_filter), network_tolerance("fp32", 4, k) of the
-//      largest magnitude, k the longest reduction; db 1e-5 relative + 1e-5.
+//      largest magnitude, k the longest reduction (db included: the float
+//      reference's sum over N·Ho·Wo is what rounds).
 //    On the CPU also the accumulate contract (accumulate=true adds what
 //    accumulate=false writes: 1e-6 scaled in f32, 1e-14 in f64, exact on the
 //    exact targets; dx is written either way), each output computed alone, and
@@ -119,8 +120,10 @@ Comparison check_output(const Target& t, const ConvGeometry& g, const std::strin
     const double e = scaled_diff(ref, got);
     return {e < kFastTol, what + ": scaled difference " + std::to_string(e)};
   }
-  if (out == "db") return compare(ref, got, 1e-5, 1e-5, what, false, "fp32");
-  // The longest reduction: C·R·S (y), K·R·S (dx) or N·Ho·Wo (dw).
+  // The longest reduction: C·R·S (y), K·R·S (dx) or N·Ho·Wo (dw, db). db too:
+  // the GPU sums in double, but the reference sums N·Ho·Wo floats one by one,
+  // an error that grows with the partial sums, not with |db|: "fmnist conv1,
+  // batch 10" (7840 terms) is 1.8x over a 1e-5 relative + 1e-5 bound.
   const int64_t k = std::max({g.C_in * g.KH * g.KW, g.C_out * g.KH * g.KW, g.N * g.H_out * g.W_out});
   return compare(ref, got, network_tolerance("fp32", 4, k), 0.0, what, true, "fp32");
 }
