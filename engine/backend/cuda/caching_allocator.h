@@ -104,6 +104,17 @@ inline size_t round_size(size_t bytes) {
 }
 inline bool is_small(size_t rounded) { return rounded <= kSmallLimit; }
 
+// The largest power of two, at most `cap` (a power of two), that divides p's
+// address: the byte alignment a library may be promised for p. Blocks from
+// this allocator are 256-byte aligned, but views into one flat block (the
+// model's parameters and gradients, model.cpp) only to their element offset.
+inline uint32_t address_alignment(const void* p, uint32_t cap) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = cap;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
 class CachingAllocator final : public Allocator {
  public:
   explicit CachingAllocator(AllocatorRuntime runtime = cuda_allocator_runtime());

@@ -58,13 +58,14 @@ void fe_check(fe::error_t e, const std::string& what, const ConvPlanKey& k) {
 }
 
 std::shared_ptr<fe::graph::Tensor_attributes> tensor(fe::graph::Graph& g, const char* name,
-                                                     int64_t uid, Layout l, int64_t n, int64_t c,
-                                                     int64_t h, int64_t w) {
+                                                     int64_t uid, int alignment, Layout l,
+                                                     int64_t n, int64_t c, int64_t h, int64_t w) {
   int64_t st[4];
   layout_strides(l, n, c, h, w, st);
   return g.tensor(fe::graph::Tensor_attributes()
                       .set_name(name)
                       .set_uid(uid)
+                      .set_alignment(alignment)
                       .set_dim({n, c, h, w})
                       .set_stride({st[0], st[1], st[2], st[3]}));
 }
@@ -116,8 +117,8 @@ std::shared_ptr<fe::graph::Graph> build(cudnnHandle_t handle, const ConvPlanKey&
   const std::vector<int64_t> pad{k.pad, k.pad}, stride{k.stride, k.stride}, dil{1, 1};
   switch (k.op) {
     case ConvOp::Fprop: {
-      auto x = tensor(*g, "x", kUidA, k.x_layout, k.N, k.C, k.H, k.W);
-      auto w = tensor(*g, "w", kUidB, k.w_layout, k.K, k.C, k.R, k.S);
+      auto x = tensor(*g, "x", kUidA, k.align_a, k.x_layout, k.N, k.C, k.H, k.W);
+      auto w = tensor(*g, "w", kUidB, k.align_b, k.w_layout, k.K, k.C, k.R, k.S);
       auto y = g->conv_fprop(
           x, w,
           fe::graph::Conv_fprop_attributes().set_padding(pad).set_stride(stride).set_dilation(dil));
@@ -125,13 +126,14 @@ std::shared_ptr<fe::graph::Graph> build(cudnnHandle_t handle, const ConvPlanKey&
       layout_strides(k.x_layout, k.N, k.K, Ho, Wo, st);
       y->set_output(true)
           .set_uid(kUidOut)
+          .set_alignment(k.align_out)
           .set_dim({k.N, k.K, Ho, Wo})
           .set_stride({st[0], st[1], st[2], st[3]});
       break;
     }
     case ConvOp::Dgrad: {
-      auto dy = tensor(*g, "dy", kUidA, k.x_layout, k.N, k.K, Ho, Wo);
-      auto w = tensor(*g, "w", kUidB, k.w_layout, k.K, k.C, k.R, k.S);
+      auto dy = tensor(*g, "dy", kUidA, k.align_a, k.x_layout, k.N, k.K, Ho, Wo);
+      auto w = tensor(*g, "w", kUidB, k.align_b, k.w_layout, k.K, k.C, k.R, k.S);
       auto dx = g->conv_dgrad(
           dy, w,
           fe::graph::Conv_dgrad_attributes().set_padding(pad).set_stride(stride).set_dilation(dil));
@@ -139,13 +141,14 @@ std::shared_ptr<fe::graph::Graph> build(cudnnHandle_t handle, const ConvPlanKey&
       layout_strides(k.x_layout, k.N, k.C, k.H, k.W, st);
       dx->set_output(true)
           .set_uid(kUidOut)
+          .set_alignment(k.align_out)
           .set_dim({k.N, k.C, k.H, k.W})
           .set_stride({st[0], st[1], st[2], st[3]});
       break;
     }
     case ConvOp::Wgrad: {
-      auto x = tensor(*g, "x", kUidA, k.x_layout, k.N, k.C, k.H, k.W);
-      auto dy = tensor(*g, "dy", kUidB, k.x_layout, k.N, k.K, Ho, Wo);
+      auto x = tensor(*g, "x", kUidA, k.align_a, k.x_layout, k.N, k.C, k.H, k.W);
+      auto dy = tensor(*g, "dy", kUidB, k.align_b, k.x_layout, k.N, k.K, Ho, Wo);
       auto dw = g->conv_wgrad(
           dy, x,
           fe::graph::Conv_wgrad_attributes().set_padding(pad).set_stride(stride).set_dilation(dil));
@@ -153,6 +156,7 @@ std::shared_ptr<fe::graph::Graph> build(cudnnHandle_t handle, const ConvPlanKey&
       layout_strides(k.w_layout, k.K, k.C, k.R, k.S, st);
       dw->set_output(true)
           .set_uid(kUidOut)
+          .set_alignment(k.align_out)
           .set_dim({k.K, k.C, k.R, k.S})
           .set_stride({st[0], st[1], st[2], st[3]});
       break;
@@ -199,8 +203,9 @@ std::shared_ptr<fe::graph::Graph> build(cudnnHandle_t handle, const ConvPlanKey&
 
 }  // namespace
 
-void ConvPlanCache::run(const ConvPlanKey& key, const void* a, const void* b, void* out,
+void ConvPlanCache::run(const ConvPlanKey& shape_key, const void* a, const void* b, void* out,
                         const std::function<void*(size_t)>& workspace) {
+  const ConvPlanKey key = with_alignments(shape_key, a, b, out);
   std::unique_lock lock(state_->mutex);
   auto it = state_->plans.find(key);
   if (it == state_->plans.end()) {

@@ -6,9 +6,10 @@
 //
 // Built graphs (operation graph + chosen execution plan) are cached by
 // ConvPlanKey: one entry per (op, shape, stride, padding, dtype, layouts,
-// policy). Plan choice:
-//   default          heuristics mode A, first plan that builds (FALLBACK mode
-//                    is added as a second source when A yields none)
+// policy, pointer alignments). Plan choice:
+//   default          heuristics mode A, first plan that builds (FALLBACK
+//                    mode's list follows A's, so a fallback engine is tried
+//                    when none of A's builds)
 //   cudnn_benchmark  every candidate plan is built and timed once per key
 //                    (cudnn-frontend's autotune); the fastest is kept
 //   deterministic    engines with the NONDETERMINISTIC numerical note are
@@ -24,6 +25,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/backend/cuda/caching_allocator.h"  // address_alignment
 #include "engine/core/dtype.h"
 #include "engine/core/tensor.h"
 
@@ -41,6 +43,12 @@ struct ConvPlanKey {
   Layout w_layout = Layout::NCHW;  // filters (w, dw): NCHW = KCRS, NHWC = KRSC
   bool deterministic = false;
   bool benchmark = false;
+  // Byte alignment of the pointers run() gets (a, b, out), at most
+  // kConvMaxAlignment: the graph's tensors declare it, engines may rely on
+  // it, and cuDNN refuses a pointer less aligned than declared
+  // (BAD_PARAM_MISALIGNED_POINTER). Fresh tensors have 16; views into the
+  // model's flat parameter and gradient blocks only their float offset's.
+  int align_a = 16, align_b = 16, align_out = 16;
 
   bool operator==(const ConvPlanKey&) const = default;
   int64_t H_out() const { return (H + 2 * pad - R) / stride + 1; }
@@ -63,6 +71,7 @@ struct ConvPlanKeyHash {
     mix(uint64_t(k.x_layout));
     mix(uint64_t(k.w_layout));
     mix(uint64_t(k.deterministic) | (uint64_t(k.benchmark) << 1));
+    mix(uint64_t(k.align_a) | (uint64_t(k.align_b) << 16) | (uint64_t(k.align_out) << 32));
     return size_t(h);
   }
 };
@@ -74,7 +83,23 @@ inline std::string ConvPlanKey::str() const {
          " R=" + std::to_string(R) + " S=" + std::to_string(S) +
          " stride=" + std::to_string(stride) + " pad=" + std::to_string(pad) + " " +
          dtype_name(dtype) + " x=" + layout_name(x_layout) + " w=" + layout_name(w_layout) +
-         (deterministic ? " deterministic" : "") + (benchmark ? " autotuned" : " heuristic");
+         (deterministic ? " deterministic" : "") + (benchmark ? " autotuned" : " heuristic") +
+         (align_a == 16 && align_b == 16 && align_out == 16
+              ? ""
+              : " align=" + std::to_string(align_a) + "/" + std::to_string(align_b) + "/" +
+                    std::to_string(align_out));
+}
+
+// The largest alignment a convolution's tensors declare (the frontend's default).
+constexpr uint32_t kConvMaxAlignment = 16;
+
+// `k` with the alignments of the operands run() will get (ConvPlanCache::run
+// applies it, so callers build keys from shapes alone).
+inline ConvPlanKey with_alignments(ConvPlanKey k, const void* a, const void* b, const void* out) {
+  k.align_a = int(address_alignment(a, kConvMaxAlignment));
+  k.align_b = int(address_alignment(b, kConvMaxAlignment));
+  k.align_out = int(address_alignment(out, kConvMaxAlignment));
+  return k;
 }
 
 // Which cuDNN engines a convolution may use, decided from the key alone (so it

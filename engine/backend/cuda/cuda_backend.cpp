@@ -106,6 +106,7 @@ void release(CudaBackend::Impl& m) {
   if (m.cudnn) (void)cudnnDestroy(m.cudnn), m.cudnn = nullptr;
   if (m.cublaslt) (void)cublasLtDestroy(m.cublaslt), m.cublaslt = nullptr;
   if (m.cublas) (void)cublasDestroy(m.cublas), m.cublas = nullptr;
+  m.cublas_workspace = Tensor{};
   if (m.host_result) (void)cudaFreeHost(m.host_result), m.host_result = nullptr;
   m.reduce_scratch = Tensor{};
   m.opt_chunks_dev = m.opt_slot_begin_dev = m.opt_decay_dev = Tensor{};
@@ -137,6 +138,14 @@ CudaBackend::CudaBackend(int index, const BackendOptions& options)
     TB_CUBLAS_CHECK(cublasSetMathMode(m.cublas, CUBLAS_DEFAULT_MATH));
     // cuBLAS reductions without atomics: the same result every run.
     TB_CUBLAS_CHECK(cublasSetAtomicsMode(m.cublas, CUBLAS_ATOMICS_NOT_ALLOWED));
+    // Our workspace from the start, not cuBLAS's own pool: a capture
+    // (graphs.cpp) must not let cuBLAS allocate, and cuBLAS picks kernels by
+    // the workspace it has, so eager and captured steps must share one to
+    // give the same bits. 32 MiB: cuBLAS's advice for Hopper.
+    constexpr int64_t kCublasWorkspace = int64_t(32) << 20;
+    m.cublas_workspace = Tensor::empty({kCublasWorkspace}, DType::U8, device());
+    TB_CUBLAS_CHECK(
+        cublasSetWorkspace(m.cublas, m.cublas_workspace.data(), m.cublas_workspace.nbytes()));
     TB_CUBLAS_CHECK(cublasLtCreate(&m.cublaslt));
     TB_CUDNN_CHECK(cudnnCreate(&m.cudnn));
     TB_CUDNN_CHECK(cudnnSetStream(m.cudnn, m.stream));

@@ -69,8 +69,9 @@ struct CudaBackend::Impl {
   std::vector<cudaGraph_t> graphs;
   std::vector<cudaGraphExec_t> graph_execs;
   Tensor opt_consts_dev;  // u8 [kOptConstsBytes]: the optimizer constants a replay reads
-  // cuBLAS's workspace, ours (cublasSetWorkspace) from the first capture on:
-  // cuBLAS must not allocate its own while a graph is being captured.
+  // cuBLAS's workspace, ours (cublasSetWorkspace) from construction on:
+  // cuBLAS must not allocate its own while a graph is being captured, and
+  // eager and captured GEMMs must choose their kernels with the same one.
   Tensor cublas_workspace;
 
   // Input path (staging.cpp), made on first use: the copy stream of

@@ -102,11 +102,6 @@ void CudaBackend::begin_capture() {
   // must be the compute stream's (written there by set_optimizer_constants).
   if (!m.opt_consts_dev.defined())
     m.opt_consts_dev = Tensor::empty({int64_t(cuda::kOptConstsBytes)}, DType::U8, device());
-  if (!m.cublas_workspace.defined()) {
-    constexpr int64_t kCublasWorkspace = int64_t(32) << 20;  // cuBLAS's advice for Hopper
-    m.cublas_workspace = Tensor::empty({kCublasWorkspace}, DType::U8, device());
-    TB_CUBLAS_CHECK(bind_cublas(m, m.stream));
-  }
   // The capture starts with nothing pending: what eager work enqueued runs
   // first (capture is rare; its cost is one wait).
   TB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
