@@ -642,7 +642,9 @@ class TestOpConv : public QObject {
     QVERIFY(kAutotuneCandidates > 1 && kAutotuneCandidates <= 16);
     QCOMPARE(QString::fromStdString(f.str()),
              QStringLiteral("no DOWN_CONVERT_INPUTS, no TENSOR_CORE (TF32 off), no "
-                            "NONDETERMINISTIC, no RUNTIME_COMPILATION, 10 candidates at most"));
+                            "NONDETERMINISTIC, no RUNTIME_COMPILATION, 10 candidates at most, "
+                            "workspace <= 1024 MiB"));
+    QCOMPARE(f.max_workspace_bytes, int64_t(1) << 30);
   }
 
   void conv_plan_key() {

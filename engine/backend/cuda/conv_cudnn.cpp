@@ -177,6 +177,7 @@ std::shared_ptr<fe::graph::Graph> build(cudnnHandle_t handle, const ConvPlanKey&
   if (f.no_nondeterministic) numeric.push_back(fe::NumericalNote_t::NONDETERMINISTIC);
   if (!numeric.empty()) g->deselect_numeric_notes(numeric);
   if (f.no_runtime_compiled) g->deselect_behavior_notes({fe::BehaviorNote_t::RUNTIME_COMPILATION});
+  if (f.max_workspace_bytes > 0) g->deselect_workspace_greater_than(f.max_workspace_bytes);
   const std::string filters = " (engines: " + f.str() + ")";
   fe_check(g->check_support(handle), "finding a supported engine" + filters, k);
   if (f.max_candidates <= 1) {

@@ -112,12 +112,17 @@ struct ConvEngineFilter {
   bool no_nondeterministic = false;             // NONDETERMINISTIC (deterministic runs)
   bool no_runtime_compiled = false;  // RUNTIME_COMPILATION: NVRTC, seconds per engine
   int max_candidates = 1;            // plans built (autotune times each); 1 = heuristics' choice
-  // "no DOWN_CONVERT_INPUTS, no TENSOR_CORE (TF32 off), ..., 10 candidates"
+  int64_t max_workspace_bytes = 0;   // engines needing more are never built
+  // "no DOWN_CONVERT_INPUTS, no TENSOR_CORE (TF32 off), ..., 10 candidates, workspace <= 1024 MiB"
   std::string str() const;
 };
 // Plans autotuning builds and times at most (PyTorch's cudnn benchmark_limit
 // is 10 too): the heuristics' order is kept, the rest never built.
 constexpr int kAutotuneCandidates = 10;
+// A convolution's workspace at most: some engines (FFT) ask for gigabytes,
+// which would end the run out of memory although an engine needing little
+// (there always is one: the fallback list) does the same convolution.
+constexpr int64_t kMaxConvWorkspaceBytes = int64_t(1) << 30;
 // allow_tf32: TF32 tensor-core engines for fp32 I/O (no setting turns it on
 // yet: fp32 means fp32, like the cuBLAS GEMMs).
 inline ConvEngineFilter conv_engine_filter(const ConvPlanKey& k, bool allow_tf32 = false) {
@@ -129,6 +134,7 @@ inline ConvEngineFilter conv_engine_filter(const ConvPlanKey& k, bool allow_tf32
   f.no_nondeterministic = k.deterministic;
   f.no_runtime_compiled = k.benchmark;
   f.max_candidates = k.benchmark ? kAutotuneCandidates : 1;
+  f.max_workspace_bytes = kMaxConvWorkspaceBytes;
   return f;
 }
 
@@ -142,6 +148,8 @@ inline std::string ConvEngineFilter::str() const {
   if (no_runtime_compiled) add("no RUNTIME_COMPILATION");
   add(max_candidates == 1 ? "heuristics' first choice"
                           : (std::to_string(max_candidates) + " candidates at most").c_str());
+  if (max_workspace_bytes > 0)
+    add(("workspace <= " + std::to_string(max_workspace_bytes >> 20) + " MiB").c_str());
   return s;
 }
 
