@@ -786,8 +786,12 @@ class TestOpConv : public QObject {
     // Autotune and deterministic backends agree with the heuristic choice.
     auto bench = make_cuda_backend(0, BackendOptions{.cudnn_benchmark = true});
     auto det = make_cuda_backend(0, BackendOptions{.deterministic = true});
-    // Other fp32 engines: another summation order (C·R·S = 36 terms).
-    const double tol = tb::test::network_tolerance("fp32", 4, 4 * 3 * 3);
+    // Other fp32 engines: another summation order (C·R·S = 36 terms), and
+    // Winograd or FFT engines among the candidates, whose transforms round
+    // more than a direct sum does (32x the direct bound is an allowance, not
+    // yet measured on a GPU); a wrong plan is still off by the size of y.
+    constexpr double kTransformAlgorithms = 32;
+    const double tol = kTransformAlgorithms * tb::test::network_tolerance("fp32", 4, 4 * 3 * 3);
     EXPECT_CLOSE_SCALED(y1, run(*bench), tol, "conv autotuned");
     const Tensor d1 = run(*det), d2 = run(*det);
     EXPECT_CLOSE_SCALED(y1, d1, tol, "conv deterministic");
