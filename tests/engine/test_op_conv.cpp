@@ -777,6 +777,104 @@ class TestOpConv : public QObject {
     TB_GPU_CATCH
   }
 
+  // A conv in front of training-mode batch norm (every conv of our models)
+  // gets a dy whose channel sums are 0: its bias gradient is a sum of N·H·W
+  // terms that cancel. The first GPU run saw the model's conv bias gradients
+  // differ between CUDA and the CPU by ~100% of their size; this checks the
+  // bias gradient on exactly that input, at the models' shapes, into views of a
+  // flat gradient block, written and accumulated, against the exact (double)
+  // sum of the same floats. Bound: a sum of m terms accumulated in precision
+  // u_acc (float on the CPU: 2^-24; double on CUDA: 2^-53) is within
+  // m·u_acc·Σ|dy| of the exact sum; rounding it (and the accumulated total) to
+  // float adds 2^-24 of each. A wrong row, channel or stride misses by
+  // O(max|dy|), far above that.
+  void conv_bias_grad_of_zero_mean_dy_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<ConvCase>("c");
+    QTest::addColumn<bool>("accumulate");
+    std::vector<Target> targets{{Impl::CpuReference, Layout::NCHW, DType::F32},
+                                {Impl::CpuReference, Layout::NHWC, DType::F32},
+                                {Impl::CpuFast, Layout::NCHW, DType::F32}};
+    for (const Target& t : cuda_targets()) targets.push_back(t);
+    // fmnist-cnn's block1 (batch 4; padded to 8 channels) and resnet18's stem
+    // (3x16x16 padded to 8, batch 2): the rows test_channels_last runs.
+    const ConvCase cases[] = {{"fmnist block1", 4, 1, 28, 28, 32, 3, 1, 1},
+                              {"fmnist block1 pad 8", 4, 8, 28, 28, 32, 3, 1, 1},
+                              {"resnet18 stem pad 8", 2, 8, 16, 16, 64, 3, 1, 1}};
+    for (const Target& t : targets)
+      for (const ConvCase& c : cases)
+        for (bool acc : {false, true})
+          QTest::addRow("%s: %s%s", t.name().c_str(), c.name, acc ? " accumulate" : "")
+              << t << c << acc;
+  }
+  void conv_bias_grad_of_zero_mean_dy() {
+    FETCH_TARGET(t, be);
+    QFETCH(ConvCase, c);
+    QFETCH(bool, accumulate);
+    TB_GPU_TRY
+    const auto g = ConvGeometry::make(c.N, c.C_in, c.H, c.W, c.C_out, c.k, c.stride, c.pad);
+    std::mt19937_64 rng(71);
+    const Tensor x = random_tensor(g.input_shape(), DType::F32, rng);
+    const Tensor w = random_tensor(g.weight_shape(), DType::F32, rng);
+    const Tensor db0 = random_tensor({g.C_out}, DType::F32, rng);
+    // dy (NCHW on the host) with each channel's mean removed.
+    Tensor dy = random_tensor(g.output_shape(), DType::F32, rng);
+    const int64_t P = g.H_out * g.W_out, m = g.N * P;
+    float* d = dy.data_as<float>();
+    std::vector<double> exact(size_t(g.C_out), 0.0), magnitude(size_t(g.C_out), 0.0);
+    for (int64_t co = 0; co < g.C_out; ++co) {
+      double mean = 0.0;
+      for (int64_t n = 0; n < g.N; ++n)
+        for (int64_t i = 0; i < P; ++i) mean += d[(n * g.C_out + co) * P + i];
+      mean /= double(m);
+      for (int64_t n = 0; n < g.N; ++n)
+        for (int64_t i = 0; i < P; ++i) {
+          float& v = d[(n * g.C_out + co) * P + i];
+          v = float(v - mean);
+          exact[size_t(co)] += v;  // exact enough: double error m·2^-53·Σ|dy|
+          magnitude[size_t(co)] += std::abs(v);
+        }
+    }
+    // db inside a gradient block, after a weight-sized run of floats (Model::build's order).
+    const int64_t wn = shape_numel(g.weight_shape());
+    const Tensor grads = be.empty({1 + wn + g.C_out}, DType::F32);
+    Tensor dwv = Tensor::view_of(grads, 1, g.weight_shape(), t.layout);
+    Tensor dbv = Tensor::view_of(grads, 1 + wn, {g.C_out});
+    be.copy(to_device(be, db0), dbv);
+    be.fill(dwv, 0.0);
+    const Tensor xd = to_device(be, x, t.layout), wd = to_device(be, w, t.layout);
+    const Tensor dyd = to_device(be, dy, t.layout);
+    Tensor dx = be.empty(g.input_shape(), DType::F32, t.layout);
+    be.conv2d_backward(g, xd, wd, dyd, dx, dwv, dbv, accumulate);
+    const Tensor got = to_host(be, dbv);
+    const double u32 = std::ldexp(1.0, -24);
+    const double u_acc = t.on_gpu() ? std::ldexp(1.0, -53) : u32;
+    double worst = 0.0;
+    for (int64_t co = 0; co < g.C_out; ++co) {
+      const double s = exact[size_t(co)];
+      const double b0 = accumulate ? double(db0.data_as<float>()[co]) : 0.0;
+      const double want = b0 + s;
+      const double bound = double(m) * u_acc * magnitude[size_t(co)] + u32 * std::abs(s) +
+                           (accumulate ? u32 * (std::abs(want) + std::abs(s)) : 0.0) + 1e-30;
+      const double e = std::abs(double(got.data_as<float>()[co]) - want);
+      worst = std::max(worst, e / bound);
+      QVERIFY2(e <= bound, qPrintable(QString("%1 db[%2]: got %3, exact %4 (sum %5 of %6 "
+                                              "terms, sum|dy| %7): error %8 > bound %9")
+                                          .arg(QString::fromStdString(t.name()))
+                                          .arg(co)
+                                          .arg(got.data_as<float>()[co], 0, 'g', 9)
+                                          .arg(want, 0, 'g', 9)
+                                          .arg(s, 0, 'g', 3)
+                                          .arg(m)
+                                          .arg(magnitude[size_t(co)], 0, 'g', 3)
+                                          .arg(e, 0, 'g', 3)
+                                          .arg(bound, 0, 'g', 3)));
+    }
+    tb::test::report_tolerance("fp32", worst, 1.0,
+                               std::string("conv db of zero-mean dy, error / bound, ") + c.name);
+    TB_GPU_CATCH
+  }
+
   void conv_plan_cache_and_policies() {
     NEED_GPU();
     TB_GPU_TRY
