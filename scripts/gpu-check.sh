@@ -76,11 +76,21 @@ is_system_lib() {
   return 1
 }
 
+# A suite's source: tests/engine/<suite>.cpp, or an op family's test beside
+# its code, engine/ops/<family>/<suite>.cpp (docs/architecture.md).
+suite_source() {
+  local f
+  for f in "tests/engine/$1.cpp" engine/ops/*/"$1.cpp"; do
+    [[ -f $f ]] && { echo "$f"; return 0; }
+  done
+  return 1
+}
+
 # The GPU slots of a suite: the slots whose body is wrapped in TB_GPU_TRY
 # (tests/engine/gpu_slot.h), in source order.
 gpu_slots() {
   awk '/^  void [A-Za-z0-9_]+\(\) \{/ { name = $2; sub(/\(\).*/, "", name) }
-       /TB_GPU_TRY/ && name != "" { print name; name = "" }' "tests/engine/$1.cpp"
+       /TB_GPU_TRY/ && name != "" { print name; name = "" }' "$(suite_source "$1")"
 }
 
 # Bytes the device tool would send: tracked and untracked-not-ignored files.
@@ -96,7 +106,9 @@ stage() {
   grep -q 'generate-code=arch=compute_90,code=\[[a-z_0-9,]*sm_90' "$src/build.ninja" || {
     echo "$src builds no sm_90 code (CMAKE_CUDA_ARCHITECTURES): the H100/H200 need it" >&2; exit 2; }
   local s
-  for s in "${suites[@]}"; do [[ -f tests/engine/$s.cpp ]] || { echo "no tests/engine/$s.cpp" >&2; exit 2; }; done
+  for s in "${suites[@]}"; do
+    suite_source "$s" >/dev/null || { echo "no $s.cpp in tests/engine/ or engine/ops/*/" >&2; exit 2; }
+  done
   echo "== building in $src (2 cores here: only what the GPU check runs)"
   cmake --build "$src" --target trainbench-engine trainbench-step-truth "${suites[@]}" -j 2 || exit 1
   ldd "$src/bin/test_cuda_backend" | grep -q libcudnn || {

@@ -23,6 +23,7 @@
 #include "engine/core/error.h"
 #include "engine/core/tensor.h"
 #include "engine/data/augment_draw.h"
+#include "engine/ops/epilogue.h"
 
 namespace tb {
 
@@ -135,19 +136,25 @@ class Backend {
   virtual void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
                                Tensor& dw, Tensor& db, bool accumulate) = 0;
 
-  // --- batch normalization over (N,H,W) per channel. Training uses batch
-  // statistics, updates running mean and (unbiased) running variance with
-  // `momentum`, and saves mean and 1/sqrt(var+eps) (C) for backward.
+  // --- batch normalization over (N,H,W) per channel, with an epilogue
+  // (y = act(BN(x) + residual); fuse_pointwise). The contract, with shapes,
+  // dtypes, layouts and what each op writes: engine/ops/batchnorm/batchnorm.h.
+  // Training uses batch statistics, updates running mean and (unbiased)
+  // running variance with `momentum`, and saves mean and 1/sqrt(var+eps) (C)
+  // for backward.
   virtual void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                        Tensor& running_mean, Tensor& running_var, float momentum,
                                        float eps, Tensor& y, Tensor& save_mean,
-                                       Tensor& save_invstd) = 0;
+                                       Tensor& save_invstd, const Epilogue& epilogue = {}) = 0;
   virtual void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                       const Tensor& running_mean, const Tensor& running_var,
-                                      float eps, Tensor& y) = 0;
+                                      float eps, Tensor& y, const Epilogue& epilogue = {}) = 0;
+  // With the epilogue's dz = dy·[y > 0] (ReLU) or dy: dresidual = dz (when
+  // defined), then dx (undefined: not wanted), dgamma, dbeta from dz.
   virtual void batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
                                   const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
-                                  Tensor& dgamma, Tensor& dbeta, bool accumulate) = 0;
+                                  Tensor& dgamma, Tensor& dbeta, bool accumulate,
+                                  const EpilogueGrad& epilogue = {}) = 0;
 
   // --- pointwise (any rank; y/dx may alias x/dy)
   virtual void relu_forward(const Tensor& x, Tensor& y) = 0;
@@ -158,38 +165,14 @@ class Backend {
   virtual void accumulate(const Tensor& src, Tensor& dst) = 0;         // dst += src
   virtual void scale(Tensor& t, double alpha) = 0;                     // t *= alpha
 
-  // --- fused pointwise (fuse_pointwise). Each op computes in one pass over memory
-  // what the unfused ops above compute in several, with the same meaning. A
-  // backend opts in by overriding; the defaults throw.
-  // Batch norm, then + residual (undefined: none), then ReLU when `relu`:
-  //   y = act(BN(x) + residual); x, residual, y (N,C,H,W); statistics, running
-  //   statistics and save_mean/save_invstd exactly as batchnorm_forward_train.
-  virtual void batchnorm_act_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                           const Tensor& residual, bool relu, Tensor& running_mean,
-                                           Tensor& running_var, float momentum, float eps,
-                                           Tensor& y, Tensor& save_mean, Tensor& save_invstd) {
-    fused_unsupported("batchnorm_act_forward_train");
-  }
-  virtual void batchnorm_act_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                          const Tensor& residual, bool relu,
-                                          const Tensor& running_mean, const Tensor& running_var,
-                                          float eps, Tensor& y) {
-    fused_unsupported("batchnorm_act_forward_eval");
-  }
-  // With dz = dy·[y > 0] (relu) or dy: dresidual = dz (undefined: not wanted),
-  // then batchnorm_backward(x, dz, ...) for dx (undefined: not wanted), dgamma,
-  // dbeta. y is the forward output, so the ReLU mask needs no extra tensor.
-  virtual void batchnorm_act_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
-                                      const Tensor& gamma, const Tensor& save_mean,
-                                      const Tensor& save_invstd, bool relu, Tensor& dx,
-                                      Tensor& dresidual, Tensor& dgamma, Tensor& dbeta,
-                                      bool accumulate) {
-    fused_unsupported("batchnorm_act_backward");
-  }
+  // --- fused pointwise (fuse_pointwise): linear + activation, in one pass
+  // over memory what the unfused ops compute in several, with the same
+  // meaning. A backend opts in by overriding; the defaults throw. (Batch
+  // norm's takes an epilogue instead; linear's moves to one with its family.)
   // Linear layer with its activation: pre (N,M) = x wᵀ + b, y (N,M) = act(pre).
   // `pre` is written when act is GELU (its backward needs it) and may be
-  // undefined for ReLU (whose backward reads y).
-  enum class Activation { ReLU, GELU };
+  // undefined for ReLU (whose backward reads y). act: ReLU or GELU.
+  using Activation = tb::Activation;
   virtual void linear_act_forward(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
                                   Tensor& y, Tensor& pre) {
     fused_unsupported("linear_act_forward");
@@ -375,6 +358,8 @@ class Backend {
   }
 };
 
+// linear_act_*'s activation: ReLU or GELU (None has nothing to fuse: linear_*).
+void check_linear_activation(Activation act, const char* op);
 // normalize_u8's argument checks, shared by the backends: src u8 and dst f32
 // of one rank-4 shape and layout, one scale and shift per channel.
 void check_normalize_u8_args(const Tensor& src, const std::vector<float>& scale,

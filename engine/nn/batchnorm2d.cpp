@@ -9,71 +9,71 @@
 
 namespace tb {
 
-void register_batchnorm(ParamRegistry& reg, const std::string& name, int64_t C, Tensor* gamma,
-                        Tensor* dgamma, Tensor* beta, Tensor* dbeta, Tensor* running_mean,
-                        Tensor* running_var) {
-  ParamSpec w{name + ".weight", {C}, Init::Ones};
-  w.weight_decay = false;
-  ParamSpec b{name + ".bias", {C}, Init::Zeros};
-  b.weight_decay = false;
-  reg.add_param(w, gamma, dgamma);
-  reg.add_param(b, beta, dbeta);
-  reg.add_buffer({name + ".running_mean", {C}, Init::Zeros}, running_mean);
-  reg.add_buffer({name + ".running_var", {C}, Init::Ones}, running_var);
-}
-
-BatchNorm2d::BatchNorm2d(std::string name, float momentum, float eps)
-    : Layer(std::move(name)), momentum_(momentum), eps_(eps) {
+BatchNorm2d::BatchNorm2d(std::string name, float momentum, float eps, Activation act)
+    : Layer(std::move(name)), momentum_(momentum), eps_(eps), act_(act) {
   TB_CHECK(momentum >= 0.0f && momentum <= 1.0f, "batchnorm2d ", this->name(),
            ": momentum must be in [0, 1], got ", momentum);
   TB_CHECK(eps > 0.0f, "batchnorm2d ", this->name(), ": eps must be positive, got ", eps);
+  TB_CHECK(act == Activation::None || act == Activation::ReLU, "batchnorm2d ", this->name(),
+           ": epilogue activation ", activation_name(act), " is not supported (none or relu)");
 }
 
 Shape BatchNorm2d::setup(const Shape& in, ParamRegistry& reg) {
   TB_CHECK(in.size() == 4, "batchnorm2d ", name(), ": expects (N, C, H, W) input, got ",
            shape_str(in));
   C_ = in[1];
-  register_batchnorm(reg, name(), C_, &gamma_, &dgamma_, &beta_, &dbeta_, &running_mean_,
-                     &running_var_);
+  ParamSpec w{name() + ".weight", {C_}, Init::Ones};
+  w.weight_decay = false;
+  ParamSpec b{name() + ".bias", {C_}, Init::Zeros};
+  b.weight_decay = false;
+  reg.add_param(w, &gamma_, &dgamma_);
+  reg.add_param(b, &beta_, &dbeta_);
+  reg.add_buffer({name() + ".running_mean", {C_}, Init::Zeros}, &running_mean_);
+  reg.add_buffer({name() + ".running_var", {C_}, Init::Ones}, &running_var_);
   return in;
 }
 
-// x, y (N, C, H, W)
-Tensor BatchNorm2d::forward(Context& ctx, const Tensor& x) {
+// x, residual, y (N, C, H, W)
+Tensor BatchNorm2d::forward_residual(Context& ctx, const Tensor& x, const Tensor& residual) {
   TB_CHECK(x.rank() == 4 && x.c() == C_, "batchnorm2d ", name(), ": expected (N, ", C_,
            ", H, W) input, got ", x.describe());
   Backend& be = ctx.backend;
+  const Epilogue epilogue{act_, residual};
   Tensor& y = ensure_buffer(ctx, y_, x.shape(), x.dtype(), x.layout());
   if (ctx.training && ctx.sync_batchnorm) {
+    TB_CHECK(!epilogue.active(), "batchnorm2d ", name(),
+             ": sync_batchnorm synchronises the layer without an epilogue; this one has ",
+             activation_name(act_), residual.defined() ? " and a residual" : "",
+             " (the run plan does not fuse under sync_batchnorm)");
     forward_synced(ctx, x, y);
   } else if (ctx.training) {
     ensure_buffer(ctx, save_mean_, {C_}, x.dtype());
     ensure_buffer(ctx, save_invstd_, {C_}, x.dtype());
     be.batchnorm_forward_train(x, gamma_, beta_, running_mean_, running_var_, momentum_, eps_, y,
-                               save_mean_, save_invstd_);
+                               save_mean_, save_invstd_, epilogue);
   } else {
-    be.batchnorm_forward_eval(x, gamma_, beta_, running_mean_, running_var_, eps_, y);
+    be.batchnorm_forward_eval(x, gamma_, beta_, running_mean_, running_var_, eps_, y, epilogue);
   }
   x_ = x;
   forward_was_training_ = ctx.training;
+  forward_had_epilogue_ = epilogue.active();
   return y;
 }
 
-Tensor BatchNorm2d::backward(Context& ctx, const Tensor& dy, bool need_dx) {
+Tensor BatchNorm2d::backward_residual(Context& ctx, const Tensor& dy, bool need_dx,
+                                      Tensor* dresidual) {
   TB_CHECK(x_.defined(), "batchnorm2d ", name(), ": backward before forward");
-  Backend& be = ctx.backend;
-  Tensor none;
+  if (forward_had_epilogue_ || dresidual) return backward_epilogue(ctx, dy, need_dx, dresidual);
   if (forward_was_training_ && ctx.sync_batchnorm) return backward_synced(ctx, dy, need_dx);
-  if (forward_was_training_) {
-    Tensor dx = need_dx ? ensure_buffer(ctx, dx_, x_.shape(), x_.dtype(), x_.layout()) : none;
-    be.batchnorm_backward(x_, dy, gamma_, save_mean_, save_invstd_, dx, dgamma_, dbeta_,
-                          ctx.accumulate_grads);
-    return dx;
-  }
-  // Eval mode is an affine map y = γ·(x − μ_run)·s + β with s = 1/sqrt(σ²_run + eps):
-  //   dγ = Σ dy·x̂ and dβ = Σ dy: the train backward's parameter half with (μ_run, s)
-  //   as the saved pair;  dx = γ·s·dy: the eval forward applied to dy with zero
-  //   mean and shift. s itself is the eval forward of a ones tensor.
+  return backward_plain(ctx, dy, need_dx);
+}
+
+// Eval mode is an affine map y = γ·(x − μ_run)·s + β with s = 1/sqrt(σ²_run + eps):
+//   dγ = Σ dy·x̂ and dβ = Σ dy: the train backward's parameter half with (μ_run, s)
+//   as the saved pair;  dx = γ·s·dy: the eval forward applied to dy with zero
+//   mean and shift. s itself is the eval forward of a ones tensor, into eval_invstd_.
+void BatchNorm2d::ensure_eval_helpers(Context& ctx) {
+  Backend& be = ctx.backend;
   const DType dt = x_.dtype();
   if (!ones_.defined() || ones_.dtype() != dt || ones_.device() != be.device()) {
     ones_ = be.empty({1, C_, 1, 1}, dt);
@@ -84,12 +84,52 @@ Tensor BatchNorm2d::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   }
   Tensor ones_c = ones_.reshaped({C_});
   be.batchnorm_forward_eval(ones_, ones_c, zeros_, zeros_, running_var_, eps_, eval_invstd_);
+}
+
+Tensor BatchNorm2d::backward_plain(Context& ctx, const Tensor& dy, bool need_dx) {
+  Backend& be = ctx.backend;
+  Tensor none;
+  if (forward_was_training_) {
+    Tensor dx = need_dx ? ensure_buffer(ctx, dx_, x_.shape(), x_.dtype(), x_.layout()) : none;
+    be.batchnorm_backward(x_, dy, gamma_, save_mean_, save_invstd_, dx, dgamma_, dbeta_,
+                          ctx.accumulate_grads);
+    return dx;
+  }
+  ensure_eval_helpers(ctx);
   Tensor invstd = eval_invstd_.reshaped({C_});
   be.batchnorm_backward(x_, dy, gamma_, running_mean_, invstd, none, dgamma_, dbeta_,
                         ctx.accumulate_grads);
   if (!need_dx) return none;
   Tensor& dx = ensure_buffer(ctx, dx_, x_.shape(), x_.dtype(), x_.layout());
   be.batchnorm_forward_eval(dy, gamma_, zeros_, zeros_, running_var_, eps_, dx);
+  return dx;
+}
+
+// With the epilogue: dz = dy·[y > 0] (or dy) inside the batch-norm backward,
+// handed back as dresidual. Eval mode as backward_plain, the epilogue's dz
+// taking dy's place: the parameter half also returns dz, and dx = γ·s·dz.
+Tensor BatchNorm2d::backward_epilogue(Context& ctx, const Tensor& dy, bool need_dx,
+                                      Tensor* dresidual) {
+  Backend& be = ctx.backend;
+  Tensor none;
+  if (forward_was_training_) {
+    Tensor dres =
+        dresidual ? ensure_buffer(ctx, dres_, x_.shape(), x_.dtype(), x_.layout()) : none;
+    Tensor dx = need_dx ? ensure_buffer(ctx, dx_, x_.shape(), x_.dtype(), x_.layout()) : none;
+    be.batchnorm_backward(x_, dy, gamma_, save_mean_, save_invstd_, dx, dgamma_, dbeta_,
+                          ctx.accumulate_grads, EpilogueGrad{act_, y_, dres});
+    if (dresidual) *dresidual = dres;
+    return dx;
+  }
+  ensure_eval_helpers(ctx);
+  Tensor invstd = eval_invstd_.reshaped({C_});
+  Tensor dz = ensure_buffer(ctx, dres_, x_.shape(), x_.dtype(), x_.layout());
+  be.batchnorm_backward(x_, dy, gamma_, running_mean_, invstd, none, dgamma_, dbeta_,
+                        ctx.accumulate_grads, EpilogueGrad{act_, y_, dz});
+  if (dresidual) *dresidual = dz;
+  if (!need_dx) return none;
+  Tensor& dx = ensure_buffer(ctx, dx_, x_.shape(), x_.dtype(), x_.layout());
+  be.batchnorm_forward_eval(dz, gamma_, zeros_, zeros_, running_var_, eps_, dx);
   return dx;
 }
 

@@ -9,6 +9,8 @@ LinearAct::LinearAct(std::string name, int64_t out_features, Backend::Activation
     : Layer(std::move(name)), out_features_(out_features), act_(act), has_bias_(bias) {
   TB_CHECK(out_features > 0, "linear_act ", this->name(), ": out_features must be positive, got ",
            out_features);
+  TB_CHECK(act == Activation::ReLU || act == Activation::GELU, "linear_act ", this->name(),
+           ": activation ", activation_name(act), " is not supported (relu or gelu; none is Linear)");
 }
 
 // Exactly Linear::setup.

@@ -4,7 +4,6 @@
 #include "engine/core/error.h"
 #include "engine/nn/activations.h"
 #include "engine/nn/batchnorm2d.h"
-#include "engine/nn/batchnorm_act.h"
 #include "engine/nn/conv2d.h"
 #include "engine/nn/linear.h"
 #include "engine/nn/pad_channels.h"
@@ -22,7 +21,7 @@ void conv_bn_relu(LayerList& out, const std::string& name, int64_t channels, boo
                   bool fuse = false) {
   out.push_back(std::make_unique<Conv2d>(name + ".conv", channels, 3, 1, 1, bias));
   if (fuse) {
-    out.push_back(std::make_unique<BatchNormAct>(name + ".bn", true));
+    out.push_back(std::make_unique<BatchNorm2d>(name + ".bn", Activation::ReLU));
     return;
   }
   out.push_back(std::make_unique<BatchNorm2d>(name + ".bn"));

@@ -4,7 +4,6 @@
 #include "engine/core/error.h"
 #include "engine/nn/activations.h"
 #include "engine/nn/batchnorm2d.h"
-#include "engine/nn/batchnorm_act.h"
 #include "engine/nn/conv2d.h"
 
 namespace tb {
@@ -16,10 +15,11 @@ ResidualBlock::ResidualBlock(std::string name, LayerList main, LayerList shortcu
       shortcut_(std::move(shortcut)),
       relu_after_(relu_after) {
   if (fuse_tail) {
-    tail_ = main_.empty() ? nullptr : dynamic_cast<BatchNormAct*>(main_.back().get());
-    TB_CHECK(tail_ && tail_->relu() == relu_after, "residual block ", this->name(),
-             ": a fused tail needs a BatchNormAct as the main path's last layer, with relu = ",
-             relu_after);
+    tail_ = main_.empty() ? nullptr : dynamic_cast<BatchNorm2d*>(main_.back().get());
+    const Activation act = relu_after ? Activation::ReLU : Activation::None;
+    TB_CHECK(tail_ && tail_->act() == act, "residual block ", this->name(),
+             ": a fused tail needs a BatchNorm2d as the main path's last layer, with the "
+             "epilogue activation ", activation_name(act));
   }
 }
 
@@ -88,14 +88,14 @@ std::unique_ptr<Layer> make_basic_block(const std::string& name, int64_t in_chan
   LayerList main, shortcut;
   main.push_back(std::make_unique<Conv2d>("conv1", out_channels, 3, stride, 1, conv_bias));
   if (fuse_pointwise) {
-    main.push_back(std::make_unique<BatchNormAct>("bn1", true));
+    main.push_back(std::make_unique<BatchNorm2d>("bn1", Activation::ReLU));
   } else {
     main.push_back(std::make_unique<BatchNorm2d>("bn1"));
     main.push_back(std::make_unique<ReLU>("relu1"));
   }
   main.push_back(std::make_unique<Conv2d>("conv2", out_channels, 3, 1, 1, conv_bias));
   if (fuse_pointwise)
-    main.push_back(std::make_unique<BatchNormAct>("bn2", true));
+    main.push_back(std::make_unique<BatchNorm2d>("bn2", Activation::ReLU));
   else
     main.push_back(std::make_unique<BatchNorm2d>("bn2"));
   if (stride != 1 || in_channels != out_channels) {

@@ -14,10 +14,11 @@ using LayerList = std::vector<std::unique_ptr<Layer>>;
 // residual, whose main path already ends in ReLU).
 //   forward:  a = main(x); s = shortcut(x) or x; z = a + s; y = relu(z) or z
 //   backward: dz = dy·[z>0]; dx = main'(dz) + shortcut'(dz)
-// fuse_tail (trick 11): main's last layer is a BatchNormAct with relu() ==
-// relu_after that computes act(BN(a) + s) itself, so the shortcut runs first
-// and the add and ReLU cost no sweeps of their own.
-class BatchNormAct;
+// fuse_tail (trick 11): main's last layer is a BatchNorm2d whose epilogue
+// activation is ReLU when relu_after (none otherwise) and that computes
+// act(BN(a) + s) itself, so the shortcut runs first and the add and ReLU cost
+// no sweeps of their own.
+class BatchNorm2d;
 class ResidualBlock final : public Layer {
  public:
   ResidualBlock(std::string name, LayerList main, LayerList shortcut, bool relu_after,
@@ -30,13 +31,14 @@ class ResidualBlock final : public Layer {
  private:
   LayerList main_, shortcut_;
   bool relu_after_;
-  BatchNormAct* tail_ = nullptr;  // main_.back() when fused
+  BatchNorm2d* tail_ = nullptr;  // main_.back() when fused
   Tensor sum_, dsum_, dx_;
 };
 
 // The usual CIFAR ResNet basic block: conv3x3(stride)-BN-ReLU-conv3x3-BN, plus a
 // 1x1 conv-BN shortcut when the shape changes, then ReLU.
-// fuse_pointwise: bn1+ReLU and bn2+add+ReLU as BatchNormAct (same parameters).
+// fuse_pointwise: bn1+ReLU and bn2+add+ReLU as BatchNorm2d with the ReLU
+// epilogue (same parameters).
 std::unique_ptr<Layer> make_basic_block(const std::string& name, int64_t in_channels,
                                         int64_t out_channels, int64_t stride, bool conv_bias,
                                         bool fuse_pointwise = false);

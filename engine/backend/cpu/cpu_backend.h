@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 // The CPU backend. Each op family lives in its own file (conv.cpp, linear.cpp,
-// pool.cpp, batchnorm.cpp, pointwise.cpp, loss.cpp, optimizer.cpp, memory.cpp)
-// with a plain reference implementation (templated on float/double: the test
-// oracle, used for f64 and when options.reference is set) beside the fast f32
-// path (OpenBLAS GEMM, vectorisable loops, OpenMP threads).
+// pool.cpp, pointwise.cpp, loss.cpp, optimizer.cpp, memory.cpp; the families
+// already moved in engine/ops/<family>/) with a plain reference implementation
+// (templated on float/double: the test oracle, used for f64 and when
+// options.reference is set) beside the fast f32 path (OpenBLAS GEMM,
+// vectorisable loops, OpenMP threads).
 #include "engine/backend/backend.h"
 
 namespace tb {
@@ -50,16 +51,18 @@ class CpuBackend final : public Backend {
   void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
                        Tensor& db, bool accumulate) override;
 
+  // engine/ops/batchnorm/batchnorm_cpu.cpp
   void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                Tensor& running_mean, Tensor& running_var, float momentum,
-                               float eps, Tensor& y, Tensor& save_mean,
-                               Tensor& save_invstd) override;
+                               float eps, Tensor& y, Tensor& save_mean, Tensor& save_invstd,
+                               const Epilogue& epilogue = {}) override;
   void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                               const Tensor& running_mean, const Tensor& running_var, float eps,
-                              Tensor& y) override;
+                              Tensor& y, const Epilogue& epilogue = {}) override;
   void batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
                           const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
-                          Tensor& dgamma, Tensor& dbeta, bool accumulate) override;
+                          Tensor& dgamma, Tensor& dbeta, bool accumulate,
+                          const EpilogueGrad& epilogue = {}) override;
 
   void relu_forward(const Tensor& x, Tensor& y) override;
   void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
@@ -69,19 +72,8 @@ class CpuBackend final : public Backend {
   void accumulate(const Tensor& src, Tensor& dst) override;
   void scale(Tensor& t, double alpha) override;
 
-  // Fused pointwise (fused.cpp, fuse_pointwise): the reference is the composition of
-  // the unfused reference ops; the fast f32 path makes one pass per sweep.
-  void batchnorm_act_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                   const Tensor& residual, bool relu, Tensor& running_mean,
-                                   Tensor& running_var, float momentum, float eps, Tensor& y,
-                                   Tensor& save_mean, Tensor& save_invstd) override;
-  void batchnorm_act_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                  const Tensor& residual, bool relu, const Tensor& running_mean,
-                                  const Tensor& running_var, float eps, Tensor& y) override;
-  void batchnorm_act_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
-                              const Tensor& gamma, const Tensor& save_mean,
-                              const Tensor& save_invstd, bool relu, Tensor& dx, Tensor& dresidual,
-                              Tensor& dgamma, Tensor& dbeta, bool accumulate) override;
+  // Fused linear + activation (fused.cpp, fuse_pointwise): the reference is the
+  // composition of the unfused reference ops; the fast f32 path makes one sweep.
   void linear_act_forward(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
                           Tensor& y, Tensor& pre) override;
   void linear_act_backward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& pre,

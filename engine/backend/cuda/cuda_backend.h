@@ -14,12 +14,12 @@
 //   reduce.cu          sum of squares
 //   pool.cu            max (argmax) / avg / global-avg pooling, NCHW and NHWC
 //   linear.cu/.cpp     cuBLAS GEMMs, bias kernels
-//   batchnorm.cu       per-channel statistics, running stats, backward
+//   (batch norm: its op family folder, engine/ops/batchnorm/)
 //   optimizer.cu       SGD/AdamW/RMSProp/LARS/LAMB, per-tensor and multi-tensor
 //   conv_cudnn.cpp     convolutions through the cuDNN 9 graph API (cudnn-frontend)
-//   cuda_ops.cpp       argument checks and dispatch for the kernel families above
+//   cuda_ops.cpp       argument checks and dispatch for pointwise, pooling, loss
 //   amp.cu/amp_ops.cpp mixed precision: f32<->f16/bf16 casts, loss-scaler kernels
-//   fused.cu/fused_ops.cpp  fuse_pointwise: BN+add+ReLU, Linear+act
+//   fused.cu/fused_ops.cpp  fuse_pointwise: Linear+act
 //   peer.cpp           copies between two devices' backends (parallel: dp)
 //
 // NOTE: written and compiled on a machine without a GPU; see the tests.
@@ -69,15 +69,18 @@ class CudaBackend final : public Backend {
   void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
                        Tensor& db, bool accumulate) override;
 
+  // engine/ops/batchnorm/batchnorm_cuda.cpp (batchnorm.cu)
   void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                Tensor& running_mean, Tensor& running_var, float momentum, float eps,
-                               Tensor& y, Tensor& save_mean, Tensor& save_invstd) override;
+                               Tensor& y, Tensor& save_mean, Tensor& save_invstd,
+                               const Epilogue& epilogue = {}) override;
   void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                               const Tensor& running_mean, const Tensor& running_var, float eps,
-                              Tensor& y) override;
+                              Tensor& y, const Epilogue& epilogue = {}) override;
   void batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
                           const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
-                          Tensor& dgamma, Tensor& dbeta, bool accumulate) override;
+                          Tensor& dgamma, Tensor& dbeta, bool accumulate,
+                          const EpilogueGrad& epilogue = {}) override;
 
   void relu_forward(const Tensor& x, Tensor& y) override;
   void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
@@ -87,18 +90,7 @@ class CudaBackend final : public Backend {
   void accumulate(const Tensor& src, Tensor& dst) override;
   void scale(Tensor& t, double alpha) override;
 
-  // Fused pointwise (fused.cu, fused_ops.cpp, fuse_pointwise). NOT yet run on a GPU.
-  void batchnorm_act_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                   const Tensor& residual, bool relu, Tensor& running_mean,
-                                   Tensor& running_var, float momentum, float eps, Tensor& y,
-                                   Tensor& save_mean, Tensor& save_invstd) override;
-  void batchnorm_act_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                  const Tensor& residual, bool relu, const Tensor& running_mean,
-                                  const Tensor& running_var, float eps, Tensor& y) override;
-  void batchnorm_act_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
-                              const Tensor& gamma, const Tensor& save_mean,
-                              const Tensor& save_invstd, bool relu, Tensor& dx, Tensor& dresidual,
-                              Tensor& dgamma, Tensor& dbeta, bool accumulate) override;
+  // Fused linear + activation (fused.cu, fused_ops.cpp, fuse_pointwise). NOT yet run on a GPU.
   void linear_act_forward(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
                           Tensor& y, Tensor& pre) override;
   void linear_act_backward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& pre,
@@ -169,7 +161,7 @@ class CudaBackend final : public Backend {
       .autotuned_convolutions = true,  // cuDNN plans timed per shape (conv_cudnn.cpp)
       .channels_last = true,           // NHWC convolutions, BN, pooling
       .tensor_core_alignment = true,   // pad_channels (pad_channels.cu)
-      .fused_pointwise = true,         // fused.cu, fused_ops.cpp
+      .fused_pointwise = true,         // fused.cu, fused_ops.cpp, ops/batchnorm's epilogue
       .graph_capture = true,           // graphs.cpp
 #ifdef TRAINBENCH_HAVE_CUPTI
       .kernel_profiler = true,  // KernelCensus of every step (CUPTI activity records)

@@ -122,17 +122,6 @@ namespace cuda {
 void check_on(const CudaBackend& b, const Tensor& t, const char* op, const char* what);
 void check_f32(const Tensor& t, const char* op, const char* what);
 inline float* fptr(const Tensor& t) { return t.defined() ? t.data_as<float>() : nullptr; }
-// Batch-norm operands (cuda_ops.cpp; the fused ops use them too): x f32 rank 4
-// on this device, per-channel tensors (C), and tensors shaped and laid out like x.
-struct BnShape {
-  int64_t N, C, HW;
-  bool nhwc;
-};
-BnShape check_bn(const CudaBackend& be, const Tensor& x, const char* op);
-void check_channel(const CudaBackend& be, const Tensor& t, const Tensor& x, const char* op,
-                   const char* what);
-void check_like(const CudaBackend& be, const Tensor& t, const Tensor& x, const char* op,
-                const char* what);
 }  // namespace cuda
 
 }  // namespace tb

@@ -1,19 +1,17 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Argument checks and dispatch for the backend's own kernels: pointwise
-// (pointwise.cu), pooling (pool.cu), loss (loss.cu), batch norm (batchnorm.cu).
+// (pointwise.cu), pooling (pool.cu), loss (loss.cu). Batch norm's are in its
+// op family, engine/ops/batchnorm/batchnorm_cuda.cpp.
 // Every op checks shapes, dtypes, devices and layouts on the host, then
 // enqueues on the backend's stream and returns without waiting.
 #include "engine/backend/cuda/cuda_internal.h"
+#include "engine/core/dispatch.h"
 
 namespace tb {
 
 using cuda::check_f32;
 using cuda::check_on;
 using cuda::fptr;
-using Bn = cuda::BnShape;
-using cuda::check_bn;
-using cuda::check_channel;
-using cuda::check_like;
 
 namespace {
 
@@ -27,15 +25,6 @@ void check_pair(const CudaBackend& be, const Tensor& a, const Tensor& b, const c
            " vs ", b.describe());
   TB_CHECK(a.dtype() == DType::F32 || a.dtype() == DType::F64, op, ": expected f32 or f64, got ",
            a.describe());
-}
-
-// Calls f(T*) with the tensor's element type (float or double).
-template <typename F>
-void by_dtype(const Tensor& t, F&& f) {
-  if (t.dtype() == DType::F64)
-    f(double{});
-  else
-    f(float{});
 }
 
 template <typename T>
@@ -253,91 +242,6 @@ void CudaBackend::softmax_cross_entropy(const Tensor& logits, const Tensor& labe
   cuda::launch_softmax_xent(fptr(logits), y.data_as<int32_t>(), N, K, label_smoothing, grad_scale,
                             fptr(dlogits), rows.data_as<double>(), stats.data_as<double>(),
                             m.stream);
-}
-
-// ---------------------------------------------------------------- batch norm
-
-namespace cuda {
-
-BnShape check_bn(const CudaBackend& be, const Tensor& x, const char* op) {
-  check_on(be, x, op, "x");
-  TB_CHECK(x.rank() == 4, op, ": expected a rank-4 (N, C, H, W) input, got ", x.describe());
-  check_f32(x, op, "x");
-  return {x.n(), x.c(), x.h() * x.w(), x.layout() == Layout::NHWC};
-}
-
-void check_channel(const CudaBackend& be, const Tensor& t, const Tensor& x, const char* op,
-                   const char* what) {
-  check_on(be, t, op, what);
-  expect_shape(t, {x.c()}, what);
-  expect_dtype(t, DType::F32, what);
-}
-
-void check_like(const CudaBackend& be, const Tensor& t, const Tensor& x, const char* op,
-                const char* what) {
-  check_on(be, t, op, what);
-  expect_shape(t, x.shape(), what);
-  expect_dtype(t, x.dtype(), what);
-  TB_CHECK(t.layout() == x.layout(), op, ": ", what, " ", t.describe(), " is not ",
-           layout_name(x.layout()), " like x");
-}
-
-}  // namespace cuda
-
-void CudaBackend::batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                          Tensor& running_mean, Tensor& running_var, float momentum,
-                                          float eps, Tensor& y, Tensor& save_mean,
-                                          Tensor& save_invstd) {
-  const char* op = "batchnorm_forward_train";
-  const Bn d = check_bn(*this, x, op);
-  check_channel(*this, gamma, x, op, "batchnorm gamma");
-  check_channel(*this, beta, x, op, "batchnorm beta");
-  check_channel(*this, running_mean, x, op, "batchnorm running_mean");
-  check_channel(*this, running_var, x, op, "batchnorm running_var");
-  check_channel(*this, save_mean, x, op, "batchnorm save_mean");
-  check_channel(*this, save_invstd, x, op, "batchnorm save_invstd");
-  check_like(*this, y, x, op, "y");
-  TB_CHECK(d.N * d.HW > 0, op, ": empty batch ", x.describe());
-  impl_->activate();
-  cuda::launch_bn_forward_train(fptr(x), fptr(gamma), fptr(beta), fptr(running_mean),
-                                fptr(running_var), momentum, eps, fptr(y), fptr(save_mean),
-                                fptr(save_invstd), d.N, d.C, d.HW, d.nhwc, impl_->stream);
-}
-
-void CudaBackend::batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                         const Tensor& running_mean, const Tensor& running_var,
-                                         float eps, Tensor& y) {
-  const char* op = "batchnorm_forward_eval";
-  const Bn d = check_bn(*this, x, op);
-  check_channel(*this, gamma, x, op, "batchnorm gamma");
-  check_channel(*this, beta, x, op, "batchnorm beta");
-  check_channel(*this, running_mean, x, op, "batchnorm running_mean");
-  check_channel(*this, running_var, x, op, "batchnorm running_var");
-  check_like(*this, y, x, op, "y");
-  impl_->activate();
-  cuda::launch_bn_forward_eval(fptr(x), fptr(gamma), fptr(beta), fptr(running_mean),
-                               fptr(running_var), eps, fptr(y), d.N, d.C, d.HW, d.nhwc,
-                               impl_->stream);
-}
-
-void CudaBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
-                                     const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
-                                     Tensor& dgamma, Tensor& dbeta, bool accumulate) {
-  const char* op = "batchnorm_backward";
-  const Bn d = check_bn(*this, x, op);
-  check_like(*this, dy, x, op, "dy");
-  check_channel(*this, gamma, x, op, "batchnorm gamma");
-  check_channel(*this, save_mean, x, op, "batchnorm save_mean");
-  check_channel(*this, save_invstd, x, op, "batchnorm save_invstd");
-  if (dx.defined()) check_like(*this, dx, x, op, "dx");
-  if (dgamma.defined()) check_channel(*this, dgamma, x, op, "batchnorm dgamma");
-  if (dbeta.defined()) check_channel(*this, dbeta, x, op, "batchnorm dbeta");
-  Impl& m = *impl_;
-  m.activate();
-  Tensor work = m.scratch(size_t(2 * std::max<int64_t>(d.C, 1)) * sizeof(double));
-  cuda::launch_bn_backward(fptr(x), fptr(dy), fptr(gamma), fptr(save_mean), fptr(save_invstd),
-                           fptr(dx), fptr(dgamma), fptr(dbeta), accumulate, work.data_as<double>(),
-                           d.N, d.C, d.HW, d.nhwc, m.stream);
 }
 
 }  // namespace tb

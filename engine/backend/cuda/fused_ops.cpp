@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// Argument checks and dispatch for the fused pointwise ops (fused.cu, trick 11).
+// Argument checks and dispatch for the fused linear + activation ops (fused.cu,
+// trick 11); batch norm's epilogue is in its op family (engine/ops/batchnorm/).
 //
 // Linear + activation, x (N, K)  w (M, K)  b (M)  pre, y, dy, dpre (N, M):
 // - ReLU forward: one cuBLASLt matmul with the RELU_BIAS epilogue (bias and ReLU
@@ -32,10 +33,6 @@ namespace tb {
 using cuda::check_f32;
 using cuda::check_on;
 using cuda::fptr;
-using Bn = cuda::BnShape;
-using cuda::check_bn;
-using cuda::check_channel;
-using cuda::check_like;
 
 namespace {
 
@@ -154,86 +151,12 @@ bool lt_linear_relu(const CudaBackend::Impl& m, bool deterministic, const float*
 
 }  // namespace
 
-// ---------------------------------------------------------------- batch norm + act
-
-void CudaBackend::batchnorm_act_forward_train(const Tensor& x, const Tensor& gamma,
-                                              const Tensor& beta, const Tensor& residual, bool relu,
-                                              Tensor& running_mean, Tensor& running_var,
-                                              float momentum, float eps, Tensor& y,
-                                              Tensor& save_mean, Tensor& save_invstd) {
-  const char* op = "batchnorm_act_forward_train";
-  const Bn d = check_bn(*this, x, op);
-  check_channel(*this, gamma, x, op, "gamma");
-  check_channel(*this, beta, x, op, "beta");
-  check_channel(*this, running_mean, x, op, "running_mean");
-  check_channel(*this, running_var, x, op, "running_var");
-  check_channel(*this, save_mean, x, op, "save_mean");
-  check_channel(*this, save_invstd, x, op, "save_invstd");
-  check_like(*this, y, x, op, "y");
-  if (residual.defined()) check_like(*this, residual, x, op, "residual");
-  TB_CHECK(d.N * d.HW > 0, op, ": empty batch ", x.describe());
-  TB_CHECK(y.data() != x.data(), op, ": y must not alias x (", x.describe(), ")");
-  impl_->activate();
-  cuda::launch_bn_act_forward_train(fptr(x), fptr(gamma), fptr(beta), fptr(residual), relu,
-                                    fptr(running_mean), fptr(running_var), momentum, eps, fptr(y),
-                                    fptr(save_mean), fptr(save_invstd), d.N, d.C, d.HW, d.nhwc,
-                                    impl_->stream);
-}
-
-void CudaBackend::batchnorm_act_forward_eval(const Tensor& x, const Tensor& gamma,
-                                             const Tensor& beta, const Tensor& residual, bool relu,
-                                             const Tensor& running_mean, const Tensor& running_var,
-                                             float eps, Tensor& y) {
-  const char* op = "batchnorm_act_forward_eval";
-  const Bn d = check_bn(*this, x, op);
-  check_channel(*this, gamma, x, op, "gamma");
-  check_channel(*this, beta, x, op, "beta");
-  check_channel(*this, running_mean, x, op, "running_mean");
-  check_channel(*this, running_var, x, op, "running_var");
-  check_like(*this, y, x, op, "y");
-  if (residual.defined()) check_like(*this, residual, x, op, "residual");
-  impl_->activate();
-  cuda::launch_bn_act_forward_eval(fptr(x), fptr(gamma), fptr(beta), fptr(residual), relu,
-                                   fptr(running_mean), fptr(running_var), eps, fptr(y), d.N, d.C,
-                                   d.HW, d.nhwc, impl_->stream);
-}
-
-void CudaBackend::batchnorm_act_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
-                                         const Tensor& gamma, const Tensor& save_mean,
-                                         const Tensor& save_invstd, bool relu, Tensor& dx,
-                                         Tensor& dresidual, Tensor& dgamma, Tensor& dbeta,
-                                         bool accumulate) {
-  const char* op = "batchnorm_act_backward";
-  const Bn d = check_bn(*this, x, op);
-  check_like(*this, dy, x, op, "dy");
-  if (relu) check_like(*this, y, x, op, "y");
-  check_channel(*this, gamma, x, op, "gamma");
-  check_channel(*this, save_mean, x, op, "save_mean");
-  check_channel(*this, save_invstd, x, op, "save_invstd");
-  if (dx.defined()) check_like(*this, dx, x, op, "dx");
-  if (dresidual.defined()) check_like(*this, dresidual, x, op, "dresidual");
-  if (dgamma.defined()) check_channel(*this, dgamma, x, op, "dgamma");
-  if (dbeta.defined()) check_channel(*this, dbeta, x, op, "dbeta");
-  for (const Tensor* out : {&dx, &dresidual})
-    TB_CHECK(!out->defined() || (out->data() != x.data() && out->data() != dy.data() &&
-                                 (!y.defined() || out->data() != y.data())),
-             op, ": dx and dresidual must not alias x, y or dy");
-  TB_CHECK(!dx.defined() || !dresidual.defined() || dx.data() != dresidual.data(), op,
-           ": dx and dresidual must be different buffers");
-  Impl& m = *impl_;
-  m.activate();
-  Tensor work = m.scratch(size_t(2 * std::max<int64_t>(d.C, 1)) * sizeof(double));
-  cuda::launch_bn_act_backward(fptr(x), relu ? fptr(y) : nullptr, fptr(dy), fptr(gamma),
-                               fptr(save_mean), fptr(save_invstd), relu, fptr(dx), fptr(dresidual),
-                               fptr(dgamma), fptr(dbeta), accumulate, work.data_as<double>(), d.N,
-                               d.C, d.HW, d.nhwc, m.stream);
-}
-
 // ---------------------------------------------------------------- linear + act
 
 void CudaBackend::linear_act_forward(const Tensor& x, const Tensor& w, const Tensor& b,
                                      Activation act, Tensor& y, Tensor& pre) {
   const char* op = "linear_act_forward";
+  check_linear_activation(act, op);
   int64_t N, K, M;
   check_linear_act(*this, op, x, w, b, N, K, M);
   check_nm(*this, op, "y", y, N, M);
@@ -265,6 +188,7 @@ void CudaBackend::linear_act_backward(const Tensor& x, const Tensor& w, const Te
                                       Tensor& dpre, Tensor& dx, Tensor& dw, Tensor& db,
                                       bool accumulate) {
   const char* op = "linear_act_backward";
+  check_linear_activation(act, op);
   int64_t N, K, M;
   check_linear_act(*this, op, x, w, db, N, K, M);
   check_nm(*this, op, "dy", dy, N, M);

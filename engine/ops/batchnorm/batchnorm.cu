@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// Batch normalization over (N, H, W) per channel, NCHW and NHWC (the CPU
-// backend's batchnorm.cpp has the same formulas):
+// The batch-norm family's CUDA kernels and their launchers (batchnorm.cuh),
+// f32, NCHW and NHWC; contract in batchnorm.h, the CPU's in batchnorm_cpu.cpp:
 //
 //   x, y, dy, dx (N, C, HW)    M = N·HW values per channel
 //   train:  μ = Σx/M,  σ² = Σ(x−μ)²/M (two passes, double accumulators)
@@ -16,9 +16,26 @@
 // few channels and a huge M uses few SMs (later: split M over several blocks
 // per channel with a second, fixed-order combine, as reduce.cu does).
 // Apply passes are elementwise over the whole tensor.
+//
+// Epilogue (fuse_pointwise): y = act(BN(x) + r), act = ReLU or identity;
+// backward dz = dy·[y > 0] (or dy), dres = dz, then the formulas above with dz.
+// What it saves against the unfused kernels (train, one BN layer followed by
+// ReLU and a residual add): unfused = stats, apply, add, relu (4 launches, the
+// tensor read 5 and written 3 times); fused = stats, apply (2 launches, read 3
+// and written once). Backward: unfused = relu mask, add's gradient routing,
+// reduce, dx; fused = reduce (which also writes dres), dx. The epilogue's
+// kernels are their own (bn_act_*), moved here as they were; the speed work
+// merges them with the plain ones.
+// Determinism: no atomics; one block per channel with a fixed tree
+// (block_sum), so every kernel here gives the same bits run to run.
+//
+// Ran on an H200 before the move (gpu-runs/2026-11-26-h200: test_op_batchnorm
+// and test_op_fused passed); moved without a change to the arithmetic, not
+// run on a GPU since.
+#include "engine/ops/batchnorm/batchnorm.cuh"
+
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/device_utils.cuh"
-#include "engine/backend/cuda/kernels.h"
 
 namespace tb::cuda {
 
@@ -117,6 +134,69 @@ __global__ void bn_backward_dx_kernel(const float* x, const float* dy, const flo
   }
 }
 
+// y = act(γ·(x − mean)·is + β [+ r]); the BN part written exactly as
+// bn_apply_kernel, then the add and the ReLU as add_kernel/relu would.
+// `invstd_is_var`: eval mode, the vector holds running_var and is = rsqrt(var + eps).
+__global__ void bn_act_apply_kernel(const float* x, const float* gamma, const float* beta,
+                                    const float* mean, const float* invstd_or_var,
+                                    bool invstd_is_var, float eps, const float* r, bool relu,
+                                    float* y, int64_t total, int64_t C, int64_t HW, bool nhwc) {
+  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total;
+       j += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = bn_channel(j, C, HW, nhwc);
+    const float is = invstd_is_var ? rsqrtf(invstd_or_var[c] + eps) : invstd_or_var[c];
+    float v = gamma[c] * (x[j] - mean[c]) * is + beta[c];
+    if (r) v = v + r[j];
+    if (relu) v = v > 0.0f ? v : 0.0f;
+    y[j] = v;
+  }
+}
+
+// work[2c] = Σdz, work[2c+1] = Σdz·x̂ (double), with dz = mask(dy) computed on
+// the fly and stored to dres when wanted; dγ, dβ written or accumulated.
+__global__ void bn_act_backward_reduce_kernel(const float* x, const float* y, const float* dy,
+                                              bool relu, const float* mean_v, const float* invstd_v,
+                                              float* dres, float* dgamma, float* dbeta,
+                                              bool accumulate, double* work, int64_t M, int64_t C,
+                                              int64_t HW, bool nhwc) {
+  __shared__ double smem[32];
+  const int64_t c = blockIdx.x;
+  const double mean = mean_v[c], invstd = invstd_v[c];
+  double sdy = 0.0, sdyxh = 0.0;
+  for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
+    const int64_t k = bn_at(m, c, C, HW, nhwc);
+    const float gz = relu ? (y[k] > 0.0f ? dy[k] : 0.0f) : dy[k];
+    if (dres) dres[k] = gz;
+    const double g = gz;
+    sdy += g;
+    sdyxh += g * (double(x[k]) - mean) * invstd;
+  }
+  sdy = block_sum(sdy, smem);
+  sdyxh = block_sum(sdyxh, smem);
+  if (threadIdx.x == 0) {
+    work[2 * c] = sdy;
+    work[2 * c + 1] = sdyxh;
+    if (dbeta) dbeta[c] = accumulate ? dbeta[c] + float(sdy) : float(sdy);
+    if (dgamma) dgamma[c] = accumulate ? dgamma[c] + float(sdyxh) : float(sdyxh);
+  }
+}
+
+__global__ void bn_act_backward_dx_kernel(const float* x, const float* y, const float* dy,
+                                          bool relu, const float* gamma, const float* mean_v,
+                                          const float* invstd_v, const double* work, float* dx,
+                                          int64_t total, int64_t M, int64_t C, int64_t HW,
+                                          bool nhwc) {
+  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total;
+       j += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = bn_channel(j, C, HW, nhwc);
+    const float gz = relu ? (y[j] > 0.0f ? dy[j] : 0.0f) : dy[j];
+    const double invstd = invstd_v[c];
+    const double xh = (double(x[j]) - double(mean_v[c])) * invstd;
+    const double a = double(gamma[c]) * invstd / double(M);
+    dx[j] = float(a * (double(M) * double(gz) - work[2 * c] - xh * work[2 * c + 1]));
+  }
+}
+
 }  // namespace
 
 void launch_bn_stats(const float* x, float* running_mean, float* running_var, float momentum,
@@ -165,6 +245,48 @@ void launch_bn_backward(const float* x, const float* dy, const float* gamma, con
   bn_backward_dx_kernel<<<grid_for(total), kThreads, 0, s>>>(x, dy, gamma, save_mean, save_invstd,
                                                              work, dx, total, M, C, HW, nhwc);
   TB_CUDA_LAUNCH_CHECK("bn_backward_dx_kernel");
+}
+
+void launch_bn_act_forward_train(const float* x, const float* gamma, const float* beta,
+                                 const float* r, bool relu, float* running_mean, float* running_var,
+                                 float momentum, float eps, float* y, float* save_mean,
+                                 float* save_invstd, int64_t N, int64_t C, int64_t HW, bool nhwc,
+                                 cudaStream_t s) {
+  const int64_t M = N * HW, total = M * C;
+  if (C <= 0 || M <= 0) return;
+  // batchnorm.cu's statistics kernel itself: the same bits as the unfused path.
+  launch_bn_stats(x, running_mean, running_var, momentum, eps, save_mean, save_invstd, N, C, HW,
+                  nhwc, s);
+  bn_act_apply_kernel<<<grid_for(total), kThreads, 0, s>>>(
+      x, gamma, beta, save_mean, save_invstd, false, eps, r, relu, y, total, C, HW, nhwc);
+  TB_CUDA_LAUNCH_CHECK("bn_act_apply_kernel");
+}
+
+void launch_bn_act_forward_eval(const float* x, const float* gamma, const float* beta,
+                                const float* r, bool relu, const float* running_mean,
+                                const float* running_var, float eps, float* y, int64_t N, int64_t C,
+                                int64_t HW, bool nhwc, cudaStream_t s) {
+  const int64_t total = N * C * HW;
+  if (total <= 0) return;
+  bn_act_apply_kernel<<<grid_for(total), kThreads, 0, s>>>(
+      x, gamma, beta, running_mean, running_var, true, eps, r, relu, y, total, C, HW, nhwc);
+  TB_CUDA_LAUNCH_CHECK("bn_act_apply_kernel");
+}
+
+void launch_bn_act_backward(const float* x, const float* y, const float* dy, const float* gamma,
+                            const float* save_mean, const float* save_invstd, bool relu, float* dx,
+                            float* dres, float* dgamma, float* dbeta, bool accumulate, double* work,
+                            int64_t N, int64_t C, int64_t HW, bool nhwc, cudaStream_t s) {
+  const int64_t M = N * HW, total = M * C;
+  if (C <= 0 || M <= 0) return;
+  bn_act_backward_reduce_kernel<<<unsigned(C), kStatThreads, 0, s>>>(
+      x, y, dy, relu, save_mean, save_invstd, dres, dgamma, dbeta, accumulate, work, M, C, HW,
+      nhwc);
+  TB_CUDA_LAUNCH_CHECK("bn_act_backward_reduce_kernel");
+  if (!dx) return;
+  bn_act_backward_dx_kernel<<<grid_for(total), kThreads, 0, s>>>(
+      x, y, dy, relu, gamma, save_mean, save_invstd, work, dx, total, M, C, HW, nhwc);
+  TB_CUDA_LAUNCH_CHECK("bn_act_backward_dx_kernel");
 }
 
 }  // namespace tb::cuda

@@ -18,7 +18,12 @@
 //    largest magnitude (dx) and 1e-5 + 1e-5 (dgamma, dbeta).
 // 3. Eval backward against its closed form, gradient accumulation through the
 //    layer, the running statistics by hand, mixed layouts refused.
+// 4. The epilogue's limits: GELU refused, the CPU's epilogue on NHWC refused,
+//    the ReLU-epilogue layer named and parametrised as the plain one,
+//    sync_batchnorm refused with an epilogue. The epilogue's values (residual
+//    add, ReLU) against the unfused ops are test_op_fused's bn_act_* slots.
 // GPU rows QSKIP with the reason where there is no device.
+// The family's test, beside its code (docs/architecture.md, "Op families").
 #include <QtTest>
 
 #include <cmath>
@@ -325,6 +330,75 @@ class TestOpBatchnorm : public QObject {
     } catch (const Error& e) {
       QVERIFY(QString(e.what()).contains("NHWC"));
     }
+  }
+
+  // ------------------------------------------------------------ epilogue limits
+
+  // What the contract refuses is named, on both CPU paths: a GELU epilogue
+  // (forward and backward), and on the CPU an epilogue on NHWC.
+  void batchnorm_rejects_unsupported_epilogues() {
+    for (bool reference : {true, false}) {
+      CpuBackend& be = reference ? cpu_reference() : cpu_fast();
+      Tensor x = random_tensor({2, 3, 2, 2}, 71), dy = random_tensor({2, 3, 2, 2}, 72);
+      Tensor c = from_values({3}, {1, 1, 1});
+      Tensor y = Tensor::empty(x.shape(), DType::F32), dx = Tensor::empty(x.shape(), DType::F32);
+      QString e = qerror_of([&] {
+        be.batchnorm_forward_eval(x, c, c, c, c, 1e-5f, y, Epilogue{Activation::GELU});
+      });
+      QVERIFY2(e.contains("gelu") && e.contains("batchnorm_forward_eval"), qPrintable(e));
+      Tensor none;
+      e = qerror_of([&] {
+        be.batchnorm_backward(x, dy, c, c, c, dx, none, none, false,
+                              EpilogueGrad{Activation::GELU, y});
+      });
+      QVERIFY2(e.contains("gelu") && e.contains("batchnorm_backward"), qPrintable(e));
+      Tensor xn = Tensor::zeros({1, 3, 2, 2}, DType::F32, Device::cpu(), Layout::NHWC);
+      Tensor yn = Tensor::zeros({1, 3, 2, 2}, DType::F32, Device::cpu(), Layout::NHWC);
+      e = qerror_of([&] {
+        be.batchnorm_forward_eval(xn, c, c, c, c, 1e-5f, yn, Epilogue{Activation::ReLU});
+      });
+      QVERIFY2(e.contains("NHWC") && e.contains("epilogue"), qPrintable(e));
+      be.batchnorm_forward_eval(xn, c, c, c, c, 1e-5f, yn);  // NHWC without one works
+    }
+    QVERIFY_THROWS_EXCEPTION(Error, BatchNorm2d("bn", Activation::GELU));
+  }
+
+  // The fused layer (ReLU epilogue) is BatchNorm2d under another kind: the
+  // same parameter and buffer names, order and initial values as the plain
+  // layer, so fused and unfused models from one seed start equal.
+  void batchnorm_epilogue_layer_registers_the_plain_parameters() {
+    CpuBackend& be = cpu_fast();
+    Model plain("m", {3, 2, 2}, 0), fused("m", {3, 2, 2}, 0);
+    plain.emplace<BatchNorm2d>("bn");
+    fused.emplace<BatchNorm2d>("bn", Activation::ReLU);
+    plain.build(be, 9, DType::F32);
+    fused.build(be, 9, DType::F32);
+    QCOMPARE(plain.layers()[0]->kind(), std::string("batchnorm2d"));
+    QCOMPARE(fused.layers()[0]->kind(), std::string("batchnorm_relu"));
+    QCOMPARE(fused.params().size(), plain.params().size());
+    QCOMPARE(fused.buffers().size(), plain.buffers().size());
+    for (size_t i = 0; i < plain.params().size(); ++i) {
+      QCOMPARE(fused.params()[i].name, plain.params()[i].name);
+      QVERIFY(bitwise_equal(fused.params()[i].value, plain.params()[i].value));
+    }
+    for (size_t i = 0; i < plain.buffers().size(); ++i) {
+      QCOMPARE(fused.buffers()[i].name, plain.buffers()[i].name);
+      QVERIFY(bitwise_equal(fused.buffers()[i].value, plain.buffers()[i].value));
+    }
+  }
+
+  // sync_batchnorm synchronises the plain layer only: with an epilogue the
+  // layer refuses rather than normalise with its own batch alone.
+  void batchnorm_epilogue_refuses_sync_batchnorm() {
+    CpuBackend& be = cpu_fast();
+    Model model("m", {3, 2, 2}, 0);
+    model.emplace<BatchNorm2d>("bn", Activation::ReLU);
+    model.build(be, 2, DType::F32);
+    Context ctx{be};
+    ctx.sync_batchnorm = [](double*, int64_t) {};
+    const Tensor x = random_tensor({4, 3, 2, 2}, 5);
+    const QString e = qerror_of([&] { model.forward(ctx, x); });
+    QVERIFY2(e.contains("sync_batchnorm") && e.contains("relu"), qPrintable(e));
   }
 };
 

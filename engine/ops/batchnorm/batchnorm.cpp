@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The batch-norm contract's checks (batchnorm.h), one copy for every backend.
+#include "engine/ops/batchnorm/batchnorm.h"
+
+#include <initializer_list>
+
+#include "engine/core/error.h"
+
+namespace tb::batchnorm {
+
+namespace {
+
+Dims check_x(const Tensor& x, const char* op) {
+  TB_CHECK(x.defined(), op, ": x is undefined");
+  TB_CHECK(x.rank() == 4, op, ": expected a rank-4 (N, C, H, W) input, got ", x.describe());
+  return {x.n(), x.c(), x.h() * x.w(), x.layout() == Layout::NHWC};
+}
+
+void check_device(const Tensor& t, const Tensor& x, const char* op, const char* what) {
+  TB_CHECK(t.device() == x.device(), op, ": ", what, " ", t.describe(), " is not on x's device (",
+           x.describe(), ")");
+}
+
+// (C), x's dtype and device.
+void check_channel(const Tensor& t, const Tensor& x, const char* op, const char* what) {
+  TB_CHECK(t.defined(), op, ": ", what, " is undefined");
+  check_device(t, x, op, what);
+  TB_CHECK(t.shape() == Shape{x.c()} && t.dtype() == x.dtype(), op, ": ", what, " ",
+           t.describe(), " does not match (", x.c(), ") ", dtype_name(x.dtype()));
+}
+
+// x's shape, dtype, layout and device.
+void check_like(const Tensor& t, const Tensor& x, const char* op, const char* what) {
+  TB_CHECK(t.defined(), op, ": ", what, " is undefined");
+  check_device(t, x, op, what);
+  TB_CHECK(t.shape() == x.shape() && t.dtype() == x.dtype(), op, ": ", what, " ", t.describe(),
+           " does not match x ", x.describe());
+  TB_CHECK(t.layout() == x.layout(), op, ": ", what, " ", t.describe(), " is not ",
+           layout_name(x.layout()), " like x");
+}
+
+void check_act(Activation act, const char* op) {
+  TB_CHECK(act == Activation::None || act == Activation::ReLU, op, ": epilogue activation ",
+           activation_name(act), " is not supported (none or relu)");
+}
+
+// What train and eval share: x, the affine and running vectors, y, the epilogue.
+Dims check_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                   const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
+                   const Epilogue& ep, const char* op) {
+  const Dims d = check_x(x, op);
+  check_channel(gamma, x, op, "gamma");
+  check_channel(beta, x, op, "beta");
+  check_channel(running_mean, x, op, "running_mean");
+  check_channel(running_var, x, op, "running_var");
+  check_like(y, x, op, "y");
+  check_act(ep.act, op);
+  if (ep.residual.defined()) check_like(ep.residual, x, op, "residual");
+  TB_CHECK(!ep.active() || y.data() != x.data(), op, ": with an epilogue y must not alias x (",
+           x.describe(), ")");
+  return d;
+}
+
+}  // namespace
+
+Dims check_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                         const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
+                         const Tensor& save_mean, const Tensor& save_invstd,
+                         const Epilogue& epilogue) {
+  const char* op = "batchnorm_forward_train";
+  const Dims d = check_forward(x, gamma, beta, running_mean, running_var, y, epilogue, op);
+  check_channel(save_mean, x, op, "save_mean");
+  check_channel(save_invstd, x, op, "save_invstd");
+  TB_CHECK(d.M() > 0, op, ": empty batch ", x.describe());
+  return d;
+}
+
+Dims check_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                        const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
+                        const Epilogue& epilogue) {
+  return check_forward(x, gamma, beta, running_mean, running_var, y, epilogue,
+                       "batchnorm_forward_eval");
+}
+
+Dims check_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                    const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dx,
+                    const Tensor& dgamma, const Tensor& dbeta, const EpilogueGrad& epilogue) {
+  const char* op = "batchnorm_backward";
+  const Dims d = check_x(x, op);
+  check_like(dy, x, op, "dy");
+  check_channel(gamma, x, op, "gamma");
+  check_channel(save_mean, x, op, "save_mean");
+  check_channel(save_invstd, x, op, "save_invstd");
+  if (dx.defined()) check_like(dx, x, op, "dx");
+  if (dgamma.defined()) check_channel(dgamma, x, op, "dgamma");
+  if (dbeta.defined()) check_channel(dbeta, x, op, "dbeta");
+  check_act(epilogue.act, op);
+  const Tensor& y = epilogue.y;
+  const Tensor& dres = epilogue.dresidual;
+  if (epilogue.act == Activation::ReLU) check_like(y, x, op, "y (the ReLU epilogue's mask)");
+  if (dres.defined()) check_like(dres, x, op, "dresidual");
+  for (const Tensor* out : {&dx, &dres})
+    TB_CHECK(!out->defined() || (out->data() != x.data() && out->data() != dy.data() &&
+                                 (!y.defined() || out->data() != y.data())),
+             op, ": dx and dresidual must not alias x, y or dy");
+  TB_CHECK(!dx.defined() || !dres.defined() || dx.data() != dres.data(), op,
+           ": dx and dresidual must be different buffers");
+  return d;
+}
+
+}  // namespace tb::batchnorm

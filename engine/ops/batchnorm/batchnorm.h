@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// The batch-norm op family's contract (Backend::batchnorm_forward_train,
+// batchnorm_forward_eval, batchnorm_backward): batch normalization over
+// (N, H, W) per channel, PyTorch's semantics, with an epilogue.
+//
+// Shapes    x, y, dy, dx, epilogue residual / y / dresidual   (N, C, H, W)
+//           gamma, beta, running_mean, running_var,
+//           save_mean, save_invstd, dgamma, dbeta              (C)
+//           M = N·H·W values per channel.
+// Dtypes    every operand has x's dtype: f32 or f64 on the CPU, f32 on CUDA.
+// Layouts   NCHW or NHWC, one for every rank-4 operand (never a hidden
+//           transpose). With an active epilogue the CPU takes NCHW only.
+// Devices   every operand on x's device, the backend's own.
+//
+// train     μ = Σx/M, σ² = Σ(x−μ)²/M (biased), invstd = 1/sqrt(σ² + eps);
+//           y = act(γ·(x−μ)·invstd + β + residual)
+//           writes y, save_mean = μ, save_invstd; moves running_mean towards μ
+//           and running_var towards the unbiased σ²·M/(M−1) by `momentum`:
+//           r = (1−momentum)·r + momentum·value. M must be > 0.
+// eval      the same with running_mean and running_var; writes y only.
+// backward  dz = dy·[y > 0] (ReLU epilogue, y the forward's output) or dy;
+//           dresidual := dz when defined;
+//           dβ = Σdz, dγ = Σdz·x̂, dx = γ·invstd/M·(M·dz − dβ − x̂·dγ),
+//           x̂ = (x − save_mean)·save_invstd.
+//           dx is written (undefined: not wanted); dgamma and dbeta are
+//           written, or added to when `accumulate` (either may be undefined).
+//           Given the running mean and 1/sqrt(running_var + eps) as the saved
+//           pair it is the parameter half of eval mode's backward.
+// Epilogue  act None or ReLU, residual optional (engine/ops/epilogue.h); GELU
+//           is refused.
+// Aliasing  with an active epilogue y must not be x (the backward reads both);
+//           dx and dresidual must not alias x, dy or y, nor each other.
+//
+// Files: batchnorm_cpu.cpp (reference and fast f32 path), batchnorm.cu +
+// batchnorm.cuh (CUDA kernels and launchers), batchnorm_cuda.cpp (the CUDA
+// backend's dispatch), test_op_batchnorm.cpp.
+#include <cstdint>
+
+#include "engine/core/tensor.h"
+#include "engine/ops/epilogue.h"
+
+namespace tb::batchnorm {
+
+struct Dims {
+  int64_t N, C, HW;
+  bool nhwc;
+  int64_t M() const { return N * HW; }
+};
+
+// The contract's checks, shared by every backend: defined operands on x's
+// device with the shapes, dtype and layout above, the epilogue, the aliasing
+// rules. Throw tb::Error naming the op and the operand. What a backend
+// supports beyond that (its device, its dtypes) it checks itself.
+Dims check_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                         const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
+                         const Tensor& save_mean, const Tensor& save_invstd,
+                         const Epilogue& epilogue);
+Dims check_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                        const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
+                        const Epilogue& epilogue);
+Dims check_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                    const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dx,
+                    const Tensor& dgamma, const Tensor& dbeta, const EpilogueGrad& epilogue);
+
+}  // namespace tb::batchnorm

@@ -1,0 +1,418 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The CPU backend's batch normalization (contract: batchnorm.h), NCHW and
+// NHWC, with the ReLU / residual epilogue (fuse_pointwise).
+//
+// Backward (per channel, x̂ = (x−μ)·invstd, dz = dy or its ReLU mask):
+//   dβ = Σ dz,  dγ = Σ dz·x̂,  dx = γ·invstd/M · (M·dz − dβ − x̂·dγ)
+//
+// reference<T> (f64, BackendOptions::reference, NHWC): two passes per channel
+// in double; an epilogue is the pointwise reference ops run after it, so the
+// fused path is checked against the definition. The reference visits each
+// channel's elements in the same (n, i) order in both layouts (only the
+// address differs), so NHWC gives the NCHW bits. NHWC takes the reference: the
+// fast f32 path streams contiguous HW rows per channel; the CPU's NHWC is the
+// oracle for the CUDA channels-last path, not a speed path, and is never
+// transposed to reach it. With an epilogue the CPU takes NCHW only.
+//
+// fast f32: one read of x for the statistics (lane sums in double), then the
+// apply, the residual add and the ReLU in one sweep; the backward folds the
+// ReLU mask into its two sweeps. Without an epilogue it is the same code (no
+// residual, no ReLU), and each element's arithmetic is the unfused ops' in the
+// same order, so on x86-64 (no FMA contraction) fused and unfused models give
+// the same bits; the tests still ask only for a stated tolerance.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/dispatch.h"
+#include "engine/core/error.h"
+#include "engine/ops/batchnorm/batchnorm.h"
+
+namespace tb {
+
+namespace {
+
+using BnDims = batchnorm::Dims;
+
+// What the CPU backend adds to the contract: host tensors, f32 or f64, and an
+// epilogue on NCHW only (the fast path's rows; NHWC is the reference's).
+void check_cpu(const Tensor& x, bool epilogue, const char* op) {
+  TB_CHECK(x.device().is_cpu(), op, ": cpu backend given ", x.describe());
+  TB_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64, op, ": expected f32 or f64, got ",
+           x.describe());
+  TB_CHECK(!epilogue || x.layout() == Layout::NCHW, op,
+           ": the cpu backend takes an epilogue (fuse_pointwise) on NCHW only, got ",
+           layout_name(x.layout()), " (", x.describe(), ")");
+}
+
+// Element (n, c, i) of the tensor seen as (N, C, HW), i = h*W + w; in NHWC
+// memory that is (N, HW, C).
+inline int64_t at(const BnDims& d, int64_t n, int64_t c, int64_t i) {
+  return d.nhwc ? (n * d.HW + i) * d.C + c : (n * d.C + c) * d.HW + i;
+}
+
+// ---------------------------------------------------------------- reference
+// Two passes per channel (mean, then centred sum of squares), double sums.
+
+template <typename T>
+void bn_train_ref(const BnDims& d, const T* x, const T* gamma, const T* beta, T* rmean, T* rvar,
+                  double momentum, double eps, T* y, T* smean, T* sinvstd) {
+  const double M = double(d.M());
+  for (int64_t c = 0; c < d.C; ++c) {
+    double sum = 0.0;
+    for (int64_t n = 0; n < d.N; ++n)
+      for (int64_t i = 0; i < d.HW; ++i) sum += x[at(d, n, c, i)];
+    const double mean = sum / M;
+    double ss = 0.0;
+    for (int64_t n = 0; n < d.N; ++n)
+      for (int64_t i = 0; i < d.HW; ++i) {
+        const double dev = double(x[at(d, n, c, i)]) - mean;
+        ss += dev * dev;
+      }
+    const double var = ss / M;
+    const double invstd = 1.0 / std::sqrt(var + eps);
+    for (int64_t n = 0; n < d.N; ++n)
+      for (int64_t i = 0; i < d.HW; ++i) {
+        const int64_t k = at(d, n, c, i);
+        y[k] = T(double(gamma[c]) * (double(x[k]) - mean) * invstd + double(beta[c]));
+      }
+    const double unbiased = d.M() > 1 ? ss / (M - 1.0) : var;
+    rmean[c] = T((1.0 - momentum) * double(rmean[c]) + momentum * mean);
+    rvar[c] = T((1.0 - momentum) * double(rvar[c]) + momentum * unbiased);
+    smean[c] = T(mean);
+    sinvstd[c] = T(invstd);
+  }
+}
+
+template <typename T>
+void bn_eval_ref(const BnDims& d, const T* x, const T* gamma, const T* beta, const T* rmean,
+                 const T* rvar, double eps, T* y) {
+  for (int64_t c = 0; c < d.C; ++c) {
+    const double invstd = 1.0 / std::sqrt(double(rvar[c]) + eps);
+    for (int64_t n = 0; n < d.N; ++n)
+      for (int64_t i = 0; i < d.HW; ++i) {
+        const int64_t k = at(d, n, c, i);
+        y[k] = T(double(gamma[c]) * (double(x[k]) - double(rmean[c])) * invstd + double(beta[c]));
+      }
+  }
+}
+
+template <typename T>
+void bn_backward_ref(const BnDims& d, const T* x, const T* dy, const T* gamma, const T* smean,
+                     const T* sinvstd, T* dx, T* dgamma, T* dbeta, bool accumulate) {
+  const double M = double(d.M());
+  for (int64_t c = 0; c < d.C; ++c) {
+    const double mean = smean[c], invstd = sinvstd[c];
+    double sdy = 0.0, sdyxh = 0.0;
+    for (int64_t n = 0; n < d.N; ++n)
+      for (int64_t i = 0; i < d.HW; ++i) {
+        const int64_t k = at(d, n, c, i);
+        sdy += dy[k];
+        sdyxh += double(dy[k]) * (double(x[k]) - mean) * invstd;
+      }
+    if (dx) {
+      const double a = double(gamma[c]) * invstd / M;
+      for (int64_t n = 0; n < d.N; ++n)
+        for (int64_t i = 0; i < d.HW; ++i) {
+          const int64_t k = at(d, n, c, i);
+          const double xh = (double(x[k]) - mean) * invstd;
+          dx[k] = T(a * (M * double(dy[k]) - sdy - xh * sdyxh));
+        }
+    }
+    if (dgamma) dgamma[c] = T(accumulate ? double(dgamma[c]) + sdyxh : sdyxh);
+    if (dbeta) dbeta[c] = T(accumulate ? double(dbeta[c]) + sdy : sdy);
+  }
+}
+
+// ---------------------------------------------------------------- fast f32
+// With OpenMP, channels are split across the backend's threads; each channel's
+// sums stay in one thread, so results do not depend on the thread count.
+constexpr int64_t kParallelMin = 1 << 15;  // elements below which threads cost more
+
+// Row sums in kLanes independent double accumulators: the compiler may not
+// reorder one serial double sum, but it vectorises independent lanes.
+constexpr int kLanes = 8;
+
+// f(c) for every channel; with OpenMP, channels split across `threads`.
+template <typename F>
+void for_each_channel(const BnDims& d, [[maybe_unused]] int threads, F&& f) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads) if (d.M() * d.C >= kParallelMin)
+#endif
+  for (int64_t c = 0; c < d.C; ++c) f(c);
+}
+
+#if defined(__SSE2__)
+// Eight floats widened to four pairs of doubles, lanes (0,1) (2,3) (4,5) (6,7).
+inline void widen8(const float* p, __m128d& v0, __m128d& v1, __m128d& v2, __m128d& v3) {
+  const __m128 lo = _mm_loadu_ps(p), hi = _mm_loadu_ps(p + 4);
+  v0 = _mm_cvtps_pd(lo);
+  v1 = _mm_cvtps_pd(_mm_movehl_ps(lo, lo));
+  v2 = _mm_cvtps_pd(hi);
+  v3 = _mm_cvtps_pd(_mm_movehl_ps(hi, hi));
+}
+#endif
+
+// s += Σ g, sx += Σ g·x over [0, n). The SSE2 loop keeps lane l on elements
+// i+l exactly like the plain loop (GCC leaves that one scalar: cvtss2sd/addsd
+// per element), so both give the same bits.
+void sum_dot(const float* g, const float* x, int64_t n, double& s, double& sx) {
+  double a[kLanes] = {}, b[kLanes] = {};
+  int64_t i = 0;
+#if defined(__SSE2__)
+  {
+    __m128d a0 = _mm_setzero_pd(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    for (; i + kLanes <= n; i += kLanes) {
+      __m128d v0, v1, v2, v3, w0, w1, w2, w3;
+      widen8(g + i, v0, v1, v2, v3);
+      widen8(x + i, w0, w1, w2, w3);
+      a0 = _mm_add_pd(a0, v0), a1 = _mm_add_pd(a1, v1);
+      a2 = _mm_add_pd(a2, v2), a3 = _mm_add_pd(a3, v3);
+      b0 = _mm_add_pd(b0, _mm_mul_pd(v0, w0)), b1 = _mm_add_pd(b1, _mm_mul_pd(v1, w1));
+      b2 = _mm_add_pd(b2, _mm_mul_pd(v2, w2)), b3 = _mm_add_pd(b3, _mm_mul_pd(v3, w3));
+    }
+    _mm_storeu_pd(a, a0), _mm_storeu_pd(a + 2, a1), _mm_storeu_pd(a + 4, a2);
+    _mm_storeu_pd(a + 6, a3);
+    _mm_storeu_pd(b, b0), _mm_storeu_pd(b + 2, b1), _mm_storeu_pd(b + 4, b2);
+    _mm_storeu_pd(b + 6, b3);
+  }
+#else
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const double v = g[i + l];
+      a[l] += v;
+      b[l] += v * double(x[i + l]);
+    }
+#endif
+  for (; i < n; ++i) {
+    a[0] += g[i];
+    b[0] += double(g[i]) * double(x[i]);
+  }
+  for (int l = 0; l < kLanes; ++l) s += a[l], sx += b[l];
+}
+
+// s += Σ x, s2 += Σ x²: the same lanes and order as sum_dot(x, x).
+void sum_sumsq(const float* x, int64_t n, double& s, double& s2) { sum_dot(x, x, n, s, s2); }
+
+// One channel's rows: y = act(x·scale + shift [+ r]); r null: no residual.
+inline void apply_rows(const BnDims& d, int64_t c, const float* x, const float* r, bool relu,
+                       float scale, float shift, float* y) {
+  for (int64_t n = 0; n < d.N; ++n) {
+    const float* xr = x + at(d, n, c, 0);
+    float* out = y + at(d, n, c, 0);
+    if (r) {
+      const float* rr = r + at(d, n, c, 0);
+      if (relu)
+        for (int64_t i = 0; i < d.HW; ++i) {
+          const float v = (xr[i] * scale + shift) + rr[i];
+          out[i] = v > 0.0f ? v : 0.0f;
+        }
+      else
+        for (int64_t i = 0; i < d.HW; ++i) out[i] = (xr[i] * scale + shift) + rr[i];
+    } else if (relu) {
+      for (int64_t i = 0; i < d.HW; ++i) {
+        const float v = xr[i] * scale + shift;
+        out[i] = v > 0.0f ? v : 0.0f;
+      }
+    } else {
+      for (int64_t i = 0; i < d.HW; ++i) out[i] = xr[i] * scale + shift;
+    }
+  }
+}
+
+// One read of x for the statistics: Σx and Σx² in double, whose cancellation in
+// E[x²] − E[x]² stays below f32 resolution unless |mean|/std exceeds ~10^4;
+// then y = act(x·scale + shift [+ r]) with per-channel constants over
+// contiguous HW rows.
+void bn_train_f32(const BnDims& d, const float* x, const float* gamma, const float* beta,
+                  const float* r, bool relu, float* rmean, float* rvar, double momentum,
+                  double eps, float* y, float* smean, float* sinvstd,
+                  int threads) {
+  const double M = double(d.M());
+  for_each_channel(d, threads, [&](int64_t c) {
+    double s = 0.0, s2 = 0.0;
+    for (int64_t n = 0; n < d.N; ++n) sum_sumsq(x + at(d, n, c, 0), d.HW, s, s2);
+    const double mean = s / M;
+    const double var = std::max(s2 / M - mean * mean, 0.0);
+    const double invstd = 1.0 / std::sqrt(var + eps);
+    const float scale = float(double(gamma[c]) * invstd);
+    const float shift = float(double(beta[c]) - mean * double(gamma[c]) * invstd);
+    apply_rows(d, c, x, r, relu, scale, shift, y);
+    const double unbiased = d.M() > 1 ? var * M / (M - 1.0) : var;
+    rmean[c] = float((1.0 - momentum) * rmean[c] + momentum * mean);
+    rvar[c] = float((1.0 - momentum) * rvar[c] + momentum * unbiased);
+    smean[c] = float(mean);
+    sinvstd[c] = float(invstd);
+  });
+}
+
+void bn_eval_f32(const BnDims& d, const float* x, const float* gamma, const float* beta,
+                 const float* r, bool relu, const float* rmean, const float* rvar, double eps,
+                 float* y, int threads) {
+  for_each_channel(d, threads, [&](int64_t c) {
+    const double invstd = 1.0 / std::sqrt(double(rvar[c]) + eps);
+    const float scale = float(double(gamma[c]) * invstd);
+    const float shift = float(double(beta[c]) - double(rmean[c]) * double(gamma[c]) * invstd);
+    apply_rows(d, c, x, r, relu, scale, shift, y);
+  });
+}
+
+// Sweep 1 per channel: dz = dy, or its ReLU mask row by row (into dres when
+// wanted, else a row of scratch), then Σdz and Σdz·x in one pass; with
+// Σdz·x̂ = invstd·(Σdz·x − μ·Σdz). Sweep 2: dx = dz·a + x·b + c0 with
+// per-channel constants, dz recomputed from y and dy.
+void bn_backward_f32(const BnDims& d, const float* x, const float* y, const float* dy,
+                     const float* gamma, const float* smean, const float* sinvstd, bool relu,
+                     float* dx, float* dres, float* dgamma, float* dbeta, bool accumulate,
+                     int threads) {
+  const double M = double(d.M());
+  for_each_channel(d, threads, [&](int64_t c) {
+    std::vector<float> scratch(relu && !dres ? size_t(d.HW) : 0);
+    const double mean = smean[c], invstd = sinvstd[c];
+    double sdy = 0.0, sdyx = 0.0;
+    for (int64_t n = 0; n < d.N; ++n) {
+      const float* gr = dy + at(d, n, c, 0);
+      const float* xr = x + at(d, n, c, 0);
+      const float* dz = gr;
+      if (relu) {
+        const float* yr = y + at(d, n, c, 0);
+        float* mz = dres ? dres + at(d, n, c, 0) : scratch.data();
+        // gr[i] loaded unconditionally: a conditional load keeps GCC from
+        // vectorizing the select (the unfused relu_backward is SIMD).
+        for (int64_t i = 0; i < d.HW; ++i) {
+          const float g = gr[i];
+          mz[i] = yr[i] > 0.0f ? g : 0.0f;
+        }
+        dz = mz;
+      } else if (dres) {
+        std::copy_n(gr, d.HW, dres + at(d, n, c, 0));
+      }
+      sum_dot(dz, xr, d.HW, sdy, sdyx);
+    }
+    const double sdyxh = invstd * (sdyx - mean * sdy);
+    if (dx) {
+      // dx = γ·invstd·dz − γ·invstd/M·(Σdz + x̂·Σdz·x̂), x̂ = (x − μ)·invstd
+      const double g = double(gamma[c]) * invstd;
+      const double kx = -g / M * sdyxh * invstd;  // coefficient of x
+      const float a = float(g);
+      const float b = float(kx);
+      const float c0 = float(-g / M * sdy - kx * mean);
+      for (int64_t n = 0; n < d.N; ++n) {
+        const float* xr = x + at(d, n, c, 0);
+        const float* gr = dy + at(d, n, c, 0);
+        float* out = dx + at(d, n, c, 0);
+        if (relu) {
+          const float* yr = y + at(d, n, c, 0);
+          for (int64_t i = 0; i < d.HW; ++i) {
+            const float g = gr[i];
+            const float dz = yr[i] > 0.0f ? g : 0.0f;
+            out[i] = dz * a + xr[i] * b + c0;
+          }
+        } else {
+          for (int64_t i = 0; i < d.HW; ++i) out[i] = gr[i] * a + xr[i] * b + c0;
+        }
+      }
+    }
+    if (dgamma) dgamma[c] = float(accumulate ? dgamma[c] + sdyxh : sdyxh);
+    if (dbeta) dbeta[c] = float(accumulate ? dbeta[c] + sdy : sdy);
+  });
+}
+
+template <typename T>
+T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? t.data_as<T>() : nullptr;
+}
+
+// y = act(y + residual) by the pointwise ops (reference or fast by their own
+// dispatch), after the reference batch norm: the fused op's definition.
+void apply_epilogue_reference(Backend& be, const Epilogue& epilogue, Tensor& y) {
+  if (epilogue.residual.defined()) be.add(y, epilogue.residual, y);
+  if (epilogue.act == Activation::ReLU) be.relu_forward(y, y);
+}
+
+}  // namespace
+
+void CpuBackend::batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                         Tensor& running_mean, Tensor& running_var, float momentum,
+                                         float eps, Tensor& y, Tensor& save_mean,
+                                         Tensor& save_invstd, const Epilogue& epilogue) {
+  const BnDims d = batchnorm::check_forward_train(x, gamma, beta, running_mean, running_var, y,
+                                                  save_mean, save_invstd, epilogue);
+  check_cpu(x, epilogue.active(), "batchnorm_forward_train");
+  if (use_reference(x.dtype()) || d.nhwc) {  // NHWC: reference (file comment)
+    by_dtype(x, [&](auto z) {
+      using T = decltype(z);
+      bn_train_ref<T>(d, x.data_as<T>(), gamma.data_as<T>(), beta.data_as<T>(),
+                      running_mean.data_as<T>(), running_var.data_as<T>(), momentum, eps,
+                      y.data_as<T>(), save_mean.data_as<T>(), save_invstd.data_as<T>());
+    });
+    apply_epilogue_reference(*this, epilogue, y);
+    return;
+  }
+  bn_train_f32(d, x.data_as<float>(), gamma.data_as<float>(), beta.data_as<float>(),
+               ptr_or_null<float>(epilogue.residual), epilogue.act == Activation::ReLU,
+               running_mean.data_as<float>(), running_var.data_as<float>(), momentum, eps,
+               y.data_as<float>(), save_mean.data_as<float>(), save_invstd.data_as<float>(),
+               threads_);
+}
+
+void CpuBackend::batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                        const Tensor& running_mean, const Tensor& running_var,
+                                        float eps, Tensor& y, const Epilogue& epilogue) {
+  const BnDims d =
+      batchnorm::check_forward_eval(x, gamma, beta, running_mean, running_var, y, epilogue);
+  check_cpu(x, epilogue.active(), "batchnorm_forward_eval");
+  if (use_reference(x.dtype()) || d.nhwc) {  // NHWC: reference (file comment)
+    by_dtype(x, [&](auto z) {
+      using T = decltype(z);
+      bn_eval_ref<T>(d, x.data_as<T>(), gamma.data_as<T>(), beta.data_as<T>(),
+                     running_mean.data_as<T>(), running_var.data_as<T>(), eps, y.data_as<T>());
+    });
+    apply_epilogue_reference(*this, epilogue, y);
+    return;
+  }
+  bn_eval_f32(d, x.data_as<float>(), gamma.data_as<float>(), beta.data_as<float>(),
+              ptr_or_null<float>(epilogue.residual), epilogue.act == Activation::ReLU,
+              running_mean.data_as<float>(), running_var.data_as<float>(), eps,
+              y.data_as<float>(), threads_);
+}
+
+void CpuBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                                    const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
+                                    Tensor& dgamma, Tensor& dbeta, bool accumulate,
+                                    const EpilogueGrad& epilogue) {
+  const BnDims d = batchnorm::check_backward(x, dy, gamma, save_mean, save_invstd, dx, dgamma,
+                                             dbeta, epilogue);
+  check_cpu(x, epilogue.active(), "batchnorm_backward");
+  const bool relu = epilogue.act == Activation::ReLU;
+  if (use_reference(x.dtype()) || d.nhwc) {  // NHWC: reference (file comment)
+    // The epilogue's gradient by the pointwise reference ops: dz = relu'(dy)
+    // or dy, into dresidual when wanted.
+    Tensor dz = dy;
+    if (epilogue.active()) {
+      dz = epilogue.dresidual.defined() ? epilogue.dresidual : Tensor::empty(x.shape(), x.dtype());
+      if (relu)
+        relu_backward(epilogue.y, dy, dz);
+      else
+        copy(dy, dz);
+    }
+    by_dtype(x, [&](auto z) {
+      using T = decltype(z);
+      bn_backward_ref<T>(d, x.data_as<T>(), dz.data_as<T>(), gamma.data_as<T>(),
+                         save_mean.data_as<T>(), save_invstd.data_as<T>(), ptr_or_null<T>(dx),
+                         ptr_or_null<T>(dgamma), ptr_or_null<T>(dbeta), accumulate);
+    });
+    return;
+  }
+  bn_backward_f32(d, x.data_as<float>(), relu ? epilogue.y.data_as<float>() : nullptr,
+                  dy.data_as<float>(), gamma.data_as<float>(), save_mean.data_as<float>(),
+                  save_invstd.data_as<float>(), relu, ptr_or_null<float>(dx),
+                  ptr_or_null<float>(epilogue.dresidual), ptr_or_null<float>(dgamma),
+                  ptr_or_null<float>(dbeta), accumulate, threads_);
+}
+
+}  // namespace tb

@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The CUDA backend's batch normalization (contract: batchnorm.h): the
+// contract's checks, this backend's own (its device, f32), then the launchers
+// of batchnorm.cu. An active epilogue takes the bn_act kernels, else the
+// plain ones; every op enqueues on the backend's stream and returns at once.
+#include <algorithm>
+
+#include "engine/backend/cuda/cuda_internal.h"
+#include "engine/ops/batchnorm/batchnorm.h"
+#include "engine/ops/batchnorm/batchnorm.cuh"
+
+namespace tb {
+
+using cuda::fptr;
+
+namespace {
+
+void check_cuda(const CudaBackend& be, const Tensor& x, const char* op) {
+  cuda::check_on(be, x, op, "x");
+  cuda::check_f32(x, op, "x");
+}
+
+}  // namespace
+
+void CudaBackend::batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                          Tensor& running_mean, Tensor& running_var, float momentum,
+                                          float eps, Tensor& y, Tensor& save_mean,
+                                          Tensor& save_invstd, const Epilogue& epilogue) {
+  const batchnorm::Dims d = batchnorm::check_forward_train(
+      x, gamma, beta, running_mean, running_var, y, save_mean, save_invstd, epilogue);
+  check_cuda(*this, x, "batchnorm_forward_train");
+  impl_->activate();
+  if (epilogue.active())
+    cuda::launch_bn_act_forward_train(fptr(x), fptr(gamma), fptr(beta), fptr(epilogue.residual),
+                                      epilogue.act == Activation::ReLU, fptr(running_mean),
+                                      fptr(running_var), momentum, eps, fptr(y), fptr(save_mean),
+                                      fptr(save_invstd), d.N, d.C, d.HW, d.nhwc, impl_->stream);
+  else
+    cuda::launch_bn_forward_train(fptr(x), fptr(gamma), fptr(beta), fptr(running_mean),
+                                  fptr(running_var), momentum, eps, fptr(y), fptr(save_mean),
+                                  fptr(save_invstd), d.N, d.C, d.HW, d.nhwc, impl_->stream);
+}
+
+void CudaBackend::batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                         const Tensor& running_mean, const Tensor& running_var,
+                                         float eps, Tensor& y, const Epilogue& epilogue) {
+  const batchnorm::Dims d =
+      batchnorm::check_forward_eval(x, gamma, beta, running_mean, running_var, y, epilogue);
+  check_cuda(*this, x, "batchnorm_forward_eval");
+  impl_->activate();
+  if (epilogue.active())
+    cuda::launch_bn_act_forward_eval(fptr(x), fptr(gamma), fptr(beta), fptr(epilogue.residual),
+                                     epilogue.act == Activation::ReLU, fptr(running_mean),
+                                     fptr(running_var), eps, fptr(y), d.N, d.C, d.HW, d.nhwc,
+                                     impl_->stream);
+  else
+    cuda::launch_bn_forward_eval(fptr(x), fptr(gamma), fptr(beta), fptr(running_mean),
+                                 fptr(running_var), eps, fptr(y), d.N, d.C, d.HW, d.nhwc,
+                                 impl_->stream);
+}
+
+void CudaBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                                     const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
+                                     Tensor& dgamma, Tensor& dbeta, bool accumulate,
+                                     const EpilogueGrad& epilogue) {
+  const batchnorm::Dims d = batchnorm::check_backward(x, dy, gamma, save_mean, save_invstd, dx,
+                                                      dgamma, dbeta, epilogue);
+  check_cuda(*this, x, "batchnorm_backward");
+  Impl& m = *impl_;
+  m.activate();
+  Tensor work = m.scratch(size_t(2 * std::max<int64_t>(d.C, 1)) * sizeof(double));
+  if (epilogue.active()) {
+    const bool relu = epilogue.act == Activation::ReLU;
+    cuda::launch_bn_act_backward(fptr(x), relu ? fptr(epilogue.y) : nullptr, fptr(dy),
+                                 fptr(gamma), fptr(save_mean), fptr(save_invstd), relu, fptr(dx),
+                                 fptr(epilogue.dresidual), fptr(dgamma), fptr(dbeta), accumulate,
+                                 work.data_as<double>(), d.N, d.C, d.HW, d.nhwc, m.stream);
+  } else {
+    cuda::launch_bn_backward(fptr(x), fptr(dy), fptr(gamma), fptr(save_mean), fptr(save_invstd),
+                             fptr(dx), fptr(dgamma), fptr(dbeta), accumulate,
+                             work.data_as<double>(), d.N, d.C, d.HW, d.nhwc, m.stream);
+  }
+}
+
+}  // namespace tb

@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// Epilogues: what an op applies to its own result in the same pass over
+// memory, given as an argument instead of a separate fused method
+// (fuse_pointwise). An op family's contract says which epilogues it honours;
+// one it does not is refused with tb::Error, never ignored.
+//
+//   forward:  y = act(op(x) + residual)      residual undefined: none
+//   backward: dz = dy·act'(·) (ReLU: dy·[y > 0], from the forward's y);
+//             dresidual = dz when wanted; the op's own backward takes dz.
+// The default epilogue ({}) is the plain op.
+#include "engine/core/tensor.h"
+
+namespace tb {
+
+enum class Activation { None, ReLU, GELU };  // GELU: exact (erf), not the tanh form
+
+inline const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::None: return "none";
+    case Activation::ReLU: return "relu";
+    case Activation::GELU: return "gelu";
+  }
+  return "?";
+}
+
+struct Epilogue {
+  Activation act = Activation::None;
+  Tensor residual;  // shaped and laid out like the op's output
+
+  bool active() const { return act != Activation::None || residual.defined(); }
+};
+
+// The backward of an Epilogue: `y` is the forward's output (ReLU's mask reads
+// it, so no mask tensor is kept); `dresidual` receives dz (the gradient of the
+// residual input), undefined when not wanted.
+struct EpilogueGrad {
+  Activation act = Activation::None;
+  Tensor y;
+  Tensor dresidual;
+
+  bool active() const { return act != Activation::None || dresidual.defined(); }
+};
+
+}  // namespace tb
