@@ -49,8 +49,9 @@ void write_memory_metrics(const DeviceMemoryStats& m, json& metrics) {
   }
 }
 
-// Phase times: CUDA events on the CUDA backend (device time, read back a few
-// steps late: measuring never waits for the device), steady_clock on the CPU.
+// Step boundaries and phase times: CUDA events on the CUDA backend (device
+// time, read back a few steps late: measuring never waits for the device),
+// steady_clock on the CPU.
 std::unique_ptr<StepTimer> make_step_timer(Backend& be, bool measure, int test_lag) {
   std::unique_ptr<StepTimer> t;
 #ifdef TRAINBENCH_HAVE_CUDA
@@ -58,12 +59,7 @@ std::unique_ptr<StepTimer> make_step_timer(Backend& be, bool measure, int test_l
     t = std::make_unique<CudaStepTimer>(static_cast<cudaStream_t>(cuda->stream_handle()), 3, 64,
                                         measure);
 #endif
-  if (!t) {
-    if (measure)
-      t = std::make_unique<HostStepTimer>(/*report_h2d=*/!be.device().is_cpu());
-    else
-      t = std::make_unique<TotalOnlyStepTimer>();
-  }
+  if (!t) t = std::make_unique<HostStepTimer>(/*report_h2d=*/!be.device().is_cpu(), measure);
   if (test_lag > 0) t = std::make_unique<LaggedStepTimer>(std::move(t), test_lag);
   return t;
 }
@@ -122,14 +118,16 @@ void StepTelemetry::log(const std::string& level, const std::string& message) {
 }
 
 void StepTelemetry::begin_step(int64_t step) {
+  // The boundary first: what sampling this step costs is part of it.
+  timer_->begin_step(step);
   const bool pipe_step = pipe_ && pipe_->samples(step);
   if (census_ && !pipe_step) census_->begin_step(step);
   if (pipe_step) pipe_->begin_step(step);
-  timer_->begin_step(step);
 }
 
+void StepTelemetry::close_step() { timer_->close_step(); }
+
 void StepTelemetry::end_step(int64_t step, int64_t epoch, json metrics, int64_t h2d_bytes) {
-  timer_->end_step();
   if (census_) census_->end_step(metrics);
   if (pipe_ && !pipe_->end_step(metrics)) {
     log("warning", "tensor pipe counters " + pipe_->reason());

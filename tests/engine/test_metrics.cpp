@@ -49,7 +49,7 @@ std::vector<json> run_steps(int64_t steps, bool measure, ChromeTrace* trace = nu
 double sum_of_parts(const json& m) {
   double s = 0;
   for (const char* k : {"data_wait_ms", "h2d_ms", "forward_ms", "backward_ms", "optimizer_ms",
-                        "other_ms"})
+                        "step_end_ms", "other_ms"})
     if (m.contains(k)) s += m[k].get<double>();
   return s;
 }
@@ -108,16 +108,47 @@ class TestMetrics : public QObject {
       PhaseScope p(timer, Phase::Backward);
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
-    timer.add_host_ms(Phase::DataWait, 1.5);
     timer.end_step();
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));  // end-of-step work
+    QVERIFY(!timer.poll().has_value());  // open until the next boundary
+    timer.begin_step(2);
     std::optional<StepTimes> t = timer.poll();
     QVERIFY(t.has_value());
     QVERIFY(!timer.poll().has_value());  // each step once
     QCOMPARE(t->step, int64_t(1));
     QVERIFY(t->phase(Phase::Forward) >= 4.0);
     QVERIFY(t->phase(Phase::Backward) >= 4.0);
-    QCOMPARE(t->phase(Phase::DataWait), 1.5);
-    QVERIFY(t->total_ms >= t->phase(Phase::Forward) + t->phase(Phase::Backward));
+    QVERIFY(t->step_end_ms >= 3.0);
+    QVERIFY(t->total_ms >= t->phase(Phase::Forward) + t->phase(Phase::Backward) + t->step_end_ms);
+    timer.close_step();  // step 2 ends without a step after it
+    QCOMPARE(timer.poll()->step, int64_t(2));
+    timer.close_step();  // nothing open: nothing closes
+    QVERIFY(!timer.poll().has_value());
+  }
+
+  // Consecutive boundaries share one clock reading: the steps tile the loop,
+  // and with the time between a close and the next open (an evaluation)
+  // they account for all of it.
+  void hostStepsTileTheLoop() {
+    HostStepTimer timer(/*report_h2d=*/false);
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point t0 = Clock::now();
+    timer.begin_step(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    timer.begin_step(2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    timer.close_step();
+    const Clock::time_point t_close = Clock::now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // not a step
+    const Clock::time_point t_open = Clock::now();
+    timer.begin_step(3);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    timer.close_step();
+    const Clock::time_point t1 = Clock::now();
+    double sum = 0;
+    while (std::optional<StepTimes> t = timer.poll()) sum += t->total_ms;
+    const double loop = std::chrono::duration<double, std::milli>((t_close - t0) + (t1 - t_open)).count();
+    QVERIFY2(sum <= loop && sum >= loop - 0.05, qPrintable(QString("%1 of %2 ms").arg(sum).arg(loop)));
   }
 
   // parallel: dp's phases are series only in the steps that entered them,
@@ -127,6 +158,7 @@ class TestMetrics : public QObject {
     timer.begin_step(1);
     { PhaseScope p(timer, Phase::Forward); }
     timer.end_step();
+    timer.close_step();
     json plain;
     timer.poll()->write_metrics(plain);
     for (const char* k : {"dp_replicate_ms", "dp_scatter_ms", "dp_reduce_ms"}) QVERIFY2(!plain.contains(k), k);
@@ -138,6 +170,7 @@ class TestMetrics : public QObject {
     { PhaseScope p(timer, Phase::Scatter); }
     { PhaseScope p(timer, Phase::Reduce); }
     timer.end_step();
+    timer.close_step();
     const std::optional<StepTimes> t = timer.poll();
     QVERIFY(t && t->has_dp);
     json dp;
