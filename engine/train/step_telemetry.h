@@ -36,9 +36,13 @@ class TracingStepTimer;
 
 struct TelemetryOptions {
   bool measure = true;           // off: the step total only (bench/truth.py cost)
+  // measure_every (settings table): steps between the sampled figures (the
+  // driver's memory, NVML, host RSS and CPU use; the census and the tensor
+  // pipe counters when the plan has them). The first step is sampled too.
+  int64_t measure_every = 20;
   int timer_lag_for_test = 0;    // step times handed back this many steps late
   ChromeTrace* trace = nullptr;  // host spans (steps, phases) and device rows
-  bool profiler_requested = false;  // a missing census is then a warning
+  bool cupti_requested = false;  // profiler or cupti_sampling: a missing census is then a warning
   int64_t samples_per_step = 0;     // for samples_per_s
 };
 

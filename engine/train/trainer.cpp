@@ -627,8 +627,9 @@ TrainResult Trainer::run(int64_t run_id) {
   std::unique_ptr<StepGraphs> graphs;  // cuda_graphs: the whole step, captured once, replayed
   if (plan.cuda_graphs) graphs = std::make_unique<StepGraphs>(be, kGraphWarmup);
   StepTelemetry telemetry(be, plan,
-                          {.measure = measure_, .timer_lag_for_test = timer_lag_for_test_,
-                           .trace = trace_, .profiler_requested = c.profiler,
+                          {.measure = measure_, .measure_every = c.measure_every,
+                           .timer_lag_for_test = timer_lag_for_test_,
+                           .trace = trace_, .cupti_requested = c.profiler || c.cupti_sampling,
                            .samples_per_step = samples_per_step},
                           bus_);
   StepTimer& timer = telemetry.timer();

@@ -200,6 +200,22 @@ class TestMetrics : public QObject {
     QVERIFY(steps[0]["metrics"].contains("cpu_threads_busy"));
   }
 
+  // measure_every: the sampled figures (here the CPU's RSS and CPU use) on
+  // step 1 and every N steps, the breakdown every step.
+  void sampledFiguresFollowMeasureEvery() {
+    json c = small_config(7).values;
+    c["measure_every"] = 3;
+    const std::vector<json> steps = tb::test::run_trainer(c).of("step");
+    QCOMPARE(steps.size(), size_t(7));
+    for (const json& e : steps) {
+      const int64_t step = e["step"];
+      const bool sampled = step == 1 || step % 3 == 0;
+      QVERIFY2(e["metrics"].contains("host_rss_bytes") == sampled, qPrintable(QString::number(step)));
+      QVERIFY2(e["metrics"].contains("cpu_threads_busy") == sampled, qPrintable(QString::number(step)));
+      QVERIFY(e["metrics"].contains("forward_ms"));
+    }
+  }
+
   void measurementOffKeepsOnlyTheStepTime() {
     const std::vector<json> steps = run_steps(2, false);
     QCOMPARE(steps.size(), size_t(2));
