@@ -1,25 +1,59 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""bench/README.md's tables from the result JSONs (a missing file gives the
-rows with "not run on a GPU yet"):
+"""The GPU tables of bench/README.md and README.md's headline table, made from
+the committed result JSONs (COMMITTED below; a missing file gives its rows
+with "not run on a GPU yet"). Each table names where it was measured (device,
+versions, date, commit: the file's "provenance" object, else what the driver
+wrote).
 
-    bench/tables.py --vs bench/results/gpu-vs-pytorch-h100.json \
-        --ladder bench/results/gpu-ladder-h100.json --truth bench/results/gpu-truth-h100.json
+    bench/tables.py              print every table from the committed files
+    bench/tables.py --write      rewrite the marked blocks of both READMEs
+    bench/tables.py --check      exit 1 when a committed README's block
+                                 differs from what this renders (a CTest test)
+    bench/tables.py --vs a.json --vs b.json --ladder l.json --truth t.json
+                                 print from other files (e.g. a new run)
 """
 import argparse
+import difflib
 import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
 import gpu_vs_pytorch  # noqa: E402
 import ladder  # noqa: E402
 
 NOT_RUN = "not run on a GPU yet"
 
+# The committed GPU results the READMEs show (bench/results/).
+COMMITTED = {
+    "vs": ["gpu-vs-pytorch-resnet18-h200-2026-11-26.json",
+           "gpu-vs-pytorch-resnet9-fmnist-h200-2026-11-26.json"],
+    "ladder": "gpu-ladder-h200-2026-11-26.json",
+    "truth": "gpu-truth-h200-2026-11-26.json",
+    "accuracy": ["gpu-accuracy-h200-2026-11-26.json",
+                 "resnet18-fmnist32-15-epochs-h200-2026-11-26.json"],
+    "suites": "gpu-check-summary-h200-2026-11-26.json",
+}
+
+# (file, block): the generated part of a README lies between these markers.
+BLOCKS = [("bench/README.md", "results"), ("README.md", "headline")]
+
+
+def marker(kind, block):
+    return f"<!-- {kind}: bench/tables.py {block} (edit the JSON or tables.py, then --write) -->"
+
 
 def load(path):
-    return json.load(open(path)) if path and os.path.exists(path) else None
+    if not path or not os.path.exists(path):
+        return None
+    doc = json.load(open(path))
+    # A JSON's own location (from the repository root), for the caption.
+    if isinstance(doc, dict):
+        doc["_file"] = os.path.relpath(os.path.abspath(path), ROOT)
+    return doc
 
 
 def num(v, fmt="{:.0f}"):
@@ -33,24 +67,62 @@ def gib(v):
 def sps(r):
     if not isinstance(r, dict):
         return "–"
-    if "error" in r:
+    if r.get("error"):
         return "failed" if not r.get("not_available") else "n/a"
-    return num(r.get("samples_per_s"))
+    return num(r.get("samples_per_s"), "{:,.0f}")
 
 
-def vs_table(doc):
+def where(docs, base="bench"):
+    """Where and when the documents were measured, e.g. "one NVIDIA H200 ...,
+    2026-11-26, commit b0014f2"; the drivers' own fields where a file has no
+    provenance object. Links are relative to base (the README's folder)."""
+    docs = [d for d in docs if d]
+    if not docs:
+        return ""
+    p = docs[0].get("provenance")
+    if p:
+        text = (f"{p['device']}; driver {p['driver']}, CUDA {p['cuda']}, cuDNN {p['cudnn']}, "
+                f"cuBLAS {p['cublas']}")
+        if any("pytorch" in d for d in docs):
+            text += f", PyTorch {p['pytorch']}"
+        text += f"; {p['date']}, commit {p['commit'][:7]}"
+    else:
+        d = docs[0]
+        text = f"{d.get('nvidia_smi', d.get('device_kind', ''))}; {str(d.get('date', ''))[:10]}; commit not recorded"
+    files = ", ".join(f"[`{os.path.basename(d['_file'])}`]({os.path.relpath(d['_file'], base)})"
+                      for d in docs)
+    return f"_Measured on {text} ({files})._\n\n"
+
+
+def vs_rows(docs):
+    """The side-by-side rows, one per (model, batch, recipe, precision), each
+    from the file that ran it."""
+    rows = {}
+    for doc in docs:
+        for row in doc["rows"]:
+            key = (row["model"], row["batch_size"], row["recipe"], row["precision"])
+            if row.get("trainbench") or row.get("pytorch") or key not in rows:
+                rows[key] = row
+    return rows
+
+
+def vs_table(docs):
     head = ("| model | batch | recipe | Trainbench samples/s | PyTorch eager | compile | "
             "max-autotune | × eager | × best compiled | peak GiB TB / PT eager | MFU TB | MFU best PT |\n"
             "|---|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
-    if doc is None:
+    if not docs:
         for model, batch, _ in gpu_vs_pytorch.MODELS:
             for recipe, prec in gpu_vs_pytorch.ROWS:
                 lines.append(f"| {model} | {batch} | {recipe} {prec} | {NOT_RUN} |  |  |  |  |  |  |  |  |")
         return "\n".join(lines)
-    for row in doc["rows"]:
+    for row in vs_rows(docs).values():
         pt, rt, mfu = row.get("pytorch", {}), row.get("ratios", {}), row.get("mfu", {})
         tb = row.get("trainbench")
+        if not tb and not pt:
+            lines.append(f"| {row['model']} | {row['batch_size']} | {row['recipe']} {row['precision']} | "
+                         "not run (not in these calls) |  |  |  |  |  |  |  |  |")
+            continue
         best_pt = max((v for k, v in mfu.items() if k != "trainbench"), default=None)
         lines.append(
             f"| {row['model']} | {row['batch_size']} | {row['recipe']} {row['precision']} | "
@@ -63,6 +135,45 @@ def vs_table(doc):
     return "\n".join(lines)
 
 
+TARGET_NAMES = {
+    "samples_per_s_vs_eager": ("samples/s, × PyTorch eager", "{:.2f}", "≥ {}"),
+    "samples_per_s_vs_best_compiled": ("samples/s, × best compiled PyTorch", "{:.2f}", "≥ {}"),
+    "peak_memory_vs_lowest_pytorch": ("peak memory, × lowest PyTorch", "{:.2f}", "≤ {}"),
+    "mfu": ("MFU", "{:.1%}", "≥ {:.0%}"),
+}
+
+
+def targets_table(docs):
+    """The targets of the all-tricks resnet18-cifar bf16 row, from the file that measured it."""
+    measured = [d for d in docs if any(t.get("value") is not None for t in d.get("targets", {}).values())]
+    if not measured:
+        return ""
+    lines = ["| target (resnet18-cifar all-tricks bf16) | measured | target | met |", "|---|---|---|---|"]
+    for key, t in measured[0]["targets"].items():
+        name, fmt, tfmt = TARGET_NAMES.get(key, (key, "{:.2f}", "{}"))
+        met = "yes" if t.get("met") is True else "no" if t.get("met") is False else ""
+        lines.append(f"| {name} | {num(t.get('value'), fmt)} | {tfmt.format(t.get('target'))} | {met} |")
+    return "\n".join(lines)
+
+
+def headline_table(docs):
+    """README.md's status table: the side-by-side rows that ran."""
+    lines = ["| model, batch, recipe | Trainbench samples/s | PyTorch eager | × eager | "
+             "peak GiB Trainbench / PyTorch eager | × memory |", "|---|---|---|---|---|---|"]
+    for row in vs_rows(docs).values():
+        tb, pt = row.get("trainbench"), row.get("pytorch", {})
+        eager = pt.get("eager")
+        if not tb or not eager:
+            continue
+        r = row.get("ratios", {})
+        compiled = f" (compile {sps(pt['compile'])})" if pt.get("compile") else ""
+        lines.append(f"| {row['model']} b{row['batch_size']} {row['recipe']} {row['precision']} | "
+                     f"{sps(tb)} | {sps(eager)}{compiled} | {num(r.get('vs_eager'), '{:.2f}×')} | "
+                     f"{gib(tb.get('peak_allocated_bytes'))} / {gib(eager.get('peak_allocated_bytes'))} | "
+                     f"{num(r.get('peak_memory_vs_eager'), '{:.1f}×')} |")
+    return "\n".join(lines)
+
+
 def ladder_table(doc):
     head = ("| rung | batch | peak GPU memory (GiB) | step time (ms) | samples/s | vs baseline |\n"
             "|---|---|---|---|---|---|")
@@ -72,12 +183,12 @@ def ladder_table(doc):
             lines.append(f"| {name} | {cfg['batch_size']} | {NOT_RUN} |  |  |  |")
         return "\n".join(lines)
     for r in doc["rungs"]:
-        if "samples_per_s" not in r or "error" in r:
+        if "samples_per_s" not in r or r.get("error"):
             why = r.get("not_run") or ("failed: " + (r.get("error") or "")[:60])
             lines.append(f"| {r['rung']} | {r.get('batch_size', '')} | {why} |  |  |  |")
             continue
         lines.append(f"| {r['rung']} | {r['batch_size']} | {gib(r.get('peak_allocated_bytes'))} | "
-                     f"{num(r['median_step_ms'], '{:.2f}')} | {num(r['samples_per_s'])} | "
+                     f"{num(r['median_step_ms'], '{:.2f}')} | {num(r['samples_per_s'], '{:,.0f}')} | "
                      f"{num(r.get('speedup_vs_baseline'), '{:.2f}×')} |")
     return "\n".join(lines)
 
@@ -90,9 +201,14 @@ def truth_table(doc):
         st = r.get("step_time", {})
         rows.append((f"step time: {r['name']}", num(st.get("difference_pct"), "{:+.2f} %"),
                      "within ±2 %", st.get("within_target")))
+    for r in d.get("step", {}).get("runs", []):
+        m = r.get("memory", {})
+        if "driver_delta_minus_reserved_bytes" in m:
+            rows.append((f"driver used delta − allocator reserved: {r['name']}",
+                         gib(m["driver_delta_minus_reserved_bytes"]) + " GiB", "explained", None))
     for b in d.get("cost", {}).get("batches", []):
         rows.append((f"measurement cost, batch {b['batch_size']}",
-                     num(b.get("default_cost_pct"), "{:+.2f} %"), "≤ 2 %", b.get("default_within_2pct")))
+                     num(b.get("default_cost_pct"), "{:+.1f} %"), "≤ 2 %", b.get("default_within_2pct")))
         rows.append((f"full profiler cost, batch {b['batch_size']}",
                      num(b.get("profiler_cost_pct"), "{:+.1f} %"), "measured, shown in the GUI", None))
     m = d.get("memory", {})
@@ -102,14 +218,17 @@ def truth_table(doc):
         tbm = m.get("trainbench", {})
         rows.append(("driver delta − allocator reserved (Trainbench)",
                      gib(tbm.get("driver_delta_minus_reserved_bytes")) + " GiB", "explained", None))
+    elif doc:
+        rows.append(("memory vs PyTorch (truth-memory stage)", "not run (not in this call)", "≤ 1", None))
     tc = d.get("tensor_cores", {})
     for r in tc.get("configs", []):
-        rows.append((f"Tensor Core share, {r['config']}", num(r.get("median_tensor_core_share"), "{:.2f}"),
+        rows.append((f"Tensor Core share, {r['config']}", num(r.get("median_tensor_core_share"), "{:.3f}"),
                      "~0" if "fp32" in r["config"] else "clearly > 0", None))
     if "ncu" in tc:
         n = tc["ncu"]
-        rows.append(("tensor pipe %, ours − ncu", num(n.get("difference_pct_points"), "{:+.1f} pt"),
-                     "recorded with its reason", None))
+        rows.append((f"tensor pipe %, ours {num(n.get('ours_mean_pct'), '{:.1f}')} − "
+                     f"ncu {num(n.get('ncu_weighted_pct'), '{:.1f}')}",
+                     num(n.get("difference_pct_points"), "{:+.1f} pt"), "recorded with its reason", None))
     if not rows:
         for check in ("step time vs outside CUDA events", "measurement cost, batch 64 and 512",
                       "full profiler cost", "memory vs cudaMemGetInfo and PyTorch",
@@ -120,23 +239,115 @@ def truth_table(doc):
     return "\n".join(lines)
 
 
-def caption(doc):
+def accuracy_table(docs):
+    lines = ["| run | epochs | test accuracy | time (s) | median step (ms) |", "|---|---|---|---|---|"]
+    runs = [r for d in docs for r in d.get("runs", [])]
+    if not runs:
+        lines.append(f"| fmnist-cnn, resnet18-cifar on padded Fashion-MNIST | | {NOT_RUN} | | |")
+    for r in runs:
+        s = r.get("summary", {})
+        acc = num(s.get("final_test_accuracy"), "{:.4f}") if r.get("status") == "finished" else r.get("status")
+        lines.append(f"| {r['name']} | {s.get('epochs', '–')} | {acc} | {num(s.get('total_time_s'), '{:.1f}')} | "
+                     f"{num(s.get('median_step_time_ms'), '{:.2f}')} |")
+    return "\n".join(lines)
+
+
+def suites_table(doc):
+    lines = ["| suite | passed | failed | skipped | slots failed (F) or skipped (S) |", "|---|---|---|---|---|"]
     if not doc:
-        return ""
-    return f"_{doc.get('nvidia_smi', doc.get('device_kind', ''))}; {doc.get('date', '')}_\n\n"
+        lines.append(f"| every GPU suite | {NOT_RUN} | | | |")
+        return "\n".join(lines)
+    for name, s in doc.get("suites", {}).items():
+        slots = [f"`{x}` (F)" for x in sorted({f["slot"] for f in s.get("failures", [])})]
+        slots += [f"`{x}` (S)" for x in sorted({k["slot"] for k in s.get("skips", [])})]
+        lines.append(f"| `{name}` | {s.get('passed')} | {s.get('failed')} | {s.get('skipped')} | "
+                     f"{', '.join(slots)} |")
+    note = doc.get("provenance", {}).get("note")
+    return "\n".join(lines) + (f"\n\nThe file's provenance note: {note}." if note else "")
+
+
+def render(vs, lad, truth, acc, suites):
+    """Each block's text, by block name."""
+    targets = targets_table(vs)
+    results = (
+        "### Trainbench vs PyTorch\n\n" + where(vs) + vs_table(vs) + "\n\n"
+        + (targets + "\n\n" if targets else "")
+        + "### The ladder (seed 004) on the GPU\n\n" + where([lad])
+        + "`resnet18-cifar` on synthetic uint8 3×32×32, each rung keeping every trick\n"
+          "above it (`ladder.py`'s `RUNGS`, the one list of rungs).\n\n"
+        + ladder_table(lad) + "\n\n"
+        + "### Truth of the measurements\n\n" + where([truth]) + truth_table(truth) + "\n\n"
+        + "### Accuracy on the GPU\n\n" + where(acc) + accuracy_table(acc) + "\n\n"
+        + "### The GPU check's suites\n\n" + where([suites])
+        + "Slots per suite (data rows counted one by one; `initTestCase` and\n"
+          "`cleanupTestCase` not counted), `scripts/gpu-check.sh run`, one call.\n\n"
+        + suites_table(suites))
+    headline = where(vs, base=".") + (headline_table(vs) if vs else f"Side by side: {NOT_RUN}.")
+    return {"results": results, "headline": headline}
+
+
+def block_span(text, path, block):
+    begin, end = marker("begin", block), marker("end", block)
+    if text.count(begin) != 1 or text.count(end) != 1:
+        sys.exit(f"{path}: needs exactly one line {begin!r} and one {end!r}")
+    i, j = text.index(begin) + len(begin), text.index(end)
+    if j < i:
+        sys.exit(f"{path}: {end!r} comes before {begin!r}")
+    return i, j
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--vs", default="")
-    p.add_argument("--ladder", default="")
-    p.add_argument("--truth", default="")
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--vs", action="append", help="a gpu-vs-pytorch JSON (repeatable)")
+    p.add_argument("--ladder")
+    p.add_argument("--truth")
+    p.add_argument("--accuracy", action="append", help="a gpu-accuracy-style JSON (repeatable)")
+    p.add_argument("--suites", help="a gpu-check-summary JSON")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="rewrite the READMEs' blocks")
+    mode.add_argument("--check", action="store_true", help="fail when a README's block is stale")
     a = p.parse_args()
-    vs, lad, truth = load(a.vs), load(a.ladder), load(a.truth)
-    print("### Trainbench vs PyTorch\n\n" + caption(vs) + vs_table(vs) + "\n")
-    print("### The ladder (seed 004) on the GPU\n\n" + caption(lad) + ladder_table(lad) + "\n")
-    print("### Truth of the measurements\n\n" + caption(truth) + truth_table(truth))
+    res = lambda name: os.path.join(HERE, "results", name)  # noqa: E731
+    given = a.vs or a.ladder or a.truth or a.accuracy or a.suites
+    if given and (a.write or a.check):
+        p.error("--write and --check use the committed files (COMMITTED in tables.py)")
+    if not given:
+        a.vs = [res(f) for f in COMMITTED["vs"]]
+        a.ladder, a.truth = res(COMMITTED["ladder"]), res(COMMITTED["truth"])
+        a.accuracy = [res(f) for f in COMMITTED["accuracy"]]
+        a.suites = res(COMMITTED["suites"])
+    if given or not (a.write or a.check):
+        for path in [*(a.vs or []), a.ladder, a.truth, *(a.accuracy or []), a.suites]:
+            if path and not os.path.exists(path):
+                print(f"tables.py: {path} does not exist: its rows say '{NOT_RUN}'", file=sys.stderr)
+    vs = [d for d in map(load, a.vs or []) if d]
+    acc = [d for d in map(load, a.accuracy or []) if d]
+    blocks = render(vs, load(a.ladder), load(a.truth), acc, load(a.suites))
+    if not (a.write or a.check):
+        print(blocks["results"] + "\n\n### Headline (README.md)\n\n" + blocks["headline"])
+        return 0
+    stale = []
+    for rel, block in BLOCKS:
+        path = os.path.join(ROOT, rel)
+        text = open(path, encoding="utf-8").read()
+        i, j = block_span(text, rel, block)
+        want = "\n" + blocks[block] + "\n"
+        if text[i:j] == want:
+            continue
+        if a.write:
+            open(path, "w", encoding="utf-8").write(text[:i] + want + text[j:])
+            print(f"tables.py: rewrote {rel} ({block})")
+        else:
+            stale.append(rel)
+            sys.stdout.writelines(difflib.unified_diff(
+                text[i:j].splitlines(True), want.splitlines(True), f"{rel} (committed)",
+                f"{rel} (bench/tables.py renders)"))
+    if stale:
+        print(f"tables.py: {', '.join(stale)} differ from the committed results: "
+              "run bench/tables.py --write", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-3.0-or-later
-# The CUDA backend's check on the lent GPU machine, in ONE call of about nine
-# minutes (docs/gpu-check.md has the exact device tool call).
+# The CUDA backend's check on the lent GPU machine, in ONE call of at most
+# eight minutes (docs/gpu-check.md has the exact device tool call).
 #
 #   scripts/gpu-check.sh stage [BUILD_DIR]   here, no GPU needed
 #       Builds trainbench-engine and the suites with GPU slots in BUILD_DIR
@@ -11,26 +11,30 @@
 #       slots) and fashion-mnist/*.gz. Fails when build-gpu/ plus the working
 #       tree would exceed the device tool's 64 MiB.
 #   scripts/gpu-check.sh run                 there (carry build-gpu)
-#       Stages in priority order, each with its own time budget, each writing
-#       its results to $OUT as soon as it ends (a timeout loses only the stage
-#       it hit):
+#       ONE device call of at most 8 minutes (GPU_CHECK_SECONDS, default 450,
+#       under the call's timeout_s=480), leaving the rest of the 15 device
+#       minutes for a second call after a fix. Stages in this order, each with
+#       its own time budget, each writing its results to $OUT as soon as it
+#       ends (a timeout loses only the stage it hit):
 #         probe      nvidia-smi, ldd of every carried binary ("NOT FOUND" loud),
 #                    the cuDNN/cuBLAS files resolved, a short engine run on the
 #                    GPU (its start event names the versions actually loaded)
 #         suites     every GPU slot of every suite (CPU slots run in CI);
 #                    a crashed suite is resumed after the slot that crashed
 #         memcheck   compute-sanitizer memcheck on the backend's kernel slots
-#         racecheck  compute-sanitizer racecheck, with what the later stages spare
 #         kernels    the kernel names of short fp32/fp16/bf16/channels-last
 #                    resnet18 runs (trainbench-engine trace) -> kernel-names.tsv
 #         accuracy   fmnist-cnn 3 epochs; resnet18-cifar on Fashion-MNIST padded
-#                    to 32x32 for as many epochs as the budget allows
-#         bench      bench/gpu_vs_pytorch.py --quick --skip-ladder
+#                    to 32x32, 20 epochs or as many as fit
+#         bench      bench/gpu_vs_pytorch.py on the target rows (resnet18-cifar
+#                    all-tricks bf16 vs eager and compile, fp32 baseline;
+#                    resnet9 and fmnist-cnn all-tricks bf16 vs eager)
+#         racecheck  compute-sanitizer racecheck, with what is left
 #       $OUT gets (at most 8 files): gpu-check-summary.json,
 #       gpu-check-logs.tar.gz (every log, kernel-names.tsv, the accuracy and
 #       benchmark JSON), kernel-names.tsv, gpu-accuracy.json, gpu-vs-pytorch.json.
 #       stdout: one line per stage and the first lines of every failure.
-#       GPU_CHECK_SECONDS (default 530) is the whole budget; GPU_CHECK_STAGES
+#       GPU_CHECK_SECONDS (default 450) is the whole budget; GPU_CHECK_STAGES
 #       (e.g. "probe,suites") runs only those; RESNET_EPOCHS fixes the epochs.
 #       Without a GPU every GPU stage reports "skipped: no GPU" (the dry run);
 #       GPU_CHECK_DRY_DEVICE=cpu runs their plumbing on the CPU instead.
@@ -155,7 +159,7 @@ out=${OUT:-$here/$stage_dir/out}
 logs=$root/logs
 work=$root/work
 t_start=$(date +%s)
-total=${GPU_CHECK_SECONDS:-530}
+total=${GPU_CHECK_SECONDS:-450}
 have_gpu=0
 # GPU_CHECK_DRY_DEVICE=cpu: the GPU stages' plumbing run on the CPU (a dry run
 # of the scripts here; its figures mean nothing).
@@ -200,6 +204,9 @@ unpack() {
   dirs=$(cuda_lib_dirs | paste -sd: - || true)
   export LD_LIBRARY_PATH="$root/lib${dirs:+:$dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export QT_QPA_PLATFORM=offscreen
+  # The suites' training slots read Fashion-MNIST (tests/engine/run_fixture.h);
+  # the GPU machine has only the copy carried here.
+  export TB_TEST_FASHION_MNIST_DIR="$here/$data_dir"
   unset TRAINBENCH_CUPTI
 }
 
@@ -509,7 +516,9 @@ run_suite() {
     st=$?
     local after=("$(py remaining "$s" "$root/gpu-slots.txt")")
     read -r -a after <<<"${after[0]}"
-    if (( st == 0 || st == 1 )) && grep -q '^Totals:' "$logs/$s.$part.txt"; then
+    # Qt Test's exit status is the number of failed slots (4 failures exit 4):
+    # a log that reached its Totals line finished, whatever the status says.
+    if grep -q '^Totals:' "$logs/$s.$part.txt"; then
       rcs+="{\"status\": \"finished\", \"exit\": $st},"
       break
     fi
@@ -528,7 +537,7 @@ run_suite() {
 suites_stage() {
   local t0 budget s slots_left
   t0=$(now)
-  budget=$(stage_budget suites 250 200)
+  budget=$(stage_budget suites 120 330)
   slots_left=$(wc -l <"$root/gpu-slots.txt")
   for s in "${suites[@]}"; do
     # What is left, shared by GPU slot count (time a fast suite leaves goes
@@ -591,7 +600,7 @@ sanitize() {
 kernels_stage() {
   local t0 budget c
   t0=$(now)
-  budget=$(stage_budget kernels 60 170)
+  budget=$(stage_budget kernels 25 290)
   local dest=$logs/kernel-names.tsv
   rm -f "$dest"
   local configs=("fp32|" "fp16|--amp fp16" "bf16|--amp bf16" "fp32-channels-last|--set channels_last=true"
@@ -622,34 +631,38 @@ kernels_stage() {
 accuracy_stage() {
   local t0 budget
   t0=$(now)
-  budget=$(stage_budget accuracy 400 75)
+  budget=$(stage_budget accuracy 150 140)
   local data=$here/$data_dir
   [[ -f $data/train-images-idx3-ubyte.gz ]] || { skip_stage accuracy "no Fashion-MNIST in $data_dir"; return; }
   local db=$work/accuracy.db
-  # fmnist-cnn, 3 epochs, its default recipe (the CPU reached 0.916).
-  local fm=$(( budget * 2 / 5 ))
-  (( fm < 90 )) && fm=$(( budget < 90 ? budget : 90 ))
+  # fmnist-cnn, 3 epochs, its default recipe (the CPU reached 0.916; the H200
+  # 0.9136 in 11 s on 2026-11-26).
+  local fm=$(( budget / 4 ))
+  (( fm > 45 )) && fm=45
   timeout -s TERM -k 10 "$fm" "$root/bin/trainbench-engine" run --db "$db" --quiet \
     --device "$dev" --epochs 3 --set data_dir="$data" --set workers=8 \
     --set name="fmnist-cnn gpu 3 epochs" >"$logs/accuracy-fmnist.log" 2>&1
   say "   fmnist-cnn 3 epochs: exit $? (124 = stopped by its ${fm} s budget: no test accuracy then)"
-  # resnet18-cifar on Fashion-MNIST padded to 32x32 (bf16, channels-last): as
-  # many epochs as the rest of the budget allows, from a timing probe.
+  # resnet18-cifar on Fashion-MNIST padded to 32x32 (bf16, channels-last): 20
+  # epochs (the H200 reached 0.9233 after 10, 0.9380 after 15 at 5.0-5.6 s an
+  # epoch, 2026-11-26; the target is 0.94), fewer when the timing probe says
+  # they do not fit.
   local rest=$(( budget - ($(now) - t0) )) epochs=${RESNET_EPOCHS:-}
   local common=(--device "$dev" --model resnet18-cifar -b 256 --set lr=0.1 --set workers=8
                 --set pin_memory=true --set non_blocking=true --set amp=bf16 --set channels_last=true)
   if [[ -z $epochs ]]; then
     timeout -k 5 60 "$root/bin/trainbench-engine" run --db "$work/probe.db" --quiet --dataset synthetic \
-      --set 'synthetic_shape=[1,32,32]' --set synthetic_size=16384 --test-limit 256 --steps 40 \
+      --set 'synthetic_shape=[1,32,32]' --set synthetic_size=8192 --test-limit 256 --steps 25 \
       "${common[@]}" >"$logs/accuracy-probe.log" 2>&1
     local ms
     ms=$("$root/bin/trainbench-engine" --db "$work/probe.db" export 1 --format json 2>/dev/null |
-      python3 -c 'import json,sys,statistics; d=json.load(sys.stdin); v=[x[2] for x in d["step_series"]["step_time_ms"] if x[0]>10]; print(int(statistics.median(v)))' 2>/dev/null || echo 0)
+      python3 -c 'import json,sys,statistics; d=json.load(sys.stdin); v=[x[2] for x in d["step_series"]["step_time_ms"] if x[0]>5]; print(int(statistics.median(v)))' 2>/dev/null || echo 0)
     rest=$(( budget - ($(now) - t0) ))
-    # 235 steps an epoch plus the evaluation, two thirds of the time (the
-    # probe's data is synthetic: no loader, crop or flip). A run stopped by
-    # the budget has no test accuracy, so the estimate errs short.
-    (( ms > 0 )) && epochs=$(( rest * 1000 * 2 / 3 / (ms * 235 + 4000) ))
+    # 235 steps an epoch plus the evaluation, in 4/5 of the time (the probe's
+    # data is synthetic: no loader, crop or flip). A run stopped by the
+    # budget has no test accuracy, so the estimate errs short.
+    (( ms > 0 )) && epochs=$(( rest * 1000 * 4 / 5 / (ms * 235 + 1000) ))
+    (( epochs > 20 )) && epochs=20
     say "   resnet18 probe: median step ${ms} ms -> ${epochs:-0} epochs in ${rest} s"
   fi
   if [[ -n $epochs ]] && (( epochs >= 1 )); then
@@ -674,9 +687,19 @@ accuracy_stage() {
 bench_stage() {
   local t0 budget
   t0=$(now)
-  budget=$(stage_budget bench 60 15)
+  budget=$(stage_budget bench 170 0)
   (( budget >= 20 )) || { skip_stage bench "out of time"; return; }
-  PYTHONUNBUFFERED=1 timeout -k 5 "$budget" python3 bench/gpu_vs_pytorch.py --quick --skip-ladder --device "$dev" \
+  # The side-by-side rows the speed issue's targets name: resnet18-cifar
+  # all-tricks bf16 (eager and compile) and fp32 baseline, resnet9 and
+  # fmnist-cnn all-tricks bf16 (eager); each task 30 timed steps.
+  local rows='^(resnet18-cifar/(all-tricks/bf16/(trainbench|eager|compile)|baseline/fp32/(trainbench|eager))'
+  rows+='|(resnet9|fmnist-cnn)/all-tricks/bf16/(trainbench|eager))$'
+  [[ $dev != cuda ]] && rows='^fmnist-cnn/all-tricks/bf16/(trainbench|eager)$'
+  local scale=1.0
+  [[ $dev != cuda ]] && scale=0.03
+  PYTHONUNBUFFERED=1 timeout -k 5 "$budget" python3 bench/gpu_vs_pytorch.py --quick --device "$dev" \
+    --steps 30 --warmup 10 --budget "$(( budget - 10 ))" --only "$rows" --batch-scale "$scale" \
+    --data-dir "$here/$data_dir" \
     --engine "$root/bin/trainbench-engine" --output "$out/gpu-vs-pytorch.json" >"$logs/bench.log" 2>&1
   local st=$?
   [[ -f $out/gpu-vs-pytorch.json ]] && cp "$out/gpu-vs-pytorch.json" "$logs/"
@@ -697,14 +720,16 @@ run_all() {
   (( have_gpu )) || have_gpu=$(eng devices --json 2>/dev/null | grep -c '"cuda')
   [[ $dev != cuda ]] && have_gpu=1
   local st
-  for st in suites memcheck racecheck kernels accuracy bench; do
+  # The check, then the accuracy runs and the side-by-side target rows; the
+  # race check last, with whatever they leave.
+  for st in suites memcheck kernels accuracy bench racecheck; do
     stage_wanted "$st" || continue
     if (( have_gpu == 0 )) && [[ $st != suites ]]; then skip_stage "$st" "no GPU"; continue; fi
     case $st in
       suites) suites_stage ;;
-      memcheck) sanitize memcheck "$(stage_budget memcheck 70 180)" ;;
-      racecheck)  # only what the later stages can spare
-        local b; b=$(stage_budget racecheck 60 240)
+      memcheck) sanitize memcheck "$(stage_budget memcheck 30 310)" ;;
+      racecheck)  # only what the stages before it left
+        local b; b=$(stage_budget racecheck 60 0)
         if (( b >= 30 )); then sanitize racecheck "$b"; else skip_stage racecheck "out of time"; fi ;;
       kernels) kernels_stage ;;
       accuracy) accuracy_stage ;;

@@ -25,8 +25,8 @@
 // What it does not give yet: activations between layers stay f32 (each
 // conv/linear keeps an extra low-precision copy of its input for backward), so
 // there is no activation-memory or bandwidth saving yet; BN, activations and
-// pooling on f16/bf16 tensors would be the next stage. The CUDA side is
-// compiled (nvcc, CUDA 13) but NOT yet run on a GPU.
+// pooling on f16/bf16 tensors would be the next stage. The CUDA side ran on
+// an H200 (2026-11-26, commit b0014f2): AMP training reached its accuracy.
 #include <string>
 
 #include "engine/core/dtype.h"

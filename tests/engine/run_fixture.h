@@ -6,18 +6,28 @@
 #include <QtTest>
 
 #include <atomic>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/data/idx_dataset.h"
 #include "engine/train/config.h"
 #include "engine/train/events.h"
 #include "engine/train/trainer.h"
 #include "tests/engine/device_fixture.h"
 
 namespace tb::test {
+
+// Where the suites find Fashion-MNIST: $TB_TEST_FASHION_MNIST_DIR (the GPU
+// check points it at the data it carried; the GPU machine has no
+// dataset-fashion-mnist package), else the package's folder.
+inline std::string fashion_mnist_dir() {
+  const char* dir = std::getenv("TB_TEST_FASHION_MNIST_DIR");
+  return dir && *dir ? dir : kFashionMnistDefaultDir;
+}
 
 struct Recorder final : EventSink {
   std::vector<nlohmann::json> events;

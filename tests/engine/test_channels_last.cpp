@@ -55,6 +55,19 @@ double loss_and_grad(Backend& be, const Tensor& logits, const Tensor& labels, Te
   return host.data_as<double>()[0] / double(logits.dim(0));
 }
 
+// A conv bias in these models: every conv is followed by batch norm.
+bool conv_bias_before_batchnorm(const std::string& param) {
+  const std::string suffix = ".bias";
+  return param.find("conv") != std::string::npos && param.size() > suffix.size() &&
+         param.compare(param.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+double max_abs(const Tensor& t) {
+  double m = 0.0;
+  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::abs(value_at(t, i)));
+  return m;
+}
+
 }  // namespace
 
 class TestChannelsLast : public QObject {
@@ -277,9 +290,37 @@ class TestChannelsLast : public QObject {
     QVERIFY2(tb::test::report_tolerance("fp32", std::abs(loss_b - loss_a) / std::abs(loss_a), tol,
                                         row + " loss"),
              qPrintable(QString("loss %1 vs %2").arg(loss_b).arg(loss_a)));
+    // Every conv of these models feeds a training-mode batch norm, whose dx sums
+    // to zero over N·H·W per channel; so a conv bias's exact gradient is 0 and
+    // both backends hold only their own rounding noise there (the CPU reference
+    // sums N·H·W floats in float, the CUDA kernel in double). Judged against
+    // itself that noise differs by ~100% (the first GPU run: 0.9999, 1.002,
+    // 0.956); it is judged instead against the largest gradient of the block:
+    // both sides must be noise, |g| <= tol·max|block|, which a wrong bias kernel
+    // (a sum of the wrong rows or channels is O(max|dz|·sqrt(N·H·W))) fails.
+    // test_op_conv's zero-mean-dy rows check the bias kernel itself to the bit.
+    double block_max = 0.0;
+    for (const auto& p : a->params()) block_max = std::max(block_max, max_abs(p.grad));
+    QVERIFY(block_max > 0.0);
     for (size_t i = 0; i < a->params().size(); ++i) {
-      const double e = scaled_diff(a->params()[i].grad, host(b->params()[i].grad));
       const std::string name = a->params()[i].name;
+      const Tensor gpu_grad = host(b->params()[i].grad);
+      if (conv_bias_before_batchnorm(name)) {
+        const double noise = tol * block_max;
+        const double e_cpu = max_abs(a->params()[i].grad), e_gpu = max_abs(gpu_grad);
+        QVERIFY2(e_cpu <= noise, qPrintable(QString("cpu grad %1 is not rounding noise: %2 > %3")
+                                                .arg(QString::fromStdString(name))
+                                                .arg(e_cpu)
+                                                .arg(noise)));
+        QVERIFY2(tb::test::report_tolerance("fp32", e_gpu / block_max, tol,
+                                            row + " grad " + name + " (exactly 0: noise)"),
+                 qPrintable(QString("cuda grad %1 is not rounding noise: %2 > %3")
+                                .arg(QString::fromStdString(name))
+                                .arg(e_gpu)
+                                .arg(noise)));
+        continue;
+      }
+      const double e = scaled_diff(a->params()[i].grad, gpu_grad);
       QVERIFY2(tb::test::report_tolerance("fp32", e, tol, row + " grad " + name),
                qPrintable(QString("grad %1: %2 > %3")
                               .arg(QString::fromStdString(name))

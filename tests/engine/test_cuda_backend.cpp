@@ -176,6 +176,51 @@ class TestCudaBackend : public QObject {
 #endif
   }
 
+  // set_reserved_limit: a cudaMalloc that would take the reserved bytes past
+  // the cap fails like a full device (the cache is emptied and the request
+  // tried once more, then OutOfMemory names the request and the cap); under
+  // the cap nothing changes, and 0 removes it.
+  void allocatorReservedLimit() {
+#ifdef TRAINBENCH_HAVE_CUDA
+    using namespace tb::cuda;
+    namespace fr = fake_runtime;
+    fr::reset();
+    CachingAllocator a(fr::runtime());
+    int stream = 0;
+    a.set_current_stream(&stream);
+    a.set_reserved_limit(size_t(10) << 20);
+    QCOMPARE(a.reserved_limit(), size_t(10) << 20);
+    void* p = a.allocate(size_t(4) << 20);  // 4 MiB reserved
+    void* q = a.allocate(size_t(3) << 20);  // 4 MiB more (rounded to 2 MiB steps)
+    QCOMPARE(a.stats().reserved_bytes, size_t(8) << 20);
+    a.deallocate(q, size_t(3) << 20);  // cached: still reserved
+    // 6 MiB more would reserve 14 MiB: the cached block goes back, then it fits.
+    void* r = a.allocate(size_t(6) << 20);
+    QCOMPARE(a.stats().oom_retries, int64_t(1));
+    QCOMPARE(fr::frees, 1);
+    QCOMPARE(a.stats().reserved_bytes, size_t(10) << 20);
+    // 2 MiB more cannot fit under 10 with 10 live: OutOfMemory, naming the cap.
+    bool oom = false;
+    try {
+      (void)a.allocate(size_t(2) << 20);
+    } catch (const OutOfMemory& e) {
+      oom = true;
+      QCOMPARE(e.requested_bytes, size_t(2) << 20);
+      QVERIFY2(std::string(e.what()).find("limit is 10485760 bytes") != std::string::npos, e.what());
+    }
+    QVERIFY(oom);
+    QCOMPARE(fr::modes_at_malloc.size(), size_t(3));  // the cap refused without calling cudaMalloc
+    a.set_reserved_limit(0);
+    void* big = a.allocate(size_t(64) << 20);
+    QVERIFY(big != nullptr);
+    a.deallocate(big, size_t(64) << 20);
+    a.deallocate(r, size_t(6) << 20);
+    a.deallocate(p, size_t(4) << 20);
+#else
+    QSKIP("this build has no CUDA backend (the allocator is compiled with it)");
+#endif
+  }
+
   // parallel: dp drives several devices from one process:
   // - a thread that makes device 1's stream current must not retag device
   //   0's allocations (a block freed on device 0 is found again on device 0's

@@ -31,8 +31,9 @@ namespace {
 
 RunConfig config(json overrides) {
   json base = {
-      {"device", "cpu"}, {"dataset", "fashion-mnist"}, {"train_limit", 256},    {"test_limit", 64},
-      {"max_steps", 6},  {"batch_size", 32},           {"model", "fmnist-cnn"}, {"seed", 7}};
+      {"device", "cpu"},   {"dataset", "fashion-mnist"}, {"data_dir", tb::test::fashion_mnist_dir()},
+      {"train_limit", 256}, {"test_limit", 64},          {"max_steps", 6},
+      {"batch_size", 32},   {"model", "fmnist-cnn"},     {"seed", 7}};
   for (auto& [k, v] : overrides.items()) base[k] = v;
   return RunConfig::from_json(validate_config(base, "test"));
 }

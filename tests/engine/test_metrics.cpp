@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "engine/metrics/chrome_trace.h"
 #include "engine/metrics/kernel_classifier.h"
@@ -280,6 +281,52 @@ class TestMetrics : public QObject {
     }
     QVERIFY(tc >= 20);
     QVERIFY(no >= 15);
+  }
+
+  // Every kernel name the H200 launched in the first GPU run (fp32, fp16,
+  // bf16, channels-last resnet18 steps; bench/results/kernel-names-*.tsv), with
+  // the label our classifier gave there, judged by rules independent of the
+  // classifier's: cuDNN/cuBLAS xmma kernels on f16/bf16 operands and CUTLASS
+  // tensorop/wmma kernels use Tensor Cores; fp32 xmma (ffma), SIMT, sgemm,
+  // FFT, Winograd, layout, reduction and our own kernels (tb::cuda) do not.
+  void classifierLabelsTheH200KernelNames() {
+    const std::string path =
+        std::string(TRAINBENCH_SOURCE_DIR) + "/bench/results/kernel-names-h200-2026-11-26.tsv";
+    std::ifstream in(path);
+    QVERIFY2(in.good(), path.c_str());
+    const auto has = [](const std::string& s, const char* part) {
+      return s.find(part) != std::string::npos;
+    };
+    std::string line;
+    int tc = 0, no = 0, own = 0;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      std::vector<std::string> f;
+      std::istringstream cols(line);
+      for (std::string c; std::getline(cols, c, '\t');) f.push_back(c);
+      QVERIFY2(f.size() == 6, line.c_str());
+      const std::string& recorded = f[1];
+      const std::string& name = f[5];
+      const bool ours = name.rfind("_ZN2tb4cuda", 0) == 0;
+      const bool low_precision_xmma =
+          has(name, "_xmma_") && (has(name, "bf16bf16") || has(name, "f16f16"));
+      // CUTLASS names the tensor-op path in the kernel (cutlass_tensorop_*) or in
+      // its template arguments (MmaTensorOp).
+      const bool cutlass_tensor_op =
+          has(name, "cutlass") && (has(name, "tensorop") || has(name, "TensorOp"));
+      const bool expected = !ours && (low_precision_xmma || cutlass_tensor_op);
+      const KernelClass k = classify_kernel_name(name);
+      const std::string msg = name + " -> " + (k.tensor_core ? "tc" : "no") + " by " + k.rule +
+                              " (recorded " + recorded + ")";
+      QVERIFY2(k.tensor_core == expected, msg.c_str());
+      QVERIFY2((recorded == "tc") == expected, msg.c_str());
+      (expected ? tc : no)++;
+      own += ours;
+    }
+    // The run really covered both kinds and our own kernels.
+    QVERIFY(tc >= 50);
+    QVERIFY(no >= 100);
+    QVERIFY(own >= 20);
   }
 
   void declaredKernelsWinOverNameRules() {

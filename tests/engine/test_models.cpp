@@ -53,9 +53,11 @@ ModelRun run_model(Backend& be, const std::string& name, const Shape& in, bool f
   r.params = to_host_nchw(be, r.model->param_block());
   Shape xs{batch};
   xs.insert(xs.end(), in.begin(), in.end());
-  Tensor x = random_tensor(xs, seed + 100, -1.0, 1.0);
-  Tensor labels = Tensor::empty({batch}, DType::I32);
-  for (int64_t n = 0; n < batch; ++n) labels.data_as<int32_t>()[n] = int32_t((7 * n + 3) % 10);
+  // Made on the host, then copied to the backend's device (a no-op copy on the CPU).
+  const Tensor x = to_device(be, random_tensor(xs, seed + 100, -1.0, 1.0));
+  Tensor host_labels = Tensor::empty({batch}, DType::I32);
+  for (int64_t n = 0; n < batch; ++n) host_labels.data_as<int32_t>()[n] = int32_t((7 * n + 3) % 10);
+  const Tensor labels = to_device(be, host_labels);
   Context ctx{be};
   ctx.training = true;
   ctx.accumulate_grads = false;

@@ -407,9 +407,16 @@ class TestOpConv : public QObject {
     QVERIFY(worst[1] > 2 * worst[0]);  // and bf16 more coarsely than f16
   }
 
-  // The same rounded inputs on both; the GPU rounds each output to f16/bf16
-  // once more (conv_lp.cpp) and sums in another order: |gpu - cpu| <=
-  // 2u·|cpu| + 1e-5·max|cpu|. Activations and filters in the target's layout.
+  // The same rounded inputs on both; the GPU rounds each convolution's output
+  // to f16/bf16 once more (conv_lp.cpp: y = f32(lp(x∗w)) + b, dx = f32(lp(..)),
+  // dw = f32(lp(..)); db from the unrounded f32 dy) and sums in another order:
+  // |gpu − cpu| <= 2u·|v| + 1e-5·max|cpu|, v the value the GPU rounded: x∗w =
+  // y − b for y (the bias is added after the rounding; the first GPU run failed
+  // a bound taken on |y|, where b cancels most of x∗w: f16 y[14] 0.076959 vs
+  // 0.0771722), the output itself for dx and dw, 0 for db. 2u: one rounding to
+  // nearest (u) with as much again for an engine that rounds a split
+  // reduction's partials (cuDNN does not document its epilogue). Activations
+  // and filters in the target's layout.
   void conv_lp_matches_cpu_data() {
     QTest::addColumn<Target>("target");
     for (DType dt : {DType::F16, DType::BF16})
@@ -426,19 +433,30 @@ class TestOpConv : public QObject {
     const double u = unit_roundoff(dt);
     const ConvOut c = conv_lp(cpu_reference(), g, x, w, bias, dy, dt, Layout::NCHW, Layout::NCHW);
     const ConvOut d = conv_lp(be, g, x, w, bias, dy, dt, l, l);
+    // |v|, the value the GPU rounded to dt, for output element i (host NCHW order).
+    const int64_t plane = g.H_out * g.W_out;
+    const auto rounded = [&](const std::string& what, const Tensor& r, int64_t i) -> double {
+      if (what == "y") return std::abs(double(at(r, i)) - at(bias, (i / plane) % g.C_out));
+      if (what == "db") return 0.0;
+      return std::abs(double(at(r, i)));
+    };
     for (auto [rt, gt, what] : {std::tuple{c.y, d.y, "y"}, std::tuple{c.dx, d.dx, "dx"},
                                 std::tuple{c.dw, d.dw, "dw"}, std::tuple{c.db, d.db, "db"}}) {
       double mx = 0;
       for (int64_t i = 0; i < rt.numel(); ++i) mx = std::max(mx, double(std::abs(at(rt, i))));
-      for (int64_t i = 0; i < rt.numel(); ++i)
-        QVERIFY2(std::abs(double(at(rt, i)) - at(gt, i)) <= 2 * u * std::abs(at(rt, i)) + 1e-5 * mx,
-                 qPrintable(QString("%1 %2 %3[%4]: cpu %5 cuda %6")
+      for (int64_t i = 0; i < rt.numel(); ++i) {
+        const double v = rounded(what, rt, i), bound = 2 * u * v + 1e-5 * mx;
+        QVERIFY2(std::abs(double(at(rt, i)) - at(gt, i)) <= bound,
+                 qPrintable(QString("%1 %2 %3[%4]: cpu %5 cuda %6, rounded |value| %7, bound %8")
                                 .arg(dtype_name(dt))
                                 .arg(layout_name(l))
                                 .arg(what)
                                 .arg(i)
                                 .arg(at(rt, i))
-                                .arg(at(gt, i))));
+                                .arg(at(gt, i))
+                                .arg(v)
+                                .arg(bound)));
+      }
     }
     TB_GPU_CATCH
   }
@@ -756,6 +774,104 @@ class TestOpConv : public QObject {
     EXPECT_OUTPUT(t, g, "dx (weight view)", dx0, to_host(be, dx1));
     EXPECT_OUTPUT(t, g, "dw (gradient view)", dw0, to_host(be, dwv));
     EXPECT_OUTPUT(t, g, "db (gradient view)", db0, to_host(be, dbv));
+    TB_GPU_CATCH
+  }
+
+  // A conv in front of training-mode batch norm (every conv of our models)
+  // gets a dy whose channel sums are 0: its bias gradient is a sum of N·H·W
+  // terms that cancel. The first GPU run saw the model's conv bias gradients
+  // differ between CUDA and the CPU by ~100% of their size; this checks the
+  // bias gradient on exactly that input, at the models' shapes, into views of a
+  // flat gradient block, written and accumulated, against the exact (double)
+  // sum of the same floats. Bound: a sum of m terms accumulated in precision
+  // u_acc (float on the CPU: 2^-24; double on CUDA: 2^-53) is within
+  // m·u_acc·Σ|dy| of the exact sum; rounding it (and the accumulated total) to
+  // float adds 2^-24 of each. A wrong row, channel or stride misses by
+  // O(max|dy|), far above that.
+  void conv_bias_grad_of_zero_mean_dy_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<ConvCase>("c");
+    QTest::addColumn<bool>("accumulate");
+    std::vector<Target> targets{{Impl::CpuReference, Layout::NCHW, DType::F32},
+                                {Impl::CpuReference, Layout::NHWC, DType::F32},
+                                {Impl::CpuFast, Layout::NCHW, DType::F32}};
+    for (const Target& t : cuda_targets()) targets.push_back(t);
+    // fmnist-cnn's block1 (batch 4; padded to 8 channels) and resnet18's stem
+    // (3x16x16 padded to 8, batch 2): the rows test_channels_last runs.
+    const ConvCase cases[] = {{"fmnist block1", 4, 1, 28, 28, 32, 3, 1, 1},
+                              {"fmnist block1 pad 8", 4, 8, 28, 28, 32, 3, 1, 1},
+                              {"resnet18 stem pad 8", 2, 8, 16, 16, 64, 3, 1, 1}};
+    for (const Target& t : targets)
+      for (const ConvCase& c : cases)
+        for (bool acc : {false, true})
+          QTest::addRow("%s: %s%s", t.name().c_str(), c.name, acc ? " accumulate" : "")
+              << t << c << acc;
+  }
+  void conv_bias_grad_of_zero_mean_dy() {
+    FETCH_TARGET(t, be);
+    QFETCH(ConvCase, c);
+    QFETCH(bool, accumulate);
+    TB_GPU_TRY
+    const auto g = ConvGeometry::make(c.N, c.C_in, c.H, c.W, c.C_out, c.k, c.stride, c.pad);
+    std::mt19937_64 rng(71);
+    const Tensor x = random_tensor(g.input_shape(), DType::F32, rng);
+    const Tensor w = random_tensor(g.weight_shape(), DType::F32, rng);
+    const Tensor db0 = random_tensor({g.C_out}, DType::F32, rng);
+    // dy (NCHW on the host) with each channel's mean removed.
+    Tensor dy = random_tensor(g.output_shape(), DType::F32, rng);
+    const int64_t P = g.H_out * g.W_out, m = g.N * P;
+    float* d = dy.data_as<float>();
+    std::vector<double> exact(size_t(g.C_out), 0.0), magnitude(size_t(g.C_out), 0.0);
+    for (int64_t co = 0; co < g.C_out; ++co) {
+      double mean = 0.0;
+      for (int64_t n = 0; n < g.N; ++n)
+        for (int64_t i = 0; i < P; ++i) mean += d[(n * g.C_out + co) * P + i];
+      mean /= double(m);
+      for (int64_t n = 0; n < g.N; ++n)
+        for (int64_t i = 0; i < P; ++i) {
+          float& v = d[(n * g.C_out + co) * P + i];
+          v = float(v - mean);
+          exact[size_t(co)] += v;  // exact enough: double error m·2^-53·Σ|dy|
+          magnitude[size_t(co)] += std::abs(v);
+        }
+    }
+    // db inside a gradient block, after a weight-sized run of floats (Model::build's order).
+    const int64_t wn = shape_numel(g.weight_shape());
+    const Tensor grads = be.empty({1 + wn + g.C_out}, DType::F32);
+    Tensor dwv = Tensor::view_of(grads, 1, g.weight_shape(), t.layout);
+    Tensor dbv = Tensor::view_of(grads, 1 + wn, {g.C_out});
+    be.copy(to_device(be, db0), dbv);
+    be.fill(dwv, 0.0);
+    const Tensor xd = to_device(be, x, t.layout), wd = to_device(be, w, t.layout);
+    const Tensor dyd = to_device(be, dy, t.layout);
+    Tensor dx = be.empty(g.input_shape(), DType::F32, t.layout);
+    be.conv2d_backward(g, xd, wd, dyd, dx, dwv, dbv, accumulate);
+    const Tensor got = to_host(be, dbv);
+    const double u32 = std::ldexp(1.0, -24);
+    const double u_acc = t.on_gpu() ? std::ldexp(1.0, -53) : u32;
+    double worst = 0.0;
+    for (int64_t co = 0; co < g.C_out; ++co) {
+      const double s = exact[size_t(co)];
+      const double b0 = accumulate ? double(db0.data_as<float>()[co]) : 0.0;
+      const double want = b0 + s;
+      const double bound = double(m) * u_acc * magnitude[size_t(co)] + u32 * std::abs(s) +
+                           (accumulate ? u32 * (std::abs(want) + std::abs(s)) : 0.0) + 1e-30;
+      const double e = std::abs(double(got.data_as<float>()[co]) - want);
+      worst = std::max(worst, e / bound);
+      QVERIFY2(e <= bound, qPrintable(QString("%1 db[%2]: got %3, exact %4 (sum %5 of %6 "
+                                              "terms, sum|dy| %7): error %8 > bound %9")
+                                          .arg(QString::fromStdString(t.name()))
+                                          .arg(co)
+                                          .arg(got.data_as<float>()[co], 0, 'g', 9)
+                                          .arg(want, 0, 'g', 9)
+                                          .arg(s, 0, 'g', 3)
+                                          .arg(m)
+                                          .arg(magnitude[size_t(co)], 0, 'g', 3)
+                                          .arg(e, 0, 'g', 3)
+                                          .arg(bound, 0, 'g', 3)));
+    }
+    tb::test::report_tolerance("fp32", worst, 1.0,
+                               std::string("conv db of zero-mean dy, error / bound, ") + c.name);
     TB_GPU_CATCH
   }
 

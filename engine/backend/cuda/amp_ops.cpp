@@ -5,7 +5,8 @@
 // to the optimizer kernels through OptConsts; see optimizer.cu).
 // Semantics are the CPU reference's (engine/backend/cpu/amp.cpp).
 //
-// NOTE: written and compiled on a machine without a GPU; NOT yet run on one.
+// Ran on an H200 (2026-11-26, commit b0014f2): test_op_amp and
+// test_amp_training's GPU slots passed.
 #include "engine/backend/cuda/cuda_internal.h"
 
 namespace tb {

@@ -106,6 +106,8 @@ void* CachingAllocator::malloc_or_throw(size_t rounded, size_t requested, int de
     if (fail_next_ > 0) {
       --fail_next_;
       e = kCudaErrorMemoryAllocation;
+    } else if (reserved_limit_ > 0 && stats_.reserved_bytes + rounded > reserved_limit_) {
+      e = kCudaErrorMemoryAllocation;
     } else {
       const RelaxedCaptureMode relaxed(rt_.exchange_capture_mode, capturing_);
       e = rt_.malloc(&p, rounded);
@@ -134,6 +136,9 @@ void* CachingAllocator::malloc_or_throw(size_t rounded, size_t requested, int de
                      mib(stats_.allocated_bytes), ", reserved by the caching allocator ",
                      mib(stats_.reserved_bytes), ", device free ", mib(free_b), " of ",
                      mib(total_b),
+                     reserved_limit_ > 0
+                         ? detail::concat("; the allocator's limit is ", mib(reserved_limit_))
+                         : std::string(),
                      capturing_ ? "; during a CUDA graph capture, where cached blocks cannot "
                                   "be released (cuda_graphs off, or a smaller batch)"
                                 : ""),
@@ -202,6 +207,16 @@ void CachingAllocator::deallocate(void* ptr, size_t) {
   stats_.requested_bytes -= b.requested;
   free_[PoolKey{b.device, b.stream, is_small(b.size)}].emplace(b.size, b);
   ++stats_.cached_blocks;
+}
+
+void CachingAllocator::set_reserved_limit(size_t bytes) {
+  std::lock_guard lock(mutex_);
+  reserved_limit_ = bytes;
+}
+
+size_t CachingAllocator::reserved_limit() const {
+  std::lock_guard lock(mutex_);
+  return reserved_limit_;
 }
 
 void CachingAllocator::release_cached() {

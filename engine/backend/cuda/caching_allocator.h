@@ -148,6 +148,12 @@ class CachingAllocator final : public Allocator {
 
   // Test hook: the next `count` cudaMalloc calls fail as if the device were full.
   void inject_malloc_failures(int count);
+  // A cap on reserved_bytes (0: none), as PyTorch's per-process memory
+  // fraction: a cudaMalloc that would pass it fails like a full device (cache
+  // emptied, one retry, then OutOfMemory naming the cap). Lets the
+  // out-of-memory path be tested on a card of any size.
+  void set_reserved_limit(size_t bytes);
+  size_t reserved_limit() const;
 
   // The process-wide instance, registered for DeviceKind::CUDA by the backend.
   static CachingAllocator& instance();
@@ -185,6 +191,7 @@ class CachingAllocator final : public Allocator {
   std::unordered_map<void*, Block> live_;
   AllocatorStats stats_;
   int fail_next_ = 0;
+  size_t reserved_limit_ = 0;
   void* kept_stream_ = nullptr;
 };
 

@@ -20,8 +20,9 @@
 // when the op returns. Layouts pass through: NCHW or NHWC activations, KCRS or
 // KRSC filters; nothing is transposed.
 //
-// NOTE: written and compiled (nvcc, CUDA 13) on a machine without a GPU; NOT
-// yet run on one. tests/engine/test_amp_training.cpp has the GPU checks.
+// Ran on an H200 (2026-11-26, commit b0014f2): AMP training passed; the
+// output rounding above is what test_op_conv's conv_lp_matches_cpu measured
+// (its bound now takes it into account).
 #include "engine/backend/cuda/conv_cudnn.h"
 #include "engine/backend/cuda/cuda_internal.h"
 

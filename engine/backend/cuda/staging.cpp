@@ -17,8 +17,9 @@
 // for the whole run and synchronises before dropping them); the allocator's
 // per-stream reuse rule is not involved.
 //
-// NOT RUN ON A GPU: compiled only; the tests' GPU slots check it where a
-// device exists (tests/engine/test_staging.cpp).
+// Ran on an H200 (2026-11-26, commit b0014f2): test_staging's GPU slots
+// passed, but for the out-of-memory slot, which skipped there (now it caps the
+// allocator instead: not yet run on a GPU).
 #include <cuda_runtime_api.h>
 
 #include <map>
