@@ -9,11 +9,12 @@ ones an outside tool would give? Each part adds its section to one JSON
                 the CPU): the sum of the engine's step_time_ms over the timed
                 steps against the outside total. Target: within 2 %.
   cost          the outside mean step time with measurement off (step total
-                only, no CUPTI), default (events read back late, memory series,
-                sampled census) and the full per-kernel profiler, at batch 64
-                and 512, alternating to share the machine's drift. Target: the
-                default within 2 % of off; the profiler's cost is what the GUI's
-                tooltip for that toggle shows.
+                only, no CUPTI), default (events read back late, sampled memory
+                and telemetry, no CUPTI), cupti_sampling (census and tensor
+                pipe counters sampled) and the full per-kernel profiler, at
+                batch 64 and 512, alternating off/default to share the
+                machine's drift. Target: the default within 2 % of off; the
+                costlier modes' figures are what the GUI's tooltips show.
   memory        the engine's allocated/reserved/peak and the driver's used bytes
                 (cudaMemGetInfo deltas from before the run) against PyTorch's
                 figures for the same model, batch and recipe.
@@ -58,8 +59,10 @@ STEP_CONFIGS = [
 COST_MODES = {  # name -> harness flags
     "off": ["--measure", "off", "--cupti", "off"],
     "default": [],
+    "cupti_sampling": ["--set", "cupti_sampling=true"],
     "profiler": ["--set", "profiler=true"],
 }
+COSTLIER_MODES = ("cupti_sampling", "profiler")  # one run each per batch
 
 
 def now():
@@ -121,7 +124,7 @@ def outside_mean_ms(r):
 
 def part_cost(a, res):
     batches = [64] if a.quick else [64, 512]
-    # 100 timed steps a run (the census samples one step in 50: two per run).
+    # 100 timed steps a run (with measure_every 20, five sampled steps a run).
     steps, warmup = min(a.steps, 100), min(a.warmup, 20)
     out = []
     for b in batches:
@@ -133,13 +136,14 @@ def part_cost(a, res):
                 r = harness(a, cfg, COST_MODES[mode], steps=steps, warmup=warmup)
                 m = outside_mean_ms(r)
                 (means[mode].append(m) if m else errors.append({mode: r.get("error")}))
-        r = harness(a, cfg, COST_MODES["profiler"], steps=steps, warmup=warmup)
-        m = outside_mean_ms(r)
-        (means["profiler"].append(m) if m else errors.append({"profiler": r.get("error")}))
+        for mode in COSTLIER_MODES:
+            r = harness(a, cfg, COST_MODES[mode], steps=steps, warmup=warmup)
+            m = outside_mean_ms(r)
+            (means[mode].append(m) if m else errors.append({mode: r.get("error")}))
         row = {"batch_size": b, "outside_mean_step_ms": means, "errors": errors}
         med = {k: statistics.median(v) for k, v in means.items() if v}
         if "off" in med:
-            for k in ("default", "profiler"):
+            for k in ("default", *COSTLIER_MODES):
                 if k in med:
                     row[f"{k}_cost_pct"] = 100.0 * (med[k] - med["off"]) / med["off"]
             if "default_cost_pct" in row:
@@ -148,14 +152,17 @@ def part_cost(a, res):
             if len(means["off"]) > 1:
                 row["off_spread_pct"] = 100.0 * (max(means["off"]) - min(means["off"])) / med["off"]
         print(json.dumps({"cost": f"batch {b}", **{k: row.get(k) for k in (
-            "default_cost_pct", "profiler_cost_pct", "off_spread_pct")}}), flush=True)
+            "default_cost_pct", "cupti_sampling_cost_pct", "profiler_cost_pct",
+            "off_spread_pct")}}), flush=True)
         out.append(row)
     return {"date": now(), "model": "resnet18-cifar bf16 channels-last (tricks, eager)",
             "clock": "outside (trainbench-step-truth): mean step time over the timed steps",
             "modes": {"off": "TRAINBENCH_MEASURE=off semantics (step total only) and CUPTI off "
-                             "(no census, no tensor pipe counters); the per-step memory series "
-                             "have no switch and stay on in every mode",
-                      "default": "the engine's defaults",
+                             "(no census, no tensor pipe counters); the sampled memory and "
+                             "telemetry series have no switch and stay on in every mode",
+                      "default": "the engine's defaults (no CUPTI)",
+                      "cupti_sampling": "cupti_sampling=true: kernel census and tensor pipe "
+                                        "counters on one step in measure_every",
                       "profiler": "profiler=true: kernel census every step"},
             "repeats": a.repeats, "batches": out}
 

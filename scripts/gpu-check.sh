@@ -775,9 +775,10 @@ ncu_check() {
   local eng="$root/bin/trainbench-engine" steps=${NCU_STEPS:-6}
   local args
   read -r -a args <<<"${NCU_RUN_ARGS:---set dataset=synthetic --set model=resnet9 --set synthetic_size=4096 --set test_limit=256 --batch-size 256 --set amp=fp16 --set channels_last=true}"
-  # Ours: every step from the second (the first holds cuDNN's autotuning).
+  # Ours: every step from the second (the first holds cuDNN's autotuning);
+  # CUPTI is off unless asked (cupti_sampling).
   TRAINBENCH_TENSOR_PIPE_EVERY=1 "$eng" run --db "$work/ncu-ours.db" --device cuda --steps "$steps" \
-    --events jsonl "${args[@]}" >"$out/ours-events.jsonl" 2>"$out/ours.stderr"
+    --events jsonl --set cupti_sampling=true "${args[@]}" >"$out/ours-events.jsonl" 2>"$out/ours.stderr"
   echo "our run exit status: $?"
   # ncu: every kernel of the same steps, replayed one by one, with our own
   # CUPTI use switched off (TRAINBENCH_CUPTI=off) so it never competes.

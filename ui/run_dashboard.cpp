@@ -212,6 +212,7 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
         {false, QStringLiteral("forward_ms"), tr("forward")},
         {false, QStringLiteral("backward_ms"), tr("backward")},
         {false, QStringLiteral("optimizer_ms"), tr("optimizer")},
+        {false, QStringLiteral("step_end_ms"), tr("end of step")},
         {false, QStringLiteral("other_ms"), tr("other")}},
        true),
       makePanel(tr("Memory"), tr("MiB"),

@@ -54,15 +54,33 @@ void ChromeTrace::write(const std::string& path) const {
 }
 
 void TracingStepTimer::begin_step(int64_t step) {
+  close_spans();
+  inner_.begin_step(step);
   step_ = step;
   step_t0_ = trace_.now_us();
-  inner_.begin_step(step);
+  open_ = true, work_ended_ = false;
 }
 
 void TracingStepTimer::end_step() {
   inner_.end_step();
-  trace_.add("step " + std::to_string(step_), "step", step_t0_, trace_.now_us() - step_t0_,
-             kTraceHostPid, kTraceTrainThread, {{"step", step_}});
+  work_end_t0_ = trace_.now_us();
+  work_ended_ = true;
+}
+
+void TracingStepTimer::close_step() {
+  close_spans();
+  inner_.close_step();
+}
+
+void TracingStepTimer::close_spans() {
+  if (!open_) return;
+  const double now = trace_.now_us();
+  if (work_ended_)
+    trace_.add("step_end", "phase", work_end_t0_, now - work_end_t0_, kTraceHostPid,
+               kTraceTrainThread, {{"step", step_}});
+  trace_.add("step " + std::to_string(step_), "step", step_t0_, now - step_t0_, kTraceHostPid,
+             kTraceTrainThread, {{"step", step_}});
+  open_ = false;
 }
 
 void TracingStepTimer::begin(Phase p) {
@@ -74,14 +92,6 @@ void TracingStepTimer::end(Phase p) {
   inner_.end(p);
   const double t0 = phase_t0_[static_cast<int>(p)];
   trace_.add(phase_name(p), "phase", t0, trace_.now_us() - t0, kTraceHostPid, kTraceTrainThread,
-             {{"step", step_}});
-}
-
-void TracingStepTimer::add_host_ms(Phase p, double ms) {
-  inner_.add_host_ms(p, ms);
-  // Measured elsewhere and just ended: the span ends now.
-  const double now = trace_.now_us();
-  trace_.add(phase_name(p), "phase", now - 1e3 * ms, 1e3 * ms, kTraceHostPid, kTraceTrainThread,
              {{"step", step_}});
 }
 

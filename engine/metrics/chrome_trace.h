@@ -67,24 +67,27 @@ class TraceSpan {
 };
 
 // Wraps a StepTimer and also records every step and phase as a host span
-// ("step" events span the whole step; phases nest inside them).
+// ("step" events span a step from its boundary to the next; phases, and the
+// end-of-step work as "step_end", nest inside them).
 class TracingStepTimer final : public StepTimer {
  public:
   TracingStepTimer(StepTimer& inner, ChromeTrace& trace) : inner_(inner), trace_(trace) {}
   void begin_step(int64_t step) override;
   void end_step() override;
+  void close_step() override;
   void begin(Phase p) override;
   void end(Phase p) override;
-  void add_host_ms(Phase p, double ms) override;
   std::optional<StepTimes> poll() override { return inner_.poll(); }
   void flush() override { inner_.flush(); }
   int lag_steps() const override { return inner_.lag_steps(); }
 
  private:
+  void close_spans();
   StepTimer& inner_;
   ChromeTrace& trace_;
+  bool open_ = false, work_ended_ = false;
   int64_t step_ = 0;
-  double step_t0_ = 0;
+  double step_t0_ = 0, work_end_t0_ = 0;
   std::array<double, kPhaseCount> phase_t0_{};
 };
 

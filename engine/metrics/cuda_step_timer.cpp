@@ -31,7 +31,8 @@ CudaStepTimer::CudaStepTimer(cudaStream_t stream, int lag, int max_entries, bool
   ring_.resize(static_cast<size_t>(lag + 1));
   for (EventSet& s : ring_) {
     s.start = make_event();
-    s.end = make_event();
+    s.own_close = make_event();
+    if (phases) s.work_end = make_event();
     for (int p = 0; p < kPhaseCount && phases; ++p)
       for (int i = 0; i < max_entries; ++i) {
         s.begins[p].push_back(make_event());
@@ -42,8 +43,8 @@ CudaStepTimer::CudaStepTimer(cudaStream_t stream, int lag, int max_entries, bool
 
 CudaStepTimer::~CudaStepTimer() {
   for (EventSet& s : ring_) {
-    cudaEventDestroy(s.start);
-    cudaEventDestroy(s.end);
+    for (cudaEvent_t e : {s.start, s.own_close, s.work_end})
+      if (e) cudaEventDestroy(e);
     for (int p = 0; p < kPhaseCount; ++p) {
       for (cudaEvent_t e : s.begins[p]) cudaEventDestroy(e);
       for (cudaEvent_t e : s.ends[p]) cudaEventDestroy(e);
@@ -52,28 +53,44 @@ CudaStepTimer::~CudaStepTimer() {
 }
 
 void CudaStepTimer::begin_step(int64_t step) {
-  EventSet& s = ring_[next_];
+  const size_t index = next_;
+  EventSet& s = ring_[index];
   if (s.pending) {
     // The device is more than `lag` steps behind: the only place that waits.
-    // This set is the oldest in flight; its times are kept for poll().
-    check(cudaEventSynchronize(s.end), "cudaEventSynchronize");
+    // This set is the oldest in flight (its close event, the next set's
+    // start, is still unrecorded over); its times are kept for poll().
+    TB_CHECK(in_flight_.front() == index, "CudaStepTimer: ring out of order");
+    check(cudaEventSynchronize(s.close), "cudaEventSynchronize");
     ready_.push_back(read(s));
     in_flight_.pop_front();
   }
-  s.step = step;
-  s.pending = false;
-  for (int p = 0; p < kPhaseCount; ++p) s.used[p] = 0, s.host_ms[p] = 0;
+  // One event closes the open step and opens this one.
   check(cudaEventRecord(s.start, stream_), "cudaEventRecord");
+  if (current_) close_with(*current_, s.start);
+  s.step = step;
+  s.work_ended = false;
+  for (int p = 0; p < kPhaseCount; ++p) s.used[p] = 0;
   current_ = &s;
+  next_ = (next_ + 1) % ring_.size();
 }
 
 void CudaStepTimer::end_step() {
-  TB_CHECK(current_, "CudaStepTimer: end_step without begin_step");
-  check(cudaEventRecord(current_->end, stream_), "cudaEventRecord");
-  current_->pending = true;
-  in_flight_.push_back(next_);
+  if (!phases_ || !current_) return;
+  check(cudaEventRecord(current_->work_end, stream_), "cudaEventRecord");
+  current_->work_ended = true;
+}
+
+void CudaStepTimer::close_step() {
+  if (!current_) return;
+  check(cudaEventRecord(current_->own_close, stream_), "cudaEventRecord");
+  close_with(*current_, current_->own_close);
+}
+
+void CudaStepTimer::close_with(EventSet& s, cudaEvent_t close) {
+  s.close = close;
+  s.pending = true;
+  in_flight_.push_back(size_t(&s - ring_.data()));
   current_ = nullptr;
-  next_ = (next_ + 1) % ring_.size();
 }
 
 void CudaStepTimer::begin(Phase p) {
@@ -93,17 +110,14 @@ void CudaStepTimer::end(Phase p) {
   ++s.used[i];
 }
 
-void CudaStepTimer::add_host_ms(Phase p, double ms) {
-  if (phases_) current_->host_ms[static_cast<int>(p)] += ms;
-}
-
 StepTimes CudaStepTimer::read(EventSet& s) {
   StepTimes t;
   t.step = s.step;
   t.has_h2d = true;
-  t.total_ms = elapsed_ms(s.start, s.end);
+  t.total_ms = elapsed_ms(s.start, s.close);
+  if (s.work_ended) t.step_end_ms = elapsed_ms(s.work_end, s.close);
   for (int p = 0; p < kPhaseCount; ++p) {
-    double ms = s.host_ms[p];
+    double ms = 0;
     for (int k = 0; k < s.used[p]; ++k) ms += elapsed_ms(s.begins[p][k], s.ends[p][k]);
     t.phase_ms[p] = ms;
     if (s.used[p] > 0 && is_dp_phase(static_cast<Phase>(p))) t.has_dp = true;
@@ -122,7 +136,7 @@ std::optional<StepTimes> CudaStepTimer::poll() {
   EventSet& s = ring_[in_flight_.front()];
   // Never blocks. "Not ready" is cleared from the last-error slot, or the
   // next kernel launch check would throw cudaErrorNotReady.
-  if (!TB_CUDA_POLL(cudaEventQuery(s.end))) return std::nullopt;
+  if (!TB_CUDA_POLL(cudaEventQuery(s.close))) return std::nullopt;
   in_flight_.pop_front();
   return read(s);
 }
@@ -130,7 +144,7 @@ std::optional<StepTimes> CudaStepTimer::poll() {
 void CudaStepTimer::flush() {
   while (!in_flight_.empty()) {
     EventSet& s = ring_[in_flight_.front()];
-    check(cudaEventSynchronize(s.end), "cudaEventSynchronize");
+    check(cudaEventSynchronize(s.close), "cudaEventSynchronize");
     ready_.push_back(read(s));
     in_flight_.pop_front();
   }

@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
-// The step-time breakdown on a CUDA stream: CUDA events are recorded around
-// every phase and read back `lag` steps later through a ring of event sets, so
-// measuring never synchronises the host with the device (cudaEventQuery, not
+// The step-time breakdown on a CUDA stream: one event at every step boundary
+// (it closes one step and opens the next, so the steps of a run tile the
+// stream's time), one at end_step and a pair around every phase, read back
+// `lag` steps later through a ring of event sets, so measuring never
+// synchronises the host with the device (cudaEventQuery, not
 // cudaEventSynchronize, unless the device falls more than `lag` steps behind).
+// Every part is an interval between events on the same stream inside the
+// step, so the parts cannot exceed the step; where the host kept the device
+// waiting (launches, the loader, end-of-step work) the device clock shows it.
 //
 // NOT RUN ON A GPU: compiled only with TRAINBENCH_HAVE_CUDA and never executed
 // yet. The trainer uses it on the CUDA backend and publishes each step's
@@ -21,7 +26,7 @@ namespace tb {
 class CudaStepTimer final : public StepTimer {
  public:
   // max_entries: how often one phase may be entered per step (micro-batches).
-  // phases = false: the step total only (measurement off), two events a step.
+  // phases = false: the step total only (measurement off), one event a step.
   CudaStepTimer(cudaStream_t stream, int lag = 3, int max_entries = 64, bool phases = true);
   ~CudaStepTimer() override;
   CudaStepTimer(const CudaStepTimer&) = delete;
@@ -29,9 +34,9 @@ class CudaStepTimer final : public StepTimer {
 
   void begin_step(int64_t step) override;
   void end_step() override;
+  void close_step() override;
   void begin(Phase p) override;
   void end(Phase p) override;
-  void add_host_ms(Phase p, double ms) override;  // data wait: a host figure
   std::optional<StepTimes> poll() override;
   void flush() override;
   int lag_steps() const override { return lag_; }
@@ -39,14 +44,17 @@ class CudaStepTimer final : public StepTimer {
  private:
   struct EventSet {
     int64_t step = 0;
-    bool pending = false;  // recorded, not yet read back
-    cudaEvent_t start = nullptr, end = nullptr;
+    bool pending = false;     // closed, not yet read back
+    bool work_ended = false;  // end_step recorded work_end
+    // start: the boundary that opened the step; close: the one that closed
+    // it, the next set's start or this set's own_close (close_step).
+    cudaEvent_t start = nullptr, work_end = nullptr, own_close = nullptr, close = nullptr;
     // Per phase, begin/end events of every entry this step, and how many were used.
     std::vector<cudaEvent_t> begins[kPhaseCount], ends[kPhaseCount];
     int used[kPhaseCount] = {};
-    double host_ms[kPhaseCount] = {};
   };
-  StepTimes read(EventSet& s);  // the set must have completed
+  void close_with(EventSet& s, cudaEvent_t close);
+  StepTimes read(EventSet& s);  // the set's close event must have completed
 
   cudaStream_t stream_;
   int lag_, max_entries_;

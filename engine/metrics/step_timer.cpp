@@ -40,7 +40,7 @@ const char* phase_name(Phase p) {
 }
 
 double StepTimes::measured_ms() const {
-  double s = 0;
+  double s = step_end_ms;
   for (int i = 0; i < kPhaseCount; ++i) {
     const Phase p = static_cast<Phase>(i);
     if ((p != Phase::H2D || has_h2d) && (!is_dp_phase(p) || has_dp)) s += phase_ms[i];
@@ -57,32 +57,48 @@ void StepTimes::write_metrics(nlohmann::json& metrics) const {
     if ((p == Phase::H2D && !has_h2d) || (is_dp_phase(p) && !has_dp)) continue;
     metrics[phase_metric(p)] = phase_ms[i];
   }
+  metrics["step_end_ms"] = step_end_ms;
   metrics["other_ms"] = other_ms();
 }
 
 void HostStepTimer::begin_step(int64_t step) {
+  const Clock::time_point now = Clock::now();
+  if (open_) close_at(now);
   current_ = StepTimes{};
   current_.step = step;
   current_.has_h2d = report_h2d_;
-  step_start_ = Clock::now();
+  step_start_ = now;
+  open_ = true, work_ended_ = false;
 }
 
 void HostStepTimer::end_step() {
-  current_.total_ms = ms_between(step_start_, Clock::now());
+  if (!phases_) return;
+  work_end_ = Clock::now();
+  work_ended_ = true;
+}
+
+void HostStepTimer::close_step() {
+  if (open_) close_at(Clock::now());
+}
+
+void HostStepTimer::close_at(Clock::time_point t) {
+  current_.total_ms = ms_between(step_start_, t);
+  if (work_ended_) current_.step_end_ms = ms_between(work_end_, t);
   ready_.push_back(current_);
+  open_ = false;
 }
 
 void HostStepTimer::begin(Phase p) {
+  if (!phases_) return;
   if (is_dp_phase(p)) current_.has_dp = true;
   phase_start_[static_cast<int>(p)] = Clock::now();
 }
 
 void HostStepTimer::end(Phase p) {
+  if (!phases_) return;
   const int i = static_cast<int>(p);
   current_.phase_ms[i] += ms_between(phase_start_[i], Clock::now());
 }
-
-void HostStepTimer::add_host_ms(Phase p, double ms) { current_.phase_ms[static_cast<int>(p)] += ms; }
 
 std::optional<StepTimes> HostStepTimer::poll() {
   if (ready_.empty()) return std::nullopt;
@@ -91,27 +107,25 @@ std::optional<StepTimes> HostStepTimer::poll() {
   return t;
 }
 
-void TotalOnlyStepTimer::begin_step(int64_t step) {
-  current_ = StepTimes{};
-  current_.step = step;
-  step_start_ = std::chrono::steady_clock::now();
-}
-
-void TotalOnlyStepTimer::end_step() {
-  current_.total_ms = ms_between(step_start_, std::chrono::steady_clock::now());
-  ready_ = current_;
-}
-
-std::optional<StepTimes> TotalOnlyStepTimer::poll() {
-  std::optional<StepTimes> r = ready_;
-  ready_.reset();
-  return r;
-}
-
-void LaggedStepTimer::end_step() {
-  inner_->end_step();
+void LaggedStepTimer::collect() {
   while (std::optional<StepTimes> t = inner_->poll()) held_.push_back(*t);
+}
+
+void LaggedStepTimer::begin_step(int64_t step) {
+  inner_->begin_step(step);
+  collect();
   flushed_ = false;
+}
+
+void LaggedStepTimer::close_step() {
+  inner_->close_step();
+  collect();
+}
+
+void LaggedStepTimer::flush() {
+  inner_->flush();
+  collect();
+  flushed_ = true;
 }
 
 std::optional<StepTimes> LaggedStepTimer::poll() {

@@ -1,11 +1,18 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
-// The step-time breakdown: data wait, host-to-device copy, forward, backward,
-// optimizer and "other", which is what is left of the step, so the parts always
-// add up to step_time_ms. The trainer marks phases on a StepTimer; a host
-// implementation reads steady_clock, a device one (cuda_step_timer.h) records
-// events and hands a step's times back a few steps later, so that measuring
-// never makes the host wait for the device.
+// The step-time breakdown. A step is the interval between two consecutive
+// step boundaries on one clock (begin_step of one step and begin_step of the
+// next, or close_step when an evaluation or an epoch end follows), so the
+// step times of a run add up to the loop's time, with nothing between steps
+// left out. Its parts: data wait, host-to-device copy, forward, backward,
+// optimizer (phases the trainer marks), step_end (from end_step, when the
+// step's training work is issued, to the closing boundary: loss read-backs,
+// measurement, publishing events) and "other", what is left (gaps between
+// phases, gradient zeroing, a replayed graph), so the parts add up to
+// step_time_ms and none exceeds it. A host implementation reads steady_clock,
+// a device one (cuda_step_timer.h) records events on the stream and hands a
+// step's times back a few steps later, so that measuring never makes the host
+// wait for the device.
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -34,75 +41,68 @@ struct StepTimes {
   std::array<double, kPhaseCount> phase_ms{};
   bool has_h2d = false;  // device backends only; absent (not zero) on the CPU
   bool has_dp = false;   // the dp phases: only in steps that entered one (parallel: dp)
+  double step_end_ms = 0;  // end_step to the closing boundary
 
   double phase(Phase p) const { return phase_ms[static_cast<int>(p)]; }
-  double measured_ms() const;  // the sum of the phases that are reported
-  // total - phases, never negative; with the phases it adds up to total_ms
-  // except when the phases overlap (then it is 0 and the sum exceeds total).
+  double measured_ms() const;  // the phases that are reported, and step_end_ms
+  // total - measured, never negative; with the measured parts it adds up to
+  // total_ms (the timers measure disjoint intervals inside the step on the
+  // step's own clock, so they cannot exceed it but by rounding).
   double other_ms() const;
-  // Adds step_time_ms, the phases (h2d_ms only with has_h2d) and other_ms.
+  // Adds step_time_ms, the phases (h2d_ms only with has_h2d), step_end_ms and other_ms.
   void write_metrics(nlohmann::json& metrics) const;
 };
 
 class StepTimer {
  public:
   virtual ~StepTimer() = default;
+  // A step boundary: closes the open step, if any, and opens `step`; one
+  // clock reading (one event) does both, so no time falls between steps.
   virtual void begin_step(int64_t step) = 0;
+  // The step's training work is issued: what follows, up to the closing
+  // boundary, is its end-of-step work (step_end_ms).
   virtual void end_step() = 0;
+  // A boundary with no step after it (an evaluation or an epoch end follows):
+  // closes the open step; nothing when none is open.
+  virtual void close_step() = 0;
   // A phase may be entered several times per step (micro-batches); times add.
   virtual void begin(Phase p) = 0;
   virtual void end(Phase p) = 0;
-  // A duration the host measured by other means (the loader's wait for a batch).
-  virtual void add_host_ms(Phase p, double ms) = 0;
-  // The next step whose times are known, oldest first; std::nullopt while none
-  // is. The host timer has each step ready at end_step(); a device timer some
-  // steps later.
+  // The next closed step whose times are known, oldest first; std::nullopt
+  // while none is. The host timer has a step ready at its closing boundary;
+  // a device timer some steps later.
   virtual std::optional<StepTimes> poll() = 0;
-  // Makes every ended step ready (may wait for the device: call it at the end).
+  // Makes every closed step ready (may wait for the device).
   virtual void flush() = 0;
-  // How many steps poll() lags behind end_step() in steady state.
+  // How many steps poll() lags behind a step's closing boundary in steady state.
   virtual int lag_steps() const = 0;
 };
 
-// steady_clock around every phase; the step total is end_step - begin_step.
+// steady_clock at every boundary and around every phase. phases = false
+// (measurement off): the boundaries only, the baseline of what the breakdown
+// costs.
 class HostStepTimer final : public StepTimer {
  public:
-  explicit HostStepTimer(bool report_h2d) : report_h2d_(report_h2d) {}
+  explicit HostStepTimer(bool report_h2d, bool phases = true)
+      : report_h2d_(report_h2d), phases_(phases) {}
   void begin_step(int64_t step) override;
   void end_step() override;
+  void close_step() override;
   void begin(Phase p) override;
   void end(Phase p) override;
-  void add_host_ms(Phase p, double ms) override;
   std::optional<StepTimes> poll() override;
   void flush() override {}
   int lag_steps() const override { return 0; }
 
  private:
   using Clock = std::chrono::steady_clock;
-  bool report_h2d_;
+  void close_at(Clock::time_point t);
+  bool report_h2d_, phases_;
+  bool open_ = false, work_ended_ = false;
   StepTimes current_;
-  Clock::time_point step_start_;
+  Clock::time_point step_start_, work_end_;
   std::array<Clock::time_point, kPhaseCount> phase_start_{};
   std::deque<StepTimes> ready_;
-};
-
-// Measurement off: only the step total (the run summary needs it); no phase
-// clocks. Used to measure what the breakdown costs.
-class TotalOnlyStepTimer final : public StepTimer {
- public:
-  void begin_step(int64_t step) override;
-  void end_step() override;
-  void begin(Phase) override {}
-  void end(Phase) override {}
-  void add_host_ms(Phase, double) override {}
-  std::optional<StepTimes> poll() override;
-  void flush() override {}
-  int lag_steps() const override { return 0; }
-
- private:
-  StepTimes current_;
-  std::chrono::steady_clock::time_point step_start_;
-  std::optional<StepTimes> ready_;
 };
 
 // Hands another timer's steps back `lag` steps late, the way the CUDA event
@@ -110,16 +110,17 @@ class TotalOnlyStepTimer final : public StepTimer {
 class LaggedStepTimer final : public StepTimer {
  public:
   LaggedStepTimer(std::unique_ptr<StepTimer> inner, int lag) : inner_(std::move(inner)), lag_(lag) {}
-  void begin_step(int64_t step) override { inner_->begin_step(step); }
-  void end_step() override;
+  void begin_step(int64_t step) override;
+  void end_step() override { inner_->end_step(); }
+  void close_step() override;
   void begin(Phase p) override { inner_->begin(p); }
   void end(Phase p) override { inner_->end(p); }
-  void add_host_ms(Phase p, double ms) override { inner_->add_host_ms(p, ms); }
   std::optional<StepTimes> poll() override;
-  void flush() override { flushed_ = true; }
+  void flush() override;
   int lag_steps() const override { return lag_; }
 
  private:
+  void collect();  // the inner timer's ready steps, held back here
   std::unique_ptr<StepTimer> inner_;
   int lag_;
   bool flushed_ = false;

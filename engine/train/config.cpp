@@ -123,6 +123,19 @@ std::vector<ConfigKey> make_table() {
               "Steps between loss/accuracy read-backs when sync_every_step is off")
           .trick(16)
           .label("Log every"),
+      integer("measure_every", &R::measure_every, 20, 1, 1000000, "run",
+              "Steps between the sampled measurements (and step 1): the driver's device memory, "
+              "GPU telemetry (NVML), host RSS and CPU use, and with cupti_sampling the kernel "
+              "census and tensor pipe counters; the step time, its breakdown and the allocator's "
+              "counters are every step")
+          .label("Measure every"),
+      flag("cupti_sampling", &R::cupti_sampling, false, "run",
+           "Tensor Core figures through CUPTI on sampled steps (one in measure_every): the kernel "
+           "census and the tensor pipe counters. A sampled step waits for the device and pays "
+           "CUPTI's setup, which on a small step costs more than the step, so it is off unless "
+           "asked (profiler: a census every step)")
+          .label("Tensor Core sampling (CUPTI)")
+          .needs(&C::kernel_profiler),
       number("target_accuracy", &R::target_accuracy, 0.0, 0, 1, "run",
              "Stop once the test accuracy reaches this; records time and steps to it (0: off)")
           .label("Target accuracy")

@@ -39,6 +39,9 @@ struct RunConfig {
   int64_t random_crop_padding = 0;
   bool horizontal_flip = false, pad_to_32 = false;
   int64_t log_every = 20;
+  // measurement: sampled figures every N steps; CUPTI (census, tensor pipe) only when asked
+  int64_t measure_every = 20;
+  bool cupti_sampling = false;
   // time to accuracy: stop at a target test accuracy, evaluated every N steps
   double target_accuracy = 0;
   int64_t eval_every_steps = 0;

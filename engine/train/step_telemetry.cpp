@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <optional>
+#include <string>
 
 #include "engine/backend/backend.h"
 #include "engine/core/error.h"
@@ -26,8 +27,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr int64_t kCensusInterval = 50;  // steps between sampled kernel censuses
-
 double median(std::vector<double> v) {
   if (v.empty()) return NAN;
   const size_t mid = v.size() / 2;
@@ -38,7 +37,7 @@ double median(std::vector<double> v) {
 }
 
 // GPU memory series: the allocator's figures every step (host-side counters),
-// the driver's used/total when query_device (a driver call: every 10 steps).
+// the driver's used/total when query_device (a driver call: sampled steps).
 void write_memory_metrics(const DeviceMemoryStats& m, json& metrics) {
   metrics["gpu_mem_allocated_bytes"] = double(m.allocated_bytes);
   metrics["gpu_mem_reserved_bytes"] = double(m.reserved_bytes);
@@ -49,8 +48,32 @@ void write_memory_metrics(const DeviceMemoryStats& m, json& metrics) {
   }
 }
 
-// Phase times: CUDA events on the CUDA backend (device time, read back a few
-// steps late: measuring never waits for the device), steady_clock on the CPU.
+// The run log's line on what is measured how often (measure_every shown).
+std::string describe_measurement(bool on_host, bool measure, int lag, int64_t every,
+                                 const RunPlan& plan) {
+  const std::string n = std::to_string(every);
+  std::string s = "measurement: ";
+  s += measure ? "step time and its breakdown every step" : "step time only (measurement off)";
+  if (!on_host)
+    s += " (CUDA events, read back " + std::to_string(lag) + " steps late, no sync)";
+  s += on_host ? "; host RSS and CPU use on step 1 and every " + n + " steps"
+               : "; driver memory and GPU telemetry on step 1 and every " + n + " steps";
+  s += " (measure_every)";
+  if (!on_host) {
+    if (plan.census_every_step)
+      s += "; kernel census every step (profiler), tensor pipe counters sampled";
+    else if (plan.kernel_census)
+      s += "; kernel census and tensor pipe counters (CUPTI) sampled every " + n +
+           " steps (cupti_sampling)";
+    else
+      s += "; no CUPTI (cupti_sampling off)";
+  }
+  return s;
+}
+
+// Step boundaries and phase times: CUDA events on the CUDA backend (device
+// time, read back a few steps late: measuring never waits for the device),
+// steady_clock on the CPU.
 std::unique_ptr<StepTimer> make_step_timer(Backend& be, bool measure, int test_lag) {
   std::unique_ptr<StepTimer> t;
 #ifdef TRAINBENCH_HAVE_CUDA
@@ -58,12 +81,7 @@ std::unique_ptr<StepTimer> make_step_timer(Backend& be, bool measure, int test_l
     t = std::make_unique<CudaStepTimer>(static_cast<cudaStream_t>(cuda->stream_handle()), 3, 64,
                                         measure);
 #endif
-  if (!t) {
-    if (measure)
-      t = std::make_unique<HostStepTimer>(/*report_h2d=*/!be.device().is_cpu());
-    else
-      t = std::make_unique<TotalOnlyStepTimer>();
-  }
+  if (!t) t = std::make_unique<HostStepTimer>(/*report_h2d=*/!be.device().is_cpu(), measure);
   if (test_lag > 0) t = std::make_unique<LaggedStepTimer>(std::move(t), test_lag);
   return t;
 }
@@ -97,22 +115,25 @@ StepTelemetry::StepTelemetry(Backend& be, const RunPlan& plan, const TelemetryOp
     if (!device_trace_->start(*options.trace))
       log("warning", "trace: device rows " + device_trace_->reason());
   }
+  const int64_t every = std::max<int64_t>(1, options.measure_every);
   if (plan.kernel_census) {
-    census_ = std::make_unique<KernelCensus>(be, plan.census_every_step ? 1 : kCensusInterval);
+    census_ = std::make_unique<KernelCensus>(be, plan.census_every_step ? 1 : every);
     if (!census_->available()) {
-      log(options.profiler_requested ? "warning" : "info", "kernel census " + census_->reason());
+      log(options.cupti_requested ? "warning" : "info", "kernel census " + census_->reason());
       census_.reset();
     }
   }
   // Tensor pipe counters (CUPTI range profiler) halfway between censuses; a
   // step never has both (two CUPTI collections), the census gives way.
   if (plan.tensor_pipe) {
-    const auto [first, every] =
-        tensor_pipe_schedule(kCensusInterval, std::getenv("TRAINBENCH_TENSOR_PIPE_EVERY"));
-    pipe_ = std::make_unique<TensorPipeProfiler>(be, first, every);
+    // At least every other step: a census on every step would always give way.
+    const auto [first, interval] = tensor_pipe_schedule(
+        std::max<int64_t>(2, every), std::getenv("TRAINBENCH_TENSOR_PIPE_EVERY"));
+    pipe_ = std::make_unique<TensorPipeProfiler>(be, first, interval);
     log("info", "tensor pipe counters " + pipe_->describe());
     if (!pipe_->available()) pipe_.reset();
   }
+  log("info", describe_measurement(on_host_, options.measure, timer_->lag_steps(), every, plan));
 }
 
 StepTelemetry::~StepTelemetry() = default;
@@ -122,29 +143,31 @@ void StepTelemetry::log(const std::string& level, const std::string& message) {
 }
 
 void StepTelemetry::begin_step(int64_t step) {
+  // The boundary first: what sampling this step costs is part of it.
+  timer_->begin_step(step);
   const bool pipe_step = pipe_ && pipe_->samples(step);
   if (census_ && !pipe_step) census_->begin_step(step);
   if (pipe_step) pipe_->begin_step(step);
-  timer_->begin_step(step);
 }
 
+void StepTelemetry::close_step() { timer_->close_step(); }
+
 void StepTelemetry::end_step(int64_t step, int64_t epoch, json metrics, int64_t h2d_bytes) {
-  timer_->end_step();
   if (census_) census_->end_step(metrics);
   if (pipe_ && !pipe_->end_step(metrics)) {
     log("warning", "tensor pipe counters " + pipe_->reason());
     pipe_.reset();
   }
-  const bool every10 = step % 10 == 0 || step == 1;
+  const bool sampled = step == 1 || step % std::max<int64_t>(1, options_.measure_every) == 0;
   if (!on_host_) {
     metrics["h2d_bytes"] = double(h2d_bytes);
-    if (std::optional<DeviceMemoryStats> m = be_.memory_stats(/*query_device=*/every10)) {
+    if (std::optional<DeviceMemoryStats> m = be_.memory_stats(/*query_device=*/sampled)) {
       write_memory_metrics(*m, metrics);
       device_peak_bytes_ = std::max(device_peak_bytes_, m->peak_allocated_bytes);
     }
-    if (nvml_ && every10)
+    if (nvml_ && sampled)
       if (std::optional<GpuTelemetry> g = nvml_->read()) g->write_metrics(metrics);
-  } else if (every10) {
+  } else if (sampled) {
     metrics["host_rss_bytes"] = double(process_rss_bytes());
     const double wall = std::chrono::duration<double>(Clock::now() - wall_mark_).count();
     const double cpu = process_cpu_seconds();

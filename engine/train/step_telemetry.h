@@ -36,9 +36,13 @@ class TracingStepTimer;
 
 struct TelemetryOptions {
   bool measure = true;           // off: the step total only (bench/truth.py cost)
+  // measure_every (settings table): steps between the sampled figures (the
+  // driver's memory, NVML, host RSS and CPU use; the census and the tensor
+  // pipe counters when the plan has them). The first step is sampled too.
+  int64_t measure_every = 20;
   int timer_lag_for_test = 0;    // step times handed back this many steps late
   ChromeTrace* trace = nullptr;  // host spans (steps, phases) and device rows
-  bool profiler_requested = false;  // a missing census is then a warning
+  bool cupti_requested = false;  // profiler or cupti_sampling: a missing census is then a warning
   int64_t samples_per_step = 0;     // for samples_per_s
 };
 
@@ -52,13 +56,17 @@ class StepTelemetry {
 
   // The timer the step's phases are marked on.
   StepTimer& timer() { return *timer_; }
-  // Before step `step` (1-based) starts: censuses and counters that sample it.
+  // The boundary before step `step` (1-based): it closes the previous step
+  // and opens this one; then the censuses and counters that sample it start.
   void begin_step(int64_t step);
-  // After step `step` of `epoch` ended, with its own metrics and the bytes it
-  // copied to the device: adds the measurements and publishes every step
-  // whose times are known.
+  // The boundary after a step that an evaluation or an epoch end follows.
+  void close_step();
+  // After step `step` of `epoch` ran (timer().end_step() marked its work
+  // issued), with its own metrics and the bytes it copied to the device: adds
+  // the measurements and publishes every step whose times are known. Part of
+  // the step's end-of-step work.
   void end_step(int64_t step, int64_t epoch, nlohmann::json metrics, int64_t h2d_bytes);
-  // Publishes every step still pending (waits for the device's times).
+  // Publishes every closed step still pending (waits for the device's times).
   void flush();
   // empty_cache_between_phases: cached blocks go back to the driver and the
   // peak counters restart, so each phase's own peak shows; the run's peak so

@@ -627,8 +627,9 @@ TrainResult Trainer::run(int64_t run_id) {
   std::unique_ptr<StepGraphs> graphs;  // cuda_graphs: the whole step, captured once, replayed
   if (plan.cuda_graphs) graphs = std::make_unique<StepGraphs>(be, kGraphWarmup);
   StepTelemetry telemetry(be, plan,
-                          {.measure = measure_, .timer_lag_for_test = timer_lag_for_test_,
-                           .trace = trace_, .profiler_requested = c.profiler,
+                          {.measure = measure_, .measure_every = c.measure_every,
+                           .timer_lag_for_test = timer_lag_for_test_,
+                           .trace = trace_, .cupti_requested = c.profiler || c.cupti_sampling,
                            .samples_per_step = samples_per_step},
                           bus_);
   StepTimer& timer = telemetry.timer();
@@ -675,6 +676,16 @@ TrainResult Trainer::run(int64_t run_id) {
     }
     return true;
   };
+  // A step lasts from its boundary to the next one: the next step's, or this
+  // one where an evaluation or an epoch end follows (the bench hook sees the
+  // same boundaries).
+  bool step_open = false;
+  auto close_step = [&] {
+    if (!step_open) return;
+    if (step_hook_) step_hook_(be, step + 1);
+    telemetry.close_step();
+    step_open = false;
+  };
   for (int64_t epoch = 0; epoch < epochs && !stopped; ++epoch) {
     const auto epoch_start = Clock::now();
     data.train->start_epoch(epoch);
@@ -682,6 +693,7 @@ TrainResult Trainer::run(int64_t run_id) {
     for (int64_t s = 0; s < steps_per_epoch && step < total_steps; ++s) {
       if (step_hook_) step_hook_(be, step + 1);
       telemetry.begin_step(step + 1);
+      step_open = true;
       if (!c.grad_set_to_none) {
         Tensor grads = model->grad_block();
         be.fill(grads, 0.0);
@@ -692,9 +704,12 @@ TrainResult Trainer::run(int64_t run_id) {
       // phase there. With non_blocking it times only the exposed copy.
       auto stage_next = [&](Tensor& x, Tensor& y) {
         Batch b;
-        double wait_s = 0;
-        TB_CHECK(data.train->next(b, &wait_s), "data loader ended early in epoch ", epoch);
-        timer.add_host_ms(Phase::DataWait, 1e3 * wait_s);
+        {
+          // On the step's own clock (an event pair on a GPU), so the wait
+          // counts where it kept the device idle and never exceeds the step.
+          PhaseScope ps(timer, Phase::DataWait);
+          TB_CHECK(data.train->next(b), "data loader ended early in epoch ", epoch);
+        }
         train_stats.pending_samples += b.labels.dim(0);
         std::optional<PhaseScope> ps;
         if (!plan.on_host) ps.emplace(timer, Phase::H2D);
@@ -709,6 +724,7 @@ TrainResult Trainer::run(int64_t run_id) {
         train_step(step_ctx, c.accumulation_steps, step, lr, &timer, stage_next, [&] { stager.consumed(); }, metrics);
         if (graphs) graphs->eager_step_done();
       }
+      timer.end_step();  // what follows, to the next boundary, is the step's end-of-step work
       ++step;
       if (step_hook_for_test_) step_hook_for_test_(step, *model);
       // ddp: every rank stops after the same step; rank 0 gathers the step times.
@@ -732,12 +748,13 @@ TrainResult Trainer::run(int64_t run_id) {
       }
       const bool epoch_end = s + 1 == steps_per_epoch || step == total_steps;
       if (c.eval_every_steps > 0 && step % c.eval_every_steps == 0 && !epoch_end) {
+        close_step();       // the evaluation is no step's time
         telemetry.flush();  // the step events go out before the evaluation's
         if (!evaluate_now(epoch) || target_reached) break;
       }
     }
 
-    if (step_hook_) step_hook_(be, step + 1);
+    close_step();
     telemetry.flush();  // the epoch's last step events go out before its epoch event
     // Evaluate at the end of every epoch (and of a run cut short by max_steps
     // or by reaching target_accuracy, whose evaluation is not repeated).

@@ -51,9 +51,10 @@ class Trainer {
   void set_step_timer_lag_for_test(int lag) { timer_lag_for_test_ = lag; }
 
   // Bench hook (bench/step_truth.cpp times the loop from outside): called on
-  // the training thread before every step with the step about to start
-  // (1-based), and after an epoch's last step with the next step's number, so
-  // consecutive calls bracket exactly one step of the loop.
+  // the training thread at every step boundary, next to the engine's own
+  // boundary mark: before every step with the step about to start (1-based),
+  // and after a step that an evaluation or an epoch end follows with the next
+  // step's number, so consecutive calls bracket exactly one step of the loop.
   using StepBoundaryHook = std::function<void(Backend& backend, int64_t next_step)>;
   void set_step_boundary_hook(StepBoundaryHook hook) { step_hook_ = std::move(hook); }
   // Test hooks for ddp: run as if started by `launch` (a single-process

@@ -139,11 +139,13 @@ RunPlan resolve_tricks(const RunConfig& c, const BackendCapabilities& caps, cons
   p.dp = c.parallel == "dp" && p.applied("parallel");
   p.dp_devices = p.dp ? (c.dp_devices > 0 ? int(c.dp_devices) : ctx.devices) : 0;
   p.empty_cache_between_phases = on("empty_cache_between_phases", c.empty_cache_between_phases);
-  // Kernel counts and the Tensor Core share: sampled, or every step with the
-  // profiler. A trace records every kernel itself (its device rows), so it
-  // has neither the census nor the tensor pipe counters.
-  p.kernel_census = p.tensor_pipe = !p.on_host && !ctx.tracing;
-  p.census_every_step = p.kernel_census && on("profiler", c.profiler);
+  // Kernel counts and the Tensor Core share (CUPTI): only when asked, sampled
+  // (cupti_sampling) or every step with the profiler. A trace records every
+  // kernel itself (its device rows), so it has neither the census nor the
+  // tensor pipe counters.
+  const bool profiler = on("profiler", c.profiler);
+  p.kernel_census = p.tensor_pipe = !p.on_host && !ctx.tracing && (c.cupti_sampling || profiler);
+  p.census_every_step = p.kernel_census && profiler;
   p.device_trace = !p.on_host && ctx.tracing;
   return p;
 }

@@ -50,7 +50,7 @@ std::vector<json> run_steps(int64_t steps, bool measure, ChromeTrace* trace = nu
 double sum_of_parts(const json& m) {
   double s = 0;
   for (const char* k : {"data_wait_ms", "h2d_ms", "forward_ms", "backward_ms", "optimizer_ms",
-                        "other_ms"})
+                        "step_end_ms", "other_ms"})
     if (m.contains(k)) s += m[k].get<double>();
   return s;
 }
@@ -109,16 +109,47 @@ class TestMetrics : public QObject {
       PhaseScope p(timer, Phase::Backward);
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
-    timer.add_host_ms(Phase::DataWait, 1.5);
     timer.end_step();
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));  // end-of-step work
+    QVERIFY(!timer.poll().has_value());  // open until the next boundary
+    timer.begin_step(2);
     std::optional<StepTimes> t = timer.poll();
     QVERIFY(t.has_value());
     QVERIFY(!timer.poll().has_value());  // each step once
     QCOMPARE(t->step, int64_t(1));
     QVERIFY(t->phase(Phase::Forward) >= 4.0);
     QVERIFY(t->phase(Phase::Backward) >= 4.0);
-    QCOMPARE(t->phase(Phase::DataWait), 1.5);
-    QVERIFY(t->total_ms >= t->phase(Phase::Forward) + t->phase(Phase::Backward));
+    QVERIFY(t->step_end_ms >= 3.0);
+    QVERIFY(t->total_ms >= t->phase(Phase::Forward) + t->phase(Phase::Backward) + t->step_end_ms);
+    timer.close_step();  // step 2 ends without a step after it
+    QCOMPARE(timer.poll()->step, int64_t(2));
+    timer.close_step();  // nothing open: nothing closes
+    QVERIFY(!timer.poll().has_value());
+  }
+
+  // Consecutive boundaries share one clock reading: the steps tile the loop,
+  // and with the time between a close and the next open (an evaluation)
+  // they account for all of it.
+  void hostStepsTileTheLoop() {
+    HostStepTimer timer(/*report_h2d=*/false);
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point t0 = Clock::now();
+    timer.begin_step(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    timer.begin_step(2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    timer.close_step();
+    const Clock::time_point t_close = Clock::now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // not a step
+    const Clock::time_point t_open = Clock::now();
+    timer.begin_step(3);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    timer.close_step();
+    const Clock::time_point t1 = Clock::now();
+    double sum = 0;
+    while (std::optional<StepTimes> t = timer.poll()) sum += t->total_ms;
+    const double loop = std::chrono::duration<double, std::milli>((t_close - t0) + (t1 - t_open)).count();
+    QVERIFY2(sum <= loop && sum >= loop - 0.05, qPrintable(QString("%1 of %2 ms").arg(sum).arg(loop)));
   }
 
   // parallel: dp's phases are series only in the steps that entered them,
@@ -128,6 +159,7 @@ class TestMetrics : public QObject {
     timer.begin_step(1);
     { PhaseScope p(timer, Phase::Forward); }
     timer.end_step();
+    timer.close_step();
     json plain;
     timer.poll()->write_metrics(plain);
     for (const char* k : {"dp_replicate_ms", "dp_scatter_ms", "dp_reduce_ms"}) QVERIFY2(!plain.contains(k), k);
@@ -139,6 +171,7 @@ class TestMetrics : public QObject {
     { PhaseScope p(timer, Phase::Scatter); }
     { PhaseScope p(timer, Phase::Reduce); }
     timer.end_step();
+    timer.close_step();
     const std::optional<StepTimes> t = timer.poll();
     QVERIFY(t && t->has_dp);
     json dp;
@@ -166,6 +199,22 @@ class TestMetrics : public QObject {
     }
     QVERIFY(saw_rss);
     QVERIFY(steps[0]["metrics"].contains("cpu_threads_busy"));
+  }
+
+  // measure_every: the sampled figures (here the CPU's RSS and CPU use) on
+  // step 1 and every N steps, the breakdown every step.
+  void sampledFiguresFollowMeasureEvery() {
+    json c = small_config(7).values;
+    c["measure_every"] = 3;
+    const std::vector<json> steps = tb::test::run_trainer(c).of("step");
+    QCOMPARE(steps.size(), size_t(7));
+    for (const json& e : steps) {
+      const int64_t step = e["step"];
+      const bool sampled = step == 1 || step % 3 == 0;
+      QVERIFY2(e["metrics"].contains("host_rss_bytes") == sampled, qPrintable(QString::number(step)));
+      QVERIFY2(e["metrics"].contains("cpu_threads_busy") == sampled, qPrintable(QString::number(step)));
+      QVERIFY(e["metrics"].contains("forward_ms"));
+    }
   }
 
   void measurementOffKeepsOnlyTheStepTime() {

@@ -117,6 +117,28 @@ class TestSettings : public QObject {
     }
   }
 
+  // CUPTI only when asked (its sampled steps cost more than a small step):
+  // the default plan has neither the census nor the tensor pipe counters,
+  // cupti_sampling samples both, profiler takes a census every step.
+  void cuptiOnlyWhenAsked() {
+    auto plan = [](const json& cfg) {
+      return resolve_tricks(RunConfig::from_json(validate_config(cfg, "test")),
+                            capabilities_of(DeviceKind::CUDA), Device::cuda(0));
+    };
+    const RunPlan plain = plan(json::object());
+    QVERIFY(!plain.kernel_census && !plain.tensor_pipe && !plain.census_every_step);
+    const RunPlan sampled = plan({{"cupti_sampling", true}});
+    QVERIFY(sampled.kernel_census && sampled.tensor_pipe && !sampled.census_every_step);
+    // The profiler where this build's CUDA backend has CUPTI (the record says).
+    const RunPlan profiled = plan({{"profiler", true}});
+    const bool applied = profiled.applied("profiler");
+    QVERIFY(profiled.kernel_census == applied && profiled.tensor_pipe == applied &&
+            profiled.census_every_step == applied);
+    const RunPlan on_cpu = resolve_tricks(RunConfig::from_json(validate_config({{"cupti_sampling", true}}, "test")),
+                                          CpuBackend().capabilities(), Device::cpu());
+    QVERIFY(!on_cpu.kernel_census && !on_cpu.tensor_pipe);
+  }
+
   // The plan reads the record: a trick is used when it is on and applied.
   void planFollowsTheRecord() {
     json on = {{"pin_memory", true},  {"non_blocking", true}, {"h2d_uint8", true},
@@ -136,7 +158,8 @@ class TestSettings : public QObject {
     QVERIFY(!gpu.on_host && gpu.pinned_staging && gpu.non_blocking && gpu.uint8_upload && !gpu.gpu_augment);
     QVERIFY(gpu.layout == Layout::NHWC && gpu.pad_channels_to == 8 && gpu.device_side_init);
     QVERIFY(gpu.precision.mode == AmpMode::BF16 && gpu.cuda_graphs && gpu.empty_cache_between_phases);
-    QVERIFY(gpu.kernel_census && gpu.tensor_pipe && !gpu.device_trace);
+    QVERIFY(!gpu.device_trace);
+    QCOMPARE(gpu.kernel_census && gpu.tensor_pipe, gpu.applied("profiler"));  // CUPTI: asked for
     QCOMPARE(gpu.census_every_step, gpu.applied("profiler"));
 
     // A trace blocks cuda_graphs, in the record (one place decides it).

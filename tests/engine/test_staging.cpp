@@ -72,7 +72,7 @@ class TestStaging : public QObject {
         const json& m = steps[i]["metrics"];
         QVERIFY(m.contains("step_time_ms") && m.contains("samples_per_s") && m.contains("lr"));
         double parts = m["other_ms"].get<double>();
-        for (const char* k : {"data_wait_ms", "forward_ms", "backward_ms", "optimizer_ms"})
+        for (const char* k : {"data_wait_ms", "forward_ms", "backward_ms", "optimizer_ms", "step_end_ms"})
           parts += m[k].get<double>();
         QVERIFY(std::abs(parts - m["step_time_ms"].get<double>()) <= 1e-9 * (1 + parts) ||
                 m["other_ms"].get<double>() == 0.0);
@@ -117,6 +117,8 @@ class TestStaging : public QObject {
       t.begin_step(s);
       t.end_step();
     }
+    QVERIFY(!t.poll());  // steps 1 and 2 are closed (by the next boundary), within the lag
+    t.close_step();
     std::optional<StepTimes> a = t.poll();
     QVERIFY(a && a->step == 1);
     QVERIFY(!t.poll());  // steps 2 and 3 are within the lag

@@ -4,7 +4,9 @@
 // the summation order differs).
 #include <QtTest>
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "engine/core/error.h"
 #include "engine/train/config.h"
@@ -194,6 +196,69 @@ class TestTrainer : public QObject {
     for (int64_t s = 1; s <= 17; ++s) expected.push_back(s);  // epoch 1, then its end
     for (int64_t s = 17; s <= 21; ++s) expected.push_back(s);  // epoch 2 (4 steps), its end
     QCOMPARE(seen, expected);
+  }
+
+  // step_time_ms is the interval between consecutive step boundaries: what
+  // the loop does between two steps (here a slow event sink: the step events
+  // are published inside the loop) belongs to a step, evaluations and epoch
+  // ends to none. The engine's times sum to the host clock between the
+  // boundaries the bench hook sees, step by step and over the run, and the
+  // breakdown's parts sum to each step, none larger than it.
+  void stepTimesSumToTheLoopsWallTime() {
+    struct SlowSink final : EventSink {
+      std::vector<json> steps;
+      void on_event(const json& e) override {
+        if (e["type"] != "step") return;
+        steps.push_back(e);
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    };
+    json cfg = {{"device", "cpu"}, {"dataset", "synthetic"}, {"synthetic_shape", {1, 8, 8}},
+                {"synthetic_size", 256}, {"test_limit", 64}, {"batch_size", 32},
+                {"model", "mlp"}, {"epochs", 2}, {"eval_every_steps", 3}, {"seed", 7}};
+    RunConfig c = RunConfig::from_json(validate_config(cfg, "test"));  // 8 steps an epoch
+    EventBus bus;
+    SlowSink sink;
+    bus.add(&sink);
+    std::atomic<bool> stop{false};
+    Trainer t(c, bus, stop);
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    std::vector<std::pair<int64_t, double>> bounds;  // next step, ms since t0
+    t.set_step_boundary_hook([&](Backend&, int64_t next_step) {
+      bounds.push_back({next_step, std::chrono::duration<double, std::milli>(Clock::now() - t0).count()});
+    });
+    t.run(0);
+    QCOMPARE(sink.steps.size(), size_t(16));
+    double engine_sum = 0, outside_sum = 0;
+    for (const json& e : sink.steps) {
+      const int64_t step = e["step"];
+      const json& m = e["metrics"];
+      // The outside interval: the last boundary before the step, the next one after it.
+      int begin = -1;
+      for (int i = 0; i < int(bounds.size()); ++i)
+        if (bounds[size_t(i)].first == step) begin = i;
+      QVERIFY2(begin >= 0 && begin + 1 < int(bounds.size()) && bounds[size_t(begin + 1)].first == step + 1,
+               qPrintable(QString("step %1 has no adjacent boundaries").arg(step)));
+      const double outside = bounds[size_t(begin + 1)].second - bounds[size_t(begin)].second;
+      const double engine = m["step_time_ms"].get<double>();
+      QVERIFY2(std::abs(engine - outside) <= 0.2 + 0.02 * outside,
+               qPrintable(QString("step %1: engine %2 ms, outside %3 ms").arg(step).arg(engine).arg(outside)));
+      engine_sum += engine, outside_sum += outside;
+      double parts = 0;
+      for (const char* k : {"data_wait_ms", "forward_ms", "backward_ms", "optimizer_ms", "step_end_ms", "other_ms"}) {
+        QVERIFY2(m.contains(k), k);
+        const double v = m[k].get<double>();
+        QVERIFY2(v >= 0 && v <= engine, qPrintable(QString("step %1: %2 = %3 ms of a %4 ms step").arg(step).arg(k).arg(v).arg(engine)));
+        parts += v;
+      }
+      QVERIFY2(std::abs(parts - engine) <= 1e-9 * engine,
+               qPrintable(QString("step %1: parts %2 ms, step %3 ms").arg(step).arg(parts).arg(engine)));
+    }
+    // Most step events are published inside a later step (each a 2 ms sleep).
+    QVERIFY2(engine_sum >= 8 * 2.0, qPrintable(QString("engine %1 ms").arg(engine_sum)));
+    QVERIFY2(std::abs(engine_sum - outside_sum) <= 0.01 * outside_sum,
+             qPrintable(QString("engine %1 ms, outside %2 ms").arg(engine_sum).arg(outside_sum)));
   }
 
   void tooSmallDataSetIsAClearError() {
