@@ -74,6 +74,19 @@ LivePlot::LivePlot(const QString& title, const QString& yLabel, QWidget* parent)
   plot_->axisRect()->setRangeDrag(Qt::Horizontal);
   plot_->axisRect()->setRangeZoom(Qt::Horizontal);
 
+  trackerLine_ = new QCPItemStraightLine(plot_);
+  trackerLine_->setVisible(false);
+  trackerLine_->setPen(QPen(QColor(128, 128, 128), 1, Qt::DashLine));
+  trackerLabel_ = new QCPItemText(plot_);
+  trackerLabel_->setVisible(false);
+  trackerLabel_->setPositionAlignment(Qt::AlignTop | Qt::AlignLeft);
+  trackerLabel_->setTextAlignment(Qt::AlignLeft);
+  trackerLabel_->position->setType(QCPItemPosition::ptAbsolute);  // pixels: placed beside the cursor
+  trackerLabel_->setPadding(QMargins(3, 1, 3, 1));
+  trackerLabel_->setFont(small);
+  trackerLabel_->setClipToAxisRect(true);
+
+  // After the tracker's items (tests find those as items 0 and 1).
   // Warm-up: a shaded band over its steps, labelled at the top.
   warmupRect_ = new QCPItemRect(plot_);
   warmupRect_->setVisible(false);
@@ -91,18 +104,6 @@ LivePlot::LivePlot(const QString& title, const QString& yLabel, QWidget* parent)
   warmupLabel_->setPadding(QMargins(3, 1, 3, 1));
   warmupLabel_->setFont(small);
   warmupLabel_->setClipToAxisRect(true);
-
-  trackerLine_ = new QCPItemStraightLine(plot_);
-  trackerLine_->setVisible(false);
-  trackerLine_->setPen(QPen(QColor(128, 128, 128), 1, Qt::DashLine));
-  trackerLabel_ = new QCPItemText(plot_);
-  trackerLabel_->setVisible(false);
-  trackerLabel_->setPositionAlignment(Qt::AlignTop | Qt::AlignLeft);
-  trackerLabel_->setTextAlignment(Qt::AlignLeft);
-  trackerLabel_->position->setType(QCPItemPosition::ptAbsolute);  // pixels: placed beside the cursor
-  trackerLabel_->setPadding(QMargins(3, 1, 3, 1));
-  trackerLabel_->setFont(small);
-  trackerLabel_->setClipToAxisRect(true);
 
   rangeTimer_ = new QTimer(this);
   rangeTimer_->setSingleShot(true);
@@ -356,11 +357,14 @@ void LivePlot::rebuildGraphs() {
     totalGraph_->setPen(QPen(palette().color(QPalette::Text), 1.6));
     totalGraph_->setLineStyle(QCPGraph::lsStepCenter);
     excessGraph_ = plot_->addGraph();
-    excessGraph_->setName(tr("parts exceed the %1").arg(totalLabel_));
+    excessGraph_->setName(tr("parts > %1").arg(totalLabel_));
     excessGraph_->setLineStyle(QCPGraph::lsNone);
     excessGraph_->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssTriangleInverted, QPen(QColor(200, 0, 0), 1.5),
                                                   QBrush(QColor(255, 80, 80)), 8));
   }
+  // A long legend in fewer columns, so it never widens the plot's column.
+  plot_->legend->setWrap(plot_->legend->itemCount() > 8 ? 3 : 4);
+  plot_->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst, true);
   redraw();
 }
 

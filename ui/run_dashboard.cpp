@@ -270,7 +270,7 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
     p.warmupMarked = p.title == tr("Step time") || p.title == tr("Samples per second") || p.stacked;
     for (const PanelCurve& c : p.curves)
       claimed_.insert((c.epochSeries ? QStringLiteral("e:") : QStringLiteral("s:")) + c.name);
-    if (p.stacked) p.curves.append({false, kGraphReplaySeries, tr("CUDA graph replay (phases not measured)")});
+    if (p.stacked) p.curves.append({false, kGraphReplaySeries, tr("graph replay (phases not timed)")});
   }
   updateHeader();
 }
@@ -645,8 +645,8 @@ QString RunDashboard::breakdownHelp(const Panel& panel) const {
   QStringList parts{tr("Where each step's time went, stacked; the line is the measured step time. A step whose "
                        "parts add up to more than the step is marked ▼ (the hover tracker says why).")};
   if (breakdownView_.count(kGraphReplaySeries))
-    parts << tr("Hatched: steps that replayed a CUDA graph. The engine times the graph as one launch, so their "
-                "forward, backward and optimizer were not measured (not 0 ms): %1.")
+    parts << tr("Hatched: steps where %1. The plot draws that time as a layer of its own, and the hover tracker "
+                "says \"not measured\" for those phases: they are not 0 ms.")
                  .arg(QString::fromUtf8(tb::kGraphReplayUnmeasured));
   const QString movers = tricksThatMove(panel.title);
   if (!movers.isEmpty()) parts << tr("Tricks that should move this plot: %1").arg(movers);

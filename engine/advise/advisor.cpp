@@ -39,7 +39,7 @@ bool flag(const json& config, const char* key) { return config.value(key, false)
 
 // Why a bound from the breakdown is missing.
 std::string no_breakdown(const RunEvidence& e, const char* which = "no phase breakdown in this run") {
-  return e.phases_unmeasured.empty() ? which : "no bound: " + e.phases_unmeasured;
+  return e.phases_unmeasured.empty() ? which : e.phases_unmeasured;
 }
 
 // Input channels of the model's first layer, from the data set.
@@ -236,8 +236,8 @@ Advice cpu_with_gpu(const RunEvidence& e) {
 }  // namespace
 
 const char* const kGraphReplayUnmeasured =
-    "forward, backward and optimizer were not timed: the step replayed a CUDA graph (cuda_graphs), "
-    "so the whole step is counted in other_ms";
+    "the step replayed a CUDA graph (cuda_graphs), timed as one launch: forward, backward and optimizer "
+    "were not measured and the whole step is counted in other_ms";
 
 bool phases_unmeasured_at(bool cuda_graphs, double forward_ms, double backward_ms, double optimizer_ms) {
   return cuda_graphs && forward_ms == 0 && backward_ms == 0 && optimizer_ms == 0;
@@ -270,8 +270,8 @@ RunEvidence evidence_from_series(const json& config, const json& summary, const 
   for (size_t i = 0; i < n; ++i) replays += phases_unmeasured_at(flag(config, "cuda_graphs"), fwd[i], bwd[i], opt[i]);
   if (n > 0 && 2 * replays > n) {
     for (const char* name : {"forward_ms", "backward_ms", "optimizer_ms", "other_ms"}) e.median.erase(name);
-    e.phases_unmeasured = std::to_string(replays) + " of " + std::to_string(n) + " steady steps: " +
-                          kGraphReplayUnmeasured;
+    e.phases_unmeasured = "the phase breakdown was not measured in " + std::to_string(replays) + " of " +
+                          std::to_string(n) + " steady steps: " + kGraphReplayUnmeasured;
   }
   return e;
 }

@@ -9,12 +9,14 @@
 // point (step 26); NVML telemetry every 10 steps.
 #include <QFile>
 #include <QRegularExpression>
+#include <QSignalSpy>
 #include <QStandardPaths>
 #include <QTemporaryDir>
 #include <QtTest>
 #include <cmath>
 #include <qcustomplot.h>
 
+#include "compare_view.h"
 #include "engine/advise/advisor.h"
 #include "engine/store/run_store.h"
 #include "live_plot.h"
@@ -109,19 +111,19 @@ class TestGpuRunPlots : public QObject {
     Opened graphs(db_, graphs_);
     LivePlot* plot = graphs.dashboard.plot(kBreakdown);
     QVERIFY(plot);
-    QVERIFY2(plot->curveLabels().contains(QStringLiteral("CUDA graph replay (phases not measured)")),
+    QVERIFY2(plot->curveLabels().contains(QStringLiteral("graph replay (phases not timed)")),
              qPrintable(plot->curveLabels().join(QLatin1Char(','))));
     const QString replayed = plot->trackerText(10);
     QVERIFY2(replayed.contains(QLatin1String("forward: not measured (CUDA graph replay)")), qPrintable(replayed));
     QVERIFY2(!replayed.contains(QRegularExpression(QStringLiteral("forward: 0[.,]0"))), qPrintable(replayed));
-    QVERIFY2(replayed.contains(QLatin1String("CUDA graph replay (phases not measured): 30.")), qPrintable(replayed));
+    QVERIFY2(replayed.contains(QLatin1String("graph replay (phases not timed): 30.")), qPrintable(replayed));
     QVERIFY2(plot->helpText().contains(QLatin1String("not measured")), qPrintable(plot->helpText()));
     // The eager steps before the capture keep their measured phases.
     QVERIFY2(plot->trackerText(2).contains(QLatin1String("forward: 12.00 ms")), qPrintable(plot->trackerText(2)));
 
     Opened eager(db_, eager_);
     LivePlot* eagerPlot = eager.dashboard.plot(kBreakdown);
-    QVERIFY(!eagerPlot->curveLabels().contains(QStringLiteral("CUDA graph replay (phases not measured)")));
+    QVERIFY(!eagerPlot->curveLabels().contains(QStringLiteral("graph replay (phases not timed)")));
     QVERIFY2(eagerPlot->trackerText(10).contains(QLatin1String("forward: 12.00 ms")), qPrintable(eagerPlot->trackerText(10)));
   }
 
@@ -235,6 +237,26 @@ class TestGpuRunPlots : public QObject {
     SeriesPoints flat;
     for (int i = 1; i <= 40; ++i) flat.append(i, 0, i, i, 30.0);
     QCOMPARE(lastWarmupStep(flat), 0.0);
+  }
+
+  // Compare, the two runs side by side: the same steady scale and step range.
+  void compareScalesToTheSteadySteps() {
+    tb::RunStore store(db_.toStdString(), tb::RunStore::Mode::ReadOnly);
+    CompareView view;
+    view.resize(1200, 800);
+    QSignalSpy loaded(&view, &CompareView::allLoaded);
+    view.setRuns(db_, {RunSummary::fromRecord(*store.get_run(graphs_)), RunSummary::fromRecord(*store.get_run(eager_))});
+    QVERIFY(loaded.wait(20000));
+    view.setShownMetrics({QStringLiteral("s:step_time_ms"), QStringLiteral("s:tensor_pipe_active_pct")});
+    QCOMPARE(view.plots().size(), 2);
+    for (LivePlot* p : view.plots()) {
+      const QCPRange x = p->customPlot()->xAxis->range();
+      QVERIFY2(x.lower <= 1 && x.upper >= 40, qPrintable(p->title()));
+      if (p->title() == QLatin1String("Step time")) {
+        QVERIFY2(p->customPlot()->yAxis->range().upper < 60, qPrintable(QString::number(p->customPlot()->yAxis->range().upper)));
+        QVERIFY(p->warmupMarkText().contains(QLatin1String("815.9 ms")));
+      }
+    }
   }
 
   // The advisor reads the same store: a replayed graph's zero phases bound nothing.
