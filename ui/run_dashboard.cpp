@@ -555,6 +555,8 @@ void RunDashboard::setSeries(const RunSeries& series) {
     p.attached.clear();
     p.totalSet = false;
   }
+  breakdownView_.clear();  // no plot points into it any more
+  replayScan_ = 0;
   series_ = series;
   for (const QString& line : series_.events) log_->appendPlainText(line);
   lastStep_ = 0;
@@ -654,50 +656,63 @@ QString RunDashboard::breakdownHelp(const Panel& panel) const {
 }
 
 void RunDashboard::updateBreakdownView() {
-  const QJsonValue applied = tricksReport_.value(QLatin1String("cuda_graphs")).toObject().value(QLatin1String("applied"));
-  const bool graphs = applied.toBool(false);
+  auto detachBreakdown = [this] {  // its layers change: attached again by ensurePanels()
+    for (Panel& p : panels_)
+      if (p.stacked && p.plot) {
+        p.plot->removeCurves();
+        p.attached.clear();
+      }
+  };
   auto series = [this](const QString& name) -> const SeriesPoints* {
     auto it = series_.step.find(name);
-    return it == series_.step.end() ? nullptr : &it->second;
+    return it == series_.step.end() || it->second.isEmpty() ? nullptr : &it->second;
   };
-  auto valueAt = [](const SeriesPoints* s, double step) {
-    if (!s) return std::numeric_limits<double>::quiet_NaN();
+  const bool graphs = tricksReport_.value(QLatin1String("cuda_graphs")).toObject().value(QLatin1String("applied")).toBool(false);
+  const SeriesPoints *forward = series(QStringLiteral("forward_ms")), *backward = series(QStringLiteral("backward_ms")),
+                     *optimizer = series(QStringLiteral("optimizer_ms")), *other = series(QStringLiteral("other_ms"));
+  if (!graphs || !forward || !backward || !optimizer || !other) {
+    if (!breakdownView_.empty()) {
+      detachBreakdown();
+      breakdownView_.clear();
+    }
+    replayScan_ = 0;
+    return;
+  }
+  // A step's value of another series: at the same index as a rule, else searched.
+  auto valueAt = [](const SeriesPoints* s, int hint, double step) {
+    if (hint < s->size() && s->step[hint] == step) return s->value[hint];
     const auto at = std::lower_bound(s->step.begin(), s->step.end(), step);
     return at == s->step.end() || *at != step ? std::numeric_limits<double>::quiet_NaN()
                                               : s->value[int(at - s->step.begin())];
   };
-  const SeriesPoints *forward = series(QStringLiteral("forward_ms")), *backward = series(QStringLiteral("backward_ms")),
-                     *optimizer = series(QStringLiteral("optimizer_ms")), *other = series(QStringLiteral("other_ms"));
-  bool anyReplay = false;
-  if (graphs && forward && other)
-    for (int i = 0; i < forward->size() && !anyReplay; ++i)
-      anyReplay = tb::phases_unmeasured_at(true, forward->value[i], valueAt(backward, forward->step[i]),
-                                           valueAt(optimizer, forward->step[i]));
-  const bool hadView = !breakdownView_.empty();
-  if (anyReplay) {
-    // Rebuilt in place: the plot keeps pointers to these entries.
-    const double nan = std::numeric_limits<double>::quiet_NaN();
-    for (const QString& name : kReplayedPhases) breakdownView_[name] = SeriesPoints();
-    SeriesPoints& replay = breakdownView_[kGraphReplaySeries] = SeriesPoints();
-    const QVector<double>& epochs = forward->x(XAxis::Epoch);
-    for (int i = 0; i < forward->size(); ++i) {
-      const double step = forward->step[i];
-      const bool replayed = tb::phases_unmeasured_at(true, forward->value[i], valueAt(backward, step),
-                                                     valueAt(optimizer, step));
-      const double t = forward->time[i], wall = t + forward->wallOffset();
-      for (const QString& name : kReplayedPhases)
-        breakdownView_[name].append(step, epochs[i], t, wall, replayed ? nan : valueAt(series(name), step));
-      replay.append(step, epochs[i], t, wall, replayed ? valueAt(other, step) : nan);
-    }
-  } else {
-    breakdownView_.clear();
+  auto replayedAt = [&](int i) {
+    return tb::phases_unmeasured_at(true, forward->value[i], valueAt(backward, i, forward->step[i]),
+                                    valueAt(optimizer, i, forward->step[i]));
+  };
+  // Only steps every phase has arrived for (a followed run's newest step may be partial).
+  const double complete = std::min({forward->step.last(), backward->step.last(), optimizer->step.last(),
+                                    other->step.last()});
+  if (breakdownView_.empty()) {
+    // Until the first replayed step the breakdown is the engine's own.
+    while (replayScan_ < forward->size() && forward->step[replayScan_] <= complete && !replayedAt(replayScan_))
+      ++replayScan_;
+    if (replayScan_ >= forward->size() || forward->step[replayScan_] > complete) return;
+    detachBreakdown();
+    for (const QString& name : kReplayedPhases) breakdownView_[name];
+    breakdownView_[kGraphReplaySeries];
   }
-  if (hadView != anyReplay)
-    for (Panel& p : panels_)
-      if (p.stacked && p.plot) {  // the layers change: attach them again
-        p.plot->removeCurves();
-        p.attached.clear();
-      }
+  // Appended step by step (a step's values never change); the plot keeps
+  // pointers to these entries.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  SeriesPoints& replay = breakdownView_[kGraphReplaySeries];
+  const QVector<double>& epochs = forward->x(XAxis::Epoch);
+  for (int i = replay.size(); i < forward->size() && forward->step[i] <= complete; ++i) {
+    const double step = forward->step[i], t = forward->time[i], wall = t + forward->wallOffset();
+    const bool replayed = replayedAt(i);
+    for (const QString& name : kReplayedPhases)
+      breakdownView_[name].append(step, epochs[i], t, wall, replayed ? nan : valueAt(series(name), i, step));
+    replay.append(step, epochs[i], t, wall, replayed ? valueAt(other, i, step) : nan);
+  }
 }
 
 QString RunDashboard::tricksThatMove(const QString& title) {

@@ -128,6 +128,7 @@ class RunDashboard : public QWidget {
 
   RunSeries series_;
   std::map<QString, SeriesPoints> breakdownView_;  // see updateBreakdownView()
+  int replayScan_ = 0;  // forward_ms points searched for a replayed step so far
   QList<Panel> panels_;
   QSet<QString> claimed_;  // series shown on a fixed panel
   QGridLayout* grid_ = nullptr;

@@ -8,6 +8,7 @@
 // step (step 31); one Tensor Core share point (step 1) and one tensor pipe
 // point (step 26); NVML telemetry every 10 steps.
 #include <QFile>
+#include <QJsonObject>
 #include <QRegularExpression>
 #include <QSignalSpy>
 #include <QStandardPaths>
@@ -125,6 +126,33 @@ class TestGpuRunPlots : public QObject {
     LivePlot* eagerPlot = eager.dashboard.plot(kBreakdown);
     QVERIFY(!eagerPlot->curveLabels().contains(QStringLiteral("graph replay (phases not timed)")));
     QVERIFY2(eagerPlot->trackerText(10).contains(QLatin1String("forward: 12.00 ms")), qPrintable(eagerPlot->trackerText(10)));
+  }
+
+  // Live, step by step: eager steps first (the engine's own breakdown), then
+  // the replays switch the plot to the view, which then grows with the run.
+  void liveGraphRunSwitchesAtTheFirstReplay() {
+    RunDashboard d;
+    QJsonObject applied{{QStringLiteral("requested"), true}, {QStringLiteral("applied"), true}};
+    d.handleRunStarted({{QStringLiteral("run_id"), 1}, {QStringLiteral("name"), QStringLiteral("live")},
+                        {QStringLiteral("tricks"), QJsonObject{{QStringLiteral("cuda_graphs"), applied}}}});
+    for (int step = 1; step <= 12; ++step) {
+      const bool replayed = step > 3;
+      QJsonObject m{{QStringLiteral("step_time_ms"), 30.8}, {QStringLiteral("data_wait_ms"), 0.02},
+                    {QStringLiteral("forward_ms"), replayed ? 0.0 : 12.0}, {QStringLiteral("backward_ms"), replayed ? 0.0 : 18.6},
+                    {QStringLiteral("optimizer_ms"), replayed ? 0.0 : 0.09}, {QStringLiteral("other_ms"), replayed ? 30.78 : 0.09}};
+      d.handleStep({{QStringLiteral("step"), step}, {QStringLiteral("epoch"), 0}, {QStringLiteral("t"), step * 0.03},
+                    {QStringLiteral("metrics"), m}});
+      d.refreshNow();
+      LivePlot* plot = d.plot(kBreakdown);
+      QVERIFY(plot);
+      const bool view = plot->curveLabels().contains(QStringLiteral("graph replay (phases not timed)"));
+      QCOMPARE(view, replayed);
+      QVERIFY2(plot->trackerText(step).contains(replayed ? QLatin1String("forward: not measured")
+                                                         : QLatin1String("forward: 12.00 ms")),
+               qPrintable(plot->trackerText(step)));
+    }
+    QVERIFY(d.plot(kBreakdown)->trackerText(2).contains(QLatin1String("forward: 12.00 ms")));
+    QVERIFY(d.plot(kBreakdown)->displayedPointCount() > 0);
   }
 
   // Parts that add up to more than the step are marked and explained, with
