@@ -681,7 +681,8 @@ QString LivePlot::trackerText(double x) const {
     }
   }
   if (warmupStep_ > 0 && xAxis_ == XAxis::Step && x <= warmupStep_ + 0.5)
-    lines << tr("warm-up step (autotuning, first allocations): left out of the y range");
+    lines << (fitWarmup_ ? tr("warm-up step (autotuning, first allocations)")
+                         : tr("warm-up step (autotuning, first allocations): left out of the y range"));
   return lines.join(QLatin1Char('\n'));
 }
 

@@ -249,8 +249,8 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
                       "went, not how busy the Tensor Cores were (that is the tensor pipe plot). See docs/metrics.md.")),
       catalogPanel(QStringLiteral("tensor_pipe_active_pct"), tr("tensor pipe active cycles / SM active cycles"),
                    tr("Hardware counters (CUPTI range profiler) over one whole sampled step: the tensor pipe's "
-                      "active cycles over the SMs' active cycles. Each point is one sampled step. On the H200 it "
-                      "read 7.4 % where ncu read 10.1 % (ncu replays every kernel alone, caches flushed). See "
+                      "active cycles over the SMs' active cycles. Each point is one sampled step. Nsight Compute's "
+                      "figure differs by what it covers (it replays every kernel alone, caches flushed): see "
                       "docs/metrics.md.")),
       makePanel(tr("Loss"), tr("loss"),
        {{false, QStringLiteral("loss"), tr("train (step)")},
