@@ -62,7 +62,7 @@ QString xAxisTitle(XAxis axis);
 // A series name as a plot title and unit: the workbench's words for the
 // engine's known series ("gpu_power_w" -> {"GPU power", "W"}), else from the
 // unit suffixes of the engine's names (docs/events.md): "data_wait_ms" ->
-// {"Data wait", "ms"}, "host_rss_bytes" -> {"Host rss", "MiB"}.
+// {"Data wait", "ms"}, "my_metric_bytes" -> {"My metric", "MiB"}.
 QPair<QString, QString> seriesTitleAndUnit(const QString& series);
 // The factor from a series' stored unit to the unit above (bytes -> MiB,
 // a fraction -> %).

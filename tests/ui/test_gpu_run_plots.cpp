@@ -231,7 +231,9 @@ class TestGpuRunPlots : public QObject {
       if (units.size() != names.size()) continue;
       for (int i = 0; i < names.size(); ++i) {
         if (units[i].isEmpty() || units[i] == QLatin1String("threads")) continue;
-        const QString unit = seriesTitleAndUnit(names[i]).second;
+        const auto [title, unit] = seriesTitleAndUnit(names[i]);
+        // Abbreviations in words, not as the name's letters ("Gpu power w", "H2d").
+        QVERIFY2(!title.startsWith(QLatin1String("Gpu")) && !title.startsWith(QLatin1String("H2d")), qPrintable(title));
         const QString want = shown.value(units[i], units[i]);
         if (units[i] == QLatin1String("count")) {
           QVERIFY2(!unit.isEmpty(), qPrintable(names[i]));  // a count names what it counts
