@@ -380,6 +380,17 @@ void CompareView::rebuildPlots() {
   if (groupsRepeats()) rows = repeatGroups(runs_);
   else
     for (const RunSummary& r : runs_) rows.append({r});
+  // As on a run's dashboard: every plot spans the runs' steps, and the timing
+  // plots leave out the warm-up of the slowest-starting run.
+  double firstStep = std::numeric_limits<double>::infinity(), lastStep = -firstStep, warmup = 0;
+  for (const auto& [id, run] : series_) {
+    if (hidden_.contains(id)) continue;
+    for (const auto& [name, points] : run->step)
+      if (!points.isEmpty())
+        firstStep = std::min(firstStep, points.step.first()), lastStep = std::max(lastStep, points.step.last());
+    if (auto it = run->step.find(QStringLiteral("step_time_ms")); it != run->step.end())
+      warmup = std::max(warmup, lastWarmupStep(it->second));
+  }
   for (const QString& key : metrics_) {
     const bool epochSeries = key.startsWith(QLatin1String("e:"));
     const QString name = key.mid(2);
@@ -419,6 +430,8 @@ void CompareView::rebuildPlots() {
     if (!plot) continue;
     plot->setXAxis(XAxis(xAxis_->currentData().toInt()));
     plot->setSmoothing(smoothing_->value() / 100.0);
+    if (firstStep <= lastStep) plot->setStepDomain(firstStep, lastStep);
+    if (key == QLatin1String("s:step_time_ms") || key == QLatin1String("s:samples_per_s")) plot->setWarmupSteps(warmup);
     grid->addWidget(plot, 1 + plots_.size() / 2, plots_.size() % 2);
     plots_ << plot;
     plot->refresh();

@@ -86,6 +86,25 @@ LivePlot::LivePlot(const QString& title, const QString& yLabel, QWidget* parent)
   trackerLabel_->setFont(small);
   trackerLabel_->setClipToAxisRect(true);
 
+  // After the tracker's items (tests find those as items 0 and 1).
+  // Warm-up: a shaded band over its steps, labelled at the top.
+  warmupRect_ = new QCPItemRect(plot_);
+  warmupRect_->setVisible(false);
+  warmupRect_->setLayer(QStringLiteral("grid"));
+  warmupRect_->setPen(Qt::NoPen);
+  for (QCPItemPosition* p : {warmupRect_->topLeft, warmupRect_->bottomRight}) {
+    p->setTypeX(QCPItemPosition::ptPlotCoords);
+    p->setTypeY(QCPItemPosition::ptAxisRectRatio);
+  }
+  warmupLabel_ = new QCPItemText(plot_);
+  warmupLabel_->setVisible(false);
+  warmupLabel_->setPositionAlignment(Qt::AlignTop | Qt::AlignLeft);
+  warmupLabel_->position->setTypeX(QCPItemPosition::ptPlotCoords);
+  warmupLabel_->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
+  warmupLabel_->setPadding(QMargins(3, 1, 3, 1));
+  warmupLabel_->setFont(small);
+  warmupLabel_->setClipToAxisRect(true);
+
   rangeTimer_ = new QTimer(this);
   rangeTimer_->setSingleShot(true);
   rangeTimer_->setInterval(30);
@@ -116,6 +135,46 @@ void LivePlot::addCurve(const QString& label, const SeriesPoints* points, double
   curves_.append(c);
   rebuildGraphs();
 }
+
+void LivePlot::setMissingText(int index, const QString& text) {
+  if (index >= 0 && index < curves_.size()) curves_[index].missingText = text;
+}
+
+void LivePlot::setCurveHatched(int index, bool hatched) {
+  if (index < 0 || index >= curves_.size()) return;
+  curves_[index].hatched = hatched;
+  rebuildGraphs();
+}
+
+void LivePlot::setStackTotal(const SeriesPoints* total, const QString& label, const QString& excessText) {
+  total_ = total;
+  totalLabel_ = label;
+  excessText_ = excessText;
+  rebuildGraphs();
+}
+
+QVector<double> LivePlot::excessSteps() const { return excessSteps_; }
+
+void LivePlot::setStepDomain(double firstStep, double lastStep) {
+  if (firstStep == domainFirst_ && lastStep == domainLast_) return;
+  domainFirst_ = firstStep;
+  domainLast_ = lastStep;
+  redraw();
+}
+
+void LivePlot::setWarmupSteps(double lastWarmupStep) {
+  if (lastWarmupStep == warmupStep_) return;
+  warmupStep_ = lastWarmupStep;
+  redraw();
+}
+
+void LivePlot::setFitWarmup(bool on) {
+  if (on == fitWarmup_) return;
+  fitWarmup_ = on;
+  redraw();
+}
+
+QString LivePlot::warmupMarkText() const { return warmupLabel_->visible() ? warmupLabel_->text() : QString(); }
 
 void LivePlot::setHelpText(const QString& text) {
   help_ = tr("Wheel: zoom the x axis. Drag: pan. Double-click: show everything again. Click a legend "
@@ -247,8 +306,8 @@ void LivePlot::rebuildGraphs() {
       // theirs).
       c.raw->setPen(Qt::NoPen);
       QColor fill = c.color;
-      fill.setAlpha(200);
-      c.raw->setBrush(fill);
+      fill.setAlpha(c.hatched ? 255 : 200);
+      c.raw->setBrush(QBrush(fill, c.hatched ? Qt::BDiagPattern : Qt::SolidPattern));
       c.raw->setLineStyle(QCPGraph::lsStepCenter);
       c.raw->setChannelFillGraph(c.visible ? previous : nullptr);
       c.smooth->setVisible(false);
@@ -291,6 +350,21 @@ void LivePlot::rebuildGraphs() {
     c.bandHighGraph->setBrush(fill);
     c.bandHighGraph->setChannelFillGraph(c.bandLowGraph);
   }
+  totalGraph_ = excessGraph_ = nullptr;
+  if (stacked_ && total_) {
+    totalGraph_ = plot_->addGraph();
+    totalGraph_->setName(totalLabel_);
+    totalGraph_->setPen(QPen(palette().color(QPalette::Text), 1.6));
+    totalGraph_->setLineStyle(QCPGraph::lsStepCenter);
+    excessGraph_ = plot_->addGraph();
+    excessGraph_->setName(tr("parts > %1").arg(totalLabel_));
+    excessGraph_->setLineStyle(QCPGraph::lsNone);
+    excessGraph_->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssTriangleInverted, QPen(QColor(200, 0, 0), 1.5),
+                                                  QBrush(QColor(255, 80, 80)), 8));
+  }
+  // A long legend in fewer columns, so it never widens the plot's column.
+  plot_->legend->setWrap(plot_->legend->itemCount() > 8 ? 3 : 4);
+  plot_->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst, true);
   redraw();
 }
 
@@ -323,6 +397,14 @@ QVector<double> LivePlot::displayValues(const Curve& c, int n) const {
   return out;
 }
 
+double LivePlot::warmupX(const SeriesPoints& points) const {
+  double x = -std::numeric_limits<double>::infinity();
+  if (warmupStep_ <= 0) return x;
+  const QVector<double>& xs = points.x(xAxis_);
+  for (int i = 0; i < points.size() && points.step[i] <= warmupStep_; ++i) x = xs[i];
+  return x;
+}
+
 bool LivePlot::dataRange(double* xMin, double* xMax) const {
   bool any = false;
   for (const Curve& c : curves_) {
@@ -351,6 +433,10 @@ void LivePlot::redraw() {
   redrawing_ = true;
   double lo = 0, hi = 1;
   if (follow_ && dataRange(&lo, &hi)) {
+    if (xAxis_ == XAxis::Step && std::isfinite(domainFirst_) && std::isfinite(domainLast_)) {
+      lo = std::min(lo, domainFirst_);
+      hi = std::max(hi, domainLast_);
+    }
     if (hi <= lo) {
       lo -= 0.5;
       hi += 0.5;
@@ -366,10 +452,16 @@ void LivePlot::redraw() {
   const QCPRange r = plot_->xAxis->range();
   const int columns = std::max(50, plot_->axisRect()->width());
   double yMin = std::numeric_limits<double>::infinity(), yMax = -yMin;
-  auto account = [&](const QVector<double>& xs, const QVector<double>& ys) {
+  // Warm-up points left out of the y range: the largest, to mark it.
+  double clippedY = -std::numeric_limits<double>::infinity(), clippedX = 0;
+  auto account = [&](const QVector<double>& xs, const QVector<double>& ys, double lastWarmupX) {
     for (int i = 0; i < ys.size(); ++i) {
       if (xs[i] < r.lower || xs[i] > r.upper) continue;
       if (log_ && ys[i] <= 0) continue;
+      if (!fitWarmup_ && xs[i] <= lastWarmupX) {
+        if (ys[i] > clippedY) clippedY = ys[i], clippedX = xs[i];
+        continue;
+      }
       yMin = std::min(yMin, ys[i]);
       yMax = std::max(yMax, ys[i]);
     }
@@ -380,12 +472,14 @@ void LivePlot::redraw() {
     // at indices chosen jointly from every layer's own values.
     QList<QVector<double>> values, sums;
     const QVector<double>* xs = nullptr;
+    const SeriesPoints* first = nullptr;
     int n = std::numeric_limits<int>::max();
     for (Curve& c : curves_) {
       if (!c.points || !c.visible) continue;
-      if (!xs) xs = &c.points->x(xAxis_);
+      if (!xs) xs = &c.points->x(xAxis_), first = c.points;
       n = std::min(n, c.points->size());
     }
+    const double stackWarmupX = first ? warmupX(*first) : -std::numeric_limits<double>::infinity();
     if (!xs) n = 0;
     for (Curve& c : curves_) {
       if (!c.points || !c.visible) continue;
@@ -413,8 +507,34 @@ void LivePlot::redraw() {
         dy[k] = sums[layer][picks[k]];
       }
       c.raw->setData(dx, dy, true);
-      account(dx, dy);
+      account(dx, dy, stackWarmupX);
       ++layer;
+    }
+    // The total over the layers, and the steps whose layers exceed it (every
+    // step, not only the thinned ones: one such step is the point).
+    excessSteps_.clear();
+    if (totalGraph_ && total_ && first) {
+      const double scale = curves_.first().yScale;
+      QVector<double> totalValues = total_->value;
+      for (double& v : totalValues) v *= scale;
+      const QVector<double>& tx = total_->x(xAxis_);
+      SeriesDownsampler::downsample(tx, totalValues, r.lower, r.upper, columns, &dx, &dy);
+      totalGraph_->setData(dx, dy, true);
+      account(dx, dy, total_->isEmpty() ? stackWarmupX : warmupX(*total_));
+      QVector<double> ex, ey;
+      for (int i = 0; i < n && !sums.isEmpty(); ++i) {
+        const double top = sums.last()[i];
+        const auto at = std::lower_bound(total_->step.begin(), total_->step.end(), first->step[i]);
+        if (at == total_->step.end() || *at != first->step[i]) continue;
+        const double t = totalValues[int(at - total_->step.begin())];
+        // Beyond rounding (1 % and 0.05 of the unit): parts that overlap.
+        if (!(top > t * 1.01 + 0.05)) continue;
+        excessSteps_ << first->step[i];
+        if ((*xs)[i] < r.lower || (*xs)[i] > r.upper) continue;
+        ex << (*xs)[i];
+        ey << top;
+      }
+      excessGraph_->setData(ex, ey, true);
     }
   }
   for (Curve& c : curves_) {
@@ -438,7 +558,8 @@ void LivePlot::redraw() {
       SeriesDownsampler::downsample(x, displayValues(c, n), r.lower, r.upper, columns, &dx, &dy);
       c.raw->setData(dx, dy, true);
     }
-    if (c.visible) account(dx, dy);
+    const double curveWarmupX = warmupX(*c.points);
+    if (c.visible) account(dx, dy, curveWarmupX);
     if (c.bandLowGraph) {
       for (auto [band, graph] : {std::pair{c.bandLow, c.bandLowGraph}, std::pair{c.bandHigh, c.bandHighGraph}}) {
         QVector<double> v = band->value;
@@ -446,7 +567,7 @@ void LivePlot::redraw() {
           for (double& y : v) y *= c.yScale;
         SeriesDownsampler::downsample(band->x(xAxis_), v, r.lower, r.upper, columns, &dx, &dy);
         graph->setData(dx, dy, true);
-        if (c.visible) account(dx, dy);
+        if (c.visible) account(dx, dy, curveWarmupX);
       }
     }
   }
@@ -464,9 +585,45 @@ void LivePlot::redraw() {
       if (half == 0) half = 1e-9;
       plot_->yAxis->setRange(mid - half, mid + half);
     }
+  } else if (clippedY > -std::numeric_limits<double>::infinity() && !log_) {
+    plot_->yAxis->setRange(0, clippedY > 0 ? clippedY * 1.08 : 1.0);  // nothing but warm-up
   }
+  placeWarmupMark(clippedY > plot_->yAxis->range().upper ? clippedY : NAN, clippedX);
   plot_->replot(QCustomPlot::rpQueuedReplot);
   redrawing_ = false;
+}
+
+void LivePlot::placeWarmupMark(double clippedValue, double clippedX) {
+  // The band: from before the first point to halfway to the first steady one.
+  const SeriesPoints* points = nullptr;
+  for (const Curve& c : curves_)
+    if (c.points && c.visible && !c.points->isEmpty()) {
+      points = c.points;
+      break;
+    }
+  int last = -1;
+  if (points && warmupStep_ > 0)
+    while (last + 1 < points->size() && points->step[last + 1] <= warmupStep_) ++last;
+  if (last < 0) {
+    warmupRect_->setVisible(false);
+    warmupLabel_->setVisible(false);
+    return;
+  }
+  const QVector<double>& xs = points->x(xAxis_);
+  const double right = last + 1 < xs.size() ? (xs[last] + xs[last + 1]) / 2 : xs[last];
+  const double left = std::min(plot_->xAxis->range().lower, xs.first()) - 1;
+  warmupRect_->topLeft->setCoords(left, 0);
+  warmupRect_->bottomRight->setCoords(right, 1);
+  QColor shade = palette().color(QPalette::Text);
+  shade.setAlpha(22);
+  warmupRect_->setBrush(shade);
+  warmupRect_->setVisible(true);
+  // Above the range: an arrow and the value, so the clipped point still reads.
+  const bool clipped = !std::isnan(clippedValue);
+  warmupLabel_->setText(clipped ? tr("warm-up ↑ %1").arg(formatValue(clippedValue)) : tr("warm-up"));
+  warmupLabel_->position->setCoords(clipped ? clippedX : xs.first(), 0);
+  warmupLabel_->setColor(palette().color(QPalette::Text));
+  warmupLabel_->setVisible(true);
 }
 
 static QString formatX(XAxis axis, double x) {
@@ -500,8 +657,32 @@ QString LivePlot::trackerText(double x) const {
     if (i >= xs.size()) i = xs.size() - 1;
     if (i > 0 && std::abs(xs[i - 1] - x) < std::abs(xs[i] - x)) --i;
     const double v = (alpha_ > 0 && i < c.ema.size() ? c.ema[i] : c.points->value[i]) * c.yScale;
-    lines << QStringLiteral("%1: %2").arg(c.label, formatValue(v));
+    if (std::isnan(v) && !c.missingText.isEmpty()) lines << QStringLiteral("%1: %2").arg(c.label, c.missingText);
+    else lines << QStringLiteral("%1: %2").arg(c.label, formatValue(v));
   }
+  if (stacked_ && total_ && !total_->isEmpty() && !curves_.isEmpty()) {
+    const QVector<double>& xs = total_->x(xAxis_);
+    int i = int(std::lower_bound(xs.begin(), xs.end(), x) - xs.begin());
+    if (i >= xs.size()) i = xs.size() - 1;
+    if (i > 0 && std::abs(xs[i - 1] - x) < std::abs(xs[i] - x)) --i;
+    const double step = total_->step[i], t = total_->value[i] * curves_.first().yScale;
+    lines << QStringLiteral("%1: %2").arg(totalLabel_, formatValue(t));
+    if (excessSteps_.contains(step)) {
+      double sum = 0;
+      for (const Curve& c : curves_) {
+        if (!c.points || !c.visible) continue;
+        const auto at = std::lower_bound(c.points->step.begin(), c.points->step.end(), step);
+        if (at == c.points->step.end() || *at != step) continue;
+        const double v = c.points->value[int(at - c.points->step.begin())] * c.yScale;
+        if (!std::isnan(v)) sum += v;
+      }
+      lines << tr("⚠ the parts add up to %1, more than the %2 of %3: %4")
+                   .arg(formatValue(sum), totalLabel_, formatValue(t), excessText_);
+    }
+  }
+  if (warmupStep_ > 0 && xAxis_ == XAxis::Step && x <= warmupStep_ + 0.5)
+    lines << (fitWarmup_ ? tr("warm-up step (autotuning, first allocations)")
+                         : tr("warm-up step (autotuning, first allocations): left out of the y range"));
   return lines.join(QLatin1Char('\n'));
 }
 
@@ -598,6 +779,12 @@ void LivePlot::showContextMenu(const QPoint& pos) {
       a->setChecked(curves_[i].visible);
       connect(a, &QAction::toggled, this, [this, i](bool on) { setCurveVisible(i, on); });
     }
+  }
+  if (warmupStep_ > 0) {
+    QAction* fit = menu.addAction(tr("Fit the warm-up steps in the y range"));
+    fit->setCheckable(true);
+    fit->setChecked(fitWarmup_);
+    connect(fit, &QAction::toggled, this, &LivePlot::setFitWarmup);
   }
   QAction* logAction = menu.addAction(tr("Logarithmic y axis"));
   logAction->setCheckable(true);

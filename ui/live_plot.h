@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 #include <QColor>
+#include <cmath>
 #include <QList>
 #include <QPointer>
 #include <QString>
@@ -11,6 +12,7 @@
 
 class QCustomPlot;
 class QCPGraph;
+class QCPItemRect;
 class QCPItemStraightLine;
 class QCPItemText;
 class QTimer;
@@ -38,6 +40,18 @@ class LivePlot : public QWidget {
   void setBand(int index, const SeriesPoints* low, const SeriesPoints* high);
   int curveCount() const { return curves_.size(); }
   QStringList curveLabels() const;
+  // What the tracker says where curve `index` has no value (NaN): why it was
+  // not measured, instead of a dash.
+  void setMissingText(int index, const QString& text);
+  // Curve `index` filled with hatching (a stacked layer that is not a
+  // measured part of its own, e.g. a replayed CUDA graph's whole step).
+  void setCurveHatched(int index, bool hatched);
+  // Stacked plots: the total the layers should add up to (the step time),
+  // drawn as a line over them. Steps whose layers add up to more are marked,
+  // and the tracker says so with `excessText` (why they can).
+  void setStackTotal(const SeriesPoints* total, const QString& label, const QString& excessText);
+  // Steps (x on the step axis) where the visible layers exceed the total.
+  QVector<double> excessSteps() const;
 
   void setStacked(bool stacked);
   // y axis from zero (amounts such as memory, times, throughput), so noise
@@ -60,6 +74,19 @@ class LivePlot : public QWidget {
   double smoothing() const { return alpha_; }
   void setLogScale(bool on);
   bool logScale() const { return log_; }
+  // The run's steps: on the step axis the x range covers at least these, so
+  // a series of one sampled point sits at its step within the run, not alone
+  // on an axis of its own.
+  void setStepDomain(double firstStep, double lastStep);
+  // Steps up to lastWarmupStep are warm-up (autotuning, allocations): shaded
+  // and labelled, and left out of the y range unless fitWarmup is on; a
+  // warm-up value above the range is marked at the top with its value.
+  void setWarmupSteps(double lastWarmupStep);
+  double warmupSteps() const { return warmupStep_; }
+  void setFitWarmup(bool on);
+  bool fitWarmup() const { return fitWarmup_; }
+  // The warm-up mark's text ("" when none is shown; tests).
+  QString warmupMarkText() const;
 
   // Re-reads the curves' points (new data) and redraws; cheap enough to call a
   // few times a second on million-point series.
@@ -98,6 +125,8 @@ class LivePlot : public QWidget {
     double emaState = 0, emaWeight = 0;
     double emaAlpha = -1;
     bool visible = true;
+    QString missingText;
+    bool hatched = false;
     const SeriesPoints *bandLow = nullptr, *bandHigh = nullptr;
     QCPGraph *bandLowGraph = nullptr, *bandHighGraph = nullptr;
   };
@@ -110,6 +139,8 @@ class LivePlot : public QWidget {
   void showContextMenu(const QPoint& pos);
   void updateLegendItem(int index);
   bool dataRange(double* xMin, double* xMax) const;
+  double warmupX(const SeriesPoints& points) const;  // x of the last warm-up point, -inf if none
+  void placeWarmupMark(double clippedValue, double clippedX);
 
   QString title_, yLabel_;
   QCustomPlot* plot_ = nullptr;
@@ -119,6 +150,14 @@ class LivePlot : public QWidget {
   bool log_ = false, stacked_ = false, zeroBased_ = false, follow_ = true, redrawing_ = false,
        redrawPending_ = false;
   QString help_;
+  double domainFirst_ = NAN, domainLast_ = NAN, warmupStep_ = 0;
+  bool fitWarmup_ = false;
+  const SeriesPoints* total_ = nullptr;
+  QString totalLabel_, excessText_;
+  QCPGraph *totalGraph_ = nullptr, *excessGraph_ = nullptr;
+  QVector<double> excessSteps_;
+  QCPItemRect* warmupRect_ = nullptr;
+  QCPItemText* warmupLabel_ = nullptr;
   QCPItemStraightLine* trackerLine_ = nullptr;
   QCPItemText* trackerLabel_ = nullptr;
   QTimer* rangeTimer_ = nullptr;

@@ -28,6 +28,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/advise/advisor.h"
 #include "engine_owner.h"
 #include "live_plot.h"
 #include "palette_colors.h"
@@ -47,6 +48,11 @@ QString formatDuration(double seconds) {
   if (s < 3600) return QObject::tr("%1 min %2 s").arg(s / 60).arg(s % 60);
   return QObject::tr("%1 h %2 min").arg(s / 3600).arg((s % 3600) / 60);
 }
+
+// A view-only layer of the breakdown (never an engine series name).
+const QString kGraphReplaySeries = QStringLiteral("graph replay (view)");
+const QStringList kReplayedPhases = {QStringLiteral("forward_ms"), QStringLiteral("backward_ms"),
+                                     QStringLiteral("optimizer_ms"), QStringLiteral("other_ms")};
 
 double number(const QJsonObject& o, const char* key) {
   const QJsonValue v = o.value(QLatin1String(key));
@@ -116,6 +122,11 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   logScale_ = new QCheckBox(tr("Log y"), this);
   logScale_->setToolTip(tr("Logarithmic y axis on every plot (useful for the loss)."));
   controls->addWidget(logScale_);
+  fitWarmup_ = new QCheckBox(tr("Fit warm-up"), this);
+  fitWarmup_->setToolTip(tr("The first steps (cuDNN autotuning, first allocations, CUDA graph capture) can take many "
+                            "times a steady step. The time plots shade them and scale to the steady steps, marking a "
+                            "warm-up value above the plot with ↑ and its value; check to fit them in the y range."));
+  controls->addWidget(fitWarmup_);
   controls->addStretch(1);
   auto* exportAll = new QPushButton(tr("Export plots…"), this);
   exportAll->setToolTip(tr("Save every plot of this dashboard as PNG, SVG and PDF (with legends) into a folder."));
@@ -170,6 +181,9 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   connect(logScale_, &QCheckBox::toggled, this, [this](bool on) {
     for (LivePlot* p : plots()) p->setLogScale(on);
   });
+  connect(fitWarmup_, &QCheckBox::toggled, this, [this](bool on) {
+    for (LivePlot* p : plots()) p->setFitWarmup(on);
+  });
   connect(exportAll, &QPushButton::clicked, this, [this] {
     const QString folder = QFileDialog::getExistingDirectory(this, tr("Folder for the plots"));
     if (folder.isEmpty()) return;
@@ -202,6 +216,12 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
     p.zeroBased = zeroBased;
     return p;
   };
+  auto catalogPanel = [&](const QString& series, const QString& label, const QString& help) {
+    const auto [title, unit] = seriesTitleAndUnit(series);
+    Panel p = makePanel(title, unit, {{false, series, label, seriesScale(series)}}, false, 1.0, true);
+    p.help = help;
+    return p;
+  };
   panels_ = {
       makePanel(tr("Step time"), ms, {{false, QStringLiteral("step_time_ms"), tr("step time")}}, false, 1.0, true),
       makePanel(tr("Samples per second"), tr("samples/s"), {{false, QStringLiteral("samples_per_s"), tr("samples/s")}},
@@ -222,9 +242,17 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
         {false, QStringLiteral("gpu_mem_used_bytes"), tr("device used")},
         {false, QStringLiteral("host_rss_bytes"), tr("host resident (RSS)")}},
        false, 1.0 / (1024.0 * 1024.0), true),
-      makePanel(tr("Tensor Core utilization"), tr("%"),
-       {{false, QStringLiteral("tensor_core_share"), tr("share of kernel time"), 100.0},
-        {false, QStringLiteral("tensor_pipe_active_pct"), tr("tensor pipe active")}}, false, 1.0, true),
+      // Two quantities, two plots: neither is "the" utilization.
+      catalogPanel(QStringLiteral("tensor_core_share"), tr("Tensor Core kernels' share of kernel time"),
+                   tr("The summed duration of the kernels that use Tensor Cores over all kernel time of the step, "
+                      "from the kernel census (CUPTI) on sampled steps only: each point is one sampled step. A "
+                      "kernel is counted whole by its name or the library's choice, so this says where the time "
+                      "went, not how busy the Tensor Cores were (that is the tensor pipe plot). See docs/metrics.md.")),
+      catalogPanel(QStringLiteral("tensor_pipe_active_pct"), tr("tensor pipe active cycles / SM active cycles"),
+                   tr("Hardware counters (CUPTI range profiler) over one whole sampled step: the tensor pipe's "
+                      "active cycles over the SMs' active cycles. Each point is one sampled step. Nsight Compute's "
+                      "figure differs by what it covers (it replays every kernel alone, caches flushed): see "
+                      "docs/metrics.md.")),
       makePanel(tr("Loss"), tr("loss"),
        {{false, QStringLiteral("loss"), tr("train (step)")},
         {true, QStringLiteral("train_loss"), tr("train (epoch)")},
@@ -239,15 +267,21 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
         {false, QStringLiteral("test_accuracy"), tr("test (evaluations)")}}, false, 100.0),
       makePanel(tr("Learning rate"), tr("lr"), {{false, QStringLiteral("lr"), tr("learning rate")}}),
   };
-  for (const Panel& p : panels_)
+  for (Panel& p : panels_) {
+    p.warmupMarked = p.title == tr("Step time") || p.title == tr("Samples per second") || p.stacked;
     for (const PanelCurve& c : p.curves)
       claimed_.insert((c.epochSeries ? QStringLiteral("e:") : QStringLiteral("s:")) + c.name);
+    if (p.stacked) p.curves.append({false, kGraphReplaySeries, tr("graph replay (phases not timed)")});
+  }
   updateHeader();
 }
 
 RunDashboard::~RunDashboard() {
   // Plots point into series_: let go of them first.
-  for (LivePlot* p : plots()) p->removeCurves();
+  for (LivePlot* p : plots()) {
+    p->setStackTotal(nullptr, QString(), QString());
+    p->removeCurves();
+  }
 }
 
 QList<LivePlot*> RunDashboard::plots() const {
@@ -515,9 +549,15 @@ void RunDashboard::appendSeries(const RunSeries& newer) {
 
 void RunDashboard::setSeries(const RunSeries& series) {
   for (Panel& p : panels_) {
-    if (p.plot) p.plot->removeCurves();
+    if (p.plot) {
+      p.plot->setStackTotal(nullptr, QString(), QString());
+      p.plot->removeCurves();
+    }
     p.attached.clear();
+    p.totalSet = false;
   }
+  breakdownView_.clear();  // no plot points into it any more
+  replayScan_ = 0;
   series_ = series;
   for (const QString& line : series_.events) log_->appendPlainText(line);
   lastStep_ = 0;
@@ -562,6 +602,7 @@ void RunDashboard::placePlot(LivePlot* plot) {
   plot->setXAxis(XAxis(xAxisBox_->currentData().toInt()));
   plot->setSmoothing(smoothing_->value() / 100.0);
   plot->setLogScale(logScale_->isChecked());
+  plot->setFitWarmup(fitWarmup_->isChecked());
 }
 
 void RunDashboard::attachCurves(Panel& panel) {
@@ -570,17 +611,108 @@ void RunDashboard::attachCurves(Panel& panel) {
     if (panel.attached.contains(id)) continue;
     const auto& map = c.epochSeries ? series_.epoch : series_.step;
     auto it = map.find(c.name);
-    if (it == map.end() || it->second.isEmpty()) continue;
+    const bool viewed = panel.stacked && breakdownView_.count(c.name);
+    if (viewed) it = breakdownView_.find(c.name);
+    else if (it == map.end() || it->second.isEmpty()) continue;
     if (!panel.plot) {
       panel.plot = new LivePlot(panel.title, panel.unit, this);
-      const QString movers = tricksThatMove(panel.title);
-      if (!movers.isEmpty()) panel.plot->setHelpText(tr("Tricks that should move this plot: %1").arg(movers));
       panel.plot->setStacked(panel.stacked);
       panel.plot->setZeroBased(panel.zeroBased);
       placePlot(panel.plot);
     }
     panel.plot->addCurve(c.label, &it->second, panel.yScale * c.scale);
+    const int index = panel.plot->curveCount() - 1;
+    if (c.name == kGraphReplaySeries) panel.plot->setCurveHatched(index, true);
+    else if (viewed) panel.plot->setMissingText(index, tr("not measured (CUDA graph replay)"));
     panel.attached.insert(id);
+  }
+  if (!panel.plot) return;
+  panel.plot->setHelpText(panel.stacked ? breakdownHelp(panel) : [&] {
+    const QString movers = tricksThatMove(panel.title);
+    QStringList parts;
+    if (!panel.help.isEmpty()) parts << panel.help;
+    if (!movers.isEmpty()) parts << tr("Tricks that should move this plot: %1").arg(movers);
+    return parts.join(QStringLiteral("\n\n"));
+  }());
+  auto stepTime = series_.step.find(QStringLiteral("step_time_ms"));
+  if (panel.stacked && !panel.totalSet && stepTime != series_.step.end()) {
+    panel.plot->setStackTotal(&stepTime->second, tr("step time"),
+                              tr("the parts were timed on different clocks: the data wait is the host's wait for "
+                                 "the loader, which overlapped the GPU work of the previous step that the step "
+                                 "time (GPU events) counts already"));
+    panel.totalSet = true;
+  }
+}
+
+QString RunDashboard::breakdownHelp(const Panel& panel) const {
+  QStringList parts{tr("Where each step's time went, stacked; the line is the measured step time. A step whose "
+                       "parts add up to more than the step is marked ▼ (the hover tracker says why).")};
+  if (breakdownView_.count(kGraphReplaySeries))
+    parts << tr("Hatched: steps where %1. The plot draws that time as a layer of its own, and the hover tracker "
+                "says \"not measured\" for those phases: they are not 0 ms.")
+                 .arg(QString::fromUtf8(tb::kGraphReplayUnmeasured));
+  const QString movers = tricksThatMove(panel.title);
+  if (!movers.isEmpty()) parts << tr("Tricks that should move this plot: %1").arg(movers);
+  return parts.join(QStringLiteral("\n\n"));
+}
+
+void RunDashboard::updateBreakdownView() {
+  auto detachBreakdown = [this] {  // its layers change: attached again by ensurePanels()
+    for (Panel& p : panels_)
+      if (p.stacked && p.plot) {
+        p.plot->removeCurves();
+        p.attached.clear();
+      }
+  };
+  auto series = [this](const QString& name) -> const SeriesPoints* {
+    auto it = series_.step.find(name);
+    return it == series_.step.end() || it->second.isEmpty() ? nullptr : &it->second;
+  };
+  const bool graphs = tricksReport_.value(QLatin1String("cuda_graphs")).toObject().value(QLatin1String("applied")).toBool(false);
+  const SeriesPoints *forward = series(QStringLiteral("forward_ms")), *backward = series(QStringLiteral("backward_ms")),
+                     *optimizer = series(QStringLiteral("optimizer_ms")), *other = series(QStringLiteral("other_ms"));
+  if (!graphs || !forward || !backward || !optimizer || !other) {
+    if (!breakdownView_.empty()) {
+      detachBreakdown();
+      breakdownView_.clear();
+    }
+    replayScan_ = 0;
+    return;
+  }
+  // A step's value of another series: at the same index as a rule, else searched.
+  auto valueAt = [](const SeriesPoints* s, int hint, double step) {
+    if (hint < s->size() && s->step[hint] == step) return s->value[hint];
+    const auto at = std::lower_bound(s->step.begin(), s->step.end(), step);
+    return at == s->step.end() || *at != step ? std::numeric_limits<double>::quiet_NaN()
+                                              : s->value[int(at - s->step.begin())];
+  };
+  auto replayedAt = [&](int i) {
+    return tb::phases_unmeasured_at(true, forward->value[i], valueAt(backward, i, forward->step[i]),
+                                    valueAt(optimizer, i, forward->step[i]));
+  };
+  // Only steps every phase has arrived for (a followed run's newest step may be partial).
+  const double complete = std::min({forward->step.last(), backward->step.last(), optimizer->step.last(),
+                                    other->step.last()});
+  if (breakdownView_.empty()) {
+    // Until the first replayed step the breakdown is the engine's own.
+    while (replayScan_ < forward->size() && forward->step[replayScan_] <= complete && !replayedAt(replayScan_))
+      ++replayScan_;
+    if (replayScan_ >= forward->size() || forward->step[replayScan_] > complete) return;
+    detachBreakdown();
+    for (const QString& name : kReplayedPhases) breakdownView_[name];
+    breakdownView_[kGraphReplaySeries];
+  }
+  // Appended step by step (a step's values never change); the plot keeps
+  // pointers to these entries.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  SeriesPoints& replay = breakdownView_[kGraphReplaySeries];
+  const QVector<double>& epochs = forward->x(XAxis::Epoch);
+  for (int i = replay.size(); i < forward->size() && forward->step[i] <= complete; ++i) {
+    const double step = forward->step[i], t = forward->time[i], wall = t + forward->wallOffset();
+    const bool replayed = replayedAt(i);
+    for (const QString& name : kReplayedPhases)
+      breakdownView_[name].append(step, epochs[i], t, wall, replayed ? nan : valueAt(series(name), i, step));
+    replay.append(step, epochs[i], t, wall, replayed ? valueAt(other, i, step) : nan);
   }
 }
 
@@ -592,7 +724,8 @@ QString RunDashboard::tricksThatMove(const QString& title) {
       {QStringLiteral("Samples per second"), {QStringLiteral("samples/s")}},
       {QStringLiteral("Step-time breakdown (stacked)"), {QStringLiteral("breakdown"), QStringLiteral("slice")}},
       {QStringLiteral("Memory"), {QStringLiteral("memory")}},
-      {QStringLiteral("Tensor Core utilization"), {QStringLiteral("tensor core")}},
+      {seriesTitleAndUnit(QStringLiteral("tensor_core_share")).first, {QStringLiteral("tensor core")}},
+      {seriesTitleAndUnit(QStringLiteral("tensor_pipe_active_pct")).first, {QStringLiteral("tensor core")}},
       {QStringLiteral("Loss"), {QStringLiteral("loss")}},
       {QStringLiteral("Accuracy"), {QStringLiteral("accuracy")}},
       {QStringLiteral("Learning rate"), {QStringLiteral("learning-rate"), QStringLiteral("learning rate")}},
@@ -620,7 +753,7 @@ void RunDashboard::ensurePanels() {
     Panel p;
     p.title = epochSeries ? tr("%1 (per epoch)").arg(title) : title;
     p.unit = unit;
-    p.curves = {{epochSeries, name, name}};
+    p.curves = {{epochSeries, name, unit.isEmpty() ? title : QStringLiteral("%1 (%2)").arg(title, unit)}};
     p.yScale = seriesScale(name);
     p.zeroBased = !unit.isEmpty();
     panels_.append(p);
@@ -632,8 +765,21 @@ void RunDashboard::ensurePanels() {
 
 void RunDashboard::refreshNow() {
   dirty_ = false;
+  updateBreakdownView();
   ensurePanels();
-  for (LivePlot* p : plots()) p->refresh();
+  // Every plot spans the run's steps (a sampled series of one point too), and
+  // the timing plots mark the warm-up that the step times show.
+  double first = std::numeric_limits<double>::infinity(), last = -first, warmup = 0;
+  for (const auto& [name, points] : series_.step)
+    if (!points.isEmpty()) first = std::min(first, points.step.first()), last = std::max(last, points.step.last());
+  if (auto it = series_.step.find(QStringLiteral("step_time_ms")); it != series_.step.end())
+    warmup = lastWarmupStep(it->second);
+  for (const Panel& p : panels_) {
+    if (!p.plot) continue;
+    if (first <= last) p.plot->setStepDomain(first, last);
+    p.plot->setWarmupSteps(p.warmupMarked ? warmup : 0);
+    p.plot->refresh();
+  }
   updateHeader();
 }
 

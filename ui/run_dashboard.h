@@ -107,18 +107,28 @@ class RunDashboard : public QWidget {
     QString title, unit;
     QList<PanelCurve> curves;
     bool stacked = false, zeroBased = false;
+    bool warmupMarked = false;  // a timing plot: warm-up steps shaded, out of the y range
+    bool totalSet = false;      // the breakdown: step time drawn over its parts
+    QString help;               // what the plot shows and its caveats (title tooltip)
     double yScale = 1.0;
     LivePlot* plot = nullptr;
     QSet<QString> attached;  // "s:name" / "e:name" already on the plot
   };
   void ensurePanels();
   void attachCurves(Panel& panel);
+  // The breakdown as the plot draws it: with cuda_graphs, a replayed step's
+  // forward/backward/optimizer/other are "not measured" (NaN) and its time is
+  // one layer of its own. Empty when every step's phases were measured.
+  void updateBreakdownView();
+  QString breakdownHelp(const Panel& panel) const;
   void placePlot(LivePlot* plot);
   void scheduleRefresh();
   void updateHeader();
   SeriesPoints& stepSeries(const QString& name);
 
   RunSeries series_;
+  std::map<QString, SeriesPoints> breakdownView_;  // see updateBreakdownView()
+  int replayScan_ = 0;  // forward_ms points searched for a replayed step so far
   QList<Panel> panels_;
   QSet<QString> claimed_;  // series shown on a fixed panel
   QGridLayout* grid_ = nullptr;
@@ -135,6 +145,7 @@ class RunDashboard : public QWidget {
   QSlider* smoothing_ = nullptr;
   QLabel* smoothingValue_ = nullptr;
   QCheckBox* logScale_ = nullptr;
+  QCheckBox* fitWarmup_ = nullptr;
   QTimer* refreshTimer_ = nullptr;
   QPointer<RunFollower> follower_;
   QString status_ = QStringLiteral("waiting");

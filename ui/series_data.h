@@ -59,9 +59,15 @@ struct RunSeries {
 // Text for axis titles.
 QString xAxisTitle(XAxis axis);
 
-// A series name as a plot title and unit, from the unit suffixes of the
-// engine's names (docs/events.md): "data_wait_ms" -> {"Data wait", "ms"},
-// "host_rss_bytes" -> {"Host rss", "MiB"}.
+// A series name as a plot title and unit: the workbench's words for the
+// engine's known series ("gpu_power_w" -> {"GPU power", "W"}), else from the
+// unit suffixes of the engine's names (docs/events.md): "data_wait_ms" ->
+// {"Data wait", "ms"}, "my_metric_bytes" -> {"My metric", "MiB"}.
 QPair<QString, QString> seriesTitleAndUnit(const QString& series);
-// The factor from a series' stored unit to the unit above (bytes -> MiB).
+// The factor from a series' stored unit to the unit above (bytes -> MiB,
+// a fraction -> %).
 double seriesScale(const QString& series);
+// The last warm-up step of a run from its step times (0: none): the leading
+// steps, among the first quarter and at most 10, slower than 1.5x the median
+// of the rest (cuDNN autotuning, first allocations, graph capture).
+double lastWarmupStep(const SeriesPoints& stepTime);

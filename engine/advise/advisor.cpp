@@ -37,6 +37,11 @@ double without_share(double share) { return share < 1 ? 1.0 / (1.0 - share) : NA
 
 bool flag(const json& config, const char* key) { return config.value(key, false); }
 
+// Why a bound from the breakdown is missing.
+std::string no_breakdown(const RunEvidence& e, const char* which = "no phase breakdown in this run") {
+  return e.phases_unmeasured.empty() ? which : e.phases_unmeasured;
+}
+
 // Input channels of the model's first layer, from the data set.
 int64_t input_channels(const json& c) {
   const std::string ds = c.value("dataset", "");
@@ -100,7 +105,7 @@ Advice tensor_cores(const RunEvidence& e) {
     a.bound_reason = "Tensor Cores speed up forward and backward only: at most 1 / (1 - " +
                      num(share, "%.3f") + ") if those took no time";
   } else {
-    a.bound_reason = "no forward/backward breakdown in this run";
+    a.bound_reason = no_breakdown(e, "no forward/backward breakdown in this run");
   }
   return a;
 }
@@ -135,7 +140,7 @@ Advice memory_headroom(const RunEvidence& e) {
                      "x the samples, if forward and backward grow with the batch; an under-filled "
                      "GPU can gain more";
   } else {
-    a.bound_reason = "no phase breakdown in this run";
+    a.bound_reason = no_breakdown(e);
   }
   return a;
 }
@@ -210,7 +215,7 @@ Advice grad_zeroing(const RunEvidence& e) {
     a.max_speedup = without_share(other / step);
     a.bound_reason = "the zeroing is part of other_ms (" + pct(other / step) + " of the step)";
   } else {
-    a.bound_reason = "no phase breakdown in this run";
+    a.bound_reason = no_breakdown(e);
   }
   return a;
 }
@@ -230,6 +235,14 @@ Advice cpu_with_gpu(const RunEvidence& e) {
 
 }  // namespace
 
+const char* const kGraphReplayUnmeasured =
+    "the step replayed a CUDA graph (cuda_graphs), timed as one launch: forward, backward and optimizer "
+    "were not measured and the whole step is counted in other_ms";
+
+bool phases_unmeasured_at(bool cuda_graphs, double forward_ms, double backward_ms, double optimizer_ms) {
+  return cuda_graphs && forward_ms == 0 && backward_ms == 0 && optimizer_ms == 0;
+}
+
 double RunEvidence::get(const std::string& series) const {
   auto it = median.find(series);
   return it == median.end() ? NAN : it->second;
@@ -240,12 +253,25 @@ RunEvidence evidence_from_series(const json& config, const json& summary, const 
                                  int64_t warmup) {
   RunEvidence e;
   e.config = config, e.summary = summary, e.device = device;
-  for (const auto& [name, values] : series) {
+  auto steady_part = [warmup](const std::vector<double>& values) {
     const size_t skip = std::min<size_t>(size_t(std::max<int64_t>(warmup, 1)),
                                          std::max<size_t>(1, values.size() / 4));
-    const std::vector<double> steady =
-        values.size() > skip ? std::vector<double>(values.begin() + skip, values.end()) : values;
-    e.median[name] = median_of(steady);
+    return values.size() > skip ? std::vector<double>(values.begin() + skip, values.end()) : values;
+  };
+  for (const auto& [name, values] : series) e.median[name] = median_of(steady_part(values));
+  // Graph replays: count the steady steps whose phases read exactly 0.
+  auto phase = [&](const char* name) {
+    auto it = series.find(name);
+    return it == series.end() ? std::vector<double>() : steady_part(it->second);
+  };
+  const std::vector<double> fwd = phase("forward_ms"), bwd = phase("backward_ms"), opt = phase("optimizer_ms");
+  const size_t n = std::min({fwd.size(), bwd.size(), opt.size()});
+  size_t replays = 0;
+  for (size_t i = 0; i < n; ++i) replays += phases_unmeasured_at(flag(config, "cuda_graphs"), fwd[i], bwd[i], opt[i]);
+  if (n > 0 && 2 * replays > n) {
+    for (const char* name : {"forward_ms", "backward_ms", "optimizer_ms", "other_ms"}) e.median.erase(name);
+    e.phases_unmeasured = "the phase breakdown was not measured in " + std::to_string(replays) + " of " +
+                          std::to_string(n) + " steady steps: " + kGraphReplayUnmeasured;
   }
   return e;
 }

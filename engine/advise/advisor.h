@@ -4,7 +4,9 @@
 // and threshold, and the most it can gain from the measured breakdown
 // (Amdahl: removing a part that is a share s of the step gives at most
 // 1 / (1 - s)). A rule that lacks its evidence (no kernel census on the CPU,
-// no device memory figure) stays quiet instead of guessing.
+// no device memory figure) stays quiet instead of guessing, and a phase the
+// run did not measure (the steps replayed a CUDA graph: forward, backward and
+// optimizer read 0 and their time sits in other_ms) is no evidence at all.
 //
 // The rules (thresholds are the constants below):
 //   input_wait        data wait (+ host-to-device copy) > 5% of the step
@@ -44,6 +46,9 @@ struct RunEvidence {
   std::string device;  // "cpu", "cuda:0"
   std::map<std::string, double> median;  // series name -> median over the steady steps
   bool gpu_present = false;  // a GPU this build can use (cpu_with_gpu)
+  // Why the phase breakdown (forward, backward, optimizer, other) is left out
+  // of `median`; empty when the run measured its phases.
+  std::string phases_unmeasured;
 
   // The median of `series`, NaN when the run has no such series.
   double get(const std::string& series) const;
@@ -52,7 +57,11 @@ struct RunEvidence {
 
 // Medians of series over their steady part: the first quarter of the steps
 // (at least one, at most warmup) is left out, where allocators, autotuning
-// and caches settle.
+// and caches settle. With cuda_graphs on, steady steps whose forward,
+// backward and optimizer all read exactly 0 were graph replays that the
+// engine did not split into phases: when they are most of the steady steps,
+// forward_ms, backward_ms, optimizer_ms and other_ms are left out of the
+// medians and phases_unmeasured says why.
 RunEvidence evidence_from_series(const nlohmann::json& config, const nlohmann::json& summary,
                                  const std::string& device,
                                  const std::map<std::string, std::vector<double>>& series,
@@ -74,6 +83,13 @@ struct Advice {
 
   nlohmann::json to_json() const;
 };
+
+// True for a step of a cuda_graphs run whose forward, backward and optimizer
+// all read exactly 0: a replayed graph, not a step without phases (an eager
+// step's phases take time). The workbench's breakdown plot reads it too.
+bool phases_unmeasured_at(bool cuda_graphs, double forward_ms, double backward_ms, double optimizer_ms);
+// The words for why: shown by the advisor's bounds and the breakdown plot.
+extern const char* const kGraphReplayUnmeasured;
 
 // Every rule that fires, in the order of the list above.
 std::vector<Advice> advise(const RunEvidence& evidence);
