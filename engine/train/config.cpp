@@ -569,17 +569,18 @@ void apply_assignment(json& config, const std::string& assignment) {
   config[key] = value;
 }
 
-RunConfig RunConfig::from_json(const nlohmann::json& j) {
-  RunConfig c;
-  c.values = j;
+RunConfig::RunConfig() : RunConfig(default_config()) {}
+
+RunConfig::RunConfig(const nlohmann::json& validated) : values(validated) {
   for (const ConfigKey& k : config_schema())
     std::visit(
         [&](auto field) {
-          using T = std::remove_reference_t<decltype(c.*field)>;
-          c.*field = j.at(k.key).get<T>();
+          using T = std::remove_reference_t<decltype(this->*field)>;
+          this->*field = validated.at(k.key).get<T>();
         },
         k.field);
-  return c;
 }
+
+RunConfig RunConfig::from_json(const nlohmann::json& validated) { return RunConfig(validated); }
 
 }  // namespace tb
