@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "engine/core/error.h"
+#include "engine/nn/models.h"
 
 namespace tb {
 
@@ -70,6 +71,13 @@ Row text(std::string key, std::string RunConfig::* field, std::string def,
              std::move(help));
 }
 
+// The registered models' display names, by name (engine/nn/models.cpp).
+json model_labels() {
+  json labels = json::object();
+  for (const ModelDef& m : model_registry()) labels[m.name] = m.label;
+  return labels;
+}
+
 const std::vector<ConfigGroup>& groups() {
   static const std::vector<ConfigGroup> kGroups = {
     {"run", "Run", false},
@@ -99,13 +107,9 @@ std::vector<ConfigKey> make_table() {
       // --- the run
       text("name", &R::name, "", {}, "run", "Run name shown in the history (default: model and date)")
           .label("Name"),
-      text("model", &R::model, "fmnist-cnn", {"fmnist-cnn", "resnet18-cifar", "resnet9", "mlp"},
-           "run", "Model architecture")
+      text("model", &R::model, "fmnist-cnn", model_names(), "run", "Model architecture")
           .label("Model")
-          .labels({{"fmnist-cnn", "Small CNN for Fashion-MNIST"},
-                   {"resnet18-cifar", "ResNet-18 (CIFAR variant)"},
-                   {"resnet9", "ResNet-9"},
-                   {"mlp", "Multi-layer perceptron"}}),
+          .labels(model_labels()),
       text("device", &R::device, "auto", {}, "run",
            "auto (a GPU when one works, else the CPU), cpu, cuda or cuda:N")
           .label("Device"),
@@ -521,7 +525,13 @@ json config_schema_json() {
     if (!k.applies_key.empty()) e["applies_when"] = {{"key", k.applies_key}, {"values", k.applies_values}};
     keys.push_back(e);
   }
-  return {{"version", 2}, {"groups", groups}, {"keys", keys}};
+  json models = json::array();
+  for (const ModelDef& m : model_registry())
+    models.push_back({{"name", m.name},
+                      {"label", m.label},
+                      {"input_shape", m.input_shape},
+                      {"min_image_size", m.min_image_size}});
+  return {{"version", 2}, {"groups", groups}, {"keys", keys}, {"models", models}};
 }
 
 json default_config() {

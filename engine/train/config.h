@@ -122,7 +122,8 @@ const ConfigKey* find_config_key(const std::string& key);  // nullptr when unkno
 // The table as JSON (`config --schema`; the GUI builds its controls from it):
 // {"version": 2, "groups": [{id, title, tricks}], "keys": [{key, type, default,
 //  choices?, min?, max?, group, trick, backends, min_devices, help, label?,
-//  choice_labels?, zero_means?, applies_when?: {key, values}}]}
+//  choice_labels?, zero_means?, applies_when?: {key, values}}],
+//  "models": [{name, label, input_shape, min_image_size}] (engine/nn/models.h)}
 nlohmann::json config_schema_json();
 nlohmann::json default_config();
 
