@@ -101,9 +101,9 @@ struct ConfigKey {
   int min_devices = 1;  // devices the key needs when on (parallel: 2)
   ConfigField field;
   std::string help;  // one line for --help and tooltips
-  // How front ends show it: a short name (tricks take theirs from the GUI's
-  // teaching texts), display names of choices (by value as text), and what a
-  // special 0 means ("all", "off"); empty when there is none.
+  // How front ends show it: a short name (every trick has one; the ladder's
+  // rungs are titled with them), display names of choices (by value as text),
+  // and what a special 0 means ("all", "off"); empty when there is none.
   std::string label;
   nlohmann::json choice_labels = nlohmann::json::object();
   std::string zero_means;

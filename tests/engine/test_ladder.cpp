@@ -142,6 +142,17 @@ class TestLadder : public QObject {
              std::vector<std::string>{"batch_x4"});
   }
 
+  // A rung that turns tricks on is titled with their labels, declared once
+  // in the settings table (the GUI shows the same names on the trick panel).
+  void rungsAreTitledWithTheTricksLabels() {
+    auto label = [](const char* key) { return find_config_key(key)->label; };
+    QCOMPARE(find_rung("channels_last")->title, label("channels_last"));
+    QCOMPARE(find_rung("cuda_graphs")->title, label("cuda_graphs"));
+    QCOMPARE(find_rung("pinned")->title, label("pin_memory") + " + " + label("non_blocking"));
+    QCOMPARE(find_rung("amp")->title, label("amp") + " (fp16)");
+    QCOMPARE(label("workers"), std::string("Data-loader workers"));
+  }
+
   // A B C A B C: repetition r of every rung before repetition r + 1 of any;
   // then the accuracy runs of the baseline and the rungs that change numbers.
   void runsAreInterleavedThenAccuracyRuns() {
