@@ -13,6 +13,14 @@ import tempfile
 import bench_proc
 
 
+def model_input_shapes(engine):
+    """{model: [C, H, W] it is made for}, from the engine's model registry
+    (engine/nn/models.cpp, through `config --schema`)."""
+    schema = json.loads(subprocess.run([engine, "config", "--schema"], check=True,
+                                       capture_output=True, text=True).stdout)
+    return {m["name"]: m["input_shape"] for m in schema["models"]}
+
+
 def run(engine, db, config, warmup, timeout=None, env=None):
     """Returns a dict of figures, or {"error": ...} (never raises for a failed run)."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:

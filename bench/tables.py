@@ -11,7 +11,8 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 import gpu_vs_pytorch  # noqa: E402
 import ladder  # noqa: E402
 
@@ -63,12 +64,12 @@ def vs_table(doc):
     return "\n".join(lines)
 
 
-def ladder_table(doc):
+def ladder_table(doc, engine):
     head = ("| rung | batch | peak GPU memory (GiB) | step time (ms) | samples/s | vs baseline |\n"
             "|---|---|---|---|---|---|")
     lines = [head]
     if doc is None:
-        for name, _, cfg in ladder.rung_configs("cuda", 200, 30):
+        for name, _, cfg in ladder.rung_configs(engine, "cuda", 200, 30):
             lines.append(f"| {name} | {cfg['batch_size']} | {NOT_RUN} |  |  |  |")
         return "\n".join(lines)
     for r in doc["rungs"]:
@@ -131,10 +132,12 @@ def main():
     p.add_argument("--vs", default="")
     p.add_argument("--ladder", default="")
     p.add_argument("--truth", default="")
+    p.add_argument("--engine", default=os.path.join(HERE, os.pardir, "build", "bin", "trainbench-engine"),
+                   help="the engine whose rungs name the ladder's rows when --ladder is not given")
     a = p.parse_args()
     vs, lad, truth = load(a.vs), load(a.ladder), load(a.truth)
     print("### Trainbench vs PyTorch\n\n" + caption(vs) + vs_table(vs) + "\n")
-    print("### The ladder (seed 004) on the GPU\n\n" + caption(lad) + ladder_table(lad) + "\n")
+    print("### The ladder (seed 004) on the GPU\n\n" + caption(lad) + ladder_table(lad, a.engine) + "\n")
     print("### Truth of the measurements\n\n" + caption(truth) + truth_table(truth))
 
 
