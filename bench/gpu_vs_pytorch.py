@@ -95,13 +95,14 @@ TASK_TIME = {"trainbench": (30, 120), "eager": (30, 120), "compile": (90, 180),
              "max-autotune": (150, 300)}
 
 
-def engine_config(model, batch, data, recipe, precision, steps, warmup, device, data_dir):
+def engine_config(model, batch, data, recipe, precision, steps, warmup, device, data_dir,
+                  input_shape):
     c = {"name": f"gpu-vs-pytorch {model} b{batch} {recipe} {precision}", "device": device,
          "model": model, "batch_size": batch, "max_steps": warmup + steps, "seed": 0,
          "schedule": "constant", "lr": 0.05, "optimizer": "sgd", "momentum": 0.9,
          "weight_decay": 5e-4, "test_limit": 512}
     if data == "synthetic":
-        c.update({"dataset": "synthetic", "synthetic_shape": [3, 32, 32],
+        c.update({"dataset": "synthetic", "synthetic_shape": input_shape,
                   "synthetic_size": batch * (warmup + steps + 1)})
     else:
         c.update({"dataset": "fashion-mnist", "data_dir": data_dir})
@@ -256,6 +257,7 @@ def main():
     print(json.dumps({"matrix_peak_tflops": {k: v.get("tflops") for k, v in peak.items()
                                              if isinstance(v, dict)}}), flush=True)
 
+    input_shapes = engine_run.model_input_shapes(a.engine)  # the engine's model registry
     rows = {}
     for model, batch, data in MODELS:
         b = max(2, int(round(batch * a.batch_scale)))
@@ -318,7 +320,7 @@ def main():
         t0 = time.time()
         if side == "trainbench":
             cfg = engine_config(model, row["batch_size"], row["data"], recipe, prec, a.steps,
-                                a.warmup, a.device, a.data_dir)
+                                a.warmup, a.device, a.data_dir, input_shapes[model])
             r = engine_run.run(a.engine, db, cfg, a.warmup, timeout=timeout)
             r["wall_s"] = time.time() - t0
             r["config"] = cfg
