@@ -12,6 +12,25 @@ import tempfile
 
 import bench_proc
 
+PRESETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "resources", "presets")
+# "Every speed-up trick on", declared once as the GUI's preset; the benchmarks
+# start from its overrides and say where they differ.
+ALL_TRICKS_PRESET = "01_all_tricks.json"
+
+
+def preset_overrides(file_name):
+    """The keys a preset (resources/presets/<file_name>) sets."""
+    with open(os.path.join(PRESETS, file_name)) as f:
+        return json.load(f)["overrides"]
+
+
+def model_input_shapes(engine):
+    """{model: [C, H, W] it is made for}, from the engine's model registry
+    (engine/nn/models.cpp, through `config --schema`)."""
+    schema = json.loads(subprocess.run([engine, "config", "--schema"], check=True,
+                                       capture_output=True, text=True).stdout)
+    return {m["name"]: m["input_shape"] for m in schema["models"]}
+
 
 def run(engine, db, config, warmup, timeout=None, env=None):
     """Returns a dict of figures, or {"error": ...} (never raises for a failed run)."""

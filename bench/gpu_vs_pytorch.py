@@ -7,10 +7,12 @@ tricks (bench/README.md has the table this fills).
   models      resnet18-cifar and resnet9, batch 512, CIFAR-shaped synthetic
               uint8 data (3x32x32); fmnist-cnn, batch 256, Fashion-MNIST
   recipes     baseline fp32 (no tricks, TF32 off on both sides); all-tricks in
-              bf16 and fp16 (AMP, channels-last, cuDNN autotune, pinned +
-              non-blocking + uint8 uploads, set-to-none, multi-tensor SGD,
-              fused pointwise and CUDA graphs on Trainbench's side; PyTorch
-              eager, torch.compile and torch.compile(mode="max-autotune"))
+              bf16 and fp16 (on Trainbench's side the GUI's "All tricks" preset,
+              resources/presets/01_all_tricks.json, without channel padding:
+              AMP, channels-last, cuDNN autotune, pinned + non-blocking + uint8
+              uploads, set-to-none, multi-tensor SGD, fused pointwise, CUDA
+              graphs, ...; PyTorch eager, torch.compile and
+              torch.compile(mode="max-autotune"))
   figures     samples/s (median of the timed steps after a warm-up, CUDA
               events, fresh data), peak device memory, MFU against the matrix
               peak measured first in the same call (bench/matrix_peak.py),
@@ -48,10 +50,10 @@ MODELS = [("resnet18-cifar", 512, "synthetic"), ("resnet9", 512, "synthetic"),
 ENGINE_RECIPES = {
     "baseline": {"amp": "off", "conv_bias_before_bn": True, "grad_set_to_none": False,
                  "optimizer_foreach": False, "sync_every_step": True},
-    "all-tricks": {"channels_last": True, "cudnn_benchmark": True, "pin_memory": True,
-                   "non_blocking": True, "h2d_uint8": True, "grad_set_to_none": True,
-                   "optimizer_foreach": True, "fuse_pointwise": True, "cuda_graphs": True,
-                   "conv_bias_before_bn": False, "sync_every_step": False, "log_every": 50},
+    # The "All tricks" preset, but no channel padding: PyTorch's side pads
+    # none, and both sides must do the same arithmetic.
+    "all-tricks": {**engine_run.preset_overrides(engine_run.ALL_TRICKS_PRESET),
+                   "pad_channels_to": 0, "log_every": 50},
 }
 # (recipe, precision) rows; PyTorch variants per row.
 ROWS = [("baseline", "fp32"), ("all-tricks", "bf16"), ("all-tricks", "fp16")]
@@ -93,22 +95,23 @@ TASK_TIME = {"trainbench": (30, 120), "eager": (30, 120), "compile": (90, 180),
              "max-autotune": (150, 300)}
 
 
-def engine_config(model, batch, data, recipe, precision, steps, warmup, device, data_dir):
+def engine_config(model, batch, data, recipe, precision, steps, warmup, device, data_dir,
+                  input_shape):
     c = {"name": f"gpu-vs-pytorch {model} b{batch} {recipe} {precision}", "device": device,
          "model": model, "batch_size": batch, "max_steps": warmup + steps, "seed": 0,
          "schedule": "constant", "lr": 0.05, "optimizer": "sgd", "momentum": 0.9,
-         "weight_decay": 5e-4, "test_limit": 512,
-         # PyTorch's batches are made before its loop; Trainbench's loader runs
-         # with workers so its data wait stays small (it is reported).
-         "workers": 8}
+         "weight_decay": 5e-4, "test_limit": 512}
     if data == "synthetic":
-        c.update({"dataset": "synthetic", "synthetic_shape": [3, 32, 32],
+        c.update({"dataset": "synthetic", "synthetic_shape": input_shape,
                   "synthetic_size": batch * (warmup + steps + 1)})
     else:
         c.update({"dataset": "fashion-mnist", "data_dir": data_dir})
     c.update(ENGINE_RECIPES[recipe])
     if recipe != "baseline":
         c["amp"] = precision
+    # PyTorch's batches are made before its loop; Trainbench's loader runs
+    # with workers so its data wait stays small (it is reported).
+    c["workers"] = 8
     return c
 
 
@@ -254,6 +257,7 @@ def main():
     print(json.dumps({"matrix_peak_tflops": {k: v.get("tflops") for k, v in peak.items()
                                              if isinstance(v, dict)}}), flush=True)
 
+    input_shapes = engine_run.model_input_shapes(a.engine)  # the engine's model registry
     rows = {}
     for model, batch, data in MODELS:
         b = max(2, int(round(batch * a.batch_scale)))
@@ -316,7 +320,7 @@ def main():
         t0 = time.time()
         if side == "trainbench":
             cfg = engine_config(model, row["batch_size"], row["data"], recipe, prec, a.steps,
-                                a.warmup, a.device, a.data_dir)
+                                a.warmup, a.device, a.data_dir, input_shapes[model])
             r = engine_run.run(a.engine, db, cfg, a.warmup, timeout=timeout)
             r["wall_s"] = time.time() - t0
             r["config"] = cfg

@@ -5,9 +5,10 @@ engine: a baseline run, then the same run with one trick more per rung, each
 rung keeping everything above it. Writes one JSON (bench/tables.py turns it
 into bench/README.md's table: batch, memory, step time, samples/s, speed-up).
 
-RUNGS below is the one list of rungs. Until the engine's own `ladder`
-command lands, each rung is a separate `trainbench-engine run`; then this
-script hands RUNGS to that command instead and keeps its output format.
+The rungs, their titles and what each sets are the engine's
+(engine/ladder/rungs.cpp, read through `trainbench-engine ladder
+--list-rungs --json -` on this script's baseline); each rung is a separate
+`trainbench-engine run`, cumulative, in the engine's default order.
 
     bench/ladder.py --engine build/bin/trainbench-engine --output gpu-ladder.json
     bench/ladder.py --device cpu --steps 3 --warmup 2 --batch-scale 0.03 ...   # smoke
@@ -16,6 +17,7 @@ import argparse
 import datetime
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,38 +27,40 @@ sys.path.insert(0, HERE)
 import bench_proc  # noqa: E402
 import engine_run  # noqa: E402
 
-MODEL, SHAPE = "resnet18-cifar", [3, 32, 32]
-# The baseline: fp32, batch 128, data made on the training thread, pageable
-# fp32 uploads, NCHW, cuDNN heuristics, per-tensor SGD, eager steps. Every
-# other key keeps the engine's default.
-BASELINE = {"model": MODEL, "dataset": "synthetic", "synthetic_shape": SHAPE, "batch_size": 128,
-            "amp": "off", "workers": 0, "pin_memory": False, "non_blocking": False,
-            "h2d_uint8": False, "channels_last": False, "cudnn_benchmark": False,
-            "fuse_pointwise": False, "optimizer_foreach": False, "cuda_graphs": False,
-            "schedule": "constant", "lr": 0.05, "seed": 0, "test_limit": 512}
-# (rung, keys it adds); cumulative, in seed 004's order extended to the end.
-RUNGS = [
-    ("baseline", {}),
-    ("+ AMP (bf16)", {"amp": "bf16"}),
-    ("+ bigger batch (512)", {"batch_size": 512}),
-    ("+ uint8 H2D", {"h2d_uint8": True}),
-    ("+ loader workers (8)", {"workers": 8}),
-    ("+ pinned memory, non-blocking copies", {"pin_memory": True, "non_blocking": True}),
-    ("+ channels-last", {"channels_last": True}),
-    ("+ cuDNN autotune", {"cudnn_benchmark": True}),
-    ("+ fused pointwise", {"fuse_pointwise": True}),
-    ("+ multi-tensor optimizer", {"optimizer_foreach": True}),
-    ("+ CUDA graphs", {"cuda_graphs": True}),
-]
+MODEL = "resnet18-cifar"
 
 
-def rung_configs(device, steps, warmup, batch_scale=1.0):
-    """(rung, added keys, full configuration) per rung."""
-    cfg, out = dict(BASELINE, device=device), []
-    for name, add in RUNGS:
+def baseline(engine, device):
+    """fp32, batch 128, a constant learning rate and every trick at the engine's
+    default (off), on synthetic data of the model's input shape."""
+    return {"model": MODEL, "dataset": "synthetic",
+            "synthetic_shape": engine_run.model_input_shapes(engine)[MODEL], "batch_size": 128,
+            "schedule": "constant", "test_limit": 512, "device": device}
+
+
+def engine_rungs(engine, base):
+    """The engine's rungs in its default order: (title, keys it sets on `base`)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(base, f)
+    try:
+        listed = json.loads(subprocess.run([engine, "ladder", "--list-rungs", "--config", f.name,
+                                            "--json", "-"], check=True, capture_output=True,
+                                           text=True).stdout)
+    finally:
+        os.unlink(f.name)
+    by_id = {r["id"]: r for r in listed["rungs"]}
+    return [(by_id[i]["title"], by_id[i]["sets"]) for i in listed["order"]]
+
+
+def rung_configs(engine, device, steps, warmup, batch_scale=1.0):
+    """(rung, added keys, full configuration) per rung, cumulative from the baseline."""
+    cfg, out = baseline(engine, device), []
+    for name, add in [("baseline", {})] + [("+ " + t, s) for t, s in engine_rungs(engine, cfg)]:
         cfg = {**cfg, **add}
         c = dict(cfg, name=f"ladder: {name}", max_steps=warmup + steps)
-        c["batch_size"] = max(2, int(round(cfg["batch_size"] * batch_scale)))
+        for k in ("batch_size", "base_batch_size"):  # scaled alike: the lr scaling keeps its ratio
+            if k in c:
+                c[k] = max(2, int(round(cfg[k] * batch_scale)))
         c["synthetic_size"] = c["batch_size"] * (warmup + steps + 1)
         out.append((name, add, c))
     return out
@@ -73,14 +77,16 @@ def main():
     p.add_argument("--batch-scale", type=float, default=1.0, help="CPU smoke runs only")
     a = p.parse_args()
     t_start = time.time()
-    result = {"benchmark": "ladder", "seed": "004", "model": MODEL, "data": "synthetic uint8 3x32x32",
+    configs = rung_configs(a.engine, a.device, a.steps, a.warmup, a.batch_scale)
+    shape = "x".join(str(n) for n in configs[0][2]["synthetic_shape"])
+    result = {"benchmark": "ladder", "seed": "004", "model": MODEL, "data": f"synthetic uint8 {shape}",
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "device_kind": a.device, "steps": a.steps, "warmup": a.warmup,
               "driver": "separate trainbench-engine runs (bench/ladder.py)", "rungs": []}
     result["nvidia_smi"] = bench_proc.nvidia_smi()
     db = os.path.join(tempfile.mkdtemp(prefix="ladder-"), "runs.db")
     base = None
-    for name, add, cfg in rung_configs(a.device, a.steps, a.warmup, a.batch_scale):
+    for name, add, cfg in configs:
         left = t_start + a.budget - time.time()
         if left < 15:
             result["rungs"].append({"rung": name, "added": add, "not_run": f"budget ({left:.0f} s left)"})

@@ -174,12 +174,12 @@ def headline_table(docs):
     return "\n".join(lines)
 
 
-def ladder_table(doc):
+def ladder_table(doc, engine):
     head = ("| rung | batch | peak GPU memory (GiB) | step time (ms) | samples/s | vs baseline |\n"
             "|---|---|---|---|---|---|")
     lines = [head]
     if doc is None:
-        for name, _, cfg in ladder.rung_configs("cuda", 200, 30):
+        for name, _, cfg in ladder.rung_configs(engine, "cuda", 200, 30):
             lines.append(f"| {name} | {cfg['batch_size']} | {NOT_RUN} |  |  |  |")
         return "\n".join(lines)
     for r in doc["rungs"]:
@@ -266,7 +266,12 @@ def suites_table(doc):
     return "\n".join(lines) + (f"\n\nThe file's provenance note: {note}." if note else "")
 
 
-def render(vs, lad, truth, acc, suites):
+def provenance_note(doc):
+    note = (doc or {}).get("provenance", {}).get("note")
+    return f"\n\n{note}" if note else ""
+
+
+def render(vs, lad, truth, acc, suites, engine):
     """Each block's text, by block name."""
     targets = targets_table(vs)
     results = (
@@ -274,8 +279,8 @@ def render(vs, lad, truth, acc, suites):
         + (targets + "\n\n" if targets else "")
         + "### The ladder (seed 004) on the GPU\n\n" + where([lad])
         + "`resnet18-cifar` on synthetic uint8 3×32×32, each rung keeping every trick\n"
-          "above it (`ladder.py`'s `RUNGS`, the one list of rungs).\n\n"
-        + ladder_table(lad) + "\n\n"
+          "above it; the rungs are the engine's (`trainbench-engine ladder --list-rungs`).\n\n"
+        + ladder_table(lad, engine) + provenance_note(lad) + "\n\n"
         + "### Truth of the measurements\n\n" + where([truth]) + truth_table(truth) + "\n\n"
         + "### Accuracy on the GPU\n\n" + where(acc) + accuracy_table(acc) + "\n\n"
         + "### The GPU check's suites\n\n" + where([suites])
@@ -303,6 +308,8 @@ def main():
     p.add_argument("--truth")
     p.add_argument("--accuracy", action="append", help="a gpu-accuracy-style JSON (repeatable)")
     p.add_argument("--suites", help="a gpu-check-summary JSON")
+    p.add_argument("--engine", default=os.path.join(HERE, os.pardir, "build", "bin", "trainbench-engine"),
+                   help="the engine whose rungs name the ladder's rows when --ladder is not given")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="rewrite the READMEs' blocks")
     mode.add_argument("--check", action="store_true", help="fail when a README's block is stale")
@@ -322,7 +329,7 @@ def main():
                 print(f"tables.py: {path} does not exist: its rows say '{NOT_RUN}'", file=sys.stderr)
     vs = [d for d in map(load, a.vs or []) if d]
     acc = [d for d in map(load, a.accuracy or []) if d]
-    blocks = render(vs, load(a.ladder), load(a.truth), acc, load(a.suites))
+    blocks = render(vs, load(a.ladder), load(a.truth), acc, load(a.suites), a.engine)
     if not (a.write or a.check):
         print(blocks["results"] + "\n\n### Headline (README.md)\n\n" + blocks["headline"])
         return 0

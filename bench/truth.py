@@ -40,13 +40,16 @@ sys.path.insert(0, HERE)
 import bench_proc  # noqa: E402
 import engine_run  # noqa: E402
 
-# cuDNN's heuristic plans, not autotuning: these check timing, not speed, and
-# autotuning would cost each of the many short runs seconds of the call's budget.
-RESNET_TRICKS = {"model": "resnet18-cifar", "dataset": "synthetic", "synthetic_shape": [3, 32, 32],
-                 "amp": "bf16", "channels_last": True, "cudnn_benchmark": False, "pin_memory": True,
-                 "non_blocking": True, "h2d_uint8": True, "optimizer_foreach": True,
-                 "fuse_pointwise": True, "conv_bias_before_bn": False, "sync_every_step": False,
-                 "log_every": 50, "workers": 8, "schedule": "constant", "test_limit": 256}
+# The "All tricks" preset in bf16, eager (the step check adds CUDA graphs where
+# it wants them) and with cuDNN's heuristic plans, not autotuning: these check
+# timing, not speed, and autotuning would cost each of the many short runs
+# seconds of the call's budget. No channel padding: part_memory's PyTorch side
+# pads none.
+RESNET_TRICKS = {**engine_run.preset_overrides(engine_run.ALL_TRICKS_PRESET),
+                 "model": "resnet18-cifar", "dataset": "synthetic", "synthetic_shape": [3, 32, 32],
+                 "amp": "bf16", "cuda_graphs": False, "cudnn_benchmark": False,
+                 "pad_channels_to": 0, "log_every": 50, "workers": 8, "schedule": "constant",
+                 "test_limit": 256}
 # The step-time check: a large step (compute-bound) and a small one (where a
 # timer's own overhead shows most), eager and captured.
 STEP_CONFIGS = [

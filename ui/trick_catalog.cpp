@@ -69,23 +69,22 @@ TrickCatalog::TrickCatalog(const QByteArray& schema, const QByteArray& texts) {
     const QJsonObject applies = o.value(QLatin1String("applies_when")).toObject();
     s.appliesKey = applies.value(QLatin1String("key")).toString();
     s.appliesValues = applies.value(QLatin1String("values")).toArray();
+    s.label = o.value(QLatin1String("label")).toString();
+    if (s.label.isEmpty()) s.label = s.key;
     if (trickGroups.contains(s.group)) {
       const QJsonObject t = textsByKey.value(s.key).toObject();
       if (t.isEmpty()) problems_ << QStringLiteral("trick '%1' has no teaching text in tricks.json").arg(s.key);
-      s.label = t.value(QLatin1String("label")).toString();
       s.tooltip = t.value(QLatin1String("tooltip")).toString();
       s.what = t.value(QLatin1String("what")).toString();
       s.why = t.value(QLatin1String("why")).toString();
       s.whenNot = t.value(QLatin1String("when_not")).toString();
       s.plot = t.value(QLatin1String("plot")).toString();
       if (!t.isEmpty())
-        for (const char* field : {"label", "tooltip", "what", "why", "when_not", "plot"})
+        for (const char* field : {"tooltip", "what", "why", "when_not", "plot"})
           if (t.value(QLatin1String(field)).toString().isEmpty())
             problems_ << QStringLiteral("trick '%1': the text '%2' is empty").arg(s.key, QLatin1String(field));
       tricks_.append(s);
     }
-    if (s.label.isEmpty()) s.label = o.value(QLatin1String("label")).toString();
-    if (s.label.isEmpty()) s.label = s.key;
     settings_.append(s);
   }
   for (auto it = textsByKey.begin(); it != textsByKey.end(); ++it)

@@ -27,8 +27,8 @@ struct SettingInfo {
   // (the table's applies_when); empty appliesKey: always.
   QString appliesKey;
   QJsonArray appliesValues;
-  // The display name: a trick's from its teaching texts, else the table's
-  // label, else the key. Teaching texts (tricks only):
+  // The display name: the table's label, else the key. Teaching texts
+  // (tricks only):
   QString label, tooltip, what, why, whenNot, plot;
 
   bool honouredOn(const QString& backend) const { return backends.contains(backend); }

@@ -88,14 +88,40 @@ void write_file(const std::string& path, const std::string& text) {
   TB_CHECK(out.good(), path, ": write failed");
 }
 
-int list_rungs() {
-  Table t({"rung", "title", "changes the numbers", "sets (on the default configuration)"});
-  const json base = default_config();
+// The rungs and what each sets on the ladder's baseline (-c, the flags and
+// --set; none: the defaults): a table, or with --json FILE ("-": stdout)
+// {"rungs": [{id, title, changes_results, sets}], "order": [the rungs this
+// ladder climbs]} for bench/ladder.py and scripts/ladder_rungs_doc.py.
+int list_rungs(const LadderArgs& a) {
+  json base;
+  std::vector<std::string> order;
+  try {
+    base = ladder_config(a);
+    order = parse_rung_list(base["ladder_rungs"].get<std::string>());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitUsage;
+  }
+  if (!a.json_out.empty()) {
+    json rungs = json::array();
+    for (const RungDef& r : rung_catalogue())
+      rungs.push_back({{"id", r.id},
+                       {"title", r.title},
+                       {"changes_results", r.changes_results},
+                       {"sets", r.changes(base)}});
+    const std::string text = json{{"rungs", rungs}, {"order", order}}.dump(2) + "\n";
+    if (a.json_out == "-")
+      std::cout << text;
+    else
+      write_file(a.json_out, text);
+    return kExitOk;
+  }
+  Table t({"rung", "title", "changes the numbers", "sets (on this baseline)"});
   for (const RungDef& r : rung_catalogue())
     t.add({r.id, r.title, r.changes_results ? "yes" : "no", r.changes(base).dump()});
   t.print(std::cout);
-  std::cout << "\ndefault order: ";
-  for (const std::string& id : default_rung_order()) std::cout << id << " ";
+  std::cout << "\norder: ";
+  for (const std::string& id : order) std::cout << id << " ";
   std::cout << "\n";
   return kExitOk;
 }
@@ -124,7 +150,7 @@ void emit(bool jsonl, const std::string& type, json fields) {
 
 int run_ladder_command(const LadderArgs& a, const std::string& db, const Signals& signals) {
   const std::atomic<bool>& stop = signals.stop;
-  if (a.list_rungs) return list_rungs();
+  if (a.list_rungs) return list_rungs(a);
   if (a.show > 0) return show_ladder(db, a.show);
   json config;
   LadderPlan plan;
@@ -244,8 +270,10 @@ std::vector<Command> add_ladder_commands(CLI::App& app, Signals signals) {
   l->add_option("--markdown", a->markdown, "Write the table as Markdown to this file");
   l->add_option("--csv", a->csv, "Write the table as CSV to this file");
   l->add_option("--json", a->json_out,
-                "Write the result (table, plan, device, versions, date, load) as JSON to this file");
-  l->add_flag("--list-rungs", a->list_rungs, "List the rungs and what each sets");
+                "Write the result (table, plan, device, versions, date, load) as JSON to this file; "
+                "with --list-rungs the rungs (\"-\": stdout)");
+  l->add_flag("--list-rungs", a->list_rungs,
+              "List the rungs and what each sets on the baseline (-c, --set); nothing runs");
   l->add_option("--show", a->show, "Print the table of a stored ladder")->check(CLI::PositiveNumber);
   std::vector<Command> commands;
   commands.push_back({l,

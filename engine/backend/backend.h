@@ -332,8 +332,9 @@ class Backend {
   // captured work touches must stay alive (and at its address) while the graph
   // is used; drop_graphs() forgets every graph (the caller recaptures after it
   // reallocated buffers). Host reads (sum_squares, read-backs) cannot be
-  // captured. The defaults throw: a backend opts in by overriding all of them.
-  virtual bool supports_graphs() const { return false; }
+  // captured. The defaults throw: a backend that reports graph_capture in its
+  // capabilities overrides all of them.
+  bool supports_graphs() const { return capabilities().graph_capture; }
   virtual void begin_capture() { graphs_unsupported("begin_capture"); }
   virtual int end_capture() { graphs_unsupported("end_capture"); }
   virtual void launch_graph(int id) { graphs_unsupported("launch_graph"); }

@@ -12,10 +12,31 @@ using json = nlohmann::json;
 
 namespace {
 
+// A trick's label in the settings table: rungs are titled with them.
+std::string label_of(const std::string& key) {
+  const ConfigKey* k = find_config_key(key);
+  TB_CHECK(k && !k->label.empty(), "ladder rungs: key '", key, "' has no label in the settings table");
+  return k->label;
+}
+
+std::function<json(const json&)> fixed(json changes) {
+  return [changes](const json&) { return changes; };
+}
+
+// A rung that turns trick switches on, titled with their labels.
+RungDef switches_on(std::string id, const std::vector<std::string>& keys) {
+  json changes = json::object();
+  std::string title;
+  for (const std::string& k : keys) {
+    changes[k] = true;
+    title += (title.empty() ? "" : " + ") + label_of(k);
+  }
+  return {std::move(id), std::move(title), false, fixed(std::move(changes))};
+}
+
 std::vector<RungDef> make_catalogue() {
-  auto fixed = [](json changes) { return [changes](const json&) { return changes; }; };
   return {
-      {"amp", "AMP (fp16)", true, fixed({{"amp", "fp16"}})},
+      {"amp", label_of("amp") + " (fp16)", true, fixed({{"amp", "fp16"}})},
       // Four times the batch with the learning rate scaled to match and a short
       // warm-up, so the bigger batch is a speed-up and not a different recipe.
       {"batch_x4", "batch x4, lr scaled", true,
@@ -26,15 +47,14 @@ std::vector<RungDef> make_catalogue() {
                      {"base_batch_size", b},
                      {"warmup_steps", std::max<int64_t>(base.at("warmup_steps").get<int64_t>(), 20)}};
        }},
-      {"h2d_uint8", "uint8 uploads", false, fixed({{"h2d_uint8", true}})},
+      switches_on("h2d_uint8", {"h2d_uint8"}),
       {"workers", "4 loader workers", false, fixed({{"workers", 4}})},
-      {"pinned", "pinned + non-blocking", false,
-       fixed({{"pin_memory", true}, {"non_blocking", true}})},
-      {"channels_last", "channels-last", false, fixed({{"channels_last", true}})},
-      {"cudnn_benchmark", "cuDNN autotune", false, fixed({{"cudnn_benchmark", true}})},
-      {"fuse_pointwise", "fused pointwise", false, fixed({{"fuse_pointwise", true}})},
-      {"optimizer_foreach", "multi-tensor optimizer", false, fixed({{"optimizer_foreach", true}})},
-      {"cuda_graphs", "CUDA graphs", false, fixed({{"cuda_graphs", true}})},
+      switches_on("pinned", {"pin_memory", "non_blocking"}),
+      switches_on("channels_last", {"channels_last"}),
+      switches_on("cudnn_benchmark", {"cudnn_benchmark"}),
+      switches_on("fuse_pointwise", {"fuse_pointwise"}),
+      switches_on("optimizer_foreach", {"optimizer_foreach"}),
+      switches_on("cuda_graphs", {"cuda_graphs"}),
   };
 }
 

@@ -16,7 +16,10 @@ namespace tb {
 
 struct RungDef {
   std::string id;     // "amp", "batch_x4", ... (ladder_rungs names these)
-  std::string title;  // "AMP (fp16)", "batch x4, lr scaled", ...
+  // "Mixed precision (fp16)", "Channels-last layout": the labels of the trick
+  // keys it sets (settings table); a rung that sets a count or a recipe names
+  // it ("4 loader workers", "batch x4, lr scaled").
+  std::string title;
   // Changes the computed numbers (not only their speed): such a rung can get
   // an accuracy run (ladder_accuracy) next to the baseline's.
   bool changes_results = false;

@@ -137,28 +137,46 @@ std::unique_ptr<Model> mlp(const Shape& in, int64_t classes, const ModelOptions&
 
 }  // namespace
 
-std::vector<std::string> model_names() { return {"fmnist-cnn", "resnet18-cifar", "resnet9", "mlp"}; }
+const std::vector<ModelDef>& model_registry() {
+  static const std::vector<ModelDef> registry = {
+      {"fmnist-cnn", "Small CNN for Fashion-MNIST", {1, 28, 28}, 4, fmnist_cnn},
+      {"resnet18-cifar", "ResNet-18 (CIFAR variant)", {3, 32, 32}, 8, resnet18_cifar},
+      {"resnet9", "ResNet-9", {3, 32, 32}, 8, resnet9},
+      {"mlp", "Multi-layer perceptron", {1, 28, 28}, 0, mlp},
+  };
+  return registry;
+}
+
+const ModelDef* find_model(const std::string& name) {
+  for (const ModelDef& m : model_registry())
+    if (m.name == name) return &m;
+  return nullptr;
+}
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> names;
+  for (const ModelDef& m : model_registry()) names.push_back(m.name);
+  return names;
+}
 
 std::unique_ptr<Model> make_model(const std::string& name, const Shape& input, int64_t classes,
                                   const ModelOptions& options) {
   TB_CHECK(classes >= 2, "model ", name, ": needs at least 2 classes, got ", classes);
-  const bool image = input.size() == 3;
-  if (name == "mlp") return mlp(input, classes, options);
-  TB_CHECK(image, "model ", name, " needs image input {C, H, W}, got ", shape_str(input));
-  const int64_t H = input[1], W = input[2];
-  if (name == "fmnist-cnn") {
-    TB_CHECK(H >= 4 && W >= 4, "model fmnist-cnn needs images of at least 4x4, got ", H, "x", W);
-    return fmnist_cnn(input, classes, options);
+  const ModelDef* def = find_model(name);
+  if (!def) {
+    const std::vector<std::string> names = model_names();
+    std::string expected;
+    for (size_t i = 0; i < names.size(); ++i)
+      expected += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+    TB_FAIL("unknown model '", name, "' (expected ", expected, ")");
   }
-  if (name == "resnet18-cifar") {
-    TB_CHECK(H >= 8 && W >= 8, "model resnet18-cifar needs images of at least 8x8, got ", H, "x", W);
-    return resnet18_cifar(input, classes, options);
+  if (def->min_image_size > 0) {
+    TB_CHECK(input.size() == 3, "model ", name, " needs image input {C, H, W}, got ", shape_str(input));
+    const int64_t H = input[1], W = input[2], n = def->min_image_size;
+    TB_CHECK(H >= n && W >= n, "model ", name, " needs images of at least ", n, "x", n, ", got ", H,
+             "x", W);
   }
-  if (name == "resnet9") {
-    TB_CHECK(H >= 8 && W >= 8, "model resnet9 needs images of at least 8x8, got ", H, "x", W);
-    return resnet9(input, classes, options);
-  }
-  TB_FAIL("unknown model '", name, "' (expected fmnist-cnn, resnet18-cifar, resnet9 or mlp)");
+  return def->build(input, classes, options);
 }
 
 }  // namespace tb

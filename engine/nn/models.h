@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,11 +20,30 @@ struct ModelOptions {
   bool fuse_pointwise = false;
 };
 
-// Models by name: fmnist-cnn, resnet18-cifar, resnet9, mlp. Input channels and
-// size follow the data set (input = {C, H, W}). Throws tb::Error for an unknown
-// name or an input the model cannot take.
+using ModelBuilder =
+    std::function<std::unique_ptr<Model>(const Shape& input, int64_t classes, const ModelOptions&)>;
+
+// A model, registered once (model_registry): the settings table's `model`
+// choices and their labels, `config --schema`'s "models" (the GUI, bench/)
+// and make_model all read this. Adding a model: its builder and one row.
+struct ModelDef {
+  std::string name;   // the `model` setting's value
+  std::string label;  // what front ends show
+  Shape input_shape;  // the data it is made for ({C, H, W}; bench/ trains it on this)
+  // Image models: the smallest height and width they take. 0: any input
+  // shape (the model flattens it).
+  int64_t min_image_size = 0;
+  ModelBuilder build;
+};
+
+const std::vector<ModelDef>& model_registry();
+const ModelDef* find_model(const std::string& name);  // nullptr when unknown
+std::vector<std::string> model_names();               // in registry order
+
+// The registered model `name`. Input channels and size follow the data set
+// (input = {C, H, W}). Throws tb::Error for an unknown name or an input the
+// model cannot take.
 std::unique_ptr<Model> make_model(const std::string& name, const Shape& input, int64_t classes,
                                   const ModelOptions& options = {});
-std::vector<std::string> model_names();
 
 }  // namespace tb

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "engine/core/error.h"
+#include "engine/nn/models.h"
 
 namespace tb {
 
@@ -70,6 +71,13 @@ Row text(std::string key, std::string RunConfig::* field, std::string def,
              std::move(help));
 }
 
+// The registered models' display names, by name (engine/nn/models.cpp).
+json model_labels() {
+  json labels = json::object();
+  for (const ModelDef& m : model_registry()) labels[m.name] = m.label;
+  return labels;
+}
+
 const std::vector<ConfigGroup>& groups() {
   static const std::vector<ConfigGroup> kGroups = {
     {"run", "Run", false},
@@ -89,8 +97,9 @@ const std::vector<ConfigGroup>& groups() {
 }
 
 // The settings table: every key the engine reads, once. `trick(n)` is the
-// row of the spec's TRICKS.md; the GUI's teaching texts for tricks live in
-// resources/tricks/tricks.json, keyed by the same names.
+// row of the spec's TRICKS.md; the GUI's teaching texts for tricks (tooltip,
+// what, why, ...) live in resources/tricks/tricks.json, keyed by the same
+// names; their labels are here, with every other key's.
 std::vector<ConfigKey> make_table() {
   using C = BackendCapabilities;
   using R = RunConfig;
@@ -99,13 +108,9 @@ std::vector<ConfigKey> make_table() {
       // --- the run
       text("name", &R::name, "", {}, "run", "Run name shown in the history (default: model and date)")
           .label("Name"),
-      text("model", &R::model, "fmnist-cnn", {"fmnist-cnn", "resnet18-cifar", "resnet9", "mlp"},
-           "run", "Model architecture")
+      text("model", &R::model, "fmnist-cnn", model_names(), "run", "Model architecture")
           .label("Model")
-          .labels({{"fmnist-cnn", "Small CNN for Fashion-MNIST"},
-                   {"resnet18-cifar", "ResNet-18 (CIFAR variant)"},
-                   {"resnet9", "ResNet-9"},
-                   {"mlp", "Multi-layer perceptron"}}),
+          .labels(model_labels()),
       text("device", &R::device, "auto", {}, "run",
            "auto (a GPU when one works, else the CPU), cpu, cuda or cuda:N")
           .label("Device"),
@@ -249,111 +254,141 @@ std::vector<ConfigKey> make_table() {
       // --- tricks: data pipeline
       integer("workers", &R::workers, 0, 0, 256, "data pipeline",
               "Loader threads decoding and augmenting in parallel (0: on the training thread)")
-          .trick(3),
+          .trick(3)
+          .label("Data-loader workers"),
       flag("pin_memory", &R::pin_memory, false, "data pipeline",
            "Batches in page-locked host memory")
-          .trick(4).needs(&C::pinned_host_memory),
+          .trick(4).needs(&C::pinned_host_memory)
+          .label("Pinned host memory"),
       flag("non_blocking", &R::non_blocking, false, "data pipeline",
            "Host-to-device copies on their own stream, overlapping compute")
-          .trick(5).needs(&C::async_upload),
+          .trick(5).needs(&C::async_upload)
+          .label("Non-blocking copies"),
       flag("h2d_uint8", &R::h2d_uint8, false, "data pipeline",
            "Copy uint8 images and normalise on the device")
-          .trick(6).needs(&C::device_normalize_u8),
+          .trick(6).needs(&C::device_normalize_u8)
+          .label("Send uint8 images to the device"),
       flag("device_side_init", &R::device_side_init, false, "data pipeline",
            "Create tensors on the device")
-          .trick(15).needs(&C::device_side_init),
+          .trick(15).needs(&C::device_side_init)
+          .label("Create tensors on the device"),
       flag("gpu_augment", &R::gpu_augment, false, "data pipeline", "Augment on the device")
-          .trick(15).needs(&C::device_augment),
+          .trick(15).needs(&C::device_augment)
+          .label("Augment on the GPU"),
       // --- tricks: precision
       text("amp", &R::amp, "off", {"off", "fp16", "bf16"}, "precision",
            "Mixed precision with fp32 master weights (fp16 with dynamic loss scaling)")
-          .trick(1).needs(&C::low_precision),
+          .trick(1).needs(&C::low_precision)
+          .label("Mixed precision"),
       integer("pad_channels_to", &R::pad_channels_to, 0, 0, 128, "precision",
               "Pad channel counts to a multiple of this (8 suits Tensor Cores; 0: off)")
-          .trick(22).needs(&C::tensor_core_alignment).one_of({0, 2, 4, 8, 16, 32, 64, 128})
+          .trick(22).needs(&C::tensor_core_alignment)
+          .label("Pad channels for Tensor Cores").one_of({0, 2, 4, 8, 16, 32, 64, 128})
           .labels({{"0", "off"}}),
       // --- tricks: kernels and memory layout
       flag("cudnn_benchmark", &R::cudnn_benchmark, false, "kernels",
            "Time every cuDNN plan once per shape and keep the fastest")
-          .trick(7).needs(&C::autotuned_convolutions),
+          .trick(7).needs(&C::autotuned_convolutions)
+          .label("cuDNN autotune"),
       flag("channels_last", &R::channels_last, false, "kernels",
            "NHWC activations and weights end to end")
-          .trick(8).needs(&C::channels_last),
+          .trick(8).needs(&C::channels_last)
+          .label("Channels-last layout"),
       flag("fuse_pointwise", &R::fuse_pointwise, false, "kernels",
            "One kernel for BN-apply+ReLU(+add) and bias+activation chains")
-          .trick(11).needs(&C::fused_pointwise),
+          .trick(11).needs(&C::fused_pointwise)
+          .label("Fuse pointwise operations"),
       flag("conv_bias_before_bn", &R::conv_bias_before_bn, true, "kernels",
            "Keep the (redundant) convolution bias in front of batch norm")
-          .trick(10),
+          .trick(10)
+          .label("Keep conv bias before batch norm"),
       flag("cuda_graphs", &R::cuda_graphs, false, "kernels",
            "Capture the training step once and replay it")
-          .trick(24).needs(&C::graph_capture),
+          .trick(24).needs(&C::graph_capture)
+          .label("CUDA graphs (whole step)"),
       // --- tricks: optimizer
       flag("optimizer_foreach", &R::optimizer_foreach, false, "optimizer",
            "Update all parameters in one fused pass instead of one per tensor")
-          .trick(12),
+          .trick(12)
+          .label("Multi-tensor optimizer"),
       flag("grad_set_to_none", &R::grad_set_to_none, true, "optimizer",
            "Skip zeroing gradients: the first backward writes them")
-          .trick(9),
+          .trick(9)
+          .label("Gradients to none"),
       integer("accumulation_steps", &R::accumulation_steps, 1, 1, 4096, "optimizer",
               "Micro-batches per optimizer step")
-          .trick(13),
+          .trick(13)
+          .label("Gradient accumulation"),
       number("clip_grad_norm", &R::clip_grad_norm, 0.0, 0, 1e9, "optimizer",
              "Clip the global gradient L2 norm to this (0: off)")
           .trick(14)
+          .label("Clip gradient norm")
           .zero_means("off"),
       text("lr_scaling", &R::lr_scaling, "none", {"none", "linear", "sqrt"}, "optimizer",
            "Scale lr with batch_size relative to base_batch_size")
-          .trick(2),
+          .trick(2)
+          .label("Scale LR with batch"),
       integer("warmup_steps", &R::warmup_steps, 0, 0, big, "optimizer",
               "Linear learning-rate warm-up steps (with any schedule)")
           .trick(2)
+          .label("LR warm-up steps")
           .zero_means("off"),
       // --- tricks: data parallel (engine/parallel, docs/parallel.md)
       text("parallel", &R::parallel, "none", {"none", "dp", "ddp"}, "parallel",
            "Data parallelism: ddp, one process per device (mpirun or RANK/WORLD_SIZE); "
            "dp, one process driving several GPUs")
-          .trick(21).needs(&C::process_parallel),
+          .trick(21).needs(&C::process_parallel)
+          .label("Data parallel"),
       integer("dp_devices", &R::dp_devices, 0, 0, 1024, "parallel",
               "dp: GPUs one process drives, from the run's device on (cuda:k .. cuda:k+N-1); "
               "each step splits batch_size across them")
           .trick(21)
+          .label("GPUs (dp)")
           .zero_means("every visible GPU from the run's device on")
           .applies_when("parallel", {"dp"}),
       integer("processes", &R::processes, 1, 1, 4096, "parallel",
               "ddp processes: the GUI starts this many with mpirun; a run records how many "
               "its launcher started")
           .trick(21)
+          .label("Processes")
           .applies_when("parallel", {"ddp"}),
       number("bucket_mb", &R::bucket_mb, 25.0, 0, 4096, "parallel",
              "ddp all-reduce bucket size in MiB; a bucket is sent as soon as backward has "
              "filled it (0: one all-reduce after backward)")
           .trick(21)
+          .label("All-reduce bucket (MiB)")
           .zero_means("one all-reduce after backward")
           .applies_when("parallel", {"ddp"}),
       flag("sync_batchnorm", &R::sync_batchnorm, false, "parallel",
            "ddp: batch-norm statistics over every rank's batch (default: each rank its own)")
           .trick(21)
+          .label("Synchronised batch norm")
           .applies_when("parallel", {"ddp"}),
       // --- tricks: memory
       flag("eval_inference_mode", &R::eval_inference_mode, true, "memory",
            "Evaluate without keeping activations or gradients")
-          .trick(18),
+          .trick(18)
+          .label("Inference mode for evaluation"),
       flag("empty_cache_between_phases", &R::empty_cache_between_phases, false, "memory",
            "Return cached device memory between training and evaluation")
-          .trick(20).needs(&C::caching_allocator),
+          .trick(20).needs(&C::caching_allocator)
+          .label("Release cached memory between phases"),
       // --- tricks: debugging
       flag("sync_every_step", &R::sync_every_step, true, "debugging",
            "Read loss and accuracy back every step (off: every log_every steps)")
-          .trick(16),
+          .trick(16)
+          .label("Synchronise every step"),
       flag("anomaly_check", &R::anomaly_check, false, "debugging",
            "Check every layer's output for NaN/Inf (costly)")
-          .trick(17),
+          .trick(17)
+          .label("NaN/Inf check after every layer"),
       flag("profiler", &R::profiler, false, "debugging", "Full per-kernel tracing (costly)")
-          .trick(17).needs(&C::kernel_profiler),
+          .trick(17).needs(&C::kernel_profiler)
+          .label("Per-kernel profiler"),
       flag("deterministic", &R::deterministic, false, "debugging",
            "Deterministic algorithms only: bit-identical reruns")
-          .trick(19),
+          .trick(19)
+          .label("Deterministic algorithms"),
       // --- the optimization ladder (read by `trainbench-engine ladder` only)
       text("ladder_rungs", &R::ladder_rungs, "", {}, "ladder",
            "Comma-separated rungs in order (empty: the default order; `ladder --list-rungs`)")
@@ -398,9 +433,11 @@ std::vector<ConfigKey> make_table() {
         },
         k.field);
     TB_CHECK(field_ok, "settings table: key '", k.key, "' fills a RunConfig field of another type");
-    TB_CHECK(std::any_of(groups().begin(), groups().end(),
-                         [&](const ConfigGroup& g) { return g.id == k.group; }),
-             "settings table: key '", k.key, "' names unknown group '", k.group, "'");
+    const auto group = std::find_if(groups().begin(), groups().end(),
+                                    [&](const ConfigGroup& g) { return g.id == k.group; });
+    TB_CHECK(group != groups().end(), "settings table: key '", k.key, "' names unknown group '",
+             k.group, "'");
+    TB_CHECK(!group->tricks || !k.label.empty(), "settings table: trick '", k.key, "' has no label");
     for (const auto& item : k.choice_labels.items()) {
       const std::string value = item.key();  // not a structured binding: clang 14 cannot capture one
       TB_CHECK(std::any_of(k.choices.begin(), k.choices.end(),
@@ -534,7 +571,13 @@ json config_schema_json() {
     if (!k.applies_key.empty()) e["applies_when"] = {{"key", k.applies_key}, {"values", k.applies_values}};
     keys.push_back(e);
   }
-  return {{"version", 2}, {"groups", groups}, {"keys", keys}};
+  json models = json::array();
+  for (const ModelDef& m : model_registry())
+    models.push_back({{"name", m.name},
+                      {"label", m.label},
+                      {"input_shape", m.input_shape},
+                      {"min_image_size", m.min_image_size}});
+  return {{"version", 2}, {"groups", groups}, {"keys", keys}, {"models", models}};
 }
 
 json default_config() {
@@ -582,17 +625,18 @@ void apply_assignment(json& config, const std::string& assignment) {
   config[key] = value;
 }
 
-RunConfig RunConfig::from_json(const nlohmann::json& j) {
-  RunConfig c;
-  c.values = j;
+RunConfig::RunConfig() : RunConfig(default_config()) {}
+
+RunConfig::RunConfig(const nlohmann::json& validated) : values(validated) {
   for (const ConfigKey& k : config_schema())
     std::visit(
         [&](auto field) {
-          using T = std::remove_reference_t<decltype(c.*field)>;
-          c.*field = j.at(k.key).get<T>();
+          using T = std::remove_reference_t<decltype(this->*field)>;
+          this->*field = validated.at(k.key).get<T>();
         },
         k.field);
-  return c;
 }
+
+RunConfig RunConfig::from_json(const nlohmann::json& validated) { return RunConfig(validated); }
 
 }  // namespace tb

@@ -19,53 +19,59 @@
 namespace tb {
 
 // Typed view of a validated configuration; every member is filled from the
-// table (the `field` of its row).
+// table (the `field` of its row). The members have no initializers of their
+// own: a default value lives in the table alone, and RunConfig() takes it
+// from there.
 struct RunConfig {
+  RunConfig();  // every member at the settings table's default
+  static RunConfig from_json(const nlohmann::json& validated);
+
   nlohmann::json values;  // the full validated object, stored with the run
 
   std::string name, model, dataset, data_dir, device;
-  int64_t train_limit = 0, test_limit = 0;
+  int64_t train_limit, test_limit;
   std::vector<int64_t> synthetic_shape;
-  int64_t synthetic_size = 0;
-  int64_t epochs = 1, max_steps = 0, batch_size = 64;
+  int64_t synthetic_size;
+  int64_t epochs, max_steps, batch_size;
   std::string optimizer, schedule, lr_scaling;
-  double lr = 0, momentum = 0, weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0, alpha = 0;
-  bool nesterov = false;
-  int64_t step_size = 0;
-  double gamma = 0, min_lr = 0;
-  int64_t base_batch_size = 64, warmup_steps = 0;
-  double label_smoothing = 0;
-  uint64_t seed = 0;
-  int64_t random_crop_padding = 0;
-  bool horizontal_flip = false, pad_to_32 = false;
-  int64_t log_every = 20;
+  double lr, momentum, weight_decay, beta1, beta2, eps, alpha;
+  bool nesterov;
+  int64_t step_size;
+  double gamma, min_lr;
+  int64_t base_batch_size, warmup_steps;
+  double label_smoothing;
+  uint64_t seed;
+  int64_t random_crop_padding;
+  bool horizontal_flip, pad_to_32;
+  int64_t log_every;
   // measurement: sampled figures every N steps; CUPTI (census, tensor pipe) only when asked
-  int64_t measure_every = 20;
-  bool cupti_sampling = false;
+  int64_t measure_every;
+  bool cupti_sampling;
   // time to accuracy: stop at a target test accuracy, evaluated every N steps
-  double target_accuracy = 0;
-  int64_t eval_every_steps = 0;
+  double target_accuracy;
+  int64_t eval_every_steps;
   // the ladder (`trainbench-engine ladder`; a plain run ignores them)
   std::string ladder_rungs, ladder_mode;
-  int64_t ladder_repeats = 3, ladder_warmup_steps = 10, ladder_measured_steps = 50;
-  bool ladder_accuracy = false;
+  int64_t ladder_repeats, ladder_warmup_steps, ladder_measured_steps;
+  bool ladder_accuracy;
 
   // tricks
   std::string amp, parallel;
-  int64_t workers = 0, accumulation_steps = 1, pad_channels_to = 0;
-  bool pin_memory = false, non_blocking = false, h2d_uint8 = false, cudnn_benchmark = false,
-       channels_last = false, grad_set_to_none = true, conv_bias_before_bn = true,
-       fuse_pointwise = false, optimizer_foreach = false, device_side_init = false,
-       gpu_augment = false, sync_every_step = true, anomaly_check = false, profiler = false,
-       eval_inference_mode = true, deterministic = false, empty_cache_between_phases = false,
-       cuda_graphs = false;
-  double clip_grad_norm = 0;
+  int64_t workers, accumulation_steps, pad_channels_to;
+  bool pin_memory, non_blocking, h2d_uint8, cudnn_benchmark,
+       channels_last, grad_set_to_none, conv_bias_before_bn,
+       fuse_pointwise, optimizer_foreach, device_side_init,
+       gpu_augment, sync_every_step, anomaly_check, profiler,
+       eval_inference_mode, deterministic, empty_cache_between_phases,
+       cuda_graphs;
+  double clip_grad_norm;
   // data parallel (parallel: ddp; dp_devices: parallel: dp)
-  int64_t processes = 1, dp_devices = 0;
-  double bucket_mb = 25;
-  bool sync_batchnorm = false;
+  int64_t processes, dp_devices;
+  double bucket_mb;
+  bool sync_batchnorm;
 
-  static RunConfig from_json(const nlohmann::json& validated);
+ private:
+  explicit RunConfig(const nlohmann::json& validated);
 };
 
 enum class KeyType { Bool, Int, Float, String, IntList };
@@ -98,9 +104,9 @@ struct ConfigKey {
   int min_devices = 1;  // devices the key needs when on (parallel: 2)
   ConfigField field;
   std::string help;  // one line for --help and tooltips
-  // How front ends show it: a short name (tricks take theirs from the GUI's
-  // teaching texts), display names of choices (by value as text), and what a
-  // special 0 means ("all", "off"); empty when there is none.
+  // How front ends show it: a short name (every trick has one; the ladder's
+  // rungs are titled with them), display names of choices (by value as text),
+  // and what a special 0 means ("all", "off"); empty when there is none.
   std::string label;
   nlohmann::json choice_labels = nlohmann::json::object();
   std::string zero_means;
@@ -119,7 +125,8 @@ const ConfigKey* find_config_key(const std::string& key);  // nullptr when unkno
 // The table as JSON (`config --schema`; the GUI builds its controls from it):
 // {"version": 2, "groups": [{id, title, tricks}], "keys": [{key, type, default,
 //  choices?, min?, max?, group, trick, backends, min_devices, help, label?,
-//  choice_labels?, zero_means?, applies_when?: {key, values}}]}
+//  choice_labels?, zero_means?, applies_when?: {key, values}}],
+//  "models": [{name, label, input_shape, min_image_size}] (engine/nn/models.h)}
 nlohmann::json config_schema_json();
 nlohmann::json default_config();
 

@@ -142,6 +142,45 @@ class TestLadder : public QObject {
              std::vector<std::string>{"batch_x4"});
   }
 
+  // A rung that turns tricks on is titled with their labels, declared once
+  // in the settings table (the GUI shows the same names on the trick panel).
+  void rungsAreTitledWithTheTricksLabels() {
+    auto label = [](const char* key) { return find_config_key(key)->label; };
+    QCOMPARE(find_rung("channels_last")->title, label("channels_last"));
+    QCOMPARE(find_rung("cuda_graphs")->title, label("cuda_graphs"));
+    QCOMPARE(find_rung("pinned")->title, label("pin_memory") + " + " + label("non_blocking"));
+    QCOMPARE(find_rung("amp")->title, label("amp") + " (fp16)");
+    QCOMPARE(label("workers"), std::string("Data-loader workers"));
+  }
+
+  // `ladder --list-rungs --json -` is how bench/ladder.py and the docs' table
+  // read the rungs: every rung of the catalogue with its title, and what it
+  // sets on the baseline given (batch_x4 on batch 128: 512).
+  void listRungsAsJsonOnABaseline() {
+    QProcess p;
+    p.start(TRAINBENCH_ENGINE_BIN, {"ladder", "--list-rungs", "--json", "-", "--set", "batch_size=128",
+                                    "--rungs", "workers,batch_x4"});
+    QVERIFY(p.waitForFinished(60000));
+    QCOMPARE(p.exitCode(), 0);
+    const json listed = json::parse(p.readAllStandardOutput().toStdString());
+    QCOMPARE(listed["rungs"].size(), rung_catalogue().size());
+    for (size_t i = 0; i < rung_catalogue().size(); ++i) {
+      QCOMPARE(listed["rungs"][i]["id"].get<std::string>(), rung_catalogue()[i].id);
+      QCOMPARE(listed["rungs"][i]["title"].get<std::string>(), rung_catalogue()[i].title);
+    }
+    json batch_x4;
+    for (const json& r : listed["rungs"])
+      if (r["id"] == "batch_x4") batch_x4 = r;
+    QCOMPARE(batch_x4["sets"]["batch_size"].get<int64_t>(), int64_t(512));
+    QCOMPARE(batch_x4["sets"]["base_batch_size"].get<int64_t>(), int64_t(128));
+    QCOMPARE(listed["order"], json({"workers", "batch_x4"}));
+
+    p.start(TRAINBENCH_ENGINE_BIN, {"ladder", "--list-rungs", "--json", "-", "--rungs", "warp_drive"});
+    QVERIFY(p.waitForFinished(60000));
+    QCOMPARE(p.exitCode(), 2);
+    QVERIFY(p.readAllStandardError().contains("'warp_drive'"));
+  }
+
   // A B C A B C: repetition r of every rung before repetition r + 1 of any;
   // then the accuracy runs of the baseline and the rungs that change numbers.
   void runsAreInterleavedThenAccuracyRuns() {

@@ -82,6 +82,40 @@ class TestModels : public QObject {
   Q_OBJECT
 
  private slots:
+  // Models are registered once (engine/nn/models.cpp): the settings table's
+  // `model` choices and labels and the schema's "models" are the registry's,
+  // and every registered model builds on the input it is made for and checks
+  // the inputs it cannot take.
+  void theRegistryIsTheOneListOfModels() {
+    const ConfigKey* key = find_config_key("model");
+    QVERIFY(key);
+    QCOMPARE(key->choices, json(model_names()));
+    const json schema = config_schema_json();
+    QCOMPARE(schema["models"].size(), model_registry().size());
+    for (size_t i = 0; i < model_registry().size(); ++i) {
+      const ModelDef& m = model_registry()[i];
+      QCOMPARE(key->choice_labels.at(m.name).get<std::string>(), m.label);
+      QCOMPARE(schema["models"][i]["name"].get<std::string>(), m.name);
+      QCOMPARE(schema["models"][i]["input_shape"], json(m.input_shape));
+      QCOMPARE(find_model(m.name), &m);
+      const std::unique_ptr<Model> built = make_model(m.name, m.input_shape, 10);
+      QCOMPARE(built->input_shape(), m.input_shape);
+      if (m.min_image_size > 0) {
+        const int64_t small = m.min_image_size - 1;
+        QVERIFY_THROWS_EXCEPTION(Error, make_model(m.name, {m.input_shape[0], small, small}, 10));
+        QVERIFY_THROWS_EXCEPTION(Error, make_model(m.name, {m.input_shape[0] * 16}, 10));
+      }
+    }
+    QVERIFY(!find_model("resnet50"));
+    try {
+      make_model("resnet50", {3, 32, 32}, 10);
+      QFAIL("an unknown model was built");
+    } catch (const Error& e) {
+      QCOMPARE(std::string(e.what()),
+               std::string("unknown model 'resnet50' (expected fmnist-cnn, resnet18-cifar, resnet9 or mlp)"));
+    }
+  }
+
   // ---------------------------------------------------------------- fast vs reference
 
 

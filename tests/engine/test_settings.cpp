@@ -66,6 +66,16 @@ class TestSettings : public QObject {
       QVERIFY2(field_value(d, k.field) == k.default_value, k.key.c_str());
   }
 
+  // A RunConfig made without a configuration holds the table's defaults: the
+  // table is the one place a default is declared (config.h had a second set of
+  // initializers, lr 0 against the table's 0.05 and nine more).
+  void aDefaultRunConfigHoldsTheTablesDefaults() {
+    const RunConfig c;
+    for (const ConfigKey& k : config_schema())
+      QVERIFY2(field_value(c, k.field) == k.default_value, k.key.c_str());
+    QCOMPARE(c.values, default_config());
+  }
+
   void schemaCarriesGroupsAndCapabilities() {
     const json schema = config_schema_json();
     QCOMPARE(schema["version"].get<int>(), 2);

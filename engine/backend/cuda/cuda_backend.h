@@ -172,8 +172,7 @@ class CudaBackend final : public Backend {
       .multi_device = true,  // parallel: dp, copy_from_peer (peer.cpp)
   };
   BackendCapabilities capabilities() const override { return kCapabilities; }
-  // Whole-step capture (graphs.cpp, cuda_graphs). NOT yet run on a GPU.
-  bool supports_graphs() const override { return true; }
+  // Whole-step capture (graphs.cpp, cuda_graphs; graph_capture above).
   void begin_capture() override;
   int end_capture() override;
   void launch_graph(int id) override;
