@@ -89,7 +89,10 @@ MainWindow::MainWindow(const QString& databasePath, QWidget* parent) : QMainWind
   setEnginePath(EngineLocator::enginePath());
   const QJsonObject saved = QJsonDocument::fromJson(settings.value(QStringLiteral("setup/config")).toByteArray()).object();
   hadSavedConfig_ = !saved.isEmpty();
-  setConfig(RunConfig::merged(RunConfig::defaults(), saved));
+  // Checked like a loaded file: a key or value the engine would refuse is
+  // dropped (with a warning), never kept to fail every later run.
+  for (const QString& refused : setConfig(saved, tr("saved settings (%1)").arg(settings.fileName())))
+    qWarning("%s: dropped", qPrintable(refused));
   if (!restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray())) resize(1500, 950);
   restoreState(settings.value(QStringLiteral("window/state")).toByteArray());
   fitToScreen();
@@ -359,10 +362,27 @@ void MainWindow::buildMenus() {
 
 QJsonObject MainWindow::currentConfig() const { return RunConfig::merged(config_->config(), tricks_->values()); }
 
-void MainWindow::setConfig(const QJsonObject& config) {
-  config_->setConfig(config);
-  tricks_->setValues(config);
+QStringList MainWindow::setConfig(const QJsonObject& config, const QString& source) {
+  const RunConfig::Checked checked =
+      RunConfig::check(config, source.isEmpty() ? tr("configuration") : source, currentConfig());
+  config_->setConfig(checked.accepted);
+  tricks_->setValues(checked.accepted);
   updateConfigPreview();
+  if (!checked.refused.isEmpty())
+    statusBar()->showMessage(tr("Not taken: %1%2").arg(checked.refused.first(),
+                                                       checked.refused.size() > 1
+                                                           ? tr(" (and %n more)", nullptr, int(checked.refused.size() - 1))
+                                                           : QString()),
+                             15000);
+  return checked.refused;
+}
+
+bool MainWindow::loadConfigFile(const QString& path, QStringList* refused, QString* error) {
+  QJsonObject config;
+  if (!RunConfig::load(path, &config, error)) return false;
+  *refused = setConfig(config, QFileInfo(path).fileName());
+  if (refused->isEmpty()) statusBar()->showMessage(tr("Loaded %1").arg(path), 5000);
+  return true;
 }
 
 bool MainWindow::applyPreset(const QString& name) {
@@ -657,14 +677,21 @@ void MainWindow::loadConfigDialog() {
                                                     tr("Run configuration (*.json)"));
   if (path.isEmpty()) return;
   settings.setValue(QStringLiteral("config/folder"), QFileInfo(path).absolutePath());
-  QJsonObject config;
+  QStringList refused;
   QString error;
-  if (!RunConfig::load(path, &config, &error)) {
+  if (!loadConfigFile(path, &refused, &error)) {
     QMessageBox::warning(this, tr("Load failed"), tr("%1: %2").arg(path, error));
     return;
   }
-  setConfig(RunConfig::merged(currentConfig(), config));
-  statusBar()->showMessage(tr("Loaded %1").arg(path), 5000);
+  if (!refused.isEmpty()) {
+    QMessageBox box(QMessageBox::Warning, tr("Loaded with entries refused"),
+                    tr("%1 was loaded except for %n entry(ies) the engine would refuse; those settings keep "
+                       "their previous values.", nullptr, int(refused.size())).arg(path),
+                    QMessageBox::Ok, this);
+    box.setDetailedText(refused.join(QLatin1Char('\n')));
+    box.setInformativeText(refused.mid(0, 5).join(QLatin1Char('\n')));
+    box.exec();
+  }
 }
 
 void MainWindow::openDatabaseDialog() {

@@ -34,7 +34,13 @@ class MainWindow : public QMainWindow {
   ~MainWindow() override;
 
   QJsonObject currentConfig() const;
-  void setConfig(const QJsonObject& config);
+  // Takes what the engine's settings table accepts of config (merged onto the
+  // current configuration) and returns the refused entries, each naming its
+  // key, value and why (also in the status bar). source prefixes them.
+  QStringList setConfig(const QJsonObject& config, const QString& source = QString());
+  // Loads a configuration file onto the current one; false with the reason in
+  // *error when the file cannot be read, else the refused entries in *refused.
+  bool loadConfigFile(const QString& path, QStringList* refused, QString* error);
   bool applyPreset(const QString& name);
   void showLearnMore(const QString& key);
 

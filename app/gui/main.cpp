@@ -56,10 +56,11 @@ int main(int argc, char** argv) {
     if (wh.size() == 2) window.resize(wh[0].toInt(), wh[1].toInt());
   }
   if (parser.isSet(config)) {
-    QJsonObject c;
+    QStringList refused;
     QString error;
-    if (RunConfig::load(parser.value(config), &c, &error)) window.setConfig(RunConfig::merged(window.currentConfig(), c));
-    else qWarning("cannot load %s: %s", qPrintable(parser.value(config)), qPrintable(error));
+    if (!window.loadConfigFile(parser.value(config), &refused, &error))
+      qWarning("cannot load %s: %s", qPrintable(parser.value(config)), qPrintable(error));
+    for (const QString& r : refused) qWarning("%s: not taken", qPrintable(r));
   }
   if (parser.isSet(preset) && !window.applyPreset(parser.value(preset)))
     qWarning("no preset named %s", qPrintable(parser.value(preset)));
