@@ -93,6 +93,11 @@ class MainWindow : public QMainWindow {
   QWidget* buildSetupPage();
   QWidget* buildRunsPage();
   void buildMenus();
+  // A new dashboard tab for a run of the database at store (a run is
+  // (store, id): the tab is found again by both).
+  void showInDashboard(RunDashboard* dashboard, const QString& store);
+  // The Advisor tab under a dashboard (once), for run runId of store.
+  void addAdvisor(RunDashboard* dashboard, const QString& store, qint64 runId);
   void onLaunched(EngineProcess* process);
   void onRunEnded(EngineProcess* process, const QString& status, const QString& message);
   void updateQueueList();
@@ -125,5 +130,7 @@ class MainWindow : public QMainWindow {
   QAction *stopAction_ = nullptr, *killAction_ = nullptr;
   QJsonObject engineDefaults_;
   bool hadSavedConfig_ = false;
+  bool ladderFollowsSetup_ = true;  // the Ladder page's baseline is the Set-up page's configuration
+  QString setupBaselineSource() const;
   QList<qint64> pendingCompare_;  // ids waiting for the history's next read
 };

@@ -350,7 +350,7 @@ std::vector<ConfigKey> make_table() {
            "cumulative: each rung on top of the last; alone: each against the baseline; "
            "leave_one_out: all rungs, then all but one")
           .label("Mode")
-          .labels({{"cumulative", "Cumulative (004's table)"},
+          .labels({{"cumulative", "Cumulative (each rung on top of the last)"},
                    {"alone", "Each rung alone"},
                    {"leave_one_out", "Leave one out"}}),
       integer("ladder_repeats", &R::ladder_repeats, 3, 1, 100, "ladder",
