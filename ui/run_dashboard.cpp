@@ -332,7 +332,7 @@ void RunDashboard::setTricks(const QJsonObject& tricks) {
   // "In effect": changed from the baseline's value and honoured by the
   // engine, a trick at work; "baseline": the default value; "not applied":
   // asked for, but the engine could not (the reason says why).
-  QString html = QStringLiteral("<table cellspacing='4'><tr><th align='left'>%1</th><th align='left'>%2</th>"
+  QString html = QStringLiteral("<table cellspacing='4' cellpadding='3'><tr><th align='left'>%1</th><th align='left'>%2</th>"
                                 "<th align='left'>%3</th><th align='left'>%4</th></tr>")
                      .arg(tr("Setting"), tr("Value"), tr("In effect"), tr("Reason"));
   QStringList keys = tricks.keys();
