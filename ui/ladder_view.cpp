@@ -231,8 +231,8 @@ void LadderView::showBaseline() {
   const QString modelName = baseline_.value(QLatin1String("model")).toString();
   baselineLabel_->setText(
       baseline_.isEmpty()
-          ? tr("<b>Baseline:</b> the engine's defaults.")
-          : tr("<b>Baseline:</b> %1 — %2, batch %3, on %4.")
+          ? tr("<b>Baseline of a new ladder:</b> the engine's defaults.")
+          : tr("<b>Baseline of a new ladder:</b> %1 — %2, batch %3, on %4.")
                 .arg(baselineSource_.toHtmlEscaped(), (model ? model->optionLabel(modelName) : modelName).toHtmlEscaped())
                 .arg(baseline_.value(QLatin1String("batch_size")).toInteger())
                 .arg(baseline_.value(QLatin1String("device")).toString().toHtmlEscaped()));
@@ -491,7 +491,7 @@ void LadderView::renderAccuracy() {
     auto* why = new QCPItemText(accuracy_);
     why->position->setType(QCPItemPosition::ptAxisRectRatio);
     why->position->setCoords(0.5, 0.5);
-    why->setText(tr("No accuracy runs: check \"%1\" to train the rungs\nthat change the numbers to the end.")
+    why->setText(tr("No accuracy runs.\nCheck \"%1\" to train\nthe rungs that change\nthe numbers to the end.")
                      .arg(TrickCatalog::instance().setting(QStringLiteral("ladder_accuracy"))
                               ? TrickCatalog::instance().setting(QStringLiteral("ladder_accuracy"))->label
                               : QStringLiteral("ladder_accuracy")));
