@@ -70,19 +70,29 @@ void AdvisorPanel::showRun(qint64 runId) {
   render();
   // Reading every step series of a long run takes a while: off the GUI thread.
   const std::string path = databasePath_.toStdString();
-  auto result = std::make_shared<std::tuple<json, json, QString, json>>();
+  struct Result {
+    json advice, reruns, config;
+    QString error, cannotRerun;
+  };
+  auto result = std::make_shared<Result>();
   QThread* worker = QThread::create([path, runId, result] {
     try {
       tb::RunStore store(path, tb::RunStore::Mode::ReadOnly);
       tb::RunEvidence e = tb::evidence_from_store(store, runId);
       e.gpu_present = gpuPresent();
-      json list = json::array();
-      for (const tb::Advice& a : tb::advise(e)) list.push_back(a.to_json());
-      std::get<0>(*result) = list;
-      std::get<1>(*result) = tb::advice_outcomes(store, runId);
-      std::get<3>(*result) = e.config;
+      result->advice = json::array();
+      for (const tb::Advice& a : tb::advise(e)) result->advice.push_back(a.to_json());
+      result->reruns = tb::advice_outcomes(store, runId);
+      result->config = e.config;
+      // A re-run trains the run's configuration here: a GPU run needs a GPU.
+      if (e.on_gpu() && !e.gpu_present)
+        result->cannotRerun = tr("Run %1 trained on %2; this machine has no GPU the engine can use, so it "
+                                 "cannot be re-run here. Re-run it on a machine with a GPU, or open the run "
+                                 "database there.")
+                                  .arg(runId)
+                                  .arg(qs(e.device));
     } catch (const std::exception& ex) {
-      std::get<2>(*result) = QString::fromUtf8(ex.what());
+      result->error = QString::fromUtf8(ex.what());
     }
   });
   QPointer<AdvisorPanel> self(this);
@@ -90,10 +100,11 @@ void AdvisorPanel::showRun(qint64 runId) {
     worker->deleteLater();
     if (!self || self->runId_ != runId) return;
     self->computing_ = false;
-    self->advice_ = std::get<0>(*result);
-    self->reruns_ = std::get<1>(*result);
-    self->error_ = std::get<2>(*result);
-    self->config_ = std::get<3>(*result);
+    self->advice_ = result->advice.is_null() ? json::array() : result->advice;
+    self->reruns_ = result->reruns.is_null() ? json::array() : result->reruns;
+    self->error_ = result->error;
+    self->config_ = result->config;
+    self->cannotRerun_ = result->cannotRerun;
     self->render();
     emit self->adviceReady(runId);
   });
@@ -122,6 +133,10 @@ QJsonObject AdvisorPanel::ladderFor(const QString& rule) const {
 
 bool AdvisorPanel::applyAndRerun(const QString& rule) {
   if (rerun_.state() != QProcess::NotRunning || !rules().contains(rule)) return false;
+  if (!cannotRerun_.isEmpty()) {
+    emit statusMessage(cannotRerun_);
+    return false;
+  }
   if (!QFileInfo(enginePath_).isExecutable()) {
     emit statusMessage(tr("No engine at '%1'.").arg(enginePath_));
     return false;
@@ -157,7 +172,8 @@ void AdvisorPanel::render() {
                        : tr("Run %1: %2 recommendation(s). Each names the measurement that made it fire and the "
                             "most it can gain from the step's breakdown.")
                              .arg(runId_)
-                             .arg(advice_.size()));
+                             .arg(advice_.size()) +
+                       (cannotRerun_.isEmpty() || advice_.empty() ? QString() : QStringLiteral("\n") + cannotRerun_));
   int i = 0;
   for (const json& a : advice_) {
     auto* box = new QGroupBox(qs(a.value("title", "")), cards_);
@@ -175,7 +191,8 @@ void AdvisorPanel::render() {
     apply->setToolTip(tr("Train this run's configuration with %1 and link the two runs; the measured "
                          "speed-up then shows next to the bound.")
                           .arg(qs(a["changes"].dump())));
-    apply->setEnabled(rerun_.state() == QProcess::NotRunning && !a["changes"].empty());
+    apply->setEnabled(rerun_.state() == QProcess::NotRunning && !a["changes"].empty() && cannotRerun_.isEmpty());
+    if (!cannotRerun_.isEmpty()) apply->setToolTip(cannotRerun_);
     const QString rule = qs(a.value("rule", ""));
     connect(apply, &QPushButton::clicked, this, [this, rule] { applyAndRerun(rule); });
     row->addStretch(1);

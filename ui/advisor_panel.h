@@ -32,7 +32,11 @@ class AdvisorPanel : public QWidget {
   QStringList rules() const;  // of the advice shown
   const nlohmann::json& advice() const { return advice_; }
   const nlohmann::json& reruns() const { return reruns_; }
+  // False (with the reason in statusMessage) where the rule does not fire,
+  // a re-run is running, or this machine cannot train the run (a GPU run here
+  // without a GPU: its buttons are disabled and the header says why).
   bool applyAndRerun(const QString& rule);
+  QString cannotRerunReason() const { return cannotRerun_; }
   // The ladder baseline for a rule's advice; empty when no rung makes its changes.
   QJsonObject ladderFor(const QString& rule) const;
 
@@ -53,6 +57,7 @@ class AdvisorPanel : public QWidget {
   nlohmann::json advice_ = nlohmann::json::array(), reruns_ = nlohmann::json::array();
   nlohmann::json config_;  // the run's configuration
   QString error_;
+  QString cannotRerun_;  // why this machine cannot re-run the run (a GPU run, no GPU here)
   QLabel* header_ = nullptr;
   QWidget* cards_ = nullptr;
   QVBoxLayout* cardsLayout_ = nullptr;

@@ -112,10 +112,12 @@ QVariant CompareSummaryModel::data(const QModelIndex& index, int role) const {
                         RunHistoryModel::formatNumber(run.medianStepMs, 2), accuracyText(run.finalAccuracy));
     return lines.join(QLatin1Char('\n'));
   }
+  if (role == Qt::ToolTipRole && index.column() == Name) return RunSummary::shownName(r.name);  // names are cut at 200 px
   if (role != Qt::DisplayRole) return {};
   switch (index.column()) {
     case Name: {
-      QString name = g.size() > 1 ? tr("%1 (×%2)").arg(r.name).arg(g.size()) : r.name;
+      const QString shown = RunSummary::shownName(r.name);
+      QString name = g.size() > 1 ? tr("%1 (×%2)").arg(shown).arg(g.size()) : shown;
       return isBaseline ? tr("%1 (baseline)").arg(name) : name;
     }
     case Batch: return std::isnan(r.batchSize) ? QStringLiteral("—") : QString::number(qint64(r.batchSize));
@@ -150,12 +152,14 @@ QVariant CompareSummaryModel::headerData(int section, Qt::Orientation orientatio
   switch (section) {
     case Name: return tr("Run");
     case Batch: return tr("Batch");
-    case PeakMemory: return tr("Peak memory");
-    case MedianStep: return tr("Median step (ms)");
+    // Two lines, so the summary fits beside the configuration at 1280 px
+    // (exports join them: TableExport).
+    case PeakMemory: return tr("Peak\nmemory");
+    case MedianStep: return tr("Median step\n(ms)");
     case SamplesPerSecond: return tr("Samples/s");
-    case SpeedUp: return tr("Speed-up vs baseline");
-    case TimeToTarget: return tr("Time to target");
-    case FinalAccuracy: return tr("Final accuracy");
+    case SpeedUp: return tr("Speed-up\nvs baseline");
+    case TimeToTarget: return tr("Time to\ntarget");
+    case FinalAccuracy: return tr("Final\naccuracy");
   }
   return {};
 }

@@ -246,7 +246,7 @@ void CompareView::setRuns(const QString& databasePath, const QList<RunSummary>& 
   if (!runs.isEmpty()) summary_->setBaseline(runs.first().id);
   groupRepeats_->setVisible(repeatGroups(runs).size() < runs.size());
   rebuildMenus();
-  summaryTable_->resizeColumnsToContents();
+  fitSummaryColumns();
   diffTable_->resizeColumnsToContents();
   title_->setText(tr("Comparing %n run(s)", nullptr, int(runs.size())));
   rebuildPlots();
@@ -298,10 +298,17 @@ bool CompareView::groupsRepeats() const { return groupRepeats_->isChecked() && !
 
 void CompareView::setGroupRepeats(bool on) { groupRepeats_->setChecked(on); }
 
+void CompareView::fitSummaryColumns() {
+  summaryTable_->resizeColumnsToContents();
+  // A long run name does not push the numbers off screen (its tooltip has it whole).
+  summaryTable_->setColumnWidth(CompareSummaryModel::Name,
+                                std::min(summaryTable_->columnWidth(CompareSummaryModel::Name), 200));
+}
+
 void CompareView::updateSummary() {
   if (groupsRepeats()) summary_->setGroups(repeatGroups(runs_));
   else summary_->setRuns(runs_);
-  summaryTable_->resizeColumnsToContents();
+  fitSummaryColumns();
 }
 
 QStringList CompareView::availableMetrics() const {

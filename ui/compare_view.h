@@ -70,6 +70,7 @@ class CompareView : public QWidget {
   void onLoaded(qint64 runId, const RunSeries& series);
   void rebuildPlots();
   void rebuildMenus();
+  void fitSummaryColumns();
   void updateSummary();
 
   QList<RunSummary> runs_;

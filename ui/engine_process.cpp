@@ -10,6 +10,7 @@
 
 #include "engine/store/run_store.h"
 #include "parallel_launch.h"
+#include "run_summary.h"
 
 namespace {
 constexpr int kLastLines = 30;
@@ -38,7 +39,7 @@ EngineProcess::~EngineProcess() {
 }
 
 QString EngineProcess::name() const {
-  return config_.value(QLatin1String("name")).toString(tr("run"));
+  return RunSummary::shownName(config_.value(QLatin1String("name")).toString());
 }
 
 void EngineProcess::start() {
@@ -97,23 +98,30 @@ void EngineProcess::kill() {
   process_.kill();
 }
 
+QString EngineProcess::withoutConfigPath(QString text) const {
+  // The engine names the file it read, a temporary copy the user never saw.
+  if (configFile_ && !configFile_->fileName().isEmpty())
+    text.replace(configFile_->fileName(), tr("the run's configuration"));
+  return text;
+}
+
 QString EngineProcess::failureReason() const {
-  if (!reportedError_.isEmpty()) return reportedError_;
+  if (!reportedError_.isEmpty()) return withoutConfigPath(reportedError_);
   // The engine's own "error: ..." line, else what the workbench saw happen
   // with the last thing the engine said.
   for (auto it = lastLines_.crbegin(); it != lastLines_.crend(); ++it)
-    if (it->startsWith(QLatin1String("error: "))) return it->mid(7);
+    if (it->startsWith(QLatin1String("error: "))) return withoutConfigPath(it->mid(7));
   QString said;
   for (auto it = lastLines_.crbegin(); it != lastLines_.crend() && said.isEmpty(); ++it)
     if (*it != explanation_) said = *it;
-  if (explanation_.isEmpty()) return said;
-  return said.isEmpty() ? explanation_ : tr("%1; its last words: %2").arg(explanation_, said);
+  if (explanation_.isEmpty()) return withoutConfigPath(said);
+  return withoutConfigPath(said.isEmpty() ? explanation_ : tr("%1; its last words: %2").arg(explanation_, said));
 }
 
 QString EngineProcess::lastWords() const {
   QStringList words = lastLines_;
   if (!reportedError_.isEmpty() && !words.contains(reportedError_)) words << reportedError_;
-  return words.join(QLatin1Char('\n'));
+  return withoutConfigPath(words.join(QLatin1Char('\n')));
 }
 
 void EngineProcess::rememberLine(const QString& line) {

@@ -66,6 +66,7 @@ class EngineProcess : public QObject {
   QString storedStatus() const;  // the run's terminal status in the store, or empty
   bool signalRankZero(int signal);
   void rememberLine(const QString& line);
+  QString withoutConfigPath(QString text) const;
   void explain(const QString& line);  // what the workbench saw happen, kept and logged
 
   QString enginePath_, databasePath_;

@@ -21,6 +21,7 @@
 #include <QSplitter>
 #include <QStandardPaths>
 #include <QTableWidget>
+#include <QTextDocument>
 #include <QVBoxLayout>
 #include <cmath>
 #include <fstream>
@@ -49,6 +50,19 @@ bool writeText(const QString& path, const QByteArray& text) {
   return f.open(QIODevice::WriteOnly | QIODevice::Truncate) && f.write(text) == text.size();
 }
 
+// "cumulative on cpu, 1 repeat of 3 measured steps after 1 warm-up step",
+// the mode by the settings table's name for it.
+QString measurementText(const json& table) {
+  const SettingInfo* mode = TrickCatalog::instance().setting(QStringLiteral("ladder_mode"));
+  const QString modeName = qs(table.value("mode", ""));
+  const qint64 repeats = table.value("repeats", 0), measured = table.value("measured_steps", 0),
+               warmup = table.value("warmup_steps", 0);
+  return LadderView::tr("%1 on %2, %3 of %4 after %5")
+      .arg(mode ? mode->optionLabel(modeName) : modeName, qs(table.value("device", "")))
+      .arg(repeats == 1 ? LadderView::tr("1 repeat") : LadderView::tr("%1 repeats").arg(repeats))
+      .arg(measured == 1 ? LadderView::tr("1 measured step") : LadderView::tr("%1 measured steps").arg(measured))
+      .arg(warmup == 1 ? LadderView::tr("1 warm-up step") : LadderView::tr("%1 warm-up steps").arg(warmup));
+}
 }  // namespace
 
 LadderView::LadderView(QWidget* parent) : QWidget(parent) {
@@ -94,7 +108,8 @@ LadderView::LadderView(QWidget* parent) : QWidget(parent) {
   leftLayout->addWidget(settingsBox);
   auto* buttons = new QHBoxLayout;
   start_ = new QPushButton(tr("Start ladder"), left);
-  start_->setToolTip(tr("Run `trainbench-engine ladder` on the Set-up page's configuration as the baseline."));
+  start_->setToolTip(tr("Run `trainbench-engine ladder` on the baseline named above the table (the Set-up "
+                        "page's configuration unless a run's Advisor chose another)."));
   stop_ = new QPushButton(tr("Stop"), left);
   stop_->setToolTip(tr("Finish the run in progress and stop; the ladder is stored as stopped."));
   stop_->setEnabled(false);
@@ -123,6 +138,10 @@ LadderView::LadderView(QWidget* parent) : QWidget(parent) {
   top->addWidget(md);
   top->addWidget(html);
   rightLayout->addLayout(top);
+  baselineLabel_ = new QLabel(right);
+  baselineLabel_->setObjectName(QStringLiteral("ladderBaseline"));
+  baselineLabel_->setWordWrap(true);
+  rightLayout->addWidget(baselineLabel_);
   status_ = new QLabel(right);
   status_->setWordWrap(true);
   rightLayout->addWidget(status_);
@@ -185,6 +204,7 @@ LadderView::LadderView(QWidget* parent) : QWidget(parent) {
     Q_UNUSED(status);
   });
   render();
+  showBaseline();
 }
 
 LadderView::~LadderView() {
@@ -200,8 +220,35 @@ void LadderView::setDatabasePath(const QString& path) {
   reloadLadders();
 }
 
-void LadderView::setBaseline(const QJsonObject& config) {
+void LadderView::followBaseline(const QJsonObject& config, const QString& source) {
   baseline_ = config;
+  baselineSource_ = source;
+  showBaseline();
+}
+
+void LadderView::showBaseline() {
+  const SettingInfo* model = TrickCatalog::instance().setting(QStringLiteral("model"));
+  const QString modelName = baseline_.value(QLatin1String("model")).toString();
+  baselineLabel_->setText(
+      baseline_.isEmpty()
+          ? tr("<b>Baseline of a new ladder:</b> the engine's defaults.")
+          : tr("<b>Baseline of a new ladder:</b> %1 — %2, batch %3, on %4.")
+                .arg(baselineSource_.toHtmlEscaped(), (model ? model->optionLabel(modelName) : modelName).toHtmlEscaped())
+                .arg(baseline_.value(QLatin1String("batch_size")).toInteger())
+                .arg(baseline_.value(QLatin1String("device")).toString().toHtmlEscaped()));
+  baselineLabel_->setToolTip(tr("Rung 0 runs this configuration; every rung adds its tricks to it. The full "
+                                "configuration:\n%1")
+                                 .arg(QString::fromUtf8(QJsonDocument(baseline_).toJson(QJsonDocument::Indented))));
+}
+
+QString LadderView::baselineText() const {
+  QTextDocument doc;
+  doc.setHtml(baselineLabel_->text());
+  return doc.toPlainText();
+}
+
+void LadderView::setBaseline(const QJsonObject& config, const QString& source) {
+  followBaseline(config, source.isEmpty() ? tr("as given") : source);
   for (QWidget* w : settings_) {
     const QString key = w->objectName();
     if (config.contains(key)) setSettingControlValue(w, config.value(key));
@@ -338,8 +385,10 @@ void LadderView::render() {
   std::vector<std::string> header = tb::ladder_table_header(accuracy);
   tableWidget_->clear();
   tableWidget_->setColumnCount(int(header.size()));
+  // "samples/s (min–max)" on two lines: the columns are as wide as their
+  // numbers, and the verdict stays on screen.
   QStringList labels;
-  for (const auto& h : header) labels << qs(h);
+  for (const auto& h : header) labels << qs(h).replace(QStringLiteral(" ("), QStringLiteral("\n("));
   tableWidget_->setHorizontalHeaderLabels(labels);
   tableWidget_->setRowCount(have ? int(table_["rows"].size()) : 0);
   if (have) {
@@ -375,12 +424,7 @@ void LadderView::render() {
   tableWidget_->resizeColumnsToContents();
   tableWidget_->setColumnWidth(1, std::max(tableWidget_->columnWidth(1), 50));
   if (have && !isRunning())
-    status_->setText(tr("Ladder #%1: %2 — %3 on %4, %5 repeats of %6 measured steps after %7 warm-up steps")
-                         .arg(ladderId_)
-                         .arg(qs(table_.value("status", "")), qs(table_.value("mode", "")), qs(table_.value("device", "")))
-                         .arg(table_.value("repeats", 0))
-                         .arg(table_.value("measured_steps", 0))
-                         .arg(table_.value("warmup_steps", 0)));
+    status_->setText(tr("Ladder #%1: %2 — %3").arg(ladderId_).arg(qs(table_.value("status", "")), measurementText(table_)));
   renderChart();
   renderAccuracy();
 }
@@ -439,8 +483,23 @@ void LadderView::renderAccuracy() {
   accuracy_->legend->setVisible(false);
   accuracy_->xAxis->setLabel(tr("training time (s)"));
   accuracy_->yAxis->setLabel(tr("test accuracy"));
-  if (!table_.is_object() || !table_.contains("rows") || databasePath_.isEmpty()) {
+  // No accuracy runs: an accuracy axis (0 to 1) and why the plot is empty,
+  // not QCustomPlot's default ranges.
+  auto showEmpty = [this] {
+    accuracy_->xAxis->setRange(0, 1);
+    accuracy_->yAxis->setRange(0, 1);
+    auto* why = new QCPItemText(accuracy_);
+    why->position->setType(QCPItemPosition::ptAxisRectRatio);
+    why->position->setCoords(0.5, 0.5);
+    why->setText(tr("No accuracy runs.\nCheck \"%1\" to train\nthe rungs that change\nthe numbers to the end.")
+                     .arg(TrickCatalog::instance().setting(QStringLiteral("ladder_accuracy"))
+                              ? TrickCatalog::instance().setting(QStringLiteral("ladder_accuracy"))->label
+                              : QStringLiteral("ladder_accuracy")));
+    why->setColor(palette().color(QPalette::PlaceholderText));
     accuracy_->replot(QCustomPlot::rpQueuedReplot);
+  };
+  if (!table_.is_object() || !table_.contains("rows") || databasePath_.isEmpty()) {
+    showEmpty();
     return;
   }
   const QList<QColor> colors = {QColor(31, 119, 180), QColor(255, 127, 14), QColor(44, 160, 44),
@@ -465,7 +524,11 @@ void LadderView::renderAccuracy() {
   } catch (const std::exception&) {
     // A store without the ladder's runs (yet): no curves.
   }
-  accuracy_->legend->setVisible(n > 0);
+  if (n == 0) {
+    showEmpty();
+    return;
+  }
+  accuracy_->legend->setVisible(true);
   accuracy_->rescaleAxes();
   // From the start of training, with room above the best point and the target drawn.
   QCPRange y = accuracy_->yAxis->range();
@@ -524,12 +587,8 @@ bool LadderView::exportHtml(const QString& path) const {
   const QString title = qs(table_.value("name", "ladder")).toHtmlEscaped();
   const QString html =
       QStringLiteral("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>%1</title></head><body>\n"
-                     "<h1>%1</h1>\n<p>%2 on %3, %4 repeats of %5 measured steps after %6 warm-up steps.</p>\n%7"
-                     "<p><img alt=\"speed-up vs baseline\" src=\"data:image/png;base64,%8\"></p>\n</body></html>\n")
-          .arg(title, qs(table_.value("mode", "")), qs(table_.value("device", "")))
-          .arg(table_.value("repeats", 0))
-          .arg(table_.value("measured_steps", 0))
-          .arg(table_.value("warmup_steps", 0))
-          .arg(tableHtml(), QString::fromLatin1(png.toBase64()));
+                     "<h1>%1</h1>\n<p>%2.</p>\n%3"
+                     "<p><img alt=\"speed-up vs baseline\" src=\"data:image/png;base64,%4\"></p>\n</body></html>\n")
+          .arg(title, measurementText(table_).toHtmlEscaped(), tableHtml(), QString::fromLatin1(png.toBase64()));
   return writeText(path, html.toUtf8());
 }

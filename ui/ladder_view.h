@@ -28,9 +28,14 @@ class LadderView : public QWidget {
 
   void setDatabasePath(const QString& path);
   void setEnginePath(const QString& path) { enginePath_ = path; }
-  // The baseline: the Set-up page's configuration (its ladder_* keys are
-  // replaced by this view's controls).
-  void setBaseline(const QJsonObject& config);
+  // The baseline (its ladder_* keys set this view's controls and are then
+  // replaced by them); source says where it comes from ("the Set-up page",
+  // "run 12"), shown above the table.
+  void setBaseline(const QJsonObject& config, const QString& source = QString());
+  // The baseline alone, the controls as they are (the Set-up page's
+  // configuration, followed while it changes).
+  void followBaseline(const QJsonObject& config, const QString& source);
+  QString baselineText() const;  // the baseline line as plain text (tests)
   QJsonObject ladderConfig() const;  // the baseline with this view's ladder settings
 
   bool start();  // false (with a status message) when one is running or the engine is missing
@@ -62,8 +67,12 @@ class LadderView : public QWidget {
   void renderAccuracy();
   QString tableHtml() const;
 
+  void showBaseline();
+
   QString databasePath_, enginePath_, configFile_;
   QJsonObject baseline_;
+  QString baselineSource_;
+  QLabel* baselineLabel_ = nullptr;
   QProcess process_;
   QByteArray pending_;
   qint64 ladderId_ = 0;

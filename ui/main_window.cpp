@@ -89,7 +89,10 @@ MainWindow::MainWindow(const QString& databasePath, QWidget* parent) : QMainWind
   setEnginePath(EngineLocator::enginePath());
   const QJsonObject saved = QJsonDocument::fromJson(settings.value(QStringLiteral("setup/config")).toByteArray()).object();
   hadSavedConfig_ = !saved.isEmpty();
-  setConfig(RunConfig::merged(RunConfig::defaults(), saved));
+  // Checked like a loaded file: a key or value the engine would refuse is
+  // dropped (with a warning), never kept to fail every later run.
+  for (const QString& refused : setConfig(saved, tr("saved settings (%1)").arg(settings.fileName())))
+    qWarning("%s: dropped", qPrintable(refused));
   if (!restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray())) resize(1500, 950);
   restoreState(settings.value(QStringLiteral("window/state")).toByteArray());
   fitToScreen();
@@ -359,10 +362,27 @@ void MainWindow::buildMenus() {
 
 QJsonObject MainWindow::currentConfig() const { return RunConfig::merged(config_->config(), tricks_->values()); }
 
-void MainWindow::setConfig(const QJsonObject& config) {
-  config_->setConfig(config);
-  tricks_->setValues(config);
+QStringList MainWindow::setConfig(const QJsonObject& config, const QString& source) {
+  const RunConfig::Checked checked =
+      RunConfig::check(config, source.isEmpty() ? tr("configuration") : source, currentConfig());
+  config_->setConfig(checked.accepted);
+  tricks_->setValues(checked.accepted);
   updateConfigPreview();
+  if (!checked.refused.isEmpty())
+    statusBar()->showMessage(tr("Not taken: %1%2").arg(checked.refused.first(),
+                                                       checked.refused.size() > 1
+                                                           ? tr(" (and %n more)", nullptr, int(checked.refused.size() - 1))
+                                                           : QString()),
+                             15000);
+  return checked.refused;
+}
+
+bool MainWindow::loadConfigFile(const QString& path, QStringList* refused, QString* error) {
+  QJsonObject config;
+  if (!RunConfig::load(path, &config, error)) return false;
+  *refused = setConfig(config, QFileInfo(path).fileName());
+  if (refused->isEmpty()) statusBar()->showMessage(tr("Loaded %1").arg(path), 5000);
+  return true;
 }
 
 bool MainWindow::applyPreset(const QString& name) {
@@ -390,7 +410,11 @@ void MainWindow::showLearnMore(const QString& key) {
   learnMore_->setHtml(html);
 }
 
+QString MainWindow::setupBaselineSource() const { return tr("the Set-up page's configuration"); }
+
 void MainWindow::updateConfigPreview() {
+  // The Ladder page's baseline is this configuration unless an Advisor chose a run's.
+  if (ladder_ && ladderFollowsSetup_) ladder_->followBaseline(currentConfig(), setupBaselineSource());
   if (!preview_) return;
   preview_->setPlainText(QString::fromUtf8(QJsonDocument(currentConfig()).toJson(QJsonDocument::Indented)));
 }
@@ -470,7 +494,8 @@ void MainWindow::addToQueue() {
 }
 
 bool MainWindow::queueLadder() {
-  ladder_->setBaseline(currentConfig());
+  ladderFollowsSetup_ = true;
+  ladder_->setBaseline(currentConfig(), setupBaselineSource());
   showPage(LadderPage);
   return ladder_->start();
 }
@@ -502,10 +527,47 @@ RunDashboard* MainWindow::dashboardFor(EngineProcess* process) const {
   return nullptr;
 }
 
+namespace {
+// A run is (store, id): run 1 of one database is not run 1 of another.
+bool sameStore(const QString& a, const QString& b) {
+  auto canonical = [](const QString& path) {
+    const QFileInfo info(path);
+    return info.exists() ? info.canonicalFilePath() : info.absoluteFilePath();
+  };
+  return canonical(a) == canonical(b);
+}
+}  // namespace
+
+void MainWindow::showInDashboard(RunDashboard* dashboard, const QString& store) {
+  dashboard->setProperty("store", store);
+  const int i = dashboards_->addTab(dashboard, QString());
+  dashboards_->setTabToolTip(i, tr("Run database: %1").arg(store));
+  dashboards_->setCurrentIndex(i);
+}
+
+void MainWindow::addAdvisor(RunDashboard* dashboard, const QString& store, qint64 runId) {
+  if (dashboard->property("advisor").toBool()) return;
+  dashboard->setProperty("advisor", true);
+  auto* advisor = new AdvisorPanel(dashboard);
+  advisor->setDatabasePath(store);
+  advisor->setEnginePath(enginePath());
+  connect(advisor, &AdvisorPanel::statusMessage, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
+  connect(advisor, &AdvisorPanel::rerunFinished, this, [this] { history_->reload(); });
+  connect(advisor, &AdvisorPanel::addToLadderRequested, this, [this, runId](const QJsonObject& baseline) {
+    ladderFollowsSetup_ = false;  // until "Queue ladder" on the Set-up page
+    ladder_->setBaseline(baseline, tr("run %1's configuration, from its Advisor").arg(runId));
+    showPage(LadderPage);
+  });
+  advisor->showRun(runId);
+  connect(dashboard, &RunDashboard::runEnded, advisor, [advisor, runId] { advisor->showRun(runId); });
+  dashboard->bottomTabs()->addTab(advisor, tr("Advisor"));
+}
+
 void MainWindow::onLaunched(EngineProcess* process) {
   auto* dashboard = new RunDashboard(dashboards_);
   dashboard->setProperty("process", QVariant::fromValue<QObject*>(process));
-  dashboards_->setCurrentIndex(dashboards_->addTab(dashboard, process->name()));
+  showInDashboard(dashboard, process->databasePath());
+  dashboards_->setTabText(dashboards_->indexOf(dashboard), process->name());
   dashboard->setStatus(tr("starting"));
   dashboard->setStoppable(true);
   connect(dashboard, &RunDashboard::stopRequested, this, [this, process] {
@@ -536,6 +598,8 @@ void MainWindow::onRunEnded(EngineProcess* process, const QString& status, const
     const int i = dashboards_->indexOf(d);
     if (i >= 0 && process->runId() > 0)
       dashboards_->setTabText(i, QStringLiteral("%1 (#%2)").arg(process->name()).arg(process->runId()));
+    // What to try next, as for a run opened from the history.
+    if (process->runId() > 0) addAdvisor(d, process->databasePath(), process->runId());
   }
   if (status == QLatin1String("failed")) {
     statusBar()->showMessage(tr("Run '%1' failed: %2").arg(process->name(), reason), 15000);
@@ -573,7 +637,8 @@ void MainWindow::showPage(Page page) { pages_->setCurrentIndex(int(page)); }
 void MainWindow::openRun(qint64 runId) {
   for (int i = 0; i < dashboards_->count(); ++i) {
     auto* d = qobject_cast<RunDashboard*>(dashboards_->widget(i));
-    if (d && (d->property("storedRunId").toLongLong() == runId || d->series().runId == runId)) {
+    if (d && (d->property("storedRunId").toLongLong() == runId || d->series().runId == runId) &&
+        sameStore(d->property("store").toString(), databasePath_)) {
       dashboards_->setCurrentIndex(i);
       showPage(RunsPage);
       return;
@@ -583,29 +648,19 @@ void MainWindow::openRun(qint64 runId) {
   auto* dashboard = new RunDashboard(dashboards_);
   dashboard->setProperty("storedRunId", runId);
   dashboard->setStatus(tr("loading"));
-  dashboards_->setCurrentIndex(dashboards_->addTab(dashboard, run ? QStringLiteral("%1 (#%2)").arg(run->name).arg(runId)
-                                                                   : tr("Run %1").arg(runId)));
+  showInDashboard(dashboard, databasePath_);
+  dashboards_->setTabText(dashboards_->indexOf(dashboard),
+                          run ? QStringLiteral("%1 (#%2)").arg(RunSummary::shownName(run->name)).arg(runId) : tr("Run %1").arg(runId));
   // Read from the store on a worker thread; a run still being written (by
   // the command line or another workbench) is followed until it ends.
   // The tab is named before the history has read the run (--open-run at start).
   connect(dashboard, &RunDashboard::runNamed, this, [this, dashboard, runId](const QString& name) {
     const int i = dashboards_->indexOf(dashboard);
-    if (i >= 0) dashboards_->setTabText(i, QStringLiteral("%1 (#%2)").arg(name).arg(runId));
+    if (i >= 0) dashboards_->setTabText(i, QStringLiteral("%1 (#%2)").arg(RunSummary::shownName(name)).arg(runId));
   });
   dashboard->follow(databasePath_, runId);
   connect(dashboard, &RunDashboard::runEnded, history_, &RunHistoryView::reload);
-  auto* advisor = new AdvisorPanel(dashboard);
-  advisor->setDatabasePath(databasePath_);
-  advisor->setEnginePath(enginePath());
-  connect(advisor, &AdvisorPanel::statusMessage, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
-  connect(advisor, &AdvisorPanel::rerunFinished, this, [this] { history_->reload(); });
-  connect(advisor, &AdvisorPanel::addToLadderRequested, this, [this](const QJsonObject& baseline) {
-    ladder_->setBaseline(baseline);
-    showPage(LadderPage);
-  });
-  advisor->showRun(runId);
-  connect(dashboard, &RunDashboard::runEnded, advisor, [advisor, runId] { advisor->showRun(runId); });
-  dashboard->bottomTabs()->addTab(advisor, tr("Advisor"));
+  addAdvisor(dashboard, databasePath_, runId);
   showPage(RunsPage);
 }
 
@@ -657,14 +712,21 @@ void MainWindow::loadConfigDialog() {
                                                     tr("Run configuration (*.json)"));
   if (path.isEmpty()) return;
   settings.setValue(QStringLiteral("config/folder"), QFileInfo(path).absolutePath());
-  QJsonObject config;
+  QStringList refused;
   QString error;
-  if (!RunConfig::load(path, &config, &error)) {
+  if (!loadConfigFile(path, &refused, &error)) {
     QMessageBox::warning(this, tr("Load failed"), tr("%1: %2").arg(path, error));
     return;
   }
-  setConfig(RunConfig::merged(currentConfig(), config));
-  statusBar()->showMessage(tr("Loaded %1").arg(path), 5000);
+  if (!refused.isEmpty()) {
+    QMessageBox box(QMessageBox::Warning, tr("Loaded with entries refused"),
+                    tr("%1 was loaded except for %n entry(ies) the engine would refuse; those settings keep "
+                       "their previous values.", nullptr, int(refused.size())).arg(path),
+                    QMessageBox::Ok, this);
+    box.setDetailedText(refused.join(QLatin1Char('\n')));
+    box.setInformativeText(refused.mid(0, 5).join(QLatin1Char('\n')));
+    box.exec();
+  }
 }
 
 void MainWindow::openDatabaseDialog() {

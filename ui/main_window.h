@@ -34,7 +34,13 @@ class MainWindow : public QMainWindow {
   ~MainWindow() override;
 
   QJsonObject currentConfig() const;
-  void setConfig(const QJsonObject& config);
+  // Takes what the engine's settings table accepts of config (merged onto the
+  // current configuration) and returns the refused entries, each naming its
+  // key, value and why (also in the status bar). source prefixes them.
+  QStringList setConfig(const QJsonObject& config, const QString& source = QString());
+  // Loads a configuration file onto the current one; false with the reason in
+  // *error when the file cannot be read, else the refused entries in *refused.
+  bool loadConfigFile(const QString& path, QStringList* refused, QString* error);
   bool applyPreset(const QString& name);
   void showLearnMore(const QString& key);
 
@@ -87,6 +93,11 @@ class MainWindow : public QMainWindow {
   QWidget* buildSetupPage();
   QWidget* buildRunsPage();
   void buildMenus();
+  // A new dashboard tab for a run of the database at store (a run is
+  // (store, id): the tab is found again by both).
+  void showInDashboard(RunDashboard* dashboard, const QString& store);
+  // The Advisor tab under a dashboard (once), for run runId of store.
+  void addAdvisor(RunDashboard* dashboard, const QString& store, qint64 runId);
   void onLaunched(EngineProcess* process);
   void onRunEnded(EngineProcess* process, const QString& status, const QString& message);
   void updateQueueList();
@@ -119,5 +130,7 @@ class MainWindow : public QMainWindow {
   QAction *stopAction_ = nullptr, *killAction_ = nullptr;
   QJsonObject engineDefaults_;
   bool hadSavedConfig_ = false;
+  bool ladderFollowsSetup_ = true;  // the Ladder page's baseline is the Set-up page's configuration
+  QString setupBaselineSource() const;
   QList<qint64> pendingCompare_;  // ids waiting for the history's next read
 };

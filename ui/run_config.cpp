@@ -7,6 +7,7 @@
 #include <QSaveFile>
 #include <QSet>
 
+#include "engine/train/config.h"
 #include "trick_catalog.h"
 
 namespace RunConfig {
@@ -20,6 +21,39 @@ QJsonObject defaults() {
 QJsonObject merged(const QJsonObject& base, const QJsonObject& overrides) {
   QJsonObject out = base;
   for (auto it = overrides.begin(); it != overrides.end(); ++it) out.insert(it.key(), it.value());
+  return out;
+}
+
+namespace {
+nlohmann::json toEngine(const QJsonValue& value) {
+  return nlohmann::json::parse(QJsonDocument(QJsonArray{value}).toJson(QJsonDocument::Compact).toStdString()).at(0);
+}
+
+QJsonValue fromEngine(const nlohmann::json& value) {
+  return QJsonDocument::fromJson(QByteArray::fromStdString(nlohmann::json::array({value}).dump())).array().at(0);
+}
+}  // namespace
+
+Checked check(const QJsonObject& overrides, const QString& source, const QJsonObject& base) {
+  Checked out;
+  const std::string where = source.toStdString();
+  for (auto it = overrides.begin(); it != overrides.end(); ++it) {
+    try {
+      out.accepted.insert(it.key(), fromEngine(tb::check_config_entry(it.key().toStdString(), toEngine(it.value()), where)));
+    } catch (const std::exception& e) {
+      out.refused << QString::fromUtf8(e.what());
+    }
+  }
+  // The rules between keys (epochs and max_steps both 0...) on what would be used.
+  QJsonObject whole;
+  for (auto it = base.begin(); it != base.end(); ++it)
+    if (tb::find_config_key(it.key().toStdString())) whole.insert(it.key(), it.value());
+  try {
+    tb::validate_config(toEngine(merged(whole, out.accepted)), where);
+  } catch (const std::exception& e) {
+    out.refused << QString::fromUtf8(e.what());
+    out.accepted = {};
+  }
   return out;
 }
 

@@ -21,6 +21,18 @@ QStringList differingKeys(const QList<QJsonObject>& configs);
 // Compact text of one value for tables ("true", "0.1", "[1,28,28]").
 QString valueText(const QJsonValue& value);
 
+// What the engine's settings table accepts of a configuration (or part of
+// one), checked key by key with the engine's own rules
+// (tb::check_config_entry), then as a whole merged onto base (the cross-key
+// rules of tb::validate_config). refused: one line per entry that is not
+// taken, naming the key, the value and why, in the engine's words.
+struct Checked {
+  QJsonObject accepted;  // values as the engine stores them
+  QStringList refused;
+};
+// source prefixes the messages (a file name, "saved settings").
+Checked check(const QJsonObject& overrides, const QString& source, const QJsonObject& base = defaults());
+
 // Read/write a configuration file; on failure return false and set *error.
 bool save(const QJsonObject& config, const QString& path, QString* error);
 bool load(const QString& path, QJsonObject* config, QString* error);

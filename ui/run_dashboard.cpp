@@ -81,23 +81,25 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   reasonLabel_->setVisible(false);
   layout->addWidget(reasonLabel_);
 
-  // The result: headline figures once the run ended.
+  // The result: headline figures once the run ended, on one line so the
+  // plots keep the height (the tricks in effect are a count; the list is its
+  // tooltip and the Tricks applied tab).
   resultStrip_ = new QFrame(this);
   resultStrip_->setFrameShape(QFrame::StyledPanel);
   resultStrip_->setVisible(false);
   auto* strip = new QHBoxLayout(resultStrip_);
-  strip->setContentsMargins(8, 4, 8, 4);
+  strip->setContentsMargins(8, 2, 8, 2);
   const QStringList captions{tr("Test accuracy"), tr("Median step"), tr("Throughput"), tr("Peak memory"),
-                             tr("Wall time"), tr("Tricks applied")};
+                             tr("Wall time"), tr("Tricks in effect")};
   for (const QString& caption : captions) {
     auto* figure = new QLabel(resultStrip_);
     figure->setTextFormat(Qt::RichText);
     figure->setProperty("caption", caption);
     figure->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    strip->addWidget(figure, caption == captions.last() ? 2 : 1);
+    strip->addWidget(figure);
     resultLabels_ << figure;
   }
-  resultLabels_.last()->setWordWrap(true);
+  strip->addStretch(1);
   layout->addWidget(resultStrip_);
 
   auto* controls = new QHBoxLayout;
@@ -317,9 +319,33 @@ QString RunDashboard::resultText() const {
   QTextDocument doc;
   for (const QLabel* l : resultLabels_) {
     doc.setHtml(l->text());
-    parts << doc.toPlainText().replace(QLatin1Char('\n'), QLatin1String(": "));
+    parts << doc.toPlainText().simplified();
   }
   return parts.join(QStringLiteral(" | "));
+}
+
+namespace {
+// A setting as the settings table names it, and its value in words.
+QPair<QString, QString> settingInWords(const QString& key, const QJsonValue& value) {
+  const SettingInfo* s = TrickCatalog::instance().setting(key);
+  return {s ? s->label : key, s ? s->valueText(value) : RunConfig::valueText(value)};
+}
+
+bool inEffect(const QJsonObject& trick) {
+  // Changed from the baseline's value, and honoured by the engine.
+  return trick.value(QLatin1String("changed")).toBool() && trick.value(QLatin1String("applied")).toBool();
+}
+}  // namespace
+
+QStringList RunDashboard::tricksInEffect() const {
+  QStringList out;
+  for (auto it = tricksReport_.begin(); it != tricksReport_.end(); ++it) {
+    const QJsonObject t = it.value().toObject();
+    if (!inEffect(t)) continue;
+    const auto [label, value] = settingInWords(it.key(), t.value(QLatin1String("requested")));
+    out << QStringLiteral("%1: %2").arg(label, value);
+  }
+  return out;
 }
 
 void RunDashboard::handleRunStarted(const QJsonObject& event) {
@@ -338,9 +364,12 @@ void RunDashboard::setTricks(const QJsonObject& tricks) {
   // changed from their default first.
   if (tricks.isEmpty()) return;
   tricksReport_ = tricks;
-  QString html = QStringLiteral("<table cellspacing='4'><tr><th align='left'>%1</th><th align='left'>%2</th>"
+  // "In effect": changed from the baseline's value and honoured by the
+  // engine, a trick at work; "baseline": the default value; "not applied":
+  // asked for, but the engine could not (the reason says why).
+  QString html = QStringLiteral("<table cellspacing='4' cellpadding='3'><tr><th align='left'>%1</th><th align='left'>%2</th>"
                                 "<th align='left'>%3</th><th align='left'>%4</th></tr>")
-                     .arg(tr("Trick"), tr("Requested"), tr("Applied"), tr("Reason"));
+                     .arg(tr("Setting"), tr("Value"), tr("In effect"), tr("Reason"));
   QStringList keys = tricks.keys();
   std::stable_sort(keys.begin(), keys.end(), [&tricks](const QString& a, const QString& b) {
     return tricks.value(a).toObject().value(QLatin1String("changed")).toBool() &&
@@ -348,11 +377,12 @@ void RunDashboard::setTricks(const QJsonObject& tricks) {
   });
   for (const QString& key : keys) {
     const QJsonObject t = tricks.value(key).toObject();
-    const TrickInfo* info = TrickCatalog::instance().find(key);
-    const QString requested = RunConfig::valueText(t.value(QLatin1String("requested")));
-    const QString applied = RunConfig::valueText(t.value(QLatin1String("applied")));
+    const auto [label, value] = settingInWords(key, t.value(QLatin1String("requested")));
+    const QString effect = !t.value(QLatin1String("changed")).toBool() ? tr("baseline")
+                           : inEffect(t)                                ? tr("yes")
+                                                                        : tr("not applied");
     html += QStringLiteral("<tr><td>%1</td><td>%2</td><td>%3</td><td>%4</td></tr>")
-                .arg((info ? info->label : key).toHtmlEscaped(), requested.toHtmlEscaped(), applied.toHtmlEscaped(),
+                .arg(label.toHtmlEscaped(), value.toHtmlEscaped(), effect.toHtmlEscaped(),
                      t.value(QLatin1String("reason")).toString().toHtmlEscaped());
   }
   tricks_->setText(html + QStringLiteral("</table>"));
@@ -396,6 +426,9 @@ void RunDashboard::setStatus(const QString& status, const QString& reason) {
   const bool over = status == QLatin1String("finished") || status == QLatin1String("stopped") ||
                     status == QLatin1String("failed") || status == QLatin1String("interrupted");
   if (over) setStoppable(false);
+  if (over && tricksReport_.isEmpty())
+    tricks_->setText(tr("The run ended before the engine reported its tricks (it reports them when training "
+                        "starts); the Engine log tab has its output."));
   updateHeader();
 }
 
@@ -414,7 +447,7 @@ void RunDashboard::updateHeader() {
     progress = tr("step %1").arg(lastStep_);
   }
   const QPalette pal = palette();
-  QString html = QStringLiteral("<b>%1</b>").arg(series_.runName.toHtmlEscaped());
+  QString html = QStringLiteral("<b>%1</b>").arg(RunSummary::shownName(series_.runName).toHtmlEscaped());
   if (series_.runId > 0) html += QStringLiteral(" (#%1)").arg(series_.runId);
   html += QStringLiteral(" &nbsp; ") + PaletteColors::span(status_, PaletteColors::status(status_, pal), true);
   if (!progress.isEmpty()) html += QStringLiteral(" &nbsp;·&nbsp; ") + progress.toHtmlEscaped();
@@ -451,8 +484,9 @@ void RunDashboard::showResult(const QJsonObject& summary) {
   }
   const QPalette pal = palette();
   auto figure = [&](int i, const QString& value, const QString& tip = QString()) {
-    resultLabels_[i]->setText(QStringLiteral("%1<br><span style='font-size:large; font-weight:bold'>%2</span>")
-                                  .arg(PaletteColors::span(resultLabels_[i]->property("caption").toString(),
+    resultLabels_[i]->setText(QStringLiteral("%1 <b>%2</b> &nbsp;")
+                                  .arg(PaletteColors::span(resultLabels_[i]->property("caption").toString() +
+                                                               QLatin1Char(':'),
                                                            PaletteColors::hint(pal)),
                                        value.toHtmlEscaped()));
     resultLabels_[i]->setToolTip(tip);
@@ -478,15 +512,12 @@ void RunDashboard::showResult(const QJsonObject& summary) {
   double wall = number(summary, "total_time_s");
   if (std::isnan(wall)) wall = followedRun_.wallSeconds;
   figure(4, formatDuration(wall), tr("From the start of the run to its end, %n step(s).", nullptr, int(steps)));
-  QStringList applied;
-  for (auto it = tricksReport_.begin(); it != tricksReport_.end(); ++it) {
-    const QJsonObject t = it.value().toObject();
-    if (!t.value(QLatin1String("changed")).toBool() || !t.value(QLatin1String("applied")).toBool()) continue;
-    const TrickInfo* info = TrickCatalog::instance().find(it.key());
-    applied << (info ? info->label : it.key());
-  }
-  figure(5, applied.isEmpty() ? tr("none (baseline)") : QString::number(applied.size()) + QStringLiteral(": ") + applied.join(QStringLiteral(", ")),
-         applied.join(QLatin1Char('\n')));
+  const QStringList inEffect = tricksInEffect();
+  figure(5, inEffect.isEmpty() ? tr("none (baseline)") : QString::number(inEffect.size()),
+         inEffect.isEmpty() ? tr("Every trick setting had the baseline's value, or the engine could not honour it.")
+                            : tr("Settings changed from the baseline that the engine honoured (the Tricks applied "
+                                 "tab below has every setting and why):\n%1")
+                                  .arg(inEffect.join(QLatin1Char('\n'))));
   resultStrip_->setVisible(true);
 }
 

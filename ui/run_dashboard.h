@@ -72,6 +72,9 @@ class RunDashboard : public QWidget {
   QString failureReason() const { return reason_; }
   QString headerText() const;         // the header as plain text (tests)
   bool hasResult() const;
+  // The tricks in effect (changed from the baseline and honoured by the
+  // engine), as "label: value" with the settings table's names.
+  QStringList tricksInEffect() const;
   QString resultText() const;         // the result strip as plain text (tests)
 
   void setXAxis(XAxis axis);

@@ -206,12 +206,16 @@ bool RunHistoryView::columnShown(int column) const { return !table_->isColumnHid
 void RunHistoryView::setDatabasePath(const QString& path) {
   saveNotesIfModified();
   notesRun_ = 0;
-  if (path != databasePath_) {
-    // Another database: the runs shown (and their ids) are not its runs.
+  const bool another = path != databasePath_;
+  databasePath_ = path;
+  if (another) {
+    // Another database: the runs shown (and their ids) are not its runs, nor
+    // is the one the side panel describes.
     shownPath_.clear();
     if (model_->applyRuns({})) updateFilterChoices();
+    table_->clearSelection();
+    showSelectedNotes();
   }
-  databasePath_ = path;
   reload();
   watcher_->watch(path);
 }
@@ -299,12 +303,12 @@ bool RunHistoryView::saveNotesIfModified() {
     tb::RunStore(databasePath_.toStdString()).set_notes(notesRun_, text.toStdString());
   } catch (const std::exception& e) {
     // Kept here and shown again with the run: never dropped.
-    unsavedNotes_.insert(notesRun_, text);
+    unsavedNotes_.insert({databasePath_, notesRun_}, text);
     emit statusMessage(tr("Could not save the notes of run %1 (kept unsaved): %2")
                            .arg(notesRun_).arg(QString::fromUtf8(e.what())));
     return false;
   }
-  unsavedNotes_.remove(notesRun_);
+  unsavedNotes_.remove({databasePath_, notesRun_});
   model_->setNotes(notesRun_, text);
   notes_->document()->setModified(false);
   return true;
@@ -316,7 +320,7 @@ void RunHistoryView::showSelectedNotes() {
   if (!run || run->id != notesRun_) saveNotesIfModified();
   if (run && run->id == notesRun_ && notes_->document()->isModified()) return;  // still typing into it
   notesRun_ = run ? run->id : 0;
-  const auto unsaved = run ? unsavedNotes_.constFind(run->id) : unsavedNotes_.constEnd();
+  const auto unsaved = run ? unsavedNotes_.constFind({databasePath_, run->id}) : unsavedNotes_.constEnd();
   notes_->setPlainText(unsaved != unsavedNotes_.constEnd() ? *unsaved : run ? run->notes : QString());
   notes_->document()->setModified(unsaved != unsavedNotes_.constEnd());
   notes_->moveCursor(QTextCursor::End);  // typing goes on from the end

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 #include <QHash>
+#include <QPair>
 #include <QList>
 #include <QWidget>
 #include <functional>
@@ -81,7 +82,7 @@ class RunHistoryView : public QWidget {
   QPlainTextEdit* notes_;
   QLabel* details_;
   qint64 notesRun_ = 0;
-  QHash<qint64, QString> unsavedNotes_;  // notes the store refused, by run
+  QHash<QPair<QString, qint64>, QString> unsavedNotes_;  // notes the store refused, by (store, run)
   class QTimer* autoRefresh_ = nullptr;
   class StoreWatcher* watcher_ = nullptr;
   class RunListReader* reader_ = nullptr;

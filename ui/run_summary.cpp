@@ -3,6 +3,7 @@
 
 #include <QDateTime>
 #include <QJsonDocument>
+#include <QObject>
 #include <cmath>
 #include <limits>
 
@@ -31,6 +32,10 @@ bool RunSummary::isTerminal() const {
 QJsonObject RunSummary::toQt(const nlohmann::json& json) {
   if (!json.is_object()) return {};
   return QJsonDocument::fromJson(QByteArray::fromStdString(json.dump())).object();
+}
+
+QString RunSummary::shownName(const QString& name) {
+  return name.trimmed().isEmpty() ? QObject::tr("unnamed run") : name;
 }
 
 RunSummary RunSummary::fromRecord(const tb::RunRecord& r) {

@@ -22,6 +22,8 @@ struct RunSummary {
 
   RunSummary();
   static RunSummary fromRecord(const tb::RunRecord& record);
+  // A run's name as tabs and messages show it ("unnamed run" for "").
+  static QString shownName(const QString& name);
   static QJsonObject toQt(const nlohmann::json& json);  // object or {}
   bool isTerminal() const;  // finished, failed, stopped, interrupted: nothing more will be written
 };

@@ -6,7 +6,8 @@
 #include <QStringList>
 
 static QString headerText(const QAbstractItemModel* m, int column) {
-  return m->headerData(column, Qt::Horizontal, Qt::DisplayRole).toString();
+  // A header shown on two lines is one line in a file.
+  return m->headerData(column, Qt::Horizontal, Qt::DisplayRole).toString().replace(QLatin1Char('\n'), QLatin1Char(' '));
 }
 
 static QString cellText(const QAbstractItemModel* m, int row, int column) {

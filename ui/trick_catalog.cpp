@@ -11,6 +11,7 @@
 #include "engine/train/config.h"
 
 #include "install_paths.h"
+#include "run_config.h"
 
 static QByteArray readResource(const QString& path) {
   QFile f(path);
@@ -108,6 +109,13 @@ QString SettingInfo::optionLabel(const QVariant& option) const {
   for (const auto& [value, name] : optionLabels)
     if (value == text) return name;
   return text;
+}
+
+QString SettingInfo::valueText(const QJsonValue& value) const {
+  if (value.isBool()) return value.toBool() ? QObject::tr("on") : QObject::tr("off");
+  if (!options.isEmpty()) return optionLabel(value.toVariant());
+  if (value.isDouble() && value.toDouble() == 0 && !zeroMeans.isEmpty()) return zeroMeans;
+  return RunConfig::valueText(value);
 }
 
 bool SettingInfo::appliesWith(const QJsonValue& value) const {

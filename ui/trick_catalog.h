@@ -34,6 +34,8 @@ struct SettingInfo {
   bool honouredOn(const QString& backend) const { return backends.contains(backend); }
   // The display name of one choice (the value itself when the table names none).
   QString optionLabel(const QVariant& option) const;
+  // A value in words: "on"/"off", a choice's name, what 0 means, else the value.
+  QString valueText(const QJsonValue& value) const;
   // Whether the key applies while appliesKey has `value`.
   bool appliesWith(const QJsonValue& value) const;
 };

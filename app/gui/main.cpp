@@ -1,38 +1,43 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // trainbench: the Qt desktop workbench.
 #include <QApplication>
+#include <QCoreApplication>
 #include <QCommandLineParser>
 #include <QDir>
 #include <QFileInfo>
-#include <QJsonObject>
 #include <QSplitter>
 #include <QTabWidget>
 #include <QTimer>
 
 #include "engine_locator.h"
 #include "main_window.h"
-#include "run_config.h"
 #include "run_dashboard.h"
 #include "run_history_view.h"
 
-int main(int argc, char** argv) {
-  Q_INIT_RESOURCE(trainbench);
-  QApplication app(argc, argv);
-  QApplication::setApplicationName(QStringLiteral("trainbench"));
+namespace {
+void nameTheApplication() {
+  QCoreApplication::setApplicationName(QStringLiteral("trainbench"));
   // No organization name, so AppDataLocation is $XDG_DATA_HOME/trainbench: the
   // default runs.db is the engine's own default store (runs started from the
   // command line show up here). QSettings falls back to the domain:
   // ~/.config/trainbench/trainbench.conf.
-  QApplication::setOrganizationDomain(QStringLiteral("trainbench"));
-  QApplication::setApplicationDisplayName(QStringLiteral("Trainbench"));
-  QApplication::setApplicationVersion(QStringLiteral(TRAINBENCH_VERSION));
-  QApplication::setDesktopFileName(QStringLiteral(TRAINBENCH_APP_ID));  // packaging/trainbench.desktop.in
-  QApplication::setWindowIcon(QIcon(QStringLiteral(":/icons/trainbench.svg")));
+  QCoreApplication::setOrganizationDomain(QStringLiteral("trainbench"));
+  QCoreApplication::setApplicationVersion(QStringLiteral(TRAINBENCH_VERSION));
+}
 
+QStringList argumentsOf(int argc, char** argv) {
+  QStringList out;
+  for (int i = 0; i < argc; ++i) out << QString::fromLocal8Bit(argv[i]);
+  return out;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  Q_INIT_RESOURCE(trainbench);
   QCommandLineParser parser;
   parser.setApplicationDescription(QStringLiteral("Trainbench: make deep-learning training fast."));
-  parser.addHelpOption();
-  parser.addVersionOption();
+  const QCommandLineOption help = parser.addHelpOption();
+  const QCommandLineOption version = parser.addVersionOption();
   QCommandLineOption db(QStringLiteral("db"), QStringLiteral("Run database to open."), QStringLiteral("PATH"));
   QCommandLineOption engine(QStringLiteral("engine"), QStringLiteral("trainbench-engine binary to use."), QStringLiteral("PATH"));
   QCommandLineOption config(QStringLiteral("config"), QStringLiteral("Configuration JSON to load."), QStringLiteral("FILE"));
@@ -47,6 +52,22 @@ int main(int argc, char** argv) {
   QCommandLineOption delay(QStringLiteral("screenshot-delay"), QStringLiteral("Milliseconds to wait before the screenshot."), QStringLiteral("MS"), QStringLiteral("3000"));
   QCommandLineOption size(QStringLiteral("size"), QStringLiteral("Window size WxH."), QStringLiteral("WxH"));
   for (const auto& o : {db, engine, config, preset, learn, run, page, openRun, advisor, compare, screenshot, delay, size}) parser.addOption(o);
+
+  // --help and --version are answered without a display (QApplication aborts
+  // where none is set): a QCoreApplication prints them. Arguments this parse
+  // does not know (Qt's own, such as -platform) are left to QApplication.
+  if (parser.parse(argumentsOf(argc, argv)) && (parser.isSet(help) || parser.isSet(version))) {
+    QCoreApplication app(argc, argv);
+    nameTheApplication();
+    parser.process(app);  // prints and exits
+    return 0;
+  }
+
+  QApplication app(argc, argv);
+  nameTheApplication();
+  QApplication::setApplicationDisplayName(QStringLiteral("Trainbench"));
+  QApplication::setDesktopFileName(QStringLiteral(TRAINBENCH_APP_ID));  // packaging/trainbench.desktop.in
+  QApplication::setWindowIcon(QIcon(QStringLiteral(":/icons/trainbench.svg")));
   parser.process(app);
 
   if (parser.isSet(engine)) qputenv("TRAINBENCH_ENGINE", QFileInfo(parser.value(engine)).absoluteFilePath().toLocal8Bit());
@@ -56,10 +77,11 @@ int main(int argc, char** argv) {
     if (wh.size() == 2) window.resize(wh[0].toInt(), wh[1].toInt());
   }
   if (parser.isSet(config)) {
-    QJsonObject c;
+    QStringList refused;
     QString error;
-    if (RunConfig::load(parser.value(config), &c, &error)) window.setConfig(RunConfig::merged(window.currentConfig(), c));
-    else qWarning("cannot load %s: %s", qPrintable(parser.value(config)), qPrintable(error));
+    if (!window.loadConfigFile(parser.value(config), &refused, &error))
+      qWarning("cannot load %s: %s", qPrintable(parser.value(config)), qPrintable(error));
+    for (const QString& r : refused) qWarning("%s: not taken", qPrintable(r));
   }
   if (parser.isSet(preset) && !window.applyPreset(parser.value(preset)))
     qWarning("no preset named %s", qPrintable(parser.value(preset)));

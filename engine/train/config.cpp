@@ -398,7 +398,7 @@ std::vector<ConfigKey> make_table() {
            "cumulative: each rung on top of the last; alone: each against the baseline; "
            "leave_one_out: all rungs, then all but one")
           .label("Mode")
-          .labels({{"cumulative", "Cumulative (004's table)"},
+          .labels({{"cumulative", "Cumulative (each rung on top of the last)"},
                    {"alone", "Each rung alone"},
                    {"leave_one_out", "Leave one out"}}),
       integer("ladder_repeats", &R::ladder_repeats, 3, 1, 100, "ladder",
@@ -586,6 +586,17 @@ json default_config() {
   return c;
 }
 
+json check_config_entry(const std::string& key, const json& value, const std::string& source) {
+  const ConfigKey* k = find_config_key(key);
+  if (!k) {
+    const std::string hint = closest_key(key);
+    TB_FAIL(source, ": unknown key '", key, "'",
+            hint.empty() ? std::string() : " (did you mean '" + hint + "'?)",
+            "; `trainbench-engine config --schema` lists every key");
+  }
+  return check_value(*k, value, source);
+}
+
 json validate_config(const json& overrides, const std::string& source) {
   TB_CHECK(overrides.is_object(), source, ": the configuration must be a JSON object, got ",
            overrides.type_name());
@@ -594,14 +605,7 @@ json validate_config(const json& overrides, const std::string& source) {
     // Named, not a structured binding: clang 14 (the fuzz build) cannot capture those.
     const std::string& key = item.key();
     const json& value = item.value();
-    const ConfigKey* k = find_config_key(key);
-    if (!k) {
-      const std::string hint = closest_key(key);
-      TB_FAIL(source, ": unknown key '", key, "'",
-              hint.empty() ? std::string() : " (did you mean '" + hint + "'?)",
-              "; `trainbench-engine config --schema` lists every key");
-    }
-    c[key] = check_value(*k, value, source);
+    c[key] = check_config_entry(key, value, source);
   }
   // Cross-key rules.
   TB_CHECK(c["epochs"].get<int64_t>() > 0 || c["max_steps"].get<int64_t>() > 0, source,

@@ -130,6 +130,13 @@ const ConfigKey* find_config_key(const std::string& key);  // nullptr when unkno
 nlohmann::json config_schema_json();
 nlohmann::json default_config();
 
+// One key and its value alone: the key is in the table, the value of its type,
+// range and choices. Returns the value as validate_config stores it; throws
+// tb::Error naming the key, the value and what was expected (the cross-key
+// rules of validate_config are not checked here).
+nlohmann::json check_config_entry(const std::string& key, const nlohmann::json& value,
+                                  const std::string& source);
+
 // Merges `overrides` onto the defaults and validates every key. Throws tb::Error
 // naming the key, the value and what was expected; `source` (a file name or
 // "--set") prefixes the message.

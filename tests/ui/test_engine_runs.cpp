@@ -12,10 +12,13 @@
 #include <QRegularExpression>
 #include <QSignalSpy>
 #include <QStandardPaths>
+#include <QStatusBar>
+#include <QTabWidget>
 #include <QTemporaryDir>
 #include <QtTest>
 #include <cmath>
 
+#include "advisor_panel.h"
 #include "engine/store/run_store.h"
 #include "engine_process.h"
 #include "live_plot.h"
@@ -346,6 +349,14 @@ class TestEngineRuns : public QObject {
     for (const char* word : {"Test accuracy", " %", "Median step", " ms", "samples/s", "Peak memory", "MiB", "Wall time"})
       QVERIFY2(result.contains(QLatin1String(word)), qPrintable(result));
     QVERIFY2(!result.contains(QStringLiteral("—")), qPrintable(result));  // every figure known
+    // Issue 26, item 4: the finished run has its Advisor tab at once (it
+    // had one only when opened again from the history).
+    AdvisorPanel* advisor = nullptr;
+    for (int i = 0; i < d->bottomTabs()->count(); ++i)
+      if (d->bottomTabs()->tabText(i) == QLatin1String("Advisor")) advisor = qobject_cast<AdvisorPanel*>(d->bottomTabs()->widget(i));
+    QVERIFY(advisor);
+    QCOMPARE(advisor->runId(), end.process->runId());
+    QTRY_VERIFY_WITH_TIMEOUT(!advisor->busy(), 30000);
     // The store has the run, finished, with its series and summary.
     const tb::RunRecord run = storedRun(db_, end.process->runId());
     QCOMPARE(QString::fromStdString(run.status), QStringLiteral("finished"));
@@ -388,6 +399,30 @@ class TestEngineRuns : public QObject {
     QVERIFY2(d->failureReason().contains(missing), qPrintable(d->failureReason()));
     QCOMPARE(d->headerText().count(missing), 1);
     QVERIFY(!d->hasResult());
+  }
+
+  // Issue 26, item 9: a run the engine refused named the temporary file the
+  // workbench wrote ("/tmp/trainbench-config-XXXX.json: ..."), and an
+  // unnamed run read "Run '' failed" and "(#9)".
+  void engineRefusalNamesNoTemporaryFile() {
+    if (!QFileInfo(QStringLiteral(TRAINBENCH_ENGINE_BIN)).isExecutable())
+      QSKIP("trainbench-engine was not built (" TRAINBENCH_ENGINE_BIN ")");
+    MainWindow window(db_);
+    window.setEnginePath(QStringLiteral(TRAINBENCH_ENGINE_BIN));
+    QJsonObject c = shortRealConfig(QString(), 8);
+    c.insert(QStringLiteral("unknown_key"), true);  // the Set-up page never sends one: queued directly
+    window.runQueue()->enqueue(c);
+    const Ended end = waitForEnd(window.runQueue(), 60000);
+    QCOMPARE(end.status, QStringLiteral("failed"));
+    auto* d = qobject_cast<RunDashboard*>(window.dashboards()->widget(0));
+    QVERIFY2(d->failureReason().contains(QLatin1String("unknown key 'unknown_key'")), qPrintable(d->failureReason()));
+    QVERIFY2(!d->failureReason().contains(QLatin1String("trainbench-config-")), qPrintable(d->failureReason()));
+    QVERIFY2(d->failureReason().contains(QLatin1String("the run's configuration")), qPrintable(d->failureReason()));
+    const QString message = window.statusBar()->currentMessage();
+    QVERIFY2(message.startsWith(QLatin1String("Run 'unnamed run' failed")), qPrintable(message));
+    QVERIFY2(!message.contains(QLatin1String("trainbench-config-")), qPrintable(message));
+    QVERIFY2(window.dashboards()->tabText(0).startsWith(QLatin1String("unnamed run")),
+             qPrintable(window.dashboards()->tabText(0)));
   }
 
   // A run started from the command line against the same store is followed

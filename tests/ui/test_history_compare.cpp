@@ -4,6 +4,8 @@
 // store; the configuration diff can hide equal keys; the summary computes the
 // speed-up against a chosen baseline; reports and CSV exports are written.
 #include <QDir>
+#include <QHeaderView>
+#include <QLabel>
 #include <QFile>
 #include <QStandardPaths>
 #include <QPlainTextEdit>
@@ -409,6 +411,90 @@ class TestHistoryCompare : public QObject {
     QCOMPARE(window.dashboards()->count(), 1);
     window.compareRuns({baseline_, amp_});
     QCOMPARE(window.compareView()->runs().size(), 2);
+  }
+
+  // Issue 26, item 1: run 1 of another database opened in the tab of the
+  // first database's run 1 and kept its numbers, and the History side panel
+  // kept describing the first database's run. A run is (store, id).
+  void aRunIsItsStoreAndItsId() {
+    const QString first = dir_.filePath(QStringLiteral("first.db")), second = dir_.filePath(QStringLiteral("second.db"));
+    qint64 a = 0, b = 0;
+    {
+      tb::RunStore one(first.toStdString());
+      a = addRun(one, QStringLiteral("first store's run"), QStringLiteral("fmnist-cnn"), QStringLiteral("finished"),
+                 {{"cuda_graphs", true}}, 30.8, 16605.0, 0.89);
+      tb::RunStore two(second.toStdString());
+      b = addRun(two, QStringLiteral("second store's run"), QStringLiteral("fmnist-cnn"), QStringLiteral("finished"),
+                 {}, 31.3, 16362.0, 0.88);
+    }
+    QCOMPARE(a, b);  // the same id in both
+    MainWindow window(first);
+    QTRY_COMPARE_WITH_TIMEOUT(window.historyView()->model()->rowCount(), 1, 10000);
+    window.historyView()->selectRuns({a});
+    auto sidePanelSays = [&window](const QString& words) {
+      for (const QLabel* l : window.historyView()->findChildren<QLabel*>())
+        if (l->text().contains(words)) return true;
+      return false;
+    };
+    QVERIFY(sidePanelSays(QStringLiteral("first store&#39;s run")) || sidePanelSays(QStringLiteral("first store's run")));
+    // The first step time a dashboard shows (stepMs + 1 in addRun).
+    auto firstStepMs = [](RunDashboard* d) {
+      auto it = d->series().step.find(QStringLiteral("step_time_ms"));
+      return it == d->series().step.end() || it->second.isEmpty() ? 0.0 : it->second.value.first();
+    };
+    window.openRun(a);
+    auto* one = qobject_cast<RunDashboard*>(window.dashboards()->widget(0));
+    QTRY_COMPARE_WITH_TIMEOUT(firstStepMs(one), 31.8, 10000);
+
+    window.setDatabasePath(second);
+    QVERIFY(!sidePanelSays(QStringLiteral("first store")));
+    QTRY_COMPARE_WITH_TIMEOUT(window.historyView()->model()->rowCount(), 1, 10000);
+    QCOMPARE(window.historyView()->model()->runs().first().name, QStringLiteral("second store's run"));
+    QVERIFY(!sidePanelSays(QStringLiteral("first store")));
+    window.openRun(b);
+    QCOMPARE(window.dashboards()->count(), 2);  // a tab of its own
+    auto* two = qobject_cast<RunDashboard*>(window.dashboards()->currentWidget());
+    QVERIFY(two && two != one);
+    QTRY_COMPARE_WITH_TIMEOUT(firstStepMs(two), 32.3, 10000);
+    QCOMPARE(two->series().runName, QStringLiteral("second store's run"));
+    QVERIFY2(window.dashboards()->tabToolTip(1).contains(second), qPrintable(window.dashboards()->tabToolTip(1)));
+    // Back to the first database: its run 1 is the first tab again.
+    window.setDatabasePath(first);
+    window.openRun(a);
+    QCOMPARE(window.dashboards()->count(), 2);
+    QCOMPARE(window.dashboards()->currentWidget(), one);
+  }
+
+  // Issue 26, item 9: at 1280x800 the summary's headers were cut
+  // ("Median step (ms", "eed-up vs baseli"): every header fits its column.
+  void compareHeadersFitAt1280() {
+    MainWindow window(db_);
+    window.resize(1280, 800);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    QTRY_COMPARE_WITH_TIMEOUT(window.historyView()->model()->rowCount(), 3, 10000);
+    window.compareRuns({baseline_, amp_, broken_});
+    QTRY_COMPARE_WITH_TIMEOUT(window.compareView()->runs().size(), 3, 10000);
+    QTest::qWait(200);
+    QTableView* summary = nullptr;
+    for (QTableView* t : window.compareView()->findChildren<QTableView*>())
+      if (qobject_cast<CompareSummaryModel*>(t->model())) summary = t;
+    QVERIFY(summary);
+    QHeaderView* header = summary->horizontalHeader();
+    for (int c = 0; c < header->count(); ++c) {
+      if (header->isSectionHidden(c)) continue;
+      const QString text = summary->model()->headerData(c, Qt::Horizontal).toString();
+      int needed = 0;
+      for (const QString& line : text.split(QLatin1Char('\n')))
+        needed = std::max(needed, header->fontMetrics().horizontalAdvance(line));
+      QVERIFY2(header->sectionSize(c) >= needed,
+               qPrintable(QStringLiteral("%1: %2 px for %3 px").arg(text).arg(header->sectionSize(c)).arg(needed)));
+      // ...and is on screen: the table is not wider than its view.
+      QVERIFY2(header->sectionViewportPosition(c) + header->sectionSize(c) <= summary->viewport()->width() + 1,
+               qPrintable(QStringLiteral("%1 ends at %2 of %3 px").arg(text)
+                              .arg(header->sectionViewportPosition(c) + header->sectionSize(c))
+                              .arg(summary->viewport()->width())));
+    }
   }
 
   // `trainbench --compare 1,2`: the window compares before its history has

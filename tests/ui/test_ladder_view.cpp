@@ -8,13 +8,17 @@
 
 #include <qcustomplot.h>
 
+#include <QComboBox>
+#include <QLabel>
 #include <QListWidget>
+#include <QPushButton>
 #include <QTabWidget>
 #include <QTableWidget>
 
 #include <nlohmann/json.hpp>
 
 #include "advisor_panel.h"
+#include "engine/backend/backend.h"
 #include "engine/store/run_store.h"
 #include "engine/train/config.h"
 #include "ladder_view.h"
@@ -38,6 +42,23 @@ void screenshot(QWidget* w, const QString& name) {
   const QString dir = qEnvironmentVariable("TRAINBENCH_SCREENSHOTS");
   if (dir.isEmpty()) return;
   QVERIFY(w->grab().save(QDir(dir).filePath(name)));
+}
+
+// A stored run of batch 48 on device whose steps wait for data (the
+// advisor's input_wait rule fires).
+int64_t storeInputBoundRun(const QString& db, const std::string& device) {
+  tb::RunStore store(db.toStdString());
+  tb::RunRecord r;
+  r.config = tb::validate_config({{"device", device}, {"batch_size", 48}}, "test");
+  r.environment = {{"device", device}};
+  const int64_t id = store.create_run(r);
+  std::vector<tb::MetricPoint> points;
+  for (int s = 1; s <= 20; ++s) {
+    points.push_back({"step_time_ms", s, 0.02 * s, 20.0});
+    points.push_back({"data_wait_ms", s, 0.02 * s, 6.0});
+  }
+  store.append_step_metrics(id, points);
+  return id;
 }
 
 }  // namespace
@@ -116,6 +137,66 @@ class TestLadderView : public QObject {
     QVERIFY(!other.showLadder(id + 100));
   }
 
+  // Issue 26, item 8: the empty accuracy plot had a -5..10 axis; "1
+  // repeats"; "Cumulative (004's table)"; the verdict column was cut off at
+  // 1366x768; the page did not say the baseline (it used the engine's
+  // defaults, not the Set-up page's configuration).
+  void ladderPageSaysWhatItMeasures() {
+    auto labelsSay = [](QWidget* w, const QString& words) {
+      for (const QLabel* l : w->findChildren<QLabel*>())
+        if (l->text().contains(words)) return l->text();
+      return QString();
+    };
+    {
+      LadderView empty;
+      const QCPRange y = empty.accuracyPlot()->yAxis->range();
+      QVERIFY2(y.lower >= 0 && y.upper <= 1.05, qPrintable(QStringLiteral("%1..%2").arg(y.lower).arg(y.upper)));
+    }
+    // The ladder of runsTheEnginesLadder, stored again as a one-repeat ladder.
+    qint64 one = 0;
+    {
+      tb::RunStore store(db().toStdString());
+      const auto ladders = store.list_ladders();
+      QVERIFY(!ladders.empty());
+      tb::LadderRecord l = *store.get_ladder(ladders.front().id);
+      l.result["repeats"] = 1;
+      one = store.create_ladder(l);
+      store.set_ladder_result(one, l.result);
+      store.set_ladder_status(one, "finished");
+    }
+    MainWindow window(db());
+    window.resize(1366, 768);
+    QJsonObject c = window.currentConfig();
+    c.insert(QStringLiteral("batch_size"), 96);
+    window.setConfig(c);
+    window.showPage(MainWindow::LadderPage);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    LadderView* view = window.ladderView();
+    QVERIFY(view->showLadder(one));
+    QTest::qWait(100);
+    const QString status = labelsSay(view, QStringLiteral("Ladder #"));
+    QVERIFY2(status.contains(QLatin1String("1 repeat of")), qPrintable(status));
+    QVERIFY2(!status.contains(QLatin1String("004")), qPrintable(status));
+    for (QComboBox* box : view->findChildren<QComboBox*>())
+      for (int i = 0; i < box->count(); ++i) QVERIFY2(!box->itemText(i).contains(QLatin1String("004")), qPrintable(box->itemText(i)));
+    const QCPRange y = view->accuracyPlot()->yAxis->range();  // no accuracy runs in this ladder
+    QVERIFY2(y.lower >= 0 && y.upper <= 1.05, qPrintable(QStringLiteral("%1..%2").arg(y.lower).arg(y.upper)));
+    QTableWidget* table = view->tableWidget();
+    const int verdict = table->columnCount() - 1;
+    QCOMPARE(table->horizontalHeaderItem(verdict)->text(), QStringLiteral("verdict"));
+    QVERIFY2(table->columnViewportPosition(verdict) + table->columnWidth(verdict) <= table->viewport()->width(),
+             qPrintable(QStringLiteral("the verdict ends at %1 of %2 px")
+                            .arg(table->columnViewportPosition(verdict) + table->columnWidth(verdict))
+                            .arg(table->viewport()->width())));
+    // The baseline is the Set-up page's configuration, and the page says so.
+    QCOMPARE(view->ladderConfig().value(QLatin1String("batch_size")).toInt(), 96);
+    const QString baseline = labelsSay(view, QStringLiteral("Baseline"));
+    QVERIFY2(baseline.contains(QLatin1String("Set-up page")) && baseline.contains(QLatin1String("96")),
+             qPrintable(baseline));
+    screenshot(&window, QStringLiteral("ladder-1366.png"));
+  }
+
   // The Set-up page's "Queue ladder" is the front end: the Ladder page, started.
   void setupPageStartsTheEngineLadder() {
     MainWindow window(db());
@@ -186,22 +267,40 @@ class TestLadderView : public QObject {
     screenshot(&panel, QStringLiteral("advisor.png"));
   }
 
+  // Issue 26, item 5: "Apply and re-run" was offered for a CUDA run on a
+  // machine without a GPU, and the re-run failed with
+  // cudaErrorInsufficientDriver. The panel says the run needs a GPU.
+  void advisorOffersNoRerunThisMachineCannotRun() {
+    for (const auto& [id, name] : tb::available_devices())
+      if (id.rfind("cuda", 0) == 0) QSKIP("this machine has a GPU: a CUDA run can be re-run here");
+    const int64_t id = storeInputBoundRun(db(), "cuda:0");
+    AdvisorPanel panel;
+    panel.setDatabasePath(db());
+    panel.setEnginePath(QStringLiteral(TRAINBENCH_ENGINE_BIN));
+    QSignalSpy ready(&panel, &AdvisorPanel::adviceReady);
+    panel.showRun(id);
+    QVERIFY(ready.wait(60000));
+    QVERIFY(panel.rules().contains(QStringLiteral("input_wait")));
+    int offered = 0;
+    for (const QPushButton* b : panel.findChildren<QPushButton*>())
+      if (b->text() == QLatin1String("Apply and re-run")) {
+        offered += b->isEnabled();
+        QVERIFY2(b->toolTip().contains(QLatin1String("no GPU")), qPrintable(b->toolTip()));
+      }
+    QCOMPARE(offered, 0);
+    bool said = false;
+    for (const QLabel* l : panel.findChildren<QLabel*>()) said = said || l->text().contains(QLatin1String("cuda:0"));
+    QVERIFY(said);
+    QSignalSpy message(&panel, &AdvisorPanel::statusMessage);
+    QVERIFY(!panel.applyAndRerun(QStringLiteral("input_wait")));
+    QVERIFY(!panel.busy());
+    QCOMPARE(message.size(), 1);
+    QVERIFY2(message.at(0).at(0).toString().contains(QLatin1String("no GPU")), qPrintable(message.at(0).at(0).toString()));
+  }
+
   // "Add to ladder": the run as the baseline, the rungs that make the advice.
   void advisorAddsToTheLadder() {
-    int64_t id = 0;
-    {
-      tb::RunStore store(db().toStdString());
-      tb::RunRecord r;
-      r.config = tb::validate_config({{"device", "cpu"}, {"batch_size", 48}}, "test");
-      r.environment = {{"device", "cpu"}};
-      id = store.create_run(r);
-      std::vector<tb::MetricPoint> points;
-      for (int s = 1; s <= 20; ++s) {
-        points.push_back({"step_time_ms", s, 0.02 * s, 20.0});
-        points.push_back({"data_wait_ms", s, 0.02 * s, 6.0});
-      }
-      store.append_step_metrics(id, points);
-    }
+    const int64_t id = storeInputBoundRun(db(), "cpu");
     AdvisorPanel panel;
     panel.setDatabasePath(db());
     QSignalSpy ready(&panel, &AdvisorPanel::adviceReady);
@@ -229,7 +328,8 @@ class TestLadderView : public QObject {
     };
     CompareSummaryModel model;
     model.setRuns({run(1, 12.5), run(2, 0)});
-    QCOMPARE(model.headerData(CompareSummaryModel::TimeToTarget, Qt::Horizontal).toString(), QStringLiteral("Time to target"));
+    QCOMPARE(model.headerData(CompareSummaryModel::TimeToTarget, Qt::Horizontal).toString().simplified(),
+             QStringLiteral("Time to target"));
     QCOMPARE(model.index(0, CompareSummaryModel::TimeToTarget).data().toString(), QStringLiteral("12.5 s"));
     QCOMPARE(model.index(1, CompareSummaryModel::TimeToTarget).data().toString(), QStringLiteral("—"));
     model.setGroups({{run(3, 10.0), run(4, 12.0)}});  // repeats: the mean

@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// A run's dashboard says what was in effect, in the settings table's words,
+// and keeps its plots in view (issue 26, items 6, 7 and 9): the result strip
+// is one line whatever the number of tricks; the tricks list and table name
+// each setting by its label with its value ("Synchronise every step: off"),
+// never a raw key or "Applied: true" for a setting left at the baseline; an
+// unnamed or failed run is described in words.
+#include <QFrame>
+#include <QLabel>
+#include <QScrollArea>
+#include <QStandardPaths>
+#include <QTabWidget>
+#include <QTextDocument>
+#include <QtTest>
+
+#include "run_dashboard.h"
+#include "trick_catalog.h"
+
+namespace {
+QJsonObject trick(const QJsonValue& requested, bool changed, bool applied, const QString& reason = QString()) {
+  return {{"requested", requested}, {"changed", changed}, {"applied", applied}, {"reason", reason}};
+}
+
+// The report of the issue's run: two settings switched off (tricks at work
+// that way), a batch size, a setting at its baseline value, one the device
+// could not honour; and more in effect, thirteen in all.
+QJsonObject issueReport() {
+  QJsonObject r{{"conv_bias_before_bn", trick(false, true, true)},
+                {"sync_every_step", trick(false, true, true)},
+                {"batch_size", trick(256, true, true)},
+                {"cuda_graphs", trick(false, false, true)},
+                {"amp", trick(QStringLiteral("bf16"), true, false, QStringLiteral("not applicable on the cpu backend"))}};
+  for (const char* key : {"channels_last", "pin_memory", "non_blocking", "h2d_uint8", "cudnn_benchmark",
+                          "fuse_pointwise", "optimizer_foreach", "device_side_init", "gpu_augment", "grad_set_to_none"})
+    r.insert(QLatin1String(key), trick(true, true, true));
+  return r;
+}
+
+QJsonObject finishedSummary() {
+  return {{"steps", 500},
+          {"median_step_time_ms", 30.8},
+          {"samples_per_s", 16605.0},
+          {"peak_memory_bytes", 512.0 * 1024 * 1024},
+          {"final_test_accuracy", 0.8937},
+          {"total_time_s", 123.0}};
+}
+
+QString tricksTabText(RunDashboard& d) {
+  auto* scroll = qobject_cast<QScrollArea*>(d.bottomTabs()->widget(0));
+  auto* label = scroll ? qobject_cast<QLabel*>(scroll->widget()) : nullptr;
+  if (!label) return {};
+  QTextDocument doc;
+  doc.setHtml(label->text());
+  return doc.toPlainText();
+}
+
+// The strip is the frame holding the figures (labels with a caption).
+QWidget* resultStrip(RunDashboard& d) {
+  for (QLabel* l : d.findChildren<QLabel*>())
+    if (l->property("caption").isValid()) return l->parentWidget();
+  return nullptr;
+}
+}  // namespace
+
+class TestRunDashboard : public QObject {
+  Q_OBJECT
+ private slots:
+  void initTestCase() {
+    Q_INIT_RESOURCE(trainbench);
+    QStandardPaths::setTestModeEnabled(true);
+  }
+
+  // Item 6: "Tricks applied" named two settings that were off as if on, and
+  // the raw key batch_size; the table said "Requested false / Applied true".
+  void tricksInEffectAreNamedWithTheirValues() {
+    RunDashboard d;
+    d.handleRunStarted({{"run_id", 7}, {"name", QStringLiteral("issue run")}, {"tricks", issueReport()}});
+    d.setStatus(QStringLiteral("finished"));
+    d.showResult(finishedSummary());
+    const QString result = d.resultText();
+    QVERIFY2(!result.contains(QLatin1String("batch_size")), qPrintable(result));
+    const QWidget* strip = resultStrip(d);
+    QVERIFY(strip);
+    QString tip;
+    for (const QLabel* l : strip->findChildren<QLabel*>()) tip += l->toolTip() + QLatin1Char('\n');
+    for (const char* named : {"Keep conv bias before batch norm: off", "Synchronise every step: off", "Batch size: 256"})
+      QVERIFY2(tip.contains(QLatin1String(named)), qPrintable(tip));
+    QVERIFY2(!tip.contains(QLatin1String("Mixed precision")), qPrintable(tip));  // asked for, not applied
+    QVERIFY2(!tip.contains(QLatin1String("CUDA graphs")), qPrintable(tip));      // the baseline's value
+    QVERIFY2(result.contains(QLatin1String("13")), qPrintable(result));
+
+    const QString table = tricksTabText(d);
+    QVERIFY2(!table.contains(QLatin1String("batch_size")) && !table.contains(QLatin1String("true")) &&
+                 !table.contains(QLatin1String("false")),
+             qPrintable(table));
+    // One row per setting: its label, its value in words, whether it is in
+    // effect (a table's plain text has one cell per line).
+    auto line = [&table](const QString& label) {
+      const QStringList cells = table.split(QLatin1Char('\n'));
+      const qsizetype i = cells.indexOf(label);
+      return i < 0 ? QString() : cells.mid(i, 3).join(QLatin1String(" | "));
+    };
+    QVERIFY2(line(QStringLiteral("CUDA graphs (whole step)")).contains(QLatin1String("baseline")), qPrintable(table));
+    QVERIFY2(line(QStringLiteral("Synchronise every step")).contains(QLatin1String("off")), qPrintable(table));
+    QVERIFY2(line(QStringLiteral("Mixed precision")).contains(QLatin1String("not applied")), qPrintable(table));
+    QVERIFY2(line(QStringLiteral("Mixed precision")).contains(QLatin1String("bf16")), qPrintable(table));
+  }
+
+  // Item 7: with 13 tricks the strip was ~190 px tall and left one row of
+  // plots at 1366x768; it is one line now.
+  void resultStripIsOneLine() {
+    RunDashboard d;
+    d.resize(1366 - 260, 700);  // the Runs page beside the queue list
+    d.handleRunStarted({{"run_id", 7}, {"name", QStringLiteral("issue run")}, {"tricks", issueReport()}});
+    d.setStatus(QStringLiteral("finished"));
+    d.showResult(finishedSummary());
+    d.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&d));
+    QWidget* strip = resultStrip(d);
+    QVERIFY(strip);
+    const int line = QFontMetrics(strip->font()).height();
+    QVERIFY2(strip->height() <= 2 * line + 12, qPrintable(QStringLiteral("%1 px").arg(strip->height())));
+  }
+
+  // Item 9: an unnamed run read "(#9)"; a run that failed before training
+  // said "The engine has not reported its tricks yet".
+  void unnamedFailedRunIsDescribedInWords() {
+    RunDashboard d;
+    d.handleRunStarted({{"run_id", 9}, {"name", QString()}});
+    d.setStatus(QStringLiteral("failed"), QStringLiteral("no data folder"));
+    QVERIFY2(d.headerText().startsWith(QLatin1String("unnamed run (#9)")), qPrintable(d.headerText()));
+    const QString tricks = tricksTabText(d);
+    QVERIFY2(!tricks.contains(QLatin1String("not reported its tricks yet")), qPrintable(tricks));
+    QVERIFY2(tricks.contains(QLatin1String("ended before")), qPrintable(tricks));
+  }
+};
+
+QTEST_MAIN(TestRunDashboard)
+#include "test_run_dashboard.moc"
