@@ -16,7 +16,8 @@ and the final status every reader shows (`list --json`, `show`).
   lock        another process holds the write lock for 12 s: the run finishes
               with every step stored; `list` answers meanwhile.
   readonly    a store in a read-only folder: readers work and change nothing;
-              `run` fails with a clear error. (As root: run as `nobody`.)
+              `run` fails with a clear error. (As root: run as `nobody`, with
+              a copy of the engine that `nobody` can reach.)
   hostile     files that are not stores (text, foreign SQLite, newer schema,
               empty, a folder, truncated): refused by name, never changed, no crash.
   diskfull    a tmpfs that fills up while the engine writes: the stream still
@@ -30,6 +31,7 @@ import argparse
 import hashlib
 import json
 import os
+import pwd
 import random
 import shutil
 import signal
@@ -44,6 +46,10 @@ ENGINE = ""
 FAILURES = []
 SKIPS = []
 
+
+class Skip(Exception):
+    """A scenario that cannot run on this machine; the message says why."""
+
 # A small synthetic run: no data set files needed, about a second of training.
 RUN = ["--device", "cpu", "--model", "mlp", "--dataset", "synthetic",
        "--set", "synthetic_shape=[1,16,16]", "--set", "synthetic_size=4096",
@@ -55,11 +61,42 @@ def check(condition, message):
         raise AssertionError(message)
 
 
+def as_user(uid, cmd):
+    """`cmd` run as user id `uid` (its own group, no others). setpriv needs no
+    account for the id, so two users other than root need no useradd."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *cmd]
+
+
 def engine(*args, timeout=300, user=None):
-    cmd = [ENGINE, *args]
-    if user:
-        cmd = ["runuser", "-u", user, "--", *cmd]
+    """The engine; with `user` (a uid), the copy that user_engine() made for it."""
+    cmd = [ENGINE, *args] if user is None else as_user(user, [OTHERS_ENGINE[user], *args])
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+# uid -> the copy of the engine that user runs (user_engine()).
+OTHERS_ENGINE = {}
+
+
+def user_engine(uid, folder):
+    """Lets user id `uid` run the engine. The build's binary may lie where only
+    its owner can reach it (a clone under /root, mode 0700), so the user gets a
+    copy in `folder` (made readable and searchable; the folders above it must
+    be, as /tmp is). Raises Skip, with the reason, when the user cannot run it."""
+    if os.geteuid() != 0:
+        raise Skip("running as another user needs root")
+    if shutil.which("setpriv") is None:
+        raise Skip("no setpriv(1) to run the engine as another user")
+    os.makedirs(folder, exist_ok=True)
+    os.chmod(folder, 0o755)
+    copy = os.path.join(folder, "trainbench-engine")
+    if not os.path.exists(copy):
+        shutil.copy(ENGINE, copy)
+        os.chmod(copy, 0o755)
+    r = subprocess.run(as_user(uid, [copy, "--version"]), capture_output=True, text=True)
+    if r.returncode != 0:
+        raise Skip(f"user {uid} cannot run the engine copied to {copy}: "
+                   f"{(r.stderr or r.stdout).strip() or r.returncode}")
+    OTHERS_ENGINE[uid] = copy
 
 
 def sha256(path):
@@ -118,6 +155,21 @@ def streamed_steps(lines):
 def start_run(db, *extra):
     return subprocess.Popen([ENGINE, "run", "--db", db, "--events", "jsonl", *RUN, *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def read_until(p, needle, what):
+    """The lines of p's stdout up to the first that holds `needle`; fails, with
+    p's stderr, when p ends first. (stderr is read only then: reading it while
+    p runs would wait for its end while its stdout pipe fills.)"""
+    lines = []
+    while True:
+        line = p.stdout.readline()
+        if not line:
+            p.wait()
+            raise AssertionError(f"{what}: the engine ended early: {p.stderr.read().decode()[-2000:]}")
+        lines.append(line.decode())
+        if needle in line:
+            return lines
 
 
 def finish(p, timeout):
@@ -209,8 +261,7 @@ def scenario_lock(tmp):
     r = engine("run", "--db", db, *RUN, "--steps", "2")
     check(r.returncode == 0, r.stderr)
     p = start_run(db, "--steps", "60", "--name", "under lock")
-    while b'"type":"run_started"' not in p.stdout.readline():  # the run is recorded and training
-        check(p.poll() is None, f"the run ended early: {p.stderr.read().decode()}")
+    read_until(p, b'"type":"run_started"', "under lock")  # the run is recorded and training
     holder = sqlite3.connect(db, timeout=10, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     t0 = time.monotonic()
@@ -237,12 +288,10 @@ def scenario_readonly(tmp):
     check(not os.path.exists(db + "-wal"), "the engine left a -wal file")
     before = sha256(db)
     user = None
-    if os.geteuid() == 0:
-        if shutil.which("runuser") is None:
-            SKIPS.append("readonly: running as root without runuser (root ignores permissions)")
-            return
-        user = "nobody"
+    if os.geteuid() == 0:  # root ignores permissions: the readers run as nobody
+        user = NOBODY
         os.chmod(tmp, 0o755)
+        user_engine(user, os.path.join(tmp, "bin"))
     os.chmod(db, 0o444)
     os.chmod(folder, 0o555)
     try:
@@ -369,6 +418,16 @@ def diskfull_inside(mnt):
     sound(db)
 
 
+def uid_of(name, fallback):
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return fallback
+
+
+NOBODY = uid_of("nobody", 65534)
+
+
 def main():
     global ENGINE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -393,6 +452,8 @@ def main():
         try:
             body(tmp)
             print(f"PASS {name} ({time.monotonic() - t0:.0f} s)", flush=True)
+        except Skip as e:
+            SKIPS.append(f"{name}: {e}")
         except Exception as e:  # noqa: BLE001 - every failure is reported, then the next scenario
             FAILURES.append(name)
             print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
