@@ -26,6 +26,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "app/engine/cli_checks.h"
 #include "app/engine/cmd_ladder.h"
 #include "app/engine/table.h"
 #include "engine/backend/backend.h"
@@ -34,6 +35,7 @@
 #include "engine/parallel/launch.h"
 #include "engine/store/run_store.h"
 #include "engine/train/config.h"
+#include "engine/train/config_file.h"
 #include "engine/train/events.h"
 #include "engine/train/trainer.h"
 
@@ -101,18 +103,6 @@ void start_signal_thread() {
     next_signal(5000);  // a third signal, or the store taking too long
     _exit(kExitStopped);
   }).detach();
-}
-
-json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  TB_CHECK(in, path, ": cannot open the configuration file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  try {
-    return json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    TB_FAIL(path, ": not valid JSON (", e.what(), ")");
-  }
 }
 
 std::string fmt(double v, int decimals) {
@@ -268,14 +258,9 @@ json flag_value(const ConfigKey& key, const std::string& text) {
   return text;
 }
 
-json build_config(const RunArgs& a, std::string& source) {
-  json cfg = json::object();
-  source = "command line";
-  if (!a.config_file.empty()) {
-    cfg = read_json_file(a.config_file);
-    TB_CHECK(cfg.is_object(), a.config_file, ": the configuration must be a JSON object");
-    source = a.config_file;
-  }
+// The file (read and checked already) with the flags over it, then --set.
+json build_config(const RunArgs& a, json cfg, std::string& source) {
+  source = a.config_file.empty() ? "command line" : a.config_file;
   for (const KeyFlag& f : a.flags) {
     if (f.option->count() == 0) continue;
     const auto& schema = config_schema();
@@ -290,10 +275,21 @@ json build_config(const RunArgs& a, std::string& source) {
 }
 
 int cmd_run(const RunArgs& a) {
+  json file_config = json::object();
+  try {
+    if (!a.config_file.empty()) {
+      file_config = read_config_file(a.config_file);
+      // As written: a flag over a key must not hide the file's bad value.
+      check_config_keys(file_config, a.config_file);
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitUsage;
+  }
   std::string source;
   json validated;
   try {
-    validated = validate_config(build_config(a, source), source);
+    validated = validate_config(build_config(a, std::move(file_config), source), source);
   } catch (const Error& e) {
     std::string message = e.what();
     // Name the flag too when the key came from one (--steps for max_steps).
@@ -707,7 +703,7 @@ int engine_main(int argc, char** argv) {
   CLI::App* trace = app.add_subcommand(
       "trace", "Re-run a stored run's configuration for N steps and write a Chrome/Perfetto trace");
   trace->add_option("id", trace_id, "Run id")->required();
-  trace->add_option("--steps", trace_steps, "Steps to trace")->check(CLI::PositiveNumber);
+  trace->add_option("--steps", trace_steps, "Steps to trace")->check(cli::at_least(1));
   trace->add_option("-o,--output", trace_output, "Trace file (default: trace-ID.json)");
 
   bool devices_json = false;
@@ -780,7 +776,7 @@ int engine_main(int argc, char** argv) {
     }
     if (cfg->parsed()) {
       if (!validate_file.empty()) {
-        validate_config(read_json_file(validate_file), validate_file);
+        validate_config(read_config_file(validate_file), validate_file);
         std::cout << validate_file << ": valid\n";
       } else if (show_schema) {
         std::cout << config_schema_json().dump(2) << "\n";

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <deque>
 #include <filesystem>
@@ -821,6 +822,12 @@ RunStore::RunStore(const std::string& path, Mode mode, const RunStoreOptions& op
   TB_CHECK(!exists || fs::file_size(path, ec) > 0 || ec, "cannot open run database '", path,
            "': the file exists but is empty, so it was not made as a run store; remove it or "
            "name another file");
+  if (mode == Mode::ReadWrite && !exists) {
+    const std::string folder = parent.empty() ? "." : parent.string();
+    TB_CHECK(::access(folder.c_str(), W_OK | X_OK) == 0, "cannot create run database '", path,
+             "': the folder '", folder, "' is not writable (", std::strerror(errno),
+             "); name a store in a folder you can write to");
+  }
 
   // No SQLite mutex: Impl::mutex serialises every use of the connection.
   const int flags =

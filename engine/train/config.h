@@ -120,6 +120,11 @@ const ConfigKey* find_config_key(const std::string& key);  // nullptr when unkno
 nlohmann::json config_schema_json();
 nlohmann::json default_config();
 
+// Each key of `overrides` as written: known, and its value of the key's type,
+// range and choices (no defaults merged, no cross-key rules); the values as
+// validate_config stores them. Throws like validate_config.
+nlohmann::json check_config_keys(const nlohmann::json& overrides, const std::string& source);
+
 // Merges `overrides` onto the defaults and validates every key. Throws tb::Error
 // naming the key, the value and what was expected; `source` (a file name or
 // "--set") prefixes the message.

@@ -302,6 +302,11 @@ def scenario_readonly(tmp):
         r = engine("run", "--db", db, *RUN, "--steps", "1", user=user)
         check(r.returncode == 1 and db in r.stderr,
               f"run on a read-only store: exit {r.returncode}: {r.stderr}")
+        if user is not None:  # root may create a file in any folder
+            new = os.path.join(folder, "new.db")
+            r = engine("run", "--db", new, *RUN, "--steps", "1", user=user)
+            check(r.returncode == 1 and f"the folder '{folder}' is not writable" in r.stderr,
+                  f"a new store in a read-only folder: exit {r.returncode}: {r.stderr}")
     finally:
         os.chmod(folder, 0o755)
         os.chmod(db, 0o644)
