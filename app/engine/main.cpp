@@ -64,11 +64,12 @@ void on_stop_signal(int sig) {
   (void)written;
 }
 
-// The first SIGINT/SIGTERM asks the trainer to stop after the current step or
-// evaluation batch; the second records the run as stopped and ends the process
-// (within ~5 s; a third ends it at once). The signal thread, not the handler,
-// talks to the store.
-void start_signal_thread() {
+// Caught from the first thing main does: a signal while the engine starts
+// (reading its configuration, opening the store) must stop the run like one
+// during training (recorded "stopped", exit 130), not end the process with the
+// default action before anything is recorded. Until a command starts the
+// signal thread, the handler only sets the flag and queues the signal.
+void catch_stop_signals() {
   TB_CHECK(pipe2(g_signal_pipe, O_CLOEXEC) == 0, "cannot create the signal pipe: ",
            std::strerror(errno));
   struct sigaction sa {};
@@ -77,6 +78,28 @@ void start_signal_thread() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // Started with them blocked (inherited), they would never stop a run; one
+  // already pending is handled now.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
+}
+
+// A command that does not train ends on a stop signal as any program does:
+// the default action from now on, or exit 130 when one came already.
+bool release_stop_signals() {
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  return g_stop.load();
+}
+
+// The first SIGINT/SIGTERM asks the trainer to stop after the current step or
+// evaluation batch; the second records the run as stopped and ends the process
+// (within ~5 s; a third ends it at once). The signal thread, not the handler,
+// talks to the store; it reads the signals queued since catch_stop_signals().
+void start_signal_thread() {
   std::thread([] {
     auto next_signal = [](int timeout_ms) {
       pollfd p{g_signal_pipe[0], POLLIN, 0};
@@ -752,6 +775,12 @@ int engine_main(int argc, char** argv) {
     return kExitUsage;
   }
 
+  // Which commands train is known now: the others stop as any program does.
+  bool trains = is_run || trace->parsed();
+  for (const cli::Command& c : ladder_commands)
+    trains = trains || (c.app->parsed() && c.store_use() == cli::StoreUse::Records);
+  if (!trains && release_stop_signals()) return kExitStopped;
+
   try {
     if (is_run) {
       ra.db = db_path;
@@ -809,6 +838,7 @@ int engine_main(int argc, char** argv) {
 // and exit code 1, never an abort.
 int main(int argc, char** argv) {
   try {
+    catch_stop_signals();  // first: see there
     return engine_main(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
