@@ -408,26 +408,47 @@ def scenario_diskfull(tmp):
     check(r.returncode == 0, f"diskfull (inside its mount namespace) failed:\n{r.stdout}{r.stderr}")
 
 
-def diskfull_inside(mnt):
-    db = os.path.join(mnt, "runs.db")
-    r = engine("run", "--db", db, *RUN, "--steps", "2")
-    check(r.returncode == 0, r.stderr)
-    # Fill the 1 MiB tmpfs but for a few pages.
-    filler = os.path.join(mnt, "filler")
-    with open(filler, "wb", buffering=0) as f:
+def fill(filler, leave_pages):
+    """Fills the disk with `filler` but for `leave_pages` pages of 4 KiB."""
+    with open(filler, "ab", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 4096)
         except OSError:
             pass
-    os.truncate(filler, max(0, os.path.getsize(filler) - 12 * 4096))
-    p = start_run(db, "--steps", "200", "--name", "disk full")
+    os.truncate(filler, max(0, os.path.getsize(filler) - leave_pages * 4096))
+
+
+def diskfull_inside(mnt):
+    db = os.path.join(mnt, "runs.db")
+    r = engine("run", "--db", db, *RUN, "--steps", "2")
+    check(r.returncode == 0, r.stderr)
+    filler = os.path.join(mnt, "filler")
+
+    # Full, or all but a few pages (room to open the store and record the run's
+    # row, not its steps): refused before training, saying why; nothing recorded.
+    for free_pages in (0, 16):
+        fill(filler, free_pages)
+        p = start_run(db, "--steps", "200", "--name", "on a full disk")
+        out, err = finish(p, timeout=300)
+        check(p.returncode == 1 and "no room on its disk" in err.decode() and db in err.decode(),
+              f"a run with {free_pages} pages free: exit {p.returncode}: {err.decode()[-1000:]}")
+        check(not streamed_steps(out.decode().splitlines()),
+              f"a run with {free_pages} pages free trained")
+        os.remove(filler)
+        check([run["name"] for run in listed(db).values()] == ["mlp b32"],
+              f"a run with {free_pages} pages free was recorded: {listed(db)}")
+
+    # Room to start but not to finish: the stream still ends, the store stays sound.
+    fill(filler, 48)
+    p = start_run(db, "--steps", "1000", "--name", "disk full")
     out, err = p.communicate(timeout=300)
     lines = out.decode().splitlines()
     events = [json.loads(l) for l in lines]
     types = [e["type"] for e in events]
     check("finished" in types, f"disk full: the stream has no final event: {err.decode()[-2000:]}")
-    check(len(streamed_steps(lines)) == 200, "disk full: training stopped early")
+    check(len(streamed_steps(lines)) == 1000, "disk full: training stopped early")
+    os.truncate(filler, max(0, os.path.getsize(filler) - 256 * 1024))  # room to read
     sound(db)
     runs = listed(db)
     run = runs[max(runs)]
