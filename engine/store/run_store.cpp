@@ -884,10 +884,34 @@ RunStore::RunStore(const std::string& path, Mode mode, const RunStoreOptions& op
     sqlite3_extended_result_codes(d.db, 1);
     sqlite3_busy_timeout(d.db, static_cast<int>(d.options.busy_timeout.count()));
   };
-  connect(path, 0);
+  // A reader must not leave files beside a store that is not its own: opening
+  // a WAL store makes SQLite create a missing -wal and -shm, owned by the
+  // reader, and the owner's next writer cannot write another user's -shm
+  // ("attempt to write a readonly database"). (Root's are given to the store's
+  // owner by SQLite itself.) With both files there SQLite creates nothing.
+  // Without them no connection is open (each one has both), so an empty or
+  // missing -wal means nothing uncheckpointed and the file is read as
+  // immutable; a writer that starts during that read may make it fail.
+  bool immutable = false;
+  if (mode == Mode::ReadOnly) {
+    struct stat st {};
+    const bool ours =
+        ::stat(path.c_str(), &st) == 0 && (st.st_uid == ::geteuid() || ::geteuid() == 0);
+    if (!ours && !(fs::exists(path + "-shm", ec) && fs::exists(path + "-wal", ec))) {
+      TB_CHECK(!fs::exists(path + "-wal", ec) || fs::file_size(path + "-wal", ec) == 0,
+               "cannot read run database '", path, "': its last writer left changes in '", path,
+               "-wal', and reading them would leave a '-shm' file of yours beside a store that "
+               "is not yours (its owner could no longer write it); let the owner open it once "
+               "(e.g. `trainbench-engine list`), or read a copy");
+      immutable = true;
+    }
+  }
+  if (immutable) connect(file_uri(path) + "?immutable=1", SQLITE_OPEN_URI);
+  else connect(path, 0);
   try {
     d.open();
   } catch (const Error&) {
+    if (immutable) throw;
     // A full disk fails the open itself (no room for the -shm file), with
     // SQLite's "disk I/O error": say what it is.
     if (mode == Mode::ReadWrite && ((d.last_error_code & 0xff) == SQLITE_IOERR ||

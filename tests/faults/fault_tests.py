@@ -20,6 +20,8 @@ and the final status every reader shows (`list --json`, `show`).
   readonly    a store in a read-only folder: readers work and change nothing;
               `run` fails with a clear error. (As root: run as `nobody`, with
               a copy of the engine that `nobody` can reach.)
+  shared      a store in a shared sticky folder, run by nobody and read by a
+              second user: the reader leaves no file there, the owner runs on.
   hostile     files that are not stores (text, foreign SQLite, newer schema,
               empty, a folder, truncated): refused by name, never changed, no crash.
   diskfull    a tmpfs that fills up while the engine writes: the stream still
@@ -338,6 +340,59 @@ def scenario_readonly(tmp):
     check(not os.path.exists(db + "-shm"), "a reader created a -shm file")
 
 
+def free_uid():
+    """A user id with no account (setpriv needs none): a second user besides nobody."""
+    uid = 61000
+    while True:
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+        uid += 1
+
+
+def scenario_shared(tmp):
+    """A store in a shared sticky folder (like /tmp) that one user runs in and
+    another reads: the reader leaves no file there, so the owner's next run
+    is not locked out by another user's -wal/-shm."""
+    owner, reader = NOBODY, free_uid()
+    os.chmod(tmp, 0o755)
+    for uid in (owner, reader):
+        user_engine(uid, os.path.join(tmp, "bin"))
+    shared = os.path.join(tmp, "shared")
+    os.mkdir(shared)
+    os.chmod(shared, 0o1777)
+    db = os.path.join(shared, "runs.db")
+
+    def files_of(uid):
+        return sorted(f for f in os.listdir(shared) if os.stat(os.path.join(shared, f)).st_uid == uid)
+
+    r = engine("run", "--db", db, *RUN, "--steps", "3", user=owner)
+    check(r.returncode == 0, f"the owner's first run: {r.stderr}")
+    for args in (["list"], ["list", "--json"], ["show", "1"], ["export", "1", "--format", "json"]):
+        r = engine(*args, "--db", db, user=reader)
+        check(r.returncode == 0, f"{' '.join(args)} by another user: {r.stderr}")
+        check(not files_of(reader), f"{' '.join(args)} by another user left {files_of(reader)}")
+    r = engine("run", "--db", db, *RUN, "--steps", "3", user=owner)
+    check(r.returncode == 0, f"the owner's run after another user read the store: {r.stderr}")
+
+    # While the owner's engine writes, the reader reads through its -wal and -shm.
+    p = subprocess.Popen(as_user(owner, [OTHERS_ENGINE[owner], "run", "--db", db, "--events", "jsonl",
+                                         *RUN, "--steps", "400", "--name", "watched"]),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    read_until(p, b'"type":"step"', "the watched run")
+    r = engine("list", "--json", "--db", db, user=reader)
+    check(r.returncode == 0, f"list during the owner's run: {r.stderr}")
+    check(any(run["name"] == "watched" for run in json.loads(r.stdout)), "list missed the live run")
+    check(not files_of(reader), f"list during the owner's run left {files_of(reader)}")
+    out, err = finish(p, timeout=120)
+    check(p.returncode == 0, f"the watched run: exit {p.returncode}: {err.decode()}")
+    runs = listed(db)
+    check([runs[i]["status"] for i in sorted(runs)] == ["finished"] * 3,
+          f"statuses: {[runs[i]['status'] for i in sorted(runs)]}")
+    sound(db)
+
+
 def scenario_hostile(tmp):
     def make(name, content=None, sql=None):
         path = os.path.join(tmp, name)
@@ -492,6 +547,7 @@ def main():
         "early_sigterm": scenario_early_sigterm,
         "lock": scenario_lock,
         "readonly": scenario_readonly,
+        "shared": scenario_shared,
         "hostile": scenario_hostile,
         "diskfull": scenario_diskfull,
     }
