@@ -563,11 +563,8 @@ void RunStore::Impl::migrate() {
 // --- Writing -----------------------------------------------------------------
 
 // A run on a full disk would train to its end and only then fail to be
-// recorded. Writing this much beside the store (then removing it) before a
-// run is created says so at the start: room for the run's row and its first
-// batches of points.
-constexpr size_t kRoomProbeBytes = 128 * 1024;
-
+// recorded: kRoomProbeBytes written beside the store (then removed) before a
+// run is created say so at the start.
 void RunStore::Impl::check_room() {
   const std::string probe = path + ".room-probe-" + std::to_string(::getpid());
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);

@@ -138,6 +138,9 @@ class RunStore {
   enum class Mode { ReadWrite, ReadOnly };
 
   static constexpr int kSchemaVersion = 4;
+  // What create_run writes beside the store (and removes) to see that its disk
+  // has room for a run: the run's row and its first batches of points.
+  static constexpr size_t kRoomProbeBytes = 128 * 1024;
   // A queued or running run whose heartbeat is older than this is taken as
   // interrupted (writers beat every few seconds from a timer thread).
   static constexpr std::chrono::milliseconds kDefaultStaleAfter{60000};
@@ -162,8 +165,8 @@ class RunStore {
   int schema_version() const;
 
   // --- Runs. created_at defaults to now, status to 'queued'. Refuses, before
-  // anything is written, when the store's disk has no room for a run (128 KiB
-  // written beside the store and removed again fail).
+  // anything is written, when the store's disk has no room for a run
+  // (kRoomProbeBytes written beside the store and removed again fail).
   int64_t create_run(const RunRecord& run);
   // Flushes buffered points first, so a reader that sees a terminal status has
   // every point. 'running' sets started_at (once), a terminal status sets finished_at.
