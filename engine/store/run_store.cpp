@@ -20,7 +20,6 @@
 #include <fstream>
 #include <limits>
 #include <mutex>
-#include <ranges>
 #include <set>
 #include <unordered_map>
 #include <utility>
@@ -605,10 +604,6 @@ void RunStore::Impl::write_pending(size_t step_count, size_t epoch_count) {
   step_count = std::min(step_count, pending_steps.size());
   epoch_count = std::min(epoch_count, pending_epochs.size());
   if (step_count == 0 && epoch_count == 0) return;
-  const auto steps = std::ranges::subrange(pending_steps.begin(),
-                                           pending_steps.begin() + static_cast<ptrdiff_t>(step_count));
-  const auto epochs = std::ranges::subrange(
-      pending_epochs.begin(), pending_epochs.begin() + static_cast<ptrdiff_t>(epoch_count));
 
   // One prepared insert per table for the whole batch.
   std::set<int64_t> runs;
@@ -616,7 +611,8 @@ void RunStore::Impl::write_pending(size_t step_count, size_t epoch_count) {
                     "INSERT INTO step_metrics (run_id, series_id, step, wall_time, value) "
                     "VALUES (?, ?, ?, ?, ?)",
                     "writing step metrics");
-  for (const auto& [run, p] : steps) {
+  for (size_t i = 0; i < step_count; ++i) {
+    const auto& [run, p] = pending_steps[i];
     insert_step.bind_int(1, run)
         .bind_int(2, series_id(p.name, true))
         .bind_int(3, p.step)
@@ -631,7 +627,8 @@ void RunStore::Impl::write_pending(size_t step_count, size_t epoch_count) {
                      "INSERT INTO epoch_metrics (run_id, series_id, epoch, step, wall_time, value) "
                      "VALUES (?, ?, ?, ?, ?, ?)",
                      "writing epoch metrics");
-  for (const auto& [run, p] : epochs) {
+  for (size_t i = 0; i < epoch_count; ++i) {
+    const auto& [run, p] = pending_epochs[i];
     insert_epoch.bind_int(1, run)
         .bind_int(2, series_id(p.name, true))
         .bind_int(3, p.epoch)
