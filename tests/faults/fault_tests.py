@@ -22,10 +22,13 @@ and the final status every reader shows (`list --json`, `show`).
               a copy of the engine that `nobody` can reach.)
   shared      a store in a shared sticky folder, run by nobody and read by a
               second user: the reader leaves no file there, the owner runs on.
+              (As root; skipped, with the reason, otherwise.)
   hostile     files that are not stores (text, foreign SQLite, newer schema,
               empty, a folder, truncated): refused by name, never changed, no crash.
-  diskfull    a tmpfs that fills up while the engine writes: the stream still
-              ends, the store stays sound, readers show `interrupted`.
+  diskfull    a tmpfs that is full, or nearly, when a run starts: refused
+              before training, with the reason, nothing recorded; one that
+              fills up while the engine writes: the stream still ends, the
+              store stays sound, readers show `interrupted`.
               Needs `unshare -m` and mount rights; skipped, with the reason, without.
 
 Standard library only (python3, sqlite3). Exit 0 when every scenario passed
