@@ -537,23 +537,23 @@ json default_config() {
   return c;
 }
 
+json check_config_entry(const std::string& key, const json& value, const std::string& source) {
+  const ConfigKey* k = find_config_key(key);
+  if (!k) {
+    const std::string hint = closest_key(key);
+    TB_FAIL(source, ": unknown key '", key, "'",
+            hint.empty() ? std::string() : " (did you mean '" + hint + "'?)",
+            "; `trainbench-engine config --schema` lists every key");
+  }
+  return check_value(*k, value, source);
+}
+
 json check_config_keys(const json& overrides, const std::string& source) {
   TB_CHECK(overrides.is_object(), source, ": the configuration must be a JSON object, got ",
            overrides.type_name());
   json checked = json::object();
-  for (const auto& item : overrides.items()) {
-    // Named, not a structured binding: clang 14 (the fuzz build) cannot capture those.
-    const std::string& key = item.key();
-    const json& value = item.value();
-    const ConfigKey* k = find_config_key(key);
-    if (!k) {
-      const std::string hint = closest_key(key);
-      TB_FAIL(source, ": unknown key '", key, "'",
-              hint.empty() ? std::string() : " (did you mean '" + hint + "'?)",
-              "; `trainbench-engine config --schema` lists every key");
-    }
-    checked[key] = check_value(*k, value, source);
-  }
+  for (const auto& item : overrides.items())
+    checked[item.key()] = check_config_entry(item.key(), item.value(), source);
   return checked;
 }
 

@@ -120,9 +120,15 @@ const ConfigKey* find_config_key(const std::string& key);  // nullptr when unkno
 nlohmann::json config_schema_json();
 nlohmann::json default_config();
 
-// Each key of `overrides` as written: known, and its value of the key's type,
-// range and choices (no defaults merged, no cross-key rules); the values as
-// validate_config stores them. Throws like validate_config.
+// One key and its value alone: the key is in the table, the value of its type,
+// range and choices. Returns the value as validate_config stores it; throws
+// tb::Error naming the key, the value and what was expected (the cross-key
+// rules of validate_config are not checked here).
+nlohmann::json check_config_entry(const std::string& key, const nlohmann::json& value,
+                                  const std::string& source);
+
+// Each key of `overrides` as written (check_config_entry: no defaults merged,
+// no cross-key rules); the values as validate_config stores them.
 nlohmann::json check_config_keys(const nlohmann::json& overrides, const std::string& source);
 
 // Merges `overrides` onto the defaults and validates every key. Throws tb::Error
