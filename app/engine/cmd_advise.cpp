@@ -74,7 +74,15 @@ int run_advise(const AdviseArgs& a, const std::string& db, const Signals& signal
   RunStore store(db, a.apply.empty() ? RunStore::Mode::ReadOnly : RunStore::Mode::ReadWrite);
   const auto run = store.get_run(a.id);
   TB_CHECK(run.has_value(), db, ": no run with id ", a.id, " (see `trainbench-engine list`)");
+  // Advice reads what a run measured: a failed run's measurements are not its
+  // speed, and a run without steps has none ("no rule fires" would be a lie).
+  TB_CHECK(run->status != run_status::kFailed, "run ", a.id, " failed (",
+           run->error.empty() ? "no error was recorded" : run->error,
+           "); there is nothing to advise on: fix that and run it again");
   RunEvidence evidence = evidence_from_store(store, a.id);
+  TB_CHECK(!std::isnan(evidence.get("step_time_ms")), "run ", a.id, " (", run->status,
+           run->error.empty() ? "" : ": " + run->error,
+           ") measured no steps; there is nothing to advise on");
   evidence.gpu_present = gpu_present();
   const std::vector<Advice> list = advise(evidence);
   if (a.apply.empty()) {

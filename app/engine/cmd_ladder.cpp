@@ -10,10 +10,10 @@
 #include <ctime>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "app/engine/cli_checks.h"
 #include "app/engine/table.h"
 #include "engine/backend/backend.h"
 #include "engine/core/error.h"
@@ -22,6 +22,7 @@
 #include "engine/ladder/rungs.h"
 #include "engine/store/run_store.h"
 #include "engine/train/config.h"
+#include "engine/train/config_file.h"
 #include "engine/train/events.h"
 
 namespace tb::cli {
@@ -40,20 +41,14 @@ struct LadderArgs {
   bool accuracy = false, quiet = false, list_rungs = false;
 };
 
-json parse_config_file(const std::string& path) {
-  std::ifstream in(path);
-  TB_CHECK(in, path, ": cannot open the configuration file");
-  std::stringstream text;
-  text << in.rdbuf();
-  json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  TB_CHECK(!j.is_discarded(), path, ": not valid JSON");
-  TB_CHECK(j.is_object(), path, ": the configuration must be a JSON object");
-  return j;
-}
-
-// The flags over the file, then --set over both; validated like a run's.
+// The file as written (a flag must not hide its bad value), then the flags
+// over it and --set over both; validated like a run's.
 json ladder_config(const LadderArgs& a) {
-  json cfg = a.config_file.empty() ? json::object() : parse_config_file(a.config_file);
+  json cfg = json::object();
+  if (!a.config_file.empty()) {
+    cfg = read_config_file(a.config_file);
+    check_config_keys(cfg, a.config_file);
+  }
   auto str = [&](const char* k, const std::string& v) { if (!v.empty()) cfg[k] = v; };
   auto num = [&](const char* k, int64_t v) { if (v >= 0) cfg[k] = v; };
   str("model", a.model), str("device", a.device), str("name", a.name);
@@ -259,9 +254,9 @@ std::vector<Command> add_ladder_commands(CLI::App& app, Signals signals) {
   l->add_option("--repeats", a->repeats, "Measured runs per rung (ladder_repeats)")
       ->check(CLI::Range(1, 100));
   l->add_option("--warmup-steps", a->warmup, "Steps before measuring (ladder_warmup_steps)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   l->add_option("--measured-steps", a->measured, "Measured steps per run (ladder_measured_steps)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   l->add_flag("--accuracy", a->accuracy,
               "Also train the baseline and every rung that changes the numbers to the end once");
   l->add_option("--events", a->events, "none, or jsonl: the runs' events and ladder_* events on stdout")
@@ -274,7 +269,7 @@ std::vector<Command> add_ladder_commands(CLI::App& app, Signals signals) {
                 "with --list-rungs the rungs (\"-\": stdout)");
   l->add_flag("--list-rungs", a->list_rungs,
               "List the rungs and what each sets on the baseline (-c, --set); nothing runs");
-  l->add_option("--show", a->show, "Print the table of a stored ladder")->check(CLI::PositiveNumber);
+  l->add_option("--show", a->show, "Print the table of a stored ladder")->check(at_least(1));
   std::vector<Command> commands;
   commands.push_back({l,
                       [a] {

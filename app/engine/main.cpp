@@ -26,6 +26,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "app/engine/cli_checks.h"
 #include "app/engine/cmd_ladder.h"
 #include "app/engine/table.h"
 #include "engine/backend/backend.h"
@@ -34,6 +35,7 @@
 #include "engine/parallel/launch.h"
 #include "engine/store/run_store.h"
 #include "engine/train/config.h"
+#include "engine/train/config_file.h"
 #include "engine/train/events.h"
 #include "engine/train/trainer.h"
 
@@ -62,11 +64,12 @@ void on_stop_signal(int sig) {
   (void)written;
 }
 
-// The first SIGINT/SIGTERM asks the trainer to stop after the current step or
-// evaluation batch; the second records the run as stopped and ends the process
-// (within ~5 s; a third ends it at once). The signal thread, not the handler,
-// talks to the store.
-void start_signal_thread() {
+// Caught from the first thing main does: a signal while the engine starts
+// (reading its configuration, opening the store) must stop the run like one
+// during training (recorded "stopped", exit 130), not end the process with the
+// default action before anything is recorded. Until a command starts the
+// signal thread, the handler only sets the flag and queues the signal.
+void catch_stop_signals() {
   TB_CHECK(pipe2(g_signal_pipe, O_CLOEXEC) == 0, "cannot create the signal pipe: ",
            std::strerror(errno));
   struct sigaction sa {};
@@ -75,6 +78,28 @@ void start_signal_thread() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // Started with them blocked (inherited), they would never stop a run; one
+  // already pending is handled now.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
+}
+
+// A command that does not train ends on a stop signal as any program does:
+// the default action from now on, or exit 130 when one came already.
+bool release_stop_signals() {
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  return g_stop.load();
+}
+
+// The first SIGINT/SIGTERM asks the trainer to stop after the current step or
+// evaluation batch; the second records the run as stopped and ends the process
+// (within ~5 s; a third ends it at once). The signal thread, not the handler,
+// talks to the store; it reads the signals queued since catch_stop_signals().
+void start_signal_thread() {
   std::thread([] {
     auto next_signal = [](int timeout_ms) {
       pollfd p{g_signal_pipe[0], POLLIN, 0};
@@ -101,18 +126,6 @@ void start_signal_thread() {
     next_signal(5000);  // a third signal, or the store taking too long
     _exit(kExitStopped);
   }).detach();
-}
-
-json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  TB_CHECK(in, path, ": cannot open the configuration file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  try {
-    return json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    TB_FAIL(path, ": not valid JSON (", e.what(), ")");
-  }
 }
 
 std::string fmt(double v, int decimals) {
@@ -268,14 +281,9 @@ json flag_value(const ConfigKey& key, const std::string& text) {
   return text;
 }
 
-json build_config(const RunArgs& a, std::string& source) {
-  json cfg = json::object();
-  source = "command line";
-  if (!a.config_file.empty()) {
-    cfg = read_json_file(a.config_file);
-    TB_CHECK(cfg.is_object(), a.config_file, ": the configuration must be a JSON object");
-    source = a.config_file;
-  }
+// The file (read and checked already) with the flags over it, then --set.
+json build_config(const RunArgs& a, json cfg, std::string& source) {
+  source = a.config_file.empty() ? "command line" : a.config_file;
   for (const KeyFlag& f : a.flags) {
     if (f.option->count() == 0) continue;
     const auto& schema = config_schema();
@@ -290,10 +298,21 @@ json build_config(const RunArgs& a, std::string& source) {
 }
 
 int cmd_run(const RunArgs& a) {
+  json file_config = json::object();
+  try {
+    if (!a.config_file.empty()) {
+      file_config = read_config_file(a.config_file);
+      // As written: a flag over a key must not hide the file's bad value.
+      check_config_keys(file_config, a.config_file);
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitUsage;
+  }
   std::string source;
   json validated;
   try {
-    validated = validate_config(build_config(a, source), source);
+    validated = validate_config(build_config(a, std::move(file_config), source), source);
   } catch (const Error& e) {
     std::string message = e.what();
     // Name the flag too when the key came from one (--steps for max_steps).
@@ -707,7 +726,7 @@ int engine_main(int argc, char** argv) {
   CLI::App* trace = app.add_subcommand(
       "trace", "Re-run a stored run's configuration for N steps and write a Chrome/Perfetto trace");
   trace->add_option("id", trace_id, "Run id")->required();
-  trace->add_option("--steps", trace_steps, "Steps to trace")->check(CLI::PositiveNumber);
+  trace->add_option("--steps", trace_steps, "Steps to trace")->check(cli::at_least(1));
   trace->add_option("-o,--output", trace_output, "Trace file (default: trace-ID.json)");
 
   bool devices_json = false;
@@ -756,6 +775,12 @@ int engine_main(int argc, char** argv) {
     return kExitUsage;
   }
 
+  // Which commands train is known now: the others stop as any program does.
+  bool trains = is_run || trace->parsed();
+  for (const cli::Command& c : ladder_commands)
+    trains = trains || (c.app->parsed() && c.store_use() == cli::StoreUse::Records);
+  if (!trains && release_stop_signals()) return kExitStopped;
+
   try {
     if (is_run) {
       ra.db = db_path;
@@ -780,7 +805,7 @@ int engine_main(int argc, char** argv) {
     }
     if (cfg->parsed()) {
       if (!validate_file.empty()) {
-        validate_config(read_json_file(validate_file), validate_file);
+        validate_config(read_config_file(validate_file), validate_file);
         std::cout << validate_file << ": valid\n";
       } else if (show_schema) {
         std::cout << config_schema_json().dump(2) << "\n";
@@ -813,6 +838,7 @@ int engine_main(int argc, char** argv) {
 // and exit code 1, never an abort.
 int main(int argc, char** argv) {
   try {
+    catch_stop_signals();  // first: see there
     return engine_main(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -90,6 +90,11 @@ std::vector<std::string> rungs_for_changes(const json& changes) {
 }
 
 std::vector<std::string> parse_rung_list(const std::string& text) {
+  std::string known;
+  for (const RungDef& r : rung_catalogue()) known += (known.empty() ? "" : ", ") + r.id;
+  // Blank: the default order. Anything else names every rung: "," or "amp,,x"
+  // is a slip, not a request for the whole ladder.
+  if (text.find_first_not_of(" \t") == std::string::npos) return default_rung_order();
   std::vector<std::string> ids;
   size_t start = 0;
   while (start <= text.size()) {
@@ -98,19 +103,15 @@ std::vector<std::string> parse_rung_list(const std::string& text) {
     std::string id = text.substr(start, end - start);
     id.erase(0, id.find_first_not_of(" \t"));
     id.erase(id.find_last_not_of(" \t") + 1);
-    if (!id.empty()) {
-      if (!find_rung(id)) {
-        std::string known;
-        for (const RungDef& r : rung_catalogue()) known += (known.empty() ? "" : ", ") + r.id;
-        TB_FAIL("ladder_rungs: unknown rung '", id, "'; the rungs are: ", known);
-      }
-      TB_CHECK(std::find(ids.begin(), ids.end(), id) == ids.end(), "ladder_rungs: rung '", id,
-               "' is listed twice");
-      ids.push_back(id);
-    }
+    TB_CHECK(!id.empty(), "'", text, "' has an empty rung name; list rungs separated by commas "
+             "(the rungs are: ", known, "), or leave it empty for the default order");
+    TB_CHECK(find_rung(id), "unknown rung '", id, "'; the rungs are: ", known);
+    TB_CHECK(std::find(ids.begin(), ids.end(), id) == ids.end(), "rung '", id,
+             "' is listed twice");
+    ids.push_back(id);
     start = end + 1;
   }
-  return ids.empty() ? default_rung_order() : ids;
+  return ids;
 }
 
 }  // namespace tb

@@ -37,7 +37,8 @@ std::vector<std::string> default_rung_order();
 // "non_blocking": true} -> {"workers", "pinned"}; for "add to ladder".
 std::vector<std::string> rungs_for_changes(const nlohmann::json& changes);
 // "amp, workers" -> {"amp", "workers"}; throws tb::Error naming an unknown
-// rung or a repeated one. Empty text: the default order.
+// rung, a repeated one or an empty name (", " or "amp,,workers"). Blank
+// text: the default order.
 std::vector<std::string> parse_rung_list(const std::string& text);
 
 }  // namespace tb

@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "engine/store/run_store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <deque>
 #include <filesystem>
@@ -19,6 +23,7 @@
 #include <set>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "engine/core/error.h"
 
@@ -348,12 +353,14 @@ struct RunStore::Impl {
   }
 
   void open();
+  void check_room();
   int read_version();
   void migrate();
   std::string run_columns() const;
   int64_t series_id(const std::string& name, bool create);
-  void write_pending();
-  void pending_written();
+  // The first `steps` step points and `epochs` epoch points pending (all by default).
+  void write_pending(size_t steps = SIZE_MAX, size_t epochs = SIZE_MAX);
+  void pending_written(size_t steps = SIZE_MAX, size_t epochs = SIZE_MAX);
   void flush_pending();
   void bound_pending();
   void maybe_flush();
@@ -554,6 +561,28 @@ void RunStore::Impl::migrate() {
 
 // --- Writing -----------------------------------------------------------------
 
+// A run on a full disk would train to its end and only then fail to be
+// recorded: kRoomProbeBytes written beside the store (then removed) before a
+// run is created say so at the start.
+void RunStore::Impl::check_room() {
+  const std::string probe = path + ".room-probe-" + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return;  // a folder we cannot write to: SQLite's own error says so
+  static const std::vector<char> zeros(kRoomProbeBytes, 0);
+  size_t written = 0;
+  int error = 0;
+  while (written < zeros.size() && error == 0) {
+    const ssize_t n = ::write(fd, zeros.data() + written, zeros.size() - written);
+    if (n > 0) written += static_cast<size_t>(n);
+    else if (n == 0 || errno != EINTR) error = n == 0 ? ENOSPC : errno;
+  }
+  if (::close(fd) != 0 && error == 0) error = errno;
+  ::unlink(probe.c_str());
+  TB_CHECK(error == 0, "run database '", path, "': no room on its disk: writing ",
+           kRoomProbeBytes / 1024, " KiB in its folder failed (", std::strerror(error),
+           "); free some space and try again");
+}
+
 int64_t RunStore::Impl::series_id(const std::string& name, bool create) {
   if (auto it = series_ids.find(name); it != series_ids.end()) return it->second;
   if (create)
@@ -571,10 +600,10 @@ int64_t RunStore::Impl::series_id(const std::string& name, bool create) {
 // Inside an open transaction; the points stay pending until the caller has
 // committed (pending_written), so a rolled-back batch is retried whole, never
 // point by point.
-void RunStore::Impl::write_pending() {
-  if (pending_steps.empty() && pending_epochs.empty()) return;
-  const auto& steps = pending_steps;
-  const auto& epochs = pending_epochs;
+void RunStore::Impl::write_pending(size_t step_count, size_t epoch_count) {
+  step_count = std::min(step_count, pending_steps.size());
+  epoch_count = std::min(epoch_count, pending_epochs.size());
+  if (step_count == 0 && epoch_count == 0) return;
 
   // One prepared insert per table for the whole batch.
   std::set<int64_t> runs;
@@ -582,7 +611,8 @@ void RunStore::Impl::write_pending() {
                     "INSERT INTO step_metrics (run_id, series_id, step, wall_time, value) "
                     "VALUES (?, ?, ?, ?, ?)",
                     "writing step metrics");
-  for (const auto& [run, p] : steps) {
+  for (size_t i = 0; i < step_count; ++i) {
+    const auto& [run, p] = pending_steps[i];
     insert_step.bind_int(1, run)
         .bind_int(2, series_id(p.name, true))
         .bind_int(3, p.step)
@@ -597,7 +627,8 @@ void RunStore::Impl::write_pending() {
                      "INSERT INTO epoch_metrics (run_id, series_id, epoch, step, wall_time, value) "
                      "VALUES (?, ?, ?, ?, ?, ?)",
                      "writing epoch metrics");
-  for (const auto& [run, p] : epochs) {
+  for (size_t i = 0; i < epoch_count; ++i) {
+    const auto& [run, p] = pending_epochs[i];
     insert_epoch.bind_int(1, run)
         .bind_int(2, series_id(p.name, true))
         .bind_int(3, p.epoch)
@@ -617,9 +648,12 @@ void RunStore::Impl::write_pending() {
         .run();
 }
 
-void RunStore::Impl::pending_written() {
-  pending_steps.clear();
-  pending_epochs.clear();
+void RunStore::Impl::pending_written(size_t steps, size_t epochs) {
+  pending_steps.erase(pending_steps.begin(),
+                      pending_steps.begin() + static_cast<ptrdiff_t>(std::min(steps, pending_steps.size())));
+  pending_epochs.erase(pending_epochs.begin(),
+                       pending_epochs.begin() +
+                           static_cast<ptrdiff_t>(std::min(epochs, pending_epochs.size())));
   retry_after = {};
 }
 
@@ -637,22 +671,29 @@ bool may_pass(int extended_code) {
 }
 }  // namespace
 
+// In batches of at most batch_points, each committed on its own, oldest first:
+// what piled up while the disk was full (or the lock held) is stored as far as
+// the space that came back allows, instead of waiting for room for all of it
+// in one transaction.
 void RunStore::Impl::flush_pending() {
-  if (pending_steps.empty() && pending_epochs.empty()) return;
-  try {
-    Transaction tx(*this, "writing metrics");
-    write_pending();
-    tx.commit();
-  } catch (const Error&) {
-    if (may_pass(last_error_code)) {
-      retry_after = std::chrono::steady_clock::now() + options.retry_interval;
-    } else {
-      pending_steps.clear();
-      pending_epochs.clear();
+  while (!pending_steps.empty() || !pending_epochs.empty()) {
+    const size_t steps = std::min(pending_steps.size(), options.batch_points);
+    const size_t epochs = std::min(pending_epochs.size(), options.batch_points - steps);
+    try {
+      Transaction tx(*this, "writing metrics");
+      write_pending(steps, epochs);
+      tx.commit();
+    } catch (const Error&) {
+      if (may_pass(last_error_code)) {
+        retry_after = std::chrono::steady_clock::now() + options.retry_interval;
+      } else {
+        pending_steps.clear();
+        pending_epochs.clear();
+      }
+      throw;
     }
-    throw;
+    pending_written(steps, epochs);
   }
-  pending_written();
 }
 
 // Keeps at most max_pending_points buffered: the oldest step points go first.
@@ -821,6 +862,12 @@ RunStore::RunStore(const std::string& path, Mode mode, const RunStoreOptions& op
   TB_CHECK(!exists || fs::file_size(path, ec) > 0 || ec, "cannot open run database '", path,
            "': the file exists but is empty, so it was not made as a run store; remove it or "
            "name another file");
+  if (mode == Mode::ReadWrite && !exists) {
+    const std::string folder = parent.empty() ? "." : parent.string();
+    TB_CHECK(::access(folder.c_str(), W_OK | X_OK) == 0, "cannot create run database '", path,
+             "': the folder '", folder, "' is not writable (", std::strerror(errno),
+             "); name a store in a folder you can write to");
+  }
 
   // No SQLite mutex: Impl::mutex serialises every use of the connection.
   const int flags =
@@ -831,10 +878,39 @@ RunStore::RunStore(const std::string& path, Mode mode, const RunStoreOptions& op
     sqlite3_extended_result_codes(d.db, 1);
     sqlite3_busy_timeout(d.db, static_cast<int>(d.options.busy_timeout.count()));
   };
-  connect(path, 0);
+  // A reader must not leave files beside a store that is not its own: opening
+  // a WAL store makes SQLite create a missing -wal and -shm, owned by the
+  // reader, and the owner's next writer cannot write another user's -shm
+  // ("attempt to write a readonly database"). (Root's are given to the store's
+  // owner by SQLite itself.) With both files there SQLite creates nothing.
+  // Without them no connection is open (each one has both), so an empty or
+  // missing -wal means nothing uncheckpointed and the file is read as
+  // immutable; a writer that starts during that read may make it fail.
+  bool immutable = false;
+  if (mode == Mode::ReadOnly) {
+    struct stat st {};
+    const bool ours =
+        ::stat(path.c_str(), &st) == 0 && (st.st_uid == ::geteuid() || ::geteuid() == 0);
+    if (!ours && !(fs::exists(path + "-shm", ec) && fs::exists(path + "-wal", ec))) {
+      TB_CHECK(!fs::exists(path + "-wal", ec) || fs::file_size(path + "-wal", ec) == 0,
+               "cannot read run database '", path, "': its last writer left changes in '", path,
+               "-wal', and reading them would leave a '-shm' file of yours beside a store that "
+               "is not yours (its owner could no longer write it); let the owner open it once "
+               "(e.g. `trainbench-engine list`), or read a copy");
+      immutable = true;
+    }
+  }
+  if (immutable) connect(file_uri(path) + "?immutable=1", SQLITE_OPEN_URI);
+  else connect(path, 0);
   try {
     d.open();
   } catch (const Error&) {
+    if (immutable) throw;
+    // A full disk fails the open itself (no room for the -shm file), with
+    // SQLite's "disk I/O error": say what it is.
+    if (mode == Mode::ReadWrite && ((d.last_error_code & 0xff) == SQLITE_IOERR ||
+                                    (d.last_error_code & 0xff) == SQLITE_FULL))
+      d.check_room();
     // Reading a WAL database needs its -shm file; in a read-only folder or
     // mount that file cannot be made. With no -wal file there is nothing
     // uncheckpointed and no writer (a writer needs the -wal), so the file can
@@ -896,6 +972,7 @@ int64_t RunStore::create_run(const RunRecord& run) {
   Impl& d = impl();
   std::lock_guard lock(d.mutex);
   d.require_writable("creating a run");
+  d.check_room();
   const std::string status = run.status.empty() ? run_status::kQueued : run.status;
   TB_CHECK(is_valid_run_status(status), "invalid run status '", status, "'");
   const std::string now = now_utc();
@@ -930,8 +1007,9 @@ void RunStore::set_status(int64_t id, const std::string& status, const std::stri
   d.require_writable("setting the status of a run");
   TB_CHECK(is_valid_run_status(status), "invalid run status '", status,
            "' (expected queued, running, finished, failed or stopped)");
-  // Points and status in one transaction: whoever sees the final status also
-  // sees every point.
+  // Every point before the status (in batches, as far as there is room, then
+  // the rest with the status): whoever sees the final status sees every point.
+  d.flush_pending();
   Transaction tx(d, "setting the status of a run");
   d.write_pending();
   d.update_status(id, status, error, "setting the status of a run");
@@ -968,7 +1046,9 @@ void RunStore::finish_run(int64_t id, const std::string& status, const nlohmann:
   TB_CHECK(is_terminal_run_status(status), "invalid final run status '", status,
            "' (expected finished, failed or stopped)");
   const char* op = "recording the end of a run";
-  // Points, summary and status together: a reader that sees the end sees everything.
+  // Points first (in batches, as far as there is room), then summary and status
+  // with any rest: a reader that sees the end sees everything.
+  d.flush_pending();
   Transaction tx(d, op);
   d.write_pending();
   Query(d, "UPDATE runs SET summary_json = ? WHERE id = ?", op)

@@ -111,14 +111,16 @@ struct RunLink {
 };
 
 struct RunStoreOptions {
-  // Buffered metric points are written in one transaction once this many are
-  // pending, or once the oldest pending point is batch_interval old (checked
-  // when points are appended), and always on flush(), set_status() and destruction.
+  // Buffered metric points are written once this many are pending, or once
+  // the oldest pending point is batch_interval old (checked when points are
+  // appended), and always on flush(), set_status() and destruction.
   size_t batch_points = 1000;
   std::chrono::milliseconds batch_interval{500};
   // A batch that fails for a passing reason (database locked, disk full, I/O)
   // stays buffered and is retried, at most this many points (the oldest go
   // first, counted in dropped_points()); automatic retries wait retry_interval.
+  // What piled up is written in transactions of batch_points each, oldest
+  // first, so space that comes back takes what fits.
   size_t max_pending_points = 200000;
   std::chrono::milliseconds retry_interval{1000};
   // How long a statement waits for another process's lock before failing.
@@ -136,6 +138,9 @@ class RunStore {
   enum class Mode { ReadWrite, ReadOnly };
 
   static constexpr int kSchemaVersion = 4;
+  // What create_run writes beside the store (and removes) to see that its disk
+  // has room for a run: the run's row and its first batches of points.
+  static constexpr size_t kRoomProbeBytes = 128 * 1024;
   // A queued or running run whose heartbeat is older than this is taken as
   // interrupted (writers beat every few seconds from a timer thread).
   static constexpr std::chrono::milliseconds kDefaultStaleAfter{60000};
@@ -159,7 +164,9 @@ class RunStore {
   const std::string& path() const;
   int schema_version() const;
 
-  // --- Runs. created_at defaults to now, status to 'queued'.
+  // --- Runs. created_at defaults to now, status to 'queued'. Refuses, before
+  // anything is written, when the store's disk has no room for a run
+  // (kRoomProbeBytes written beside the store and removed again fail).
   int64_t create_run(const RunRecord& run);
   // Flushes buffered points first, so a reader that sees a terminal status has
   // every point. 'running' sets started_at (once), a terminal status sets finished_at.

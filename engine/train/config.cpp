@@ -7,6 +7,7 @@
 
 #include "engine/core/error.h"
 #include "engine/nn/models.h"
+#include "engine/ladder/rungs.h"
 
 namespace tb {
 
@@ -485,7 +486,13 @@ std::string shown(const json& v) { return v.dump(-1, ' ', false, json::error_han
 json check_type_and_range(const ConfigKey& k, const json& v, const std::string& source) {
   const std::string where = source + ": key '" + k.key + "'";
   auto range_ok = [&](double x) { return !(k.min < k.max) || (x >= k.min && x <= k.max); };
-  auto range_str = [&]() { return " in [" + json(k.min).dump() + ", " + json(k.max).dump() + "]"; };
+  auto range_str = [&]() {
+    // An integer key's bounds as integers: "in [1, 1048576]", not "[1.0, 1048576.0]".
+    const auto bound = [&](double x) {
+      return k.type == KeyType::Float ? json(x).dump() : json(static_cast<int64_t>(x)).dump();
+    };
+    return " in [" + bound(k.min) + ", " + bound(k.max) + "]";
+  };
   switch (k.type) {
     case KeyType::Bool:
       TB_CHECK(v.is_boolean(), where, ": expected true or false, got ", shown(v));
@@ -597,16 +604,19 @@ json check_config_entry(const std::string& key, const json& value, const std::st
   return check_value(*k, value, source);
 }
 
-json validate_config(const json& overrides, const std::string& source) {
+json check_config_keys(const json& overrides, const std::string& source) {
   TB_CHECK(overrides.is_object(), source, ": the configuration must be a JSON object, got ",
            overrides.type_name());
+  json checked = json::object();
+  for (const auto& item : overrides.items())
+    checked[item.key()] = check_config_entry(item.key(), item.value(), source);
+  return checked;
+}
+
+json validate_config(const json& overrides, const std::string& source) {
   json c = default_config();
-  for (const auto& item : overrides.items()) {
-    // Named, not a structured binding: clang 14 (the fuzz build) cannot capture those.
-    const std::string& key = item.key();
-    const json& value = item.value();
-    c[key] = check_config_entry(key, value, source);
-  }
+  const json checked = check_config_keys(overrides, source);  // named: items() of a temporary would dangle
+  for (const auto& item : checked.items()) c[item.key()] = item.value();
   // Cross-key rules.
   TB_CHECK(c["epochs"].get<int64_t>() > 0 || c["max_steps"].get<int64_t>() > 0, source,
            ": epochs and max_steps are both 0; nothing would run");
@@ -616,6 +626,11 @@ json validate_config(const json& overrides, const std::string& source) {
   const std::string device = c["device"].get<std::string>();
   TB_CHECK(device == "auto" || device == "cpu" || device == "cuda" || device.rfind("cuda:", 0) == 0,
            source, ": key 'device': '", device, "' is not auto, cpu, cuda or cuda:N");
+  try {
+    parse_rung_list(c["ladder_rungs"].get<std::string>());  // the rungs of the catalogue
+  } catch (const Error& e) {
+    TB_FAIL(source, ": key 'ladder_rungs': ", e.what());
+  }
   return c;
 }
 

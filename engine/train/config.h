@@ -137,6 +137,10 @@ nlohmann::json default_config();
 nlohmann::json check_config_entry(const std::string& key, const nlohmann::json& value,
                                   const std::string& source);
 
+// Each key of `overrides` as written (check_config_entry: no defaults merged,
+// no cross-key rules); the values as validate_config stores them.
+nlohmann::json check_config_keys(const nlohmann::json& overrides, const std::string& source);
+
 // Merges `overrides` onto the defaults and validates every key. Throws tb::Error
 // naming the key, the value and what was expected; `source` (a file name or
 // "--set") prefixes the message.

@@ -130,6 +130,19 @@ class TestLadder : public QObject {
     QVERIFY_THROWS_EXCEPTION(Error, parse_rung_list("workers,workers"));
     QCOMPARE(parse_rung_list(" workers , amp "), (std::vector<std::string>{"workers", "amp"}));
     QCOMPARE(parse_rung_list(""), default_rung_order());
+    // Issue 26: "," ran the whole default ladder; an unknown rung passed
+    // validation and failed only when the ladder was planned.
+    QCOMPARE(parse_rung_list("  "), default_rung_order());
+    QVERIFY_THROWS_EXCEPTION(Error, parse_rung_list(","));
+    QVERIFY_THROWS_EXCEPTION(Error, parse_rung_list("amp,,workers"));
+    try {
+      validate_config({{"ladder_rungs", "amp, nosuch"}}, "test");
+      QFAIL("validate_config took an unknown rung");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find("test: key 'ladder_rungs': unknown rung 'nosuch'") !=
+                   std::string::npos,
+               e.what());
+    }
   }
 
   // "Add to ladder": an advisor's changes name the rungs that make them.

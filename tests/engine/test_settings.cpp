@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/ladder/rungs.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/schedule.h"
 #include "engine/train/config.h"
@@ -33,7 +34,10 @@ json other_value(const ConfigKey& k) {
       const double d = k.default_value.get<double>();
       return d < k.max ? (d + k.max) / 2 : (d + k.min) / 2;
     }
-    case KeyType::String: return k.key == "device" ? json("cuda:1") : json("other " + k.key);
+    case KeyType::String:
+      if (k.key == "device") return "cuda:1";
+      if (k.key == "ladder_rungs") return rung_catalogue().back().id;  // names a known rung
+      return "other " + k.key;
     case KeyType::IntList: return json::array({1, 2, 3});
   }
   return nullptr;

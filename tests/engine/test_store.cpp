@@ -981,6 +981,59 @@ class TestStore : public QObject {
     QCOMPARE(writer.dropped_points(), int64_t(0));
   }
 
+  // Defect (issue 26): what piled up while the disk was full was retried as one
+  // transaction, so space that came back for part of it stored none of it.
+  // Here a file size limit on the writer stands in for the disk: too small for
+  // one batch of 1000 points, then room for a few batches, never for all 10000.
+  void spaceThatComesBackTakesWhatFits() {
+    const int64_t id = make_run();
+    constexpr int64_t kPoints = 10000;
+    constexpr size_t kBatch = 1000;
+    const std::string path = db_;
+    Child child(fork_child([&] {
+      signal(SIGXFSZ, SIG_IGN);  // oversized writes fail instead of killing us
+      auto limit_files = [](rlim_t bytes) {
+        const rlimit limit{bytes, RLIM_INFINITY};
+        if (setrlimit(RLIMIT_FSIZE, &limit) != 0) throw std::runtime_error("setrlimit failed");
+      };
+      tb::RunStoreOptions options;
+      options.batch_points = kBatch;
+      options.retry_interval = 1h;  // appending never retries; flush() below does
+      RunStore writer(path, RunStore::Mode::ReadWrite, options);
+      // The WAL index (-shm, 32 KiB) fits; a batch's WAL frames do not.
+      limit_files(40 * 1024);
+      bool failed = false;
+      for (int64_t step = 0; step < kPoints; ++step) {
+        try {
+          writer.append_step_metrics(id, one_point("loss", step, 1.0));
+        } catch (const tb::Error&) {
+          failed = true;
+        }
+      }
+      if (!failed || writer.pending_points() != size_t(kPoints)) _exit(3);  // the limit did nothing
+      limit_files(200 * 1024);  // some space comes back
+      try {
+        writer.flush();
+        _exit(4);  // everything fit: the test proves nothing
+      } catch (const tb::Error&) {
+      }
+      const size_t stored = writer.step_series(id, "loss").size();
+      std::fprintf(stderr, "child: %zu of %lld points stored in the space that came back\n",
+                   stored, static_cast<long long>(kPoints));
+      if (stored == 0) _exit(5);  // all or nothing: what fits was not stored
+      if (stored + writer.pending_points() != size_t(kPoints)) _exit(6);
+      limit_files(RLIM_INFINITY);
+      writer.flush();
+    }));
+    QVERIFY(child.started());
+    QCOMPARE(child.wait(), 0);
+    RunStore store(path);
+    QCOMPARE(QString::fromStdString(store.integrity_check()), QString("ok"));
+    const auto points = store.step_series(id, "loss");
+    QCOMPARE(points.size(), size_t(kPoints));
+    for (size_t i = 0; i < points.size(); ++i) QCOMPARE(points[i].step, int64_t(i));
+  }
+
   // The buffer of points that cannot be written yet is bounded: the oldest go.
   void pendingPointsAreBounded() {
     const int64_t id = make_run();

@@ -13,14 +13,22 @@ and the final status every reader shows (`list --json`, `show`).
   kills       N runs SIGKILLed at random moments (start-up, training,
               evaluation, the end): intact store, whole batches, `interrupted`.
   sigterm     SIGTERM: `stopped`, every streamed step stored.
+  early_sigterm  SIGTERM at the engine's start (held pending until it can be
+              handled): `stopped`, exit 130, nothing lost.
   lock        another process holds the write lock for 12 s: the run finishes
               with every step stored; `list` answers meanwhile.
   readonly    a store in a read-only folder: readers work and change nothing;
-              `run` fails with a clear error. (As root: run as `nobody`.)
+              `run` fails with a clear error. (As root: run as `nobody`, with
+              a copy of the engine that `nobody` can reach.)
+  shared      a store in a shared sticky folder, run by nobody and read by a
+              second user: the reader leaves no file there, the owner runs on.
+              (As root; skipped, with the reason, otherwise.)
   hostile     files that are not stores (text, foreign SQLite, newer schema,
               empty, a folder, truncated): refused by name, never changed, no crash.
-  diskfull    a tmpfs that fills up while the engine writes: the stream still
-              ends, the store stays sound, readers show `interrupted`.
+  diskfull    a tmpfs that is full, or nearly, when a run starts: refused
+              before training, with the reason, nothing recorded; one that
+              fills up while the engine writes: the stream still ends, the
+              store stays sound, readers show `interrupted`.
               Needs `unshare -m` and mount rights; skipped, with the reason, without.
 
 Standard library only (python3, sqlite3). Exit 0 when every scenario passed
@@ -30,6 +38,7 @@ import argparse
 import hashlib
 import json
 import os
+import pwd
 import random
 import shutil
 import signal
@@ -44,6 +53,10 @@ ENGINE = ""
 FAILURES = []
 SKIPS = []
 
+
+class Skip(Exception):
+    """A scenario that cannot run on this machine; the message says why."""
+
 # A small synthetic run: no data set files needed, about a second of training.
 RUN = ["--device", "cpu", "--model", "mlp", "--dataset", "synthetic",
        "--set", "synthetic_shape=[1,16,16]", "--set", "synthetic_size=4096",
@@ -55,11 +68,42 @@ def check(condition, message):
         raise AssertionError(message)
 
 
+def as_user(uid, cmd):
+    """`cmd` run as user id `uid` (its own group, no others). setpriv needs no
+    account for the id, so two users other than root need no useradd."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *cmd]
+
+
 def engine(*args, timeout=300, user=None):
-    cmd = [ENGINE, *args]
-    if user:
-        cmd = ["runuser", "-u", user, "--", *cmd]
+    """The engine; with `user` (a uid), the copy that user_engine() made for it."""
+    cmd = [ENGINE, *args] if user is None else as_user(user, [OTHERS_ENGINE[user], *args])
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+# uid -> the copy of the engine that user runs (user_engine()).
+OTHERS_ENGINE = {}
+
+
+def user_engine(uid, folder):
+    """Lets user id `uid` run the engine. The build's binary may lie where only
+    its owner can reach it (a clone under /root, mode 0700), so the user gets a
+    copy in `folder` (made readable and searchable; the folders above it must
+    be, as /tmp is). Raises Skip, with the reason, when the user cannot run it."""
+    if os.geteuid() != 0:
+        raise Skip("running as another user needs root")
+    if shutil.which("setpriv") is None:
+        raise Skip("no setpriv(1) to run the engine as another user")
+    os.makedirs(folder, exist_ok=True)
+    os.chmod(folder, 0o755)
+    copy = os.path.join(folder, "trainbench-engine")
+    if not os.path.exists(copy):
+        shutil.copy(ENGINE, copy)
+        os.chmod(copy, 0o755)
+    r = subprocess.run(as_user(uid, [copy, "--version"]), capture_output=True, text=True)
+    if r.returncode != 0:
+        raise Skip(f"user {uid} cannot run the engine copied to {copy}: "
+                   f"{(r.stderr or r.stdout).strip() or r.returncode}")
+    OTHERS_ENGINE[uid] = copy
 
 
 def sha256(path):
@@ -118,6 +162,21 @@ def streamed_steps(lines):
 def start_run(db, *extra):
     return subprocess.Popen([ENGINE, "run", "--db", db, "--events", "jsonl", *RUN, *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def read_until(p, needle, what):
+    """The lines of p's stdout up to the first that holds `needle`; fails, with
+    p's stderr, when p ends first. (stderr is read only then: reading it while
+    p runs would wait for its end while its stdout pipe fills.)"""
+    lines = []
+    while True:
+        line = p.stdout.readline()
+        if not line:
+            p.wait()
+            raise AssertionError(f"{what}: the engine ended early: {p.stderr.read().decode()[-2000:]}")
+        lines.append(line.decode())
+        if needle in line:
+            return lines
 
 
 def finish(p, timeout):
@@ -204,13 +263,34 @@ def scenario_sigterm(tmp):
               f"term {i}: stored {len(stored_steps(db, run['id']))} of {len(streamed)} steps")
 
 
+def scenario_early_sigterm(tmp):
+    """SIGTERM sent the moment the engine starts. The engine is started with
+    SIGTERM blocked, so the signal waits until the engine can take it (what a
+    signal while it starts up needs): the run is recorded `stopped`, exit 130.
+    (Unblocked, only the dynamic loader's first ~15 ms are left to the default
+    action; the handler used to come after ~0.12 s.)"""
+    db = os.path.join(tmp, "early.db")
+    block = lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # noqa: E731
+    p = subprocess.Popen([ENGINE, "run", "--db", db, "--events", "jsonl", *RUN, "--epochs", "20",
+                          "--name", "early 0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=block)
+    p.send_signal(signal.SIGTERM)
+    out, err = finish(p, timeout=120)
+    check(p.returncode == 130, f"a SIGTERM at the start: exit {p.returncode}: {err.decode()[-500:]}")
+    run = listed(db)[1]
+    check(run["status"] == "stopped", f"a SIGTERM at the start: status {run['status']}")
+    lines = out.decode().splitlines()
+    check(stored_steps(db, 1) == streamed_steps(lines), "a SIGTERM at the start: steps lost")
+    check(len(streamed_steps(lines)) <= 1, f"{len(streamed_steps(lines))} steps after a SIGTERM "
+          "at the start (one ends the step it is in)")
+
+
 def scenario_lock(tmp):
     db = os.path.join(tmp, "lock.db")
     r = engine("run", "--db", db, *RUN, "--steps", "2")
     check(r.returncode == 0, r.stderr)
     p = start_run(db, "--steps", "60", "--name", "under lock")
-    while b'"type":"run_started"' not in p.stdout.readline():  # the run is recorded and training
-        check(p.poll() is None, f"the run ended early: {p.stderr.read().decode()}")
+    read_until(p, b'"type":"run_started"', "under lock")  # the run is recorded and training
     holder = sqlite3.connect(db, timeout=10, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     t0 = time.monotonic()
@@ -237,12 +317,10 @@ def scenario_readonly(tmp):
     check(not os.path.exists(db + "-wal"), "the engine left a -wal file")
     before = sha256(db)
     user = None
-    if os.geteuid() == 0:
-        if shutil.which("runuser") is None:
-            SKIPS.append("readonly: running as root without runuser (root ignores permissions)")
-            return
-        user = "nobody"
+    if os.geteuid() == 0:  # root ignores permissions: the readers run as nobody
+        user = NOBODY
         os.chmod(tmp, 0o755)
+        user_engine(user, os.path.join(tmp, "bin"))
     os.chmod(db, 0o444)
     os.chmod(folder, 0o555)
     try:
@@ -253,11 +331,69 @@ def scenario_readonly(tmp):
         r = engine("run", "--db", db, *RUN, "--steps", "1", user=user)
         check(r.returncode == 1 and db in r.stderr,
               f"run on a read-only store: exit {r.returncode}: {r.stderr}")
+        if user is not None:  # root may create a file in any folder
+            new = os.path.join(folder, "new.db")
+            r = engine("run", "--db", new, *RUN, "--steps", "1", user=user)
+            check(r.returncode == 1 and f"the folder '{folder}' is not writable" in r.stderr,
+                  f"a new store in a read-only folder: exit {r.returncode}: {r.stderr}")
     finally:
         os.chmod(folder, 0o755)
         os.chmod(db, 0o644)
     check(sha256(db) == before, "a reader changed the read-only store")
     check(not os.path.exists(db + "-shm"), "a reader created a -shm file")
+
+
+def free_uid():
+    """A user id with no account (setpriv needs none): a second user besides nobody."""
+    uid = 61000
+    while True:
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+        uid += 1
+
+
+def scenario_shared(tmp):
+    """A store in a shared sticky folder (like /tmp) that one user runs in and
+    another reads: the reader leaves no file there, so the owner's next run
+    is not locked out by another user's -wal/-shm."""
+    owner, reader = NOBODY, free_uid()
+    os.chmod(tmp, 0o755)
+    for uid in (owner, reader):
+        user_engine(uid, os.path.join(tmp, "bin"))
+    shared = os.path.join(tmp, "shared")
+    os.mkdir(shared)
+    os.chmod(shared, 0o1777)
+    db = os.path.join(shared, "runs.db")
+
+    def files_of(uid):
+        return sorted(f for f in os.listdir(shared) if os.stat(os.path.join(shared, f)).st_uid == uid)
+
+    r = engine("run", "--db", db, *RUN, "--steps", "3", user=owner)
+    check(r.returncode == 0, f"the owner's first run: {r.stderr}")
+    for args in (["list"], ["list", "--json"], ["show", "1"], ["export", "1", "--format", "json"]):
+        r = engine(*args, "--db", db, user=reader)
+        check(r.returncode == 0, f"{' '.join(args)} by another user: {r.stderr}")
+        check(not files_of(reader), f"{' '.join(args)} by another user left {files_of(reader)}")
+    r = engine("run", "--db", db, *RUN, "--steps", "3", user=owner)
+    check(r.returncode == 0, f"the owner's run after another user read the store: {r.stderr}")
+
+    # While the owner's engine writes, the reader reads through its -wal and -shm.
+    p = subprocess.Popen(as_user(owner, [OTHERS_ENGINE[owner], "run", "--db", db, "--events", "jsonl",
+                                         *RUN, "--steps", "400", "--name", "watched"]),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    read_until(p, b'"type":"step"', "the watched run")
+    r = engine("list", "--json", "--db", db, user=reader)
+    check(r.returncode == 0, f"list during the owner's run: {r.stderr}")
+    check(any(run["name"] == "watched" for run in json.loads(r.stdout)), "list missed the live run")
+    check(not files_of(reader), f"list during the owner's run left {files_of(reader)}")
+    out, err = finish(p, timeout=120)
+    check(p.returncode == 0, f"the watched run: exit {p.returncode}: {err.decode()}")
+    runs = listed(db)
+    check([runs[i]["status"] for i in sorted(runs)] == ["finished"] * 3,
+          f"statuses: {[runs[i]['status'] for i in sorted(runs)]}")
+    sound(db)
 
 
 def scenario_hostile(tmp):
@@ -330,26 +466,47 @@ def scenario_diskfull(tmp):
     check(r.returncode == 0, f"diskfull (inside its mount namespace) failed:\n{r.stdout}{r.stderr}")
 
 
-def diskfull_inside(mnt):
-    db = os.path.join(mnt, "runs.db")
-    r = engine("run", "--db", db, *RUN, "--steps", "2")
-    check(r.returncode == 0, r.stderr)
-    # Fill the 1 MiB tmpfs but for a few pages.
-    filler = os.path.join(mnt, "filler")
-    with open(filler, "wb", buffering=0) as f:
+def fill(filler, leave_pages):
+    """Fills the disk with `filler` but for `leave_pages` pages of 4 KiB."""
+    with open(filler, "ab", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 4096)
         except OSError:
             pass
-    os.truncate(filler, max(0, os.path.getsize(filler) - 12 * 4096))
-    p = start_run(db, "--steps", "200", "--name", "disk full")
+    os.truncate(filler, max(0, os.path.getsize(filler) - leave_pages * 4096))
+
+
+def diskfull_inside(mnt):
+    db = os.path.join(mnt, "runs.db")
+    r = engine("run", "--db", db, *RUN, "--steps", "2")
+    check(r.returncode == 0, r.stderr)
+    filler = os.path.join(mnt, "filler")
+
+    # Full, or all but a few pages (room to open the store and record the run's
+    # row, not its steps): refused before training, saying why; nothing recorded.
+    for free_pages in (0, 16):
+        fill(filler, free_pages)
+        p = start_run(db, "--steps", "200", "--name", "on a full disk")
+        out, err = finish(p, timeout=300)
+        check(p.returncode == 1 and "no room on its disk" in err.decode() and db in err.decode(),
+              f"a run with {free_pages} pages free: exit {p.returncode}: {err.decode()[-1000:]}")
+        check(not streamed_steps(out.decode().splitlines()),
+              f"a run with {free_pages} pages free trained")
+        os.remove(filler)
+        check([run["name"] for run in listed(db).values()] == ["mlp b32"],
+              f"a run with {free_pages} pages free was recorded: {listed(db)}")
+
+    # Room to start but not to finish: the stream still ends, the store stays sound.
+    fill(filler, 48)
+    p = start_run(db, "--steps", "1000", "--name", "disk full")
     out, err = p.communicate(timeout=300)
     lines = out.decode().splitlines()
     events = [json.loads(l) for l in lines]
     types = [e["type"] for e in events]
     check("finished" in types, f"disk full: the stream has no final event: {err.decode()[-2000:]}")
-    check(len(streamed_steps(lines)) == 200, "disk full: training stopped early")
+    check(len(streamed_steps(lines)) == 1000, "disk full: training stopped early")
+    os.truncate(filler, max(0, os.path.getsize(filler) - 256 * 1024))  # room to read
     sound(db)
     runs = listed(db)
     run = runs[max(runs)]
@@ -369,6 +526,16 @@ def diskfull_inside(mnt):
     sound(db)
 
 
+def uid_of(name, fallback):
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return fallback
+
+
+NOBODY = uid_of("nobody", 65534)
+
+
 def main():
     global ENGINE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -380,8 +547,10 @@ def main():
     scenarios = {
         "kills": lambda tmp: scenario_kills(tmp, args.kills),
         "sigterm": scenario_sigterm,
+        "early_sigterm": scenario_early_sigterm,
         "lock": scenario_lock,
         "readonly": scenario_readonly,
+        "shared": scenario_shared,
         "hostile": scenario_hostile,
         "diskfull": scenario_diskfull,
     }
@@ -393,6 +562,8 @@ def main():
         try:
             body(tmp)
             print(f"PASS {name} ({time.monotonic() - t0:.0f} s)", flush=True)
+        except Skip as e:
+            SKIPS.append(f"{name}: {e}")
         except Exception as e:  # noqa: BLE001 - every failure is reported, then the next scenario
             FAILURES.append(name)
             print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
