@@ -249,12 +249,14 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
                    tr("The summed duration of the kernels that use Tensor Cores over all kernel time of the step, "
                       "from the kernel census (CUPTI) on sampled steps only: each point is one sampled step. A "
                       "kernel is counted whole by its name or the library's choice, so this says where the time "
-                      "went, not how busy the Tensor Cores were (that is the tensor pipe plot). See docs/metrics.md.")),
+                      "went, not how busy the Tensor Cores were (that is the tensor pipe plot). Recorded only when "
+                      "the run asked for it (cupti_sampling, or profiler): CUPTI costs more than a small step. "
+                      "See docs/metrics.md.")),
       catalogPanel(QStringLiteral("tensor_pipe_active_pct"), tr("tensor pipe active cycles / SM active cycles"),
                    tr("Hardware counters (CUPTI range profiler) over one whole sampled step: the tensor pipe's "
                       "active cycles over the SMs' active cycles. Each point is one sampled step. Nsight Compute's "
                       "figure differs by what it covers (it replays every kernel alone, caches flushed): see "
-                      "docs/metrics.md.")),
+                      "docs/metrics.md. Recorded only when the run asked for it (cupti_sampling, or profiler).")),
       makePanel(tr("Loss"), tr("loss"),
        {{false, QStringLiteral("loss"), tr("train (step)")},
         {true, QStringLiteral("train_loss"), tr("train (epoch)")},
