@@ -43,7 +43,8 @@ KernelClassifier engine_kernel_classifier();
 
 class KernelCensus {
  public:
-  // interval 1: every step (profiler on); N: steps 1, N+1, 2N+1, ...
+  // interval 1: every step (profiler on); N: steps N+1, 2N+1, ... (never the
+  // warm-up step 1)
   KernelCensus(Backend& backend, int64_t interval);
   ~KernelCensus();
   KernelCensus(const KernelCensus&) = delete;
