@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "run_config.h"
 
-#include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QSaveFile>
 #include <QSet>
 
 #include "engine/train/config.h"
+#include "engine/train/config_file.h"
 #include "trick_catalog.h"
 
 namespace RunConfig {
@@ -102,23 +102,17 @@ bool save(const QJsonObject& config, const QString& path, QString* error) {
   return true;
 }
 
+// The engine's reader (tb::read_config_file), so a file is refused in the
+// same words on the command line and here: a folder, an empty file, where the
+// JSON stops, a number too large and its key.
 bool load(const QString& path, QJsonObject* config, QString* error) {
-  QFile f(path);
-  if (!f.open(QIODevice::ReadOnly)) {
-    if (error) *error = f.errorString();
+  try {
+    *config = fromEngine(tb::read_config_file(path.toStdString())).toObject();
+    return true;
+  } catch (const std::exception& e) {
+    if (error) *error = QString::fromUtf8(e.what());
     return false;
   }
-  QJsonParseError pe;
-  const QJsonDocument doc = QJsonDocument::fromJson(f.readAll(), &pe);
-  if (pe.error != QJsonParseError::NoError || !doc.isObject()) {
-    if (error)
-      *error = pe.error != QJsonParseError::NoError
-                   ? QStringLiteral("%1 at offset %2").arg(pe.errorString()).arg(pe.offset)
-                   : QStringLiteral("the file does not hold a JSON object");
-    return false;
-  }
-  *config = doc.object();
-  return true;
 }
 
 }  // namespace RunConfig
