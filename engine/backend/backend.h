@@ -13,8 +13,11 @@
 //   db of a convolution without bias).
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <typeindex>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -24,6 +27,7 @@
 #include "engine/core/tensor.h"
 #include "engine/data/augment_draw.h"
 #include "engine/ops/epilogue.h"
+#include "engine/ops/registry.h"
 
 namespace tb {
 
@@ -93,6 +97,21 @@ struct DeviceMemoryStats {
 class Backend {
  public:
   virtual ~Backend() = default;
+  Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  // Op family K's kernels on this backend (engine/ops/registry.h), made on
+  // first use and kept. Throws tb::Error naming the family and this backend
+  // when it has none; has_kernels<K>() asks without throwing.
+  template <class K>
+  K& kernels() {
+    return static_cast<K&>(kernels_of(typeid(K), K::kFamily));
+  }
+  template <class K>
+  bool has_kernels() const {
+    return find_op_kernels(typeid(K), device().kind) != nullptr;
+  }
 
   virtual Device device() const = 0;
   virtual std::string name() const = 0;          // "cpu (openblas 0.3.21, 2 threads)"
@@ -135,26 +154,6 @@ class Backend {
   virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) = 0;
   virtual void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
                                Tensor& dw, Tensor& db, bool accumulate) = 0;
-
-  // --- batch normalization over (N,H,W) per channel, with an epilogue
-  // (y = act(BN(x) + residual); fuse_pointwise). The contract, with shapes,
-  // dtypes, layouts and what each op writes: engine/ops/batchnorm/batchnorm.h.
-  // Training uses batch statistics, updates running mean and (unbiased)
-  // running variance with `momentum`, and saves mean and 1/sqrt(var+eps) (C)
-  // for backward.
-  virtual void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                       Tensor& running_mean, Tensor& running_var, float momentum,
-                                       float eps, Tensor& y, Tensor& save_mean,
-                                       Tensor& save_invstd, const Epilogue& epilogue = {}) = 0;
-  virtual void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                      const Tensor& running_mean, const Tensor& running_var,
-                                      float eps, Tensor& y, const Epilogue& epilogue = {}) = 0;
-  // With the epilogue's dz = dy·[y > 0] (ReLU) or dy: dresidual = dz (when
-  // defined), then dx (undefined: not wanted), dgamma, dbeta from dz.
-  virtual void batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
-                                  const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
-                                  Tensor& dgamma, Tensor& dbeta, bool accumulate,
-                                  const EpilogueGrad& epilogue = {}) = 0;
 
   // --- pointwise (any rank; y/dx may alias x/dy)
   virtual void relu_forward(const Tensor& x, Tensor& y) = 0;
@@ -347,7 +346,16 @@ class Backend {
     graphs_unsupported("set_optimizer_constants");
   }
 
+ protected:
+  // Destroys the family kernels made so far. A backend whose kernels use its
+  // private state calls it first in its destructor, before that state goes.
+  void release_kernels();
+
  private:
+  OpKernels& kernels_of(std::type_index family, const char* family_name);
+  std::mutex kernels_mutex_;
+  std::unordered_map<std::type_index, std::unique_ptr<OpKernels>> kernels_;
+
   [[noreturn]] void amp_unsupported(const char* op) const {
     TB_FAIL(op, " (mixed precision) is not supported by the ", name(), " backend");
   }

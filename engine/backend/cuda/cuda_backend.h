@@ -69,19 +69,6 @@ class CudaBackend final : public Backend {
   void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
                        Tensor& db, bool accumulate) override;
 
-  // engine/ops/batchnorm/batchnorm_cuda.cpp (batchnorm.cu)
-  void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                               Tensor& running_mean, Tensor& running_var, float momentum, float eps,
-                               Tensor& y, Tensor& save_mean, Tensor& save_invstd,
-                               const Epilogue& epilogue = {}) override;
-  void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                              const Tensor& running_mean, const Tensor& running_var, float eps,
-                              Tensor& y, const Epilogue& epilogue = {}) override;
-  void batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
-                          const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
-                          Tensor& dgamma, Tensor& dbeta, bool accumulate,
-                          const EpilogueGrad& epilogue = {}) override;
-
   void relu_forward(const Tensor& x, Tensor& y) override;
   void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
   void gelu_forward(const Tensor& x, Tensor& y) override;

@@ -36,6 +36,7 @@
 #include "engine/core/error.h"
 #include "engine/nn/batchnorm2d.h"
 #include "engine/nn/model.h"
+#include "engine/ops/batchnorm/batchnorm.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gradcheck.h"
 #include "tests/engine/tensor_helpers.h"
@@ -85,13 +86,13 @@ BnOut run_bn(Backend& be, const Target& t, const Tensor& x, const Tensor& dy, co
   const Tensor g = to_device(be, gamma), b = to_device(be, beta);
   Tensor rm = to_device(be, rm_init), rv = to_device(be, rv_init);
   Tensor y = be.empty(x.shape(), dt, L), sm = be.empty({C}, dt), si = be.empty({C}, dt);
-  be.batchnorm_forward_train(xd, g, b, rm, rv, 0.1f, 1e-5f, y, sm, si);
+  batchnorm::forward_train(be, xd, g, b, rm, rv, 0.1f, 1e-5f, y, sm, si);
   Tensor dx = be.empty(x.shape(), dt, L), dg = be.empty({C}, dt), db = be.empty({C}, dt);
-  be.batchnorm_backward(xd, dyd, g, sm, si, dx, dg, db, false);
+  batchnorm::backward(be, xd, dyd, g, sm, si, dx, dg, db, false);
   Tensor dxa = be.empty(x.shape(), dt, L), dga = to_device(be, dg_old), dba = to_device(be, db_old);
-  be.batchnorm_backward(xd, dyd, g, sm, si, dxa, dga, dba, true);
+  batchnorm::backward(be, xd, dyd, g, sm, si, dxa, dga, dba, true);
   Tensor ye = be.empty(x.shape(), dt, L);
-  be.batchnorm_forward_eval(xd, g, b, rm, rv, 1e-5f, ye);
+  batchnorm::forward_eval(be, xd, g, b, rm, rv, 1e-5f, ye);
   return {to_host(be, y),  to_host(be, sm), to_host(be, si),  to_host(be, rm),
           to_host(be, rv), to_host(be, dx), to_host(be, dg),  to_host(be, db),
           to_host(be, dga), to_host(be, dba), to_host(be, ye)};
@@ -304,7 +305,7 @@ class TestOpBatchnorm : public QObject {
       Tensor rm = from_values({2}, {0, 0}), rv = from_values({2}, {1, 1});
       Tensor y = Tensor::empty(x.shape(), DType::F32);
       Tensor sm = Tensor::empty({2}, DType::F32), si = Tensor::empty({2}, DType::F32);
-      be.batchnorm_forward_train(x, gamma, beta, rm, rv, 0.1f, 1e-5f, y, sm, si);
+      batchnorm::forward_train(be, x, gamma, beta, rm, rv, 0.1f, 1e-5f, y, sm, si);
       QVERIFY(std::abs(rm.data_as<float>()[0] - 0.3) < 1e-6);
       QVERIFY(std::abs(rm.data_as<float>()[1] - 0.0) < 1e-6);
       QVERIFY(std::abs(rv.data_as<float>()[0] - 1.3666667) < 1e-6);
@@ -325,7 +326,7 @@ class TestOpBatchnorm : public QObject {
     Tensor y = Tensor::zeros({1, 2, 2, 2}, DType::F32, Device::cpu(), Layout::NCHW);
     Tensor c = Tensor::zeros({2}, DType::F32);
     try {
-      be.batchnorm_forward_eval(x, c, c, c, c, 1e-5f, y);
+      batchnorm::forward_eval(be, x, c, c, c, c, 1e-5f, y);
       QFAIL("NHWC input with an NCHW output was accepted");
     } catch (const Error& e) {
       QVERIFY(QString(e.what()).contains("NHWC"));
@@ -343,22 +344,22 @@ class TestOpBatchnorm : public QObject {
       Tensor c = from_values({3}, {1, 1, 1});
       Tensor y = Tensor::empty(x.shape(), DType::F32), dx = Tensor::empty(x.shape(), DType::F32);
       QString e = qerror_of([&] {
-        be.batchnorm_forward_eval(x, c, c, c, c, 1e-5f, y, Epilogue{Activation::GELU});
+        batchnorm::forward_eval(be, x, c, c, c, c, 1e-5f, y, Epilogue{Activation::GELU});
       });
       QVERIFY2(e.contains("gelu") && e.contains("batchnorm_forward_eval"), qPrintable(e));
       Tensor none;
       e = qerror_of([&] {
-        be.batchnorm_backward(x, dy, c, c, c, dx, none, none, false,
+        batchnorm::backward(be, x, dy, c, c, c, dx, none, none, false,
                               EpilogueGrad{Activation::GELU, y});
       });
       QVERIFY2(e.contains("gelu") && e.contains("batchnorm_backward"), qPrintable(e));
       Tensor xn = Tensor::zeros({1, 3, 2, 2}, DType::F32, Device::cpu(), Layout::NHWC);
       Tensor yn = Tensor::zeros({1, 3, 2, 2}, DType::F32, Device::cpu(), Layout::NHWC);
       e = qerror_of([&] {
-        be.batchnorm_forward_eval(xn, c, c, c, c, 1e-5f, yn, Epilogue{Activation::ReLU});
+        batchnorm::forward_eval(be, xn, c, c, c, c, 1e-5f, yn, Epilogue{Activation::ReLU});
       });
       QVERIFY2(e.contains("NHWC") && e.contains("epilogue"), qPrintable(e));
-      be.batchnorm_forward_eval(xn, c, c, c, c, 1e-5f, yn);  // NHWC without one works
+      batchnorm::forward_eval(be, xn, c, c, c, c, 1e-5f, yn);  // NHWC without one works
     }
     QVERIFY_THROWS_EXCEPTION(Error, BatchNorm2d("bn", Activation::GELU));
   }
