@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "engine/core/error.h"
+#include "engine/ops/amp/amp.h"
+#include "engine/ops/optimizer/optimizer.h"
 
 namespace tb {
 
@@ -19,28 +21,28 @@ LossScaler::LossScaler(Backend& backend, const LossScalerOptions& options)
            options.growth_interval);
   // One upload at construction; afterwards the state never leaves the device
   // unless read_*() asks.
-  Tensor host = Tensor::zeros({Backend::kAmpStateSize}, DType::F32);
+  Tensor host = Tensor::zeros({amp::kScalerStateSize}, DType::F32);
   host.data_as<float>()[0] = options.init_scale;
-  state_ = backend_.empty({Backend::kAmpStateSize}, DType::F32);
+  state_ = backend_.empty({amp::kScalerStateSize}, DType::F32);
   backend_.copy(host, state_);
 }
 
-void LossScaler::scale_grad(Tensor& loss_grad) { backend_.amp_scale(loss_grad, state_); }
+void LossScaler::scale_grad(Tensor& loss_grad) { amp::scale(backend_, loss_grad, state_); }
 
-void LossScaler::unscale(Tensor& grads) { backend_.amp_unscale_and_check(grads, state_); }
+void LossScaler::unscale(Tensor& grads) { amp::unscale_and_check(backend_, grads, state_); }
 
 void LossScaler::step(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
                       bool multi_tensor) {
-  backend_.optimizer_step_amp(step, slots, multi_tensor, state_);
+  optimizer::step(backend_, step, slots, multi_tensor, state_);
 }
 
 void LossScaler::update() {
-  backend_.amp_update_scale(state_, options_.growth_factor, options_.backoff_factor,
-                            options_.growth_interval);
+  amp::update_scale(backend_, state_, options_.growth_factor, options_.backoff_factor,
+                    options_.growth_interval);
 }
 
 float LossScaler::read(int i) const {
-  Tensor host = Tensor::empty({Backend::kAmpStateSize}, DType::F32);
+  Tensor host = Tensor::empty({amp::kScalerStateSize}, DType::F32);
   backend_.copy(state_, host);
   backend_.synchronize();
   return host.data_as<float>()[i];

@@ -7,10 +7,11 @@
 // after `growth_interval` clean steps in a row the scale doubles.
 //
 // All of the state (scale, growth tracker, found_inf, skipped count) lives in a
-// small f32 tensor on the backend's device (Backend::kAmpStateSize), and every
-// decision is made there by the backend's amp_* kernels, so a training step
-// never waits for the host. The host reads the scale only when it asks
-// (read_scale(), e.g. every log_every steps for the "loss_scale" series).
+// small f32 tensor on the backend's device (amp::kScalerStateSize), and every
+// decision is made there by the amp op family's kernels (engine/ops/amp/), so
+// a training step never waits for the host. The host reads the scale only
+// when it asks (read_scale(), e.g. every log_every steps for the "loss_scale"
+// series).
 //
 // How the trainer drives it (engine/train/trainer.cpp, the code under
 // `if (scaler)`), once per optimizer step of K micro-batches:
@@ -43,6 +44,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/ops/optimizer/optimizer.h"
 
 namespace tb {
 

@@ -96,24 +96,6 @@ void check_augment_normalize_u8_args(const Tensor& src, const Tensor& indices,
            scale.size(), " scales and ", shift.size(), " shifts for ", src.c(), " channels");
 }
 
-const char* optimizer_name(OptimizerKind k) {
-  switch (k) {
-    case OptimizerKind::SGD: return "sgd";
-    case OptimizerKind::AdamW: return "adamw";
-    case OptimizerKind::RMSProp: return "rmsprop";
-    case OptimizerKind::LARS: return "lars";
-    case OptimizerKind::LAMB: return "lamb";
-  }
-  return "?";
-}
-
-OptimizerKind optimizer_from_name(const std::string& s) {
-  for (auto k : {OptimizerKind::SGD, OptimizerKind::AdamW, OptimizerKind::RMSProp,
-                 OptimizerKind::LARS, OptimizerKind::LAMB})
-    if (s == optimizer_name(k)) return k;
-  TB_FAIL("unknown optimizer '", s, "' (expected sgd, adamw, rmsprop, lars or lamb)");
-}
-
 BackendCapabilities capabilities_of(DeviceKind kind) {
   return kind == DeviceKind::CUDA ? CudaBackend::kCapabilities : CpuBackend::kCapabilities;
 }

@@ -55,32 +55,7 @@ struct PoolGeometry {
   Shape output_shape() const { return {N, C, H_out, W_out}; }
 };
 
-enum class OptimizerKind { SGD, AdamW, RMSProp, LARS, LAMB };
-const char* optimizer_name(OptimizerKind k);
-OptimizerKind optimizer_from_name(const std::string& s);  // throws tb::Error
-
-// Hyper-parameters of one optimizer step. Gradients are multiplied by
-// grad_scale before use (1/loss_scale under AMP, times the clipping factor).
-struct OptimizerStep {
-  OptimizerKind kind = OptimizerKind::SGD;
-  float lr = 0.01f;
-  float momentum = 0.0f;      // SGD, RMSProp, LARS
-  bool nesterov = false;      // SGD
-  float weight_decay = 0.0f;  // L2 for SGD/RMSProp/LARS, decoupled for AdamW/LAMB
-  float beta1 = 0.9f, beta2 = 0.999f;  // AdamW, LAMB
-  float alpha = 0.99f;        // RMSProp smoothing
-  float eps = 1e-8f;
-  float trust_coefficient = 0.001f;  // LARS
-  int64_t step = 1;           // 1-based count, for Adam bias correction
-  float grad_scale = 1.0f;
-};
-
-// One parameter tensor with its gradient and optimizer state (views into the
-// contiguous blocks). state1/state2 are undefined when the optimizer needs none.
-struct ParamSlot {
-  Tensor param, grad, state1, state2;
-  bool weight_decay = true;  // false for biases and BN affine parameters
-};
+struct OptimizerStep;  // engine/ops/optimizer/optimizer.h (set_optimizer_constants)
 
 // Device memory as the caching allocator and the driver see it (the GPU memory
 // plots, empty_cache_between_phases). Host backends have none (Backend::memory_stats is empty).
@@ -210,44 +185,9 @@ class Backend {
                                      float label_smoothing, float grad_scale, Tensor& dlogits,
                                      Tensor& stats) = 0;
 
-  // --- reductions and optimizers
-  virtual double sum_squares(const Tensor& t) = 0;  // host value of sum(t^2), in double
-  // Updates every slot. multi_tensor=false: one pass (launch) per parameter
-  // tensor; true: all tensors in one (or a few) passes. Both give the same values.
-  virtual void optimizer_step(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
-                              bool multi_tensor) = 0;
-
-  // --- mixed precision (engine/amp, amp). A backend opts in by overriding;
-  // the defaults throw. `scaler_state` is f32 [kAmpStateSize] on this device and
-  // stays there, so no training step waits for the host:
-  //   [0] loss scale   [1] clean steps since the scale last changed
-  //   [2] found_inf of the current step (0 or 1)   [3] skipped steps so far
-  // Order within one optimizer step: amp_scale(dlogits) -> backward ->
-  // amp_unscale_and_check(every gradient block) -> optimizer_step_amp ->
-  // amp_update_scale (which clears found_inf for the next step).
-  static constexpr int64_t kAmpStateSize = 4;
-  // dst = src converted elementwise, same shape and layout: f32 <-> f16/bf16,
-  // round to nearest even (overflow to f16 gives inf, NaN stays NaN).
-  virtual void cast(const Tensor& src, Tensor& dst) { amp_unsupported("cast"); }
-  // t *= scale (the loss gradient before backward), the scale read on the device.
-  virtual void amp_scale(Tensor& t, const Tensor& scaler_state) { amp_unsupported("amp_scale"); }
-  // found_inf |= any element of grads is inf or NaN; grads *= 1/scale.
-  virtual void amp_unscale_and_check(Tensor& grads, Tensor& scaler_state) {
-    amp_unsupported("amp_unscale_and_check");
-  }
-  // optimizer_step, except when found_inf is set: then parameters and optimizer
-  // state stay bit-unchanged (the step is skipped on the device).
-  virtual void optimizer_step_amp(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
-                                  bool multi_tensor, const Tensor& scaler_state) {
-    amp_unsupported("optimizer_step_amp");
-  }
-  // GradScaler.update(): found_inf -> scale *= backoff, tracker = 0, skipped += 1;
-  // else tracker += 1 and, at growth_interval, scale *= growth, tracker = 0.
-  // Then found_inf = 0.
-  virtual void amp_update_scale(Tensor& scaler_state, float growth_factor, float backoff_factor,
-                                int64_t growth_interval) {
-    amp_unsupported("amp_update_scale");
-  }
+  // --- mixed precision: the low-precision linear and convolution. A backend
+  // opts in by overriding; the defaults throw. (Casts and the loss scaler:
+  // engine/ops/amp/.)
   // Linear layer under AMP: x (N,K) and w (M,K) in f16 or bf16 (the same), b (M)
   // and y (N,M) in f32; the products of the low-precision inputs are summed in
   // fp32 (Tensor Cores on the GPU). Keeping y in f32 leaves what follows (BN,

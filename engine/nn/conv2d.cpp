@@ -2,6 +2,7 @@
 #include "engine/nn/conv2d.h"
 
 #include "engine/core/error.h"
+#include "engine/ops/amp/amp.h"
 
 namespace tb {
 
@@ -55,8 +56,8 @@ Tensor Conv2d::forward(Context& ctx, const Tensor& x) {
     TB_CHECK(ctx.dtype == DType::F32, "conv2d ", name(), ": mixed precision (amp ", ctx.amp.name(),
              ") needs f32 activations, got ", dtype_name(ctx.dtype));
     const DType lp = ctx.amp.dtype_for(AmpOp::Conv);
-    ctx.backend.cast(x, ensure_buffer(ctx, x_lp_, x.shape(), lp, x.layout()));
-    ctx.backend.cast(weight_,
+    amp::cast(ctx.backend, x, ensure_buffer(ctx, x_lp_, x.shape(), lp, x.layout()));
+    amp::cast(ctx.backend, weight_,
                      ensure_buffer(ctx, weight_lp_, weight_.shape(), lp, weight_.layout()));
     ctx.backend.conv2d_forward_lp(g, x_lp_, weight_lp_, bias_, y);
   } else {

@@ -2,6 +2,7 @@
 #include "engine/nn/linear.h"
 
 #include "engine/core/error.h"
+#include "engine/ops/amp/amp.h"
 
 namespace tb {
 
@@ -35,8 +36,8 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
     TB_CHECK(ctx.dtype == DType::F32, "linear ", name(), ": mixed precision (amp ", ctx.amp.name(),
              ") needs f32 activations, got ", dtype_name(ctx.dtype));
     const DType lp = ctx.amp.dtype_for(AmpOp::Linear);
-    ctx.backend.cast(x, ensure_buffer(ctx, x_lp_, x.shape(), lp));
-    ctx.backend.cast(weight_, ensure_buffer(ctx, weight_lp_, weight_.shape(), lp));
+    amp::cast(ctx.backend, x, ensure_buffer(ctx, x_lp_, x.shape(), lp));
+    amp::cast(ctx.backend, weight_, ensure_buffer(ctx, weight_lp_, weight_.shape(), lp));
     ctx.backend.linear_forward_lp(x_lp_, weight_lp_, bias_, y);
   } else {
     ctx.backend.linear_forward(x, weight_, bias_, y);

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
+#include "engine/ops/optimizer/optimizer.h"
 #include "engine/optim/clip.h"
 
 #include <algorithm>
@@ -18,13 +19,13 @@ ClipResult finish(double sum_squares, double max_norm, double grad_scale) {
 
 ClipResult clip_grad_norm(Backend& backend, const Tensor& grad_block, double max_norm,
                           double grad_scale) {
-  return finish(backend.sum_squares(grad_block), max_norm, grad_scale);
+  return finish(optimizer::sum_squares(backend, grad_block), max_norm, grad_scale);
 }
 
 ClipResult clip_grad_norm(Backend& backend, const std::vector<ParamInfo>& params, double max_norm,
                           double grad_scale) {
   double ss = 0.0;
-  for (const auto& p : params) ss += backend.sum_squares(p.grad);
+  for (const auto& p : params) ss += optimizer::sum_squares(backend, p.grad);
   return finish(ss, max_norm, grad_scale);
 }
 

@@ -83,13 +83,13 @@ Optimizer::Optimizer(const OptimizerConfig& config, const std::vector<ParamInfo>
 }
 
 void Optimizer::step(float lr, float grad_scale) {
-  backend_.optimizer_step(make_step(lr, grad_scale), slots_, config_.multi_tensor);
+  optimizer::step(backend_, make_step(lr, grad_scale), slots_, config_.multi_tensor);
   ++steps_;
 }
 
 void Optimizer::step(float lr, float grad_scale, const Tensor& amp_scaler_state) {
-  backend_.optimizer_step_amp(make_step(lr, grad_scale), slots_, config_.multi_tensor,
-                              amp_scaler_state);
+  optimizer::step(backend_, make_step(lr, grad_scale), slots_, config_.multi_tensor,
+                  amp_scaler_state);
   ++steps_;
 }
 

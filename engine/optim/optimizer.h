@@ -2,12 +2,14 @@
 #pragma once
 // The optimizer front end: owns the optimizer state (one contiguous block per
 // state kind on the backend's device, zero-filled), builds the ParamSlots that
-// point into it, and runs Backend::optimizer_step with the current LR.
+// point into it, and runs optimizer::step (engine/ops/optimizer/) with the
+// current LR.
 #include <cstdint>
 #include <vector>
 
 #include "engine/backend/backend.h"
 #include "engine/nn/model.h"
+#include "engine/ops/optimizer/optimizer.h"
 
 namespace tb {
 

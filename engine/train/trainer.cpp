@@ -25,6 +25,7 @@
 #include "engine/metrics/chrome_trace.h"
 #include "engine/nn/models.h"
 #include "engine/nn/pad_channels.h"
+#include "engine/ops/optimizer/optimizer.h"
 #include "engine/optim/clip.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/schedule.h"
@@ -236,8 +237,8 @@ Tensor forward(StepContext& s, const Tensor& x, int64_t step) {
       h = layer->forward(s.ctx, h);
     }
     if (s.c.anomaly_check)
-      TB_CHECK(std::isfinite(s.be.sum_squares(h)), "anomaly_check: layer '", layer->name(),
-               "' produced NaN or Inf at step ", step);
+      TB_CHECK(std::isfinite(optimizer::sum_squares(s.be, h)), "anomaly_check: layer '",
+               layer->name(), "' produced NaN or Inf at step ", step);
   }
   return h;
 }
@@ -346,7 +347,7 @@ void train_step(StepContext& s, int64_t K, int64_t step, double lr, StepTimer* t
   }
   // Under fp16 an overflow is expected and handled (the step is skipped).
   if (c.anomaly_check && !s.scaler)
-    TB_CHECK(std::isfinite(s.be.sum_squares(s.model.grad_block())),
+    TB_CHECK(std::isfinite(optimizer::sum_squares(s.be, s.model.grad_block())),
              "anomaly_check: gradients contain NaN or Inf at step ", step);
   if (s.scaler) {
     // Skipped on the device when found_inf is set; then backoff or growth.

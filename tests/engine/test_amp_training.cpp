@@ -29,6 +29,7 @@
 #include "engine/core/error.h"
 #include "engine/nn/model.h"
 #include "engine/nn/models.h"
+#include "engine/ops/amp/amp.h"
 #include "engine/optim/optimizer.h"
 #include "engine/train/config.h"
 #include "engine/train/events.h"
@@ -52,7 +53,7 @@ Tensor random_host(const Shape &s, uint64_t seed, double scale = 1.0) {
 // f32 tensor -> lp tensor on the same backend and layout.
 Tensor lp_of(Backend &b, const Tensor &f, DType lp) {
   Tensor t = b.empty(f.shape(), lp, f.layout());
-  b.cast(f, t);
+  amp::cast(b, f, t);
   return t;
 }
 float at(const Tensor &h, int64_t i) { return h.data_as<float>()[i]; }

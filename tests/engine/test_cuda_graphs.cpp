@@ -22,6 +22,7 @@
 
 #ifdef TRAINBENCH_HAVE_CUDA
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/ops/optimizer/optimizer.h"
 #endif
 
 using namespace tb;
@@ -222,17 +223,17 @@ class TestCudaGraphs : public QObject {
     std::vector<std::vector<float>> want;
     for (int64_t t = 1; t <= 6; ++t) {
       at(t);
-      be.optimizer_step(st, params, true);
+      optimizer::step(be, st, params, true);
       want.push_back(download(be, keep[0]));
     }
     make(params, keep);
     at(1);
-    be.optimizer_step(st, params, true);  // warm-up: uploads the descriptors
+    optimizer::step(be, st, params, true);  // warm-up: uploads the descriptors
     QVERIFY(bit_equal(download(be, keep[0]), want[0]));
     at(99);  // what the capture sees must not matter: the replay reads the
              // device copy
     be.begin_capture();
-    be.optimizer_step(st, params, true);
+    optimizer::step(be, st, params, true);
     const int id = be.end_capture();
     for (int64_t t = 2; t <= 6; ++t) {
       at(t);

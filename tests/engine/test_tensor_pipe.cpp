@@ -13,6 +13,7 @@
 #include "engine/core/error.h"
 #include "engine/metrics/kernel_census.h"
 #include "engine/metrics/tensor_pipe_profiler.h"
+#include "engine/ops/amp/amp.h"
 #include "tests/engine/device_fixture.h"
 
 using namespace tb;
@@ -140,7 +141,7 @@ class TestTensorPipe : public QObject {
     Tensor b = gpu->empty({n}, DType::F32), y = gpu->empty({n, n}, DType::F32);
     gpu->fill(x, 0.01), gpu->fill(w, 0.02), gpu->fill(b, 0.0);
     Tensor xh = gpu->empty({n, n}, DType::F16), wh = gpu->empty({n, n}, DType::F16);
-    gpu->cast(x, xh), gpu->cast(w, wh);
+    amp::cast(*gpu, x, xh), amp::cast(*gpu, w, wh);
     int64_t step = 0;
     // One sample: as many steps as the metric needs passes (one, normally).
     auto measure = [&](bool half) {

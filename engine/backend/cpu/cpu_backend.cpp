@@ -62,14 +62,6 @@ void fill_typed(Tensor& t, double value) {
   std::fill_n(t.data_as<T>(), t.numel(), static_cast<T>(value));
 }
 
-template <typename T>
-double sum_squares_typed(const Tensor& t) {
-  const T* p = t.data_as<T>();
-  double s = 0.0;
-  for (int64_t i = 0; i < t.numel(); ++i) s += double(p[i]) * double(p[i]);
-  return s;
-}
-
 // dst (layout L_dst) <- src (layout L_src), same logical (N,C,H,W), element size es.
 void convert_layout(const Tensor& src, Tensor& dst) {
   const int64_t N = src.n(), C = src.c(), H = src.h(), W = src.w();
@@ -140,12 +132,6 @@ void CpuBackend::normalize_u8(const Tensor& src, const std::vector<float>& scale
         const int64_t i = src.layout() == Layout::NCHW ? (n * C + c) * HW + j : (n * HW + j) * C + c;
         d[i] = static_cast<float>(s[i]) * scale[size_t(c)] + shift[size_t(c)];
       }
-}
-
-double CpuBackend::sum_squares(const Tensor& t) {
-  if (t.dtype() == DType::F64) return sum_squares_typed<double>(t);
-  expect_dtype(t, DType::F32, "sum_squares");
-  return sum_squares_typed<float>(t);
 }
 
 void CpuBackend::scale(Tensor& t, double alpha) {

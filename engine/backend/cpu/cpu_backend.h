@@ -85,19 +85,7 @@ class CpuBackend final : public Backend {
   void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing,
                              float grad_scale, Tensor& dlogits, Tensor& stats) override;
 
-  double sum_squares(const Tensor& t) override;
-  void optimizer_step(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
-                      bool multi_tensor) override;
-
-  // Mixed precision, reference form (amp.cpp): the loss-scaler logic on the host,
-  // for tests with planted inf/NaN; gradients f32 or f64.
-  void cast(const Tensor& src, Tensor& dst) override;
-  void amp_scale(Tensor& t, const Tensor& scaler_state) override;
-  void amp_unscale_and_check(Tensor& grads, Tensor& scaler_state) override;
-  void optimizer_step_amp(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
-                          bool multi_tensor, const Tensor& scaler_state) override;
-  void amp_update_scale(Tensor& scaler_state, float growth_factor, float backoff_factor,
-                        int64_t growth_interval) override;
+  // Mixed precision, reference form (amp.cpp).
   void linear_forward_lp(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
   void linear_backward_lp(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
                           Tensor& dw, Tensor& db, bool accumulate) override;

@@ -25,6 +25,7 @@
 // (its bound now takes it into account).
 #include "engine/backend/cuda/conv_cudnn.h"
 #include "engine/backend/cuda/cuda_internal.h"
+#include "engine/ops/amp/amp.h"
 
 namespace tb {
 
@@ -107,7 +108,7 @@ void CudaBackend::conv2d_forward_lp(const ConvGeometry &g, const Tensor &x,
                     w.data(), y_lp.data(), [&](size_t bytes) {
                       return (ws = m.scratch(bytes)).data();
                     });
-  cast(y_lp, y);
+  amp::cast(*this, y_lp, y);
   if (b.defined())
     cuda::launch_bias_add(fptr(y), fptr(b), g.N, g.C_out, g.H_out * g.W_out,
                           l == Layout::NHWC, m.stream);
@@ -156,14 +157,14 @@ void CudaBackend::conv2d_backward_lp(const ConvGeometry &g, const Tensor &x,
   const DType lp = x.dtype();
   // dy rounded once (N,Cout,Ho,Wo), shared by dgrad and wgrad.
   Tensor dy_lp = empty(dy.shape(), lp, l);
-  cast(dy, dy_lp);
+  amp::cast(*this, dy, dy_lp);
   Tensor ws;
   auto workspace = [&](size_t bytes) { return (ws = m.scratch(bytes)).data(); };
   if (dx.defined()) {
     Tensor dx_lp = empty(g.input_shape(), lp, l); // (N,Cin,H,W)
     plan_cache(m).run(lp_key(cuda::ConvOp::Dgrad, g, x, w, options_),
                       dy_lp.data(), w.data(), dx_lp.data(), workspace);
-    cast(dx_lp, dx);
+    amp::cast(*this, dx_lp, dx);
   }
   if (dw.defined()) {
     Tensor dw_lp = empty(g.weight_shape(), lp, w.layout()); // (Cout,Cin,KH,KW)
@@ -171,10 +172,10 @@ void CudaBackend::conv2d_backward_lp(const ConvGeometry &g, const Tensor &x,
                       dy_lp.data(), dw_lp.data(), workspace);
     if (accumulate) {
       Tensor dw32 = empty(dw.shape(), DType::F32, dw.layout());
-      cast(dw_lp, dw32);
+      amp::cast(*this, dw_lp, dw32);
       cuda::launch_accumulate(fptr(dw32), fptr(dw), dw.numel(), m.stream);
     } else {
-      cast(dw_lp, dw);
+      amp::cast(*this, dw_lp, dw);
     }
   }
 }

@@ -107,10 +107,6 @@ void release(CudaBackend::Impl& m) {
   if (m.cublaslt) (void)cublasLtDestroy(m.cublaslt), m.cublaslt = nullptr;
   if (m.cublas) (void)cublasDestroy(m.cublas), m.cublas = nullptr;
   m.cublas_workspace = Tensor{};
-  if (m.host_result) (void)cudaFreeHost(m.host_result), m.host_result = nullptr;
-  m.reduce_scratch = Tensor{};
-  m.opt_chunks_dev = m.opt_slot_begin_dev = m.opt_decay_dev = Tensor{};
-  m.opt_partials = m.opt_trust = Tensor{};
   if (m.stream) (void)cudaStreamDestroy(m.stream), m.stream = nullptr;
 }
 }  // namespace
@@ -149,8 +145,6 @@ CudaBackend::CudaBackend(int index, const BackendOptions& options)
     TB_CUBLAS_CHECK(cublasLtCreate(&m.cublaslt));
     TB_CUDNN_CHECK(cudnnCreate(&m.cudnn));
     TB_CUDNN_CHECK(cudnnSetStream(m.cudnn, m.stream));
-    TB_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&m.host_result), sizeof(double)));
-    m.reduce_scratch = Tensor::empty({cuda::kReducePartials + 1}, DType::F64, device());
   } catch (...) {
     release(m);
     throw;
@@ -301,27 +295,6 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
     TB_CUDA_CHECK(
         cudaMemcpyAsync(dst.data(), d.data(), dst.nbytes(), cudaMemcpyDeviceToHost, m.stream));
   if (host_involved) TB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
-}
-
-// ---------------------------------------------------------------- reductions
-
-double CudaBackend::sum_squares(const Tensor& t) {
-  const char* op = "sum_squares";
-  cuda::check_on(*this, t, op, "tensor");
-  TB_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64, op, ": expected f32 or f64, got ",
-           t.describe());
-  Impl& m = *impl_;
-  m.activate();
-  double* partials = m.reduce_scratch.data_as<double>();
-  double* out = partials + cuda::kReducePartials;
-  if (t.dtype() == DType::F32)
-    cuda::launch_sum_squares(t.data_as<float>(), t.numel(), partials, out, m.stream);
-  else
-    cuda::launch_sum_squares(t.data_as<double>(), t.numel(), partials, out, m.stream);
-  TB_CUDA_CHECK(
-      cudaMemcpyAsync(m.host_result, out, sizeof(double), cudaMemcpyDeviceToHost, m.stream));
-  TB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
-  return *m.host_result;
 }
 
 }  // namespace tb

@@ -11,14 +11,14 @@
 //   memory.cu          fill, dtype cast, NCHW<->NHWC conversion kernels
 //   pointwise.cu       relu/gelu forward+backward, add, accumulate, scale
 //   loss.cu            softmax cross-entropy with label smoothing
-//   reduce.cu          sum of squares
 //   pool.cu            max (argmax) / avg / global-avg pooling, NCHW and NHWC
 //   linear.cu/.cpp     cuBLAS GEMMs, bias kernels
 //   (batch norm: its op family folder, engine/ops/batchnorm/)
-//   optimizer.cu       SGD/AdamW/RMSProp/LARS/LAMB, per-tensor and multi-tensor
+//   (optimizer and sum of squares, casts and the loss scaler: their op family
+//   folders, engine/ops/optimizer/ and engine/ops/amp/)
 //   conv_cudnn.cpp     convolutions through the cuDNN 9 graph API (cudnn-frontend)
 //   cuda_ops.cpp       argument checks and dispatch for pointwise, pooling, loss
-//   amp.cu/amp_ops.cpp mixed precision: f32<->f16/bf16 casts, loss-scaler kernels
+//   amp_ops.cpp        mixed precision: the low-precision linear layer
 //   fused.cu/fused_ops.cpp  fuse_pointwise: Linear+act
 //   peer.cpp           copies between two devices' backends (parallel: dp)
 //
@@ -100,18 +100,7 @@ class CudaBackend final : public Backend {
   void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing,
                              float grad_scale, Tensor& dlogits, Tensor& stats) override;
 
-  double sum_squares(const Tensor& t) override;
-  void optimizer_step(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
-                      bool multi_tensor) override;
-
-  // Mixed precision (amp.cu, amp_ops.cpp). NOT yet run on a GPU.
-  void cast(const Tensor& src, Tensor& dst) override;
-  void amp_scale(Tensor& t, const Tensor& scaler_state) override;
-  void amp_unscale_and_check(Tensor& grads, Tensor& scaler_state) override;
-  void optimizer_step_amp(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
-                          bool multi_tensor, const Tensor& scaler_state) override;
-  void amp_update_scale(Tensor& scaler_state, float growth_factor, float backoff_factor,
-                        int64_t growth_interval) override;
+  // Mixed precision (amp_ops.cpp).
   void linear_forward_lp(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
   void linear_backward_lp(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
                           Tensor& dw, Tensor& db, bool accumulate) override;

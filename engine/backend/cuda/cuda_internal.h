@@ -14,6 +14,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/kernels.h"
+#include "engine/ops/optimizer/optimizer.cuh"  // kOptConstsBytes (opt_consts_dev)
 
 namespace tb {
 
@@ -46,19 +47,6 @@ struct CudaBackend::Impl {
   cublasLtHandle_t cublaslt = nullptr;  // for epilogue-fused GEMMs (later: bias+GELU, AMP)
   cudnnHandle_t cudnn = nullptr;
   cuda::CachingAllocator* allocator = nullptr;
-
-  // Scratch for reductions (sum_squares partials + result), allocated once.
-  Tensor reduce_scratch;          // f64 [kReducePartials + 1] on the device
-  double* host_result = nullptr;  // pinned double for sum_squares reads
-
-  // Optimizer chunk descriptors, re-uploaded only when the parameter set changes.
-  std::vector<cuda::OptChunk> opt_chunks_host;
-  std::vector<int64_t> opt_slot_begin_host;
-  std::vector<int32_t> opt_decay_host;
-  Tensor opt_chunks_dev, opt_slot_begin_dev, opt_decay_dev;  // raw bytes as u8
-  Tensor opt_partials, opt_trust;                            // f64
-  // Set by optimizer_step_amp for the duration of one optimizer_step (amp_ops.cpp).
-  const float* opt_found_inf = nullptr;
 
   // Whole-step capture (graphs.cpp, trick 24). While capturing, `stream` IS the
   // capture stream (every op enqueues on m.stream) and `eager_stream` keeps the

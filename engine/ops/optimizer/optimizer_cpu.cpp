@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// CPU optimizer steps: SGD, AdamW, RMSProp, LARS, LAMB (PyTorch semantics).
+// The CPU backend's optimizer Kernels (contract: optimizer.h): SGD, AdamW,
+// RMSProp, LARS, LAMB (PyTorch semantics), and sum_squares.
 //
 // Every slot is a parameter p with gradient g and state s1/s2 (same shape and
 // dtype). g is multiplied by grad_scale before anything else. Slots with
@@ -26,12 +27,15 @@
 // loop-invariant branches only, which the compiler unswitches and vectorises.
 // With OpenMP the fused pass spreads the chunks of elementwise passes across
 // threads; norm passes stay serial so their sums keep one order.
+// Under AMP the host reads found_inf from the scaler state (on the host here)
+// and skips the whole step.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
+#include "engine/ops/optimizer/optimizer.h"
 
 namespace tb {
 
@@ -286,63 +290,64 @@ void run_step(const OptimizerStep& step, const std::vector<Ptrs<T>>& slots, bool
   }
 }
 
-// Which states the kind needs (state1, state2).
-void needed_states(const OptimizerStep& s, bool& need1, bool& need2) {
-  switch (s.kind) {
-    case OptimizerKind::SGD: need1 = false, need2 = false; break;  // s1 optional (momentum)
-    case OptimizerKind::AdamW:
-    case OptimizerKind::LAMB: need1 = true, need2 = true; break;
-    case OptimizerKind::RMSProp: need1 = true, need2 = s.momentum != 0.0f; break;
-    case OptimizerKind::LARS: need1 = false, need2 = false; break;
-  }
-  if ((s.kind == OptimizerKind::SGD || s.kind == OptimizerKind::LARS) && s.momentum != 0.0f)
-    need1 = true;
-}
-
+// Raw pointers of every slot (the contract's checks passed): a state the
+// kind does not use is null.
 template <typename T>
-std::vector<Ptrs<T>> gather(const OptimizerStep& step, const std::vector<ParamSlot>& slots) {
-  bool need1 = false, need2 = false;
-  needed_states(step, need1, need2);
+std::vector<Ptrs<T>> gather(const std::vector<ParamSlot>& slots, const optimizer::States& states) {
   std::vector<Ptrs<T>> out;
   out.reserve(slots.size());
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const ParamSlot& s = slots[i];
-    TB_CHECK(s.param.defined() && s.grad.defined(), "optimizer_step: slot ", i,
-             " has no parameter or gradient");
-    TB_CHECK(s.param.device().is_cpu(), "optimizer_step: cpu backend given ", s.param.describe());
-    expect_dtype(s.param, dtype_of<T>(), "optimizer_step: parameter");
-    TB_CHECK(s.grad.numel() == s.param.numel() && s.grad.dtype() == s.param.dtype(),
-             "optimizer_step: gradient ", s.grad.describe(), " does not match parameter ",
-             s.param.describe());
-    auto state = [&](const Tensor& t, bool needed, const char* which) -> T* {
-      if (!needed) return nullptr;
-      TB_CHECK(t.defined(), "optimizer_step: ", optimizer_name(step.kind), " needs ", which,
-               " for slot ", i, " (", s.param.describe(), ")");
-      TB_CHECK(t.numel() == s.param.numel() && t.dtype() == s.param.dtype(),
-               "optimizer_step: ", which, " ", t.describe(), " does not match parameter ",
-               s.param.describe());
-      return t.data_as<T>();
-    };
-    out.push_back({s.param.data_as<T>(), s.grad.data_as<T>(), state(s.state1, need1, "state1"),
-                   state(s.state2, need2, "state2"), s.param.numel(), s.weight_decay});
-  }
+  for (const ParamSlot& s : slots)
+    out.push_back({s.param.data_as<T>(), s.grad.data_as<T>(),
+                   states.state1 ? s.state1.data_as<T>() : nullptr,
+                   states.state2 ? s.state2.data_as<T>() : nullptr, s.param.numel(),
+                   s.weight_decay});
   return out;
 }
 
+template <typename T>
+double sum_squares_typed(const Tensor& t) {
+  const T* p = t.data_as<T>();
+  double s = 0.0;
+  for (int64_t i = 0; i < t.numel(); ++i) s += double(p[i]) * double(p[i]);
+  return s;
+}
+
+class CpuKernels final : public optimizer::Kernels {
+ public:
+  explicit CpuKernels(CpuBackend& be) : be_(be) {}
+
+  void step(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
+            const optimizer::States& states, bool multi_tensor,
+            const Tensor& scaler_state) override;
+  double sum_squares(const Tensor& t) override;
+
+ private:
+  CpuBackend& be_;
+};
+
 }  // namespace
 
-void CpuBackend::optimizer_step(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
-                                bool multi_tensor) {
-  if (slots.empty()) return;
-  TB_CHECK(step.step >= 1, "optimizer_step: step count must start at 1, got ", step.step);
+void CpuKernels::step(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
+                      const optimizer::States& states, bool multi_tensor,
+                      const Tensor& scaler_state) {
+  if (scaler_state.defined() && scaler_state.data_as<float>()[2] != 0.0f)
+    return;  // AMP, found_inf: skipped, nothing touched
   const DType dt = slots.front().param.dtype();
   if (dt == DType::F64) {
-    run_step<double>(step, gather<double>(step, slots), multi_tensor, threads_);
+    run_step<double>(step, gather<double>(slots, states), multi_tensor, be_.threads());
   } else {
     TB_CHECK(dt == DType::F32, "optimizer_step: parameters must be f32 or f64, got ",
              slots.front().param.describe());
-    run_step<float>(step, gather<float>(step, slots), multi_tensor, threads_);
+    run_step<float>(step, gather<float>(slots, states), multi_tensor, be_.threads());
   }
 }
+
+double CpuKernels::sum_squares(const Tensor& t) {
+  return t.dtype() == DType::F64 ? sum_squares_typed<double>(t) : sum_squares_typed<float>(t);
+}
+
+namespace optimizer {
+void register_cpu_kernels() { register_kernels<Kernels, CpuKernels, CpuBackend>(DeviceKind::CPU); }
+}  // namespace optimizer
 
 }  // namespace tb

@@ -31,6 +31,7 @@
 #include "engine/amp/precision_policy.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
+#include "engine/ops/amp/amp.h"
 #include "engine/optim/optimizer.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/tensor_helpers.h"
@@ -247,8 +248,8 @@ std::pair<Tensor, Tensor> round_trip(Backend& b, const Tensor& src_h, DType dt) 
   Tensor src = to_device(b, src_h);
   Tensor lo = b.empty(src.shape(), dt);
   Tensor back = b.empty(src.shape(), DType::F32);
-  b.cast(src, lo);
-  b.cast(lo, back);
+  amp::cast(b, src, lo);
+  amp::cast(b, lo, back);
   return {to_host(b, lo), to_host(b, back)};
 }
 uint16_t bits16(const Tensor& t, int64_t i) { return t.data_as<uint16_t>()[i]; }
@@ -474,13 +475,13 @@ class TestOpAmp : public QObject {
 
 
   void argument_checks() {
-    Tensor s = Tensor::zeros({Backend::kAmpStateSize}, DType::F32);
+    Tensor s = Tensor::zeros({amp::kScalerStateSize}, DType::F32);
     Tensor g = Tensor::zeros({4}, DType::F32);
-    cpu.amp_unscale_and_check(g, s);  // the CPU backend implements it
+    amp::unscale_and_check(cpu, g, s);  // the CPU backend implements it
     Tensor wrong = Tensor::zeros({3}, DType::F32);
-    QVERIFY_THROWS_EXCEPTION(Error, cpu.amp_unscale_and_check(g, wrong));
+    QVERIFY_THROWS_EXCEPTION(Error, amp::unscale_and_check(cpu, g, wrong));
     Tensor i32 = Tensor::zeros({4}, DType::I32);
-    QVERIFY_THROWS_EXCEPTION(Error, cpu.cast(i32, g));
+    QVERIFY_THROWS_EXCEPTION(Error, amp::cast(cpu, i32, g));
   }
 
   // ------------------------------------------------------------ casts

@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// Sum of squares in double, deterministic: pass 1 has a fixed grid of
+// optimizer::sum_squares on CUDA (launcher in optimizer.cuh): the sum of
+// squares in double, deterministic: pass 1 has a fixed grid of
 // kReducePartials blocks, each summing a grid-stride slice into partials[b];
 // pass 2 is one block summing the partials in a fixed tree. No atomics, so the
 // result is the same bit for bit on every run (gradient clipping reads it).
+// Moved from engine/backend/cuda/reduce.cu without a change; not run on a GPU
+// since the move.
+#include "engine/ops/optimizer/optimizer.cuh"
+
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/device_utils.cuh"
-#include "engine/backend/cuda/kernels.h"
 
 namespace tb::cuda {
 

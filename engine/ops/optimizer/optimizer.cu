@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// Optimizer steps on the GPU with the semantics of the CPU backend's
-// optimizer.cpp (PyTorch's): SGD (momentum, Nesterov, L2), AdamW, RMSProp,
+// The optimizer family's CUDA kernels and launchers (optimizer.cuh): steps on
+// the GPU with the semantics of optimizer_cpu.cpp (PyTorch's; contract in
+// optimizer.h): SGD (momentum, Nesterov, L2), AdamW, RMSProp,
 // LARS, LAMB. The per-element expressions are the CPU f32 path's, term for
 // term, with the same float-rounded constants (nvcc may contract a·b+c into an
 // FMA, so results agree with the CPU to rounding, not bit for bit).
@@ -15,9 +16,13 @@
 //   SGD, AdamW, RMSProp:  elementwise
 //   LARS:  norms (Σp², Σ(gs·g)²) -> trust per tensor -> elementwise
 //   LAMB:  moments + norms (Σp², Σu²) -> trust per tensor -> elementwise apply
+//
+// Moved from engine/backend/cuda/ without a change to the arithmetic; not run
+// on a GPU since the move (test_op_optim's GPU slot passed on an H200 before).
+#include "engine/ops/optimizer/optimizer.cuh"
+
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/device_utils.cuh"
-#include "engine/backend/cuda/kernels.h"
 
 namespace tb::cuda {
 

@@ -3,16 +3,18 @@
 // scaler's device side (PyTorch GradScaler semantics). The scaler's state is a
 // f32 [4] device array (scale, growth tracker, found_inf, skipped); every
 // kernel here reads or writes it in place, so no step needs the host.
-// The CPU backend's amp.cpp is the reference these must agree with.
+// amp_cpu.cpp is the reference these must agree with (contract: amp.h).
 //
 // Ran on an H200 (2026-11-26, commit b0014f2): test_op_amp's GPU rows, which
-// compare these with the CPU, passed, and memcheck was clean.
+// compare these with the CPU, passed, and memcheck was clean. Moved from
+// engine/backend/cuda/ without a change; not run on a GPU since.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "engine/ops/amp/amp.cuh"
+
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/device_utils.cuh"
-#include "engine/backend/cuda/kernels.h"
 
 namespace tb::cuda {
 

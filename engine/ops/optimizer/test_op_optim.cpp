@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// The optimizer op family (optimizer_step: SGD, AdamW, RMSProp, LARS, LAMB,
+// The optimizer op family (optimizer::step: SGD, AdamW, RMSProp, LARS, LAMB,
 // per-tensor and multi-tensor) and what drives it in optim/: first steps
 // against values worked out by hand (f64 reference 1e-7..1e-9, f32 fast 1e-6),
 // per-tensor vs multi-tensor bit equality, no-decay slots; every target's step
@@ -15,6 +15,8 @@
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
+#include "engine/ops/amp/amp.h"
+#include "engine/ops/optimizer/optimizer.h"
 #include "engine/optim/clip.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/schedule.h"
@@ -405,9 +407,9 @@ class TestOpOptim : public QObject {
     Set c = make(cpu, false), per = make(be, true), multi = make(be, true);
     for (int64_t t = 1; t <= 3; ++t) {
       st.step = t;
-      cpu.optimizer_step(st, slot_list(c), false);
-      be.optimizer_step(st, slot_list(per), false);
-      be.optimizer_step(st, slot_list(multi), true);
+      optimizer::step(cpu, st, slot_list(c), false);
+      optimizer::step(be, st, slot_list(per), false);
+      optimizer::step(be, st, slot_list(multi), true);
     }
     for (size_t i = 0; i < sizes.size(); ++i) {
       const Tensor pp = to_host(be, per.p[i]), pm = to_host(be, multi.p[i]);

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// Host side of the GPU optimizer step (kernels in optimizer.cu): checks, the
-// chunk descriptors, and the per-tensor / multi-tensor launch plans.
+// The CUDA backend's optimizer Kernels (contract: optimizer.h): this
+// backend's own check (f32), the chunk descriptors, the per-tensor /
+// multi-tensor launch plans of optimizer.cu, and sum_squares (sum_squares.cu).
+// Also CudaBackend::set_optimizer_constants, which writes the constants a
+// captured step reads (graphs.cpp, trick 24).
 //
 // Descriptors: every parameter tensor is cut into chunks of kOptChunk
 // elements; their OptChunk records (pointers already offset), each tensor's
@@ -11,30 +14,20 @@
 //                         launch; LARS/LAMB: norms, trust, apply = 3 launches)
 //   multi_tensor = false: the same passes launched once per parameter tensor
 // Both use the same kernels on the same chunks: identical results, bit for bit.
+// Under AMP the kernels read found_inf from the scaler state on the device
+// (OptConsts::found_inf) and return at once when it is set.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "engine/backend/cuda/cuda_internal.h"
+#include "engine/ops/optimizer/optimizer.cuh"
+#include "engine/ops/optimizer/optimizer.h"
 
 namespace tb {
 
 namespace {
-
-void needed_states(const OptimizerStep& s, bool& need1, bool& need2) {
-  switch (s.kind) {
-    case OptimizerKind::SGD:
-    case OptimizerKind::LARS:
-      need1 = s.momentum != 0.0f, need2 = false;
-      break;
-    case OptimizerKind::AdamW:
-    case OptimizerKind::LAMB:
-      need1 = true, need2 = true;
-      break;
-    case OptimizerKind::RMSProp:
-      need1 = true, need2 = s.momentum != 0.0f;
-      break;
-  }
-}
 
 cuda::OptConsts make_consts(const OptimizerStep& s) {
   cuda::OptConsts k{};
@@ -69,15 +62,41 @@ void upload(const std::vector<T>& host, Tensor& dev, const CudaBackend& be, cuda
                                   cudaMemcpyHostToDevice, s));
 }
 
+class CudaKernels final : public optimizer::Kernels {
+ public:
+  explicit CudaKernels(CudaBackend& be) : be_(be) {}
+  ~CudaKernels() override {
+    if (host_result_) (void)cudaFreeHost(host_result_);  // best effort, no throw
+  }
+
+  void step(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
+            const optimizer::States& states, bool multi_tensor,
+            const Tensor& scaler_state) override;
+  double sum_squares(const Tensor& t) override;
+
+ private:
+  CudaBackend& be_;
+  // Chunk descriptors, re-uploaded only when the parameter set changes. A
+  // captured step (graphs.cpp) reads the device copies in place: one set per
+  // backend, so an eager step over other parameters rewrites them.
+  std::vector<cuda::OptChunk> chunks_host_;
+  std::vector<int64_t> slot_begin_host_;
+  std::vector<int32_t> decay_host_;
+  Tensor chunks_dev_, slot_begin_dev_, decay_dev_;  // raw bytes as u8
+  Tensor partials_, trust_;                         // f64
+  // sum_squares: partials + result (f64 [kReducePartials + 1] on the device)
+  // and the pinned double the host reads; made on first use.
+  Tensor reduce_scratch_;
+  double* host_result_ = nullptr;
+};
+
 }  // namespace
 
-void CudaBackend::optimizer_step(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
-                                 bool multi_tensor) {
+void CudaKernels::step(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
+                       const optimizer::States& states, bool multi_tensor,
+                       const Tensor& scaler_state) {
   const char* op = "optimizer_step";
-  if (slots.empty()) return;
-  TB_CHECK(step.step >= 1, op, ": step count must start at 1, got ", step.step);
-  bool need1 = false, need2 = false;
-  needed_states(step, need1, need2);
+  cuda::check_f32(slots.front().param, op, "parameter");  // the contract: one dtype
 
   // Descriptors, in slot order.
   std::vector<cuda::OptChunk> chunks;
@@ -86,24 +105,8 @@ void CudaBackend::optimizer_step(const OptimizerStep& step, const std::vector<Pa
   slot_begin.reserve(slots.size() + 1);
   for (size_t i = 0; i < slots.size(); ++i) {
     const ParamSlot& s = slots[i];
-    TB_CHECK(s.param.defined() && s.grad.defined(), op, ": slot ", i,
-             " has no parameter or gradient");
-    cuda::check_on(*this, s.param, op, "parameter");
-    cuda::check_on(*this, s.grad, op, "gradient");
-    cuda::check_f32(s.param, op, "parameter");
-    TB_CHECK(s.grad.numel() == s.param.numel() && s.grad.dtype() == s.param.dtype(), op,
-             ": gradient ", s.grad.describe(), " does not match parameter ", s.param.describe());
-    auto state = [&](const Tensor& t, bool needed, const char* which) -> float* {
-      if (!needed) return nullptr;
-      TB_CHECK(t.defined(), op, ": ", optimizer_name(step.kind), " needs ", which, " for slot ", i,
-               " (", s.param.describe(), ")");
-      cuda::check_on(*this, t, op, which);
-      TB_CHECK(t.numel() == s.param.numel() && t.dtype() == s.param.dtype(), op, ": ", which, " ",
-               t.describe(), " does not match parameter ", s.param.describe());
-      return t.data_as<float>();
-    };
-    float* s1 = state(s.state1, need1, "state1");
-    float* s2 = state(s.state2, need2, "state2");
+    float* s1 = states.state1 ? s.state1.data_as<float>() : nullptr;
+    float* s2 = states.state2 ? s.state2.data_as<float>() : nullptr;
     float* p = s.param.data_as<float>();
     const float* g = s.grad.data_as<float>();
     slot_begin.push_back(int64_t(chunks.size()));
@@ -116,24 +119,25 @@ void CudaBackend::optimizer_step(const OptimizerStep& step, const std::vector<Pa
   slot_begin.push_back(int64_t(chunks.size()));
   if (chunks.empty()) return;
 
-  Impl& m = *impl_;
+  const CudaBackend::Impl& m = be_.impl();
   m.activate();
-  if (!same(chunks, m.opt_chunks_host) || !same(slot_begin, m.opt_slot_begin_host) ||
-      !same(decay, m.opt_decay_host)) {
-    upload(chunks, m.opt_chunks_dev, *this, m.stream);
-    upload(slot_begin, m.opt_slot_begin_dev, *this, m.stream);
-    upload(decay, m.opt_decay_dev, *this, m.stream);
-    m.opt_chunks_host = std::move(chunks);
-    m.opt_slot_begin_host = std::move(slot_begin);
-    m.opt_decay_host = std::move(decay);
+  if (!same(chunks, chunks_host_) || !same(slot_begin, slot_begin_host_) ||
+      !same(decay, decay_host_)) {
+    upload(chunks, chunks_dev_, be_, m.stream);
+    upload(slot_begin, slot_begin_dev_, be_, m.stream);
+    upload(decay, decay_dev_, be_, m.stream);
+    chunks_host_ = std::move(chunks);
+    slot_begin_host_ = std::move(slot_begin);
+    decay_host_ = std::move(decay);
   }
-  const int64_t C = int64_t(m.opt_chunks_host.size()), S = int64_t(slots.size());
-  const auto* dchunks = static_cast<const cuda::OptChunk*>(m.opt_chunks_dev.data());
-  const auto* dbegin = static_cast<const int64_t*>(m.opt_slot_begin_dev.data());
-  const auto* ddecay = static_cast<const int32_t*>(m.opt_decay_dev.data());
-  const auto& begin = m.opt_slot_begin_host;
+  const int64_t C = int64_t(chunks_host_.size()), S = int64_t(slots.size());
+  const auto* dchunks = static_cast<const cuda::OptChunk*>(chunks_dev_.data());
+  const auto* dbegin = static_cast<const int64_t*>(slot_begin_dev_.data());
+  const auto* ddecay = static_cast<const int32_t*>(decay_dev_.data());
+  const auto& begin = slot_begin_host_;
   cuda::OptConsts k = make_consts(step);
-  k.found_inf = m.opt_found_inf;  // null except under optimizer_step_amp
+  // AMP: the scaler state's found_inf ([2]), read by every kernel on the device.
+  k.found_inf = scaler_state.defined() ? scaler_state.data_as<float>() + 2 : nullptr;
   if (m.capturing) {  // trick 24: the replay's constants come from set_optimizer_constants
     TB_CHECK(m.opt_consts_dev.defined(), op, ": capturing without the constants buffer");
     k.dev = m.opt_consts_dev.data();
@@ -143,12 +147,12 @@ void CudaBackend::optimizer_step(const OptimizerStep& step, const std::vector<Pa
   double* partials = nullptr;
   double* trust = nullptr;
   if (norms) {
-    if (!m.opt_partials.defined() || m.opt_partials.numel() < 2 * C)
-      m.opt_partials = Tensor::empty({2 * C}, DType::F64, device());
-    if (!m.opt_trust.defined() || m.opt_trust.numel() < S)
-      m.opt_trust = Tensor::empty({S}, DType::F64, device());
-    partials = m.opt_partials.data_as<double>();
-    trust = m.opt_trust.data_as<double>();
+    if (!partials_.defined() || partials_.numel() < 2 * C)
+      partials_ = Tensor::empty({2 * C}, DType::F64, be_.device());
+    if (!trust_.defined() || trust_.numel() < S)
+      trust_ = Tensor::empty({S}, DType::F64, be_.device());
+    partials = partials_.data_as<double>();
+    trust = trust_.data_as<double>();
   }
 
   if (multi_tensor) {
@@ -170,6 +174,25 @@ void CudaBackend::optimizer_step(const OptimizerStep& step, const std::vector<Pa
   }
 }
 
+double CudaKernels::sum_squares(const Tensor& t) {
+  const CudaBackend::Impl& m = be_.impl();
+  m.activate();
+  if (!host_result_)
+    TB_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_result_), sizeof(double)));
+  if (!reduce_scratch_.defined())
+    reduce_scratch_ = Tensor::empty({cuda::kReducePartials + 1}, DType::F64, be_.device());
+  double* partials = reduce_scratch_.data_as<double>();
+  double* out = partials + cuda::kReducePartials;
+  if (t.dtype() == DType::F32)
+    cuda::launch_sum_squares(t.data_as<float>(), t.numel(), partials, out, m.stream);
+  else
+    cuda::launch_sum_squares(t.data_as<double>(), t.numel(), partials, out, m.stream);
+  TB_CUDA_CHECK(
+      cudaMemcpyAsync(host_result_, out, sizeof(double), cudaMemcpyDeviceToHost, m.stream));
+  TB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  return *host_result_;
+}
+
 void CudaBackend::set_optimizer_constants(const OptimizerStep& step) {
   TB_CHECK(step.step >= 1, "set_optimizer_constants: step count must start at 1, got ", step.step);
   Impl& m = *impl_;
@@ -182,5 +205,11 @@ void CudaBackend::set_optimizer_constants(const OptimizerStep& step) {
   // A kernel with the constants by value: no host buffer has to outlive the copy.
   cuda::launch_opt_set_consts(make_consts(step), m.opt_consts_dev.data(), m.stream);
 }
+
+namespace optimizer {
+void register_cuda_kernels() {
+  register_kernels<Kernels, CudaKernels, CudaBackend>(DeviceKind::CUDA);
+}
+}  // namespace optimizer
 
 }  // namespace tb
