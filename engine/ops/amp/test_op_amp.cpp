@@ -484,6 +484,28 @@ class TestOpAmp : public QObject {
     QVERIFY_THROWS_EXCEPTION(Error, amp::cast(cpu, i32, g));
   }
 
+  // The family's contract checks (amp.cpp, one copy for every backend): each
+  // refusal names the op and what is wrong.
+  void contract_refusals_name_the_problem() {
+    Tensor f16 = Tensor::zeros({4}, DType::F16), bf16 = Tensor::zeros({4}, DType::BF16);
+    Tensor f32 = Tensor::zeros({4}, DType::F32), f32_5 = Tensor::zeros({5}, DType::F32);
+    auto check = [](const QString& e, const char* op, const char* words) {
+      QVERIFY2(e.startsWith(QString(op) + ": ") && e.contains(words), qPrintable(e));
+    };
+    check(qerror_of([&] { amp::cast(cpu, f16, bf16); }), "cast", "(go through f32)");
+    check(qerror_of([&] { amp::cast(cpu, f32_5, f16); }), "cast", "same shape and layout");
+    Tensor none;
+    check(qerror_of([&] { amp::cast(cpu, none, f16); }), "cast", "source must be defined");
+    Tensor s = Tensor::zeros({amp::kScalerStateSize}, DType::F32);
+    Tensor s64 = Tensor::zeros({amp::kScalerStateSize}, DType::F64);
+    check(qerror_of([&] { amp::scale(cpu, f32, s64); }), "amp_scale",
+          "scaler state must be f32[4]");
+    check(qerror_of([&] { amp::update_scale(cpu, s, 2.0f, 0.5f, 0); }), "amp_update_scale",
+          "growth_interval must be > 0");
+    check(qerror_of([&] { amp::unscale_and_check(cpu, f16, s); }), "amp_unscale_and_check",
+          "must be f32 or f64");
+  }
+
   // ------------------------------------------------------------ casts
 
 

@@ -439,6 +439,46 @@ class TestOpOptim : public QObject {
     QVERIFY_THROWS_EXCEPTION(Error, Optimizer(c, P.infos, be));
   }
 
+  // optimizer::step's contract checks (optimizer.cpp, one copy for every
+  // backend): each refusal names the op and what is wrong, and nothing moves.
+  void stepRefusesBadArguments() {
+    CpuBackend be;
+    Params P = tiny(DType::F32);
+    const Tensor p0 = clone(P.values);
+    Tensor m = Tensor::zeros({2}, DType::F32), v = Tensor::zeros({2}, DType::F32);
+    ParamSlot ok{P.infos[0].value, P.infos[0].grad, m, v, true};
+    OptimizerStep adamw;
+    adamw.kind = OptimizerKind::AdamW;
+    auto refused = [&](std::vector<ParamSlot> given, const OptimizerStep& st, const char* words,
+                       const Tensor& scaler_state = {}) {
+      const QString e =
+          qerror_of([&] { optimizer::step(be, st, given, true, scaler_state); });
+      QVERIFY2(e.startsWith("optimizer_step: ") && e.contains(words), qPrintable(e));
+    };
+    OptimizerStep zeroth = adamw;
+    zeroth.step = 0;
+    refused({ok}, zeroth, "step count must start at 1");
+    ParamSlot no_v = ok;
+    no_v.state2 = Tensor{};
+    refused({ok, no_v}, adamw, "adamw needs state2 for slot 1");
+    ParamSlot short_grad = ok;
+    short_grad.grad = Tensor::zeros({1}, DType::F32);
+    refused({short_grad}, adamw, "does not match parameter");
+    Tensor p64 = Tensor::zeros({2}, DType::F64), g64 = Tensor::zeros({2}, DType::F64);
+    Tensor m64 = Tensor::zeros({2}, DType::F64), v64 = Tensor::zeros({2}, DType::F64);
+    refused({ok, ParamSlot{p64, g64, m64, v64, true}}, adamw, "parameters must share one dtype");
+    refused({ok}, adamw, "scaler state must be f32[4]", Tensor::zeros({3}, DType::F32));
+    // A step skipped by AMP (found_inf set) still checks its slots.
+    Tensor found_inf = Tensor::zeros({amp::kScalerStateSize}, DType::F32);
+    found_inf.data_as<float>()[2] = 1.0f;
+    refused({ok, no_v}, adamw, "adamw needs state2 for slot 1", found_inf);
+    QVERIFY(bitwise_equal(P.values, p0));
+    // SGD without momentum needs no state at all.
+    OptimizerStep sgd;
+    optimizer::step(be, sgd, {ParamSlot{P.infos[0].value, P.infos[0].grad, {}, {}, true}}, false);
+    QVERIFY(!bitwise_equal(P.values, p0));
+  }
+
   // ---------------------------------------------------------------- schedules
 
   // base 0.1, warm-up 4: 0.025, 0.05, 0.075, 0.1, then 0.1 for ever.
