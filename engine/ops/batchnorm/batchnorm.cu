@@ -14,7 +14,7 @@
 // Statistics: one block per channel, fixed tree, so the same input gives the
 // same bits every run. That is fine for the wide layers of CNNs; a layer with
 // few channels and a huge M uses few SMs (later: split M over several blocks
-// per channel with a second, fixed-order combine, as optimizer's sum_squares.cu does).
+// per channel with a second, fixed-order combine, as reduce.cu does).
 // Apply passes are elementwise over the whole tensor.
 //
 // Epilogue (fuse_pointwise): y = act(BN(x) + r), act = ReLU or identity;
