@@ -22,6 +22,9 @@
 //    the ReLU-epilogue layer named and parametrised as the plain one,
 //    sync_batchnorm refused with an epilogue. The epilogue's values (residual
 //    add, ReLU) against the unfused ops are test_op_fused's bn_act_* slots.
+// 5. The CUDA kernels' launch plan (batchnorm_plan.h), on the CPU: every
+//    value visited once, the partials' slots, the workspace, the grid limits,
+//    for C 1-2048 and M 1-524,288 in both layouts.
 // GPU rows QSKIP with the reason where there is no device.
 // The family's test, beside its code (docs/architecture.md, "Op families").
 #include <QtTest>
@@ -31,11 +34,13 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
 #include "engine/nn/batchnorm2d.h"
 #include "engine/nn/model.h"
+#include "engine/ops/batchnorm/batchnorm_plan.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gradcheck.h"
 #include "tests/engine/tensor_helpers.h"
@@ -116,6 +121,90 @@ Comparison check_output(const Target& t, const std::string& kind, const std::str
   // statistics: save_mean and running_mean with 1e-7 absolute, the others none
   const bool mean = out.find("mean") != std::string::npos;
   return compare(ref, got, 1e-6, mean ? 1e-7 : 0.0, what, false, "fp32");
+}
+
+
+// ------------------------------------------------------------ the CUDA launch plan
+
+// Element (m, c) of an (N, C, HW) tensor, m = n·HW + i, in memory; written
+// here from the layouts' definitions, not from batchnorm_plan.h.
+int64_t offset_of(const batchnorm::ReducePlan& p, int64_t m, int64_t c) {
+  if (p.nhwc) return m * p.C + c;
+  const int64_t n = m / p.HW, i = m % p.HW;
+  return (n * p.C + c) * p.HW + i;
+}
+
+// "" when the plan is sound for its shape, else what is wrong: the block and
+// grid shape within CUDA's limits, the workspace large enough, and (`visit`)
+// every value of the tensor visited exactly once by the threads' walks, each
+// where its (m, c) lies and in its thread's channel and slice, every
+// partial slot written by exactly one thread and read once by the finish
+// kernel's loops (batchnorm.cu's write_partial and finish_sum).
+std::string check_plan(const batchnorm::ReducePlan& p, bool visit) {
+  using namespace batchnorm;
+  const auto fail = [&](const std::string& what) {
+    return what + " (M " + std::to_string(p.M) + ", C " + std::to_string(p.C) + ", HW " +
+           std::to_string(p.HW) + (p.nhwc ? ", NHWC" : ", NCHW") + ", slices " +
+           std::to_string(p.slices) + ", tiles " + std::to_string(p.tiles) + ", rows " +
+           std::to_string(p.rows_per_slice) + ", lanes " + std::to_string(p.lanes_c) + "x" +
+           std::to_string(p.lanes_m) + ")";
+  };
+  if (p.lanes_c * p.lanes_m != kBlockThreads || p.lanes_c < 1 || p.lanes_c > 32 ||
+      (p.lanes_c & (p.lanes_c - 1)) != 0 || (!p.nhwc && p.lanes_c != 1))
+    return fail("block shape");
+  if (p.slices < 1 || p.slices > 2147483647 || p.tiles < 1 || p.tiles > kMaxGridY)
+    return fail("grid outside CUDA's limits");
+  if (p.tiles * p.lanes_c < p.C || (p.tiles - 1) * p.lanes_c >= p.C)
+    return fail("channel tiles do not fit C");
+  if (p.rows_per_slice % p.lanes_m != 0 || p.slices * p.rows_per_slice < p.M ||
+      (p.slices - 1) * p.rows_per_slice >= p.M)
+    return fail("slices do not fit M");
+  if (p.finish_blocks * kFinishLanes < p.C || (p.finish_blocks - 1) * kFinishLanes >= p.C)
+    return fail("finish blocks do not fit C");
+  const size_t pairs = size_t(p.totals_at() + p.C);
+  if (p.workspace_bytes < pairs * 2 * sizeof(double) || p.totals_at() < p.slices * p.C)
+    return fail("workspace smaller than the partials and totals");
+  if (!visit) return "";
+
+  std::vector<uint8_t> seen(size_t(p.M * p.C), 0);
+  std::vector<uint8_t> written(size_t(p.slices * p.C), 0), read(size_t(p.slices * p.C), 0);
+  for (int64_t s = 0; s < p.slices; ++s)
+    for (int64_t t = 0; t < p.tiles; ++t)
+      for (int ty = 0; ty < p.lanes_m; ++ty)
+        for (int tx = 0; tx < p.lanes_c; ++tx) {
+          ChannelWalk w = walk(p, s, t, tx, ty);
+          if (w.c != t * p.lanes_c + tx) return fail("thread in another tile's channel");
+          if (ty == 0 && w.c < p.C) {
+            const int64_t slot = p.partial_at(s, w.c);
+            if (slot < 0 || slot >= p.totals_at()) return fail("partial slot outside");
+            ++written[size_t(slot)];
+          }
+          for (int64_t k = w.count(); k > 0; --k, w.next()) {
+            if (w.c >= p.C) return fail("idle lane visits a value");
+            if (w.m < s * p.rows_per_slice || w.m >= std::min(p.M, (s + 1) * p.rows_per_slice))
+              return fail("value m " + std::to_string(w.m) + " outside its slice");
+            if (w.offset != offset_of(p, w.m, w.c))
+              return fail("m " + std::to_string(w.m) + " c " + std::to_string(w.c) +
+                          " at offset " + std::to_string(w.offset) + ", not " +
+                          std::to_string(offset_of(p, w.m, w.c)));
+            if (seen[size_t(w.offset)]++ != 0)
+              return fail("offset " + std::to_string(w.offset) + " visited twice");
+          }
+        }
+  for (size_t k = 0; k < seen.size(); ++k)
+    if (seen[k] != 1) return fail("offset " + std::to_string(k) + " never visited");
+  for (int64_t b = 0; b < p.finish_blocks; ++b)
+    for (int ty = 0; ty < kFinishLanes; ++ty)
+      for (int tx = 0; tx < kFinishLanes; ++tx) {
+        const int64_t c = b * kFinishLanes + tx;
+        if (c < p.C)
+          for (int64_t k = ty; k < p.slices; k += kFinishLanes) ++read[size_t(p.partial_at(k, c))];
+      }
+  for (size_t k = 0; k < written.size(); ++k)
+    if (written[k] != 1 || read[k] != 1)
+      return fail("partial slot " + std::to_string(k) + " written " + std::to_string(written[k]) +
+                  " times, read " + std::to_string(read[k]) + " times");
+  return "";
 }
 
 }  // namespace
@@ -214,6 +303,66 @@ class TestOpBatchnorm : public QObject {
     EXPECT_OUTPUT(t, "y", "eval y", r.ye, o.ye);
     TB_GPU_CATCH
   }
+
+
+  // ------------------------------------------------------------ the CUDA launch plan (CPU)
+
+  // batchnorm::plan_reduce, which every CUDA kernel of the family runs on:
+  // for C from 1 to 2048 and M from 1 to 524,288 (ResNet-18's b512 layers
+  // among them), both layouts and the SM counts of an H100 SXM / H200 (132),
+  // H100 PCIe (114), A100 (108) and one SM, check_plan's checks; every value
+  // visited once by brute force wherever that is under 8M values, and at
+  // 132 SMs always. 1G-value shapes: the grid and workspace checks only.
+  void reduce_plan_visits_every_value_once_data() {
+    QTest::addColumn<int64_t>("N");
+    QTest::addColumn<int64_t>("C");
+    QTest::addColumn<int64_t>("HW");
+    QTest::addColumn<bool>("nhwc");
+    const int64_t shapes[][3] = {
+        {1, 1, 1},       {2, 3, 5},       {7, 1, 1},        {13, 33, 7},      {33, 31, 17},
+        {64, 20, 81},    {24, 40, 81},    {16, 100, 100},   {32, 16, 1024},   {3, 2048, 49},
+        {2, 2048, 256},  {512, 2048, 1},  {1024, 1, 512},   {512, 3, 1024},   {4096, 8, 128},
+        {1, 64, 524288},
+        // ResNet-18 on 32x32 at b512: the four stages' batch-norm shapes.
+        {512, 64, 1024}, {512, 128, 256}, {512, 256, 64},   {512, 512, 16},
+        // 1G values: plan only.
+        {512, 2048, 1024}};
+    for (bool nhwc : {false, true})
+      for (const auto& sh : shapes)
+        QTest::addRow("%lldx%lldx%lld %s", (long long)sh[0], (long long)sh[1], (long long)sh[2],
+                      nhwc ? "NHWC" : "NCHW")
+            << sh[0] << sh[1] << sh[2] << nhwc;
+  }
+  void reduce_plan_visits_every_value_once() {
+    QFETCH(int64_t, N);
+    QFETCH(int64_t, C);
+    QFETCH(int64_t, HW);
+    QFETCH(bool, nhwc);
+    const int64_t values = N * C * HW;
+    for (int sm : {132, 114, 108, 1}) {
+      const batchnorm::ReducePlan p = batchnorm::plan_reduce(N, C, HW, nhwc, sm);
+      const bool visit = values <= (int64_t(1) << 23) || (sm == 132 && values <= (int64_t(1) << 26));
+      const std::string err = check_plan(p, visit);
+      QVERIFY2(err.empty(), qPrintable(QString("%1 SMs: %2").arg(sm).arg(err.c_str())));
+      // About kBlocksPerSm blocks an SM where M allows it, never more than twice that.
+      QVERIFY2(p.slices * p.tiles <= std::max<int64_t>(2 * batchnorm::kBlocksPerSm * sm, p.tiles),
+               qPrintable(QString("%1 SMs: %2 blocks").arg(sm).arg(p.slices * p.tiles)));
+    }
+  }
+
+  // What the plan refuses, and the empty plan of an empty tensor.
+  void reduce_plan_limits() {
+    // NCHW puts one channel per grid row: 65536 channels exceed CUDA's y limit.
+    const QString e = qerror_of([] { batchnorm::plan_reduce(2, 70000, 4, false, 132); });
+    QVERIFY2(e.contains("70000 channels") && e.contains("65535"), qPrintable(e));
+    QVERIFY(check_plan(batchnorm::plan_reduce(2, 70000, 4, true, 132), false).empty());
+    QVERIFY(batchnorm::plan_reduce(0, 8, 4, true, 132).empty());
+    QVERIFY(batchnorm::plan_reduce(2, 8, 0, false, 132).empty());
+    QCOMPARE(batchnorm::plan_reduce(0, 8, 4, true, 132).workspace_bytes, size_t(0));
+    QVERIFY(!qerror_of([] { batchnorm::plan_reduce(2, -1, 4, true, 132); }).isEmpty());
+    QVERIFY(!qerror_of([] { batchnorm::plan_reduce(2, 8, 4, true, 0); }).isEmpty());
+  }
+
 
   // ------------------------------------------------------------ closed forms, by hand
 
