@@ -33,8 +33,9 @@
 //           dx and dresidual must not alias x, dy or y, nor each other.
 //
 // Files: batchnorm_cpu.cpp (reference and fast f32 path), batchnorm.cu +
-// batchnorm.cuh (CUDA kernels and launchers), batchnorm_cuda.cpp (the CUDA
-// backend's dispatch), test_op_batchnorm.cpp.
+// batchnorm.cuh (CUDA kernels and launchers), batchnorm_plan.h/.cpp (their
+// launch plan, host code), batchnorm_cuda.cpp (the CUDA backend's dispatch),
+// test_op_batchnorm.cpp.
 #include <cstdint>
 
 #include "engine/core/tensor.h"

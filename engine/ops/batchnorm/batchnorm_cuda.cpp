@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // The CUDA backend's batch normalization (contract: batchnorm.h): the
 // contract's checks, this backend's own (its device, f32), then the launchers
-// of batchnorm.cu. An active epilogue takes the bn_act kernels, else the
-// plain ones; every op enqueues on the backend's stream and returns at once.
-#include <algorithm>
-
+// of batchnorm.cu on the launch plan for this device (batchnorm_plan.h), with
+// its workspace from the backend's scratch. An active epilogue takes the
+// bn_act launchers, else the plain ones; every op enqueues on the backend's
+// stream and returns at once.
 #include "engine/backend/cuda/cuda_internal.h"
 #include "engine/ops/batchnorm/batchnorm.h"
 #include "engine/ops/batchnorm/batchnorm.cuh"
@@ -20,6 +20,11 @@ void check_cuda(const CudaBackend& be, const Tensor& x, const char* op) {
   cuda::check_f32(x, op, "x");
 }
 
+// The kernels' grid for this device (batchnorm_plan.h).
+batchnorm::ReducePlan plan_for(const CudaBackend::Impl& m, const batchnorm::Dims& d) {
+  return batchnorm::plan_reduce(d.N, d.C, d.HW, d.nhwc, m.prop.multiProcessorCount);
+}
+
 }  // namespace
 
 void CudaBackend::batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -30,15 +35,18 @@ void CudaBackend::batchnorm_forward_train(const Tensor& x, const Tensor& gamma, 
       x, gamma, beta, running_mean, running_var, y, save_mean, save_invstd, epilogue);
   check_cuda(*this, x, "batchnorm_forward_train");
   impl_->activate();
+  const batchnorm::ReducePlan plan = plan_for(*impl_, d);
+  Tensor work = impl_->scratch(plan.workspace_bytes);
   if (epilogue.active())
     cuda::launch_bn_act_forward_train(fptr(x), fptr(gamma), fptr(beta), fptr(epilogue.residual),
                                       epilogue.act == Activation::ReLU, fptr(running_mean),
                                       fptr(running_var), momentum, eps, fptr(y), fptr(save_mean),
-                                      fptr(save_invstd), d.N, d.C, d.HW, d.nhwc, impl_->stream);
+                                      fptr(save_invstd), plan, work.data_as<double>(),
+                                      impl_->stream);
   else
     cuda::launch_bn_forward_train(fptr(x), fptr(gamma), fptr(beta), fptr(running_mean),
                                   fptr(running_var), momentum, eps, fptr(y), fptr(save_mean),
-                                  fptr(save_invstd), d.N, d.C, d.HW, d.nhwc, impl_->stream);
+                                  fptr(save_invstd), plan, work.data_as<double>(), impl_->stream);
 }
 
 void CudaBackend::batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -51,11 +59,11 @@ void CudaBackend::batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, c
   if (epilogue.active())
     cuda::launch_bn_act_forward_eval(fptr(x), fptr(gamma), fptr(beta), fptr(epilogue.residual),
                                      epilogue.act == Activation::ReLU, fptr(running_mean),
-                                     fptr(running_var), eps, fptr(y), d.N, d.C, d.HW, d.nhwc,
+                                     fptr(running_var), eps, fptr(y), plan_for(*impl_, d),
                                      impl_->stream);
   else
     cuda::launch_bn_forward_eval(fptr(x), fptr(gamma), fptr(beta), fptr(running_mean),
-                                 fptr(running_var), eps, fptr(y), d.N, d.C, d.HW, d.nhwc,
+                                 fptr(running_var), eps, fptr(y), plan_for(*impl_, d),
                                  impl_->stream);
 }
 
@@ -68,17 +76,18 @@ void CudaBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Te
   check_cuda(*this, x, "batchnorm_backward");
   Impl& m = *impl_;
   m.activate();
-  Tensor work = m.scratch(size_t(2 * std::max<int64_t>(d.C, 1)) * sizeof(double));
+  const batchnorm::ReducePlan plan = plan_for(m, d);
+  Tensor work = m.scratch(plan.workspace_bytes);
   if (epilogue.active()) {
     const bool relu = epilogue.act == Activation::ReLU;
     cuda::launch_bn_act_backward(fptr(x), relu ? fptr(epilogue.y) : nullptr, fptr(dy),
                                  fptr(gamma), fptr(save_mean), fptr(save_invstd), relu, fptr(dx),
                                  fptr(epilogue.dresidual), fptr(dgamma), fptr(dbeta), accumulate,
-                                 work.data_as<double>(), d.N, d.C, d.HW, d.nhwc, m.stream);
+                                 plan, work.data_as<double>(), m.stream);
   } else {
     cuda::launch_bn_backward(fptr(x), fptr(dy), fptr(gamma), fptr(save_mean), fptr(save_invstd),
-                             fptr(dx), fptr(dgamma), fptr(dbeta), accumulate,
-                             work.data_as<double>(), d.N, d.C, d.HW, d.nhwc, m.stream);
+                             fptr(dx), fptr(dgamma), fptr(dbeta), accumulate, plan,
+                             work.data_as<double>(), m.stream);
   }
 }
 

@@ -16,6 +16,9 @@
 //    terms) on O(1) values; CUDA (statistics in double, apply in float) within
 //    1e-5 relative + 1e-5 (y), 1e-6 relative (statistics), 1e-5 of the
 //    largest magnitude (dx) and 1e-5 + 1e-5 (dgamma, dbeta).
+//    batchnorm_cuda_large_matches_reference: the CUDA kernels where each
+//    channel spans several blocks, every epilogue, accumulate on and off
+//    (tolerances derived at the slot).
 // 3. Eval backward against its closed form, gradient accumulation through the
 //    layer, the running statistics by hand, mixed layouts refused.
 // 4. The epilogue's limits: GELU refused, the CPU's epilogue on NHWC refused,
@@ -363,6 +366,129 @@ class TestOpBatchnorm : public QObject {
     QVERIFY(!qerror_of([] { batchnorm::plan_reduce(2, 8, 4, true, 0); }).isEmpty());
   }
 
+
+  // ------------------------------------------------------------ CUDA at several blocks a channel
+
+  // The CUDA kernels where the launch plan gives each channel several blocks
+  // (asserted with the device's SM count), against the reference in NCHW:
+  // every epilogue (none, ReLU, residual, both), the backward written and
+  // accumulated, the eval output. The backward of both sides gets the same
+  // inputs (the reference's y, save_mean, save_invstd), so the ReLU mask is
+  // the same and only the backward's own arithmetic is compared.
+  // Tolerances (u = 2^-24 ≈ 6e-8, the float rounding):
+  //   y, eval y: the CUDA apply is float (μ, invstd, γ, β in float, then + r):
+  //     |err| ≲ u·(|γ|·invstd·(|μ| + 3|x−μ|) + |β| + 2|y| + |r|) < 2e-6 for
+  //     these inputs (|γ| < 1.5, |x−μ|·invstd < 2, |μ|·invstd < 3, |y| < 5);
+  //     allowed 1e-5 + 1e-5·|ref|;
+  //   statistics: both sides in double, rounded to float once: ≤ 1 ulp
+  //     (1.2e-7 relative); allowed 1e-6 relative (+1e-7 for the means);
+  //   dx, dgamma, dbeta: the same float inputs and the same double formulas,
+  //     the sums only in another order (≈1e-16·M relative), then one
+  //     rounding: ≤ 1 ulp; allowed 1e-5 of the largest |dx|, 1e-5·|ref| + 1e-5;
+  //   dresidual: dy or dy·[y>0], no arithmetic: exact.
+  void batchnorm_cuda_large_matches_reference_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<BnCase>("c");
+    // 32x16x32x32: M = 32768, mean 3 (the statistics' shift); 64x20x9x9:
+    // HW = 81 (NCHW walks wrap mid-plane), 20 of 32 NHWC channel lanes busy.
+    const BnCase cases[] = {{"32x16x32x32 mean 3", {32, 16, 32, 32}, 1.0, 5.0, false},
+                            {"64x20x9x9 channel offsets", {64, 20, 9, 9}, -1.0, 1.0, true}};
+    for (Layout l : {Layout::NCHW, Layout::NHWC})
+      for (const BnCase& c : cases) {
+        const Target t{Impl::Cuda, l, DType::F32};
+        QTest::addRow("%s: %s", t.name().c_str(), c.name) << t << c;
+      }
+  }
+  void batchnorm_cuda_large_matches_reference() {
+    FETCH_TARGET(t, be);
+    QFETCH(BnCase, c);
+    TB_GPU_TRY
+    const int64_t N = c.shape[0], C = c.shape[1], HW = c.shape[2] * c.shape[3];
+    const int sm = be.describe().at("multiprocessors").get<int>();
+    const batchnorm::ReducePlan plan =
+        batchnorm::plan_reduce(N, C, HW, t.layout == Layout::NHWC, sm);
+    QVERIFY2(plan.slices > 1, qPrintable(QString("one block per channel: %1 slices at %2 SMs")
+                                             .arg(plan.slices)
+                                             .arg(sm)));
+    std::mt19937_64 rng(57 + uint64_t(C));
+    Tensor x = random_tensor(c.shape, DType::F32, rng, Layout::NCHW, c.lo, c.hi);
+    if (c.channel_offsets)
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const int64_t ch = (i / HW) % C;
+        x.data_as<float>()[i] = x.data_as<float>()[i] * float(1 + ch) + 0.5f * float(ch);
+      }
+    const Tensor dy = random_tensor(c.shape, DType::F32, rng);
+    const Tensor res = random_tensor(c.shape, DType::F32, rng);
+    const Tensor gamma = random_tensor({C}, DType::F32, rng, Layout::NCHW, 0.5, 1.5);
+    const Tensor beta = random_tensor({C}, DType::F32, rng);
+    const Tensor rm_init = random_tensor({C}, DType::F32, rng);
+    const Tensor rv_init = random_tensor({C}, DType::F32, rng, Layout::NCHW, 0.5, 2.0);
+    const Tensor dg_old = random_tensor({C}, DType::F32, rng);
+    const Tensor db_old = random_tensor({C}, DType::F32, rng);
+    CpuBackend& ref = cpu_reference();
+    const auto expect = [&](const char* kind, const std::string& what, const Tensor& r,
+                            const Tensor& g) {
+      const Comparison cmp = check_output(t, kind, what, r, g);
+      QVERIFY2(cmp.ok, cmp.msg.c_str());
+    };
+    for (Activation act : {Activation::None, Activation::ReLU})
+      for (bool residual : {false, true}) {
+        const std::string ep = std::string(" [") + activation_name(act) +
+                               (residual ? " + residual]" : "]");
+        // One side's forward (train, then eval with the updated statistics)
+        // and backward, written and accumulated, from the given saved values.
+        struct Side {
+          Tensor y, sm, si, rm, rv, ye, dx, dres, dg, db, dg_acc, db_acc;
+        };
+        const auto run = [&](Backend& b, Layout L, const Side* saved) {
+          const Tensor xd = to_device(b, x, L), g = to_device(b, gamma), bb = to_device(b, beta);
+          const Tensor rd = residual ? to_device(b, res, L) : Tensor{};
+          Tensor rm = to_device(b, rm_init), rv = to_device(b, rv_init);
+          Tensor y = b.empty(x.shape(), DType::F32, L), sm_ = b.empty({C}, DType::F32),
+                 si = b.empty({C}, DType::F32);
+          b.batchnorm_forward_train(xd, g, bb, rm, rv, 0.1f, 1e-5f, y, sm_, si,
+                                    Epilogue{act, rd});
+          Tensor ye = b.empty(x.shape(), DType::F32, L);
+          b.batchnorm_forward_eval(xd, g, bb, rm, rv, 1e-5f, ye, Epilogue{act, rd});
+          Side o{to_host(b, y), to_host(b, sm_), to_host(b, si), to_host(b, rm), to_host(b, rv),
+                 to_host(b, ye)};
+          const Side& in = saved ? *saved : o;
+          const Tensor yin = to_device(b, in.y, L), smin = to_device(b, in.sm),
+                       siin = to_device(b, in.si), dyd = to_device(b, dy, L);
+          // dresidual where the forward had a residual (as the layer asks).
+          Tensor dx = b.empty(x.shape(), DType::F32, L);
+          Tensor dres = residual ? b.empty(x.shape(), DType::F32, L) : Tensor{};
+          Tensor dg = b.empty({C}, DType::F32), db = b.empty({C}, DType::F32);
+          b.batchnorm_backward(xd, dyd, g, smin, siin, dx, dg, db, false,
+                               EpilogueGrad{act, act == Activation::ReLU ? yin : Tensor{}, dres});
+          Tensor dga = to_device(b, dg_old), dba = to_device(b, db_old);
+          Tensor dxa = b.empty(x.shape(), DType::F32, L);
+          b.batchnorm_backward(xd, dyd, g, smin, siin, dxa, dga, dba, true,
+                               EpilogueGrad{act, act == Activation::ReLU ? yin : Tensor{}});
+          o.dx = to_host(b, dx), o.dres = to_host(b, dres), o.dg = to_host(b, dg);
+          o.db = to_host(b, db), o.dg_acc = to_host(b, dga), o.db_acc = to_host(b, dba);
+          return o;
+        };
+        const Side r = run(ref, Layout::NCHW, nullptr);
+        const Side o = run(be, t.layout, &r);
+        expect("y", "train y" + ep, r.y, o.y);
+        expect("stat", "save_mean" + ep, r.sm, o.sm);
+        expect("stat", "save_invstd" + ep, r.si, o.si);
+        expect("stat", "running_mean" + ep, r.rm, o.rm);
+        expect("stat", "running_var (unbiased)" + ep, r.rv, o.rv);
+        expect("y", "eval y" + ep, r.ye, o.ye);
+        expect("dx", "dx" + ep, r.dx, o.dx);
+        const double dres_diff = residual ? max_abs_diff(r.dres, o.dres) : 0.0;
+        QVERIFY2(dres_diff == 0.0, qPrintable(QString("dresidual%1 differs by %2")
+                                                   .arg(ep.c_str())
+                                                   .arg(dres_diff)));
+        expect("dparam", "dgamma" + ep, r.dg, o.dg);
+        expect("dparam", "dbeta" + ep, r.db, o.db);
+        expect("dparam", "accumulated dgamma" + ep, r.dg_acc, o.dg_acc);
+        expect("dparam", "accumulated dbeta" + ep, r.db_acc, o.db_acc);
+      }
+    TB_GPU_CATCH
+  }
 
   // ------------------------------------------------------------ closed forms, by hand
 
