@@ -18,7 +18,8 @@
 // reduction is two launches: each block writes one (Σa, Σb) pair per channel
 // to the workspace, then a finish kernel adds a channel's slices in a fixed
 // order and writes the results (no atomics: the same input gives the same bits
-// run to run, and the two launches are safe inside a CUDA graph).
+// run to run on one device; the split, and so the order of the sums, depends
+// on the SM count; the two launches are safe inside a CUDA graph).
 //
 // Accumulation: double partial sums, not Welford in float. The pairs of
 // slices then merge by plain addition in a fixed order; the statistics keep
@@ -176,13 +177,14 @@ struct XR {
 };
 
 // y = act(γ·(x − mean)·is + β [+ r]); `invstd_is_var`: eval mode, the vector
-// holds running_var and is = rsqrt(var + eps).
+// holds running_var and is = rsqrt(var + eps). y may be x or r (in place):
+// no __restrict__ on them, and each value is read before it is written.
 template <bool kRelu>
 __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
-    bn_apply_kernel(ReducePlan p, const float* __restrict__ x, const float* __restrict__ gamma,
+    bn_apply_kernel(ReducePlan p, const float* x, const float* __restrict__ gamma,
                     const float* __restrict__ beta, const float* __restrict__ mean_v,
                     const float* __restrict__ invstd_or_var, bool invstd_is_var, float eps,
-                    const float* __restrict__ r, float* __restrict__ y) {
+                    const float* r, float* y) {
   const ChannelWalk w = thread_walk(p);
   if (w.c >= p.C) return;
   const float g = gamma[w.c], b = beta[w.c], mean = mean_v[w.c];
