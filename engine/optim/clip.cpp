@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "engine/ops/optimizer/optimizer.h"
 #include "engine/optim/clip.h"
 
 #include <algorithm>
 #include <cmath>
+
+#include "engine/ops/optimizer/optimizer.h"
 
 namespace tb {
 
