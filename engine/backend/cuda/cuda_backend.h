@@ -13,13 +13,12 @@
 //   loss.cu            softmax cross-entropy with label smoothing
 //   reduce.cu          sum of squares
 //   pool.cu            max (argmax) / avg / global-avg pooling, NCHW and NHWC
-//   linear.cu/.cpp     cuBLAS GEMMs, bias kernels
-//   (batch norm: its op family folder, engine/ops/batchnorm/)
+//   bias.cu            bias add and bias gradient (convolution, linear)
+//   (batch norm, linear: their op family folders, engine/ops/<family>/)
 //   optimizer.cu       SGD/AdamW/RMSProp/LARS/LAMB, per-tensor and multi-tensor
 //   conv_cudnn.cpp     convolutions through the cuDNN 9 graph API (cudnn-frontend)
 //   cuda_ops.cpp       argument checks and dispatch for pointwise, pooling, loss
 //   amp.cu/amp_ops.cpp mixed precision: f32<->f16/bf16 casts, loss-scaler kernels
-//   fused.cu/fused_ops.cpp  fuse_pointwise: Linear+act
 //   peer.cpp           copies between two devices' backends (parallel: dp)
 //
 // NOTE: written and compiled on a machine without a GPU; see the tests.
@@ -65,10 +64,6 @@ class CudaBackend final : public Backend {
   void conv2d_backward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
                        Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
 
-  void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
-  void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
-                       Tensor& db, bool accumulate) override;
-
   void relu_forward(const Tensor& x, Tensor& y) override;
   void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
   void gelu_forward(const Tensor& x, Tensor& y) override;
@@ -76,13 +71,6 @@ class CudaBackend final : public Backend {
   void add(const Tensor& a, const Tensor& b, Tensor& y) override;
   void accumulate(const Tensor& src, Tensor& dst) override;
   void scale(Tensor& t, double alpha) override;
-
-  // Fused linear + activation (fused.cu, fused_ops.cpp, fuse_pointwise). NOT yet run on a GPU.
-  void linear_act_forward(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
-                          Tensor& y, Tensor& pre) override;
-  void linear_act_backward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& pre,
-                           const Tensor& dy, Activation act, Tensor& dpre, Tensor& dx, Tensor& dw,
-                           Tensor& db, bool accumulate) override;
 
   void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
                          Tensor& argmax) override;
@@ -112,9 +100,6 @@ class CudaBackend final : public Backend {
                           bool multi_tensor, const Tensor& scaler_state) override;
   void amp_update_scale(Tensor& scaler_state, float growth_factor, float backoff_factor,
                         int64_t growth_interval) override;
-  void linear_forward_lp(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
-  void linear_backward_lp(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
-                          Tensor& dw, Tensor& db, bool accumulate) override;
   // conv_lp.cpp: cuDNN graphs with f16/bf16 IO, then a cast to f32. NOT yet run on a GPU.
   void conv2d_forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
                          Tensor& y) override;
@@ -143,7 +128,7 @@ class CudaBackend final : public Backend {
       .autotuned_convolutions = true,  // cuDNN plans timed per shape (conv_cudnn.cpp)
       .channels_last = true,           // NHWC convolutions, BN, pooling
       .tensor_core_alignment = true,   // pad_channels (pad_channels.cu)
-      .fused_pointwise = true,         // fused.cu, fused_ops.cpp, ops/batchnorm's epilogue
+      .fused_pointwise = true,         // ops/batchnorm's and ops/linear's epilogues
       .graph_capture = true,           // graphs.cpp
 #ifdef TRAINBENCH_HAVE_CUPTI
       .kernel_profiler = true,  // KernelCensus of every step (CUPTI activity records)
