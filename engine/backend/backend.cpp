@@ -54,11 +54,6 @@ PoolGeometry PoolGeometry::make(int64_t N, int64_t C, int64_t H, int64_t W, int6
   return g;
 }
 
-void check_linear_activation(Activation act, const char* op) {
-  TB_CHECK(act == Activation::ReLU || act == Activation::GELU, op, ": activation ",
-           activation_name(act), " is not supported (relu or gelu; none is linear_forward)");
-}
-
 void check_normalize_u8_args(const Tensor& src, const std::vector<float>& scale,
                              const std::vector<float>& shift, const Tensor& dst) {
   TB_CHECK(src.defined() && dst.defined(), "normalize_u8: undefined tensor");

@@ -129,11 +129,6 @@ class Backend {
                                const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db,
                                bool accumulate) = 0;
 
-  // --- linear: x (N,K), w (M,K), b (M) or undefined, y (N,M)
-  virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) = 0;
-  virtual void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
-                               Tensor& dw, Tensor& db, bool accumulate) = 0;
-
   // --- pointwise (any rank; y/dx may alias x/dy)
   virtual void relu_forward(const Tensor& x, Tensor& y) = 0;
   virtual void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;  // dx = dy*(y>0)
@@ -142,27 +137,6 @@ class Backend {
   virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;   // y = a + b
   virtual void accumulate(const Tensor& src, Tensor& dst) = 0;         // dst += src
   virtual void scale(Tensor& t, double alpha) = 0;                     // t *= alpha
-
-  // --- fused pointwise (fuse_pointwise): linear + activation, in one pass
-  // over memory what the unfused ops compute in several, with the same
-  // meaning. A backend opts in by overriding; the defaults throw. (Batch
-  // norm's takes an epilogue instead; linear's moves to one with its family.)
-  // Linear layer with its activation: pre (N,M) = x wᵀ + b, y (N,M) = act(pre).
-  // `pre` is written when act is GELU (its backward needs it) and may be
-  // undefined for ReLU (whose backward reads y). act: ReLU or GELU.
-  using Activation = tb::Activation;
-  virtual void linear_act_forward(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
-                                  Tensor& y, Tensor& pre) {
-    fused_unsupported("linear_act_forward");
-  }
-  // dpre (N,M) := dy·act'(pre) (work buffer the caller owns, never aliasing dy),
-  // then linear_backward(x, w, dpre, dx, dw, db, accumulate).
-  virtual void linear_act_backward(const Tensor& x, const Tensor& w, const Tensor& y,
-                                   const Tensor& pre, const Tensor& dy, Activation act,
-                                   Tensor& dpre, Tensor& dx, Tensor& dw, Tensor& db,
-                                   bool accumulate) {
-    fused_unsupported("linear_act_backward");
-  }
 
   // --- pooling
   virtual void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
@@ -189,22 +163,9 @@ class Backend {
                                      float label_smoothing, float grad_scale, Tensor& dlogits,
                                      Tensor& stats) = 0;
 
-  // --- mixed precision: the low-precision linear and convolution. A backend
-  // opts in by overriding; the defaults throw. (Casts and the loss scaler:
+  // --- mixed precision: the low-precision convolution. A backend opts in by
+  // overriding; the default throws. (Casts and the loss scaler:
   // engine/ops/amp/.)
-  // Linear layer under AMP: x (N,K) and w (M,K) in f16 or bf16 (the same), b (M)
-  // and y (N,M) in f32; the products of the low-precision inputs are summed in
-  // fp32 (Tensor Cores on the GPU). Keeping y in f32 leaves what follows (BN,
-  // loss, activations) in fp32, as the precision policy wants.
-  virtual void linear_forward_lp(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
-    amp_unsupported("linear_forward_lp");
-  }
-  // dy f32 is rounded to x's dtype for the two GEMMs (dx = dy w, dw (+)= dyᵀ x);
-  // db (+)= the column sums of the unrounded dy; dx, dw, db f32 (master gradients).
-  virtual void linear_backward_lp(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
-                                  Tensor& dw, Tensor& db, bool accumulate) {
-    amp_unsupported("linear_backward_lp");
-  }
   // Convolution under AMP, the same contract as the linear pair: x (N,Cin,H,W)
   // and w (Cout,Cin,KH,KW) in f16 or bf16 (the same), b (Cout) and y f32; the
   // products of the low-precision inputs are summed in fp32. Layouts as
@@ -260,9 +221,6 @@ class Backend {
 
   [[noreturn]] void amp_unsupported(const char* op) const {
     TB_FAIL(op, " (mixed precision) is not supported by the ", name(), " backend");
-  }
-  [[noreturn]] void fused_unsupported(const char* op) const {
-    TB_FAIL(op, " (fused pointwise, trick 11) is not supported by the ", name(), " backend");
   }
 };
 
@@ -320,8 +278,6 @@ class GraphCapture {
   virtual void set_optimizer_constants(const OptimizerStep& step) = 0;
 };
 
-// linear_act_*'s activation: ReLU or GELU (None has nothing to fuse: linear_*).
-void check_linear_activation(Activation act, const char* op);
 // normalize_u8's argument checks, shared by the backends: src u8 and dst f32
 // of one rank-4 shape and layout, one scale and shift per channel.
 void check_normalize_u8_args(const Tensor& src, const std::vector<float>& scale,

@@ -30,6 +30,7 @@
 #include "engine/nn/model.h"
 #include "engine/nn/models.h"
 #include "engine/ops/amp/amp.h"
+#include "engine/ops/linear/linear.h"
 #include "engine/optim/optimizer.h"
 #include "engine/train/config.h"
 #include "engine/train/events.h"
@@ -318,12 +319,12 @@ class TestAmpTraining : public QObject {
         const Tensor xl = lp_of(cpu, x, dt), wl = lp_of(cpu, w.value, dt);
         Tensor ry = Tensor::empty({5, 10}, DType::F32), rdx = Tensor::empty({5, 128}, DType::F32);
         Tensor rdw = Tensor::empty({10, 128}, DType::F32), rdb = Tensor::empty({10}, DType::F32);
-        cpu.linear_forward_lp(xl, wl, b.value, ry);
-        cpu.linear_backward_lp(xl, wl, dy, rdx, rdw, rdb, false);
+        linear::forward(cpu, xl, wl, b.value, ry);
+        linear::backward(cpu, xl, wl, dy, rdx, rdw, rdb, false);
         QVERIFY2(bitwise_equal(y, ry) && bitwise_equal(dx, rdx) && bitwise_equal(dw, rdw) && bitwise_equal(db, rdb),
                  dtype_name(dt));
         Tensor fy = Tensor::empty({5, 10}, DType::F32);
-        cpu.linear_forward(x, w.value, b.value, fy);
+        linear::forward(cpu, x, w.value, b.value, fy);
         QVERIFY2(!bitwise_equal(y, fy), dtype_name(dt));
       }
       // The master parameters stay f32.

@@ -1,16 +1,15 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// The low-precision linear and convolution references on the CPU (inputs
-// rounded to f16/bf16, fp32 sums). The casts and the loss scaler are the amp
-// op family's (engine/ops/amp/).
+// The low-precision convolution reference on the CPU (inputs rounded to
+// f16/bf16, fp32 sums). The casts and the loss scaler are the amp op family's
+// (engine/ops/amp/); the low-precision linear is its op family's
+// (engine/ops/linear/linear_cpu.cpp).
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
 #include "engine/ops/amp/amp.h"
 
 namespace tb {
 
-// The reference of the low-precision linear: the inputs rounded to their
-// storage dtype and widened back, then the fp32 GEMM. Only the summation
-// order differs from the GPU's fp32-accumulating Tensor Core GEMM.
+// lp (f16/bf16) widened to f32, for the convolution reference below.
 namespace {
 Tensor widened(CpuBackend& be, const Tensor& lp, const char* op, const char* what) {
   TB_CHECK(lp.defined() && amp::is_low_precision(lp.dtype()), op, ": ", what,
@@ -21,39 +20,12 @@ Tensor widened(CpuBackend& be, const Tensor& lp, const char* op, const char* wha
 }
 }  // namespace
 
-void CpuBackend::linear_forward_lp(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
-  TB_CHECK(x.defined() && w.defined() && x.dtype() == w.dtype(),
-           "linear_forward_lp: x and weight must share one low-precision dtype");
-  const Tensor xf = widened(*this, x, "linear_forward_lp", "x");
-  const Tensor wf = widened(*this, w, "linear_forward_lp", "weight");
-  linear_forward(xf, wf, b, y);
-}
-
-void CpuBackend::linear_backward_lp(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
-                                    Tensor& dw, Tensor& db, bool accumulate) {
-  const char* op = "linear_backward_lp";
-  TB_CHECK(x.defined() && w.defined() && x.dtype() == w.dtype(), op,
-           ": x and weight must share one low-precision dtype");
-  TB_CHECK(dy.defined() && dy.dtype() == DType::F32, op, ": dy must be f32");
-  const Tensor xf = widened(*this, x, op, "x");
-  const Tensor wf = widened(*this, w, op, "weight");
-  Tensor dy_lp = Tensor::empty(dy.shape(), x.dtype());
-  amp::cast(*this, dy, dy_lp);
-  const Tensor dyr = widened(*this, dy_lp, op, "dy");
-  Tensor none;
-  linear_backward(xf, wf, dyr, dx, dw, none, accumulate);
-  if (db.defined()) {
-    Tensor no_dx, no_dw;
-    linear_backward(xf, wf, dy, no_dx, no_dw, db, accumulate);
-  }
-}
-
-// The reference of the low-precision convolution, the same construction as the
-// linear pair above: the f16/bf16 inputs widened to f32 (exactly: every f16 and
-// bf16 value is an f32 value), then the f32 convolution. The products of the
-// low-precision values are thus summed in fp32; the GPU's Tensor Core
-// convolution differs only in summation order (and, on the CUDA backend, the
-// rounding of its low-precision output, see cuda/conv_lp.cpp).
+// The reference of the low-precision convolution: the f16/bf16 inputs widened
+// to f32 (exactly: every f16 and bf16 value is an f32 value), then the f32
+// convolution. The products of the low-precision values are thus summed in
+// fp32; the GPU's Tensor Core convolution differs only in summation order
+// (and, on the CUDA backend, the rounding of its low-precision output, see
+// cuda/conv_lp.cpp).
 //   x (N,Cin,H,W) lp   w (Cout,Cin,KH,KW) lp   b (Cout) f32   y (N,Cout,Ho,Wo) f32
 void CpuBackend::conv2d_forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w,
                                    const Tensor& b, Tensor& y) {

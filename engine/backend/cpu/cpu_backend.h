@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
-// The CPU backend. Each op family lives in its own file (conv.cpp, linear.cpp,
+// The CPU backend. Each op family lives in its own file (conv.cpp,
 // pool.cpp, pointwise.cpp, loss.cpp, optimizer.cpp, memory.cpp; the families
 // already moved in engine/ops/<family>/) with a plain reference implementation
 // (templated on float/double: the test oracle, used for f64 and when
@@ -49,10 +49,6 @@ class CpuBackend final : public Backend {
   void conv2d_backward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
                        Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
 
-  void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
-  void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
-                       Tensor& db, bool accumulate) override;
-
   void relu_forward(const Tensor& x, Tensor& y) override;
   void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
   void gelu_forward(const Tensor& x, Tensor& y) override;
@@ -60,14 +56,6 @@ class CpuBackend final : public Backend {
   void add(const Tensor& a, const Tensor& b, Tensor& y) override;
   void accumulate(const Tensor& src, Tensor& dst) override;
   void scale(Tensor& t, double alpha) override;
-
-  // Fused linear + activation (fused.cpp, fuse_pointwise): the reference is the
-  // composition of the unfused reference ops; the fast f32 path makes one sweep.
-  void linear_act_forward(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
-                          Tensor& y, Tensor& pre) override;
-  void linear_act_backward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& pre,
-                           const Tensor& dy, Activation act, Tensor& dpre, Tensor& dx, Tensor& dw,
-                           Tensor& db, bool accumulate) override;
 
   void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
                          Tensor& argmax) override;
@@ -85,10 +73,7 @@ class CpuBackend final : public Backend {
   void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing,
                              float grad_scale, Tensor& dlogits, Tensor& stats) override;
 
-  // Mixed precision, reference form (amp.cpp).
-  void linear_forward_lp(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
-  void linear_backward_lp(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
-                          Tensor& dw, Tensor& db, bool accumulate) override;
+  // The low-precision convolution reference (amp.cpp).
   void conv2d_forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
                          Tensor& y) override;
   void conv2d_backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,

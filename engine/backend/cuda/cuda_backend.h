@@ -12,14 +12,12 @@
 //   pointwise.cu       relu/gelu forward+backward, add, accumulate, scale
 //   loss.cu            softmax cross-entropy with label smoothing
 //   pool.cu            max (argmax) / avg / global-avg pooling, NCHW and NHWC
-//   linear.cu/.cpp     cuBLAS GEMMs, bias kernels
-//   (batch norm: its op family folder, engine/ops/batchnorm/)
+//   bias.cu            bias add and bias gradient (convolution, linear)
+//   (batch norm, linear: their op family folders, engine/ops/<family>/)
 //   (optimizer and sum of squares, casts and the loss scaler: their op family
 //   folders, engine/ops/optimizer/ and engine/ops/amp/)
 //   conv_cudnn.cpp     convolutions through the cuDNN 9 graph API (cudnn-frontend)
 //   cuda_ops.cpp       argument checks and dispatch for pointwise, pooling, loss
-//   amp_ops.cpp        mixed precision: the low-precision linear layer
-//   fused.cu/fused_ops.cpp  fuse_pointwise: Linear+act
 //   peer.cpp           copies between two devices' backends (parallel: dp)
 //
 // NOTE: written and compiled on a machine without a GPU; see the tests.
@@ -65,10 +63,6 @@ class CudaBackend final : public Backend {
   void conv2d_backward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
                        Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
 
-  void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
-  void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
-                       Tensor& db, bool accumulate) override;
-
   void relu_forward(const Tensor& x, Tensor& y) override;
   void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
   void gelu_forward(const Tensor& x, Tensor& y) override;
@@ -76,13 +70,6 @@ class CudaBackend final : public Backend {
   void add(const Tensor& a, const Tensor& b, Tensor& y) override;
   void accumulate(const Tensor& src, Tensor& dst) override;
   void scale(Tensor& t, double alpha) override;
-
-  // Fused linear + activation (fused.cu, fused_ops.cpp, fuse_pointwise). NOT yet run on a GPU.
-  void linear_act_forward(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
-                          Tensor& y, Tensor& pre) override;
-  void linear_act_backward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& pre,
-                           const Tensor& dy, Activation act, Tensor& dpre, Tensor& dx, Tensor& dw,
-                           Tensor& db, bool accumulate) override;
 
   void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
                          Tensor& argmax) override;
@@ -100,10 +87,6 @@ class CudaBackend final : public Backend {
   void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing,
                              float grad_scale, Tensor& dlogits, Tensor& stats) override;
 
-  // Mixed precision (amp_ops.cpp).
-  void linear_forward_lp(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
-  void linear_backward_lp(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
-                          Tensor& dw, Tensor& db, bool accumulate) override;
   // conv_lp.cpp: cuDNN graphs with f16/bf16 IO, then a cast to f32. NOT yet run on a GPU.
   void conv2d_forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
                          Tensor& y) override;
@@ -132,7 +115,7 @@ class CudaBackend final : public Backend {
       .autotuned_convolutions = true,  // cuDNN plans timed per shape (conv_cudnn.cpp)
       .channels_last = true,           // NHWC convolutions, BN, pooling
       .tensor_core_alignment = true,   // pad_channels (pad_channels.cu)
-      .fused_pointwise = true,         // fused.cu, fused_ops.cpp, ops/batchnorm's epilogue
+      .fused_pointwise = true,         // ops/batchnorm's and ops/linear's epilogues
       .graph_capture = true,           // graphs.cpp
 #ifdef TRAINBENCH_HAVE_CUPTI
       .kernel_profiler = true,  // KernelCensus of every step (CUPTI activity records)

@@ -113,16 +113,4 @@ void launch_pad_channels_forward(const void* x, void* y, int64_t N, int64_t C, i
 void launch_pad_channels_backward(const void* dy, void* dx, int64_t N, int64_t C, int64_t Cp,
                                   int64_t HW, int elem_size, bool nhwc, cudaStream_t s);
 
-// ---------------------------------------------------------------- fused.cu (trick 11)
-// Linear epilogue after a bias-free GEMM, t (N, M) row-major: z = t + b (b may
-// be null); act 0 = ReLU: y = max(z, 0) (y may be t); act 1 = exact GELU:
-// pre := z, y = GELU(z) (pre is t).
-void launch_bias_act(float* t, const float* b, int act, float* y, int64_t N, int64_t M,
-                     cudaStream_t s);
-// dpre (N, M) = dy·act'(·) (ReLU from y, GELU from pre) and, in the same sweep,
-// db (M) (+)= Σ_n dpre[n, :] in double, fixed order (db may be null).
-void launch_act_backward_bgrad(const float* y, const float* pre, const float* dy, int act,
-                               float* dpre, float* db, bool accumulate, int64_t N, int64_t M,
-                               cudaStream_t s);
-
 }  // namespace tb::cuda

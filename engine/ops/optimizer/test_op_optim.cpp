@@ -16,6 +16,7 @@
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
 #include "engine/ops/amp/amp.h"
+#include "engine/ops/linear/linear.h"
 #include "engine/ops/optimizer/optimizer.h"
 #include "engine/optim/clip.h"
 #include "engine/optim/optimizer.h"
@@ -617,9 +618,9 @@ class TestOpOptim : public QObject {
       Tensor ls = labels.rows(micro * rows, (micro + 1) * rows);
       Tensor y = Tensor::empty({rows, M}, DType::F64), dy = Tensor::empty({rows, M}, DType::F64);
       Tensor stats = Tensor::zeros({2}, DType::F64), none;
-      be.linear_forward(xs, w, b, y);
+      linear::forward(be, xs, w, b, y);
       be.softmax_cross_entropy(y, ls, 0.1f, grad_scale, dy, stats);
-      be.linear_backward(xs, w, dy, none, dw, db, /*accumulate=*/micro > 0);
+      linear::backward(be, xs, w, dy, none, dw, db, /*accumulate=*/micro > 0);
       return stats.data_as<double>()[0];
     };
     try {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// Fused pointwise kernels (trick 11), f32; forward and backward side by side.
-// The CPU reference is cpu/fused.cpp (the unfused ops composed). Batch norm's
-// epilogue kernels moved to its op family (engine/ops/batchnorm/batchnorm.cu).
+// The linear family's activation epilogue (fuse_pointwise, trick 11), f32;
+// forward and backward side by side; launchers declared in linear.cuh. The
+// CPU reference is linear_cpu.cpp's (the plain op and the pointwise ops
+// composed).
 //
 //   linear epilogue, t (N, M) row-major = x wᵀ from a bias-free GEMM:
 //             z = t + b;  ReLU: y = max(z, 0);  GELU: pre = z, y = z·Φ(z)
@@ -11,10 +12,14 @@
 // columns, rows in a fixed order. So every kernel here gives the same bits
 // run to run, with or without BackendOptions::deterministic.
 //
-// NOTE: written and compiled on a machine without a GPU; not run on a GPU yet.
+// Ran on an H200 before the move (gpu-runs/2026-11-26-h200: test_op_linear
+// and test_op_fused passed, as engine/backend/cuda/fused.cu); moved without a
+// change to the arithmetic, not run on a GPU since.
+#include "engine/ops/linear/linear.cuh"
+
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/device_utils.cuh"
-#include "engine/backend/cuda/kernels.h"
+#include "engine/backend/cuda/kernels.h"  // launch_fill (memory.cu)
 
 namespace tb::cuda {
 
