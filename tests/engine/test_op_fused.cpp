@@ -40,6 +40,7 @@
 #include "engine/nn/linear_act.h"
 #include "engine/nn/model.h"
 #include "engine/ops/batchnorm/batchnorm.h"
+#include "engine/ops/pointwise/pointwise.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gradcheck.h"
 #include "tests/engine/tensor_helpers.h"
@@ -165,12 +166,12 @@ BnOut run_unfused(Backend& be, const BnCase& k, bool relu, bool residual, bool t
                                o.sinvstd);
   else
     batchnorm::forward_eval(be, x, gamma, beta, o.rmean, o.rvar, 1e-5f, o.y);
-  if (residual) be.add(o.y, r, o.y);
-  if (relu) be.relu_forward(o.y, o.y);
+  if (residual) pointwise::add(be, o.y, r, o.y);
+  if (relu) pointwise::relu_forward(be, o.y, o.y);
   if (!training) return o;
   Tensor dz = be.empty(k.x.shape(), DType::F32, layout);
   if (relu)
-    be.relu_backward(o.y, dy, dz);
+    pointwise::relu_backward(be, o.y, dy, dz);
   else
     be.copy(dy, dz);
   o.dres = dz;
@@ -272,11 +273,11 @@ LinOut run_linear(Backend& be, const LinCase& k, Act act, bool fused) {
   }
   be.linear_forward(x, w, b, pre);
   if (act == Act::ReLU) {
-    be.relu_forward(pre, o.y);
-    be.relu_backward(o.y, dy, dpre);
+    pointwise::relu_forward(be, pre, o.y);
+    pointwise::relu_backward(be, o.y, dy, dpre);
   } else {
-    be.gelu_forward(pre, o.y);
-    be.gelu_backward(pre, dy, dpre);
+    pointwise::gelu_forward(be, pre, o.y);
+    pointwise::gelu_backward(be, pre, dy, dpre);
   }
   be.linear_backward(x, w, dpre, o.dx, o.dw, o.db, false);
   return o;

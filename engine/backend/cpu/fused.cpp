@@ -14,6 +14,7 @@
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
+#include "engine/ops/pointwise/pointwise.h"
 
 namespace tb {
 
@@ -78,9 +79,9 @@ void CpuBackend::linear_act_forward(const Tensor& x, const Tensor& w, const Tens
   if (use_reference(x.dtype())) {
     linear_forward(x, w, b, gemm_out);
     if (act == Activation::ReLU) {
-      relu_forward(y, y);
+      pointwise::relu_forward(*this, y, y);
     } else {
-      gelu_forward(pre, y);
+      pointwise::gelu_forward(*this, pre, y);
     }
     return;
   }
@@ -105,10 +106,10 @@ void CpuBackend::linear_act_backward(const Tensor& x, const Tensor& w, const Ten
   check_linear_activation(act, op);
   if (act == Activation::ReLU) {
     TB_CHECK(y.defined(), op, ": ReLU backward needs y");
-    relu_backward(y, dy, dpre);
+    pointwise::relu_backward(*this, y, dy, dpre);
   } else {
     TB_CHECK(pre.defined(), op, ": GELU backward needs the pre-activation");
-    gelu_backward(pre, dy, dpre);
+    pointwise::gelu_backward(*this, pre, dy, dpre);
   }
   linear_backward(x, w, dpre, dx, dw, db, accumulate);
 }
