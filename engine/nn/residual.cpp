@@ -5,6 +5,7 @@
 #include "engine/nn/activations.h"
 #include "engine/nn/batchnorm2d.h"
 #include "engine/nn/conv2d.h"
+#include "engine/ops/pointwise/pointwise.h"
 
 namespace tb {
 
@@ -45,8 +46,9 @@ Tensor ResidualBlock::forward(Context& ctx, const Tensor& x) {
   for (auto& l : main_) a = l->forward(ctx, a);
   for (auto& l : shortcut_) s = l->forward(ctx, s);
   ensure_buffer(ctx, sum_, a.shape(), a.dtype(), a.layout());
-  ctx.backend.add(a, s, sum_);
-  if (relu_after_) ctx.backend.relu_forward(sum_, sum_);  // in place: backward needs only y
+  pointwise::add(ctx.backend, a, s, sum_);
+  // In place: the backward needs only y.
+  if (relu_after_) pointwise::relu_forward(ctx.backend, sum_, sum_);
   return sum_;
 }
 
@@ -61,13 +63,13 @@ Tensor ResidualBlock::backward(Context& ctx, const Tensor& dy, bool need_dx) {
       g_short = shortcut_[i]->backward(ctx, g_short, need_dx || i > 0);
     if (!need_dx) return Tensor{};
     ensure_buffer(ctx, dx_, g_main.shape(), g_main.dtype(), g_main.layout());
-    ctx.backend.add(g_main, g_short, dx_);
+    pointwise::add(ctx.backend, g_main, g_short, dx_);
     return dx_;
   }
   Tensor dz = dy;
   if (relu_after_) {
     ensure_buffer(ctx, dsum_, dy.shape(), dy.dtype(), dy.layout());
-    ctx.backend.relu_backward(sum_, dy, dsum_);
+    pointwise::relu_backward(ctx.backend, sum_, dy, dsum_);
     dz = dsum_;
   }
   Tensor g_main = dz;
@@ -78,7 +80,7 @@ Tensor ResidualBlock::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   if (!need_dx) return Tensor{};
   // dx = g_main + g_short, into a buffer of our own (g_short may be dz itself).
   ensure_buffer(ctx, dx_, g_main.shape(), g_main.dtype(), g_main.layout());
-  ctx.backend.add(g_main, g_short, dx_);
+  pointwise::add(ctx.backend, g_main, g_short, dx_);
   return dx_;
 }
 

@@ -11,6 +11,7 @@
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
+#include "engine/ops/pointwise/pointwise.h"
 
 namespace tb {
 
@@ -118,7 +119,7 @@ void CpuBackend::cast(const Tensor& src, Tensor& dst) {
 
 void CpuBackend::amp_scale(Tensor& t, const Tensor& scaler_state) {
   const float* st = state_ptr(scaler_state, "amp_scale");
-  scale(t, double(st[0]));
+  pointwise::scale(*this, t, double(st[0]));
 }
 
 void CpuBackend::amp_unscale_and_check(Tensor& grads, Tensor& scaler_state) {

@@ -10,6 +10,7 @@
 // a pointwise node, or beta=1 where the engine supports it).
 #include "engine/backend/cuda/conv_cudnn.h"
 #include "engine/backend/cuda/cuda_internal.h"
+#include "engine/ops/pointwise/pointwise.cuh"  // launch_accumulate
 
 namespace tb {
 

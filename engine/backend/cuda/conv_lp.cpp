@@ -25,6 +25,7 @@
 // (its bound now takes it into account).
 #include "engine/backend/cuda/conv_cudnn.h"
 #include "engine/backend/cuda/cuda_internal.h"
+#include "engine/ops/pointwise/pointwise.cuh"  // launch_accumulate
 
 namespace tb {
 

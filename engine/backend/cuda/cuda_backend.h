@@ -9,15 +9,15 @@
 //   cuda_backend.cpp   device selection, stream, library handles, describe(), fill/copy
 //   caching_allocator  stream-aware caching device allocator (registered for DeviceKind::CUDA)
 //   memory.cu          fill, dtype cast, NCHW<->NHWC conversion kernels
-//   pointwise.cu       relu/gelu forward+backward, add, accumulate, scale
 //   loss.cu            softmax cross-entropy with label smoothing
 //   reduce.cu          sum of squares
 //   pool.cu            max (argmax) / avg / global-avg pooling, NCHW and NHWC
 //   bias.cu            bias add and bias gradient (convolution, linear)
-//   (batch norm, linear: their op family folders, engine/ops/<family>/)
+//   (batch norm, linear, pointwise, channel padding, augment: their op family
+//   folders, engine/ops/<family>/)
 //   optimizer.cu       SGD/AdamW/RMSProp/LARS/LAMB, per-tensor and multi-tensor
 //   conv_cudnn.cpp     convolutions through the cuDNN 9 graph API (cudnn-frontend)
-//   cuda_ops.cpp       argument checks and dispatch for pointwise, pooling, loss
+//   cuda_ops.cpp       argument checks and dispatch for pooling, loss
 //   amp.cu/amp_ops.cpp mixed precision: f32<->f16/bf16 casts, loss-scaler kernels
 //   peer.cpp           copies between two devices' backends (parallel: dp)
 //
@@ -64,13 +64,6 @@ class CudaBackend final : public Backend {
   void conv2d_backward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
                        Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
 
-  void relu_forward(const Tensor& x, Tensor& y) override;
-  void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
-  void gelu_forward(const Tensor& x, Tensor& y) override;
-  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
-  void add(const Tensor& a, const Tensor& b, Tensor& y) override;
-  void accumulate(const Tensor& src, Tensor& dst) override;
-  void scale(Tensor& t, double alpha) override;
 
   void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
                          Tensor& argmax) override;
@@ -80,10 +73,6 @@ class CudaBackend final : public Backend {
   void avgpool2d_backward(const PoolGeometry& g, const Tensor& dy, Tensor& dx) override;
   void global_avgpool_forward(const Tensor& x, Tensor& y) override;
   void global_avgpool_backward(const Tensor& dy, Tensor& dx) override;
-
-  // pad_channels.cpp (pad_channels.cu). NOT yet run on a GPU.
-  void pad_channels_forward(const Tensor& x, Tensor& y) override;
-  void pad_channels_backward(const Tensor& dy, Tensor& dx) override;
 
   void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing,
                              float grad_scale, Tensor& dlogits, Tensor& stats) override;
@@ -106,28 +95,23 @@ class CudaBackend final : public Backend {
   void conv2d_backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
                           Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
 
-  // Device memory and the input path (staging.cpp, input.cu).
+  // Device memory and the input path (staging.cpp).
   DeviceMemory* memory() override { return &memory_; }
   Staging* staging() override { return &staging_; }
-  void normalize_u8(const Tensor& src, const std::vector<float>& scale,
-                    const std::vector<float>& shift, Tensor& dst) override;
-  void augment_normalize_u8(const Tensor& src, const Tensor& indices, const AugmentSpec& spec,
-                            const std::vector<float>& scale, const std::vector<float>& shift,
-                            Tensor& dst) override;
   // What the trainer may use on this backend (engine/backend/capabilities.h).
   // Declared here, once; capabilities_of(DeviceKind::CUDA) reads the same set
   // in builds without CUDA, so a configuration resolves the same everywhere.
   static constexpr BackendCapabilities kCapabilities{
       .pinned_host_memory = true,      // pinned_host_empty (caching_allocator.cpp)
       .async_upload = true,            // upload_async on the copy stream (staging.cpp)
-      .device_normalize_u8 = true,     // normalize_u8 (input.cu)
-      .device_augment = true,          // augment_normalize_u8 (augment.cu)
+      .device_normalize_u8 = true,     // augment::normalize_u8 (ops/augment/normalize_u8.cu)
+      .device_augment = true,          // augment::augment_normalize_u8 (ops/augment/augment.cu)
       .device_side_init = true,        // Model fills constant tensors with fill()
       .caching_allocator = true,       // memory(): stats, empty_cache (caching_allocator.cpp)
       .low_precision = true,           // *_lp ops, amp_* (amp.cu, amp_ops.cpp, conv_lp.cpp)
       .autotuned_convolutions = true,  // cuDNN plans timed per shape (conv_cudnn.cpp)
       .channels_last = true,           // NHWC convolutions, BN, pooling
-      .tensor_core_alignment = true,   // pad_channels (pad_channels.cu)
+      .tensor_core_alignment = true,   // layout::pad_channels_* (ops/layout/layout.cu)
       .fused_pointwise = true,         // ops/batchnorm's and ops/linear's epilogues
       .graph_capture = true,           // graphs.cpp
 #ifdef TRAINBENCH_HAVE_CUPTI

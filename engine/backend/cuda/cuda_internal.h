@@ -83,8 +83,6 @@ struct CudaBackend::Impl {
   cudaEvent_t upload_events[kEventRing] = {};
   cudaEvent_t fence_events[kEventRing] = {};
   uint64_t next_upload = 1, next_fence = 1;
-  Tensor norm_coef;                  // f32 [2C] on the device: normalize_u8's scale, shift
-  std::vector<float> norm_coef_host;  // what norm_coef holds
 
   // Peer copies (peer.cpp, parallel: dp): an event recorded on this stream
   // that another device's stream waits on, and the devices whose memory this
