@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
-// The CPU backend. Each op family lives in its own file (conv.cpp, linear.cpp,
+// The CPU backend. Each op family lives in its own file (linear.cpp,
 // pool.cpp, pointwise.cpp, loss.cpp, optimizer.cpp, memory.cpp; the families
 // already moved in engine/ops/<family>/) with a plain reference implementation
 // (templated on float/double: the test oracle, used for f64 and when
@@ -43,11 +43,6 @@ class CpuBackend final : public Backend {
   void augment_normalize_u8(const Tensor& src, const Tensor& indices, const AugmentSpec& spec,
                             const std::vector<float>& scale, const std::vector<float>& shift,
                             Tensor& dst) override;
-
-  void conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                      Tensor& y) override;
-  void conv2d_backward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
-                       Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
 
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
   void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
@@ -101,10 +96,6 @@ class CpuBackend final : public Backend {
   void linear_forward_lp(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
   void linear_backward_lp(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
                           Tensor& dw, Tensor& db, bool accumulate) override;
-  void conv2d_forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                         Tensor& y) override;
-  void conv2d_backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
-                          Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
 
  private:
   BackendOptions options_;

@@ -16,7 +16,6 @@
 //   linear.cu/.cpp     cuBLAS GEMMs, bias kernels
 //   (batch norm: its op family folder, engine/ops/batchnorm/)
 //   optimizer.cu       SGD/AdamW/RMSProp/LARS/LAMB, per-tensor and multi-tensor
-//   conv_cudnn.cpp     convolutions through the cuDNN 9 graph API (cudnn-frontend)
 //   cuda_ops.cpp       argument checks and dispatch for pointwise, pooling, loss
 //   amp.cu/amp_ops.cpp mixed precision: f32<->f16/bf16 casts, loss-scaler kernels
 //   fused.cu/fused_ops.cpp  fuse_pointwise: Linear+act
@@ -51,19 +50,15 @@ class CudaBackend final : public Backend {
   nlohmann::json describe() const override;
   void synchronize() override;
   const BackendOptions& options() const { return options_; }
-  // Built cuDNN convolution plans (forward, dgrad, wgrad counted apart).
-  size_t conv_plan_count() const;
+  // Built cuDNN convolution plans (forward, dgrad, wgrad counted apart), held
+  // by the convolution family's kernels (engine/ops/conv/conv_cuda.cpp).
+  size_t conv_plan_count();
 
   void fill(Tensor& t, double value) override;
   void copy(const Tensor& src, Tensor& dst) override;
   // peer.cpp: cudaMemcpyPeerAsync between two CudaBackends, ordered by events
   // on both streams (parallel: dp). NOT yet run on a GPU.
   void copy_from_peer(Backend& src_backend, const Tensor& src, Tensor& dst) override;
-
-  void conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                      Tensor& y) override;
-  void conv2d_backward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
-                       Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
 
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
   void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
@@ -115,11 +110,6 @@ class CudaBackend final : public Backend {
   void linear_forward_lp(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
   void linear_backward_lp(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
                           Tensor& dw, Tensor& db, bool accumulate) override;
-  // conv_lp.cpp: cuDNN graphs with f16/bf16 IO, then a cast to f32. NOT yet run on a GPU.
-  void conv2d_forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                         Tensor& y) override;
-  void conv2d_backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
-                          Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
 
   // Device memory and the input path (staging.cpp, input.cu). NOT yet run on a GPU.
   std::optional<DeviceMemoryStats> memory_stats(bool query_device) override;
@@ -144,8 +134,8 @@ class CudaBackend final : public Backend {
       .device_augment = true,          // augment_normalize_u8 (augment.cu)
       .device_side_init = true,        // Model fills constant tensors with fill()
       .caching_allocator = true,       // memory_stats, empty_cache (caching_allocator.cpp)
-      .low_precision = true,           // *_lp ops, amp_* (amp.cu, amp_ops.cpp, conv_lp.cpp)
-      .autotuned_convolutions = true,  // cuDNN plans timed per shape (conv_cudnn.cpp)
+      .low_precision = true,           // *_lp ops, amp_* (amp.cu, amp_ops.cpp, ops/conv)
+      .autotuned_convolutions = true,  // cuDNN plans timed per shape (ops/conv)
       .channels_last = true,           // NHWC convolutions, BN, pooling
       .tensor_core_alignment = true,   // pad_channels (pad_channels.cu)
       .fused_pointwise = true,         // fused.cu, fused_ops.cpp, ops/batchnorm's epilogue
@@ -168,7 +158,7 @@ class CudaBackend final : public Backend {
   // The compute stream (a cudaStream_t), for the CUDA-event step timer.
   void* stream_handle() const;
 
-  // Backend-private state (stream, handles, plan caches); defined in cuda_internal.h.
+  // Backend-private state (stream, handles, scratch); defined in cuda_internal.h.
   struct Impl;
   Impl& impl() const { return *impl_; }
 
