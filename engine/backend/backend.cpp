@@ -24,20 +24,6 @@ void Backend::release_kernels() {
   kernels_.clear();
 }
 
-ConvGeometry ConvGeometry::make(int64_t N, int64_t C_in, int64_t H, int64_t W, int64_t C_out,
-                                int64_t kernel, int64_t stride, int64_t pad) {
-  TB_CHECK(kernel > 0 && stride > 0 && pad >= 0, "invalid convolution: kernel ", kernel,
-           ", stride ", stride, ", padding ", pad);
-  ConvGeometry g;
-  g.N = N, g.C_in = C_in, g.H = H, g.W = W, g.C_out = C_out;
-  g.KH = g.KW = kernel, g.stride = stride, g.pad = pad;
-  g.H_out = (H + 2 * pad - kernel) / stride + 1;
-  g.W_out = (W + 2 * pad - kernel) / stride + 1;
-  TB_CHECK(g.H_out > 0 && g.W_out > 0, "convolution with kernel ", kernel, " does not fit input ",
-           H, "x", W, " (padding ", pad, ")");
-  return g;
-}
-
 PoolGeometry PoolGeometry::make(int64_t N, int64_t C, int64_t H, int64_t W, int64_t kernel,
                                 int64_t stride, int64_t pad) {
   TB_CHECK(kernel > 0 && stride > 0 && pad >= 0 && 2 * pad <= kernel, "invalid pooling: kernel ",

@@ -30,19 +30,6 @@
 
 namespace tb {
 
-struct ConvGeometry {
-  int64_t N = 0, C_in = 0, H = 0, W = 0;
-  int64_t C_out = 0, KH = 0, KW = 0;
-  int64_t stride = 1, pad = 0;
-  int64_t H_out = 0, W_out = 0;
-
-  static ConvGeometry make(int64_t N, int64_t C_in, int64_t H, int64_t W, int64_t C_out,
-                           int64_t kernel, int64_t stride, int64_t pad);
-  Shape input_shape() const { return {N, C_in, H, W}; }
-  Shape weight_shape() const { return {C_out, C_in, KH, KW}; }
-  Shape output_shape() const { return {N, C_out, H_out, W_out}; }
-};
-
 struct PoolGeometry {
   int64_t N = 0, C = 0, H = 0, W = 0;
   int64_t kernel = 2, stride = 2, pad = 0;
@@ -146,13 +133,6 @@ class Backend {
     copy(src, dst);
   }
 
-  // --- convolution: x (N,Cin,H,W), w (Cout,Cin,KH,KW), b (Cout) or undefined
-  virtual void conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                              const Tensor& b, Tensor& y) = 0;
-  virtual void conv2d_backward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                               const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db,
-                               bool accumulate) = 0;
-
 
   // --- pooling
   virtual void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
@@ -210,21 +190,6 @@ class Backend {
   virtual void amp_update_scale(Tensor& scaler_state, float growth_factor, float backoff_factor,
                                 int64_t growth_interval) {
     amp_unsupported("amp_update_scale");
-  }
-  // Convolution under AMP, the same contract as the linear pair: x (N,Cin,H,W)
-  // and w (Cout,Cin,KH,KW) in f16 or bf16 (the same), b (Cout) and y f32; the
-  // products of the low-precision inputs are summed in fp32. Layouts as
-  // conv2d_forward (activations share x's layout, w has its own).
-  virtual void conv2d_forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                                 const Tensor& b, Tensor& y) {
-    amp_unsupported("conv2d_forward_lp");
-  }
-  // dy f32 is rounded to x's dtype for dgrad and wgrad (dx = dgrad(dy, w),
-  // dw (+)= wgrad(dy, x)); db (+)= Σ of the unrounded dy; dx, dw, db f32.
-  virtual void conv2d_backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                                  const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db,
-                                  bool accumulate) {
-    amp_unsupported("conv2d_backward_lp");
   }
 
   // --- capability objects (below the class): what a backend with a device of

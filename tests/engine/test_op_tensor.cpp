@@ -15,8 +15,8 @@
 #include <string>
 
 #include "engine/backend/cpu/cpu_backend.h"
-#include "engine/backend/cuda/conv_cudnn.h"
 #include "engine/core/error.h"
+#include "engine/ops/conv/conv_cudnn.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/tensor_helpers.h"
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
-// The CPU backend. Each op family lives in its own file (conv.cpp,
-// pool.cpp, loss.cpp, optimizer.cpp, memory.cpp; the families
+// The CPU backend. Each op family not yet moved lives in its own file
+// (pool.cpp, loss.cpp, optimizer.cpp, memory.cpp; the families
 // already moved in engine/ops/<family>/) with a plain reference implementation
 // (templated on float/double: the test oracle, used for f64 and when
 // options.reference is set) beside the fast f32 path (OpenBLAS GEMM,
@@ -39,11 +39,6 @@ class CpuBackend final : public Backend {
   void fill(Tensor& t, double value) override;
   void copy(const Tensor& src, Tensor& dst) override;
 
-  void conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                      Tensor& y) override;
-  void conv2d_backward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
-                       Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
-
 
   void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
                          Tensor& argmax) override;
@@ -70,10 +65,6 @@ class CpuBackend final : public Backend {
                           bool multi_tensor, const Tensor& scaler_state) override;
   void amp_update_scale(Tensor& scaler_state, float growth_factor, float backoff_factor,
                         int64_t growth_interval) override;
-  void conv2d_forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                         Tensor& y) override;
-  void conv2d_backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
-                          Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
 
  private:
   BackendOptions options_;

@@ -13,10 +13,9 @@
 //   reduce.cu          sum of squares
 //   pool.cu            max (argmax) / avg / global-avg pooling, NCHW and NHWC
 //   bias.cu            bias add and bias gradient (convolution, linear)
-//   (batch norm, linear, pointwise, channel padding, augment: their op family
+//   (batch norm, conv, linear, pointwise, channel padding, augment: their op family
 //   folders, engine/ops/<family>/)
 //   optimizer.cu       SGD/AdamW/RMSProp/LARS/LAMB, per-tensor and multi-tensor
-//   conv_cudnn.cpp     convolutions through the cuDNN 9 graph API (cudnn-frontend)
 //   cuda_ops.cpp       argument checks and dispatch for pooling, loss
 //   amp.cu/amp_ops.cpp mixed precision: f32<->f16/bf16 casts, loss-scaler kernels
 //   peer.cpp           copies between two devices' backends (parallel: dp)
@@ -50,19 +49,15 @@ class CudaBackend final : public Backend {
   nlohmann::json describe() const override;
   void synchronize() override;
   const BackendOptions& options() const { return options_; }
-  // Built cuDNN convolution plans (forward, dgrad, wgrad counted apart).
-  size_t conv_plan_count() const;
+  // Built cuDNN convolution plans (forward, dgrad, wgrad counted apart), held
+  // by the convolution family's kernels (engine/ops/conv/conv_cuda.cpp).
+  size_t conv_plan_count();
 
   void fill(Tensor& t, double value) override;
   void copy(const Tensor& src, Tensor& dst) override;
   // peer.cpp: cudaMemcpyPeerAsync between two CudaBackends, ordered by events
   // on both streams (parallel: dp). NOT yet run on a GPU.
   void copy_from_peer(Backend& src_backend, const Tensor& src, Tensor& dst) override;
-
-  void conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                      Tensor& y) override;
-  void conv2d_backward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
-                       Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
 
 
   void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
@@ -89,11 +84,6 @@ class CudaBackend final : public Backend {
                           bool multi_tensor, const Tensor& scaler_state) override;
   void amp_update_scale(Tensor& scaler_state, float growth_factor, float backoff_factor,
                         int64_t growth_interval) override;
-  // conv_lp.cpp: cuDNN graphs with f16/bf16 IO, then a cast to f32. NOT yet run on a GPU.
-  void conv2d_forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                         Tensor& y) override;
-  void conv2d_backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
-                          Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
 
   // Device memory and the input path (staging.cpp).
   DeviceMemory* memory() override { return &memory_; }
@@ -108,8 +98,8 @@ class CudaBackend final : public Backend {
       .device_augment = true,          // augment::augment_normalize_u8 (ops/augment/augment.cu)
       .device_side_init = true,        // Model fills constant tensors with fill()
       .caching_allocator = true,       // memory(): stats, empty_cache (caching_allocator.cpp)
-      .low_precision = true,           // *_lp ops, amp_* (amp.cu, amp_ops.cpp, conv_lp.cpp)
-      .autotuned_convolutions = true,  // cuDNN plans timed per shape (conv_cudnn.cpp)
+      .low_precision = true,           // f16/bf16 conv and linear, amp_* (amp.cu, amp_ops.cpp)
+      .autotuned_convolutions = true,  // cuDNN plans timed per shape (ops/conv)
       .channels_last = true,           // NHWC convolutions, BN, pooling
       .tensor_core_alignment = true,   // layout::pad_channels_* (ops/layout/layout.cu)
       .fused_pointwise = true,         // ops/batchnorm's and ops/linear's epilogues
@@ -131,7 +121,7 @@ class CudaBackend final : public Backend {
   // The compute stream (a cudaStream_t), for the CUDA-event step timer.
   void* stream_handle() const;
 
-  // Backend-private state (stream, handles, plan caches); defined in cuda_internal.h.
+  // Backend-private state (stream, handles, scratch); defined in cuda_internal.h.
   struct Impl;
   Impl& impl() const { return *impl_; }
 

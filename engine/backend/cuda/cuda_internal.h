@@ -21,8 +21,6 @@ namespace cuda {
 [[noreturn]] void throw_cublas_error(cublasStatus_t st, const char* call, const char* file,
                                      int line);
 [[noreturn]] void throw_cudnn_error(cudnnStatus_t st, const char* call, const char* file, int line);
-class ConvPlanCache;  // conv_cudnn.cpp
-void destroy_conv_cache(ConvPlanCache* c);
 }  // namespace cuda
 
 #define TB_CUBLAS_CHECK(call)                                         \
@@ -89,9 +87,6 @@ struct CudaBackend::Impl {
   // one may address directly (cudaDeviceEnablePeerAccess, tried once each).
   cudaEvent_t peer_event = nullptr;
   std::vector<int> peers_tried;
-
-  std::unique_ptr<cuda::ConvPlanCache, void (*)(cuda::ConvPlanCache*)> conv{
-      nullptr, cuda::destroy_conv_cache};
 
   // Makes this backend's device current on the calling thread and points the
   // allocator at this stream; every public op starts with it.
