@@ -23,6 +23,7 @@ class LinearAct : public Layer {
   Shape setup(const Shape& in, ParamRegistry& reg) override;
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy, bool need_dx) override;
+  bool has_bias() const { return has_bias_; }
 
  private:
   int64_t in_features_ = 0, out_features_;
