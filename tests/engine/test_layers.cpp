@@ -206,7 +206,11 @@ class TestLayers : public QObject {
         sum += r.time_ms;
         if (r.phase == "unattributed") unattributed = r.time_ms;
         if (!r.layer.empty()) seen.insert(r.layer + "/" + r.phase), flops += r.flops;
+        else if (r.time_ms > 0) seen.insert(r.phase);
       }
+      // the step's own parts come from the trainer's phases and boundaries
+      for (const char* part : {"data_wait", "loss", "optimizer", "step_end"})
+        QVERIFY2(seen.count(part), part);
       QVERIFY2(std::abs(sum - p.step_time_ms) < 1e-6 * p.step_time_ms, "rows != step");
       QVERIFY2(unattributed <= 0.02 * p.step_time_ms,
                qPrintable(QString("unattributed %1 of %2 ms").arg(unattributed).arg(p.step_time_ms)));
