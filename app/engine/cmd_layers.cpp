@@ -23,27 +23,8 @@ using json = nlohmann::json;
 
 namespace {
 
-// Why a run has no profile, and what would give it one.
 std::string absence(const RunRecord& run) {
-  const json& lp = run.summary.contains("layer_profile") ? run.summary["layer_profile"] : json();
-  if (lp.is_object() && lp.contains("not_measured")) {
-    const std::string why = lp["not_measured"].get<std::string>();
-    std::string fix;
-    if (why.rfind("not measured on this backend", 0) == 0)
-      fix = "re-run it on the CPU backend (device: cpu)";
-    else if (why.find("TRAINBENCH_MEASURE") != std::string::npos)
-      fix = "re-run it without TRAINBENCH_MEASURE=off";
-    else
-      fix = "re-run it with more steps than measure_every, or a smaller measure_every";
-    return why + "; " + fix;
-  }
-  if (run.status == run_status::kQueued || run.status == run_status::kRunning)
-    return "no sampled step is recorded yet (profiles are taken at steps N+1, 2N+1, ... for "
-           "measure_every N); ask again later";
-  return "it was recorded without one (engine " +
-         (run.engine_version.empty() ? std::string("unknown") : run.engine_version) +
-         ", before per-layer profiles, or it ended before a sampled step); re-run it with this "
-         "engine for more than measure_every steps";
+  return layer_profile_absence(run.summary, run.status, run.engine_version);
 }
 
 std::string fixed(const json& v, int decimals, double scale = 1) {

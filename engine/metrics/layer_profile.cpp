@@ -152,4 +152,27 @@ json layer_profile_table(const std::vector<LayerProfileStep>& steps, const Devic
   return out;
 }
 
+std::string layer_profile_absence(const json& summary, const std::string& status,
+                                  const std::string& engine_version) {
+  const json lp = summary.is_object() ? summary.value("layer_profile", json()) : json();
+  if (lp.is_object() && lp.contains("not_measured") && lp["not_measured"].is_string()) {
+    const std::string why = lp["not_measured"].get<std::string>();
+    std::string fix;
+    if (why.rfind("not measured on this backend", 0) == 0)
+      fix = "re-run it on the CPU backend (device: cpu)";
+    else if (why.find("TRAINBENCH_MEASURE") != std::string::npos)
+      fix = "re-run it without TRAINBENCH_MEASURE=off";
+    else
+      fix = "re-run it with more steps than measure_every, or a smaller measure_every";
+    return why + "; " + fix;
+  }
+  if (status == "queued" || status == "running")
+    return "no sampled step is recorded yet (profiles are taken at steps N+1, 2N+1, ... for "
+           "measure_every N); look again later";
+  return "it was recorded without one (engine " +
+         (engine_version.empty() ? std::string("unknown") : engine_version) +
+         ", before per-layer profiles, or it ended before a sampled step); re-run it with this "
+         "engine for more than measure_every steps";
+}
+
 }  // namespace tb

@@ -82,4 +82,10 @@ RooflinePoint roofline(const LayerProfileRow& row, const DevicePeaks& peaks);
 nlohmann::json layer_profile_table(const std::vector<LayerProfileStep>& steps,
                                    const DevicePeaks& peaks);
 
+// Why a stored run has no profile, and what would give it one, from its
+// summary ("layer_profile": {"not_measured": ...}), its status and the
+// engine that recorded it: what `layers` and the workbench say.
+std::string layer_profile_absence(const nlohmann::json& summary, const std::string& status,
+                                  const std::string& engine_version);
+
 }  // namespace tb

@@ -102,11 +102,11 @@ void LayerProfiler::end_phase(Phase) {
   --phase_depth_;
 }
 
-void LayerProfiler::enter(const Layer& layer, Pass pass, int64_t batch, bool need_dx) {
+void LayerProfiler::enter(const Layer& layer, LayerPass pass, int64_t batch, bool need_dx) {
   if (!sampling_) return;
   const Clock::time_point now = Clock::now();
   const std::string name = names_.empty() ? layer.name() : names_.back() + "." + layer.name();
-  const size_t r = row(name, layer.kind(), pass == Pass::Forward ? "forward" : "backward");
+  const size_t r = row(name, layer.kind(), pass == LayerPass::Forward ? "forward" : "backward");
   WorkQuery q = work_;
   q.pass = pass, q.batch = batch, q.need_dx = need_dx;
   try {

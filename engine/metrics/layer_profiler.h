@@ -43,7 +43,7 @@ class LayerProfiler final : public LayerScopes {
   void close_step();
   void begin_phase(Phase p);
   void end_phase(Phase p);
-  void enter(const Layer& layer, Pass pass, int64_t batch, bool need_dx) override;
+  void enter(const Layer& layer, LayerPass pass, int64_t batch, bool need_dx) override;
   void exit() override;
 
   // The last closed sampled step's profile, once (then nothing until the next).

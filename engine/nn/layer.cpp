@@ -27,12 +27,12 @@ Shape Layer::configure(const Shape& in, ParamRegistry& reg) {
 }
 
 Tensor forward_layer(Context& ctx, Layer& layer, const Tensor& x) {
-  LayerScope scope(ctx, layer, Pass::Forward, x.rank() > 0 ? x.dim(0) : 1, true);
+  LayerScope scope(ctx, layer, LayerPass::Forward, x.rank() > 0 ? x.dim(0) : 1, true);
   return layer.forward(ctx, x);
 }
 
 Tensor backward_layer(Context& ctx, Layer& layer, const Tensor& dy, bool need_dx) {
-  LayerScope scope(ctx, layer, Pass::Backward, dy.rank() > 0 ? dy.dim(0) : 1, need_dx);
+  LayerScope scope(ctx, layer, LayerPass::Backward, dy.rank() > 0 ? dy.dim(0) : 1, need_dx);
   return layer.backward(ctx, dy, need_dx);
 }
 

@@ -15,7 +15,7 @@
 namespace tb {
 
 class Layer;
-enum class Pass { Forward, Backward };
+enum class LayerPass { Forward, Backward };
 
 // What times the layers of a step (engine/metrics/layer_profiler.h): the
 // model's walk enters a scope around every layer's forward() and backward(),
@@ -25,7 +25,7 @@ class LayerScopes {
   virtual ~LayerScopes() = default;
   // batch: the input's leading dimension; need_dx: the backward's argument
   // (true for forward), both for the layer's counted work (layer_work.h).
-  virtual void enter(const Layer& layer, Pass pass, int64_t batch, bool need_dx) = 0;
+  virtual void enter(const Layer& layer, LayerPass pass, int64_t batch, bool need_dx) = 0;
   virtual void exit() = 0;
 };
 
@@ -129,7 +129,7 @@ class Layer {
 // closed however the block ends.
 class LayerScope {
  public:
-  LayerScope(Context& ctx, const Layer& layer, Pass pass, int64_t batch, bool need_dx)
+  LayerScope(Context& ctx, const Layer& layer, LayerPass pass, int64_t batch, bool need_dx)
       : scopes_(ctx.scopes) {
     if (scopes_) scopes_->enter(layer, pass, batch, need_dx);
   }

@@ -40,7 +40,7 @@ Work matrix_work(const MatrixShape& m, const WorkQuery& q) {
   const double e = size_of(q.dtype), em = size_of(q.matmul);
   const bool cast = q.matmul != q.dtype;
   Work w;
-  if (q.pass == Pass::Forward) {
+  if (q.pass == LayerPass::Forward) {
     w.matrix_flops = 2 * m.outputs * m.k;
     w.other_flops = m.bias > 0 ? m.outputs : 0;
     if (cast) w.bytes += (m.x + m.w) * (e + em);  // the two casts: read f32, write lp
@@ -79,7 +79,7 @@ Work batchnorm_work(const BatchNorm2d& bn, const WorkQuery& q) {
   const double e = size_of(q.dtype);
   const bool relu = bn.act() == Activation::ReLU, residual = bn.residual_tail();
   Work w;
-  if (q.pass == Pass::Forward) {
+  if (q.pass == LayerPass::Forward) {
     // x read, y written (residual read); statistics: 3 flops an element when
     // training (sum, square, add), apply: 2 (a multiply-add), +1 add, +1 max.
     w.other_flops = n * ((q.training ? 3 : 0) + 2 + (residual ? 1 : 0) + (relu ? 1 : 0));
@@ -102,7 +102,7 @@ Work batchnorm_work(const BatchNorm2d& bn, const WorkQuery& q) {
 Work maxpool_work(const MaxPool2d& p, const WorkQuery& q) {
   const double in = elements(p.input_shape(), q.batch), out = elements(p.output_shape(), q.batch);
   const double e = size_of(q.dtype), k2 = double(p.kernel() * p.kernel());
-  if (q.pass == Pass::Forward) return {0, out * (k2 - 1), in * e + out * (e + 4)};
+  if (q.pass == LayerPass::Forward) return {0, out * (k2 - 1), in * e + out * (e + 4)};
   if (!q.need_dx) return {};
   return {0, out, out * (e + 4) + in * e};  // dy, argmax read; dx written
 }
@@ -110,7 +110,7 @@ Work maxpool_work(const MaxPool2d& p, const WorkQuery& q) {
 Work avgpool_work(const AvgPool2d& p, const WorkQuery& q) {
   const double in = elements(p.input_shape(), q.batch), out = elements(p.output_shape(), q.batch);
   const double e = size_of(q.dtype), k2 = double(p.kernel() * p.kernel());
-  if (q.pass == Pass::Backward && !q.need_dx) return {};
+  if (q.pass == LayerPass::Backward && !q.need_dx) return {};
   return {0, out * k2, (in + out) * e};
 }
 
@@ -120,7 +120,7 @@ Work copy_work(double in, double out, DType t) { return {0, 0, (in + out) * size
 Work residual_work(const ResidualBlock& r, const WorkQuery& q) {
   const double n = elements(r.output_shape(), q.batch);
   Work w;
-  if (q.pass == Pass::Forward) {
+  if (q.pass == LayerPass::Forward) {
     if (r.fused_tail()) return w;  // the tail's epilogue adds and rectifies
     w += pointwise(n, 2, 1, q.dtype);                       // z = a + s
     if (r.relu_after()) w += pointwise(n, 1, 1, q.dtype);   // relu in place
@@ -136,7 +136,7 @@ Work residual_work(const ResidualBlock& r, const WorkQuery& q) {
 Work layer_work(const Layer& l, const WorkQuery& q) {
   TB_CHECK(!l.input_shape().empty(), "layer ", l.name(), " (", l.kind(),
            "): no shapes to count its work from (not configured through a model)");
-  const bool fwd = q.pass == Pass::Forward;
+  const bool fwd = q.pass == LayerPass::Forward;
   const double in = elements(l.input_shape(), q.batch), out = elements(l.output_shape(), q.batch);
   if (const auto* c = dynamic_cast<const Conv2d*>(&l)) return conv_work(*c, q);
   if (const auto* lin = dynamic_cast<const Linear*>(&l)) return linear_work(l, lin->has_bias(), q);
@@ -192,10 +192,10 @@ namespace {
 void add_rows(const Layer& l, const std::string& prefix, WorkQuery q, bool need_dx,
               std::vector<LayerWorkRow>& rows) {
   LayerWorkRow row{prefix + l.name(), l.kind(), {}, {}};
-  q.pass = Pass::Forward;
+  q.pass = LayerPass::Forward;
   q.need_dx = true;
   row.forward = layer_work(l, q);
-  q.pass = Pass::Backward;
+  q.pass = LayerPass::Backward;
   q.need_dx = need_dx;
   row.backward = layer_work(l, q);
   rows.push_back(row);

@@ -33,7 +33,7 @@ struct Work {
 };
 
 struct WorkQuery {
-  Pass pass = Pass::Forward;
+  LayerPass pass = LayerPass::Forward;
   int64_t batch = 1;             // the input's leading dimension
   bool need_dx = true;           // backward: the input gradient is computed
   bool training = true;          // batch norm: batch statistics (else running ones)

@@ -40,7 +40,7 @@ Tensor ResidualBlock::forward(Context& ctx, const Tensor& x) {
     Tensor s = x, a = x;
     for (auto& l : shortcut_) s = forward_layer(ctx, *l, s);
     for (size_t i = 0; i + 1 < main_.size(); ++i) a = forward_layer(ctx, *main_[i], a);
-    LayerScope scope(ctx, *tail_, Pass::Forward, a.dim(0), true);
+    LayerScope scope(ctx, *tail_, LayerPass::Forward, a.dim(0), true);
     return tail_->forward_residual(ctx, a, s);
   }
   Tensor a = x, s = x;
@@ -58,7 +58,7 @@ Tensor ResidualBlock::backward(Context& ctx, const Tensor& dy, bool need_dx) {
     Tensor g_main;
     {
       const bool tail_dx = need_dx || main_.size() > 1;
-      LayerScope scope(ctx, *tail_, Pass::Backward, dy.dim(0), tail_dx);
+      LayerScope scope(ctx, *tail_, LayerPass::Backward, dy.dim(0), tail_dx);
       g_main = tail_->backward_residual(ctx, dy, tail_dx, &dres);
     }
     for (size_t i = main_.size() - 1; i-- > 0;)

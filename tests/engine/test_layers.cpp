@@ -50,7 +50,7 @@ Result engine(const QStringList& args, const QProcessEnvironment& env) {
           QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
 }
 
-Work work_of(const Layer& l, Pass pass, int64_t batch, bool need_dx = true,
+Work work_of(const Layer& l, LayerPass pass, int64_t batch, bool need_dx = true,
              DType matmul = DType::F32) {
   WorkQuery q;
   q.pass = pass, q.batch = batch, q.need_dx = need_dx, q.matmul = matmul;
@@ -103,33 +103,33 @@ class TestLayers : public QObject {
     m.build(*cpu, 1);
     const int64_t N = 2;
     // conv: 96 outputs of 18-term dot products; x 64, w 54, bias 3, y 96 elements
-    CHECK_WORK(work_of(conv, Pass::Forward, N), 2 * 96 * 18, 96, (64 + 54 + 3 + 96) * 4);
+    CHECK_WORK(work_of(conv, LayerPass::Forward, N), 2 * 96 * 18, 96, (64 + 54 + 3 + 96) * 4);
     // backward of a first layer: weight gradient only (dy, x read; dw, db written)
-    CHECK_WORK(work_of(conv, Pass::Backward, N, false), 2 * 96 * 18, 96, (96 + 64 + 54 + 3) * 4);
+    CHECK_WORK(work_of(conv, LayerPass::Backward, N, false), 2 * 96 * 18, 96, (96 + 64 + 54 + 3) * 4);
     // with the input gradient: w read and dx written as well
-    CHECK_WORK(work_of(conv, Pass::Backward, N, true), 4 * 96 * 18, 96,
+    CHECK_WORK(work_of(conv, LayerPass::Backward, N, true), 4 * 96 * 18, 96,
                (96 + 64 + 54 + 3 + 54 + 64) * 4);
     // amp bf16: x and w cast (4 bytes read, 2 written) then read at 2 bytes
-    CHECK_WORK(work_of(conv, Pass::Forward, N, true, DType::BF16), 2 * 96 * 18, 96,
+    CHECK_WORK(work_of(conv, LayerPass::Forward, N, true, DType::BF16), 2 * 96 * 18, 96,
                (64 + 54) * 6 + (64 + 54) * 2 + 3 * 4 + 96 * 4);
     // batch norm (training): 5 flops an element forward, 9 backward with dx;
     // x, y (+ dy, dx) and 8 (5) per-channel values
-    CHECK_WORK(work_of(bn, Pass::Forward, N), 0, 96 * 5, 96 * 4 * 2 + 3 * 4 * 8);
-    CHECK_WORK(work_of(bn, Pass::Backward, N), 0, 96 * 9, 96 * 4 * 3 + 3 * 4 * 5);
-    CHECK_WORK(work_of(relu, Pass::Forward, N), 0, 96, 96 * 4 * 2);
-    CHECK_WORK(work_of(relu, Pass::Backward, N), 0, 96, 96 * 4 * 3);
+    CHECK_WORK(work_of(bn, LayerPass::Forward, N), 0, 96 * 5, 96 * 4 * 2 + 3 * 4 * 8);
+    CHECK_WORK(work_of(bn, LayerPass::Backward, N), 0, 96 * 9, 96 * 4 * 3 + 3 * 4 * 5);
+    CHECK_WORK(work_of(relu, LayerPass::Forward, N), 0, 96, 96 * 4 * 2);
+    CHECK_WORK(work_of(relu, LayerPass::Backward, N), 0, 96, 96 * 4 * 3);
     // the block's own add and in-place ReLU; backward: the mask and dx's add
-    CHECK_WORK(work_of(block, Pass::Forward, N), 0, 96 * 2, 96 * 4 * (3 + 2));
-    CHECK_WORK(work_of(block, Pass::Backward, N), 0, 96 * 2, 96 * 4 * (3 + 3));
+    CHECK_WORK(work_of(block, LayerPass::Forward, N), 0, 96 * 2, 96 * 4 * (3 + 2));
+    CHECK_WORK(work_of(block, LayerPass::Backward, N), 0, 96 * 2, 96 * 4 * (3 + 3));
     // max pooling 2x2: 3 compares an output, an i32 argmax written; backward scatters
-    CHECK_WORK(work_of(pool, Pass::Forward, N), 0, 24 * 3, 96 * 4 + 24 * 8);
-    CHECK_WORK(work_of(pool, Pass::Backward, N), 0, 24, 24 * 8 + 96 * 4);
-    CHECK_WORK(work_of(flat, Pass::Forward, N), 0, 0, 0);  // a view
-    CHECK_WORK(work_of(fc, Pass::Forward, N), 2 * 10 * 12, 10, (24 + 60 + 5 + 10) * 4);
-    CHECK_WORK(work_of(fc, Pass::Backward, N), 4 * 10 * 12, 10,
+    CHECK_WORK(work_of(pool, LayerPass::Forward, N), 0, 24 * 3, 96 * 4 + 24 * 8);
+    CHECK_WORK(work_of(pool, LayerPass::Backward, N), 0, 24, 24 * 8 + 96 * 4);
+    CHECK_WORK(work_of(flat, LayerPass::Forward, N), 0, 0, 0);  // a view
+    CHECK_WORK(work_of(fc, LayerPass::Forward, N), 2 * 10 * 12, 10, (24 + 60 + 5 + 10) * 4);
+    CHECK_WORK(work_of(fc, LayerPass::Backward, N), 4 * 10 * 12, 10,
                (10 + 24 + 60 + 5 + 60 + 24) * 4);
     // Twice the batch, twice the activations' work (the weights' bytes stay).
-    QCOMPARE(work_of(conv, Pass::Forward, 2 * N).matrix_flops, 2 * 2.0 * 96 * 18);
+    QCOMPARE(work_of(conv, LayerPass::Forward, 2 * N).matrix_flops, 2 * 2.0 * 96 * 18);
 
     // model_work walks the nested layers too, and the first layer has no dx.
     const auto rows = model_work(m, WorkQuery{.batch = N});
