@@ -103,7 +103,7 @@ json model_work_json(const ModelDef& def, Backend& cpu) {
                       {"backward", work_json(r.backward)}});
   }
   return {{"input_shape", def.input_shape}, {"classes", classes}, {"batch", 1},
-          {"forward", forward}, {"train", train},
+          {"forward", int64_t(forward)}, {"train", int64_t(train)},  // whole FLOPs
           {"convention", "fwd + weight grad + input grad of every conv/linear (no input grad "
                          "for the first layer); BN, pointwise, loss excluded"},
           {"layers", layers}};
