@@ -121,7 +121,8 @@ void LayerProfiler::enter(const Layer& layer, LayerPass pass, int64_t batch, boo
 }
 
 void LayerProfiler::exit() {
-  if (!sampling_) return;
+  // Called from scope destructors, also while an error unwinds: never throws.
+  if (!sampling_ || names_.empty() || stack_.empty()) return;
   names_.pop_back();
   pop(Clock::now());
 }
