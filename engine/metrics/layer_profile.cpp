@@ -158,7 +158,11 @@ std::string layer_profile_absence(const json& summary, const std::string& status
   if (lp.is_object() && lp.contains("not_measured") && lp["not_measured"].is_string()) {
     const std::string why = lp["not_measured"].get<std::string>();
     std::string fix;
-    if (why.rfind("not measured on this backend", 0) == 0)
+    if (why.rfind("not measured by default on", 0) == 0)
+      fix = "re-run it with cupti_sampling on";
+    else if (why.find("cuda_graphs") != std::string::npos)
+      fix = "re-run it with cuda_graphs off";
+    else if (why.rfind("not measured on this backend", 0) == 0)
       fix = "re-run it on the CPU backend (device: cpu)";
     else if (why.find("TRAINBENCH_MEASURE") != std::string::npos)
       fix = "re-run it without TRAINBENCH_MEASURE=off";

@@ -10,10 +10,6 @@ namespace tb {
 
 namespace {
 
-double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
 // The row a phase's own time (outside every layer) goes to.
 const char* phase_row(Phase p) {
   if (p == Phase::Forward) return "loss";
@@ -23,8 +19,20 @@ const char* phase_row(Phase p) {
 
 }  // namespace
 
-LayerProfiler::LayerProfiler(int64_t interval, WorkQuery work)
-    : interval_(interval < 1 ? 1 : interval), work_(work) {}
+void HostScopeClock::mark(size_t i) {
+  if (t_.size() <= i) t_.resize(i + 1);
+  t_[i] = std::chrono::steady_clock::now();
+}
+
+std::vector<double> HostScopeClock::intervals(size_t n) {
+  std::vector<double> out;
+  for (size_t i = 0; i + 1 < n; ++i)
+    out.push_back(std::chrono::duration<double, std::milli>(t_[i + 1] - t_[i]).count());
+  return out;
+}
+
+LayerProfiler::LayerProfiler(int64_t interval, WorkQuery work, std::unique_ptr<ScopeClock> clock)
+    : interval_(interval < 1 ? 1 : interval), work_(work), clock_(std::move(clock)) {}
 
 size_t LayerProfiler::row(const std::string& layer, const std::string& kind,
                           const std::string& phase) {
@@ -38,73 +46,85 @@ size_t LayerProfiler::row(const std::string& layer, const std::string& kind,
   return it->second;
 }
 
-void LayerProfiler::push(size_t r, Clock::time_point now) {
-  if (!stack_.empty()) current_.rows[stack_.back().row].time_ms += ms_between(stack_.back().since, now);
-  stack_.push_back({r, now});
+void LayerProfiler::mark(size_t active_after) {
+  clock_->mark(active_after_.size());
+  active_after_.push_back(active_after);
 }
 
-void LayerProfiler::pop(Clock::time_point now) {
-  TB_CHECK(!stack_.empty(), "layer profiler: a scope closed that was never opened");
-  current_.rows[stack_.back().row].time_ms += ms_between(stack_.back().since, now);
-  stack_.pop_back();
-  if (!stack_.empty()) stack_.back().since = now;
+size_t LayerProfiler::innermost() const {
+  if (!stack_.empty()) return stack_.back();
+  return kNone;
 }
 
 void LayerProfiler::begin_step(int64_t step) {
-  const Clock::time_point now = Clock::now();
-  close_at(now);
-  step_ = step;
+  close();
   sampling_ = samples_step(step, interval_);
   if (!sampling_) return;
-  step_start_ = now;
+  // One step's marks at a time: a profile not read yet is read now.
+  if (closed_pending_) resolve();
   work_ended_ = false;
   current_ = LayerProfileStep{};
   current_.step = step;
   rows_.clear();
   stack_.clear();
   names_.clear();
+  active_after_.clear();
   phase_depth_ = 0;
+  mark(kNone);
 }
 
 void LayerProfiler::end_work() {
   if (!sampling_) return;
-  work_end_ = Clock::now();
   work_ended_ = true;
+  stack_.clear();  // (none is open here; an error may have left one)
+  names_.clear();
+  mark(row("", "", "step_end"));
 }
 
-void LayerProfiler::close_step() { close_at(Clock::now()); }
+void LayerProfiler::close_step() { close(); }
 
-void LayerProfiler::close_at(Clock::time_point now) {
+void LayerProfiler::close() {
   if (!sampling_) return;
   sampling_ = false;
-  // A scope left open (an error unwound the step) ends here.
-  while (!stack_.empty()) pop(now);
-  if (work_ended_) current_.rows[row("", "", "step_end")].time_ms += ms_between(work_end_, now);
-  current_.step_time_ms = ms_between(step_start_, now);
-  double attributed = 0;
-  for (const LayerProfileRow& r : current_.rows) attributed += r.time_ms;
-  current_.rows[row("", "", "unattributed")].time_ms =
-      std::max(0.0, current_.step_time_ms - attributed);
+  mark(kNone);  // the closing boundary
+  closed_pending_ = true;
+}
+
+void LayerProfiler::resolve() {
+  const std::vector<double> ms = clock_->intervals(active_after_.size());
+  const size_t unattributed = row("", "", "unattributed");
+  current_.step_time_ms = 0;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    const double t = std::max(0.0, ms[i]);
+    current_.rows[active_after_[i] == kNone ? unattributed : active_after_[i]].time_ms += t;
+    current_.step_time_ms += t;
+  }
+  // "unattributed" last, where readers look for the remainder.
+  LayerProfileRow rest = current_.rows[unattributed];
+  current_.rows.erase(current_.rows.begin() + long(unattributed));
+  current_.rows.push_back(std::move(rest));
   ready_ = std::move(current_);
+  current_ = LayerProfileStep{};
+  closed_pending_ = false;
   ++sampled_;
 }
 
 void LayerProfiler::begin_phase(Phase p) {
-  if (!sampling_) return;
-  push(row("", "", phase_row(p)), Clock::now());
-  phase_ = p;
+  if (!sampling_ || work_ended_) return;
+  stack_.push_back(row("", "", phase_row(p)));
   ++phase_depth_;
+  mark(innermost());
 }
 
 void LayerProfiler::end_phase(Phase) {
-  if (!sampling_ || phase_depth_ == 0) return;
-  pop(Clock::now());
+  if (!sampling_ || work_ended_ || phase_depth_ == 0 || stack_.empty()) return;
+  stack_.pop_back();
   --phase_depth_;
+  mark(innermost());
 }
 
 void LayerProfiler::enter(const Layer& layer, LayerPass pass, int64_t batch, bool need_dx) {
-  if (!sampling_) return;
-  const Clock::time_point now = Clock::now();
+  if (!sampling_ || work_ended_) return;
   const std::string name = names_.empty() ? layer.name() : names_.back() + "." + layer.name();
   const size_t r = row(name, layer.kind(), pass == LayerPass::Forward ? "forward" : "backward");
   WorkQuery q = work_;
@@ -117,17 +137,20 @@ void LayerProfiler::enter(const Layer& layer, LayerPass pass, int64_t batch, boo
     current_.rows[r].flops = current_.rows[r].bytes = std::nan("");
   }
   names_.push_back(name);
-  push(r, now);
+  stack_.push_back(r);
+  mark(r);
 }
 
 void LayerProfiler::exit() {
   // Called from scope destructors, also while an error unwinds: never throws.
-  if (!sampling_ || names_.empty() || stack_.empty()) return;
+  if (!sampling_ || work_ended_ || names_.empty() || stack_.empty()) return;
   names_.pop_back();
-  pop(Clock::now());
+  stack_.pop_back();
+  mark(innermost());
 }
 
-std::optional<LayerProfileStep> LayerProfiler::take() {
+std::optional<LayerProfileStep> LayerProfiler::take(bool wait) {
+  if (closed_pending_ && (wait || clock_->ready(active_after_.size()))) resolve();
   std::optional<LayerProfileStep> out = std::move(ready_);
   ready_.reset();
   return out;

@@ -99,17 +99,32 @@ StepTelemetry::StepTelemetry(Backend& be, const RunPlan& plan, const TelemetryOp
     timer_ = tracing_timer_.get();
   }
   const int64_t every = std::max<int64_t>(1, options.measure_every);
-  // Per-layer time on the host clock: the CPU backend only (layer_profiler.h).
-  if (!on_host_)
-    layer_profile_absent_ =
-        "not measured on this backend (" + be.device().str() +
-        "): per-layer times are taken on the host clock, which on a GPU times kernel launches, "
-        "not kernels; attributing kernels to layer scopes (CUPTI external correlation) is not "
-        "implemented yet";
-  else if (!options.measure)
+  // Per-layer time (layer_profiler.h): the host clock on the CPU; on a GPU
+  // events on the compute stream, only with the costly measurements asked
+  // for (a sampled step's profile is read back once its events completed).
+  std::unique_ptr<ScopeClock> layer_clock;
+  if (!options.measure) {
     layer_profile_absent_ = "not measured: measurement was off (TRAINBENCH_MEASURE=off)";
-  else {
-    layer_profiler_ = std::make_unique<LayerProfiler>(every, options.layer_work);
+  } else if (on_host_) {
+    layer_clock = std::make_unique<HostScopeClock>();
+  } else if (plan.cuda_graphs) {
+    layer_profile_absent_ =
+        "not measured: cuda_graphs replays the whole step as one graph, with no layer scopes";
+  } else if (!options.cupti_requested) {
+    layer_profile_absent_ =
+        "not measured by default on " + be.device().str() +
+        ": on a GPU per-layer times come with the sampled measurements (cupti_sampling or "
+        "profiler), events around every layer scope";
+  } else {
+#ifdef TRAINBENCH_HAVE_CUDA
+    if (auto* cuda = dynamic_cast<CudaBackend*>(&be))
+      layer_clock = make_cuda_scope_clock(cuda->stream_handle());
+#endif
+    if (!layer_clock)
+      layer_profile_absent_ = "not measured on this backend (" + be.device().str() + ")";
+  }
+  if (layer_clock) {
+    layer_profiler_ = std::make_unique<LayerProfiler>(every, options.layer_work, std::move(layer_clock));
     profiling_timer_ = std::make_unique<ProfilingStepTimer>(*timer_, *layer_profiler_);
     timer_ = profiling_timer_.get();
   }
@@ -156,10 +171,11 @@ StepTelemetry::~StepTelemetry() = default;
 LayerScopes* StepTelemetry::layer_scopes() { return layer_profiler_.get(); }
 
 // A sampled step's profile goes out with the next step's end-of-step work
-// (its closing boundary is the next step's start), or at a flush.
-void StepTelemetry::publish_layer_profile() {
+// (its closing boundary is the next step's start) once its clock can be read
+// without waiting (a GPU's events completed), or at a flush (which waits).
+void StepTelemetry::publish_layer_profile(bool wait) {
   if (!layer_profiler_) return;
-  if (std::optional<LayerProfileStep> p = layer_profiler_->take())
+  if (std::optional<LayerProfileStep> p = layer_profiler_->take(wait))
     bus_.publish("layer_profile", p->to_json());
 }
 
@@ -201,12 +217,12 @@ void StepTelemetry::end_step(int64_t step, int64_t epoch, json metrics, int64_t 
   }
   pending_.push_back({step, epoch, std::move(metrics)});
   publish_ready(/*flush=*/false);
-  publish_layer_profile();
+  publish_layer_profile(/*wait=*/false);
 }
 
 void StepTelemetry::flush() {
   publish_ready(/*flush=*/true);
-  publish_layer_profile();
+  publish_layer_profile(/*wait=*/true);
 }
 
 // A step's event goes out when its times are known: at once with host

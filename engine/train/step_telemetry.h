@@ -91,7 +91,7 @@ class StepTelemetry {
     nlohmann::json metrics;
   };
   void publish_ready(bool flush);
-  void publish_layer_profile();
+  void publish_layer_profile(bool wait);
   void log(const std::string& level, const std::string& message);
 
   Backend& be_;

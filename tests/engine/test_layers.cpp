@@ -7,6 +7,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -16,6 +17,7 @@
 #include "engine/backend/backend.h"
 #include "engine/core/error.h"
 #include "engine/metrics/layer_profile.h"
+#include "engine/metrics/layer_profiler.h"
 #include "engine/nn/activations.h"
 #include "engine/nn/batchnorm2d.h"
 #include "engine/nn/conv2d.h"
@@ -244,6 +246,79 @@ class TestLayers : public QObject {
     QCOMPARE(QString::fromStdString(kinds["layer1.residual"]), QString("residual"));
     QCOMPARE(QString::fromStdString(kinds["layer1.residual.res1.bn"]), QString("batchnorm2d"));
     QCOMPARE(QString::fromStdString(kinds["layer3.residual.res2.conv"]), QString("conv2d"));
+  }
+
+  // The profiler's arithmetic on a clock the test moves (as a GPU's events
+  // would read back): each interval goes to the innermost open scope, a
+  // block's inner layer is named by its path, the rest is unattributed, and a
+  // profile whose marks cannot be read yet waits for take(wait).
+  void marksAttributeToTheInnermostScope() {
+    struct FakeClock final : ScopeClock {
+      double* now;
+      bool* readable;
+      std::vector<double> t;
+      FakeClock(double* n, bool* r) : now(n), readable(r) {}
+      void mark(size_t i) override {
+        if (t.size() <= i) t.resize(i + 1);
+        t[i] = *now;
+      }
+      bool ready(size_t) override { return *readable; }
+      std::vector<double> intervals(size_t n) override {
+        std::vector<double> out;
+        for (size_t i = 0; i + 1 < n; ++i) out.push_back(t[i + 1] - t[i]);
+        return out;
+      }
+    };
+    auto cpu = make_backend("cpu", BackendOptions{});
+    Model m("small", {3, 4, 4}, 2);
+    LayerList inner;
+    inner.push_back(std::make_unique<Conv2d>("inner", 3, 3, 1, 1, true));
+    auto& block = m.emplace<ResidualBlock>("res", std::move(inner), LayerList{}, true);
+    m.emplace<Flatten>("flatten");
+    m.emplace<Linear>("fc", 2);
+    m.build(*cpu, 1);
+    const Layer& inner_conv = *block.children().at(0);
+    double now = 0;
+    bool readable = false;
+    LayerProfiler p(2, WorkQuery{}, std::make_unique<FakeClock>(&now, &readable));
+    p.begin_step(2);  // not sampled (3, 5, ...)
+    p.enter(block, LayerPass::Forward, 2, true);
+    p.exit();
+    p.begin_step(3);  // t = 0
+    now = 1, p.begin_phase(Phase::DataWait);
+    now = 3, p.end_phase(Phase::DataWait);
+    now = 4, p.begin_phase(Phase::Forward);
+    now = 5, p.enter(block, LayerPass::Forward, 2, true);
+    now = 6, p.enter(inner_conv, LayerPass::Forward, 2, true);
+    now = 10, p.exit();
+    now = 11, p.exit();
+    now = 12, p.end_phase(Phase::Forward);
+    now = 14, p.end_work();
+    now = 17, p.close_step();
+    QVERIFY(!p.take());  // not readable yet
+    readable = true;
+    const std::optional<LayerProfileStep> s = p.take();
+    QVERIFY(s);
+    QCOMPARE(s->step, int64_t(3));
+    QCOMPARE(s->step_time_ms, 17.0);
+    std::map<std::string, double> ms;
+    for (const LayerProfileRow& r : s->rows) ms[r.phase + ":" + r.layer] = r.time_ms;
+    QCOMPARE(ms["data_wait:"], 2.0);
+    QCOMPARE(ms["loss:"], 2.0);            // 4-5 and 11-12
+    QCOMPARE(ms["forward:res"], 2.0);      // 5-6 and 10-11: the block's own
+    QCOMPARE(ms["forward:res.inner"], 4.0);
+    QCOMPARE(ms["step_end:"], 3.0);
+    QCOMPARE(ms["unattributed:"], 4.0);   // 0-1, 3-4, 12-14
+    QCOMPARE(QString::fromStdString(s->rows.back().phase), QString("unattributed"));
+    WorkQuery q;
+    q.batch = 2;
+    QCOMPARE(s->rows[size_t(std::find_if(s->rows.begin(), s->rows.end(),
+                                          [](const LayerProfileRow& r) { return r.layer == "res.inner"; }) -
+                             s->rows.begin())]
+                 .flops,
+             layer_work(inner_conv, q).flops());
+    QVERIFY(!p.take());  // once
+    QCOMPARE(p.sampled_steps(), int64_t(1));
   }
 
   void rooflineBound() {
