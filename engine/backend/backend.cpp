@@ -10,6 +10,22 @@
 
 namespace tb {
 
+OpKernels& Backend::kernels_of(std::type_index family, const char* family_name) {
+  std::lock_guard lock(kernels_mutex_);
+  auto& slot = kernels_[family];
+  if (!slot) {
+    const OpKernelsFactory make = find_op_kernels(family, device().kind);
+    TB_CHECK(make, family_name, " ops are not supported by the ", name(), " backend");
+    slot = make(*this);
+  }
+  return *slot;
+}
+
+void Backend::release_kernels() {
+  std::lock_guard lock(kernels_mutex_);
+  kernels_.clear();
+}
+
 ConvGeometry ConvGeometry::make(int64_t N, int64_t C_in, int64_t H, int64_t W, int64_t C_out,
                                 int64_t kernel, int64_t stride, int64_t pad) {
   TB_CHECK(kernel > 0 && stride > 0 && pad >= 0, "invalid convolution: kernel ", kernel,

@@ -13,8 +13,11 @@
 //   db of a convolution without bias).
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <typeindex>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -24,6 +27,7 @@
 #include "engine/core/tensor.h"
 #include "engine/data/augment_draw.h"
 #include "engine/ops/epilogue.h"
+#include "engine/ops/registry.h"
 
 namespace tb {
 
@@ -79,20 +83,39 @@ struct ParamSlot {
 };
 
 // Device memory as the caching allocator and the driver see it (the GPU memory
-// plots, empty_cache_between_phases). Host backends have none (Backend::memory_stats is empty).
+// plots, empty_cache_between_phases): DeviceMemory::stats. Host backends have none.
 struct DeviceMemoryStats {
   int64_t allocated_bytes = 0;       // in live tensors (allocator block sizes)
   int64_t reserved_bytes = 0;        // held by the caching allocator: live + cached
-  int64_t peak_allocated_bytes = 0;  // since the start or the last reset_peak_memory()
+  int64_t peak_allocated_bytes = 0;  // since the start or the last reset_peak()
   int64_t peak_reserved_bytes = 0;
   int64_t malloc_count = 0;          // cudaMalloc calls so far
   int64_t device_used_bytes = -1;    // the driver's view (cudaMemGetInfo), all processes;
   int64_t device_total_bytes = -1;   //   -1 when not asked for
 };
 
+class DeviceMemory;
+class Staging;
+class GraphCapture;
+
 class Backend {
  public:
   virtual ~Backend() = default;
+  Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  // Op family K's kernels on this backend (engine/ops/registry.h), made on
+  // first use and kept. Throws tb::Error naming the family and this backend
+  // when it has none; has_kernels<K>() asks without throwing.
+  template <class K>
+  K& kernels() {
+    return static_cast<K&>(kernels_of(typeid(K), K::kFamily));
+  }
+  template <class K>
+  bool has_kernels() const {
+    return find_op_kernels(typeid(K), device().kind) != nullptr;
+  }
 
   virtual Device device() const = 0;
   virtual std::string name() const = 0;          // "cpu (openblas 0.3.21, 2 threads)"
@@ -135,26 +158,6 @@ class Backend {
   virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) = 0;
   virtual void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
                                Tensor& dw, Tensor& db, bool accumulate) = 0;
-
-  // --- batch normalization over (N,H,W) per channel, with an epilogue
-  // (y = act(BN(x) + residual); fuse_pointwise). The contract, with shapes,
-  // dtypes, layouts and what each op writes: engine/ops/batchnorm/batchnorm.h.
-  // Training uses batch statistics, updates running mean and (unbiased)
-  // running variance with `momentum`, and saves mean and 1/sqrt(var+eps) (C)
-  // for backward.
-  virtual void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                       Tensor& running_mean, Tensor& running_var, float momentum,
-                                       float eps, Tensor& y, Tensor& save_mean,
-                                       Tensor& save_invstd, const Epilogue& epilogue = {}) = 0;
-  virtual void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                      const Tensor& running_mean, const Tensor& running_var,
-                                      float eps, Tensor& y, const Epilogue& epilogue = {}) = 0;
-  // With the epilogue's dz = dy·[y > 0] (ReLU) or dy: dresidual = dz (when
-  // defined), then dx (undefined: not wanted), dgamma, dbeta from dz.
-  virtual void batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
-                                  const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
-                                  Tensor& dgamma, Tensor& dbeta, bool accumulate,
-                                  const EpilogueGrad& epilogue = {}) = 0;
 
   // --- pointwise (any rank; y/dx may alias x/dy)
   virtual void relu_forward(const Tensor& x, Tensor& y) = 0;
@@ -278,34 +281,14 @@ class Backend {
     amp_unsupported("conv2d_backward_lp");
   }
 
-  // --- device memory and the input path (pin_memory, non_blocking, h2d_uint8,
-  // empty_cache_between_phases). The defaults suit a host backend: no device
-  // memory, pageable buffers, copies that are done when they return.
-  //
-  // Allocator and device figures; empty on a host backend. query_device also
-  // asks the driver for used/total (a cheap call, but not free: not every step).
-  virtual std::optional<DeviceMemoryStats> memory_stats(bool query_device) { return std::nullopt; }
-  virtual void empty_cache() {}        // give cached free blocks back to the driver
-  virtual void reset_peak_memory() {}  // peaks := current values
-  // A host buffer the loader fills with a batch: page-locked (cudaHostAlloc) on
-  // a device backend, so a copy from it can run asynchronously (pin_memory).
-  virtual Tensor pinned_host_empty(const Shape& shape, DType dtype) {
-    return Tensor::empty(shape, dtype);
-  }
-  // Non-blocking upload (non_blocking): enqueues host src -> device dst on a
-  // copy stream and makes the compute stream wait for it through an event, so
-  // the copy overlaps whatever the compute stream is still doing. Returns a
-  // ticket; src must stay untouched until wait_upload(ticket) returns. dst must
-  // not be one that work already enqueued still reads: the caller double-buffers
-  // and passes the previous use's fence (see fence()).
-  virtual uint64_t upload_async(const Tensor& src, Tensor& dst, uint64_t after_fence) {
-    copy(src, dst);
-    return 0;
-  }
-  virtual void wait_upload(uint64_t ticket) {}
-  // A marker after everything enqueued on the compute stream so far, for
-  // upload_async's after_fence (0 = nothing to wait for).
-  virtual uint64_t fence() { return 0; }
+  // --- capability objects (below the class): what a backend with a device of
+  // its own adds. A host backend has none (nullptr); the trick that needs one
+  // is off there (capabilities.h names which).
+  virtual DeviceMemory* memory() { return nullptr; }   // caching_allocator
+  virtual Staging* staging() { return nullptr; }       // pin_memory, non_blocking
+  virtual GraphCapture* graphs() { return nullptr; }   // cuda_graphs
+
+  // --- the input path's device ops (h2d_uint8, gpu_augment)
   // h2d_uint8: dst f32 (N,C,H,W) = src u8 (N,C,H,W) * scale[c] + shift[c], with
   // the loader's arithmetic exactly (one multiply, one add, no fused
   // multiply-add), so the images are bit-identical to normalising on the host.
@@ -325,38 +308,76 @@ class Backend {
     TB_FAIL("augment_normalize_u8 (gpu_augment) is not supported by the ", name(), " backend");
   }
 
-  // --- whole-step capture (cuda_graphs). Everything this backend
-  // enqueues between begin_capture() and end_capture() is recorded, not run;
-  // end_capture() returns the id of a graph that launch_graph(id) replays on
-  // the compute stream with the same device pointers. So every tensor the
-  // captured work touches must stay alive (and at its address) while the graph
-  // is used; drop_graphs() forgets every graph (the caller recaptures after it
-  // reallocated buffers). Host reads (sum_squares, read-backs) cannot be
-  // captured. The defaults throw: a backend that reports graph_capture in its
-  // capabilities overrides all of them.
-  bool supports_graphs() const { return capabilities().graph_capture; }
-  virtual void begin_capture() { graphs_unsupported("begin_capture"); }
-  virtual int end_capture() { graphs_unsupported("end_capture"); }
-  virtual void launch_graph(int id) { graphs_unsupported("launch_graph"); }
-  virtual void drop_graphs() { graphs_unsupported("drop_graphs"); }
-  // Per-step optimizer constants (lr, bias corrections, ...) are values baked
-  // into a captured launch. While capturing, optimizer_step reads them from a
-  // device buffer instead; this writes `step`'s constants into that buffer,
-  // enqueued on the compute stream (call it before each launch_graph).
-  virtual void set_optimizer_constants(const OptimizerStep& step) {
-    graphs_unsupported("set_optimizer_constants");
-  }
+ protected:
+  // Destroys the family kernels made so far. A backend whose kernels use its
+  // private state calls it first in its destructor, before that state goes.
+  void release_kernels();
 
  private:
+  OpKernels& kernels_of(std::type_index family, const char* family_name);
+  std::mutex kernels_mutex_;
+  std::unordered_map<std::type_index, std::unique_ptr<OpKernels>> kernels_;
+
   [[noreturn]] void amp_unsupported(const char* op) const {
     TB_FAIL(op, " (mixed precision) is not supported by the ", name(), " backend");
   }
   [[noreturn]] void fused_unsupported(const char* op) const {
     TB_FAIL(op, " (fused pointwise, trick 11) is not supported by the ", name(), " backend");
   }
-  [[noreturn]] void graphs_unsupported(const char* op) const {
-    TB_FAIL(op, " (cuda_graphs, trick 24) is not supported by the ", name(), " backend");
-  }
+};
+
+// Device memory as the caching allocator and the driver see it (the GPU
+// memory plots, empty_cache_between_phases).
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  // Allocator figures; query_device also asks the driver for used/total (a
+  // cheap call, but not free: not every step).
+  virtual DeviceMemoryStats stats(bool query_device) = 0;
+  virtual void empty_cache() = 0;  // give cached free blocks back to the driver
+  virtual void reset_peak() = 0;   // peaks := current values
+};
+
+// Host -> device uploads of the input path (pin_memory, non_blocking).
+class Staging {
+ public:
+  virtual ~Staging() = default;
+  // A page-locked host buffer the loader fills with a batch, so a copy from it
+  // can run asynchronously (pin_memory). Called from loader threads.
+  virtual Tensor pinned_host_empty(const Shape& shape, DType dtype) = 0;
+  // Non-blocking upload: enqueues host src -> device dst (same shape, dtype
+  // and layout) on a copy stream and makes the compute stream wait for it
+  // through an event, so the copy overlaps whatever the compute stream is
+  // still doing. Returns a ticket; src must stay untouched until
+  // wait_upload(ticket) returns. dst must not be one that work already
+  // enqueued still reads: the caller double-buffers and passes the previous
+  // use's fence (see fence()).
+  virtual uint64_t upload_async(const Tensor& src, Tensor& dst, uint64_t after_fence) = 0;
+  virtual void wait_upload(uint64_t ticket) = 0;  // ticket 0: nothing to wait for
+  // A marker after everything enqueued on the compute stream so far, for
+  // upload_async's after_fence (0 = nothing to wait for).
+  virtual uint64_t fence() = 0;
+};
+
+// Whole-step capture (cuda_graphs). Everything the backend enqueues between
+// begin_capture() and end_capture() is recorded, not run; end_capture()
+// returns the id of a graph that launch(id) replays on the compute stream
+// with the same device pointers. So every tensor the captured work touches
+// must stay alive (and at its address) while the graph is used; drop_all()
+// forgets every graph (the caller recaptures after it reallocated buffers).
+// Host reads (sum_squares, read-backs) cannot be captured.
+class GraphCapture {
+ public:
+  virtual ~GraphCapture() = default;
+  virtual void begin_capture() = 0;
+  virtual int end_capture() = 0;
+  virtual void launch(int id) = 0;
+  virtual void drop_all() = 0;
+  // Per-step optimizer constants (lr, bias corrections, ...) are values baked
+  // into a captured launch. While capturing, the optimizer reads them from a
+  // device buffer instead; this writes `step`'s constants into that buffer,
+  // enqueued on the compute stream (call it before each launch).
+  virtual void set_optimizer_constants(const OptimizerStep& step) = 0;
 };
 
 // linear_act_*'s activation: ReLU or GELU (None has nothing to fuse: linear_*).

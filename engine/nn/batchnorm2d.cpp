@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/ops/batchnorm/batchnorm.h"
 
 namespace tb {
 
@@ -49,10 +50,10 @@ Tensor BatchNorm2d::forward_residual(Context& ctx, const Tensor& x, const Tensor
   } else if (ctx.training) {
     ensure_buffer(ctx, save_mean_, {C_}, x.dtype());
     ensure_buffer(ctx, save_invstd_, {C_}, x.dtype());
-    be.batchnorm_forward_train(x, gamma_, beta_, running_mean_, running_var_, momentum_, eps_, y,
+    batchnorm::forward_train(be, x, gamma_, beta_, running_mean_, running_var_, momentum_, eps_, y,
                                save_mean_, save_invstd_, epilogue);
   } else {
-    be.batchnorm_forward_eval(x, gamma_, beta_, running_mean_, running_var_, eps_, y, epilogue);
+    batchnorm::forward_eval(be, x, gamma_, beta_, running_mean_, running_var_, eps_, y, epilogue);
   }
   x_ = x;
   forward_was_training_ = ctx.training;
@@ -83,7 +84,7 @@ void BatchNorm2d::ensure_eval_helpers(Context& ctx) {
     be.fill(zeros_, 0.0);
   }
   Tensor ones_c = ones_.reshaped({C_});
-  be.batchnorm_forward_eval(ones_, ones_c, zeros_, zeros_, running_var_, eps_, eval_invstd_);
+  batchnorm::forward_eval(be, ones_, ones_c, zeros_, zeros_, running_var_, eps_, eval_invstd_);
 }
 
 Tensor BatchNorm2d::backward_plain(Context& ctx, const Tensor& dy, bool need_dx) {
@@ -91,17 +92,17 @@ Tensor BatchNorm2d::backward_plain(Context& ctx, const Tensor& dy, bool need_dx)
   Tensor none;
   if (forward_was_training_) {
     Tensor dx = need_dx ? ensure_buffer(ctx, dx_, x_.shape(), x_.dtype(), x_.layout()) : none;
-    be.batchnorm_backward(x_, dy, gamma_, save_mean_, save_invstd_, dx, dgamma_, dbeta_,
+    batchnorm::backward(be, x_, dy, gamma_, save_mean_, save_invstd_, dx, dgamma_, dbeta_,
                           ctx.accumulate_grads);
     return dx;
   }
   ensure_eval_helpers(ctx);
   Tensor invstd = eval_invstd_.reshaped({C_});
-  be.batchnorm_backward(x_, dy, gamma_, running_mean_, invstd, none, dgamma_, dbeta_,
+  batchnorm::backward(be, x_, dy, gamma_, running_mean_, invstd, none, dgamma_, dbeta_,
                         ctx.accumulate_grads);
   if (!need_dx) return none;
   Tensor& dx = ensure_buffer(ctx, dx_, x_.shape(), x_.dtype(), x_.layout());
-  be.batchnorm_forward_eval(dy, gamma_, zeros_, zeros_, running_var_, eps_, dx);
+  batchnorm::forward_eval(be, dy, gamma_, zeros_, zeros_, running_var_, eps_, dx);
   return dx;
 }
 
@@ -116,7 +117,7 @@ Tensor BatchNorm2d::backward_epilogue(Context& ctx, const Tensor& dy, bool need_
     Tensor dres =
         dresidual ? ensure_buffer(ctx, dres_, x_.shape(), x_.dtype(), x_.layout()) : none;
     Tensor dx = need_dx ? ensure_buffer(ctx, dx_, x_.shape(), x_.dtype(), x_.layout()) : none;
-    be.batchnorm_backward(x_, dy, gamma_, save_mean_, save_invstd_, dx, dgamma_, dbeta_,
+    batchnorm::backward(be, x_, dy, gamma_, save_mean_, save_invstd_, dx, dgamma_, dbeta_,
                           ctx.accumulate_grads, EpilogueGrad{act_, y_, dres});
     if (dresidual) *dresidual = dres;
     return dx;
@@ -124,12 +125,12 @@ Tensor BatchNorm2d::backward_epilogue(Context& ctx, const Tensor& dy, bool need_
   ensure_eval_helpers(ctx);
   Tensor invstd = eval_invstd_.reshaped({C_});
   Tensor dz = ensure_buffer(ctx, dres_, x_.shape(), x_.dtype(), x_.layout());
-  be.batchnorm_backward(x_, dy, gamma_, running_mean_, invstd, none, dgamma_, dbeta_,
+  batchnorm::backward(be, x_, dy, gamma_, running_mean_, invstd, none, dgamma_, dbeta_,
                         ctx.accumulate_grads, EpilogueGrad{act_, y_, dz});
   if (dresidual) *dresidual = dz;
   if (!need_dx) return none;
   Tensor& dx = ensure_buffer(ctx, dx_, x_.shape(), x_.dtype(), x_.layout());
-  be.batchnorm_forward_eval(dz, gamma_, zeros_, zeros_, running_var_, eps_, dx);
+  batchnorm::forward_eval(be, dz, gamma_, zeros_, zeros_, running_var_, eps_, dx);
   return dx;
 }
 
@@ -170,7 +171,7 @@ Tensor BatchNorm2d::forward_synced(Context& ctx, const Tensor& x, Tensor& y) {
   Tensor none;
   be.fill(sync_mean_, 0.0);  // mean 0 and invstd 1: dγ = Σ x·x, dβ = Σ x
   be.fill(sync_var_, 1.0);
-  be.batchnorm_backward(x, x, gamma_, sync_mean_, sync_var_, none, sync_a_, sync_b_, false);
+  batchnorm::backward(be, x, x, gamma_, sync_mean_, sync_var_, none, sync_a_, sync_b_, false);
 
   const int64_t C = C_;
   std::vector<double> sums(static_cast<size_t>(2 * C + 1));
@@ -204,7 +205,7 @@ Tensor BatchNorm2d::forward_synced(Context& ctx, const Tensor& x, Tensor& y) {
   to_device(invstd, save_invstd_);
   to_device(rmean, running_mean_);
   to_device(rvar, running_var_);
-  be.batchnorm_forward_eval(x, gamma_, beta_, sync_mean_, sync_var_, eps_, y);
+  batchnorm::forward_eval(be, x, gamma_, beta_, sync_mean_, sync_var_, eps_, y);
   return y;
 }
 
@@ -220,7 +221,7 @@ Tensor BatchNorm2d::backward_synced(Context& ctx, const Tensor& dy, bool need_dx
   const DType dt = x_.dtype();
   const int64_t C = C_;
   Tensor none;
-  be.batchnorm_backward(x_, dy, gamma_, save_mean_, save_invstd_, none, sync_a_, sync_b_, false);
+  batchnorm::backward(be, x_, dy, gamma_, save_mean_, save_invstd_, none, sync_a_, sync_b_, false);
   if (ctx.accumulate_grads) {
     be.accumulate(sync_a_, dgamma_);
     be.accumulate(sync_b_, dbeta_);
@@ -249,10 +250,10 @@ Tensor BatchNorm2d::backward_synced(Context& ctx, const Tensor& dy, bool need_dx
   channels_to_device(be, b2.data(), host, sync_b_);  // β₂
   Tensor& dx = ensure_buffer(ctx, dx_, x_.shape(), dt, x_.layout());
   Tensor& term = ensure_buffer(ctx, sync_term_, x_.shape(), dt, x_.layout());
-  be.batchnorm_forward_eval(x_, sync_a_, sync_b_, sync_mean_, sync_var_, eps_, term);
+  batchnorm::forward_eval(be, x_, sync_a_, sync_b_, sync_mean_, sync_var_, eps_, term);
   be.fill(sync_b_, 0.0);
   Tensor zero_mean = sync_b_;
-  be.batchnorm_forward_eval(dy, gamma_, zero_mean, zero_mean, sync_var_, eps_, dx);
+  batchnorm::forward_eval(be, dy, gamma_, zero_mean, zero_mean, sync_var_, eps_, dx);
   be.add(dx, term, dx);
   return dx;
 }

@@ -248,7 +248,7 @@ class RunStore {
   // "ok", or the problems PRAGMA integrity_check and foreign_key_check found.
   std::string integrity_check() const;
 
-  struct Impl;  // opaque; named here only so run_store.cpp's helpers can use it
+  struct Impl;  // opaque; named here only so the store's files can share it (store_internal.h)
 
  private:
   Impl& impl() const;

@@ -72,6 +72,7 @@ class InputStager {
                 Tensor& out);
 
   Backend& be_;
+  Staging* staging_;  // be_.staging(): device backends only
   InputOptions options_;
   bool on_host_;
   Slot slots_[2];

@@ -202,9 +202,10 @@ void StepTelemetry::end_step(int64_t step, int64_t epoch, json metrics, int64_t 
   const bool sampled = step == 1 || step % std::max<int64_t>(1, options_.measure_every) == 0;
   if (!on_host_) {
     metrics["h2d_bytes"] = double(h2d_bytes);
-    if (std::optional<DeviceMemoryStats> m = be_.memory_stats(/*query_device=*/sampled)) {
-      write_memory_metrics(*m, metrics);
-      device_peak_bytes_ = std::max(device_peak_bytes_, m->peak_allocated_bytes);
+    if (DeviceMemory* mem = be_.memory()) {
+      const DeviceMemoryStats m = mem->stats(/*query_device=*/sampled);
+      write_memory_metrics(m, metrics);
+      device_peak_bytes_ = std::max(device_peak_bytes_, m.peak_allocated_bytes);
     }
     if (nvml_ && sampled)
       if (std::optional<GpuTelemetry> g = nvml_->read()) g->write_metrics(metrics);
@@ -246,10 +247,11 @@ void StepTelemetry::publish_ready(bool flush) {
 }
 
 void StepTelemetry::release_cached_memory() {
-  if (std::optional<DeviceMemoryStats> m = be_.memory_stats(false))
-    device_peak_bytes_ = std::max(device_peak_bytes_, m->peak_allocated_bytes);
-  be_.empty_cache();
-  be_.reset_peak_memory();
+  DeviceMemory* mem = be_.memory();
+  if (!mem) return;
+  device_peak_bytes_ = std::max(device_peak_bytes_, mem->stats(false).peak_allocated_bytes);
+  mem->empty_cache();
+  mem->reset_peak();
 }
 
 void StepTelemetry::write_summary(json& summary) {
@@ -258,8 +260,8 @@ void StepTelemetry::write_summary(json& summary) {
   summary["median_step_time_ms"] = med;
   summary["samples_per_s"] =
       std::isfinite(med) && med > 0 ? 1e3 * double(options_.samples_per_step) / med : 0.0;
-  if (std::optional<DeviceMemoryStats> m = be_.memory_stats(false))
-    device_peak_bytes_ = std::max(device_peak_bytes_, m->peak_allocated_bytes);
+  if (DeviceMemory* mem = be_.memory())
+    device_peak_bytes_ = std::max(device_peak_bytes_, mem->stats(false).peak_allocated_bytes);
   summary["peak_memory_bytes"] = on_host_ ? process_peak_rss_bytes() : device_peak_bytes_;
   summary["peak_memory_kind"] = on_host_ ? "host_peak_rss" : "device_peak_allocated";
   if (!on_host_) summary["gpu_mem_peak_bytes"] = device_peak_bytes_;

@@ -157,8 +157,13 @@ RunData open_data(const RunConfig& c, const RunPlan& plan, Backend& be, const Sh
   lo.drop_last = true;  // equal batch shapes every step
   lo.shard = shard;     // ddp: this rank's batches of every epoch (distributed_sampler.h)
   lo.transform = transform_for(c, *d.train_set, true);
-  if (plan.pinned_staging)
-    lo.allocator = [&be](const Shape& s, DType t) { return be.pinned_host_empty(s, t); };
+  if (plan.pinned_staging) {
+    Staging* staging = be.staging();
+    TB_CHECK(staging, "pin_memory: the ", be.name(), " backend has no pinned host memory");
+    lo.allocator = [staging](const Shape& s, DType t) {
+      return staging->pinned_host_empty(s, t);
+    };
+  }
   if (plan.uint8_upload) lo.format = plan.gpu_augment ? BatchFormat::Uint8Raw : BatchFormat::Uint8;
   d.train = std::make_unique<DataLoader>(*d.train_set, lo);
   lo.shuffle = false;

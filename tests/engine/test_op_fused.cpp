@@ -39,6 +39,7 @@
 #include "engine/nn/batchnorm2d.h"
 #include "engine/nn/linear_act.h"
 #include "engine/nn/model.h"
+#include "engine/ops/batchnorm/batchnorm.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gradcheck.h"
 #include "tests/engine/tensor_helpers.h"
@@ -160,10 +161,10 @@ BnOut run_unfused(Backend& be, const BnCase& k, bool relu, bool residual, bool t
   o.smean = be.empty({C}, DType::F32), o.sinvstd = be.empty({C}, DType::F32);
   o.y = be.empty(k.x.shape(), DType::F32, layout);
   if (training)
-    be.batchnorm_forward_train(x, gamma, beta, o.rmean, o.rvar, 0.1f, 1e-5f, o.y, o.smean,
+    batchnorm::forward_train(be, x, gamma, beta, o.rmean, o.rvar, 0.1f, 1e-5f, o.y, o.smean,
                                o.sinvstd);
   else
-    be.batchnorm_forward_eval(x, gamma, beta, o.rmean, o.rvar, 1e-5f, o.y);
+    batchnorm::forward_eval(be, x, gamma, beta, o.rmean, o.rvar, 1e-5f, o.y);
   if (residual) be.add(o.y, r, o.y);
   if (relu) be.relu_forward(o.y, o.y);
   if (!training) return o;
@@ -175,7 +176,7 @@ BnOut run_unfused(Backend& be, const BnCase& k, bool relu, bool residual, bool t
   o.dres = dz;
   o.dx = be.empty(k.x.shape(), DType::F32, layout);
   o.dgamma = be.empty({C}, DType::F32), o.dbeta = be.empty({C}, DType::F32);
-  be.batchnorm_backward(x, dz, gamma, o.smean, o.sinvstd, o.dx, o.dgamma, o.dbeta, false);
+  batchnorm::backward(be, x, dz, gamma, o.smean, o.sinvstd, o.dx, o.dgamma, o.dbeta, false);
   return o;
 }
 
@@ -195,15 +196,15 @@ BnOut run_fused(Backend& be, const BnCase& k, bool relu, bool residual, bool tra
   o.y = be.empty(k.x.shape(), DType::F32, layout);
   const Epilogue ep{relu ? Activation::ReLU : Activation::None, r};
   if (training)
-    be.batchnorm_forward_train(x, gamma, beta, o.rmean, o.rvar, 0.1f, 1e-5f, o.y, o.smean,
+    batchnorm::forward_train(be, x, gamma, beta, o.rmean, o.rvar, 0.1f, 1e-5f, o.y, o.smean,
                                o.sinvstd, ep);
   else
-    be.batchnorm_forward_eval(x, gamma, beta, o.rmean, o.rvar, 1e-5f, o.y, ep);
+    batchnorm::forward_eval(be, x, gamma, beta, o.rmean, o.rvar, 1e-5f, o.y, ep);
   if (!training) return o;
   o.dres = be.empty(k.x.shape(), DType::F32, layout);
   o.dx = be.empty(k.x.shape(), DType::F32, layout);
   o.dgamma = be.empty({C}, DType::F32), o.dbeta = be.empty({C}, DType::F32);
-  be.batchnorm_backward(x, dy, gamma, o.smean, o.sinvstd, o.dx, o.dgamma, o.dbeta, false,
+  batchnorm::backward(be, x, dy, gamma, o.smean, o.sinvstd, o.dx, o.dgamma, o.dbeta, false,
                         EpilogueGrad{ep.act, o.y, o.dres});
   return o;
 }
@@ -529,12 +530,13 @@ class TestOpFused : public QObject {
     Tensor si = Tensor::empty({3}, DType::F32), rm = clone(k.rmean), rv = clone(k.rvar);
     Tensor bad_r = Tensor::empty({2, 3, 4, 5}, DType::F32);
     QVERIFY_THROWS_EXCEPTION(
-        Error, be.batchnorm_forward_train(k.x, k.gamma, k.beta, rm, rv, 0.1f, 1e-5f, y, sm, si,
+        Error, batchnorm::forward_train(be, k.x, k.gamma, k.beta, rm, rv, 0.1f, 1e-5f, y, sm, si,
                                           Epilogue{Activation::ReLU, bad_r}));
     Tensor none;
     Tensor bad_g = Tensor::empty({4}, DType::F32);
-    QVERIFY_THROWS_EXCEPTION(Error, be.batchnorm_backward(k.x, k.dy, bad_g, sm, si, y, none, none,
-                                                          false, EpilogueGrad{Activation::ReLU, y}));
+    QVERIFY_THROWS_EXCEPTION(Error,
+                             batchnorm::backward(be, k.x, k.dy, bad_g, sm, si, y, none, none,
+                                                 false, EpilogueGrad{Activation::ReLU, y}));
     const LinCase lk(4, 6, 5, 63);
     Tensor ly = Tensor::empty({4, 5}, DType::F32), lpre = Tensor::empty({4, 5}, DType::F32);
     Tensor bad_b = Tensor::empty({6}, DType::F32);

@@ -33,6 +33,8 @@ class CpuBackend final : public Backend {
 
   bool reference() const { return options_.reference; }
   int threads() const { return threads_; }
+  // True when an op on tensors of dtype t must take the reference path.
+  bool use_reference(DType t) const { return options_.reference || t == DType::F64; }
 
   void fill(Tensor& t, double value) override;
   void copy(const Tensor& src, Tensor& dst) override;
@@ -50,19 +52,6 @@ class CpuBackend final : public Backend {
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
   void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
                        Tensor& db, bool accumulate) override;
-
-  // engine/ops/batchnorm/batchnorm_cpu.cpp
-  void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                               Tensor& running_mean, Tensor& running_var, float momentum,
-                               float eps, Tensor& y, Tensor& save_mean, Tensor& save_invstd,
-                               const Epilogue& epilogue = {}) override;
-  void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                              const Tensor& running_mean, const Tensor& running_var, float eps,
-                              Tensor& y, const Epilogue& epilogue = {}) override;
-  void batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
-                          const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
-                          Tensor& dgamma, Tensor& dbeta, bool accumulate,
-                          const EpilogueGrad& epilogue = {}) override;
 
   void relu_forward(const Tensor& x, Tensor& y) override;
   void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
@@ -118,9 +107,6 @@ class CpuBackend final : public Backend {
                           Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
 
  private:
-  // True when an op on tensors of dtype t must take the reference path.
-  bool use_reference(DType t) const { return options_.reference || t == DType::F64; }
-
   BackendOptions options_;
   int threads_ = 1;
 };

@@ -158,6 +158,7 @@ CudaBackend::CudaBackend(int index, const BackendOptions& options)
 }
 
 CudaBackend::~CudaBackend() {
+  release_kernels();  // they hold streams' and handles' users; before impl_ goes
   if (impl_) release(*impl_);
 }
 

@@ -69,19 +69,6 @@ class CudaBackend final : public Backend {
   void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
                        Tensor& db, bool accumulate) override;
 
-  // engine/ops/batchnorm/batchnorm_cuda.cpp (batchnorm.cu)
-  void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                               Tensor& running_mean, Tensor& running_var, float momentum, float eps,
-                               Tensor& y, Tensor& save_mean, Tensor& save_invstd,
-                               const Epilogue& epilogue = {}) override;
-  void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                              const Tensor& running_mean, const Tensor& running_var, float eps,
-                              Tensor& y, const Epilogue& epilogue = {}) override;
-  void batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
-                          const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
-                          Tensor& dgamma, Tensor& dbeta, bool accumulate,
-                          const EpilogueGrad& epilogue = {}) override;
-
   void relu_forward(const Tensor& x, Tensor& y) override;
   void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
   void gelu_forward(const Tensor& x, Tensor& y) override;
@@ -134,14 +121,9 @@ class CudaBackend final : public Backend {
   void conv2d_backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
                           Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
 
-  // Device memory and the input path (staging.cpp, input.cu). NOT yet run on a GPU.
-  std::optional<DeviceMemoryStats> memory_stats(bool query_device) override;
-  void empty_cache() override;
-  void reset_peak_memory() override;
-  Tensor pinned_host_empty(const Shape& shape, DType dtype) override;
-  uint64_t upload_async(const Tensor& src, Tensor& dst, uint64_t after_fence) override;
-  void wait_upload(uint64_t ticket) override;
-  uint64_t fence() override;
+  // Device memory and the input path (staging.cpp, input.cu).
+  DeviceMemory* memory() override { return &memory_; }
+  Staging* staging() override { return &staging_; }
   void normalize_u8(const Tensor& src, const std::vector<float>& scale,
                     const std::vector<float>& shift, Tensor& dst) override;
   void augment_normalize_u8(const Tensor& src, const Tensor& indices, const AugmentSpec& spec,
@@ -156,7 +138,7 @@ class CudaBackend final : public Backend {
       .device_normalize_u8 = true,     // normalize_u8 (input.cu)
       .device_augment = true,          // augment_normalize_u8 (augment.cu)
       .device_side_init = true,        // Model fills constant tensors with fill()
-      .caching_allocator = true,       // memory_stats, empty_cache (caching_allocator.cpp)
+      .caching_allocator = true,       // memory(): stats, empty_cache (caching_allocator.cpp)
       .low_precision = true,           // *_lp ops, amp_* (amp.cu, amp_ops.cpp, conv_lp.cpp)
       .autotuned_convolutions = true,  // cuDNN plans timed per shape (conv_cudnn.cpp)
       .channels_last = true,           // NHWC convolutions, BN, pooling
@@ -173,11 +155,10 @@ class CudaBackend final : public Backend {
   };
   BackendCapabilities capabilities() const override { return kCapabilities; }
   // Whole-step capture (graphs.cpp, cuda_graphs; graph_capture above).
-  void begin_capture() override;
-  int end_capture() override;
-  void launch_graph(int id) override;
-  void drop_graphs() override;
-  void set_optimizer_constants(const OptimizerStep& step) override;
+  GraphCapture* graphs() override { return &graphs_; }
+  // The optimizer's per-step constants for graph replays (cuda_optimizer.cpp;
+  // GraphCapture::set_optimizer_constants).
+  void set_optimizer_constants(const OptimizerStep& step);
   // The compute stream (a cudaStream_t), for the CUDA-event step timer.
   void* stream_handle() const;
 
@@ -186,9 +167,49 @@ class CudaBackend final : public Backend {
   Impl& impl() const { return *impl_; }
 
  private:
+  // The capability objects, over impl_ (staging.cpp, graphs.cpp).
+  class Memory final : public DeviceMemory {
+   public:
+    explicit Memory(CudaBackend& be) : be_(be) {}
+    DeviceMemoryStats stats(bool query_device) override;
+    void empty_cache() override;
+    void reset_peak() override;
+
+   private:
+    CudaBackend& be_;
+  };
+  class Uploads final : public Staging {
+   public:
+    explicit Uploads(CudaBackend& be) : be_(be) {}
+    Tensor pinned_host_empty(const Shape& shape, DType dtype) override;
+    uint64_t upload_async(const Tensor& src, Tensor& dst, uint64_t after_fence) override;
+    void wait_upload(uint64_t ticket) override;
+    uint64_t fence() override;
+
+   private:
+    CudaBackend& be_;
+  };
+  class Graphs final : public GraphCapture {
+   public:
+    explicit Graphs(CudaBackend& be) : be_(be) {}
+    void begin_capture() override;
+    int end_capture() override;
+    void launch(int id) override;
+    void drop_all() override;
+    void set_optimizer_constants(const OptimizerStep& step) override {
+      be_.set_optimizer_constants(step);
+    }
+
+   private:
+    CudaBackend& be_;
+  };
+
   int index_ = 0;
   BackendOptions options_;
   std::unique_ptr<Impl> impl_;
+  Memory memory_{*this};
+  Uploads staging_{*this};
+  Graphs graphs_{*this};
 };
 
 }  // namespace tb

@@ -4,6 +4,7 @@
 
 #include <initializer_list>
 
+#include "engine/backend/backend.h"
 #include "engine/core/error.h"
 
 namespace tb::batchnorm {
@@ -106,6 +107,31 @@ Dims check_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
   TB_CHECK(!dx.defined() || !dres.defined() || dx.data() != dres.data(), op,
            ": dx and dresidual must be different buffers");
   return d;
+}
+
+void forward_train(Backend& be, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                   Tensor& running_mean, Tensor& running_var, float momentum, float eps,
+                   Tensor& y, Tensor& save_mean, Tensor& save_invstd, const Epilogue& epilogue) {
+  const Dims d = check_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean,
+                                     save_invstd, epilogue);
+  be.kernels<Kernels>().forward_train(d, x, gamma, beta, running_mean, running_var, momentum,
+                                      eps, y, save_mean, save_invstd, epilogue);
+}
+
+void forward_eval(Backend& be, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                  const Tensor& running_mean, const Tensor& running_var, float eps, Tensor& y,
+                  const Epilogue& epilogue) {
+  const Dims d = check_forward_eval(x, gamma, beta, running_mean, running_var, y, epilogue);
+  be.kernels<Kernels>().forward_eval(d, x, gamma, beta, running_mean, running_var, eps, y,
+                                     epilogue);
+}
+
+void backward(Backend& be, const Tensor& x, const Tensor& dy, const Tensor& gamma,
+              const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx, Tensor& dgamma,
+              Tensor& dbeta, bool accumulate, const EpilogueGrad& epilogue) {
+  const Dims d = check_backward(x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, epilogue);
+  be.kernels<Kernels>().backward(d, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
+                                 accumulate, epilogue);
 }
 
 }  // namespace tb::batchnorm

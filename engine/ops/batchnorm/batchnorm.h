@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
-// The batch-norm op family's contract (Backend::batchnorm_forward_train,
-// batchnorm_forward_eval, batchnorm_backward): batch normalization over
-// (N, H, W) per channel, PyTorch's semantics, with an epilogue.
+// The batch-norm op family's contract and entry points
+// (batchnorm::forward_train, forward_eval, backward): batch normalization
+// over (N, H, W) per channel, PyTorch's semantics, with an epilogue.
 //
 // Shapes    x, y, dy, dx, epilogue residual / y / dresidual   (N, C, H, W)
 //           gamma, beta, running_mean, running_var,
@@ -32,20 +32,56 @@
 // Aliasing  with an active epilogue y must not be x (the backward reads both);
 //           dx and dresidual must not alias x, dy or y, nor each other.
 //
-// Files: batchnorm_cpu.cpp (reference and fast f32 path), batchnorm.cu +
-// batchnorm.cuh (CUDA kernels and launchers), batchnorm_cuda.cpp (the CUDA
-// backend's dispatch), test_op_batchnorm.cpp.
+// Files: batchnorm.cpp (the checks and entry points), batchnorm_cpu.cpp
+// (reference and fast f32 path), batchnorm.cu + batchnorm.cuh (CUDA kernels
+// and launchers), batchnorm_plan.h/.cpp (their launch plan, host code),
+// batchnorm_cuda.cpp (the CUDA backend's Kernels), test_op_batchnorm.cpp.
+// How a family plugs into a backend: engine/ops/registry.h.
 #include <cstdint>
 
 #include "engine/core/tensor.h"
 #include "engine/ops/epilogue.h"
+#include "engine/ops/registry.h"
 
 namespace tb::batchnorm {
+
+// Entry points: the contract's checks (below), then this backend's kernels.
+// Defaults as the contract says: no epilogue.
+void forward_train(Backend& be, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                   Tensor& running_mean, Tensor& running_var, float momentum, float eps,
+                   Tensor& y, Tensor& save_mean, Tensor& save_invstd,
+                   const Epilogue& epilogue = {});
+void forward_eval(Backend& be, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                  const Tensor& running_mean, const Tensor& running_var, float eps, Tensor& y,
+                  const Epilogue& epilogue = {});
+void backward(Backend& be, const Tensor& x, const Tensor& dy, const Tensor& gamma,
+              const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx, Tensor& dgamma,
+              Tensor& dbeta, bool accumulate, const EpilogueGrad& epilogue = {});
 
 struct Dims {
   int64_t N, C, HW;
   bool nhwc;
   int64_t M() const { return N * HW; }
+};
+
+// What a backend implements, called with arguments that passed the
+// contract's checks and their Dims. Each checks what it adds (its device,
+// its dtypes, its layouts) and names the op in its errors.
+class Kernels : public OpKernels {
+ public:
+  static constexpr const char* kFamily = "batch norm";
+  virtual void forward_train(const Dims& d, const Tensor& x, const Tensor& gamma,
+                             const Tensor& beta, Tensor& running_mean, Tensor& running_var,
+                             float momentum, float eps, Tensor& y, Tensor& save_mean,
+                             Tensor& save_invstd, const Epilogue& epilogue) = 0;
+  virtual void forward_eval(const Dims& d, const Tensor& x, const Tensor& gamma,
+                            const Tensor& beta, const Tensor& running_mean,
+                            const Tensor& running_var, float eps, Tensor& y,
+                            const Epilogue& epilogue) = 0;
+  virtual void backward(const Dims& d, const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                        const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
+                        Tensor& dgamma, Tensor& dbeta, bool accumulate,
+                        const EpilogueGrad& epilogue) = 0;
 };
 
 // The contract's checks, shared by every backend: defined operands on x's

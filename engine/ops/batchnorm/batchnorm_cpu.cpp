@@ -334,14 +334,33 @@ void apply_epilogue_reference(Backend& be, const Epilogue& epilogue, Tensor& y) 
   if (epilogue.act == Activation::ReLU) be.relu_forward(y, y);
 }
 
+class CpuKernels final : public batchnorm::Kernels {
+ public:
+  explicit CpuKernels(CpuBackend& be) : be_(be) {}
+
+  void forward_train(const BnDims& d, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                     Tensor& running_mean, Tensor& running_var, float momentum, float eps,
+                     Tensor& y, Tensor& save_mean, Tensor& save_invstd,
+                     const Epilogue& epilogue) override;
+  void forward_eval(const BnDims& d, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                    const Tensor& running_mean, const Tensor& running_var, float eps, Tensor& y,
+                    const Epilogue& epilogue) override;
+  void backward(const BnDims& d, const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx, Tensor& dgamma,
+                Tensor& dbeta, bool accumulate, const EpilogueGrad& epilogue) override;
+
+ private:
+  bool use_reference(DType t) const { return be_.use_reference(t); }
+
+  CpuBackend& be_;
+};
+
 }  // namespace
 
-void CpuBackend::batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                         Tensor& running_mean, Tensor& running_var, float momentum,
-                                         float eps, Tensor& y, Tensor& save_mean,
-                                         Tensor& save_invstd, const Epilogue& epilogue) {
-  const BnDims d = batchnorm::check_forward_train(x, gamma, beta, running_mean, running_var, y,
-                                                  save_mean, save_invstd, epilogue);
+void CpuKernels::forward_train(const BnDims& d, const Tensor& x, const Tensor& gamma,
+                               const Tensor& beta, Tensor& running_mean, Tensor& running_var,
+                               float momentum, float eps, Tensor& y, Tensor& save_mean,
+                               Tensor& save_invstd, const Epilogue& epilogue) {
   check_cpu(x, epilogue.active(), "batchnorm_forward_train");
   if (use_reference(x.dtype()) || d.nhwc) {  // NHWC: reference (file comment)
     by_dtype(x, [&](auto z) {
@@ -350,21 +369,20 @@ void CpuBackend::batchnorm_forward_train(const Tensor& x, const Tensor& gamma, c
                       running_mean.data_as<T>(), running_var.data_as<T>(), momentum, eps,
                       y.data_as<T>(), save_mean.data_as<T>(), save_invstd.data_as<T>());
     });
-    apply_epilogue_reference(*this, epilogue, y);
+    apply_epilogue_reference(be_, epilogue, y);
     return;
   }
   bn_train_f32(d, x.data_as<float>(), gamma.data_as<float>(), beta.data_as<float>(),
                ptr_or_null<float>(epilogue.residual), epilogue.act == Activation::ReLU,
                running_mean.data_as<float>(), running_var.data_as<float>(), momentum, eps,
                y.data_as<float>(), save_mean.data_as<float>(), save_invstd.data_as<float>(),
-               threads_);
+               be_.threads());
 }
 
-void CpuBackend::batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                        const Tensor& running_mean, const Tensor& running_var,
-                                        float eps, Tensor& y, const Epilogue& epilogue) {
-  const BnDims d =
-      batchnorm::check_forward_eval(x, gamma, beta, running_mean, running_var, y, epilogue);
+void CpuKernels::forward_eval(const BnDims& d, const Tensor& x, const Tensor& gamma,
+                              const Tensor& beta, const Tensor& running_mean,
+                              const Tensor& running_var, float eps, Tensor& y,
+                              const Epilogue& epilogue) {
   check_cpu(x, epilogue.active(), "batchnorm_forward_eval");
   if (use_reference(x.dtype()) || d.nhwc) {  // NHWC: reference (file comment)
     by_dtype(x, [&](auto z) {
@@ -372,21 +390,19 @@ void CpuBackend::batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, co
       bn_eval_ref<T>(d, x.data_as<T>(), gamma.data_as<T>(), beta.data_as<T>(),
                      running_mean.data_as<T>(), running_var.data_as<T>(), eps, y.data_as<T>());
     });
-    apply_epilogue_reference(*this, epilogue, y);
+    apply_epilogue_reference(be_, epilogue, y);
     return;
   }
   bn_eval_f32(d, x.data_as<float>(), gamma.data_as<float>(), beta.data_as<float>(),
               ptr_or_null<float>(epilogue.residual), epilogue.act == Activation::ReLU,
               running_mean.data_as<float>(), running_var.data_as<float>(), eps,
-              y.data_as<float>(), threads_);
+              y.data_as<float>(), be_.threads());
 }
 
-void CpuBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
-                                    const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
-                                    Tensor& dgamma, Tensor& dbeta, bool accumulate,
-                                    const EpilogueGrad& epilogue) {
-  const BnDims d = batchnorm::check_backward(x, dy, gamma, save_mean, save_invstd, dx, dgamma,
-                                             dbeta, epilogue);
+void CpuKernels::backward(const BnDims& d, const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                          const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
+                          Tensor& dgamma, Tensor& dbeta, bool accumulate,
+                          const EpilogueGrad& epilogue) {
   check_cpu(x, epilogue.active(), "batchnorm_backward");
   const bool relu = epilogue.act == Activation::ReLU;
   if (use_reference(x.dtype()) || d.nhwc) {  // NHWC: reference (file comment)
@@ -396,9 +412,9 @@ void CpuBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Ten
     if (epilogue.active()) {
       dz = epilogue.dresidual.defined() ? epilogue.dresidual : Tensor::empty(x.shape(), x.dtype());
       if (relu)
-        relu_backward(epilogue.y, dy, dz);
+        be_.relu_backward(epilogue.y, dy, dz);
       else
-        copy(dy, dz);
+        be_.copy(dy, dz);
     }
     by_dtype(x, [&](auto z) {
       using T = decltype(z);
@@ -412,7 +428,11 @@ void CpuBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Ten
                   dy.data_as<float>(), gamma.data_as<float>(), save_mean.data_as<float>(),
                   save_invstd.data_as<float>(), relu, ptr_or_null<float>(dx),
                   ptr_or_null<float>(epilogue.dresidual), ptr_or_null<float>(dgamma),
-                  ptr_or_null<float>(dbeta), accumulate, threads_);
+                  ptr_or_null<float>(dbeta), accumulate, be_.threads());
 }
+
+namespace batchnorm {
+void register_cpu_kernels() { register_kernels<Kernels, CpuKernels, CpuBackend>(DeviceKind::CPU); }
+}  // namespace batchnorm
 
 }  // namespace tb
