@@ -4,7 +4,7 @@
 // phase by phase, with each row's counted work (engine/nn/layer_work.h), and
 // how a row compares with the device's peaks (roofline). Written by the
 // LayerProfiler (layer_profiler.h), carried by the "layer_profile" event,
-// stored with the run (engine/store/layer_profile.h), read by
+// stored with the run (engine/store/layer_profiles.cpp), read by
 // `trainbench-engine layers`. docs/layers.md says what each row covers.
 #include <cstdint>
 #include <limits>
