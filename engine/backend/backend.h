@@ -25,24 +25,10 @@
 #include "engine/backend/capabilities.h"
 #include "engine/core/error.h"
 #include "engine/core/tensor.h"
-#include "engine/data/augment_draw.h"
 #include "engine/ops/epilogue.h"
 #include "engine/ops/registry.h"
 
 namespace tb {
-
-struct ConvGeometry {
-  int64_t N = 0, C_in = 0, H = 0, W = 0;
-  int64_t C_out = 0, KH = 0, KW = 0;
-  int64_t stride = 1, pad = 0;
-  int64_t H_out = 0, W_out = 0;
-
-  static ConvGeometry make(int64_t N, int64_t C_in, int64_t H, int64_t W, int64_t C_out,
-                           int64_t kernel, int64_t stride, int64_t pad);
-  Shape input_shape() const { return {N, C_in, H, W}; }
-  Shape weight_shape() const { return {C_out, C_in, KH, KW}; }
-  Shape output_shape() const { return {N, C_out, H_out, W_out}; }
-};
 
 struct PoolGeometry {
   int64_t N = 0, C = 0, H = 0, W = 0;
@@ -122,21 +108,6 @@ class Backend {
     copy(src, dst);
   }
 
-  // --- convolution: x (N,Cin,H,W), w (Cout,Cin,KH,KW), b (Cout) or undefined
-  virtual void conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                              const Tensor& b, Tensor& y) = 0;
-  virtual void conv2d_backward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                               const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db,
-                               bool accumulate) = 0;
-
-  // --- pointwise (any rank; y/dx may alias x/dy)
-  virtual void relu_forward(const Tensor& x, Tensor& y) = 0;
-  virtual void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;  // dx = dy*(y>0)
-  virtual void gelu_forward(const Tensor& x, Tensor& y) = 0;  // exact (erf) GELU
-  virtual void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
-  virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;   // y = a + b
-  virtual void accumulate(const Tensor& src, Tensor& dst) = 0;         // dst += src
-  virtual void scale(Tensor& t, double alpha) = 0;                     // t *= alpha
 
   // --- pooling
   virtual void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
@@ -149,12 +120,6 @@ class Backend {
   virtual void global_avgpool_forward(const Tensor& x /*N,C,H,W*/, Tensor& y /*N,C*/) = 0;
   virtual void global_avgpool_backward(const Tensor& dy /*N,C*/, Tensor& dx /*N,C,H,W*/) = 0;
 
-  // --- channel padding (pad_channels_to): x (N,C,H,W) -> y (N,Cp,H,W),
-  // Cp >= C, x and y in one layout (NCHW or NHWC): y[:, :C] = x, y[:, C:] = 0.
-  // Backward is the slice dx = dy[:, :C] (the zero channels take no gradient).
-  virtual void pad_channels_forward(const Tensor& x, Tensor& y) = 0;
-  virtual void pad_channels_backward(const Tensor& dy /*N,Cp,H,W*/, Tensor& dx /*N,C,H,W*/) = 0;
-
   // --- loss: softmax cross-entropy with label smoothing, mean over the batch.
   // Adds {sum of per-sample losses, number of correct argmax predictions} into
   // stats (f64 [2], on this device) so the host reads them only when it wants.
@@ -163,51 +128,12 @@ class Backend {
                                      float label_smoothing, float grad_scale, Tensor& dlogits,
                                      Tensor& stats) = 0;
 
-  // --- mixed precision: the low-precision convolution. A backend opts in by
-  // overriding; the default throws. (Casts and the loss scaler:
-  // engine/ops/amp/.)
-  // Convolution under AMP, the same contract as the linear pair: x (N,Cin,H,W)
-  // and w (Cout,Cin,KH,KW) in f16 or bf16 (the same), b (Cout) and y f32; the
-  // products of the low-precision inputs are summed in fp32. Layouts as
-  // conv2d_forward (activations share x's layout, w has its own).
-  virtual void conv2d_forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                                 const Tensor& b, Tensor& y) {
-    amp_unsupported("conv2d_forward_lp");
-  }
-  // dy f32 is rounded to x's dtype for dgrad and wgrad (dx = dgrad(dy, w),
-  // dw (+)= wgrad(dy, x)); db (+)= Σ of the unrounded dy; dx, dw, db f32.
-  virtual void conv2d_backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                                  const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db,
-                                  bool accumulate) {
-    amp_unsupported("conv2d_backward_lp");
-  }
-
   // --- capability objects (below the class): what a backend with a device of
   // its own adds. A host backend has none (nullptr); the trick that needs one
   // is off there (capabilities.h names which).
   virtual DeviceMemory* memory() { return nullptr; }   // caching_allocator
   virtual Staging* staging() { return nullptr; }       // pin_memory, non_blocking
   virtual GraphCapture* graphs() { return nullptr; }   // cuda_graphs
-
-  // --- the input path's device ops (h2d_uint8, gpu_augment)
-  // h2d_uint8: dst f32 (N,C,H,W) = src u8 (N,C,H,W) * scale[c] + shift[c], with
-  // the loader's arithmetic exactly (one multiply, one add, no fused
-  // multiply-add), so the images are bit-identical to normalising on the host.
-  virtual void normalize_u8(const Tensor& src, const std::vector<float>& scale,
-                            const std::vector<float>& shift, Tensor& dst) = 0;
-  // gpu_augment: the loader's whole per-sample pipeline in one pass.
-  //   src     u8 (N, C, H, W) NCHW: the data set's bytes, not transformed
-  //   indices i32 (N): each row's data set index (seeds its SampleRng draws)
-  //   dst     f32 (N, C, spec.out_h, spec.out_w), NCHW or NHWC
-  // dst[n] = normalize(SampleTransform::apply(src[n], spec.seed, spec.epoch,
-  // indices[n])) bit for bit: pad_to placement, crop with zero padding, flip,
-  // then * scale[c] + shift[c] without fused multiply-add. All on this device.
-  // The default throws (a backend without it cannot run gpu_augment).
-  virtual void augment_normalize_u8(const Tensor& src, const Tensor& indices,
-                                    const AugmentSpec& spec, const std::vector<float>& scale,
-                                    const std::vector<float>& shift, Tensor& dst) {
-    TB_FAIL("augment_normalize_u8 (gpu_augment) is not supported by the ", name(), " backend");
-  }
 
  protected:
   // Destroys the family kernels made so far. A backend whose kernels use its
@@ -278,14 +204,6 @@ class GraphCapture {
   virtual void set_optimizer_constants(const OptimizerStep& step) = 0;
 };
 
-// normalize_u8's argument checks, shared by the backends: src u8 and dst f32
-// of one rank-4 shape and layout, one scale and shift per channel.
-void check_normalize_u8_args(const Tensor& src, const std::vector<float>& scale,
-                             const std::vector<float>& shift, const Tensor& dst);
-// augment_normalize_u8's argument checks (shapes, dtypes, spec ranges).
-void check_augment_normalize_u8_args(const Tensor& src, const Tensor& indices,
-                                     const AugmentSpec& spec, const std::vector<float>& scale,
-                                     const std::vector<float>& shift, const Tensor& dst);
 
 struct BackendOptions {
   bool reference = false;      // cpu: the plain reference kernels (the test oracle)

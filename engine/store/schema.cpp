@@ -120,6 +120,29 @@ CREATE TABLE run_links (
 );
 CREATE INDEX run_links_by_to ON run_links (to_run);
 )sql",
+    // v5: per-layer profiles of sampled steps (engine/metrics/layer_profile.h):
+    // a step's time, and its rows (layer, phase, time, counted work) in order.
+    R"sql(
+CREATE TABLE layer_profile_steps (
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  step_time_ms REAL NOT NULL,
+  PRIMARY KEY (run_id, step)
+);
+CREATE TABLE layer_profile_rows (
+  run_id INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  layer TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  phase TEXT NOT NULL,
+  time_ms REAL NOT NULL,
+  flops REAL,
+  bytes REAL,
+  PRIMARY KEY (run_id, step, seq),
+  FOREIGN KEY (run_id, step) REFERENCES layer_profile_steps (run_id, step) ON DELETE CASCADE
+);
+)sql",
 };
 static_assert(std::size(kMigrations) == RunStore::kSchemaVersion,
               "one migration per schema version");

@@ -11,6 +11,7 @@
 //   run_reader.cpp  runs, series and events read by the GUI and the CLI
 //   ladders.cpp     the ladder and run-link tables (schema v4), both ways
 //   liveness.cpp    whether a run's engine is still alive (pid, heartbeat)
+//   layer_profiles.cpp  the per-layer profiles of sampled steps (schema v5)
 #include <sqlite3.h>
 
 #include <chrono>

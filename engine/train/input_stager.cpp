@@ -2,6 +2,7 @@
 #include "engine/train/input_stager.h"
 
 #include "engine/core/error.h"
+#include "engine/ops/augment/augment.h"
 
 namespace tb {
 
@@ -39,11 +40,11 @@ void InputStager::release_all() {
 void InputStager::to_float(const Tensor& raw, const Tensor& indices, int64_t epoch,
                            const DataLoader& loader, Tensor& out) {
   if (options_.augment)
-    be_.augment_normalize_u8(raw, indices,
-                             augment_spec(loader.transform(), loader.options().seed, epoch),
-                             options_.scale, options_.shift, out);
+    augment::augment_normalize_u8(be_, raw, indices,
+                                  augment_spec(loader.transform(), loader.options().seed, epoch),
+                                  options_.scale, options_.shift, out);
   else
-    be_.normalize_u8(raw, options_.scale, options_.shift, out);
+    augment::normalize_u8(be_, raw, options_.scale, options_.shift, out);
 }
 
 void InputStager::stage(Batch&& b, DataLoader& loader, Tensor& images, Tensor& labels) {

@@ -14,6 +14,7 @@
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
 #include "engine/ops/optimizer/optimizer.h"
+#include "engine/ops/pointwise/pointwise.h"
 #include "engine/train/config.h"
 #include "engine/train/events.h"
 #include "engine/train/step_graph.h"
@@ -155,10 +156,10 @@ class TestCudaGraphs : public QObject {
     Tensor x = upload(be, ramp(n, 0.37f, 11.0f));
     Tensor y = be.empty({n}, DType::F32), z = be.empty({n}, DType::F32);
     auto chain = [&] {
-      be.relu_forward(x, y);
-      be.add(y, x, z);
-      be.scale(z, 1.5);
-      be.gelu_forward(z, y);
+      pointwise::relu_forward(be, x, y);
+      pointwise::add(be, y, x, z);
+      pointwise::scale(be, z, 1.5);
+      pointwise::gelu_forward(be, z, y);
     };
     chain();
     const std::vector<float> eager = download(be, y);

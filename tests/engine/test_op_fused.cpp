@@ -32,6 +32,7 @@
 #include "engine/nn/batchnorm2d.h"
 #include "engine/nn/model.h"
 #include "engine/ops/batchnorm/batchnorm.h"
+#include "engine/ops/pointwise/pointwise.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gradcheck.h"
 #include "tests/engine/tensor_helpers.h"
@@ -156,12 +157,12 @@ BnOut run_unfused(Backend& be, const BnCase& k, bool relu, bool residual, bool t
                                o.sinvstd);
   else
     batchnorm::forward_eval(be, x, gamma, beta, o.rmean, o.rvar, 1e-5f, o.y);
-  if (residual) be.add(o.y, r, o.y);
-  if (relu) be.relu_forward(o.y, o.y);
+  if (residual) pointwise::add(be, o.y, r, o.y);
+  if (relu) pointwise::relu_forward(be, o.y, o.y);
   if (!training) return o;
   Tensor dz = be.empty(k.x.shape(), DType::F32, layout);
   if (relu)
-    be.relu_backward(o.y, dy, dz);
+    pointwise::relu_backward(be, o.y, dy, dz);
   else
     be.copy(dy, dz);
   o.dres = dz;

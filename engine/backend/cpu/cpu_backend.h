@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
-// The CPU backend. Each op family lives in its own file (conv.cpp,
-// pool.cpp, pointwise.cpp, loss.cpp, optimizer.cpp, memory.cpp; the families
+// The CPU backend. Each op family not yet moved lives in its own file
+// (pool.cpp, loss.cpp, optimizer.cpp, memory.cpp; the families
 // already moved in engine/ops/<family>/) with a plain reference implementation
 // (templated on float/double: the test oracle, used for f64 and when
 // options.reference is set) beside the fast f32 path (OpenBLAS GEMM,
@@ -38,24 +38,7 @@ class CpuBackend final : public Backend {
 
   void fill(Tensor& t, double value) override;
   void copy(const Tensor& src, Tensor& dst) override;
-  void normalize_u8(const Tensor& src, const std::vector<float>& scale,
-                    const std::vector<float>& shift, Tensor& dst) override;
-  void augment_normalize_u8(const Tensor& src, const Tensor& indices, const AugmentSpec& spec,
-                            const std::vector<float>& scale, const std::vector<float>& shift,
-                            Tensor& dst) override;
 
-  void conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                      Tensor& y) override;
-  void conv2d_backward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
-                       Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
-
-  void relu_forward(const Tensor& x, Tensor& y) override;
-  void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
-  void gelu_forward(const Tensor& x, Tensor& y) override;
-  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
-  void add(const Tensor& a, const Tensor& b, Tensor& y) override;
-  void accumulate(const Tensor& src, Tensor& dst) override;
-  void scale(Tensor& t, double alpha) override;
 
   void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
                          Tensor& argmax) override;
@@ -66,18 +49,8 @@ class CpuBackend final : public Backend {
   void global_avgpool_forward(const Tensor& x, Tensor& y) override;
   void global_avgpool_backward(const Tensor& dy, Tensor& dx) override;
 
-  // pad_channels.cpp
-  void pad_channels_forward(const Tensor& x, Tensor& y) override;
-  void pad_channels_backward(const Tensor& dy, Tensor& dx) override;
-
   void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing,
                              float grad_scale, Tensor& dlogits, Tensor& stats) override;
-
-  // The low-precision convolution reference (amp.cpp).
-  void conv2d_forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                         Tensor& y) override;
-  void conv2d_backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
-                          Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
 
  private:
   BackendOptions options_;

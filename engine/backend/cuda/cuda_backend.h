@@ -9,15 +9,13 @@
 //   cuda_backend.cpp   device selection, stream, library handles, describe(), fill/copy
 //   caching_allocator  stream-aware caching device allocator (registered for DeviceKind::CUDA)
 //   memory.cu          fill, dtype cast, NCHW<->NHWC conversion kernels
-//   pointwise.cu       relu/gelu forward+backward, add, accumulate, scale
 //   loss.cu            softmax cross-entropy with label smoothing
 //   pool.cu            max (argmax) / avg / global-avg pooling, NCHW and NHWC
 //   bias.cu            bias add and bias gradient (convolution, linear)
-//   (batch norm, linear: their op family folders, engine/ops/<family>/)
-//   (optimizer and sum of squares, casts and the loss scaler: their op family
-//   folders, engine/ops/optimizer/ and engine/ops/amp/)
-//   conv_cudnn.cpp     convolutions through the cuDNN 9 graph API (cudnn-frontend)
-//   cuda_ops.cpp       argument checks and dispatch for pointwise, pooling, loss
+//   (batch norm, conv, linear, pointwise, channel padding, augment, optimizer and
+//   sum of squares, amp casts and loss scaler: their op family folders,
+//   engine/ops/<family>/)
+//   cuda_ops.cpp       argument checks and dispatch for pooling, loss
 //   peer.cpp           copies between two devices' backends (parallel: dp)
 //
 // NOTE: written and compiled on a machine without a GPU; see the tests.
@@ -49,8 +47,9 @@ class CudaBackend final : public Backend {
   nlohmann::json describe() const override;
   void synchronize() override;
   const BackendOptions& options() const { return options_; }
-  // Built cuDNN convolution plans (forward, dgrad, wgrad counted apart).
-  size_t conv_plan_count() const;
+  // Built cuDNN convolution plans (forward, dgrad, wgrad counted apart), held
+  // by the convolution family's kernels (engine/ops/conv/conv_cuda.cpp).
+  size_t conv_plan_count();
 
   void fill(Tensor& t, double value) override;
   void copy(const Tensor& src, Tensor& dst) override;
@@ -58,18 +57,6 @@ class CudaBackend final : public Backend {
   // on both streams (parallel: dp). NOT yet run on a GPU.
   void copy_from_peer(Backend& src_backend, const Tensor& src, Tensor& dst) override;
 
-  void conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                      Tensor& y) override;
-  void conv2d_backward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
-                       Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
-
-  void relu_forward(const Tensor& x, Tensor& y) override;
-  void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
-  void gelu_forward(const Tensor& x, Tensor& y) override;
-  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
-  void add(const Tensor& a, const Tensor& b, Tensor& y) override;
-  void accumulate(const Tensor& src, Tensor& dst) override;
-  void scale(Tensor& t, double alpha) override;
 
   void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
                          Tensor& argmax) override;
@@ -80,41 +67,26 @@ class CudaBackend final : public Backend {
   void global_avgpool_forward(const Tensor& x, Tensor& y) override;
   void global_avgpool_backward(const Tensor& dy, Tensor& dx) override;
 
-  // pad_channels.cpp (pad_channels.cu). NOT yet run on a GPU.
-  void pad_channels_forward(const Tensor& x, Tensor& y) override;
-  void pad_channels_backward(const Tensor& dy, Tensor& dx) override;
-
   void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing,
                              float grad_scale, Tensor& dlogits, Tensor& stats) override;
 
-  // conv_lp.cpp: cuDNN graphs with f16/bf16 IO, then a cast to f32. NOT yet run on a GPU.
-  void conv2d_forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                         Tensor& y) override;
-  void conv2d_backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
-                          Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
-
-  // Device memory and the input path (staging.cpp, input.cu).
+  // Device memory and the input path (staging.cpp).
   DeviceMemory* memory() override { return &memory_; }
   Staging* staging() override { return &staging_; }
-  void normalize_u8(const Tensor& src, const std::vector<float>& scale,
-                    const std::vector<float>& shift, Tensor& dst) override;
-  void augment_normalize_u8(const Tensor& src, const Tensor& indices, const AugmentSpec& spec,
-                            const std::vector<float>& scale, const std::vector<float>& shift,
-                            Tensor& dst) override;
   // What the trainer may use on this backend (engine/backend/capabilities.h).
   // Declared here, once; capabilities_of(DeviceKind::CUDA) reads the same set
   // in builds without CUDA, so a configuration resolves the same everywhere.
   static constexpr BackendCapabilities kCapabilities{
       .pinned_host_memory = true,      // pinned_host_empty (caching_allocator.cpp)
       .async_upload = true,            // upload_async on the copy stream (staging.cpp)
-      .device_normalize_u8 = true,     // normalize_u8 (input.cu)
-      .device_augment = true,          // augment_normalize_u8 (augment.cu)
+      .device_normalize_u8 = true,     // augment::normalize_u8 (ops/augment/normalize_u8.cu)
+      .device_augment = true,          // augment::augment_normalize_u8 (ops/augment/augment.cu)
       .device_side_init = true,        // Model fills constant tensors with fill()
       .caching_allocator = true,       // memory(): stats, empty_cache (caching_allocator.cpp)
-      .low_precision = true,           // *_lp ops, amp_* (amp.cu, amp_ops.cpp, conv_lp.cpp)
-      .autotuned_convolutions = true,  // cuDNN plans timed per shape (conv_cudnn.cpp)
+      .low_precision = true,           // f16/bf16 conv and linear, amp_* (amp.cu, amp_ops.cpp)
+      .autotuned_convolutions = true,  // cuDNN plans timed per shape (ops/conv)
       .channels_last = true,           // NHWC convolutions, BN, pooling
-      .tensor_core_alignment = true,   // pad_channels (pad_channels.cu)
+      .tensor_core_alignment = true,   // layout::pad_channels_* (ops/layout/layout.cu)
       .fused_pointwise = true,         // ops/batchnorm's and ops/linear's epilogues
       .graph_capture = true,           // graphs.cpp
 #ifdef TRAINBENCH_HAVE_CUPTI
@@ -134,7 +106,7 @@ class CudaBackend final : public Backend {
   // The compute stream (a cudaStream_t), for the CUDA-event step timer.
   void* stream_handle() const;
 
-  // Backend-private state (stream, handles, plan caches); defined in cuda_internal.h.
+  // Backend-private state (stream, handles, scratch); defined in cuda_internal.h.
   struct Impl;
   Impl& impl() const { return *impl_; }
 

@@ -12,8 +12,6 @@
 
 #include <cstdint>
 
-#include "engine/data/augment_draw.h"
-
 namespace tb::cuda {
 
 // ---------------------------------------------------------------- memory.cu
@@ -27,41 +25,6 @@ void launch_cast_f64_f32(const double* src, float* dst, int64_t n, cudaStream_t 
 void launch_convert_layout(const void* src, void* dst, int64_t N, int64_t C, int64_t H, int64_t W,
                            int elem_size, bool to_nhwc, cudaStream_t s);
 
-// ---------------------------------------------------------------- input.cu
-// dst f32 (N,C,H,W) = src u8 * scale[c] + shift[c] (scale/shift: C floats on
-// the device), without fused multiply-add: the host loader's bits exactly.
-void launch_normalize_u8(const uint8_t* src, float* dst, const float* scale, const float* shift,
-                         int64_t N, int64_t C, int64_t HW, bool nhwc, cudaStream_t s);
-
-// ---------------------------------------------------------------- augment.cu
-// gpu_augment: dst f32 (N, C, spec.out_h, spec.out_w) = the loader's pad_to +
-// random crop + flip + normalisation of src u8 (N, C, H, W) NCHW, with the
-// draws of SampleRng(spec.seed, spec.epoch, indices[n]) (indices i32 (N) on the
-// device). scale/shift travel in the kernel's parameters (C <= kAugmentMaxC).
-constexpr int kAugmentMaxC = 16;
-struct AugmentCoef {
-  float scale[kAugmentMaxC], shift[kAugmentMaxC];
-};
-void launch_augment_normalize_u8(const uint8_t* src, const int32_t* indices, float* dst, int64_t N,
-                                 int64_t C, int64_t H, int64_t W, const AugmentSpec& spec,
-                                 const AugmentCoef& coef, bool nhwc, cudaStream_t s);
-
-// ---------------------------------------------------------------- pointwise.cu
-// Any rank, n elements; y may alias x, dx may alias dy. T = float or double.
-template <typename T>
-void launch_relu_forward(const T* x, T* y, int64_t n, cudaStream_t s);
-template <typename T>
-void launch_relu_backward(const T* y, const T* dy, T* dx, int64_t n, cudaStream_t s);
-template <typename T>
-void launch_gelu_forward(const T* x, T* y, int64_t n, cudaStream_t s);
-template <typename T>
-void launch_gelu_backward(const T* x, const T* dy, T* dx, int64_t n, cudaStream_t s);
-template <typename T>
-void launch_add(const T* a, const T* b, T* y, int64_t n, cudaStream_t s);
-template <typename T>
-void launch_accumulate(const T* src, T* dst, int64_t n, cudaStream_t s);
-template <typename T>
-void launch_scale(T* t, double alpha, int64_t n, cudaStream_t s);
 
 // ---------------------------------------------------------------- bias.cu
 // Per-channel bias of y (N, C, HW): y[n,c,i] += b[c]. A linear layer's y (N, M)
@@ -103,14 +66,5 @@ void launch_global_avgpool_forward(const float* x, float* y, int64_t N, int64_t 
                                    bool nhwc, cudaStream_t s);
 void launch_global_avgpool_backward(const float* dy, float* dx, int64_t N, int64_t C, int64_t HW,
                                     bool nhwc, cudaStream_t s);
-
-// ---------------------------------------------------------------- pad_channels.cu
-// Channel padding (trick 22), elements of elem_size bytes (4 or 8):
-// forward  x (N, C, HW) -> y (N, Cp, HW): y[:, :C] = x, y[:, C:] = 0;
-// backward dy (N, Cp, HW) -> dx (N, C, HW): dx = dy[:, :C].
-void launch_pad_channels_forward(const void* x, void* y, int64_t N, int64_t C, int64_t Cp,
-                                 int64_t HW, int elem_size, bool nhwc, cudaStream_t s);
-void launch_pad_channels_backward(const void* dy, void* dx, int64_t N, int64_t C, int64_t Cp,
-                                  int64_t HW, int elem_size, bool nhwc, cudaStream_t s);
 
 }  // namespace tb::cuda

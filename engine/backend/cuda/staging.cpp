@@ -8,7 +8,8 @@
 //                  compute stream waits for the copy through an event, and the
 //                  copy waits for the fence of the previous user of its device
 //                  buffer, so copying batch k+1 overlaps computing step k.
-//   h2d_uint8      normalize_u8 (input.cu) turns the copied bytes into floats.
+//   h2d_uint8      augment::normalize_u8 (engine/ops/augment) turns the copied
+//                  bytes into floats.
 //   empty_cache    the caching allocator gives its free blocks back.
 //
 // Cross-stream use of allocator blocks: an upload's destination was allocated
@@ -106,7 +107,6 @@ void release_staging(CudaBackend::Impl& m) {
     if (m.fence_events[i]) (void)cudaEventDestroy(m.fence_events[i]), m.fence_events[i] = nullptr;
   }
   if (m.copy_stream) (void)cudaStreamDestroy(m.copy_stream), m.copy_stream = nullptr;
-  m.norm_coef = Tensor{};
 }
 
 }  // namespace cuda
@@ -194,29 +194,6 @@ uint64_t CudaBackend::Uploads::fence() {
   const uint64_t ticket = m.next_fence++;
   TB_CUDA_CHECK(cudaEventRecord(cuda::ring_event(m.fence_events, ticket), m.stream));
   return ticket;
-}
-
-void CudaBackend::normalize_u8(const Tensor& src, const std::vector<float>& scale,
-                               const std::vector<float>& shift, Tensor& dst) {
-  check_normalize_u8_args(src, scale, shift, dst);
-  cuda::check_on(*this, src, "normalize_u8", "src");
-  cuda::check_on(*this, dst, "normalize_u8", "dst");
-  Impl& m = *impl_;
-  m.activate();
-  // The constants change only with the data set: upload them when they do.
-  std::vector<float> coef(scale);
-  coef.insert(coef.end(), shift.begin(), shift.end());
-  if (coef != m.norm_coef_host) {
-    m.norm_coef = Tensor::empty({int64_t(coef.size())}, DType::F32, device());
-    TB_CUDA_CHECK(cudaMemcpyAsync(m.norm_coef.data(), coef.data(), coef.size() * sizeof(float),
-                                  cudaMemcpyHostToDevice, m.stream));
-    TB_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // coef is pageable and about to go
-    m.norm_coef_host = std::move(coef);
-  }
-  const int64_t C = src.c();
-  const float* sc = m.norm_coef.data_as<float>();
-  cuda::launch_normalize_u8(src.data_as<uint8_t>(), dst.data_as<float>(), sc, sc + C, src.n(), C,
-                            src.h() * src.w(), src.layout() == Layout::NHWC, m.stream);
 }
 
 }  // namespace tb

@@ -11,6 +11,7 @@
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
 #include "engine/ops/amp/amp.h"
+#include "engine/ops/pointwise/pointwise.h"
 
 namespace tb {
 
@@ -116,7 +117,7 @@ void CpuKernels::cast(const Tensor& src, Tensor& dst) {
 }
 
 void CpuKernels::scale(Tensor& t, const Tensor& scaler_state) {
-  be_.scale(t, double(scaler_state.data_as<float>()[0]));
+  pointwise::scale(be_, t, double(scaler_state.data_as<float>()[0]));
 }
 
 void CpuKernels::unscale_and_check(Tensor& grads, Tensor& scaler_state) {

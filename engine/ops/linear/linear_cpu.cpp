@@ -38,6 +38,7 @@
 #include "engine/core/error.h"
 #include "engine/ops/amp/amp.h"
 #include "engine/ops/linear/linear.h"
+#include "engine/ops/pointwise/pointwise.h"
 
 namespace tb {
 
@@ -246,9 +247,9 @@ void CpuKernels::backward(const Dims& d, const Tensor& x, const Tensor& w, const
   // dispatch), then the plain backward from dz.
   Tensor dz = epilogue.dz;
   if (epilogue.act == Activation::ReLU)
-    be_.relu_backward(epilogue.y, dy, dz);
+    pointwise::relu_backward(be_, epilogue.y, dy, dz);
   else
-    be_.gelu_backward(epilogue.pre, dy, dz);
+    pointwise::gelu_backward(be_, epilogue.pre, dy, dz);
   backward_plain(d, x, w, dz, dx, dw, db, accumulate);
 }
 
@@ -287,9 +288,9 @@ void CpuKernels::forward_act(const Dims& d, const Tensor& x, const Tensor& w, co
   if (be_.use_reference(x.dtype())) {
     forward_plain(d, x, w, b, gemm_out);
     if (act == Activation::ReLU)
-      be_.relu_forward(y, y);
+      pointwise::relu_forward(be_, y, y);
     else
-      be_.gelu_forward(pre, y);
+      pointwise::gelu_forward(be_, pre, y);
     return;
   }
   // GEMM without bias (beta = 0), then bias and activation in one sweep: the

@@ -47,6 +47,7 @@
 #include "engine/ops/amp/amp.h"
 #include "engine/ops/linear/linear.h"
 #include "engine/ops/optimizer/optimizer.h"
+#include "engine/ops/pointwise/pointwise.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gradcheck.h"
 #include "tests/engine/tensor_helpers.h"
@@ -185,11 +186,11 @@ LinearOut run_linear(Backend& be, const LinCase& k, Act act, bool fused) {
   }
   linear::forward(be, x, w, b, pre);
   if (act == Act::ReLU) {
-    be.relu_forward(pre, o.y);
-    be.relu_backward(o.y, dy, dpre);
+    pointwise::relu_forward(be, pre, o.y);
+    pointwise::relu_backward(be, o.y, dy, dpre);
   } else {
-    be.gelu_forward(pre, o.y);
-    be.gelu_backward(pre, dy, dpre);
+    pointwise::gelu_forward(be, pre, o.y);
+    pointwise::gelu_backward(be, pre, dy, dpre);
   }
   linear::backward(be, x, w, dpre, o.dx, o.dw, o.db, false);
   return o;

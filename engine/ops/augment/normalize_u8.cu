@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// The input path on the device (trick 6, h2d_uint8): uint8 images are copied
-// (4x fewer bytes than f32) and normalised here.
+// The augment family's normalize_u8 kernel (contract: augment.h; trick 6,
+// h2d_uint8): uint8 images are copied (4x fewer bytes than f32) and
+// normalised here.
 //
 //   src u8 (N, C, H, W)   dst f32 (N, C, H, W)   same layout
 //   dst[n,c,h,w] = float(src[n,c,h,w]) * scale[c] + shift[c]
@@ -10,7 +11,7 @@
 // normalisation (engine/data/transforms.cpp), which the tests check.
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/device_utils.cuh"
-#include "engine/backend/cuda/kernels.h"
+#include "engine/ops/augment/augment.cuh"
 
 namespace tb::cuda {
 

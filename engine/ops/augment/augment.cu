@@ -11,16 +11,16 @@
 // SampleRng's SplitMix64 with __umul64hi for the 128-bit product, so the crop
 // offsets and flips are the host loader's. __fmul_rn/__fadd_rn forbid the
 // fused multiply-add nvcc would otherwise form: same bits as the loader's
-// normalisation. Reference: CpuBackend::augment_normalize_u8
-// (backend/cpu/augment.cpp), compared bit for bit in a GPU slot of
-// tests/engine/test_device_data.cpp.
+// normalisation. Reference: the CPU backend's augment_normalize_u8
+// (augment_cpu.cpp), compared bit for bit in test_op_augment's GPU slot.
 //
-// Ran on an H200 (2026-11-26, commit b0014f2): test_op_augment's GPU rows
-// passed, memcheck clean.
+// Ran on an H200 (2026-11-26, commit b0014f2, as backend/cuda/augment.cu):
+// test_op_augment's GPU rows passed, memcheck clean. Moved here unchanged;
+// not run on a GPU since.
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/device_utils.cuh"
-#include "engine/backend/cuda/kernels.h"
 #include "engine/data/augment_draw.h"
+#include "engine/ops/augment/augment.cuh"
 
 namespace tb::cuda {
 

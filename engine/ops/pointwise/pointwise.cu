@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// Pointwise kernels: ReLU, exact (erf) GELU, add, accumulate, scale; forward and
-// backward side by side. Any rank, n elements, grid-stride loops; each thread
-// reads element i before writing element i, so y may alias x and dx may alias dy.
-// T = float or double. The f32 GELU uses erfcf/expf in float (the CPU reference
-// uses double: compare with a tolerance).
-// Later: fused chains (BN-apply+ReLU+add) belong in a separate fused.cu.
+// The pointwise family's CUDA kernels (contract: pointwise.h): ReLU, exact
+// (erf) GELU, add, accumulate, scale; forward and backward side by side. Any
+// rank, n elements, grid-stride loops; each thread reads element i before
+// writing element i, so y may alias x and dx may alias dy. T = float or
+// double. The f32 GELU uses erfcf/expf in float (the CPU reference uses
+// double: compare with a tolerance).
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/device_utils.cuh"
-#include "engine/backend/cuda/kernels.h"
+#include "engine/ops/pointwise/pointwise.cuh"
 
 namespace tb::cuda {
 

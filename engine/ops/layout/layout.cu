@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// Channel padding (trick 22, pad_channels_to), NCHW and NHWC, as the CPU's
-// pad_channels.cpp:
+// The tensor-layout family's CUDA kernels (contract: layout.h): channel
+// padding (trick 22, pad_channels_to), NCHW and NHWC, as the CPU's
+// layout_cpu.cpp:
 //
 //   forward:  y (N, Cp, HW)[n, c, i] = c < C ? x[n, c, i] : 0
 //   backward: dx (N, C, HW)[n, c, i] = dy[n, c, i]          (the slice c < C)
@@ -9,10 +10,11 @@
 // order, so consecutive threads write consecutive addresses in either layout.
 // Elements are moved as raw 4- or 8-byte words (f32 or f64): no arithmetic, so
 // the result equals the CPU's bit for bit.
-// Ran on an H200 (2026-11-26, commit b0014f2): test_op_tensor's GPU rows passed.
+// Ran on an H200 (2026-11-26, commit b0014f2, as backend/cuda/pad_channels.cu):
+// test_op_tensor's GPU rows passed. Moved here unchanged; not run on a GPU since.
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/device_utils.cuh"
-#include "engine/backend/cuda/kernels.h"
+#include "engine/ops/layout/layout.cuh"
 
 namespace tb::cuda {
 

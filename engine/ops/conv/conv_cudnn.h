@@ -2,7 +2,8 @@
 #pragma once
 // Convolutions through cuDNN 9's graph API (cudnn-frontend), behind a plain
 // header: the frontend's headers are large and slow to compile, so only
-// conv_cudnn.cpp includes them, and this header names no cuDNN or CUDA type.
+// conv_cudnn_cuda.cpp includes them, and this header names no cuDNN or CUDA
+// type (the CPU build's tests read the plan key and engine filter below).
 //
 // Built graphs (operation graph + chosen execution plan) are cached by
 // ConvPlanKey: one entry per (op, shape, stride, padding, dtype, layouts,
@@ -103,7 +104,7 @@ inline ConvPlanKey with_alignments(ConvPlanKey k, const void* a, const void* b, 
 }
 
 // Which cuDNN engines a convolution may use, decided from the key alone (so it
-// is tested without a GPU); conv_cudnn.cpp turns each flag into the matching
+// is tested without a GPU); conv_cudnn_cuda.cpp turns each flag into the matching
 // cudnn-frontend deselect_numeric_notes / deselect_behavior_notes call.
 struct ConvEngineFilter {
   bool no_down_convert = false;  // DOWN_CONVERT_INPUTS: fp32/f64 inputs narrowed inside
@@ -163,7 +164,8 @@ inline void layout_strides(Layout l, int64_t N, int64_t C, int64_t H, int64_t W,
   }
 }
 
-// The cache of built graphs for one cuDNN handle (one per backend).
+// The cache of built graphs for one cuDNN handle: one per backend, owned by
+// the convolution family's CudaKernels (conv_cuda.cpp).
 class ConvPlanCache {
  public:
   // cudnn_handle is a cudnnHandle_t already bound to the backend's stream.

@@ -1,14 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// CpuBackend convolution: 2-D, square kernel/stride/zero padding, optional bias.
+// The CPU backend's convolutions (contract: conv.h): every dtype of the
+// contract, square kernels only.
 //
 //   x  (N, Cin, H, W)   w  (Cout, Cin, K, K)   b  (Cout)   y  (N, Cout, Ho, Wo)
 //   y[n,co,oh,ow] = b[co] + sum_{ci,kh,kw} w[co,ci,kh,kw] * x[n,ci,oh*s-p+kh,ow*s-p+kw]
 //
-// Shapes are logical; layouts: x, y, dx, dy share one layout (NCHW or NHWC),
-// w and dw share one (NCHW = KCRS, or NHWC = KRSC as cuDNN's channels-last
-// filters). Any pairing of the two is accepted.
-//
-// Two implementations:
+// Three implementations:
 // - reference<T> (float, double): the definition above as nested loops, every
 //   element addressed through offset4, so NCHW and NHWC run the same arithmetic
 //   in the same order (bit-identical results); the test oracle, used for f64,
@@ -29,6 +26,8 @@
 //   own threads spin-wait between the many small per-image GEMMs, which cost
 //   more than the GEMMs on 2 cores). Backward sums each thread's partial dW in
 //   thread order, so results depend on the thread count but not on timing.
+// - f16/bf16 (the low-precision reference, at the end): the inputs widened
+//   to f32, then the f32 convolution.
 #include <cblas.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -40,52 +39,12 @@
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
+#include "engine/ops/amp/amp.h"
+#include "engine/ops/conv/conv.h"
 
 namespace tb {
 
 namespace {
-
-// ---------------------------------------------------------------- checks
-
-void check_conv_args(const char* op, const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                     const Tensor& b, const Tensor& y_or_dy, const char* yname) {
-  TB_CHECK(x.defined() && w.defined() && y_or_dy.defined(), op,
-           ": x, w and ", yname, " must be defined");
-  const DType t = x.dtype();
-  TB_CHECK(t == DType::F32 || t == DType::F64, op, ": the cpu backend supports f32 and f64, got ",
-           x.describe());
-  for (const Tensor* p : {&x, &w, &y_or_dy}) {
-    TB_CHECK(p->device().is_cpu(), op, ": tensor on ", p->device().str(), " given to the cpu backend");
-    expect_dtype(*p, t, op);
-  }
-  TB_CHECK(y_or_dy.layout() == x.layout(), op, ": ", yname, " ", y_or_dy.describe(),
-           " and input x ", x.describe(), " must share one layout");
-  TB_CHECK(x.shape() == g.input_shape(), op, ": input x ", x.describe(),
-           " does not match the geometry's input shape ", shape_str(g.input_shape()));
-  TB_CHECK(w.shape() == g.weight_shape(), op, ": weight ", w.describe(), " does not match ",
-           shape_str(g.weight_shape()), " for input ", shape_str(g.input_shape()));
-  TB_CHECK(y_or_dy.shape() == g.output_shape(), op, ": ", yname, " ", y_or_dy.describe(),
-           " does not match the output shape ", shape_str(g.output_shape()), " for input ",
-           shape_str(g.input_shape()));
-  if (b.defined()) {
-    expect_dtype(b, t, op);
-    TB_CHECK(b.shape() == Shape{g.C_out}, op, ": bias ", b.describe(), " does not match [",
-             g.C_out, "] output channels");
-  }
-}
-
-// An optional output (dx, dw, db): undefined means "not wanted". A rank-4 one
-// must have `layout` (dx that of x, dw that of w).
-void check_optional(const char* op, const char* what, const Tensor& t, const Shape& shape,
-                    DType dtype, Layout layout = Layout::NCHW) {
-  if (!t.defined()) return;
-  TB_CHECK(t.device().is_cpu(), op, ": ", what, " on ", t.device().str());
-  TB_CHECK(t.rank() != 4 || t.layout() == layout, op, ": ", what, " ", t.describe(),
-           " must be ", layout_name(layout), " like its forward tensor");
-  expect_dtype(t, dtype, op);
-  TB_CHECK(t.shape() == shape, op, ": ", what, " ", t.describe(), " does not match ",
-           shape_str(shape));
-}
 
 // ---------------------------------------------------------------- reference
 
@@ -475,52 +434,113 @@ const T* ptr_or_null(const Tensor& t) {
 
 }  // namespace
 
-void CpuBackend::conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                                const Tensor& b, Tensor& y) {
-  check_conv_args("conv2d_forward", g, x, w, b, y, "output y");
-  TB_CHECK(g.KH == g.KW, "conv2d_forward: only square kernels, got ", g.KH, "x", g.KW);
-  const ConvLayouts l{x.layout(), w.layout()};
-  // NHWC (either operand) takes the reference: see the file comment.
-  const bool nchw = l.act == Layout::NCHW && l.filt == Layout::NCHW;
-  if (x.dtype() == DType::F64) {
-    conv_forward_ref<double>(g, l, x.data_as<double>(), w.data_as<double>(),
-                             ptr_or_null<double>(b), y.data_as<double>());
-  } else if (use_reference(x.dtype()) || !nchw) {
-    conv_forward_ref<float>(g, l, x.data_as<float>(), w.data_as<float>(), ptr_or_null<float>(b),
-                            y.data_as<float>());
-  } else {
-    conv_forward_fast(g, x.data_as<float>(), w.data_as<float>(), ptr_or_null<float>(b),
-                      y.data_as<float>(), threads_);
-  }
+
+namespace conv {
+
+namespace {
+
+// What the CPU adds to the contract: the reference and im2col index one K for
+// both axes.
+void check_square(const ConvGeometry& g, const char* op) {
+  TB_CHECK(g.KH == g.KW, op, ": only square kernels, got ", g.KH, "x", g.KW);
 }
 
-void CpuBackend::conv2d_backward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                                 const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db,
-                                 bool accumulate) {
-  const char* op = "conv2d_backward";
-  check_conv_args(op, g, x, w, Tensor{}, dy, "gradient dy");
-  TB_CHECK(g.KH == g.KW, op, ": only square kernels, got ", g.KH, "x", g.KW);
-  check_optional(op, "dx", dx, g.input_shape(), x.dtype(), x.layout());
-  check_optional(op, "dw", dw, g.weight_shape(), x.dtype(), w.layout());
-  check_optional(op, "db", db, Shape{g.C_out}, x.dtype());
-  auto out = [](Tensor& t) { return t.defined() ? t.data() : nullptr; };
-  const ConvLayouts l{x.layout(), w.layout()};
-  // NHWC (either operand) takes the reference: see the file comment.
-  const bool nchw = l.act == Layout::NCHW && l.filt == Layout::NCHW;
-  if (x.dtype() == DType::F64) {
-    conv_backward_ref<double>(g, l, x.data_as<double>(), w.data_as<double>(),
-                              dy.data_as<double>(), static_cast<double*>(out(dx)),
-                              static_cast<double*>(out(dw)), static_cast<double*>(out(db)),
-                              accumulate);
-  } else if (use_reference(x.dtype()) || !nchw) {
-    conv_backward_ref<float>(g, l, x.data_as<float>(), w.data_as<float>(), dy.data_as<float>(),
-                             static_cast<float*>(out(dx)), static_cast<float*>(out(dw)),
-                             static_cast<float*>(out(db)), accumulate);
-  } else {
-    conv_backward_fast(g, x.data_as<float>(), w.data_as<float>(), dy.data_as<float>(),
-                       static_cast<float*>(out(dx)), static_cast<float*>(out(dw)),
-                       static_cast<float*>(out(db)), accumulate, threads_);
+class CpuKernels final : public Kernels {
+ public:
+  explicit CpuKernels(CpuBackend& be) : be_(be) {}
+
+  bool supports(DType t) const override {
+    return t == DType::F32 || t == DType::F64 || low_precision(t);
   }
-}
+
+  void forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
+               Tensor& y) override {
+    check_square(g, "conv2d_forward");
+    const ConvLayouts l{x.layout(), w.layout()};
+    // NHWC (either operand) takes the reference: see the file comment.
+    const bool nchw = l.act == Layout::NCHW && l.filt == Layout::NCHW;
+    if (x.dtype() == DType::F64) {
+      conv_forward_ref<double>(g, l, x.data_as<double>(), w.data_as<double>(),
+                               ptr_or_null<double>(b), y.data_as<double>());
+    } else if (be_.use_reference(x.dtype()) || !nchw) {
+      conv_forward_ref<float>(g, l, x.data_as<float>(), w.data_as<float>(),
+                              ptr_or_null<float>(b), y.data_as<float>());
+    } else {
+      conv_forward_fast(g, x.data_as<float>(), w.data_as<float>(), ptr_or_null<float>(b),
+                        y.data_as<float>(), be_.threads());
+    }
+  }
+
+  void backward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
+                Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override {
+    check_square(g, "conv2d_backward");
+    auto out = [](Tensor& t) { return t.defined() ? t.data() : nullptr; };
+    const ConvLayouts l{x.layout(), w.layout()};
+    // NHWC (either operand) takes the reference: see the file comment.
+    const bool nchw = l.act == Layout::NCHW && l.filt == Layout::NCHW;
+    if (x.dtype() == DType::F64) {
+      conv_backward_ref<double>(g, l, x.data_as<double>(), w.data_as<double>(),
+                                dy.data_as<double>(), static_cast<double*>(out(dx)),
+                                static_cast<double*>(out(dw)), static_cast<double*>(out(db)),
+                                accumulate);
+    } else if (be_.use_reference(x.dtype()) || !nchw) {
+      conv_backward_ref<float>(g, l, x.data_as<float>(), w.data_as<float>(),
+                               dy.data_as<float>(), static_cast<float*>(out(dx)),
+                               static_cast<float*>(out(dw)), static_cast<float*>(out(db)),
+                               accumulate);
+    } else {
+      conv_backward_fast(g, x.data_as<float>(), w.data_as<float>(), dy.data_as<float>(),
+                         static_cast<float*>(out(dx)), static_cast<float*>(out(dw)),
+                         static_cast<float*>(out(db)), accumulate, be_.threads());
+    }
+  }
+
+  // ------------------------------------------------------------ low precision
+  // The reference of the low-precision convolution, the same construction as
+  // the linear pair's (cpu/amp.cpp): the f16/bf16 inputs widened to f32
+  // (exactly: every f16 and bf16 value is an f32 value), then the f32
+  // convolution. The products of the low-precision values are thus summed in
+  // fp32; the GPU's Tensor Core convolution differs only in summation order
+  // (and the rounding of its low-precision output, see conv_cuda.cpp).
+
+  //   x (N,Cin,H,W) lp   w (Cout,Cin,KH,KW) lp   b (Cout) f32   y (N,Cout,Ho,Wo) f32
+  void forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
+                  Tensor& y) override {
+    forward(g, widened(x), widened(w), b, y);
+  }
+
+  //   dy (N,Cout,Ho,Wo) f32 -> rounded to x's dtype for dgrad and wgrad;
+  //   dx (N,Cin,H,W) f32 written; dw (Cout,Cin,KH,KW) f32 and db (Cout) f32 (+)=,
+  //   db from the unrounded dy (as the fp32 layer's, bit for bit).
+  void backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
+                   Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override {
+    const Tensor xf = widened(x), wf = widened(w);
+    Tensor dy_lp = Tensor::empty(dy.shape(), x.dtype(), Device::cpu(), dy.layout());
+    amp::cast(be_, dy, dy_lp);
+    const Tensor dyr = widened(dy_lp);
+    Tensor none;
+    if (dx.defined() || dw.defined()) backward(g, xf, wf, dyr, dx, dw, none, accumulate);
+    if (db.defined()) {
+      Tensor no_dx, no_dw;
+      backward(g, xf, wf, dy, no_dx, no_dw, db, accumulate);
+    }
+  }
+
+ private:
+  // lp in f32, same shape and layout.
+  Tensor widened(const Tensor& lp) {
+    Tensor f = Tensor::empty(lp.shape(), DType::F32, Device::cpu(), lp.layout());
+    amp::cast(be_, lp, f);
+    return f;
+  }
+
+  CpuBackend& be_;
+};
+
+}  // namespace
+
+void register_cpu_kernels() { register_kernels<Kernels, CpuKernels, CpuBackend>(DeviceKind::CPU); }
+
+}  // namespace conv
 
 }  // namespace tb

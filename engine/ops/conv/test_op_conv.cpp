@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// The convolution op family: conv2d_forward/backward and their low-precision
-// forms (conv2d_*_lp), on every backend, layout and dtype, and the Conv2d layer.
+// The convolution op family (conv.h): conv::forward/backward on every
+// backend, layout and dtype (f32/f64, and f16/bf16 as the low-precision form
+// of the same op), and the Conv2d layer.
 //
 // 1. Gradients: Conv2d's backward against central finite differences, f64 on
 //    the reference backend (gradcheck.h), NCHW and NHWC: relative error < 1e-6.
@@ -21,11 +22,12 @@
 //    accumulate=false writes: 1e-6 scaled in f32, 1e-14 in f64, exact on the
 //    exact targets; dx is written either way), each output computed alone, and
 //    with NHWC activations both filter layouts (KRSC and KCRS).
-// 3. f16/bf16 (conv2d_*_lp: rounded inputs, f32 accumulation and outputs):
+// 3. f16/bf16 x and w (rounded inputs, f32 accumulation and outputs):
 //    the CPU reference within 2.5u·Σ|x||w| of the f32 op on the unrounded
 //    inputs (u the unit roundoff: 2^-11 f16, 2^-8 bf16); CUDA against the CPU
 //    within 2u·|cpu| + 1e-5·max|cpu|, NCHW and NHWC.
-// 4. Hand-computed values, empty batches, shape/layout/dtype errors, the layer's
+// 4. Hand-computed values, empty batches, shape/layout/dtype errors (a dtype
+//    a backend lacks: CUDA's f64), the layer's
 //    parameters; the cuDNN plan key (pointer alignments included), engine
 //    filter and plan cache; the convolution on weight and gradient views at
 //    4-, 8- and 128-byte alignment (how the trainer's parameters sit) against
@@ -42,11 +44,12 @@
 #include <vector>
 
 #include "engine/backend/cpu/cpu_backend.h"
-#include "engine/backend/cuda/conv_cudnn.h"
 #include "engine/core/error.h"
 #include "engine/nn/conv2d.h"
 #include "engine/nn/model.h"
 #include "engine/ops/amp/amp.h"
+#include "engine/ops/conv/conv.h"
+#include "engine/ops/conv/conv_cudnn.h"
 #include "engine/ops/optimizer/optimizer.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gradcheck.h"
@@ -178,8 +181,8 @@ ConvOut conv_lp(Backend& b, const ConvGeometry& g, const Tensor& x, const Tensor
   Tensor dx = b.empty(g.input_shape(), DType::F32, l);
   Tensor dw = b.empty(g.weight_shape(), DType::F32, wl);
   Tensor db = b.empty({g.C_out}, DType::F32);
-  b.conv2d_forward_lp(g, xl, wlp, bd, y);
-  b.conv2d_backward_lp(g, xl, wlp, dyd, dx, dw, db, false);
+  conv::forward(b, g, xl, wlp, bd, y);
+  conv::backward(b, g, xl, wlp, dyd, dx, dw, db, false);
   return {to_host_nchw(b, y), to_host_nchw(b, dx), to_host_nchw(b, dw), to_host_nchw(b, db)};
 }
 
@@ -188,8 +191,8 @@ ConvOut conv_f32(Backend& b, const ConvGeometry& g, const Tensor& x, const Tenso
                  const Tensor& bias, const Tensor& dy) {
   ConvOut o{Tensor::empty(g.output_shape(), DType::F32), Tensor::empty(g.input_shape(), DType::F32),
             Tensor::empty(g.weight_shape(), DType::F32), Tensor::empty({g.C_out}, DType::F32)};
-  b.conv2d_forward(g, x, w, bias, o.y);
-  b.conv2d_backward(g, x, w, dy, o.dx, o.dw, o.db, false);
+  conv::forward(b, g, x, w, bias, o.y);
+  conv::backward(b, g, x, w, dy, o.dx, o.dw, o.db, false);
   return o;
 }
 
@@ -287,10 +290,10 @@ class TestOpConv : public QObject {
     CpuBackend& ref = cpu_reference();
     Tensor y0 = like(dy, Layout::NCHW), dx0 = like(x, Layout::NCHW);
     Tensor dw0 = like(w, Layout::NCHW), db0 = Tensor::empty({c.C_out}, dt);
-    ref.conv2d_forward(g, x, w, b, y0);
-    ref.conv2d_backward(g, x, w, dy, dx0, dw0, db0, false);
+    conv::forward(ref, g, x, w, b, y0);
+    conv::backward(ref, g, x, w, dy, dx0, dw0, db0, false);
     Tensor dw0_acc = clone(dw_old), db0_acc = clone(db_old), none;
-    ref.conv2d_backward(g, x, w, dy, none, dw0_acc, db0_acc, true);
+    conv::backward(ref, g, x, w, dy, none, dw0_acc, db0_acc, true);
 
     // The target; with NHWC activations on the CPU both filter layouts.
     std::vector<Layout> filter_layouts{t.layout};
@@ -301,8 +304,8 @@ class TestOpConv : public QObject {
       Tensor y1 = be.empty(g.output_shape(), dt, t.layout);
       Tensor dx1 = be.empty(g.input_shape(), dt, t.layout), dw1 = be.empty(g.weight_shape(), dt, wl);
       Tensor db1 = be.empty({c.C_out}, dt);
-      be.conv2d_forward(g, xd, wd, bd, y1);
-      be.conv2d_backward(g, xd, wd, dyd, dx1, dw1, db1, false);
+      conv::forward(be, g, xd, wd, bd, y1);
+      conv::backward(be, g, xd, wd, dyd, dx1, dw1, db1, false);
       const Tensor y = to_host(be, y1), dx = to_host(be, dx1), dw = to_host(be, dw1),
                    db = to_host(be, db1);
       const std::string f = std::string(" filters ") + layout_name(wl);
@@ -314,7 +317,7 @@ class TestOpConv : public QObject {
       // accumulate=true against the reference's (dx written either way).
       Tensor dx_acc = to_device(be, random_tensor(g.input_shape(), dt, rng), t.layout);
       Tensor dw_acc = to_device(be, dw_old, wl), db_acc = to_device(be, db_old);
-      be.conv2d_backward(g, xd, wd, dyd, dx_acc, dw_acc, db_acc, true);
+      conv::backward(be, g, xd, wd, dyd, dx_acc, dw_acc, db_acc, true);
       EXPECT_OUTPUT(t, g, "accumulated dw" + f, dw0_acc, to_host(be, dw_acc));
       EXPECT_OUTPUT(t, g, "accumulated db" + f, db0_acc, to_host(be, db_acc));
       EXPECT_OUTPUT(t, g, "dx with accumulate" + f, dx0, to_host(be, dx_acc));
@@ -329,7 +332,7 @@ class TestOpConv : public QObject {
       const Tensor old_b = exact ? db : random_tensor({c.C_out}, dt, rng);
       Tensor acc_w = to_device(be, old_w, wl), acc_b = to_device(be, old_b);
       Tensor dx_again = to_device(be, random_tensor(g.input_shape(), dt, rng), t.layout);
-      be.conv2d_backward(g, xd, wd, dyd, dx_again, acc_w, acc_b, true);
+      conv::backward(be, g, xd, wd, dyd, dx_again, acc_w, acc_b, true);
       const Tensor want_w = sum_of(old_w, dw), want_b = sum_of(old_b, db);
       if (exact) {
         EXPECT_SAME(want_w, to_host(be, acc_w), qPrintable(QString::fromStdString("accumulated dw " + t.name() + f)));
@@ -345,8 +348,8 @@ class TestOpConv : public QObject {
       Tensor dx_only = be.empty(g.input_shape(), dt, t.layout);
       Tensor dw_only = be.empty(g.weight_shape(), dt, wl);
       Tensor no_dx, no_dw, no_db;
-      be.conv2d_backward(g, xd, wd, dyd, dx_only, no_dw, no_db, false);
-      be.conv2d_backward(g, xd, wd, dyd, no_dx, dw_only, no_db, false);
+      conv::backward(be, g, xd, wd, dyd, dx_only, no_dw, no_db, false);
+      conv::backward(be, g, xd, wd, dyd, no_dx, dw_only, no_db, false);
       CHECK_BELOW(scaled_diff(dx, to_host(be, dx_only)), 1e-7);
       CHECK_BELOW(scaled_diff(dw, to_host(be, dw_only)), 1e-7);
     }
@@ -355,7 +358,7 @@ class TestOpConv : public QObject {
 
   // ------------------------------------------------------------ f16 / bf16
 
-  // conv2d_*_lp (CPU reference) vs the f32 convolution on the unrounded inputs:
+  // f16/bf16 inputs (CPU reference) vs the f32 convolution on the unrounded inputs:
   // every element within 2.5u·Σ|a||b| (see the file comment); db bit-equal;
   // and the rounding visible (bf16's worst error above f16's, f16's above zero).
   void conv_lp_within_rounding_of_f32_data() {
@@ -410,7 +413,7 @@ class TestOpConv : public QObject {
   }
 
   // The same rounded inputs on both; the GPU rounds each convolution's output
-  // to f16/bf16 once more (conv_lp.cpp: y = f32(lp(x∗w)) + b, dx = f32(lp(..)),
+  // to f16/bf16 once more (conv_cuda.cpp: y = f32(lp(x∗w)) + b, dx = f32(lp(..)),
   // dw = f32(lp(..)); db from the unrounded f32 dy) and sums in another order:
   // |gpu − cpu| <= 2u·|v| + 1e-5·max|cpu|, v the value the GPU rounded: x∗w =
   // y − b for y (the bias is added after the rounding; the first GPU run failed
@@ -474,10 +477,10 @@ class TestOpConv : public QObject {
     Tensor dx = Tensor::empty(g.input_shape(), DType::F32),
            dw = Tensor::empty(g.weight_shape(), DType::F32);
     Tensor db = Tensor::empty({g.C_out}, DType::F32);
-    ref.conv2d_backward_lp(g, x, w, dy, dx, dw, db, false);
+    conv::backward(ref, g, x, w, dy, dx, dw, db, false);
     Tensor dwa = clone(dw0), dba = clone(db0);
     Tensor dx2 = Tensor::empty(g.input_shape(), DType::F32);
-    ref.conv2d_backward_lp(g, x, w, dy, dx2, dwa, dba, true);
+    conv::backward(ref, g, x, w, dy, dx2, dwa, dba, true);
     QVERIFY(bitwise_equal(dx, dx2));
     for (int64_t i = 0; i < dw.numel(); ++i)
       QVERIFY(std::abs(at(dwa, i) - (at(dw0, i) + at(dw, i))) <=
@@ -487,27 +490,56 @@ class TestOpConv : public QObject {
               1e-6f * (1 + std::abs(at(dba, i))));
   }
 
+  // One op for every dtype: x's dtype says which form runs, and the operands
+  // that do not fit it are refused naming the op and the operand.
   void conv_lp_argument_checks() {
     CpuBackend& ref = cpu_reference();
     const ConvGeometry g = ConvGeometry::make(1, 2, 5, 5, 3, 3, 1, 1);
     const Tensor xf = random_tensor(g.input_shape(), 1), wf = random_tensor(g.weight_shape(), 2);
     const Tensor x16 = lp_of(ref, xf, DType::F16), wb16 = lp_of(ref, wf, DType::BF16);
     Tensor none, y = Tensor::empty(g.output_shape(), DType::F32);
-    QVERIFY_THROWS_EXCEPTION(Error, ref.conv2d_forward_lp(g, xf, wf, none, y));     // f32 inputs
-    QVERIFY_THROWS_EXCEPTION(Error, ref.conv2d_forward_lp(g, x16, wb16, none, y));  // mixed
+    QString m = qerror_of([&] { conv::forward(ref, g, xf, lp_of(ref, wf, DType::F16), none, y); });
+    QVERIFY2(m.contains("conv2d_forward") && m.contains("weight f16") && m.contains("x f32"),
+             qPrintable(m));  // f32 x, f16 weight
+    QVERIFY_THROWS_EXCEPTION(Error, conv::forward(ref, g, x16, wb16, none, y));  // mixed
     Tensor y16 = Tensor::empty(g.output_shape(), DType::F16);
     const Tensor w16 = lp_of(ref, wf, DType::F16);
-    QVERIFY_THROWS_EXCEPTION(Error, ref.conv2d_forward_lp(g, x16, w16, none, y16));  // lp output
+    m = qerror_of([&] { conv::forward(ref, g, x16, w16, none, y16); });  // lp output
+    QVERIFY2(m.contains("output y f16") && m.contains("must be f32"), qPrintable(m));
+    const Tensor b16 = Tensor::empty({g.C_out}, DType::F16);
+    QVERIFY_THROWS_EXCEPTION(Error, conv::forward(ref, g, x16, w16, b16, y));  // lp bias
     Tensor dx, dw, db;
     const Tensor dy16 = Tensor::empty(g.output_shape(), DType::F16);
-    QVERIFY_THROWS_EXCEPTION(Error, ref.conv2d_backward_lp(g, x16, w16, dy16, dx, dw, db, false));
-    // The base Backend refuses unless a backend opts in (message names the op).
-    try {
-      ref.Backend::conv2d_forward_lp(g, x16, w16, none, y);
-      QFAIL("the default conv2d_forward_lp did not throw");
-    } catch (const Error& e) {
-      QVERIFY2(std::string(e.what()).find("conv2d_forward_lp") != std::string::npos, e.what());
-    }
+    m = qerror_of([&] { conv::backward(ref, g, x16, w16, dy16, dx, dw, db, false); });
+    QVERIFY2(m.contains("conv2d_backward") && m.contains("dy f16"), qPrintable(m));
+    Tensor dw16 = Tensor::empty(g.weight_shape(), DType::F16);
+    const Tensor dy = random_tensor(g.output_shape(), 3);
+    QVERIFY_THROWS_EXCEPTION(Error, conv::backward(ref, g, x16, w16, dy, dx, dw16, db, false));
+    // A dtype no convolution takes is refused by name.
+    const Tensor xi = Tensor::zeros(g.input_shape(), DType::I32);
+    m = qerror_of([&] { conv::forward(ref, g, xi, wf, none, y); });
+    QVERIFY2(m.contains("conv2d_forward") && m.contains("i32"), qPrintable(m));
+    // And the same f16 operands run as the low-precision form: y f32.
+    conv::forward(ref, g, x16, w16, none, y);
+  }
+
+  // A backend refuses a dtype it lacks, naming the op, the dtype and itself:
+  // the CUDA backend has no f64 convolutions (the CPU has all four).
+  void conv_dtype_refused_by_backend() {
+    NEED_GPU();
+    TB_GPU_TRY
+    Backend& be = cuda_backend();
+    const ConvGeometry g = ConvGeometry::make(1, 2, 5, 5, 3, 3, 1, 1);
+    const Tensor x = be.empty(g.input_shape(), DType::F64), w = be.empty(g.weight_shape(), DType::F64);
+    Tensor y = be.empty(g.output_shape(), DType::F64), none;
+    const QString m = qerror_of([&] { conv::forward(be, g, x, w, none, y); });
+    QVERIFY2(m.contains("conv2d_forward") && m.contains("f64") &&
+                 m.contains(QString::fromStdString(be.name())),
+             qPrintable(m));
+    QVERIFY(be.has_kernels<conv::Kernels>());
+    QVERIFY(!be.kernels<conv::Kernels>().supports(DType::F64));
+    QVERIFY(cpu_reference().kernels<conv::Kernels>().supports(DType::F64));
+    TB_GPU_CATCH
   }
 
   // ------------------------------------------------------------ hand-computed values
@@ -525,7 +557,7 @@ class TestOpConv : public QObject {
       Tensor b = Tensor::empty({1}, DType::F32);
       be.fill(b, 0.5);
       Tensor y = Tensor::empty({1, 1, 3, 3}, DType::F32);
-      be.conv2d_forward(g, x, w, b, y);
+      conv::forward(be, g, x, w, b, y);
       const float want[9] = {12.5f, 21.5f, 16.5f, 27.5f, 45.5f, 33.5f, 24.5f, 39.5f, 28.5f};
       for (int i = 0; i < 9; ++i) QCOMPARE(y.data_as<float>()[i], want[i]);
 
@@ -534,7 +566,7 @@ class TestOpConv : public QObject {
       Tensor x2 = Tensor::empty({1, 1, 5, 5}, DType::F32);
       for (int i = 0; i < 25; ++i) x2.data_as<float>()[i] = float(i + 1);
       Tensor y2 = Tensor::empty({1, 1, 2, 2}, DType::F32);
-      be.conv2d_forward(g2, x2, w, Tensor{}, y2);
+      conv::forward(be, g2, x2, w, Tensor{}, y2);
       const float want2[4] = {63.0f, 81.0f, 153.0f, 171.0f};
       for (int i = 0; i < 4; ++i) QCOMPARE(y2.data_as<float>()[i], want2[i]);
     }
@@ -551,7 +583,7 @@ class TestOpConv : public QObject {
       Tensor dw = Tensor::empty({3, 2, 3, 3}, DType::F32), db = Tensor::empty({3}, DType::F32);
       be.fill(dw, 7.0);
       be.fill(db, 7.0);
-      be.conv2d_backward(g, x, w, dy, dx, dw, db, false);
+      conv::backward(be, g, x, w, dy, dx, dw, db, false);
       QCOMPARE(optimizer::sum_squares(be, dw), 0.0);
       QCOMPARE(optimizer::sum_squares(be, db), 0.0);
     }
@@ -584,23 +616,23 @@ class TestOpConv : public QObject {
     Tensor w = Tensor::zeros({4, 3, 3, 3}, DType::F32);
     Tensor y = Tensor::zeros({2, 4, 8, 8}, DType::F32);
     Tensor bad_x = Tensor::zeros({2, 2, 8, 8}, DType::F32);
-    QString m = qerror_of([&] { be.conv2d_forward(g, bad_x, w, Tensor{}, y); });
+    QString m = qerror_of([&] { conv::forward(be, g, bad_x, w, Tensor{}, y); });
     QVERIFY2(m.contains("[2, 2, 8, 8]") && m.contains("[2, 3, 8, 8]"), qPrintable(m));
     Tensor bad_w = Tensor::zeros({4, 3, 5, 5}, DType::F32);
-    m = qerror_of([&] { be.conv2d_forward(g, x, bad_w, Tensor{}, y); });
+    m = qerror_of([&] { conv::forward(be, g, x, bad_w, Tensor{}, y); });
     QVERIFY2(m.contains("[4, 3, 5, 5]") && m.contains("[4, 3, 3, 3]"), qPrintable(m));
     Tensor bad_b = Tensor::zeros({5}, DType::F32);
-    m = qerror_of([&] { be.conv2d_forward(g, x, w, bad_b, y); });
+    m = qerror_of([&] { conv::forward(be, g, x, w, bad_b, y); });
     QVERIFY2(m.contains("[5]") && m.contains("4"), qPrintable(m));
     Tensor bad_dx = Tensor::zeros({2, 3, 7, 8}, DType::F32), none;
-    m = qerror_of([&] { be.conv2d_backward(g, x, w, y, bad_dx, none, none, false); });
+    m = qerror_of([&] { conv::backward(be, g, x, w, y, bad_dx, none, none, false); });
     QVERIFY2(m.contains("[2, 3, 7, 8]") && m.contains("[2, 3, 8, 8]"), qPrintable(m));
     Tensor y64 = Tensor::zeros({2, 4, 8, 8}, DType::F64);
-    m = qerror_of([&] { be.conv2d_forward(g, x, w, Tensor{}, y64); });
+    m = qerror_of([&] { conv::forward(be, g, x, w, Tensor{}, y64); });
     QVERIFY2(m.contains("f64") && m.contains("f32"), qPrintable(m));
     // NHWC x with an NCHW y: activations must share one layout.
     Tensor x_nhwc = Tensor::zeros({2, 3, 8, 8}, DType::F32, Device::cpu(), Layout::NHWC);
-    m = qerror_of([&] { be.conv2d_forward(g, x_nhwc, w, Tensor{}, y); });
+    m = qerror_of([&] { conv::forward(be, g, x_nhwc, w, Tensor{}, y); });
     QVERIFY2(m.contains("NHWC"), qPrintable(m));
 
     // The layer names itself and the offending shape.
@@ -621,11 +653,11 @@ class TestOpConv : public QObject {
     const Tensor x = random_tensor(g.input_shape(), DType::F32, rng, Layout::NHWC);
     const Tensor w = random_tensor(g.weight_shape(), DType::F32, rng, Layout::NHWC);
     Tensor y_nchw = Tensor::empty(g.output_shape(), DType::F32);  // mixed activations
-    QVERIFY_THROWS_EXCEPTION(tb::Error, be.conv2d_forward(g, x, w, Tensor{}, y_nchw));
+    QVERIFY_THROWS_EXCEPTION(tb::Error, conv::forward(be, g, x, w, Tensor{}, y_nchw));
     Tensor dy = random_tensor(g.output_shape(), DType::F32, rng, Layout::NHWC);
     Tensor dx_nchw = Tensor::empty(g.input_shape(), DType::F32), none;
     QVERIFY_THROWS_EXCEPTION(tb::Error,
-                             be.conv2d_backward(g, x, w, dy, dx_nchw, none, none, false));
+                             conv::backward(be, g, x, w, dy, dx_nchw, none, none, false));
   }
 
   // ------------------------------------------------------------ cuDNN plans (no device needed)
@@ -754,8 +786,8 @@ class TestOpConv : public QObject {
     CpuBackend& ref = cpu_reference();
     Tensor y0 = like(dy, Layout::NCHW), dx0 = like(x, Layout::NCHW);
     Tensor dw0 = like(w, Layout::NCHW), db0 = Tensor::empty({g.C_out}, DType::F32);
-    ref.conv2d_forward(g, x, w, b, y0);
-    ref.conv2d_backward(g, x, w, dy, dx0, dw0, db0, false);
+    conv::forward(ref, g, x, w, b, y0);
+    conv::backward(ref, g, x, w, dy, dx0, dw0, db0, false);
 
     // w then b in one block, dw then db in another, as Model::build lays them.
     const int64_t wn = shape_numel(g.weight_shape());
@@ -770,8 +802,8 @@ class TestOpConv : public QObject {
     const Tensor xd = to_device(be, x, t.layout), dyd = to_device(be, dy, t.layout);
     Tensor y1 = be.empty(g.output_shape(), DType::F32, t.layout);
     Tensor dx1 = be.empty(g.input_shape(), DType::F32, t.layout);
-    be.conv2d_forward(g, xd, wv, bv, y1);
-    be.conv2d_backward(g, xd, wv, dyd, dx1, dwv, dbv, false);
+    conv::forward(be, g, xd, wv, bv, y1);
+    conv::backward(be, g, xd, wv, dyd, dx1, dwv, dbv, false);
     EXPECT_OUTPUT(t, g, "y (weight view)", y0, to_host(be, y1));
     EXPECT_OUTPUT(t, g, "dx (weight view)", dx0, to_host(be, dx1));
     EXPECT_OUTPUT(t, g, "dw (gradient view)", dw0, to_host(be, dwv));
@@ -847,7 +879,7 @@ class TestOpConv : public QObject {
     const Tensor xd = to_device(be, x, t.layout), wd = to_device(be, w, t.layout);
     const Tensor dyd = to_device(be, dy, t.layout);
     Tensor dx = be.empty(g.input_shape(), DType::F32, t.layout);
-    be.conv2d_backward(g, xd, wd, dyd, dx, dwv, dbv, accumulate);
+    conv::backward(be, g, xd, wd, dyd, dx, dwv, dbv, accumulate);
     const Tensor got = to_host(be, dbv);
     const double u32 = std::ldexp(1.0, -24);
     const double u_acc = t.on_gpu() ? std::ldexp(1.0, -53) : u32;
@@ -888,7 +920,7 @@ class TestOpConv : public QObject {
       Tensor y = be.empty(g.output_shape(), DType::F32);
       Tensor xd = be.empty(x.shape(), DType::F32), wd = be.empty(w.shape(), DType::F32);
       be.copy(x, xd), be.copy(w, wd);
-      be.conv2d_forward(g, xd, wd, none, y);
+      conv::forward(be, g, xd, wd, none, y);
       Tensor h = Tensor::empty(y.shape(), DType::F32);
       be.copy(y, h);
       return h;

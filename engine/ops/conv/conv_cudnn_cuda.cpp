@@ -13,7 +13,7 @@
 //
 // This file includes no engine header that pulls in nlohmann/json: the
 // frontend brings its own copy of that library.
-#include "engine/backend/cuda/conv_cudnn.h"
+#include "engine/ops/conv/conv_cudnn.h"
 
 #include <cudnn.h>
 
@@ -229,7 +229,5 @@ void ConvPlanCache::run(const ConvPlanKey& shape_key, const void* a, const void*
   void* w = ws > 0 ? workspace(size_t(ws)) : nullptr;
   fe_check(e.graph->execute(state_->handle, pack, w), "execution", key);
 }
-
-void destroy_conv_cache(ConvPlanCache* c) { delete c; }
 
 }  // namespace tb::cuda

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// The pointwise op family: ReLU and GELU forward/backward (and the ReLU, GELU
-// layers), add, accumulate and scale, on every backend, layout and dtype.
+// The pointwise op family (engine/ops/pointwise): ReLU and GELU
+// forward/backward (and the ReLU, GELU layers), add, accumulate and scale, on
+// every backend, layout and dtype.
 //
 // 1. Gradients of the layers against central finite differences, f64 on the
 //    reference backend (gradcheck.h).
@@ -11,7 +12,9 @@
 //    [-4, 4]) and 1e-5 relative + 1e-6 on CUDA (erff/expf).
 // 3. Values computed by hand (GELU(±1), GELU'(±1), ReLU in place, add,
 //    accumulate) and a shape error.
+// 4. The contract's refusals (pointwise.h), checked once for every backend.
 // GPU rows QSKIP with the reason where there is no device.
+// The family's test, beside its code (docs/architecture.md, "Op families").
 #include <QtTest>
 
 #include <cmath>
@@ -21,6 +24,7 @@
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
 #include "engine/nn/activations.h"
+#include "engine/ops/pointwise/pointwise.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gradcheck.h"
 #include "tests/engine/tensor_helpers.h"
@@ -85,15 +89,15 @@ class TestOpActivations : public QObject {
     auto run = [&](Backend& on, const Tensor& xi, const Tensor& dyi, const Tensor& bi, int op,
                    Layout l) {
       Tensor out = on.empty(shape, dt, shape.size() == 4 ? l : Layout::NCHW);
-      if (op == 0) on.relu_forward(xi, out);
+      if (op == 0) pointwise::relu_forward(on, xi, out);
       if (op == 1) {
         Tensor y = on.empty(shape, dt, out.layout());
-        on.relu_forward(xi, y);
-        on.relu_backward(y, dyi, out);
+        pointwise::relu_forward(on, xi, y);
+        pointwise::relu_backward(on, y, dyi, out);
       }
-      if (op == 2) on.gelu_forward(xi, out);
-      if (op == 3) on.gelu_backward(xi, dyi, out);
-      if (op == 4) on.add(xi, bi, out);
+      if (op == 2) pointwise::gelu_forward(on, xi, out);
+      if (op == 3) pointwise::gelu_backward(on, xi, dyi, out);
+      if (op == 4) pointwise::add(on, xi, bi, out);
       return to_host(on, out);
     };
     const char* names[] = {"relu_forward", "relu_backward", "gelu_forward", "gelu_backward", "add"};
@@ -115,16 +119,16 @@ class TestOpActivations : public QObject {
     }
     // accumulate and scale in place; ReLU in place (y aliases x).
     Tensor acc_c = clone(b);
-    ref.accumulate(x, acc_c);
-    ref.scale(acc_c, -0.37);
+    pointwise::accumulate(ref, x, acc_c);
+    pointwise::scale(ref, acc_c, -0.37);
     Tensor acc_g = to_device(be, b, L);
-    be.accumulate(xd, acc_g);
-    be.scale(acc_g, -0.37);
+    pointwise::accumulate(be, xd, acc_g);
+    pointwise::scale(be, acc_g, -0.37);
     EXPECT_CLOSE(acc_c, to_host(be, acc_g), 0, 0, "accumulate+scale " + t.name());
     Tensor inplace = to_device(be, x, L);
-    be.relu_forward(inplace, inplace);
+    pointwise::relu_forward(be, inplace, inplace);
     Tensor rc = like(x, Layout::NCHW);
-    ref.relu_forward(x, rc);
+    pointwise::relu_forward(ref, x, rc);
     EXPECT_CLOSE(rc, to_host(be, inplace), 0, 0, "relu in place " + t.name());
     TB_GPU_CATCH
   }
@@ -140,37 +144,68 @@ class TestOpActivations : public QObject {
       CpuBackend& be = reference ? cpu_reference() : cpu_fast();
       Tensor x = from_values({3}, {1, -1, 0});
       Tensor y = Tensor::empty({3}, DType::F32);
-      be.gelu_forward(x, y);
+      pointwise::gelu_forward(be, x, y);
       QVERIFY(std::abs(y.data_as<float>()[0] - 0.8413447f) < 1e-6);
       QVERIFY(std::abs(y.data_as<float>()[1] + 0.1586553f) < 1e-6);
       QCOMPARE(y.data_as<float>()[2], 0.0f);
       Tensor dy = from_values({3}, {1, 1, 1});
       Tensor dx = Tensor::empty({3}, DType::F32);
-      be.gelu_backward(x, dy, dx);
+      pointwise::gelu_backward(be, x, dy, dx);
       QVERIFY(std::abs(dx.data_as<float>()[0] - 1.0833155f) < 1e-6);
       QVERIFY(std::abs(dx.data_as<float>()[1] + 0.0833155f) < 1e-6);
       QVERIFY(std::abs(dx.data_as<float>()[2] - 0.5f) < 1e-6);
 
       Tensor r = from_values({3}, {-2, 0, 3});
-      be.relu_forward(r, r);  // in place: y aliases x
+      pointwise::relu_forward(be, r, r);  // in place: y aliases x
       QCOMPARE(r.data_as<float>()[0], 0.0f);
       QCOMPARE(r.data_as<float>()[1], 0.0f);
       QCOMPARE(r.data_as<float>()[2], 3.0f);
       Tensor g = from_values({3}, {5, 6, 7});
-      be.relu_backward(r, g, g);  // in place: dx aliases dy
+      pointwise::relu_backward(be, r, g, g);  // in place: dx aliases dy
       QCOMPARE(g.data_as<float>()[0], 0.0f);
       QCOMPARE(g.data_as<float>()[1], 0.0f);
       QCOMPARE(g.data_as<float>()[2], 7.0f);
 
       Tensor a = from_values({2, 2}, {1, 2, 3, 4}), b = from_values({2, 2}, {10, 20, 30, 40});
       Tensor s = Tensor::empty({2, 2}, DType::F32);
-      be.add(a, b, s);
+      pointwise::add(be, a, b, s);
       QCOMPARE(s.data_as<float>()[3], 44.0f);
-      be.accumulate(a, b);  // b += a
+      pointwise::accumulate(be, a, b);  // b += a
       QCOMPARE(b.data_as<float>()[0], 11.0f);
       QCOMPARE(b.data_as<float>()[3], 44.0f);
       Tensor wrong = Tensor::empty({4}, DType::F32);
-      QVERIFY_THROWS_EXCEPTION(Error, be.add(a, wrong, s));
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::add(be, a, wrong, s));
+    }
+  }
+
+  // ------------------------------------------------------------ the contract's refusals
+
+  // On the reference and the fast CPU backend: undefined operands (scale's
+  // too, which read a null pointer before the contract was checked once for
+  // every backend), integer dtypes, mixed dtypes, shapes or layouts. A refused
+  // call leaves its output as it was.
+  void pointwise_rejects_bad_operands() {
+    for (bool reference : {true, false}) {
+      CpuBackend& be = reference ? cpu_reference() : cpu_fast();
+      const Tensor x = from_values({2, 2}, {1, -2, 3, -4});
+      Tensor y = from_values({2, 2}, {7, 7, 7, 7});
+      Tensor none;
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::scale(be, none, 2.0));
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::relu_forward(be, none, y));
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::add(be, x, none, y));
+      Tensor i32 = Tensor::empty({2, 2}, DType::I32);
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::scale(be, i32, 2.0));
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::accumulate(be, i32, i32));
+      Tensor f64 = Tensor::empty({2, 2}, DType::F64);
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::relu_forward(be, x, f64));
+      Tensor longer = Tensor::empty({4}, DType::F32);
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::gelu_backward(be, x, longer, y));
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::relu_backward(be, x, x, longer));
+      Tensor nchw = Tensor::empty({1, 2, 2, 2}, DType::F32);
+      Tensor nhwc = Tensor::empty({1, 2, 2, 2}, DType::F32, Device::cpu(), Layout::NHWC);
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::accumulate(be, nchw, nhwc));
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::gelu_forward(be, nhwc, nchw));
+      for (int64_t i = 0; i < 4; ++i) QCOMPARE(y.data_as<float>()[i], 7.0f);
     }
   }
 };

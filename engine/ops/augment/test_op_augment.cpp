@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// The data-op family: the ops that turn raw u8 images into a normalised f32
-// batch on a backend (normalize_u8 for h2d_uint8; augment_normalize_u8 for
-// gpu_augment: crop, flip, pad_to and normalise in one pass) and the draws
-// they share with the host loader (augment_draw == SampleRng).
+// The augment op family (engine/ops/augment): the ops that turn raw u8
+// images into a normalised f32 batch on a backend (augment::normalize_u8 for
+// h2d_uint8; augment::augment_normalize_u8 for gpu_augment: crop, flip,
+// pad_to and normalise in one pass) and the draws they share with the host
+// loader (augment_draw == SampleRng).
 //
 // The oracle is the host loader's own transform (SampleTransform::apply +
 // normalize, transforms.h): every target (the CPU backend, CUDA) must give its
@@ -10,6 +11,7 @@
 // on and off, 1 and 3 channels, NCHW and NHWC output. Bad arguments are refused.
 // The loaders and the trainer that use these ops are in test_device_data and
 // test_staging. GPU rows QSKIP with the reason where there is no device.
+// The family's test, beside its code (docs/architecture.md, "Op families").
 #include <QtTest>
 
 #include <cstring>
@@ -22,6 +24,7 @@
 #include "engine/data/augment_draw.h"
 #include "engine/data/sample_rng.h"
 #include "engine/data/transforms.h"
+#include "engine/ops/augment/augment.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/tensor_helpers.h"
 
@@ -148,7 +151,7 @@ class TestOpAugment : public QObject {
       Tensor u8 = random_u8({5, C, 7, 9}, 11 + C);
       Tensor ref = host_normalized(u8, stats);
       Tensor got = Tensor::empty(u8.shape(), DType::F32);
-      be.normalize_u8(u8, scale, shift, got);
+      augment::normalize_u8(be, u8, scale, shift, got);
       QVERIFY2(bitwise_equal(ref, got), ds);
     }
   }
@@ -167,10 +170,10 @@ class TestOpAugment : public QObject {
     norm_scale_shift(stats, 3, scale, shift);
     Tensor u8 = random_u8({6, 3, 11, 13}, 21, l);
     Tensor ref = Tensor::empty(u8.shape(), DType::F32, Device::cpu(), l);
-    cpu_fast().normalize_u8(u8, scale, shift, ref);
+    augment::normalize_u8(cpu_fast(), u8, scale, shift, ref);
     Tensor du8 = be.empty(u8.shape(), DType::U8, l), dout = be.empty(u8.shape(), DType::F32, l);
     be.copy(u8, du8);
-    be.normalize_u8(du8, scale, shift, dout);
+    augment::normalize_u8(be, du8, scale, shift, dout);
     QVERIFY2(bitwise_equal(ref, to_host(be, dout)), layout_name(l));
     TB_GPU_CATCH
   }
@@ -181,10 +184,11 @@ class TestOpAugment : public QObject {
     Tensor u8 = random_u8({2, 3, 4, 4}, 1);
     Tensor f = Tensor::empty({2, 3, 4, 4}, DType::F32);
     std::vector<float> one(1, 1.0f), three(3, 1.0f);
-    QVERIFY_THROWS_EXCEPTION(Error, be.normalize_u8(u8, one, one, f));  // 1 scale, 3 channels
+    // 1 scale, 3 channels
+    QVERIFY_THROWS_EXCEPTION(Error, augment::normalize_u8(be, u8, one, one, f));
     Tensor wrong = Tensor::empty({2, 3, 4, 5}, DType::F32);
-    QVERIFY_THROWS_EXCEPTION(Error, be.normalize_u8(u8, three, three, wrong));
-    QVERIFY_THROWS_EXCEPTION(Error, be.normalize_u8(f, three, three, f));  // src not u8
+    QVERIFY_THROWS_EXCEPTION(Error, augment::normalize_u8(be, u8, three, three, wrong));
+    QVERIFY_THROWS_EXCEPTION(Error, augment::normalize_u8(be, f, three, three, f));  // src not u8
   }
 
   // --- augment_normalize_u8: the CPU op against the host loader's transform, bit for bit.
@@ -209,14 +213,16 @@ class TestOpAugment : public QObject {
         for (int64_t epoch : {int64_t(0), int64_t(1), int64_t(9), int64_t(123456)}) {
           const Tensor ref = host_reference(raw, idx, t, seed, epoch);
           Tensor got = Tensor::empty(ref.shape(), DType::F32);
-          be.augment_normalize_u8(raw, ind, augment_spec(t, seed, epoch), scale, shift, got);
+          augment::augment_normalize_u8(be, raw, ind, augment_spec(t, seed, epoch), scale, shift,
+                                        got);
           const std::string what = shape_str(k.chw) + " pad_to " + std::to_string(k.pad_to) +
                                    " crop " + std::to_string(k.crop) + " flip " +
                                    std::to_string(k.flip) + " seed " + std::to_string(seed) +
                                    " epoch " + std::to_string(epoch);
           QVERIFY2(bitwise_equal(ref, got), what.c_str());
           Tensor got_nhwc = Tensor::empty(ref.shape(), DType::F32, Device::cpu(), Layout::NHWC);
-          be.augment_normalize_u8(raw, ind, augment_spec(t, seed, epoch), scale, shift, got_nhwc);
+          augment::augment_normalize_u8(be, raw, ind, augment_spec(t, seed, epoch), scale, shift,
+                                        got_nhwc);
           QVERIFY2(bitwise_equal(to_nhwc(ref), got_nhwc), ("nhwc " + what).c_str());
           ++checked;
         }
@@ -237,11 +243,11 @@ class TestOpAugment : public QObject {
     Tensor raw = random_u8({8, 3, 16, 16}, 3);
     Tensor ind = indices_tensor({0, 1, 2, 3, 4, 5, 6, 7});
     Tensor a = Tensor::empty({8, 3, 16, 16}, DType::F32), b = clone(a);
-    be.augment_normalize_u8(raw, ind, augment_spec(t, 1, 0), scale, shift, a);
-    be.augment_normalize_u8(raw, ind, augment_spec(t, 1, 1), scale, shift, b);
+    augment::augment_normalize_u8(be, raw, ind, augment_spec(t, 1, 0), scale, shift, a);
+    augment::augment_normalize_u8(be, raw, ind, augment_spec(t, 1, 1), scale, shift, b);
     QVERIFY(!bitwise_equal(a, b));
     Tensor ind2 = indices_tensor({1, 2, 3, 4, 5, 6, 7, 8});
-    be.augment_normalize_u8(raw, ind2, augment_spec(t, 1, 0), scale, shift, b);
+    augment::augment_normalize_u8(be, raw, ind2, augment_spec(t, 1, 0), scale, shift, b);
     QVERIFY(!bitwise_equal(a, b));
   }
 
@@ -254,23 +260,29 @@ class TestOpAugment : public QObject {
     s.out_h = s.out_w = 8;
     std::vector<float> three(3, 1.0f), one(1, 1.0f);
     Tensor out = Tensor::empty({2, 3, 8, 8}, DType::F32);
-    be.augment_normalize_u8(raw, ind, s, three, three, out);  // fine
-    QVERIFY_THROWS_EXCEPTION(Error, be.augment_normalize_u8(raw, ind, s, one, one, out));
+    augment::augment_normalize_u8(be, raw, ind, s, three, three, out);  // fine
+    QVERIFY_THROWS_EXCEPTION(Error, augment::augment_normalize_u8(be, raw, ind, s, one, one, out));
     Tensor bad_out = Tensor::empty({2, 3, 8, 9}, DType::F32);
-    QVERIFY_THROWS_EXCEPTION(Error, be.augment_normalize_u8(raw, ind, s, three, three, bad_out));
+    QVERIFY_THROWS_EXCEPTION(Error,
+                             augment::augment_normalize_u8(be, raw, ind, s, three, three, bad_out));
     Tensor f_ind = Tensor::empty({2}, DType::F32);
-    QVERIFY_THROWS_EXCEPTION(Error, be.augment_normalize_u8(raw, f_ind, s, three, three, out));
+    QVERIFY_THROWS_EXCEPTION(Error,
+                             augment::augment_normalize_u8(be, raw, f_ind, s, three, three, out));
     Tensor short_ind = indices_tensor({0});
-    QVERIFY_THROWS_EXCEPTION(Error, be.augment_normalize_u8(raw, short_ind, s, three, three, out));
+    QVERIFY_THROWS_EXCEPTION(
+        Error, augment::augment_normalize_u8(be, raw, short_ind, s, three, three, out));
     AugmentSpec small = s;
     small.out_h = 6;
     Tensor small_out = Tensor::empty({2, 3, 6, 8}, DType::F32);
     QVERIFY_THROWS_EXCEPTION(Error,
-                             be.augment_normalize_u8(raw, ind, small, three, three, small_out));
+                             augment::augment_normalize_u8(be, raw, ind, small, three, three,
+                                                           small_out));
     Tensor nhwc_raw = Tensor::empty({2, 3, 8, 8}, DType::U8, Device::cpu(), Layout::NHWC);
-    QVERIFY_THROWS_EXCEPTION(Error, be.augment_normalize_u8(nhwc_raw, ind, s, three, three, out));
+    QVERIFY_THROWS_EXCEPTION(
+        Error, augment::augment_normalize_u8(be, nhwc_raw, ind, s, three, three, out));
     Tensor neg = indices_tensor({0, -1});
-    QVERIFY_THROWS_EXCEPTION(Error, be.augment_normalize_u8(raw, neg, s, three, three, out));
+    QVERIFY_THROWS_EXCEPTION(Error,
+                             augment::augment_normalize_u8(be, raw, neg, s, three, three, out));
   }
 
 
@@ -304,9 +316,9 @@ class TestOpAugment : public QObject {
           const AugmentSpec s = augment_spec(t, 1234567, epoch);
           const Shape os{N, t.output_shape()[0], t.output_shape()[1], t.output_shape()[2]};
           Tensor ref = Tensor::empty(os, DType::F32, Device::cpu(), l);
-          cpu.augment_normalize_u8(raw, ind, s, scale, shift, ref);
+          augment::augment_normalize_u8(cpu, raw, ind, s, scale, shift, ref);
           Tensor dout = be.empty(os, DType::F32, l);
-          be.augment_normalize_u8(draw, dind, s, scale, shift, dout);
+          augment::augment_normalize_u8(be, draw, dind, s, scale, shift, dout);
           Tensor got = Tensor::empty(os, DType::F32, Device::cpu(), l);
           be.copy(dout, got);
           QVERIFY2(bitwise_equal(ref, got), (shape_str(k.chw) + " " + layout_name(l)).c_str());

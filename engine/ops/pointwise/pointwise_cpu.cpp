@@ -1,32 +1,22 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// CPU pointwise ops: ReLU, exact (erf) GELU, add, accumulate.
-// Any rank; elementwise, so the layout does not matter as long as every operand
-// has the same one. y may alias x and dx may alias dy: every loop reads element
-// i before it writes element i and touches nothing else.
+// The CPU backend's pointwise ops (contract: pointwise.h): ReLU, exact (erf)
+// GELU, add, accumulate, scale. Elementwise, so the layout does not matter as
+// long as every operand has the same one. y may alias x and dx may alias dy:
+// every loop reads element i before it writes element i and touches nothing
+// else.
+#include <cblas.h>
+
 #include <cmath>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
 #include "engine/backend/cpu/cpu_backend.h"
-#include "engine/core/error.h"
+#include "engine/ops/pointwise/pointwise.h"
 
 namespace tb {
 
 namespace {
-
-// Same element count, dtype and (for rank 4) layout; f32 or f64.
-void check_pair(const Tensor& a, const Tensor& b, const char* op) {
-  TB_CHECK(a.defined() && b.defined(), op, ": undefined operand");
-  TB_CHECK(a.device().is_cpu() && b.device().is_cpu(), op, ": cpu backend given ", a.describe(),
-           " and ", b.describe());
-  TB_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype(), op,
-           ": operands differ: ", a.describe(), " vs ", b.describe());
-  TB_CHECK(a.rank() != 4 || a.layout() == b.layout(), op, ": layouts differ: ", a.describe(),
-           " vs ", b.describe());
-  TB_CHECK(a.dtype() == DType::F32 || a.dtype() == DType::F64, op, ": expected f32 or f64, got ",
-           a.describe());
-}
 
 constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2π)
@@ -150,22 +140,37 @@ void gelu_backward_f32(const float* x, const float* dy, float* dx, int64_t n,
 
 #undef TB_PARALLEL_FOR
 
+class CpuKernels final : public pointwise::Kernels {
+ public:
+  explicit CpuKernels(CpuBackend& be) : be_(be) {}
+
+  void relu_forward(const Tensor& x, Tensor& y) override;
+  void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void gelu_forward(const Tensor& x, Tensor& y) override;
+  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void add(const Tensor& a, const Tensor& b, Tensor& y) override;
+  void accumulate(const Tensor& src, Tensor& dst) override;
+  void scale(Tensor& t, double alpha) override;
+
+ private:
+  CpuBackend& be_;
+};
+
 }  // namespace
 
 // Dispatch: f64 or options.reference -> reference in T; otherwise the f32 path.
-#define TB_POINTWISE_DISPATCH(REF, FAST, ...) \
-  do {                                        \
-    if (dt == DType::F64) {                   \
-      REF<double>(__VA_ARGS__(double));       \
-    } else if (use_reference(dt)) {           \
-      REF<float>(__VA_ARGS__(float));         \
-    } else {                                  \
-      FAST(__VA_ARGS__(float), threads_);     \
-    }                                         \
+#define TB_POINTWISE_DISPATCH(REF, FAST, ...)  \
+  do {                                         \
+    if (dt == DType::F64) {                    \
+      REF<double>(__VA_ARGS__(double));        \
+    } else if (be_.use_reference(dt)) {        \
+      REF<float>(__VA_ARGS__(float));          \
+    } else {                                   \
+      FAST(__VA_ARGS__(float), be_.threads()); \
+    }                                          \
   } while (0)
 
-void CpuBackend::relu_forward(const Tensor& x, Tensor& y) {
-  check_pair(x, y, "relu_forward");
+void CpuKernels::relu_forward(const Tensor& x, Tensor& y) {
   const DType dt = x.dtype();
   const int64_t n = x.numel();
 #define ARGS(T) x.data_as<T>(), y.data_as<T>(), n
@@ -173,9 +178,7 @@ void CpuBackend::relu_forward(const Tensor& x, Tensor& y) {
 #undef ARGS
 }
 
-void CpuBackend::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
-  check_pair(y, dy, "relu_backward");
-  check_pair(dy, dx, "relu_backward");
+void CpuKernels::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   const DType dt = y.dtype();
   const int64_t n = y.numel();
 #define ARGS(T) y.data_as<T>(), dy.data_as<T>(), dx.data_as<T>(), n
@@ -183,8 +186,7 @@ void CpuBackend::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
 #undef ARGS
 }
 
-void CpuBackend::gelu_forward(const Tensor& x, Tensor& y) {
-  check_pair(x, y, "gelu_forward");
+void CpuKernels::gelu_forward(const Tensor& x, Tensor& y) {
   const DType dt = x.dtype();
   const int64_t n = x.numel();
 #define ARGS(T) x.data_as<T>(), y.data_as<T>(), n
@@ -192,9 +194,7 @@ void CpuBackend::gelu_forward(const Tensor& x, Tensor& y) {
 #undef ARGS
 }
 
-void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
-  check_pair(x, dy, "gelu_backward");
-  check_pair(dy, dx, "gelu_backward");
+void CpuKernels::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   const DType dt = x.dtype();
   const int64_t n = x.numel();
 #define ARGS(T) x.data_as<T>(), dy.data_as<T>(), dx.data_as<T>(), n
@@ -202,24 +202,34 @@ void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
 #undef ARGS
 }
 
+#undef TB_POINTWISE_DISPATCH
+
 // add and accumulate: the reference loop is already the fast loop.
-void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& y) {
-  check_pair(a, b, "add");
-  check_pair(a, y, "add");
+void CpuKernels::add(const Tensor& a, const Tensor& b, Tensor& y) {
   if (a.dtype() == DType::F64)
     add_ref(a.data_as<double>(), b.data_as<double>(), y.data_as<double>(), a.numel());
   else
     add_ref(a.data_as<float>(), b.data_as<float>(), y.data_as<float>(), a.numel());
 }
 
-void CpuBackend::accumulate(const Tensor& src, Tensor& dst) {
-  check_pair(src, dst, "accumulate");
+void CpuKernels::accumulate(const Tensor& src, Tensor& dst) {
   if (src.dtype() == DType::F64)
     accumulate_ref(src.data_as<double>(), dst.data_as<double>(), src.numel());
   else
     accumulate_ref(src.data_as<float>(), dst.data_as<float>(), src.numel());
 }
 
-#undef TB_POINTWISE_DISPATCH
+void CpuKernels::scale(Tensor& t, double alpha) {
+  if (t.dtype() == DType::F64) {
+    double* p = t.data_as<double>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] *= alpha;
+    return;
+  }
+  cblas_sscal(static_cast<blasint>(t.numel()), static_cast<float>(alpha), t.data_as<float>(), 1);
+}
+
+namespace pointwise {
+void register_cpu_kernels() { register_kernels<Kernels, CpuKernels, CpuBackend>(DeviceKind::CPU); }
+}  // namespace pointwise
 
 }  // namespace tb
