@@ -44,17 +44,6 @@ struct ConvGeometry {
   Shape output_shape() const { return {N, C_out, H_out, W_out}; }
 };
 
-struct PoolGeometry {
-  int64_t N = 0, C = 0, H = 0, W = 0;
-  int64_t kernel = 2, stride = 2, pad = 0;
-  int64_t H_out = 0, W_out = 0;
-
-  static PoolGeometry make(int64_t N, int64_t C, int64_t H, int64_t W, int64_t kernel,
-                           int64_t stride, int64_t pad);
-  Shape input_shape() const { return {N, C, H, W}; }
-  Shape output_shape() const { return {N, C, H_out, W_out}; }
-};
-
 enum class OptimizerKind { SGD, AdamW, RMSProp, LARS, LAMB };
 const char* optimizer_name(OptimizerKind k);
 OptimizerKind optimizer_from_name(const std::string& s);  // throws tb::Error
@@ -185,30 +174,11 @@ class Backend {
     fused_unsupported("linear_act_backward");
   }
 
-  // --- pooling
-  virtual void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
-                                 Tensor& argmax /* i32, same shape as y */) = 0;
-  virtual void maxpool2d_backward(const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,
-                                  Tensor& dx) = 0;
-  // Average pooling counts padded cells (count_include_pad), like PyTorch's default.
-  virtual void avgpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y) = 0;
-  virtual void avgpool2d_backward(const PoolGeometry& g, const Tensor& dy, Tensor& dx) = 0;
-  virtual void global_avgpool_forward(const Tensor& x /*N,C,H,W*/, Tensor& y /*N,C*/) = 0;
-  virtual void global_avgpool_backward(const Tensor& dy /*N,C*/, Tensor& dx /*N,C,H,W*/) = 0;
-
   // --- channel padding (pad_channels_to): x (N,C,H,W) -> y (N,Cp,H,W),
   // Cp >= C, x and y in one layout (NCHW or NHWC): y[:, :C] = x, y[:, C:] = 0.
   // Backward is the slice dx = dy[:, :C] (the zero channels take no gradient).
   virtual void pad_channels_forward(const Tensor& x, Tensor& y) = 0;
   virtual void pad_channels_backward(const Tensor& dy /*N,Cp,H,W*/, Tensor& dx /*N,C,H,W*/) = 0;
-
-  // --- loss: softmax cross-entropy with label smoothing, mean over the batch.
-  // Adds {sum of per-sample losses, number of correct argmax predictions} into
-  // stats (f64 [2], on this device) so the host reads them only when it wants.
-  // When dlogits is defined it receives grad_scale * d(mean loss)/d(logits).
-  virtual void softmax_cross_entropy(const Tensor& logits /*N,K*/, const Tensor& labels /*i32 N*/,
-                                     float label_smoothing, float grad_scale, Tensor& dlogits,
-                                     Tensor& stats) = 0;
 
   // --- reductions and optimizers
   virtual double sum_squares(const Tensor& t) = 0;  // host value of sum(t^2), in double

@@ -15,6 +15,7 @@
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
+#include "engine/ops/loss/loss.h"
 #include "engine/optim/clip.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/schedule.h"
@@ -576,7 +577,7 @@ class TestOpOptim : public QObject {
       Tensor y = Tensor::empty({rows, M}, DType::F64), dy = Tensor::empty({rows, M}, DType::F64);
       Tensor stats = Tensor::zeros({2}, DType::F64), none;
       be.linear_forward(xs, w, b, y);
-      be.softmax_cross_entropy(y, ls, 0.1f, grad_scale, dy, stats);
+      loss::softmax_cross_entropy(be, y, ls, 0.1f, grad_scale, dy, stats);
       be.linear_backward(xs, w, dy, none, dw, db, /*accumulate=*/micro > 0);
       return stats.data_as<double>()[0];
     };

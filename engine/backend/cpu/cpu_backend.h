@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 // The CPU backend. Each op family lives in its own file (conv.cpp, linear.cpp,
-// pool.cpp, pointwise.cpp, loss.cpp, optimizer.cpp, memory.cpp; the families
+// pointwise.cpp, optimizer.cpp, memory.cpp; the families
 // already moved in engine/ops/<family>/) with a plain reference implementation
 // (templated on float/double: the test oracle, used for f64 and when
 // options.reference is set) beside the fast f32 path (OpenBLAS GEMM,
@@ -69,21 +69,9 @@ class CpuBackend final : public Backend {
                            const Tensor& dy, Activation act, Tensor& dpre, Tensor& dx, Tensor& dw,
                            Tensor& db, bool accumulate) override;
 
-  void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
-                         Tensor& argmax) override;
-  void maxpool2d_backward(const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,
-                          Tensor& dx) override;
-  void avgpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y) override;
-  void avgpool2d_backward(const PoolGeometry& g, const Tensor& dy, Tensor& dx) override;
-  void global_avgpool_forward(const Tensor& x, Tensor& y) override;
-  void global_avgpool_backward(const Tensor& dy, Tensor& dx) override;
-
   // pad_channels.cpp
   void pad_channels_forward(const Tensor& x, Tensor& y) override;
   void pad_channels_backward(const Tensor& dy, Tensor& dx) override;
-
-  void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing,
-                             float grad_scale, Tensor& dlogits, Tensor& stats) override;
 
   double sum_squares(const Tensor& t) override;
   void optimizer_step(const OptimizerStep& step, const std::vector<ParamSlot>& slots,

@@ -10,14 +10,12 @@
 //   caching_allocator  stream-aware caching device allocator (registered for DeviceKind::CUDA)
 //   memory.cu          fill, dtype cast, NCHW<->NHWC conversion kernels
 //   pointwise.cu       relu/gelu forward+backward, add, accumulate, scale
-//   loss.cu            softmax cross-entropy with label smoothing
 //   reduce.cu          sum of squares
-//   pool.cu            max (argmax) / avg / global-avg pooling, NCHW and NHWC
 //   linear.cu/.cpp     cuBLAS GEMMs, bias kernels
 //   (batch norm: its op family folder, engine/ops/batchnorm/)
 //   optimizer.cu       SGD/AdamW/RMSProp/LARS/LAMB, per-tensor and multi-tensor
 //   conv_cudnn.cpp     convolutions through the cuDNN 9 graph API (cudnn-frontend)
-//   cuda_ops.cpp       argument checks and dispatch for pointwise, pooling, loss
+//   cuda_ops.cpp       argument checks and dispatch for pointwise
 //   amp.cu/amp_ops.cpp mixed precision: f32<->f16/bf16 casts, loss-scaler kernels
 //   fused.cu/fused_ops.cpp  fuse_pointwise: Linear+act
 //   peer.cpp           copies between two devices' backends (parallel: dp)
@@ -84,21 +82,9 @@ class CudaBackend final : public Backend {
                            const Tensor& dy, Activation act, Tensor& dpre, Tensor& dx, Tensor& dw,
                            Tensor& db, bool accumulate) override;
 
-  void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
-                         Tensor& argmax) override;
-  void maxpool2d_backward(const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,
-                          Tensor& dx) override;
-  void avgpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y) override;
-  void avgpool2d_backward(const PoolGeometry& g, const Tensor& dy, Tensor& dx) override;
-  void global_avgpool_forward(const Tensor& x, Tensor& y) override;
-  void global_avgpool_backward(const Tensor& dy, Tensor& dx) override;
-
   // pad_channels.cpp (pad_channels.cu). NOT yet run on a GPU.
   void pad_channels_forward(const Tensor& x, Tensor& y) override;
   void pad_channels_backward(const Tensor& dy, Tensor& dx) override;
-
-  void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing,
-                             float grad_scale, Tensor& dlogits, Tensor& stats) override;
 
   double sum_squares(const Tensor& t) override;
   void optimizer_step(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
