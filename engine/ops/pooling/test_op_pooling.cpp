@@ -417,6 +417,37 @@ class TestOpPooling : public QObject {
     m = qerror_of([&] { pooling::global_avg_forward(be, x, gy_bad); });
     QVERIFY2(m.contains("[2, 4]") && m.contains("[2, 3]"), qPrintable(m));
   }
+
+  // The contract's checks (pooling.cpp, one copy for every backend) name the
+  // op and the operand that breaks it: a dtype, an argmax that is not i32, a
+  // layout differing from x's, a global-pooling input that is not rank 4.
+  void pool_errors_name_the_operand() {
+    for (bool reference : {false, true}) {
+      CpuBackend& be = reference ? cpu_reference() : cpu_fast();
+      const auto g = PoolGeometry::make(1, 2, 4, 4, 2, 2, 0);
+      const Tensor x = Tensor::zeros(g.input_shape(), DType::F32);
+      Tensor y = Tensor::zeros(g.output_shape(), DType::F32);
+      Tensor am = Tensor::zeros(g.output_shape(), DType::I32);
+      Tensor y64 = Tensor::zeros(g.output_shape(), DType::F64);
+      QString m = qerror_of([&] { pooling::max_forward(be, g, x, y64, am); });
+      QVERIFY2(m.contains("maxpool2d_forward") && m.contains("output y") && m.contains("f64"),
+               qPrintable(m));
+      Tensor am_f = Tensor::zeros(g.output_shape(), DType::F32);
+      m = qerror_of([&] { pooling::max_forward(be, g, x, y, am_f); });
+      QVERIFY2(m.contains("argmax") && m.contains("i32"), qPrintable(m));
+      Tensor y_nhwc = Tensor::zeros(g.output_shape(), DType::F32, Device::cpu(), Layout::NHWC);
+      m = qerror_of([&] { pooling::avg_forward(be, g, x, y_nhwc); });
+      QVERIFY2(m.contains("avgpool2d_forward") && m.contains("output y") && m.contains("NCHW"),
+               qPrintable(m));
+      Tensor flat = Tensor::zeros({1, 32}, DType::F32), gy = Tensor::zeros({1, 2}, DType::F32);
+      m = qerror_of([&] { pooling::global_avg_forward(be, flat, gy); });
+      QVERIFY2(m.contains("global_avgpool_forward") && m.contains("(N, C, H, W)"), qPrintable(m));
+      Tensor i32 = Tensor::zeros(g.input_shape(), DType::I32);
+      Tensor yi = Tensor::zeros(g.output_shape(), DType::I32);
+      m = qerror_of([&] { pooling::avg_forward(be, g, i32, yi); });
+      QVERIFY2(m.contains("cpu backend supports f32 and f64"), qPrintable(m));
+    }
+  }
 };
 
 QTEST_GUILESS_MAIN(TestOpPooling)
