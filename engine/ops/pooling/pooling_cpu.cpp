@@ -374,27 +374,29 @@ class CpuKernels final : public pooling::Kernels {
   void global_avg_backward(const pooling::GlobalDims& d, const Tensor& dy, Tensor& dx) override;
 
  private:
+  // NCHW f32 takes the fast path unless BackendOptions::reference; f64 and
+  // NHWC always take the reference (see the file comment).
+  bool fast_path(const Tensor& t) const {
+    return !be_.use_reference(t.dtype()) && t.layout() == Layout::NCHW;
+  }
+
   CpuBackend& be_;
 };
 
 }  // namespace
 
 // ---------------------------------------------------------------- entry points
-// NCHW f32 takes the fast path unless BackendOptions::reference; NHWC always
-// takes the reference (see the file comment).
 
 void CpuKernels::max_forward(const PoolGeometry& g, const Tensor& x, Tensor& y, Tensor& argmax) {
   check_cpu("maxpool2d_forward", x);
-  const Layout l = x.layout();
-  if (x.dtype() == DType::F64)
-    maxpool_forward_ref<double>(g, l, x.data_as<double>(), y.data_as<double>(),
-                                argmax.data_as<int32_t>());
-  else if (be_.use_reference(x.dtype()) || l == Layout::NHWC)
-    maxpool_forward_ref<float>(g, l, x.data_as<float>(), y.data_as<float>(),
-                               argmax.data_as<int32_t>());
-  else
-    maxpool_forward_fast(g, x.data_as<float>(), y.data_as<float>(), argmax.data_as<int32_t>(),
-                         be_.threads());
+  if (fast_path(x))
+    return maxpool_forward_fast(g, x.data_as<float>(), y.data_as<float>(),
+                                argmax.data_as<int32_t>(), be_.threads());
+  by_dtype(x, [&](auto z) {
+    using T = decltype(z);
+    maxpool_forward_ref<T>(g, x.layout(), x.data_as<T>(), y.data_as<T>(),
+                           argmax.data_as<int32_t>());
+  });
 }
 
 void CpuKernels::max_backward(const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,
@@ -412,24 +414,20 @@ void CpuKernels::max_backward(const PoolGeometry& g, const Tensor& dy, const Ten
 
 void CpuKernels::avg_forward(const PoolGeometry& g, const Tensor& x, Tensor& y) {
   check_cpu("avgpool2d_forward", x);
-  const Layout l = x.layout();
-  if (x.dtype() == DType::F64)
-    avgpool_forward_ref<double>(g, l, x.data_as<double>(), y.data_as<double>());
-  else if (be_.use_reference(x.dtype()) || l == Layout::NHWC)
-    avgpool_forward_ref<float>(g, l, x.data_as<float>(), y.data_as<float>());
-  else
-    avgpool_forward_fast(g, x.data_as<float>(), y.data_as<float>());
+  if (fast_path(x)) return avgpool_forward_fast(g, x.data_as<float>(), y.data_as<float>());
+  by_dtype(x, [&](auto z) {
+    using T = decltype(z);
+    avgpool_forward_ref<T>(g, x.layout(), x.data_as<T>(), y.data_as<T>());
+  });
 }
 
 void CpuKernels::avg_backward(const PoolGeometry& g, const Tensor& dy, Tensor& dx) {
   check_cpu("avgpool2d_backward", dy);
-  const Layout l = dy.layout();
-  if (dy.dtype() == DType::F64)
-    avgpool_backward_ref<double>(g, l, dy.data_as<double>(), dx.data_as<double>());
-  else if (be_.use_reference(dy.dtype()) || l == Layout::NHWC)
-    avgpool_backward_ref<float>(g, l, dy.data_as<float>(), dx.data_as<float>());
-  else
-    avgpool_backward_fast(g, dy.data_as<float>(), dx.data_as<float>());
+  if (fast_path(dy)) return avgpool_backward_fast(g, dy.data_as<float>(), dx.data_as<float>());
+  by_dtype(dy, [&](auto z) {
+    using T = decltype(z);
+    avgpool_backward_ref<T>(g, dy.layout(), dy.data_as<T>(), dx.data_as<T>());
+  });
 }
 
 void CpuKernels::global_avg_forward(const pooling::GlobalDims& d, const Tensor& x, Tensor& y) {
