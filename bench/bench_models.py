@@ -1,10 +1,15 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The benchmark models in PyTorch, written to match engine/nn/models.cpp layer
-for layer, and the one place where a model's FLOPs per training sample are
-counted (both sides of bench/gpu_vs_pytorch.py use this number for MFU).
+for layer, and a model's FLOPs per training sample as the engine counts them
+(`trainbench-engine work`; both sides of bench/gpu_vs_pytorch.py use this
+number for MFU).
 
     python3 bench/bench_models.py            # FLOPs per sample of every model
 """
+import json
+import os
+import subprocess
+
 import torch
 from torch import nn
 
@@ -81,37 +86,32 @@ def make_model(name, shape, classes=10, conv_bias=True):
     return BUILDERS[name](shape[0], classes, bias=conv_bias)
 
 
-def train_flops_per_sample(name, shape=None, classes=10):
-    """Matrix FLOPs of one training sample: every convolution's and linear
-    layer's forward (2 x multiply-adds), weight gradient (the same) and input
-    gradient (the same, except the first layer's, which neither side computes).
-    Batch norm, activations, pooling, the loss and the optimizer are left out,
-    as MFU counts the work the matrix units are for."""
-    shape = tuple(shape or SHAPES[name])
-    net = make_model(name, shape, classes).eval()
-    layers = []  # forward FLOPs per matrix layer, in execution order
+def engine_work(engine=None):
+    """`trainbench-engine work --json`: the engine's counted work of every
+    registered model (engine/nn/layer_work.cpp, the one place FLOPs are
+    counted). engine: the binary; default $TRAINBENCH_ENGINE, else the build
+    tree's build/bin/trainbench-engine."""
+    engine = engine or os.environ.get("TRAINBENCH_ENGINE") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "build", "bin", "trainbench-engine")
+    proc = subprocess.run([engine, "work", "--json"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{engine} work --json failed: {proc.stderr.strip()[-500:]}")
+    return json.loads(proc.stdout)
 
-    def conv_hook(m, inp, out):
-        k = m.kernel_size[0] * m.kernel_size[1] * (m.in_channels // m.groups)
-        layers.append(2 * out.shape[1] * out.shape[2] * out.shape[3] * k)
 
-    def linear_hook(m, inp, out):
-        layers.append(2 * m.in_features * m.out_features)
-
-    hooks = []
-    for m in net.modules():
-        if isinstance(m, nn.Conv2d):
-            hooks.append(m.register_forward_hook(conv_hook))
-        elif isinstance(m, nn.Linear):
-            hooks.append(m.register_forward_hook(linear_hook))
-    with torch.no_grad():
-        net(torch.zeros(1, *shape))
-    for h in hooks:
-        h.remove()
-    forward = sum(layers)
-    return {"forward": forward, "train": 3 * forward - layers[0],
-            "convention": "fwd + weight grad + input grad of every conv/linear "
-                          "(no input grad for the first layer); BN, pointwise, loss excluded"}
+def train_flops_per_sample(name, shape=None, classes=10, engine=None):
+    """Matrix FLOPs of one training sample, as the engine counts them
+    (`trainbench-engine work`): every convolution's and linear layer's forward
+    (2 x multiply-adds), weight gradient (the same) and input gradient (the
+    same, except the first layer's, which neither side computes). Batch norm,
+    activations, pooling, the loss and the optimizer are left out, as MFU
+    counts the work the matrix units are for. The engine counts each model at
+    its registry shape with 10 classes; another shape or class count is refused."""
+    work = engine_work(engine)[name]
+    if (shape and list(shape) != work["input_shape"]) or classes != work["classes"]:
+        raise ValueError(f"{name}: the engine counts {work['input_shape']} with "
+                         f"{work['classes']} classes, not {list(shape or [])} with {classes}")
+    return {k: work[k] for k in ("forward", "train", "convention")}
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ tricks (bench/README.md has the table this fills).
   figures     samples/s (median of the timed steps after a warm-up, CUDA
               events, fresh data), peak device memory, MFU against the matrix
               peak measured first in the same call (bench/matrix_peak.py),
-              FLOPs per sample from bench/bench_models.py for both sides, and
+              FLOPs per sample from the engine's count (`trainbench-engine work`) for both sides, and
               the ratios Trainbench / PyTorch eager and / best compiled.
 
 Tasks run in priority order (the issue's target row first) within --budget
@@ -151,12 +151,13 @@ def matrix_peak(a):
 
 
 def flops(a):
-    proc = subprocess.run([a.python, "-c", "import json, bench_models as m; print(json.dumps("
-                           "{k: m.train_flops_per_sample(k) for k in m.SHAPES}))"],
-                          capture_output=True, text=True, cwd=HERE)
-    if proc.returncode != 0:  # no torch in this Python: no MFU, the rest still runs
-        return {"error": "bench_models.py failed: " + proc.stderr.strip()[-500:]}
-    return json.loads(proc.stdout)
+    """FLOPs per sample of every model as the engine counts them
+    (`trainbench-engine work`, which bench_models.train_flops_per_sample reads too)."""
+    proc = subprocess.run([a.engine, "work", "--json"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"error": "trainbench-engine work failed: " + proc.stderr.strip()[-500:]}
+    return {name: {k: m[k] for k in ("forward", "train", "convention")}
+            for name, m in json.loads(proc.stdout).items()}
 
 
 def ok(r):

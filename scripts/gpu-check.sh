@@ -60,10 +60,10 @@ limit_bytes=$((64 << 20))
 # The suites with GPU slots, fastest and most basic first: the device, the op
 # families (test_op_*: typed slots whose CUDA rows run here; their CPU rows run
 # too, in seconds), then whole models and trainer runs.
-suites=(test_cuda_backend test_op_tensor test_op_activations test_op_loss test_op_pooling
-        test_op_linear test_op_batchnorm test_op_conv test_op_optim test_op_amp test_op_fused
-        test_op_augment test_models test_channels_last test_amp_training test_device_data
-        test_cuda_graphs test_staging test_tensor_pipe test_dp)
+suites=(test_cuda_backend test_op_tensor test_op_layout test_op_activations test_op_loss
+        test_op_pooling test_op_linear test_op_batchnorm test_op_conv test_op_optim test_op_amp
+        test_op_fused test_op_augment test_models test_channels_last test_amp_training
+        test_device_data test_cuda_graphs test_staging test_tensor_pipe test_dp)
 
 # Libraries the GPU machine provides itself (driver, CUDA, glibc): never packed.
 is_system_lib() {
@@ -574,15 +574,16 @@ sanitize() {
   t0=$(now)
   command -v compute-sanitizer >/dev/null || { skip_stage "$tool" "no compute-sanitizer"; return; }
   local runs=(
-    "test_op_tensor copy_round_trip fill_values layout_conversion pad_channels_matches_reference sum_squares_matches_reference"
+    "test_op_tensor copy_round_trip fill_values layout_conversion sum_squares_matches_reference"
+    "test_op_layout pad_channels_matches_reference"
     "test_op_activations pointwise_matches_reference"
     "test_op_loss loss_matches_reference"
     "test_op_pooling pool_matches_reference"
-    "test_op_linear linear_matches_reference"
-    "test_op_batchnorm batchnorm_matches_reference"
+    "test_op_linear linear_matches_reference linear_act_matches_reference"
+    "test_op_batchnorm batchnorm_matches_reference batchnorm_cuda_large_matches_reference"
     "test_op_optim optimizer_step_matches_reference"
     "test_op_amp unscale_multiplies_by_inverse_scale planted_inf_and_nan_set_found_inf cast_round_trip_matches_cpu"
-    "test_op_fused bn_act_matches_reference linear_act_matches_reference"
+    "test_op_fused bn_act_matches_reference"
     "test_op_augment normalize_u8_matches_cpu augment_matches_cpu")
   local r results="" k=0
   for r in "${runs[@]}"; do

@@ -28,6 +28,7 @@
 
 #include "compare_view.h"
 #include "advisor_panel.h"
+#include "layers_panel.h"
 #include "config_panel.h"
 #include "engine_info.h"
 #include "engine_locator.h"
@@ -561,6 +562,13 @@ void MainWindow::addAdvisor(RunDashboard* dashboard, const QString& store, qint6
   advisor->showRun(runId);
   connect(dashboard, &RunDashboard::runEnded, advisor, [advisor, runId] { advisor->showRun(runId); });
   dashboard->bottomTabs()->addTab(advisor, tr("Advisor"));
+  auto* layers = new LayersPanel(dashboard);
+  layers->setDatabasePath(store);
+  layers->showRun(runId);
+  connect(dashboard, &RunDashboard::runEnded, layers, [layers, runId] { layers->showRun(runId); });
+  const int tab = dashboard->bottomTabs()->addTab(layers, tr("Layers"));
+  dashboard->bottomTabs()->setTabToolTip(
+      tab, tr("Where the sampled steps went, layer by layer, against the roofline (docs/layers.md)"));
 }
 
 void MainWindow::onLaunched(EngineProcess* process) {

@@ -28,6 +28,7 @@
 
 #include "app/engine/cli_checks.h"
 #include "app/engine/cmd_ladder.h"
+#include "app/engine/cmd_layers.h"
 #include "app/engine/table.h"
 #include "engine/backend/backend.h"
 #include "engine/core/error.h"
@@ -598,6 +599,7 @@ int cmd_export(const std::string& db, int64_t id, const std::string& format,
     }
     j["step_series"] = steps;  // [step, wall_time, value]
     j["epoch_series"] = epochs;  // [epoch, step, wall_time, value]
+    j["layer_profile"] = cli::layer_profile_export(store, r);  // docs/layers.md
     out << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
   } else {
     // Wide CSV: one row per step, one column per series (empty where a series has no point).
@@ -733,8 +735,9 @@ int engine_main(int argc, char** argv) {
   CLI::App* devices = app.add_subcommand("devices", "List the devices this build can use");
   devices->add_flag("--json", devices_json, "JSON output");
 
-  // ladder and advise train in this process: the same signal thread as run.
-  const auto ladder_commands = cli::add_ladder_commands(
+  // ladder and advise train in this process: the same signal thread as run;
+  // layers and work only read.
+  auto ladder_commands = cli::add_ladder_commands(
       app, {g_stop,
             [] {
               std::signal(SIGPIPE, SIG_IGN);
@@ -744,6 +747,7 @@ int engine_main(int argc, char** argv) {
               std::lock_guard lock(g_sink_mutex);
               g_store_sink = sink;
             }});
+  for (cli::Command& c : cli::add_layers_commands(app)) ladder_commands.push_back(std::move(c));
 
   try {
     app.parse(argc, argv);

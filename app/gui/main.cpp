@@ -47,11 +47,12 @@ int main(int argc, char** argv) {
   QCommandLineOption page(QStringLiteral("page"), QStringLiteral("Page to show: setup, runs, history, compare, ladder."), QStringLiteral("NAME"));
   QCommandLineOption openRun(QStringLiteral("open-run"), QStringLiteral("Open the dashboard of a saved run."), QStringLiteral("ID"));
   QCommandLineOption advisor(QStringLiteral("advisor"), QStringLiteral("With --open-run: show the run's Advisor tab, enlarged."));
+  QCommandLineOption layers(QStringLiteral("layers"), QStringLiteral("With --open-run: show the run's Layers tab, enlarged."));
   QCommandLineOption compare(QStringLiteral("compare"), QStringLiteral("Compare saved runs (comma-separated ids)."), QStringLiteral("IDS"));
   QCommandLineOption screenshot(QStringLiteral("screenshot"), QStringLiteral("Save a picture of the window and quit."), QStringLiteral("FILE"));
   QCommandLineOption delay(QStringLiteral("screenshot-delay"), QStringLiteral("Milliseconds to wait before the screenshot."), QStringLiteral("MS"), QStringLiteral("3000"));
   QCommandLineOption size(QStringLiteral("size"), QStringLiteral("Window size WxH."), QStringLiteral("WxH"));
-  for (const auto& o : {db, engine, config, preset, learn, run, page, openRun, advisor, compare, screenshot, delay, size}) parser.addOption(o);
+  for (const auto& o : {db, engine, config, preset, learn, run, page, openRun, advisor, layers, compare, screenshot, delay, size}) parser.addOption(o);
 
   // --help and --version are answered without a display (QApplication aborts
   // where none is set): a QCoreApplication prints them. Arguments this parse
@@ -95,12 +96,17 @@ int main(int argc, char** argv) {
   else if (pageName == QLatin1String("compare")) window.showPage(MainWindow::ComparePage);
   else if (pageName == QLatin1String("ladder")) window.showPage(MainWindow::LadderPage);
   if (parser.isSet(openRun)) window.openRun(parser.value(openRun).toLongLong());
-  if (parser.isSet(advisor))
-    if (auto* d = qobject_cast<RunDashboard*>(window.dashboards()->currentWidget())) {
-      QTabWidget* tabs = d->bottomTabs();
-      tabs->setCurrentIndex(tabs->count() - 1);
-      if (auto* split = qobject_cast<QSplitter*>(tabs->parentWidget())) split->setSizes({400, 500});
-    }
+  // The open run's bottom tab of that title, enlarged.
+  auto showBottomTab = [&window](const QString& title) {
+    auto* d = qobject_cast<RunDashboard*>(window.dashboards()->currentWidget());
+    if (!d) return;
+    QTabWidget* tabs = d->bottomTabs();
+    for (int i = 0; i < tabs->count(); ++i)
+      if (tabs->tabText(i) == title) tabs->setCurrentIndex(i);
+    if (auto* split = qobject_cast<QSplitter*>(tabs->parentWidget())) split->setSizes({400, 500});
+  };
+  if (parser.isSet(advisor)) showBottomTab(QObject::tr("Advisor"));
+  if (parser.isSet(layers)) showBottomTab(QObject::tr("Layers"));
   if (parser.isSet(compare)) {
     QList<qint64> ids;
     for (const QString& id : parser.value(compare).split(QLatin1Char(','), Qt::SkipEmptyParts)) ids << id.toLongLong();

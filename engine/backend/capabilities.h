@@ -14,7 +14,7 @@
 namespace tb {
 
 struct BackendCapabilities {
-  bool pinned_host_memory = false;    // pin_memory: page-locked loader buffers
+  bool pinned_host_memory = false;    // pin_memory: page-locked loader buffers (staging())
   bool async_upload = false;          // non_blocking: copies on a copy stream
   bool device_normalize_u8 = false;   // h2d_uint8: u8 batches normalised on the device
   bool device_augment = false;        // gpu_augment: crops, flips, normalisation on the device
@@ -25,7 +25,7 @@ struct BackendCapabilities {
   bool channels_last = false;         // channels_last: NHWC activations end to end
   bool tensor_core_alignment = false;  // pad_channels_to: channel counts Tensor Cores want
   bool fused_pointwise = false;       // fuse_pointwise: BN+act(+add), linear+act ops
-  bool graph_capture = false;         // cuda_graphs: begin_capture ... launch_graph
+  bool graph_capture = false;         // cuda_graphs: Backend::graphs()
   bool kernel_profiler = false;       // profiler: a kernel census of every step
   bool process_parallel = false;      // parallel: ddp, a transport over processes (MPI, NCCL)
   bool multi_device = false;          // parallel: dp, one process driving several devices

@@ -40,7 +40,7 @@ void pad_to(const uint8_t* in, uint8_t* out, const Shape& chw, int64_t out_h, in
 // (byte / 255 - mean[c]) / std[c]; empty stats means byte / 255.
 void normalize(const uint8_t* in, float* out, const Shape& chw, const NormStats& stats);
 // normalize's per-channel constants: out = float(b) * scale[c] + shift[c]
-// (no statistics: scale 1/255, shift 0). Backend::normalize_u8 uses the same
+// (no statistics: scale 1/255, shift 0). augment::normalize_u8 uses the same
 // constants, so normalising on the device gives the same bits.
 void norm_scale_shift(const NormStats& stats, int64_t channels, std::vector<float>& scale,
                       std::vector<float>& shift);
@@ -76,7 +76,7 @@ class SampleTransform {
   Shape in_, out_;
 };
 
-// What Backend::augment_normalize_u8 needs to redo t.apply() for a batch of
+// What augment::augment_normalize_u8 needs to redo t.apply() for a batch of
 // `epoch` on the device (gpu_augment): t's output size and options, the seed.
 AugmentSpec augment_spec(const SampleTransform& t, uint64_t seed, int64_t epoch);
 

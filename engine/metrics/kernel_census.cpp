@@ -64,7 +64,7 @@ void KernelCensus::begin_step(int64_t step) {
   // Not step 1 when sampling: cuDNN's autotuning and a graph capture make it
   // unlike every later step (the H200's stored run: 65 % Tensor Core share at
   // step 1, where the steady step's is ~13 %).
-  if (!available_ || (step - 1) % interval_ != 0 || (step == 1 && interval_ > 1)) return;
+  if (!available_ || !samples_step(step, interval_)) return;
 #ifdef TRAINBENCH_HAVE_CUPTI
   // Work of earlier steps still queued must not be counted in this one.
   be_.synchronize();

@@ -41,6 +41,12 @@ std::string cupti_switched_off();
 // Tensor Cores (declared, so no name rule can misfile them).
 KernelClassifier engine_kernel_classifier();
 
+// The sampled steps of an interval: every step for 1, else N+1, 2N+1, ...
+// (never the warm-up step 1). The census and the per-layer profile share it.
+inline bool samples_step(int64_t step, int64_t interval) {
+  return interval <= 1 || (step > 1 && (step - 1) % interval == 0);
+}
+
 class KernelCensus {
  public:
   // interval 1: every step (profiler on); N: steps N+1, 2N+1, ... (never the

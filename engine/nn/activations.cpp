@@ -3,12 +3,13 @@
 #include "engine/nn/activations.h"
 
 #include "engine/core/error.h"
+#include "engine/ops/pointwise/pointwise.h"
 
 namespace tb {
 
 Tensor ReLU::forward(Context& ctx, const Tensor& x) {
   Tensor& y = ensure_buffer(ctx, y_, x.shape(), x.dtype(), x.layout());
-  ctx.backend.relu_forward(x, y);
+  pointwise::relu_forward(ctx.backend, x, y);
   return y;
 }
 
@@ -16,13 +17,13 @@ Tensor ReLU::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   TB_CHECK(y_.defined(), "relu ", name(), ": backward before forward");
   if (!need_dx) return {};
   Tensor& dx = ensure_buffer(ctx, dx_, y_.shape(), y_.dtype(), y_.layout());
-  ctx.backend.relu_backward(y_, dy, dx);
+  pointwise::relu_backward(ctx.backend, y_, dy, dx);
   return dx;
 }
 
 Tensor GELU::forward(Context& ctx, const Tensor& x) {
   Tensor& y = ensure_buffer(ctx, y_, x.shape(), x.dtype(), x.layout());
-  ctx.backend.gelu_forward(x, y);
+  pointwise::gelu_forward(ctx.backend, x, y);
   x_ = x;
   return y;
 }
@@ -31,7 +32,7 @@ Tensor GELU::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   TB_CHECK(x_.defined(), "gelu ", name(), ": backward before forward");
   if (!need_dx) return {};
   Tensor& dx = ensure_buffer(ctx, dx_, x_.shape(), x_.dtype(), x_.layout());
-  ctx.backend.gelu_backward(x_, dy, dx);
+  pointwise::gelu_backward(ctx.backend, x_, dy, dx);
   return dx;
 }
 

@@ -7,6 +7,7 @@
 
 #include "engine/core/error.h"
 #include "engine/ops/batchnorm/batchnorm.h"
+#include "engine/ops/pointwise/pointwise.h"
 
 namespace tb {
 
@@ -223,8 +224,8 @@ Tensor BatchNorm2d::backward_synced(Context& ctx, const Tensor& dy, bool need_dx
   Tensor none;
   batchnorm::backward(be, x_, dy, gamma_, save_mean_, save_invstd_, none, sync_a_, sync_b_, false);
   if (ctx.accumulate_grads) {
-    be.accumulate(sync_a_, dgamma_);
-    be.accumulate(sync_b_, dbeta_);
+    pointwise::accumulate(be, sync_a_, dgamma_);
+    pointwise::accumulate(be, sync_b_, dbeta_);
   } else {
     be.copy(sync_a_, dgamma_);
     be.copy(sync_b_, dbeta_);
@@ -254,7 +255,7 @@ Tensor BatchNorm2d::backward_synced(Context& ctx, const Tensor& dy, bool need_dx
   be.fill(sync_b_, 0.0);
   Tensor zero_mean = sync_b_;
   batchnorm::forward_eval(be, dy, gamma_, zero_mean, zero_mean, sync_var_, eps_, dx);
-  be.add(dx, term, dx);
+  pointwise::add(be, dx, term, dx);
   return dx;
 }
 

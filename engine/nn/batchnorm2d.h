@@ -46,6 +46,9 @@ class BatchNorm2d : public Layer {
   // dL/d(residual), a buffer owned by this layer (valid until its next backward).
   Tensor backward_residual(Context& ctx, const Tensor& dy, bool need_dx, Tensor* dresidual);
 
+  // A residual block's fused tail (trick 11) adds the shortcut in its epilogue.
+  void mark_residual_tail() { residual_tail_ = true; }
+  bool residual_tail() const { return residual_tail_; }
   float momentum() const { return momentum_; }
   float eps() const { return eps_; }
   Activation act() const { return act_; }
@@ -62,6 +65,7 @@ class BatchNorm2d : public Layer {
 
   float momentum_, eps_;
   Activation act_;
+  bool residual_tail_ = false;
   int64_t C_ = 0;
   Tensor gamma_, beta_, dgamma_, dbeta_;  // views into the parameter/gradient blocks
   Tensor running_mean_, running_var_;     // views into the buffer block

@@ -45,7 +45,7 @@ ConvGeometry Conv2d::geometry(const Tensor& x) const {
 
 // Under AMP (ctx.amp enabled):
 //   x (N,Cin,H,W) f32 -> x_lp_ (lp)      weight_ (Cout,Cin,K,K) f32 -> weight_lp_ (lp)
-//   y (N,Cout,Ho,Wo) f32 = conv2d_forward_lp(x_lp_, weight_lp_) + bias_ (f32)
+//   y (N,Cout,Ho,Wo) f32 = conv::forward(x_lp_, weight_lp_, bias_ (f32)): the f16/bf16 form
 // The master weight changes after every optimizer step, so its copy is cast at
 // every forward (eval too). The f32 output keeps what follows in fp32.
 Tensor Conv2d::forward(Context& ctx, const Tensor& x) {
@@ -58,9 +58,9 @@ Tensor Conv2d::forward(Context& ctx, const Tensor& x) {
     ctx.backend.cast(x, ensure_buffer(ctx, x_lp_, x.shape(), lp, x.layout()));
     ctx.backend.cast(weight_,
                      ensure_buffer(ctx, weight_lp_, weight_.shape(), lp, weight_.layout()));
-    ctx.backend.conv2d_forward_lp(g, x_lp_, weight_lp_, bias_, y);
+    conv::forward(ctx.backend, g, x_lp_, weight_lp_, bias_, y);
   } else {
-    ctx.backend.conv2d_forward(g, x, weight_, bias_, y);
+    conv::forward(ctx.backend, g, x, weight_, bias_, y);
   }
   x_ = ctx.training ? x : Tensor{};
   return y;
@@ -77,11 +77,11 @@ Tensor Conv2d::backward(Context& ctx, const Tensor& dy, bool need_dx) {
                  x_lp_.dtype() == ctx.amp.dtype_for(AmpOp::Conv),
              "conv2d ", name(), ": backward under amp ", ctx.amp.name(),
              " without a forward under the same policy");
-    ctx.backend.conv2d_backward_lp(g, x_lp_, weight_lp_, dy, dx, weight_grad_, bias_grad_,
-                                   ctx.accumulate_grads);
+    conv::backward(ctx.backend, g, x_lp_, weight_lp_, dy, dx, weight_grad_, bias_grad_,
+                   ctx.accumulate_grads);
   } else {
-    ctx.backend.conv2d_backward(g, x_, weight_, dy, dx, weight_grad_, bias_grad_,
-                                ctx.accumulate_grads);
+    conv::backward(ctx.backend, g, x_, weight_, dy, dx, weight_grad_, bias_grad_,
+                   ctx.accumulate_grads);
   }
   return dx;
 }

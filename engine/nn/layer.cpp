@@ -20,6 +20,22 @@ void ParamRegistry::add_buffer(ParamSpec spec, Tensor* value) {
   buffers_.push_back({std::move(spec), value, nullptr});
 }
 
+Shape Layer::configure(const Shape& in, ParamRegistry& reg) {
+  input_shape_ = in;
+  output_shape_ = setup(in, reg);
+  return output_shape_;
+}
+
+Tensor forward_layer(Context& ctx, Layer& layer, const Tensor& x) {
+  LayerScope scope(ctx, layer, LayerPass::Forward, x.rank() > 0 ? x.dim(0) : 1, true);
+  return layer.forward(ctx, x);
+}
+
+Tensor backward_layer(Context& ctx, Layer& layer, const Tensor& dy, bool need_dx) {
+  LayerScope scope(ctx, layer, LayerPass::Backward, dy.rank() > 0 ? dy.dim(0) : 1, need_dx);
+  return layer.backward(ctx, dy, need_dx);
+}
+
 Tensor& ensure_buffer(Context& ctx, Tensor& buf, const Shape& shape, DType dtype, Layout layout) {
   const Layout want = shape.size() == 4 ? layout : Layout::NCHW;
   if (!buf.defined() || buf.shape() != shape || buf.dtype() != dtype || buf.layout() != want ||

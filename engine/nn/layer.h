@@ -14,6 +14,21 @@
 
 namespace tb {
 
+class Layer;
+enum class LayerPass { Forward, Backward };
+
+// What times the layers of a step (engine/metrics/layer_profiler.h): the
+// model's walk enters a scope around every layer's forward() and backward(),
+// nested for composite layers, so whatever runs inside is that layer's.
+class LayerScopes {
+ public:
+  virtual ~LayerScopes() = default;
+  // batch: the input's leading dimension; need_dx: the backward's argument
+  // (true for forward), both for the layer's counted work (layer_work.h).
+  virtual void enter(const Layer& layer, LayerPass pass, int64_t batch, bool need_dx) = 0;
+  virtual void exit() = 0;
+};
+
 // What one forward/backward pass runs with.
 struct Context {
   Backend& backend;
@@ -30,6 +45,8 @@ struct Context {
   // over every rank, in place. Empty: each process normalises with its own
   // batch's statistics.
   std::function<void(double* values, int64_t n)> sync_batchnorm = nullptr;
+  // Per-layer timing (null: none); forward_layer/backward_layer open its scopes.
+  LayerScopes* scopes = nullptr;
 };
 
 // How a parameter or buffer starts. KaimingUniform follows PyTorch's default for
@@ -89,6 +106,14 @@ class Layer {
   // Declares parameters/buffers and returns the output shape for input shape
   // `in` (the leading N is a placeholder: any batch size may follow).
   virtual Shape setup(const Shape& in, ParamRegistry& reg) = 0;
+  // setup() as a model or a composite layer calls it: it also keeps both
+  // shapes (batch placeholder 1), which the counted work (layer_work.h) reads.
+  Shape configure(const Shape& in, ParamRegistry& reg);
+  const Shape& input_shape() const { return input_shape_; }
+  const Shape& output_shape() const { return output_shape_; }
+  // The layers inside this one, in the order forward runs them (a residual
+  // block's paths); none for a plain layer.
+  virtual std::vector<const Layer*> children() const { return {}; }
   // Computes the output; when ctx.training it keeps what backward needs.
   virtual Tensor forward(Context& ctx, const Tensor& x) = 0;
   // Given dL/dy, writes or accumulates parameter gradients (ctx.accumulate_grads)
@@ -97,7 +122,31 @@ class Layer {
 
  private:
   std::string name_;
+  Shape input_shape_, output_shape_;
 };
+
+// A layer's scope for the length of a block (nothing without ctx.scopes);
+// closed however the block ends.
+class LayerScope {
+ public:
+  LayerScope(Context& ctx, const Layer& layer, LayerPass pass, int64_t batch, bool need_dx)
+      : scopes_(ctx.scopes) {
+    if (scopes_) scopes_->enter(layer, pass, batch, need_dx);
+  }
+  ~LayerScope() {
+    if (scopes_) scopes_->exit();
+  }
+  LayerScope(const LayerScope&) = delete;
+  LayerScope& operator=(const LayerScope&) = delete;
+
+ private:
+  LayerScopes* scopes_;
+};
+
+// layer.forward / layer.backward inside ctx.scopes' scope for that layer (the
+// only way a walk over layers calls them, so every layer is timed where it runs).
+Tensor forward_layer(Context& ctx, Layer& layer, const Tensor& x);
+Tensor backward_layer(Context& ctx, Layer& layer, const Tensor& dy, bool need_dx);
 
 // (Re)allocates buf on ctx's device when its shape, dtype or layout differ,
 // so steady-state steps allocate nothing.

@@ -62,7 +62,7 @@ void Model::build(Backend& backend, uint64_t seed, DType dtype, Layout weight_la
   std::vector<size_t> first_param;  // per layer: its first entry in reg.params()
   for (auto& layer : layers_) {
     first_param.push_back(reg.params().size());
-    shape = layer->setup(shape, reg);
+    shape = layer->configure(shape, reg);
   }
   first_param.push_back(reg.params().size());
 
@@ -120,13 +120,14 @@ void Model::build(Backend& backend, uint64_t seed, DType dtype, Layout weight_la
 Tensor Model::forward(Context& ctx, const Tensor& x) {
   TB_CHECK(built_, "model ", name_, ": forward before build()");
   Tensor h = x;
-  for (auto& layer : layers_) h = layer->forward(ctx, h);
+  for (auto& layer : layers_) h = forward_layer(ctx, *layer, h);
   return h;
 }
 
 void Model::backward(Context& ctx, const Tensor& dlogits) {
   Tensor g = dlogits;
-  for (size_t i = layers_.size(); i-- > 0;) g = layers_[i]->backward(ctx, g, /*need_dx=*/i > 0);
+  for (size_t i = layers_.size(); i-- > 0;)
+    g = backward_layer(ctx, *layers_[i], g, /*need_dx=*/i > 0);
 }
 
 }  // namespace tb

@@ -7,7 +7,6 @@
 #include "engine/nn/conv2d.h"
 #include "engine/nn/linear.h"
 #include "engine/nn/pad_channels.h"
-#include "engine/nn/linear_act.h"
 #include "engine/nn/pooling.h"
 #include "engine/nn/residual.h"
 
@@ -36,14 +35,14 @@ void maybe_pad_input(LayerList& out, const Shape& in, const ModelOptions& o) {
 }
 
 // Linear followed by an activation; one fused layer under fuse_pointwise.
-void linear_act(LayerList& out, const std::string& name, int64_t features, Backend::Activation act,
+void linear_act(LayerList& out, const std::string& name, int64_t features, Activation act,
                 bool fuse) {
   if (fuse) {
-    out.push_back(std::make_unique<LinearAct>(name, features, act));
+    out.push_back(std::make_unique<Linear>(name, features, act));
     return;
   }
   out.push_back(std::make_unique<Linear>(name, features));
-  if (act == Backend::Activation::ReLU)
+  if (act == Activation::ReLU)
     out.push_back(std::make_unique<ReLU>(name + ".relu"));
   else
     out.push_back(std::make_unique<GELU>(name + ".gelu"));
@@ -63,7 +62,7 @@ std::unique_ptr<Model> fmnist_cnn(const Shape& in, int64_t classes, const ModelO
   conv_bn_relu(l, "block2", 64, o.conv_bias_before_bn, o.fuse_pointwise);
   l.push_back(std::make_unique<MaxPool2d>("block2.pool", 2, 2));
   l.push_back(std::make_unique<Flatten>("flatten"));
-  linear_act(l, "fc1", 128, Backend::Activation::ReLU, o.fuse_pointwise);
+  linear_act(l, "fc1", 128, Activation::ReLU, o.fuse_pointwise);
   l.push_back(std::make_unique<Linear>("fc2", classes));
   add_all(*m, std::move(l));
   return m;
@@ -128,8 +127,8 @@ std::unique_ptr<Model> mlp(const Shape& in, int64_t classes, const ModelOptions&
   auto m = std::make_unique<Model>("mlp", in, classes);
   LayerList l;
   if (in.size() > 1) l.push_back(std::make_unique<Flatten>("flatten"));
-  linear_act(l, "fc1", 256, Backend::Activation::GELU, o.fuse_pointwise);
-  linear_act(l, "fc2", 128, Backend::Activation::GELU, o.fuse_pointwise);
+  linear_act(l, "fc1", 256, Activation::GELU, o.fuse_pointwise);
+  linear_act(l, "fc2", 128, Activation::GELU, o.fuse_pointwise);
   l.push_back(std::make_unique<Linear>("fc3", classes));
   add_all(*m, std::move(l));
   return m;

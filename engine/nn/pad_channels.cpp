@@ -2,6 +2,7 @@
 #include "engine/nn/pad_channels.h"
 
 #include "engine/core/error.h"
+#include "engine/ops/layout/layout.h"
 
 namespace tb {
 
@@ -24,7 +25,7 @@ Tensor PadChannels::forward(Context& ctx, const Tensor& x) {
   TB_CHECK(x.rank() == 4 && x.c() == in_channels_, "pad_channels ", name(), ": expected input (N, ",
            in_channels_, ", H, W), got ", x.describe());
   Tensor& y = ensure_buffer(ctx, y_, {x.n(), out_channels_, x.h(), x.w()}, x.dtype(), x.layout());
-  ctx.backend.pad_channels_forward(x, y);
+  layout::pad_channels_forward(ctx.backend, x, y);
   in_shape_ = x.shape();
   in_layout_ = x.layout();
   return y;
@@ -34,7 +35,7 @@ Tensor PadChannels::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   TB_CHECK(!in_shape_.empty(), "pad_channels ", name(), ": backward without a forward");
   if (!need_dx) return {};  // the usual case: the first layer, no parameters
   Tensor& dx = ensure_buffer(ctx, dx_, in_shape_, dy.dtype(), in_layout_);
-  ctx.backend.pad_channels_backward(dy, dx);
+  layout::pad_channels_backward(ctx.backend, dy, dx);
   return dx;
 }
 

@@ -19,6 +19,7 @@ class MaxPool2d : public Layer {
   Shape setup(const Shape& in, ParamRegistry& reg) override;
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy, bool need_dx) override;
+  int64_t kernel() const { return kernel_; }
 
  private:
   int64_t kernel_, stride_, pad_;
@@ -35,6 +36,7 @@ class AvgPool2d : public Layer {
   Shape setup(const Shape& in, ParamRegistry& reg) override;
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy, bool need_dx) override;
+  int64_t kernel() const { return kernel_; }
 
  private:
   int64_t kernel_, stride_, pad_;

@@ -5,6 +5,7 @@
 #include "engine/nn/activations.h"
 #include "engine/nn/batchnorm2d.h"
 #include "engine/nn/conv2d.h"
+#include "engine/ops/pointwise/pointwise.h"
 
 namespace tb {
 
@@ -20,14 +21,15 @@ ResidualBlock::ResidualBlock(std::string name, LayerList main, LayerList shortcu
     TB_CHECK(tail_ && tail_->act() == act, "residual block ", this->name(),
              ": a fused tail needs a BatchNorm2d as the main path's last layer, with the "
              "epilogue activation ", activation_name(act));
+    tail_->mark_residual_tail();
   }
 }
 
 Shape ResidualBlock::setup(const Shape& in, ParamRegistry& reg) {
   reg.push_prefix(name() + ".");
   Shape a = in, s = in;
-  for (auto& l : main_) a = l->setup(a, reg);
-  for (auto& l : shortcut_) s = l->setup(s, reg);
+  for (auto& l : main_) a = l->configure(a, reg);
+  for (auto& l : shortcut_) s = l->configure(s, reg);
   reg.pop_prefix();
   TB_CHECK(a == s, "residual block ", name(), ": main path gives ", shape_str(a),
            " but the shortcut gives ", shape_str(s));
@@ -37,49 +39,64 @@ Shape ResidualBlock::setup(const Shape& in, ParamRegistry& reg) {
 Tensor ResidualBlock::forward(Context& ctx, const Tensor& x) {
   if (tail_) {  // s first: the tail adds it
     Tensor s = x, a = x;
-    for (auto& l : shortcut_) s = l->forward(ctx, s);
-    for (size_t i = 0; i + 1 < main_.size(); ++i) a = main_[i]->forward(ctx, a);
+    for (auto& l : shortcut_) s = forward_layer(ctx, *l, s);
+    for (size_t i = 0; i + 1 < main_.size(); ++i) a = forward_layer(ctx, *main_[i], a);
+    LayerScope scope(ctx, *tail_, LayerPass::Forward, a.dim(0), true);
     return tail_->forward_residual(ctx, a, s);
   }
   Tensor a = x, s = x;
-  for (auto& l : main_) a = l->forward(ctx, a);
-  for (auto& l : shortcut_) s = l->forward(ctx, s);
+  for (auto& l : main_) a = forward_layer(ctx, *l, a);
+  for (auto& l : shortcut_) s = forward_layer(ctx, *l, s);
   ensure_buffer(ctx, sum_, a.shape(), a.dtype(), a.layout());
-  ctx.backend.add(a, s, sum_);
-  if (relu_after_) ctx.backend.relu_forward(sum_, sum_);  // in place: backward needs only y
+  pointwise::add(ctx.backend, a, s, sum_);
+  // In place: the backward needs only y.
+  if (relu_after_) pointwise::relu_forward(ctx.backend, sum_, sum_);
   return sum_;
 }
 
 Tensor ResidualBlock::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   if (tail_) {
     Tensor dres;  // masked dy, the gradient of the shortcut's output
-    Tensor g_main = tail_->backward_residual(ctx, dy, need_dx || main_.size() > 1, &dres);
+    Tensor g_main;
+    {
+      const bool tail_dx = need_dx || main_.size() > 1;
+      LayerScope scope(ctx, *tail_, LayerPass::Backward, dy.dim(0), tail_dx);
+      g_main = tail_->backward_residual(ctx, dy, tail_dx, &dres);
+    }
     for (size_t i = main_.size() - 1; i-- > 0;)
-      g_main = main_[i]->backward(ctx, g_main, need_dx || i > 0);
+      g_main = backward_layer(ctx, *main_[i], g_main, need_dx || i > 0);
     Tensor g_short = dres;
     for (size_t i = shortcut_.size(); i-- > 0;)
-      g_short = shortcut_[i]->backward(ctx, g_short, need_dx || i > 0);
+      g_short = backward_layer(ctx, *shortcut_[i], g_short, need_dx || i > 0);
     if (!need_dx) return Tensor{};
     ensure_buffer(ctx, dx_, g_main.shape(), g_main.dtype(), g_main.layout());
-    ctx.backend.add(g_main, g_short, dx_);
+    pointwise::add(ctx.backend, g_main, g_short, dx_);
     return dx_;
   }
   Tensor dz = dy;
   if (relu_after_) {
     ensure_buffer(ctx, dsum_, dy.shape(), dy.dtype(), dy.layout());
-    ctx.backend.relu_backward(sum_, dy, dsum_);
+    pointwise::relu_backward(ctx.backend, sum_, dy, dsum_);
     dz = dsum_;
   }
   Tensor g_main = dz;
-  for (size_t i = main_.size(); i-- > 0;) g_main = main_[i]->backward(ctx, g_main, need_dx || i > 0);
+  for (size_t i = main_.size(); i-- > 0;)
+    g_main = backward_layer(ctx, *main_[i], g_main, need_dx || i > 0);
   Tensor g_short = dz;
   for (size_t i = shortcut_.size(); i-- > 0;)
-    g_short = shortcut_[i]->backward(ctx, g_short, need_dx || i > 0);
+    g_short = backward_layer(ctx, *shortcut_[i], g_short, need_dx || i > 0);
   if (!need_dx) return Tensor{};
   // dx = g_main + g_short, into a buffer of our own (g_short may be dz itself).
   ensure_buffer(ctx, dx_, g_main.shape(), g_main.dtype(), g_main.layout());
-  ctx.backend.add(g_main, g_short, dx_);
+  pointwise::add(ctx.backend, g_main, g_short, dx_);
   return dx_;
+}
+
+std::vector<const Layer*> ResidualBlock::children() const {
+  std::vector<const Layer*> out;
+  for (const auto& l : main_) out.push_back(l.get());
+  for (const auto& l : shortcut_) out.push_back(l.get());
+  return out;
 }
 
 std::unique_ptr<Layer> make_basic_block(const std::string& name, int64_t in_channels,

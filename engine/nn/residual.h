@@ -27,6 +27,10 @@ class ResidualBlock final : public Layer {
   Shape setup(const Shape& in, ParamRegistry& reg) override;
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy, bool need_dx) override;
+  std::vector<const Layer*> children() const override;  // main path, then shortcut
+  bool relu_after() const { return relu_after_; }
+  bool fused_tail() const { return tail_ != nullptr; }
+  bool has_shortcut() const { return !shortcut_.empty(); }
 
  private:
   LayerList main_, shortcut_;

@@ -5,8 +5,9 @@
 // (fuse_pointwise). An op family's contract says which epilogues it honours;
 // one it does not is refused with tb::Error, never ignored.
 //
-//   forward:  y = act(op(x) + residual)      residual undefined: none
-//   backward: dz = dy·act'(·) (ReLU: dy·[y > 0], from the forward's y);
+//   forward:  z = op(x) + residual, y = act(z)      residual undefined: none
+//   backward: dz = dy·act'(·) (ReLU: dy·[y > 0], from the forward's y;
+//             GELU: from z, kept by the forward in `pre`);
 //             dresidual = dz when wanted; the op's own backward takes dz.
 // The default epilogue ({}) is the plain op.
 #include "engine/core/tensor.h"
@@ -26,18 +27,25 @@ inline const char* activation_name(Activation a) {
 
 struct Epilogue {
   Activation act = Activation::None;
-  Tensor residual;  // shaped and laid out like the op's output
+  Tensor residual{};  // shaped and laid out like the op's output
+  // Receives z, the pre-activation, for a backward that reads it (GELU's);
+  // shaped like the output. Which ops need it: their family's contract.
+  Tensor pre{};
 
   bool active() const { return act != Activation::None || residual.defined(); }
 };
 
 // The backward of an Epilogue: `y` is the forward's output (ReLU's mask reads
 // it, so no mask tensor is kept); `dresidual` receives dz (the gradient of the
-// residual input), undefined when not wanted.
+// residual input), undefined when not wanted; `pre` is the forward's `pre`
+// (GELU); `dz` is a work buffer the caller owns, for an op whose own backward
+// reads dz from memory (linear's GEMMs), undefined where the op needs none.
 struct EpilogueGrad {
   Activation act = Activation::None;
-  Tensor y;
-  Tensor dresidual;
+  Tensor y{};  // ({}: aggregate initialisation may leave any of these out)
+  Tensor dresidual{};
+  Tensor pre{};
+  Tensor dz{};
 
   bool active() const { return act != Activation::None || dresidual.defined(); }
 };

@@ -94,7 +94,10 @@ void Optimizer::step(float lr, float grad_scale, const Tensor& amp_scaler_state)
 }
 
 void Optimizer::write_constants(float lr, float grad_scale) {
-  backend_.set_optimizer_constants(make_step(lr, grad_scale));
+  GraphCapture* graphs = backend_.graphs();
+  TB_CHECK(graphs, "optimizer constants for a graph replay (cuda_graphs): the ", backend_.name(),
+           " backend captures no graphs");
+  graphs->set_optimizer_constants(make_step(lr, grad_scale));
 }
 
 OptimizerStep Optimizer::make_step(float lr, float grad_scale) const {

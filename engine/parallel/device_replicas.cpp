@@ -7,6 +7,7 @@
 #include "engine/backend/backend.h"
 #include "engine/core/error.h"
 #include "engine/nn/model.h"
+#include "engine/ops/pointwise/pointwise.h"
 
 namespace tb {
 
@@ -140,7 +141,7 @@ void DeviceReplicas::reduce_gradients() {
   Tensor sum = model_.grad_block();
   for (size_t r = 1; r < replicas_.size(); ++r) {
     primary_.copy_from_peer(*replicas_[r].backend, replicas_[r].model->grad_block(), received_);
-    primary_.accumulate(received_, sum);
+    pointwise::accumulate(primary_, received_, sum);
   }
 }
 

@@ -12,6 +12,8 @@
 
 namespace tb {
 
+struct LayerProfileStep;  // engine/metrics/layer_profile.h
+
 // Values of runs.status. A run moves queued -> running -> one of the three
 // terminal states; see docs/store-schema.md.
 namespace run_status {
@@ -137,7 +139,7 @@ class RunStore {
  public:
   enum class Mode { ReadWrite, ReadOnly };
 
-  static constexpr int kSchemaVersion = 4;
+  static constexpr int kSchemaVersion = 5;
   // What create_run writes beside the store (and removes) to see that its disk
   // has room for a run: the run's row and its first batches of points.
   static constexpr size_t kRoomProbeBytes = 128 * 1024;
@@ -234,11 +236,19 @@ class RunStore {
   void link_runs(const RunLink& link);  // replaces a link of the same runs and kind
   std::vector<RunLink> run_links(int64_t run) const;  // where the run is either end
 
+  // --- Per-layer profiles (schema v5): the rows of a run's sampled steps
+  // (engine/metrics/layer_profile.h). Written at once, in one transaction; a
+  // step written again replaces its rows. Read in step order, each step's
+  // rows in their order; none for a run without a profile or in a read-only
+  // store older than v5.
+  void append_layer_profile(int64_t run, const LayerProfileStep& step);
+  std::vector<LayerProfileStep> layer_profile(int64_t run) const;
+
   // --- Maintenance.
   // "ok", or the problems PRAGMA integrity_check and foreign_key_check found.
   std::string integrity_check() const;
 
-  struct Impl;  // opaque; named here only so run_store.cpp's helpers can use it
+  struct Impl;  // opaque; named here only so the store's files can share it (store_internal.h)
 
  private:
   Impl& impl() const;

@@ -5,7 +5,10 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
+#include "engine/core/error.h"
+#include "engine/metrics/layer_profile.h"
 #include "engine/store/run_store.h"
 
 namespace tb {
@@ -231,6 +234,15 @@ bool StoreSink::apply(const json& e) {
       } catch (const std::exception& ex) {
         note_error(ex.what());
       }
+    } else if (type == "layer_profile") {
+      // A malformed profile is reported and dropped (a retry would fail the same way).
+      std::optional<LayerProfileStep> profile;
+      try {
+        profile = LayerProfileStep::from_json(e);
+      } catch (const Error& ex) {
+        note_error(ex.what());
+      }
+      if (profile) store_.append_layer_profile(run_, *profile);
     } else if (type == "log") {
       store_.append_event(run_, e.value("level", "info"), e.value("message", ""));
     } else if (type == "run_started") {

@@ -2,11 +2,17 @@
 #include "engine/train/input_stager.h"
 
 #include "engine/core/error.h"
+#include "engine/ops/augment/augment.h"
 
 namespace tb {
 
 InputStager::InputStager(Backend& backend, InputOptions options)
-    : be_(backend), options_(std::move(options)), on_host_(backend.device().is_cpu()) {
+    : be_(backend),
+      staging_(backend.staging()),
+      options_(std::move(options)),
+      on_host_(backend.device().is_cpu()) {
+  TB_CHECK(on_host_ || staging_, "input: the ", backend.name(),
+           " backend has no host-to-device uploads");
   TB_CHECK(!options_.augment || options_.uint8,
            "input: augment (gpu_augment) ships u8 batches: set uint8 too");
 }
@@ -21,7 +27,7 @@ InputStager::~InputStager() {
 
 void InputStager::give_back(Slot& s) {
   if (!s.held.images.defined()) return;
-  be_.wait_upload(s.ticket);  // the copy has read the host buffer
+  if (s.ticket != 0) staging_->wait_upload(s.ticket);  // the copy has read the host buffer
   s.loader->recycle(std::move(s.held));
   s.held = Batch{};
   s.ticket = 0;
@@ -34,11 +40,11 @@ void InputStager::release_all() {
 void InputStager::to_float(const Tensor& raw, const Tensor& indices, int64_t epoch,
                            const DataLoader& loader, Tensor& out) {
   if (options_.augment)
-    be_.augment_normalize_u8(raw, indices,
-                             augment_spec(loader.transform(), loader.options().seed, epoch),
-                             options_.scale, options_.shift, out);
+    augment::augment_normalize_u8(be_, raw, indices,
+                                  augment_spec(loader.transform(), loader.options().seed, epoch),
+                                  options_.scale, options_.shift, out);
   else
-    be_.normalize_u8(raw, options_.scale, options_.shift, out);
+    augment::normalize_u8(be_, raw, options_.scale, options_.shift, out);
 }
 
 void InputStager::stage(Batch&& b, DataLoader& loader, Tensor& images, Tensor& labels) {
@@ -101,15 +107,15 @@ void InputStager::stage(Batch&& b, DataLoader& loader, Tensor& images, Tensor& l
                        : be_.empty(out_shape, DType::F32, options_.layout);
     s.labels = be_.empty(b.labels.shape(), DType::I32);
     s.indices = options_.augment ? be_.empty(b.labels.shape(), DType::I32) : Tensor{};
-    if (options_.non_blocking) s.fence = be_.fence();
+    if (options_.non_blocking) s.fence = staging_->fence();
   }
   const int64_t epoch = b.epoch;
   const int64_t bytes =
       int64_t(b.images.nbytes() + b.labels.nbytes() + (options_.augment ? b.indices.nbytes() : 0));
   if (options_.non_blocking) {
-    be_.upload_async(b.images, s.images_raw, s.fence);
-    if (options_.augment) be_.upload_async(b.indices, s.indices, s.fence);
-    s.ticket = be_.upload_async(b.labels, s.labels, s.fence);  // the last: waits for all
+    staging_->upload_async(b.images, s.images_raw, s.fence);
+    if (options_.augment) staging_->upload_async(b.indices, s.indices, s.fence);
+    s.ticket = staging_->upload_async(b.labels, s.labels, s.fence);  // the last: waits for all
     s.held = std::move(b);  // back to the loader once the copy has run
     s.loader = &loader;
   } else {
@@ -126,7 +132,7 @@ void InputStager::stage(Batch&& b, DataLoader& loader, Tensor& images, Tensor& l
 
 void InputStager::consumed() {
   if (current_ < 0) return;
-  if (!on_host_) slots_[current_].fence = be_.fence();
+  if (!on_host_) slots_[current_].fence = staging_->fence();
 }
 
 }  // namespace tb

@@ -9,13 +9,13 @@
 //                 fence of the step that last read it, and a host batch goes
 //                 back to the loader only once its copy has finished.
 //   uint8         the loader ships transformed bytes, the device normalises
-//                 them (Backend::normalize_u8), 4x fewer bytes per image
+//                 them (augment::normalize_u8), 4x fewer bytes per image
 //   NHWC layout   (channels_last) the NCHW batch is converted once on the
 //                 device, by an explicit Backend::copy
 //   augment       gpu_augment (trick 15): the loader ships the data set's bytes
 //                 and each row's index (BatchFormat::Uint8Raw); the device
 //                 pads, crops, flips and normalises them in one op
-//                 (Backend::augment_normalize_u8), with the loader's draws
+//                 (augment::augment_normalize_u8), with the loader's draws
 //
 // On a host backend the batch is used where it is (nothing is copied). Off,
 // on a device: a blocking copy per tensor, as before.
@@ -72,6 +72,7 @@ class InputStager {
                 Tensor& out);
 
   Backend& be_;
+  Staging* staging_;  // be_.staging(): device backends only
   InputOptions options_;
   bool on_host_;
   Slot slots_[2];

@@ -13,17 +13,23 @@ namespace {
 constexpr size_t kMaxGraphs = 4;
 }  // namespace
 
+namespace {
+GraphCapture& graphs_of(Backend& be) {
+  GraphCapture* g = be.graphs();
+  TB_CHECK(g, "cuda_graphs: the ", be.name(), " backend cannot capture a step");
+  return *g;
+}
+}  // namespace
+
 StepGraphs::StepGraphs(Backend& backend, int warmup_steps)
-    : be_(backend), eager_left_(warmup_steps) {
-  TB_CHECK(be_.supports_graphs(), "cuda_graphs: the ", be_.name(),
-           " backend cannot capture a step");
+    : be_(backend), capture_(graphs_of(backend)), eager_left_(warmup_steps) {
   TB_CHECK(warmup_steps >= 1, "cuda_graphs: warm-up steps must be >= 1, got ", warmup_steps);
 }
 
 StepGraphs::~StepGraphs() {
   if (graphs_.empty()) return;
   try {
-    be_.drop_graphs();
+    capture_.drop_all();
   } catch (...) {  // a destructor must not throw; the backend frees them at its
                    // end too
   }
@@ -35,33 +41,33 @@ bool StepGraphs::run(const Tensor& images, const Tensor& labels,
            " eager steps left)");
   for (const Entry& e : graphs_)
     if (e.images == images.data() && e.labels == labels.data()) {
-      be_.launch_graph(e.id);
+      capture_.launch(e.id);
       replayed();
       ++replays_;
       return false;
     }
   TB_CHECK(graphs_.size() < kMaxGraphs, "cuda_graphs: the step's inputs moved ", graphs_.size(),
            " times without an invalidate(); the graphs would pile up");
-  be_.begin_capture();
+  capture_.begin_capture();
   try {
     record();
   } catch (...) {
     try {
-      (void)be_.end_capture();  // leaves the backend eager again; the capture is
+      (void)capture_.end_capture();  // leaves the backend eager again; the capture is
                                 // void anyway
     } catch (...) {
     }
     throw;
   }
-  const int id = be_.end_capture();
+  const int id = capture_.end_capture();
   graphs_.push_back({images.data(), labels.data(), id});
   ++captures_;
-  be_.launch_graph(id);  // capturing ran nothing: this launch is the step
+  capture_.launch(id);  // capturing ran nothing: this launch is the step
   return true;
 }
 
 void StepGraphs::invalidate(int eager_steps) {
-  if (!graphs_.empty()) be_.drop_graphs();
+  if (!graphs_.empty()) capture_.drop_all();
   graphs_.clear();
   eager_left_ = std::max(eager_left_, eager_steps);
 }

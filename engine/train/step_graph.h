@@ -54,6 +54,7 @@ class StepGraphs {
     int id;
   };
   Backend& be_;
+  GraphCapture& capture_;  // be_.graphs()
   std::vector<Entry> graphs_;
   int eager_left_;
   int64_t captures_ = 0, replays_ = 0;

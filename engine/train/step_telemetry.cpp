@@ -11,6 +11,7 @@
 #include "engine/core/error.h"
 #include "engine/metrics/chrome_trace.h"
 #include "engine/metrics/kernel_census.h"
+#include "engine/metrics/layer_profiler.h"
 #include "engine/metrics/nvml_telemetry.h"
 #include "engine/metrics/process_memory.h"
 #include "engine/metrics/tensor_pipe_profiler.h"
@@ -97,6 +98,36 @@ StepTelemetry::StepTelemetry(Backend& be, const RunPlan& plan, const TelemetryOp
     tracing_timer_ = std::make_unique<TracingStepTimer>(*base_timer_, *options.trace);
     timer_ = tracing_timer_.get();
   }
+  const int64_t every = std::max<int64_t>(1, options.measure_every);
+  // Per-layer time (layer_profiler.h): the host clock on the CPU; on a GPU
+  // events on the compute stream, only with the costly measurements asked
+  // for (a sampled step's profile is read back once its events completed).
+  std::unique_ptr<ScopeClock> layer_clock;
+  if (!options.measure) {
+    layer_profile_absent_ = "not measured: measurement was off (TRAINBENCH_MEASURE=off)";
+  } else if (on_host_) {
+    layer_clock = std::make_unique<HostScopeClock>();
+  } else if (plan.cuda_graphs) {
+    layer_profile_absent_ =
+        "not measured: cuda_graphs replays the whole step as one graph, with no layer scopes";
+  } else if (!options.cupti_requested) {
+    layer_profile_absent_ =
+        "not measured by default on " + be.device().str() +
+        ": on a GPU per-layer times come with the sampled measurements (cupti_sampling or "
+        "profiler), events around every layer scope";
+  } else {
+#ifdef TRAINBENCH_HAVE_CUDA
+    if (auto* cuda = dynamic_cast<CudaBackend*>(&be))
+      layer_clock = make_cuda_scope_clock(cuda->stream_handle());
+#endif
+    if (!layer_clock)
+      layer_profile_absent_ = "not measured on this backend (" + be.device().str() + ")";
+  }
+  if (layer_clock) {
+    layer_profiler_ = std::make_unique<LayerProfiler>(every, options.layer_work, std::move(layer_clock));
+    profiling_timer_ = std::make_unique<ProfilingStepTimer>(*timer_, *layer_profiler_);
+    timer_ = profiling_timer_.get();
+  }
   cpu_mark_ = process_cpu_seconds();
   wall_mark_ = Clock::now();
   // GPU telemetry (NVML, from the driver at run time); absent, with the reason
@@ -115,7 +146,6 @@ StepTelemetry::StepTelemetry(Backend& be, const RunPlan& plan, const TelemetryOp
     if (!device_trace_->start(*options.trace))
       log("warning", "trace: device rows " + device_trace_->reason());
   }
-  const int64_t every = std::max<int64_t>(1, options.measure_every);
   if (plan.kernel_census) {
     census_ = std::make_unique<KernelCensus>(be, plan.census_every_step ? 1 : every);
     if (!census_->available()) {
@@ -137,6 +167,17 @@ StepTelemetry::StepTelemetry(Backend& be, const RunPlan& plan, const TelemetryOp
 }
 
 StepTelemetry::~StepTelemetry() = default;
+
+LayerScopes* StepTelemetry::layer_scopes() { return layer_profiler_.get(); }
+
+// A sampled step's profile goes out with the next step's end-of-step work
+// (its closing boundary is the next step's start) once its clock can be read
+// without waiting (a GPU's events completed), or at a flush (which waits).
+void StepTelemetry::publish_layer_profile(bool wait) {
+  if (!layer_profiler_) return;
+  if (std::optional<LayerProfileStep> p = layer_profiler_->take(wait))
+    bus_.publish("layer_profile", p->to_json());
+}
 
 void StepTelemetry::log(const std::string& level, const std::string& message) {
   bus_.publish("log", {{"level", level}, {"message", message}});
@@ -161,9 +202,10 @@ void StepTelemetry::end_step(int64_t step, int64_t epoch, json metrics, int64_t 
   const bool sampled = step == 1 || step % std::max<int64_t>(1, options_.measure_every) == 0;
   if (!on_host_) {
     metrics["h2d_bytes"] = double(h2d_bytes);
-    if (std::optional<DeviceMemoryStats> m = be_.memory_stats(/*query_device=*/sampled)) {
-      write_memory_metrics(*m, metrics);
-      device_peak_bytes_ = std::max(device_peak_bytes_, m->peak_allocated_bytes);
+    if (DeviceMemory* mem = be_.memory()) {
+      const DeviceMemoryStats m = mem->stats(/*query_device=*/sampled);
+      write_memory_metrics(m, metrics);
+      device_peak_bytes_ = std::max(device_peak_bytes_, m.peak_allocated_bytes);
     }
     if (nvml_ && sampled)
       if (std::optional<GpuTelemetry> g = nvml_->read()) g->write_metrics(metrics);
@@ -176,9 +218,13 @@ void StepTelemetry::end_step(int64_t step, int64_t epoch, json metrics, int64_t 
   }
   pending_.push_back({step, epoch, std::move(metrics)});
   publish_ready(/*flush=*/false);
+  publish_layer_profile(/*wait=*/false);
 }
 
-void StepTelemetry::flush() { publish_ready(/*flush=*/true); }
+void StepTelemetry::flush() {
+  publish_ready(/*flush=*/true);
+  publish_layer_profile(/*wait=*/true);
+}
 
 // A step's event goes out when its times are known: at once with host
 // timers, a few steps later with CUDA events (so no step waits to be timed).
@@ -201,10 +247,11 @@ void StepTelemetry::publish_ready(bool flush) {
 }
 
 void StepTelemetry::release_cached_memory() {
-  if (std::optional<DeviceMemoryStats> m = be_.memory_stats(false))
-    device_peak_bytes_ = std::max(device_peak_bytes_, m->peak_allocated_bytes);
-  be_.empty_cache();
-  be_.reset_peak_memory();
+  DeviceMemory* mem = be_.memory();
+  if (!mem) return;
+  device_peak_bytes_ = std::max(device_peak_bytes_, mem->stats(false).peak_allocated_bytes);
+  mem->empty_cache();
+  mem->reset_peak();
 }
 
 void StepTelemetry::write_summary(json& summary) {
@@ -213,11 +260,26 @@ void StepTelemetry::write_summary(json& summary) {
   summary["median_step_time_ms"] = med;
   summary["samples_per_s"] =
       std::isfinite(med) && med > 0 ? 1e3 * double(options_.samples_per_step) / med : 0.0;
-  if (std::optional<DeviceMemoryStats> m = be_.memory_stats(false))
-    device_peak_bytes_ = std::max(device_peak_bytes_, m->peak_allocated_bytes);
+  if (DeviceMemory* mem = be_.memory())
+    device_peak_bytes_ = std::max(device_peak_bytes_, mem->stats(false).peak_allocated_bytes);
   summary["peak_memory_bytes"] = on_host_ ? process_peak_rss_bytes() : device_peak_bytes_;
   summary["peak_memory_kind"] = on_host_ ? "host_peak_rss" : "device_peak_allocated";
   if (!on_host_) summary["gpu_mem_peak_bytes"] = device_peak_bytes_;
+  // What `trainbench-engine layers` says of a run without a profile.
+  const int64_t every = std::max<int64_t>(1, options_.measure_every);
+  if (!layer_profiler_)
+    summary["layer_profile"] = {{"not_measured", layer_profile_absent_}};
+  else if (layer_profiler_->sampled_steps() == 0)
+    summary["layer_profile"] = {
+        {"not_measured", "no step was sampled: per-layer times are taken at steps " +
+                             (every == 1 ? std::string("1, 2, 3, ...")
+                                         : std::to_string(every + 1) + ", " +
+                                               std::to_string(2 * every + 1) + ", ...") +
+                             " (measure_every " + std::to_string(every) + ") and the run had " +
+                             std::to_string(step_ms_.size()) + " steps"}};
+  else
+    summary["layer_profile"] = {{"sampled_steps", layer_profiler_->sampled_steps()},
+                                {"measure_every", every}};
 }
 
 }  // namespace tb

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/metrics/step_timer.h"
+#include "engine/nn/layer_work.h"
 #include "engine/train/events.h"
 #include "engine/train/tricks.h"
 
@@ -30,6 +31,9 @@ class Backend;
 class ChromeTrace;
 class DeviceTraceRecorder;
 class KernelCensus;
+class LayerProfiler;
+class LayerScopes;
+class ProfilingStepTimer;
 class NvmlTelemetry;
 class TensorPipeProfiler;
 class TracingStepTimer;
@@ -44,6 +48,8 @@ struct TelemetryOptions {
   ChromeTrace* trace = nullptr;  // host spans (steps, phases) and device rows
   bool cupti_requested = false;  // profiler or cupti_sampling: a missing census is then a warning
   int64_t samples_per_step = 0;     // for samples_per_s
+  // The dtypes and layout the layers run in, for the per-layer profile's counted work.
+  WorkQuery layer_work{};
 };
 
 class StepTelemetry {
@@ -56,6 +62,9 @@ class StepTelemetry {
 
   // The timer the step's phases are marked on.
   StepTimer& timer() { return *timer_; }
+  // The per-layer profile's scopes, for Context::scopes (null where the
+  // profile is not measured: see write_summary's "layer_profile").
+  LayerScopes* layer_scopes();
   // The boundary before step `step` (1-based): it closes the previous step
   // and opens this one; then the censuses and counters that sample it start.
   void begin_step(int64_t step);
@@ -82,6 +91,7 @@ class StepTelemetry {
     nlohmann::json metrics;
   };
   void publish_ready(bool flush);
+  void publish_layer_profile(bool wait);
   void log(const std::string& level, const std::string& message);
 
   Backend& be_;
@@ -90,6 +100,9 @@ class StepTelemetry {
   bool on_host_;
   std::unique_ptr<StepTimer> base_timer_;
   std::unique_ptr<TracingStepTimer> tracing_timer_;
+  std::unique_ptr<LayerProfiler> layer_profiler_;
+  std::unique_ptr<ProfilingStepTimer> profiling_timer_;
+  std::string layer_profile_absent_;  // why there is no profiler
   StepTimer* timer_ = nullptr;
   std::deque<PendingStep> pending_;
   std::vector<double> step_ms_;

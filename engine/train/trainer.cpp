@@ -23,6 +23,7 @@
 #include "engine/data/dataset.h"
 #include "engine/data/loader.h"
 #include "engine/metrics/chrome_trace.h"
+#include "engine/metrics/device_peaks.h"
 #include "engine/nn/models.h"
 #include "engine/nn/pad_channels.h"
 #include "engine/ops/loss/loss.h"
@@ -157,8 +158,13 @@ RunData open_data(const RunConfig& c, const RunPlan& plan, Backend& be, const Sh
   lo.drop_last = true;  // equal batch shapes every step
   lo.shard = shard;     // ddp: this rank's batches of every epoch (distributed_sampler.h)
   lo.transform = transform_for(c, *d.train_set, true);
-  if (plan.pinned_staging)
-    lo.allocator = [&be](const Shape& s, DType t) { return be.pinned_host_empty(s, t); };
+  if (plan.pinned_staging) {
+    Staging* staging = be.staging();
+    TB_CHECK(staging, "pin_memory: the ", be.name(), " backend has no pinned host memory");
+    lo.allocator = [staging](const Shape& s, DType t) {
+      return staging->pinned_host_empty(s, t);
+    };
+  }
   if (plan.uint8_upload) lo.format = plan.gpu_augment ? BatchFormat::Uint8Raw : BatchFormat::Uint8;
   d.train = std::make_unique<DataLoader>(*d.train_set, lo);
   lo.shuffle = false;
@@ -234,7 +240,7 @@ Tensor forward(StepContext& s, const Tensor& x, int64_t step) {
   for (const auto& layer : s.model.layers()) {
     {
       TraceSpan span(s.trace, layer->name(), "forward");
-      h = layer->forward(s.ctx, h);
+      h = forward_layer(s.ctx, *layer, h);
     }
     if (s.c.anomaly_check)
       TB_CHECK(std::isfinite(s.be.sum_squares(h)), "anomaly_check: layer '", layer->name(),
@@ -253,7 +259,7 @@ void backward(StepContext& s, const Tensor& dlogits, GradientBuckets* buckets) {
   for (size_t i = layers.size(); i-- > 0;) {
     {
       TraceSpan span(s.trace, layers[i]->name(), "backward");
-      g = layers[i]->backward(s.ctx, g, /*need_dx=*/i > 0);
+      g = backward_layer(s.ctx, *layers[i], g, /*need_dx=*/i > 0);
     }
     if (buckets) buckets->layer_done(i);
   }
@@ -451,6 +457,7 @@ json publish_run_started(EventBus& bus, int64_t run_id, const RunConfig& c, Back
   if (dp) environment.update(dp->describe());  // devices this process drove (dp)
   environment["engine_version"] = TRAINBENCH_VERSION;
   environment["compiler"] = __VERSION__;
+  environment["peaks"] = device_peaks(be);  // the roofline of the per-layer profile
   bus.publish("run_started", {{"run_id", run_id},
                               {"name", c.name},
                               {"config", c.values},
@@ -631,9 +638,13 @@ TrainResult Trainer::run(int64_t run_id) {
                           {.measure = measure_, .measure_every = c.measure_every,
                            .timer_lag_for_test = timer_lag_for_test_,
                            .trace = trace_, .cupti_requested = c.profiler || c.cupti_sampling,
-                           .samples_per_step = samples_per_step},
+                           .samples_per_step = samples_per_step,
+                           .layer_work = {.dtype = ctx.dtype,
+                                          .matmul = plan.precision.dtype_for(AmpOp::Conv),
+                                          .layout = plan.layout}},
                           bus_);
   StepTimer& timer = telemetry.timer();
+  ctx.scopes = telemetry.layer_scopes();  // the sampled steps' per-layer times
 
   double last_test_acc = NAN, last_test_loss = NAN;
   int64_t step = 0;

@@ -48,7 +48,7 @@ struct RunPlan {
   // --- the model
   Layout layout = Layout::NCHW;  // channels_last: NHWC activations and KRSC filters
   int64_t pad_channels_to = 0;   // pad_channels_to (0: no padding layer)
-  bool fuse_pointwise = false;   // fuse_pointwise: BatchNorm2d with the ReLU epilogue, LinearAct
+  bool fuse_pointwise = false;   // fuse_pointwise: BatchNorm2d and Linear with activation epilogues
   bool device_side_init = false;  // device_side_init: constants filled on the device
 
   // --- the step

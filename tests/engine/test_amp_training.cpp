@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Mixed precision end to end (amp): the layers' low-precision path, whole
 // models, a training loop with the loss scaler, and the trainer's driving of
-// the scaler. The ops (casts, the scaler's unscale and updates, conv2d_*_lp,
-// linear_*_lp with their f16/bf16 rounding bounds, CPU and CUDA) are in
+// the scaler. The ops (casts, the scaler's unscale and updates, f16/bf16
+// convolutions, linear_*_lp with their f16/bf16 rounding bounds, CPU and CUDA) are in
 // test_op_amp, test_op_conv and test_op_linear.
 //
 // Tolerances. Model level (fmnist-cnn, BN between the layers): no per-element bound is
@@ -29,6 +29,8 @@
 #include "engine/core/error.h"
 #include "engine/nn/model.h"
 #include "engine/nn/models.h"
+#include "engine/ops/conv/conv.h"
+#include "engine/ops/linear/linear.h"
 #include "engine/ops/loss/loss.h"
 #include "engine/optim/optimizer.h"
 #include "engine/train/config.h"
@@ -300,12 +302,12 @@ class TestAmpTraining : public QObject {
                rdx = Tensor::empty(x.shape(), DType::F32);
         Tensor rdw = Tensor::empty(g.weight_shape(), DType::F32),
                rdb = Tensor::empty({32}, DType::F32);
-        cpu.conv2d_forward_lp(g, xl, wl, b.value, ry);
-        cpu.conv2d_backward_lp(g, xl, wl, dy, rdx, rdw, rdb, false);
+        conv::forward(cpu, g, xl, wl, b.value, ry);
+        conv::backward(cpu, g, xl, wl, dy, rdx, rdw, rdb, false);
         QVERIFY2(bitwise_equal(y, ry) && bitwise_equal(dx, rdx) && bitwise_equal(dw, rdw) && bitwise_equal(db, rdb),
                  dtype_name(dt));
         Tensor fy = Tensor::empty(g.output_shape(), DType::F32);
-        cpu.conv2d_forward(g, x, w.value, b.value, fy);
+        conv::forward(cpu, g, x, w.value, b.value, fy);
         QVERIFY2(!bitwise_equal(y, fy), dtype_name(dt));
       }
       // linear: x (5,128), w (10,128), b (10), y (5,10)
@@ -318,12 +320,12 @@ class TestAmpTraining : public QObject {
         const Tensor xl = lp_of(cpu, x, dt), wl = lp_of(cpu, w.value, dt);
         Tensor ry = Tensor::empty({5, 10}, DType::F32), rdx = Tensor::empty({5, 128}, DType::F32);
         Tensor rdw = Tensor::empty({10, 128}, DType::F32), rdb = Tensor::empty({10}, DType::F32);
-        cpu.linear_forward_lp(xl, wl, b.value, ry);
-        cpu.linear_backward_lp(xl, wl, dy, rdx, rdw, rdb, false);
+        linear::forward(cpu, xl, wl, b.value, ry);
+        linear::backward(cpu, xl, wl, dy, rdx, rdw, rdb, false);
         QVERIFY2(bitwise_equal(y, ry) && bitwise_equal(dx, rdx) && bitwise_equal(dw, rdw) && bitwise_equal(db, rdb),
                  dtype_name(dt));
         Tensor fy = Tensor::empty({5, 10}, DType::F32);
-        cpu.linear_forward(x, w.value, b.value, fy);
+        linear::forward(cpu, x, w.value, b.value, fy);
         QVERIFY2(!bitwise_equal(y, fy), dtype_name(dt));
       }
       // The master parameters stay f32.

@@ -27,6 +27,7 @@
 #ifdef TRAINBENCH_HAVE_CUDA
 #include "engine/backend/cuda/cuda_backend.h"
 #endif
+#include "engine/ops/pointwise/pointwise.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/tensor_helpers.h"
 
@@ -373,13 +374,13 @@ class TestCudaBackend : public QObject {
     const Tensor h = test::random_tensor({2, 3, 4, 5}, 99);
     Tensor d = test::to_device(*gpu, h);
     try {
-      gpu->relu_forward(h, d);  // a host tensor given to the GPU
+      pointwise::relu_forward(*gpu, h, d);  // a host tensor given to the GPU
       QFAIL("no error for a host operand");
     } catch (const tb::Error& e) {
       QVERIFY2(QString(e.what()).contains("is not on cuda:0"), e.what());
     }
     Tensor nhwc = gpu->empty(h.shape(), DType::F32, Layout::NHWC);
-    QVERIFY_THROWS_EXCEPTION(tb::Error, gpu->add(d, d, nhwc));  // layouts differ
+    QVERIFY_THROWS_EXCEPTION(tb::Error, pointwise::add(*gpu, d, d, nhwc));  // layouts differ
     Tensor f64 = gpu->empty(h.shape(), DType::F64);
     QVERIFY_THROWS_EXCEPTION(tb::Error, gpu->copy(f64, nhwc));  // dtype + layout at once
     TB_GPU_CATCH

@@ -22,6 +22,7 @@
 #include "engine/data/synthetic_dataset.h"
 #include "engine/data/transforms.h"
 #include "engine/nn/models.h"
+#include "engine/ops/augment/augment.h"
 #include "engine/train/config.h"
 #include "engine/train/events.h"
 #include "engine/train/input_stager.h"
@@ -127,9 +128,9 @@ class TestDeviceData : public QObject {
             QCOMPARE(b.labels.data_as<int32_t>()[i], label);
           }
           Tensor got = Tensor::empty(ref[size_t(k)].shape(), DType::F32);
-          be.augment_normalize_u8(b.images, b.indices,
-                                  augment_spec(raw.transform(), o.seed, b.epoch), scale, shift,
-                                  got);
+          augment::augment_normalize_u8(be, b.images, b.indices,
+                                        augment_spec(raw.transform(), o.seed, b.epoch), scale,
+                                        shift, got);
           QVERIFY2(bitwise_equal(got, ref[size_t(k)]), ("batch " + std::to_string(k)).c_str());
           const auto* p = b.images.data_as<uint8_t>();
           bytes.insert(bytes.end(), p, p + b.images.nbytes());

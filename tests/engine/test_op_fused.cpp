@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// The fused pointwise ops (fuse_pointwise): batch norm with its epilogue
-// (residual add + ReLU, the batchnorm_* ops' Epilogue argument) and linear +
-// ReLU/GELU (linear_act_*), and the layers (BatchNorm2d with the ReLU epilogue,
-// LinearAct), against their unfused definition on every backend and layout.
-// (Batch norm's plain op family is test_op_batchnorm, in engine/ops/batchnorm/;
+// Batch norm's epilogue (fuse_pointwise): residual add + ReLU, the batchnorm_*
+// ops' Epilogue argument, and BatchNorm2d with the ReLU epilogue, against
+// their unfused definition on every backend and layout. (Batch norm's plain
+// op family is test_op_batchnorm, in engine/ops/batchnorm/; linear's
+// epilogue is test_op_linear's linear_act_* slots, in engine/ops/linear/;
 // these slots keep their suite and names for scripts/gpu-check.sh.)
 //
 // 1. Gradients against central finite differences, f64 on the reference
 //    backend (whose fused ops are the unfused reference ops composed): BatchNorm2d
-//    with and without residual, ReLU on and off, train and eval; LinearAct.
+//    with and without residual, ReLU on and off, train and eval.
 // 2. Typed slots over targets (backend x layout), fresh random inputs (never
 //    zeros), every output compared relative to the reference tensor's largest
 //    magnitude ("scaled"):
@@ -17,13 +17,6 @@
 //    - bn_act_matches_unfused: fused vs unfused on the same target (the same
 //      arithmetic in the same order): 1e-6, and how many combinations agree
 //      bit for bit is reported;
-//    - linear_act_matches_reference: fused vs the fused reference (float sums
-//      over K = 300 in another order): 1e-4; fused vs unfused on the target:
-//      1e-5 on the CPU (the GEMM adds the bias before vs after the K sum),
-//      1e-4 on CUDA (cuBLASLt's ReLU epilogue, GEMM + GELU kernel);
-//    - linear_act_on_parameter_views: the same, with weights, biases and
-//      gradients as views into flat blocks at 4- and 128-byte alignment (as
-//      the trainer's parameters are): 1e-4.
 // 3. Bad arguments refused. Whole models with and without fusion, and the
 //    trainer, are in test_models.
 // GPU rows QSKIP with the reason where there is no device.
@@ -37,16 +30,15 @@
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
 #include "engine/nn/batchnorm2d.h"
-#include "engine/nn/linear_act.h"
 #include "engine/nn/model.h"
 #include "engine/ops/batchnorm/batchnorm.h"
+#include "engine/ops/pointwise/pointwise.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gradcheck.h"
 #include "tests/engine/tensor_helpers.h"
 
 using namespace tb;
 using namespace tb::test;
-using Act = Backend::Activation;
 
 namespace {
 
@@ -165,12 +157,12 @@ BnOut run_unfused(Backend& be, const BnCase& k, bool relu, bool residual, bool t
                                o.sinvstd);
   else
     batchnorm::forward_eval(be, x, gamma, beta, o.rmean, o.rvar, 1e-5f, o.y);
-  if (residual) be.add(o.y, r, o.y);
-  if (relu) be.relu_forward(o.y, o.y);
+  if (residual) pointwise::add(be, o.y, r, o.y);
+  if (relu) pointwise::relu_forward(be, o.y, o.y);
   if (!training) return o;
   Tensor dz = be.empty(k.x.shape(), DType::F32, layout);
   if (relu)
-    be.relu_backward(o.y, dy, dz);
+    pointwise::relu_backward(be, o.y, dy, dz);
   else
     be.copy(dy, dz);
   o.dres = dz;
@@ -237,92 +229,6 @@ std::string compare_bn(Backend& be_a, const BnOut& a, Backend& be_b, const BnOut
   return "";
 }
 
-// ---------------------------------------------------------------- linear + act
-struct LinOut {
-  Tensor y, dx, dw, db;
-};
-struct LinCase {
-  Tensor x, w, b, dy;
-  LinCase(int64_t N, int64_t K, int64_t M, uint64_t seed) {
-    x = random_tensor({N, K}, seed, -2.0, 2.0);
-    w = random_tensor({M, K}, seed + 1, -0.2, 0.2);
-    b = random_tensor({M}, seed + 2, -0.5, 0.5);
-    dy = random_tensor({N, M}, seed + 3);
-  }
-};
-
-LinOut run_linear(Backend& be, const LinCase& k, Act act, bool fused) {
-  auto dev = [&](const Tensor& h) {
-    Tensor d = be.empty(h.shape(), h.dtype());
-    be.copy(h, d);
-    return d;
-  };
-  Tensor x = dev(k.x), w = dev(k.w), b = dev(k.b), dy = dev(k.dy);
-  const int64_t N = k.x.dim(0), K = k.x.dim(1), M = k.w.dim(0);
-  LinOut o;
-  o.y = be.empty({N, M}, DType::F32);
-  Tensor pre = be.empty({N, M}, DType::F32), dpre = be.empty({N, M}, DType::F32);
-  o.dx = be.empty({N, K}, DType::F32), o.dw = be.empty({M, K}, DType::F32);
-  o.db = be.empty({M}, DType::F32);
-  if (fused) {
-    Tensor p = act == Act::GELU ? pre : Tensor{};
-    be.linear_act_forward(x, w, b, act, o.y, p);
-    be.linear_act_backward(x, w, o.y, p, dy, act, dpre, o.dx, o.dw, o.db, false);
-    return o;
-  }
-  be.linear_forward(x, w, b, pre);
-  if (act == Act::ReLU) {
-    be.relu_forward(pre, o.y);
-    be.relu_backward(o.y, dy, dpre);
-  } else {
-    be.gelu_forward(pre, o.y);
-    be.gelu_backward(pre, dy, dpre);
-  }
-  be.linear_backward(x, w, dpre, o.dx, o.dw, o.db, false);
-  return o;
-}
-
-// run_linear's fused path with the operands placed as the trainer places
-// them: w and b (and dw, db) consecutive views into one parameter block and
-// one gradient block (model.cpp), x and y views too, all starting `offset`
-// floats in, so aligned only to that offset (4 bytes for offset 1).
-LinOut run_linear_views(Backend& be, const LinCase& k, Act act, int64_t offset) {
-  const int64_t N = k.x.dim(0), K = k.x.dim(1), M = k.w.dim(0);
-  auto block = [&](int64_t n) { return be.empty({offset + n}, DType::F32); };
-  auto at = [&](const Tensor& base, int64_t begin, const Shape& s) {
-    return Tensor::view_of(base, offset + begin, s);
-  };
-  const Tensor params = block(M * K + M), grads = block(M * K + M);
-  const Tensor xb = block(N * K), yb = block(N * M);
-  Tensor w = at(params, 0, {M, K}), b = at(params, M * K, {M}), x = at(xb, 0, {N, K});
-  for (auto [dst, src] : {std::pair{&w, &k.w}, std::pair{&b, &k.b}, std::pair{&x, &k.x}})
-    be.copy(*src, *dst);
-  Tensor dy = be.empty({N, M}, DType::F32);
-  be.copy(k.dy, dy);
-  LinOut o;
-  o.y = at(yb, 0, {N, M});
-  o.dw = at(grads, 0, {M, K}), o.db = at(grads, M * K, {M});
-  o.dx = be.empty({N, K}, DType::F32);
-  Tensor pre = be.empty({N, M}, DType::F32), dpre = be.empty({N, M}, DType::F32);
-  Tensor p = act == Act::GELU ? pre : Tensor{};
-  be.linear_act_forward(x, w, b, act, o.y, p);
-  be.linear_act_backward(x, w, o.y, p, dy, act, dpre, o.dx, o.dw, o.db, false);
-  return o;
-}
-
-std::string compare_lin(Backend& be_a, const LinOut& a, Backend& be_b, const LinOut& b,
-                        double tol) {
-  const std::pair<const char*, std::pair<Tensor, Tensor>> pairs[] = {
-      {"y", {a.y, b.y}}, {"dx", {a.dx, b.dx}}, {"dw", {a.dw, b.dw}}, {"db", {a.db, b.db}}};
-  for (auto& [what, p] : pairs) {
-    const double e = scaled_diff(to_host_nchw(be_a, p.first), to_host_nchw(be_b, p.second));
-    if (!(e <= tol))
-      return std::string(what) + ": scaled difference " + std::to_string(e) + " > " +
-             std::to_string(tol);
-  }
-  return "";
-}
-
 }  // namespace
 
 class TestOpFused : public QObject {
@@ -378,14 +284,6 @@ class TestOpFused : public QObject {
     QVERIFY2(r.max_rel_error_params < 1e-5, qPrintable(QString::fromStdString(r.worst)));
   }
 
-
-  void linear_act_gradcheck() {
-    for (Act act : {Act::ReLU, Act::GELU}) {
-      auto r = test::gradcheck_layer(std::make_unique<LinearAct>("fc", 5, act), {4, 6}, 31);
-      QVERIFY2(r.max_rel_error_dx < 1e-5, qPrintable(QString::fromStdString(r.worst)));
-      QVERIFY2(r.max_rel_error_params < 1e-5, qPrintable(QString::fromStdString(r.worst)));
-    }
-  }
 
   // ---------------------------------------------------------------- every target
 
@@ -462,67 +360,6 @@ class TestOpFused : public QObject {
     TB_GPU_CATCH
   }
 
-  void linear_act_matches_reference_data() {
-    QTest::addColumn<Target>("target");
-    for (const Target& t : {Target{Impl::CpuFast, Layout::NCHW, DType::F32},
-                            Target{Impl::Cuda, Layout::NCHW, DType::F32}})
-      QTest::newRow(t.name().c_str()) << t;
-  }
-  void linear_act_matches_reference() {
-    FETCH_TARGET(t, be);
-    TB_GPU_TRY
-    CpuBackend& ref = cpu_reference();
-    const LinCase k(33, 300, 70, t.on_gpu() ? 79 : 51);
-    for (Act act : {Act::ReLU, Act::GELU}) {
-      const LinOut u = run_linear(be, k, act, false), f = run_linear(be, k, act, true);
-      std::string err = compare_lin(be, u, be, f, t.on_gpu() ? 1e-4 : 1e-5);
-      QVERIFY2(err.empty(), qPrintable(QString::fromStdString(err)));
-      err = compare_lin(ref, run_linear(ref, k, act, true), be, f, 1e-4);
-      QVERIFY2(err.empty(), qPrintable(QString::fromStdString(err)));
-    }
-    TB_GPU_CATCH
-  }
-
-
-  // The suites above hand every op fresh, 256-byte aligned tensors; the
-  // trainer's weights and biases are views into one flat block, aligned only
-  // to their float offset (fmnist-cnn's fc1 weight: 128 bytes). cuBLASLt's
-  // heuristics assume 256 unless told (fused_ops.cpp sets the alignments).
-  void linear_act_on_parameter_views_data() {
-    QTest::addColumn<Target>("target");
-    QTest::addColumn<int>("offset");  // floats into each block
-    for (const Target& t : {Target{Impl::CpuFast, Layout::NCHW, DType::F32},
-                            Target{Impl::Cuda, Layout::NCHW, DType::F32}})
-      for (int offset : {1, 32})
-        QTest::addRow("%s: %d-byte aligned", t.name().c_str(), 4 * offset) << t << offset;
-  }
-  void linear_act_on_parameter_views() {
-    FETCH_TARGET(t, be);
-    QFETCH(int, offset);
-    TB_GPU_TRY
-    CpuBackend& ref = cpu_reference();
-    const LinCase k(33, 300, 70, 87);
-    for (Act act : {Act::ReLU, Act::GELU}) {
-      const std::string err =
-          compare_lin(ref, run_linear(ref, k, act, true), be, run_linear_views(be, k, act, offset),
-                      1e-4);
-      QVERIFY2(err.empty(), qPrintable(QString::fromStdString(err)));
-    }
-    TB_GPU_CATCH
-  }
-
-  // The activation is shared with the epilogues (engine/ops/epilogue.h),
-  // where None is the plain op; linear + act has nothing to fuse without one.
-  void linear_act_rejects_no_activation() {
-    CpuBackend& be = cpu_fast();
-    const LinCase lk(4, 6, 5, 63);
-    Tensor ly = Tensor::empty({4, 5}, DType::F32), lpre = Tensor::empty({4, 5}, DType::F32);
-    const QString e =
-        qerror_of([&] { be.linear_act_forward(lk.x, lk.w, lk.b, Act::None, ly, lpre); });
-    QVERIFY2(e.contains("none") && e.contains("linear_act_forward"), qPrintable(e));
-    QVERIFY_THROWS_EXCEPTION(Error, LinearAct("fc", 5, Act::None));
-  }
-
   void fused_ops_reject_bad_arguments() {
     CpuBackend& be = cpu_fast();
     const BnCase k({2, 3, 4, 4}, 61);
@@ -537,13 +374,6 @@ class TestOpFused : public QObject {
     QVERIFY_THROWS_EXCEPTION(Error,
                              batchnorm::backward(be, k.x, k.dy, bad_g, sm, si, y, none, none,
                                                  false, EpilogueGrad{Activation::ReLU, y}));
-    const LinCase lk(4, 6, 5, 63);
-    Tensor ly = Tensor::empty({4, 5}, DType::F32), lpre = Tensor::empty({4, 5}, DType::F32);
-    Tensor bad_b = Tensor::empty({6}, DType::F32);
-    QVERIFY_THROWS_EXCEPTION(Error, be.linear_act_forward(lk.x, lk.w, bad_b, Act::ReLU, ly, none));
-    QVERIFY_THROWS_EXCEPTION(Error, be.linear_act_forward(lk.x, lk.w, lk.b, Act::GELU, ly, none));
-    QVERIFY_THROWS_EXCEPTION(Error, be.linear_act_forward(lk.x, lk.w, lk.b, Act::GELU, ly, ly));
-    be.linear_act_forward(lk.x, lk.w, lk.b, Act::GELU, ly, lpre);  // the valid call works
   }
 };
 

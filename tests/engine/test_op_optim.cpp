@@ -15,6 +15,7 @@
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
+#include "engine/ops/linear/linear.h"
 #include "engine/ops/loss/loss.h"
 #include "engine/optim/clip.h"
 #include "engine/optim/optimizer.h"
@@ -576,9 +577,9 @@ class TestOpOptim : public QObject {
       Tensor ls = labels.rows(micro * rows, (micro + 1) * rows);
       Tensor y = Tensor::empty({rows, M}, DType::F64), dy = Tensor::empty({rows, M}, DType::F64);
       Tensor stats = Tensor::zeros({2}, DType::F64), none;
-      be.linear_forward(xs, w, b, y);
+      linear::forward(be, xs, w, b, y);
       loss::softmax_cross_entropy(be, y, ls, 0.1f, grad_scale, dy, stats);
-      be.linear_backward(xs, w, dy, none, dw, db, /*accumulate=*/micro > 0);
+      linear::backward(be, xs, w, dy, none, dw, db, /*accumulate=*/micro > 0);
       return stats.data_as<double>()[0];
     };
     try {

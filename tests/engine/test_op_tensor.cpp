@@ -1,23 +1,22 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Tensor ops with no arithmetic to speak of, on every backend, layout and dtype:
 // copies (host <-> device, f32 <-> f64, layout conversion on the way), fills
-// of every dtype, the layouts' strides, channel padding (pad_channels_to) and
-// the sum of squares (clipping's and the census' reduction).
+// of every dtype, the layouts' strides and the sum of squares (clipping's and
+// the census' reduction). Channel padding (pad_channels_to) is the layout
+// family's: engine/ops/layout/test_op_layout.cpp.
 //
 // All exact except sum_squares (1e-12 relative: a sum of up to 1.2 M squares
-// in double, another order), each target against the CPU reference; the zero
-// channels of pad_channels_forward must be written, not left as they were.
+// in double, another order), each target against the CPU reference.
 // GPU rows and slots QSKIP with the reason where there is no device.
 #include <QtTest>
 
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 
 #include "engine/backend/cpu/cpu_backend.h"
-#include "engine/backend/cuda/conv_cudnn.h"
 #include "engine/core/error.h"
+#include "engine/ops/conv/conv_cudnn.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/tensor_helpers.h"
 
@@ -142,77 +141,6 @@ class TestOpTensor : public QObject {
             for (int64_t w = 0; w < 5; ++w)
               QCOMPARE(n * s[0] + c * s[1] + h * s[2] + w * s[3], offset4(l, 3, 4, 5, n, c, h, w));
     }
-  }
-
-  // ------------------------------------------------------------ pad_channels
-
-
-  void pad_channels_op() {
-    CpuBackend& be = cpu_reference();
-    for (DType t : {DType::F32, DType::F64}) {
-      std::mt19937_64 rng(9);
-      const Tensor x = random_tensor({2, 3, 4, 5}, t, rng);
-      const Tensor dy = random_tensor({2, 8, 4, 5}, t, rng);
-      Tensor y0 = Tensor::empty({2, 8, 4, 5}, t), dx0 = like(x, Layout::NCHW);
-      be.pad_channels_forward(x, y0);
-      be.pad_channels_backward(dy, dx0);
-      // Against the definition, element by element (logical order).
-      for (int64_t n = 0; n < 2; ++n)
-        for (int64_t c = 0; c < 8; ++c)
-          for (int64_t i = 0; i < 20; ++i) {
-            const double got = value_at(y0, (n * 8 + c) * 20 + i);
-            const double want = c < 3 ? value_at(x, (n * 3 + c) * 20 + i) : 0.0;
-            QCOMPARE(got, want);
-            if (c < 3) QCOMPARE(value_at(dx0, (n * 3 + c) * 20 + i), value_at(dy, (n * 8 + c) * 20 + i));
-          }
-      // NHWC gives the same logical tensors.
-      Tensor xn = like(x, Layout::NHWC), dyn = like(dy, Layout::NHWC);
-      be.copy(x, xn);
-      be.copy(dy, dyn);
-      Tensor y1 = like(dy, Layout::NHWC), dx1 = like(x, Layout::NHWC);
-      be.pad_channels_forward(xn, y1);
-      be.pad_channels_backward(dyn, dx1);
-      EXPECT_SAME(y0, y1, "pad forward");
-      EXPECT_SAME(dx0, dx1, "pad backward");
-    }
-    // Errors: fewer channels out than in, mixed layouts.
-    std::mt19937_64 rng(3);
-    const Tensor x = random_tensor({1, 4, 2, 2}, DType::F32, rng);
-    Tensor narrow = Tensor::empty({1, 2, 2, 2}, DType::F32);
-    QVERIFY_THROWS_EXCEPTION(tb::Error, be.pad_channels_forward(x, narrow));
-    Tensor mixed = Tensor::empty({1, 8, 2, 2}, DType::F32, Device::cpu(), Layout::NHWC);
-    QVERIFY_THROWS_EXCEPTION(tb::Error, be.pad_channels_forward(x, mixed));
-  }
-
-  // Every target against the CPU reference, exact; the zero channels must be
-  // written, not left as they were.
-  void pad_channels_matches_reference_data() {
-    QTest::addColumn<Target>("target");
-    for (DType t : {DType::F32, DType::F64})
-      for (const Target& tg : {Target{Impl::CpuFast, Layout::NCHW, t}, Target{Impl::CpuFast, Layout::NHWC, t},
-                               Target{Impl::Cuda, Layout::NCHW, t}, Target{Impl::Cuda, Layout::NHWC, t}})
-        QTest::newRow(tg.name().c_str()) << tg;
-  }
-  void pad_channels_matches_reference() {
-    FETCH_TARGET(tg, be);
-    TB_GPU_TRY
-    CpuBackend& cpu = cpu_reference();
-    const Layout l = tg.layout;
-    const DType t = tg.dtype;
-    std::mt19937_64 rng(13);
-    const Tensor x = random_tensor({3, 3, 5, 7}, t, rng, l);
-    const Tensor dy = random_tensor({3, 8, 5, 7}, t, rng, l);
-    Tensor y0 = like(dy, l), dx0 = like(x, l);
-    cpu.pad_channels_forward(x, y0);
-    cpu.pad_channels_backward(dy, dx0);
-    Tensor xd = to_device(be, x, l), dyd = to_device(be, dy, l);
-    Tensor yd = be.empty(dy.shape(), t, l), dxd = be.empty(x.shape(), t, l);
-    be.fill(yd, 7.0);  // the zero channels must be written, not left as they were
-    be.pad_channels_forward(xd, yd);
-    be.pad_channels_backward(dyd, dxd);
-    EXPECT_SAME(y0, to_host(be, yd), qPrintable(QString::fromStdString("pad forward " + tg.name())));
-    EXPECT_SAME(dx0, to_host(be, dxd), qPrintable(QString::fromStdString("pad backward " + tg.name())));
-    TB_GPU_CATCH
   }
 
   // ------------------------------------------------------------ sum of squares

@@ -52,13 +52,27 @@ Recorder run(const json& config, int lag, const std::atomic<bool>* stop = nullpt
 class TestStaging : public QObject {
   Q_OBJECT
  private slots:
-  // --- host backends: the defaults of the device-memory API.
+  // --- host backends: no capability objects, and the capability set says so
+  // (the flags a trick is resolved from follow the objects that exist).
   void cpuHasNoDeviceMemory() {
     CpuBackend be;
-    QVERIFY(!be.memory_stats(true).has_value());
-    Tensor p = be.pinned_host_empty({3, 4}, DType::F32);  // plain host memory
-    QVERIFY(p.device().is_cpu());
-    QCOMPARE(be.fence(), uint64_t(0));
+    QVERIFY(!be.memory() && !be.staging() && !be.graphs());
+    const BackendCapabilities c = be.capabilities();
+    QVERIFY(!c.caching_allocator && !c.pinned_host_memory && !c.async_upload &&
+            !c.graph_capture);
+  }
+
+  void gpuCapabilityObjectsMatchTheSet() {
+    NEED_GPU();
+    TB_GPU_TRY
+#ifdef TRAINBENCH_HAVE_CUDA
+    CudaBackend be(0, {});
+    const BackendCapabilities c = be.capabilities();
+    QCOMPARE(be.memory() != nullptr, c.caching_allocator);
+    QCOMPARE(be.staging() != nullptr, c.pinned_host_memory && c.async_upload);
+    QCOMPARE(be.graphs() != nullptr, c.graph_capture);
+#endif
+    TB_GPU_CATCH
   }
 
   // --- late step times: every step once, in order, before its epoch's event.
@@ -153,22 +167,23 @@ class TestStaging : public QObject {
     TB_GPU_TRY
 #ifdef TRAINBENCH_HAVE_CUDA
     CudaBackend be(0, {});
-    Tensor host = be.pinned_host_empty({64, 3, 32, 32}, DType::U8);
+    Staging& st = *be.staging();
+    Tensor host = st.pinned_host_empty({64, 3, 32, 32}, DType::U8);
     QVERIFY(host.device().is_cpu());
     Tensor dev[2] = {be.empty(host.shape(), DType::U8), be.empty(host.shape(), DType::U8)};
     uint64_t fence[2] = {0, 0};
     for (int k = 0; k < 6; ++k) {  // two slots, alternating, as the trainer does
       Tensor src = random_u8(host.shape(), 100 + k);
       std::memcpy(host.data(), src.data(), src.nbytes());
-      const uint64_t ticket = be.upload_async(host, dev[k % 2], fence[k % 2]);
-      be.wait_upload(ticket);  // host buffer free again
-      fence[k % 2] = be.fence();
+      const uint64_t ticket = st.upload_async(host, dev[k % 2], fence[k % 2]);
+      st.wait_upload(ticket);  // host buffer free again
+      fence[k % 2] = st.fence();
       Tensor back = Tensor::empty(host.shape(), DType::U8);
       be.copy(dev[k % 2], back);
       QVERIFY(bitwise_equal(src, back));
     }
     Tensor f32 = be.empty(host.shape(), DType::F32);
-    QVERIFY_THROWS_EXCEPTION(Error, be.upload_async(host, f32, 0));  // no conversions
+    QVERIFY_THROWS_EXCEPTION(Error, st.upload_async(host, f32, 0));  // no conversions
 #endif
     TB_GPU_CATCH
   }
@@ -178,20 +193,21 @@ class TestStaging : public QObject {
     TB_GPU_TRY
 #ifdef TRAINBENCH_HAVE_CUDA
     CudaBackend be(0, {});
-    const DeviceMemoryStats before = *be.memory_stats(true);
+    DeviceMemory& mem = *be.memory();
+    const DeviceMemoryStats before = mem.stats(true);
     QVERIFY(before.device_total_bytes > 0 && before.device_used_bytes > 0);
     {
       Tensor big = be.empty({64 << 20}, DType::U8);
-      const DeviceMemoryStats during = *be.memory_stats(false);
+      const DeviceMemoryStats during = mem.stats(false);
       QVERIFY(during.allocated_bytes >= before.allocated_bytes + (64 << 20));
       QVERIFY(during.peak_allocated_bytes >= during.allocated_bytes);
       QCOMPARE(during.device_used_bytes, int64_t(-1));  // not asked
     }
-    const DeviceMemoryStats cached = *be.memory_stats(false);
+    const DeviceMemoryStats cached = mem.stats(false);
     QVERIFY(cached.reserved_bytes >= cached.allocated_bytes + (64 << 20));  // kept in the cache
-    be.empty_cache();
-    be.reset_peak_memory();
-    const DeviceMemoryStats after = *be.memory_stats(false);
+    mem.empty_cache();
+    mem.reset_peak();
+    const DeviceMemoryStats after = mem.stats(false);
     QVERIFY(after.reserved_bytes < cached.reserved_bytes);
     QCOMPARE(after.peak_allocated_bytes, after.allocated_bytes);
 #endif

@@ -13,6 +13,7 @@
 #include "engine/core/error.h"
 #include "engine/metrics/kernel_census.h"
 #include "engine/metrics/tensor_pipe_profiler.h"
+#include "engine/ops/linear/linear.h"
 #include "tests/engine/device_fixture.h"
 
 using namespace tb;
@@ -148,7 +149,7 @@ class TestTensorPipe : public QObject {
       for (int64_t pass = 0; pass < p.passes(); ++pass) {
         p.begin_step(++step);
         for (int i = 0; i < 8; ++i)
-          half ? gpu->linear_forward_lp(xh, wh, b, y) : gpu->linear_forward(x, w, b, y);
+          half ? linear::forward(*gpu, xh, wh, b, y) : linear::forward(*gpu, x, w, b, y);
         if (!p.end_step(m)) return std::nan("");
       }
       return m.contains("tensor_pipe_active_pct") ? m["tensor_pipe_active_pct"].get<double>()

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Mixed precision on the CPU: the reference form of the loss scaler (the CUDA
-// backend's amp.cu must agree with it), f32 <-> f16/bf16 conversion, and the
-// low-precision linear and convolution references (inputs rounded, fp32 sums).
+// backend's amp.cu must agree with it) and f32 <-> f16/bf16 conversion (the
+// low-precision convolution and linear references are their families':
+// engine/ops/conv/conv_cpu.cpp, engine/ops/linear/linear_cpu.cpp).
 // The CPU never computes in half precision; this file exists so the scaler's
 // decisions (skip, backoff, growth) are testable without a GPU.
 #include <cmath>
@@ -10,6 +11,7 @@
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
+#include "engine/ops/pointwise/pointwise.h"
 
 namespace tb {
 
@@ -117,7 +119,7 @@ void CpuBackend::cast(const Tensor& src, Tensor& dst) {
 
 void CpuBackend::amp_scale(Tensor& t, const Tensor& scaler_state) {
   const float* st = state_ptr(scaler_state, "amp_scale");
-  scale(t, double(st[0]));
+  pointwise::scale(*this, t, double(st[0]));
 }
 
 void CpuBackend::amp_unscale_and_check(Tensor& grads, Tensor& scaler_state) {
@@ -162,93 +164,6 @@ void CpuBackend::amp_update_scale(Tensor& scaler_state, float growth_factor, flo
     }
   }
   st[2] = 0.0f;
-}
-
-// The reference of the low-precision linear: the inputs rounded to their
-// storage dtype and widened back, then the fp32 GEMM. Only the summation
-// order differs from the GPU's fp32-accumulating Tensor Core GEMM.
-namespace {
-Tensor widened(CpuBackend& be, const Tensor& lp, const char* op, const char* what) {
-  TB_CHECK(lp.defined() && low_precision(lp.dtype()), op, ": ", what, " must be f16 or bf16, got ",
-           lp.defined() ? lp.describe() : std::string("undefined"));
-  Tensor f = Tensor::empty(lp.shape(), DType::F32, Device::cpu(), lp.layout());
-  be.cast(lp, f);
-  return f;
-}
-}  // namespace
-
-void CpuBackend::linear_forward_lp(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
-  TB_CHECK(x.defined() && w.defined() && x.dtype() == w.dtype(),
-           "linear_forward_lp: x and weight must share one low-precision dtype");
-  const Tensor xf = widened(*this, x, "linear_forward_lp", "x");
-  const Tensor wf = widened(*this, w, "linear_forward_lp", "weight");
-  linear_forward(xf, wf, b, y);
-}
-
-void CpuBackend::linear_backward_lp(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
-                                    Tensor& dw, Tensor& db, bool accumulate) {
-  const char* op = "linear_backward_lp";
-  TB_CHECK(x.defined() && w.defined() && x.dtype() == w.dtype(), op,
-           ": x and weight must share one low-precision dtype");
-  TB_CHECK(dy.defined() && dy.dtype() == DType::F32, op, ": dy must be f32");
-  const Tensor xf = widened(*this, x, op, "x");
-  const Tensor wf = widened(*this, w, op, "weight");
-  Tensor dy_lp = Tensor::empty(dy.shape(), x.dtype());
-  cast(dy, dy_lp);
-  const Tensor dyr = widened(*this, dy_lp, op, "dy");
-  Tensor none;
-  linear_backward(xf, wf, dyr, dx, dw, none, accumulate);
-  if (db.defined()) {
-    Tensor no_dx, no_dw;
-    linear_backward(xf, wf, dy, no_dx, no_dw, db, accumulate);
-  }
-}
-
-// The reference of the low-precision convolution, the same construction as the
-// linear pair above: the f16/bf16 inputs widened to f32 (exactly: every f16 and
-// bf16 value is an f32 value), then the f32 convolution. The products of the
-// low-precision values are thus summed in fp32; the GPU's Tensor Core
-// convolution differs only in summation order (and, on the CUDA backend, the
-// rounding of its low-precision output, see cuda/conv_lp.cpp).
-//   x (N,Cin,H,W) lp   w (Cout,Cin,KH,KW) lp   b (Cout) f32   y (N,Cout,Ho,Wo) f32
-void CpuBackend::conv2d_forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                                   const Tensor& b, Tensor& y) {
-  const char* op = "conv2d_forward_lp";
-  TB_CHECK(x.defined() && w.defined() && x.dtype() == w.dtype(), op,
-           ": x and weight must share one low-precision dtype, got ",
-           x.defined() ? x.describe() : std::string("undefined"), " and ",
-           w.defined() ? w.describe() : std::string("undefined"));
-  TB_CHECK(y.defined() && y.dtype() == DType::F32, op, ": output y must be f32, got ",
-           y.defined() ? y.describe() : std::string("undefined"));
-  const Tensor xf = widened(*this, x, op, "x");
-  const Tensor wf = widened(*this, w, op, "weight");
-  conv2d_forward(g, xf, wf, b, y);
-}
-
-//   dy (N,Cout,Ho,Wo) f32 -> rounded to x's dtype for dgrad and wgrad;
-//   dx (N,Cin,H,W) f32 written; dw (Cout,Cin,KH,KW) f32 and db (Cout) f32 (+)=,
-//   db from the unrounded dy (as the fp32 layer's, bit for bit).
-void CpuBackend::conv2d_backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                                    const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db,
-                                    bool accumulate) {
-  const char* op = "conv2d_backward_lp";
-  TB_CHECK(x.defined() && w.defined() && x.dtype() == w.dtype(), op,
-           ": x and weight must share one low-precision dtype, got ",
-           x.defined() ? x.describe() : std::string("undefined"), " and ",
-           w.defined() ? w.describe() : std::string("undefined"));
-  TB_CHECK(dy.defined() && dy.dtype() == DType::F32, op, ": dy must be f32, got ",
-           dy.defined() ? dy.describe() : std::string("undefined"));
-  const Tensor xf = widened(*this, x, op, "x");
-  const Tensor wf = widened(*this, w, op, "weight");
-  Tensor dy_lp = Tensor::empty(dy.shape(), x.dtype(), Device::cpu(), dy.layout());
-  cast(dy, dy_lp);
-  const Tensor dyr = widened(*this, dy_lp, op, "dy");
-  Tensor none;
-  if (dx.defined() || dw.defined()) conv2d_backward(g, xf, wf, dyr, dx, dw, none, accumulate);
-  if (db.defined()) {
-    Tensor no_dx, no_dw;
-    conv2d_backward(g, xf, wf, dy, no_dx, no_dw, db, accumulate);
-  }
 }
 
 }  // namespace tb

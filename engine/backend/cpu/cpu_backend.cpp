@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // CpuBackend: construction, identity, and the memory ops (fill, copy with
-// explicit layout conversion, sum of squares, scale).
+// explicit layout conversion, sum of squares).
 #include "engine/backend/cpu/cpu_backend.h"
 
 #include <cblas.h>
@@ -125,37 +125,10 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
   }
 }
 
-void CpuBackend::normalize_u8(const Tensor& src, const std::vector<float>& scale,
-                              const std::vector<float>& shift, Tensor& dst) {
-  check_normalize_u8_args(src, scale, shift, dst);
-  TB_CHECK(src.device().is_cpu() && dst.device().is_cpu(), "cpu normalize_u8 between ",
-           src.describe(), " and ", dst.describe());
-  const int64_t N = src.n(), C = src.c(), HW = src.h() * src.w();
-  const uint8_t* s = src.data_as<uint8_t>();
-  float* d = dst.data_as<float>();
-  // The loader's expression, element by element (engine/data/transforms.cpp).
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t j = 0; j < HW; ++j) {
-        const int64_t i = src.layout() == Layout::NCHW ? (n * C + c) * HW + j : (n * HW + j) * C + c;
-        d[i] = static_cast<float>(s[i]) * scale[size_t(c)] + shift[size_t(c)];
-      }
-}
-
 double CpuBackend::sum_squares(const Tensor& t) {
   if (t.dtype() == DType::F64) return sum_squares_typed<double>(t);
   expect_dtype(t, DType::F32, "sum_squares");
   return sum_squares_typed<float>(t);
-}
-
-void CpuBackend::scale(Tensor& t, double alpha) {
-  if (t.dtype() == DType::F64) {
-    double* p = t.data_as<double>();
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] *= alpha;
-    return;
-  }
-  expect_dtype(t, DType::F32, "scale");
-  cblas_sscal(static_cast<blasint>(t.numel()), static_cast<float>(alpha), t.data_as<float>(), 1);
 }
 
 }  // namespace tb

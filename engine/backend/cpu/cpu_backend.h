@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
-// The CPU backend. Each op family lives in its own file (conv.cpp, linear.cpp,
-// pointwise.cpp, optimizer.cpp, memory.cpp; the families
+// The CPU backend. Each op family not yet moved lives in its own file
+// (optimizer.cpp, memory.cpp; the families
 // already moved in engine/ops/<family>/) with a plain reference implementation
 // (templated on float/double: the test oracle, used for f64 and when
 // options.reference is set) beside the fast f32 path (OpenBLAS GEMM,
@@ -38,40 +38,6 @@ class CpuBackend final : public Backend {
 
   void fill(Tensor& t, double value) override;
   void copy(const Tensor& src, Tensor& dst) override;
-  void normalize_u8(const Tensor& src, const std::vector<float>& scale,
-                    const std::vector<float>& shift, Tensor& dst) override;
-  void augment_normalize_u8(const Tensor& src, const Tensor& indices, const AugmentSpec& spec,
-                            const std::vector<float>& scale, const std::vector<float>& shift,
-                            Tensor& dst) override;
-
-  void conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                      Tensor& y) override;
-  void conv2d_backward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
-                       Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
-
-  void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
-  void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
-                       Tensor& db, bool accumulate) override;
-
-  void relu_forward(const Tensor& x, Tensor& y) override;
-  void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
-  void gelu_forward(const Tensor& x, Tensor& y) override;
-  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
-  void add(const Tensor& a, const Tensor& b, Tensor& y) override;
-  void accumulate(const Tensor& src, Tensor& dst) override;
-  void scale(Tensor& t, double alpha) override;
-
-  // Fused linear + activation (fused.cpp, fuse_pointwise): the reference is the
-  // composition of the unfused reference ops; the fast f32 path makes one sweep.
-  void linear_act_forward(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
-                          Tensor& y, Tensor& pre) override;
-  void linear_act_backward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& pre,
-                           const Tensor& dy, Activation act, Tensor& dpre, Tensor& dx, Tensor& dw,
-                           Tensor& db, bool accumulate) override;
-
-  // pad_channels.cpp
-  void pad_channels_forward(const Tensor& x, Tensor& y) override;
-  void pad_channels_backward(const Tensor& dy, Tensor& dx) override;
 
   double sum_squares(const Tensor& t) override;
   void optimizer_step(const OptimizerStep& step, const std::vector<ParamSlot>& slots,
@@ -86,13 +52,6 @@ class CpuBackend final : public Backend {
                           bool multi_tensor, const Tensor& scaler_state) override;
   void amp_update_scale(Tensor& scaler_state, float growth_factor, float backoff_factor,
                         int64_t growth_interval) override;
-  void linear_forward_lp(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
-  void linear_backward_lp(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
-                          Tensor& dw, Tensor& db, bool accumulate) override;
-  void conv2d_forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                         Tensor& y) override;
-  void conv2d_backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
-                          Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override;
 
  private:
   BackendOptions options_;

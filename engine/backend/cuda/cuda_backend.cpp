@@ -98,7 +98,6 @@ void release(CudaBackend::Impl& m) {
   // for this stream stay in the cache until empty_cache.)
   if (m.allocator && m.allocator->current_stream() == m.stream)
     m.allocator->set_current_stream(nullptr);
-  m.conv.reset();
   cuda::release_graphs(m);  // first: it may swap the compute stream back
   cuda::release_staging(m);
   cuda::release_peer(m);

@@ -21,8 +21,6 @@ namespace cuda {
 [[noreturn]] void throw_cublas_error(cublasStatus_t st, const char* call, const char* file,
                                      int line);
 [[noreturn]] void throw_cudnn_error(cudnnStatus_t st, const char* call, const char* file, int line);
-class ConvPlanCache;  // conv_cudnn.cpp
-void destroy_conv_cache(ConvPlanCache* c);
 }  // namespace cuda
 
 #define TB_CUBLAS_CHECK(call)                                         \
@@ -83,17 +81,12 @@ struct CudaBackend::Impl {
   cudaEvent_t upload_events[kEventRing] = {};
   cudaEvent_t fence_events[kEventRing] = {};
   uint64_t next_upload = 1, next_fence = 1;
-  Tensor norm_coef;                  // f32 [2C] on the device: normalize_u8's scale, shift
-  std::vector<float> norm_coef_host;  // what norm_coef holds
 
   // Peer copies (peer.cpp, parallel: dp): an event recorded on this stream
   // that another device's stream waits on, and the devices whose memory this
   // one may address directly (cudaDeviceEnablePeerAccess, tried once each).
   cudaEvent_t peer_event = nullptr;
   std::vector<int> peers_tried;
-
-  std::unique_ptr<cuda::ConvPlanCache, void (*)(cuda::ConvPlanCache*)> conv{
-      nullptr, cuda::destroy_conv_cache};
 
   // Makes this backend's device current on the calling thread and points the
   // allocator at this stream; every public op starts with it.

@@ -175,7 +175,7 @@ void CudaBackend::set_optimizer_constants(const OptimizerStep& step) {
   Impl& m = *impl_;
   TB_CHECK(!m.capturing,
            "set_optimizer_constants: called while capturing (it must run before "
-           "each launch_graph, outside the graph)");
+           "each launch, outside the graph)");
   m.activate();
   if (!m.opt_consts_dev.defined())
     m.opt_consts_dev = Tensor::empty({int64_t(cuda::kOptConstsBytes)}, DType::U8, device());

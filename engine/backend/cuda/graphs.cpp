@@ -12,7 +12,7 @@
 // its intermediates overwritten by eager ops (the evaluation, a warm-up step).
 // Blocks allocated before the capture (parameters, layer buffers, stager slots)
 // are used in place; the caller must keep them alive and recapture after it
-// reallocates them (drop_graphs). Until drop_graphs, empty_cache leaves the
+// reallocates them (drop_all). Until drop_all, empty_cache leaves the
 // capture stream's free blocks alone (CachingAllocator::keep_stream_pool): a
 // graph still addresses them.
 //
@@ -92,8 +92,8 @@ void release_graphs(CudaBackend::Impl& m) {
 }
 }  // namespace cuda
 
-void CudaBackend::begin_capture() {
-  Impl& m = *impl_;
+void CudaBackend::Graphs::begin_capture() {
+  Impl& m = be_.impl();
   TB_CHECK(!m.capturing, "begin_capture: a capture is already in progress");
   m.activate();
   if (!m.capture_stream)
@@ -101,7 +101,8 @@ void CudaBackend::begin_capture() {
   // Made before the capture: cudaMalloc inside it is legal, but this buffer
   // must be the compute stream's (written there by set_optimizer_constants).
   if (!m.opt_consts_dev.defined())
-    m.opt_consts_dev = Tensor::empty({int64_t(cuda::kOptConstsBytes)}, DType::U8, device());
+    m.opt_consts_dev =
+        Tensor::empty({int64_t(cuda::kOptConstsBytes)}, DType::U8, be_.device());
   // The capture starts with nothing pending: what eager work enqueued runs
   // first (capture is rare; its cost is one wait).
   TB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
@@ -120,8 +121,8 @@ void CudaBackend::begin_capture() {
   }
 }
 
-int CudaBackend::end_capture() {
-  Impl& m = *impl_;
+int CudaBackend::Graphs::end_capture() {
+  Impl& m = be_.impl();
   TB_CHECK(m.capturing, "end_capture: no capture in progress (begin_capture first)");
   cudaGraph_t graph = nullptr;
   const cudaError_t st = cudaStreamEndCapture(m.capture_stream, &graph);
@@ -144,18 +145,18 @@ int CudaBackend::end_capture() {
   return int(m.graph_execs.size()) - 1;
 }
 
-void CudaBackend::launch_graph(int id) {
-  Impl& m = *impl_;
-  TB_CHECK(!m.capturing, "launch_graph: called while capturing");
-  TB_CHECK(id >= 0 && size_t(id) < m.graph_execs.size(), "launch_graph: no graph ", id, " (",
+void CudaBackend::Graphs::launch(int id) {
+  Impl& m = be_.impl();
+  TB_CHECK(!m.capturing, "launch: called while capturing");
+  TB_CHECK(id >= 0 && size_t(id) < m.graph_execs.size(), "launch: no graph ", id, " (",
            m.graph_execs.size(), " captured)");
   m.activate();
   TB_CUDA_CHECK(cudaGraphLaunch(m.graph_execs[size_t(id)], m.stream));
 }
 
-void CudaBackend::drop_graphs() {
-  Impl& m = *impl_;
-  TB_CHECK(!m.capturing, "drop_graphs: called while capturing (end_capture first)");
+void CudaBackend::Graphs::drop_all() {
+  Impl& m = be_.impl();
+  TB_CHECK(!m.capturing, "drop_all: called while capturing (end_capture first)");
   m.activate();
   TB_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // no replay may still be running
   for (cudaGraphExec_t e : m.graph_execs) TB_CUDA_CHECK(cudaGraphExecDestroy(e));

@@ -12,8 +12,6 @@
 
 #include <cstdint>
 
-#include "engine/data/augment_draw.h"
-
 namespace tb::cuda {
 
 // ---------------------------------------------------------------- memory.cu
@@ -26,42 +24,6 @@ void launch_cast_f64_f32(const double* src, float* dst, int64_t n, cudaStream_t 
 // (N,C,H,W) in NCHW -> NHWC (to_nhwc) or back, elements of elem_size bytes.
 void launch_convert_layout(const void* src, void* dst, int64_t N, int64_t C, int64_t H, int64_t W,
                            int elem_size, bool to_nhwc, cudaStream_t s);
-
-// ---------------------------------------------------------------- input.cu
-// dst f32 (N,C,H,W) = src u8 * scale[c] + shift[c] (scale/shift: C floats on
-// the device), without fused multiply-add: the host loader's bits exactly.
-void launch_normalize_u8(const uint8_t* src, float* dst, const float* scale, const float* shift,
-                         int64_t N, int64_t C, int64_t HW, bool nhwc, cudaStream_t s);
-
-// ---------------------------------------------------------------- augment.cu
-// gpu_augment: dst f32 (N, C, spec.out_h, spec.out_w) = the loader's pad_to +
-// random crop + flip + normalisation of src u8 (N, C, H, W) NCHW, with the
-// draws of SampleRng(spec.seed, spec.epoch, indices[n]) (indices i32 (N) on the
-// device). scale/shift travel in the kernel's parameters (C <= kAugmentMaxC).
-constexpr int kAugmentMaxC = 16;
-struct AugmentCoef {
-  float scale[kAugmentMaxC], shift[kAugmentMaxC];
-};
-void launch_augment_normalize_u8(const uint8_t* src, const int32_t* indices, float* dst, int64_t N,
-                                 int64_t C, int64_t H, int64_t W, const AugmentSpec& spec,
-                                 const AugmentCoef& coef, bool nhwc, cudaStream_t s);
-
-// ---------------------------------------------------------------- pointwise.cu
-// Any rank, n elements; y may alias x, dx may alias dy. T = float or double.
-template <typename T>
-void launch_relu_forward(const T* x, T* y, int64_t n, cudaStream_t s);
-template <typename T>
-void launch_relu_backward(const T* y, const T* dy, T* dx, int64_t n, cudaStream_t s);
-template <typename T>
-void launch_gelu_forward(const T* x, T* y, int64_t n, cudaStream_t s);
-template <typename T>
-void launch_gelu_backward(const T* x, const T* dy, T* dx, int64_t n, cudaStream_t s);
-template <typename T>
-void launch_add(const T* a, const T* b, T* y, int64_t n, cudaStream_t s);
-template <typename T>
-void launch_accumulate(const T* src, T* dst, int64_t n, cudaStream_t s);
-template <typename T>
-void launch_scale(T* t, double alpha, int64_t n, cudaStream_t s);
 
 // ---------------------------------------------------------------- reduce.cu
 // out[0] := Σ x² in double, deterministic (fixed grid, fixed tree, no atomics).
@@ -81,27 +43,6 @@ void launch_bias_add(float* y, const float* b, int64_t N, int64_t C, int64_t HW,
 size_t bias_grad_scratch_bytes(int64_t N, int64_t C, int64_t HW, bool nhwc);
 void launch_bias_grad(const float* dy, float* db, int64_t N, int64_t C, int64_t HW, bool nhwc,
                       bool accumulate, double* scratch, cudaStream_t s);
-
-// ---------------------------------------------------------------- pad_channels.cu
-// Channel padding (trick 22), elements of elem_size bytes (4 or 8):
-// forward  x (N, C, HW) -> y (N, Cp, HW): y[:, :C] = x, y[:, C:] = 0;
-// backward dy (N, Cp, HW) -> dx (N, C, HW): dx = dy[:, :C].
-void launch_pad_channels_forward(const void* x, void* y, int64_t N, int64_t C, int64_t Cp,
-                                 int64_t HW, int elem_size, bool nhwc, cudaStream_t s);
-void launch_pad_channels_backward(const void* dy, void* dx, int64_t N, int64_t C, int64_t Cp,
-                                  int64_t HW, int elem_size, bool nhwc, cudaStream_t s);
-
-// ---------------------------------------------------------------- fused.cu (trick 11)
-// Linear epilogue after a bias-free GEMM, t (N, M) row-major: z = t + b (b may
-// be null); act 0 = ReLU: y = max(z, 0) (y may be t); act 1 = exact GELU:
-// pre := z, y = GELU(z) (pre is t).
-void launch_bias_act(float* t, const float* b, int act, float* y, int64_t N, int64_t M,
-                     cudaStream_t s);
-// dpre (N, M) = dy·act'(·) (ReLU from y, GELU from pre) and, in the same sweep,
-// db (M) (+)= Σ_n dpre[n, :] in double, fixed order (db may be null).
-void launch_act_backward_bgrad(const float* y, const float* pre, const float* dy, int act,
-                               float* dpre, float* db, bool accumulate, int64_t N, int64_t M,
-                               cudaStream_t s);
 
 // ---------------------------------------------------------------- optimizer.cu
 // One piece of one parameter tensor: pointers already offset to the piece.

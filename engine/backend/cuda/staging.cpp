@@ -8,7 +8,8 @@
 //                  compute stream waits for the copy through an event, and the
 //                  copy waits for the fence of the previous user of its device
 //                  buffer, so copying batch k+1 overlaps computing step k.
-//   h2d_uint8      normalize_u8 (input.cu) turns the copied bytes into floats.
+//   h2d_uint8      augment::normalize_u8 (engine/ops/augment) turns the copied
+//                  bytes into floats.
 //   empty_cache    the caching allocator gives its free blocks back.
 //
 // Cross-stream use of allocator blocks: an upload's destination was allocated
@@ -106,15 +107,14 @@ void release_staging(CudaBackend::Impl& m) {
     if (m.fence_events[i]) (void)cudaEventDestroy(m.fence_events[i]), m.fence_events[i] = nullptr;
   }
   if (m.copy_stream) (void)cudaStreamDestroy(m.copy_stream), m.copy_stream = nullptr;
-  m.norm_coef = Tensor{};
 }
 
 }  // namespace cuda
 
 void* CudaBackend::stream_handle() const { return impl_->stream; }
 
-std::optional<DeviceMemoryStats> CudaBackend::memory_stats(bool query_device) {
-  Impl& m = *impl_;
+DeviceMemoryStats CudaBackend::Memory::stats(bool query_device) {
+  Impl& m = be_.impl();
   const cuda::AllocatorStats st = m.allocator->stats();
   DeviceMemoryStats d;
   d.allocated_bytes = int64_t(st.allocated_bytes);
@@ -132,35 +132,37 @@ std::optional<DeviceMemoryStats> CudaBackend::memory_stats(bool query_device) {
   return d;
 }
 
-void CudaBackend::empty_cache() {
-  impl_->activate();
+void CudaBackend::Memory::empty_cache() {
+  Impl& m = be_.impl();
+  m.activate();
   // Cached blocks may still be read by queued work of this stream.
-  TB_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
-  impl_->allocator->empty_cache();
+  TB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  m.allocator->empty_cache();
 }
 
-void CudaBackend::reset_peak_memory() { impl_->allocator->reset_peak(); }
+void CudaBackend::Memory::reset_peak() { be_.impl().allocator->reset_peak(); }
 
 // Called from loader threads. cudaHostAlloc needs a context: on a thread that
 // never selected a device that is device 0's, which it would create there (a
 // few hundred MiB on another GPU when this backend is cuda:1, per process), so
 // the calling thread selects this backend's device first, as PyTorch's
 // pin-memory thread does.
-Tensor CudaBackend::pinned_host_empty(const Shape& shape, DType dtype) {
-  TB_CUDA_CHECK(cudaSetDevice(impl_->device));
+Tensor CudaBackend::Uploads::pinned_host_empty(const Shape& shape, DType dtype) {
+  TB_CUDA_CHECK(cudaSetDevice(be_.impl().device));
   return Tensor::empty_with(cuda::PinnedHostAllocator::instance(), shape, dtype, Device::cpu());
 }
 
-uint64_t CudaBackend::upload_async(const Tensor& src, Tensor& dst, uint64_t after_fence) {
+uint64_t CudaBackend::Uploads::upload_async(const Tensor& src, Tensor& dst,
+                                            uint64_t after_fence) {
   const char* op = "upload_async";
   TB_CHECK(src.defined() && src.device().is_cpu(), op, ": source ", src.describe(),
            " must be in host memory");
-  cuda::check_on(*this, dst, op, "destination");
+  cuda::check_on(be_, dst, op, "destination");
   TB_CHECK(src.shape() == dst.shape() && src.dtype() == dst.dtype() &&
                (src.rank() != 4 || src.layout() == dst.layout()),
            op, ": ", src.describe(), " -> ", dst.describe(),
            " changes shape, dtype or layout (only copy() converts)");
-  Impl& m = *impl_;
+  Impl& m = be_.impl();
   m.activate();
   cuda::ensure_staging(m);
   if (after_fence > 0)
@@ -177,44 +179,21 @@ uint64_t CudaBackend::upload_async(const Tensor& src, Tensor& dst, uint64_t afte
   return ticket;
 }
 
-void CudaBackend::wait_upload(uint64_t ticket) {
+void CudaBackend::Uploads::wait_upload(uint64_t ticket) {
   if (ticket == 0) return;
-  Impl& m = *impl_;
+  Impl& m = be_.impl();
   TB_CHECK(ticket < m.next_upload, "wait_upload: unknown ticket ", ticket);
   m.activate();
   TB_CUDA_CHECK(cudaEventSynchronize(cuda::ring_event(m.upload_events, ticket)));
 }
 
-uint64_t CudaBackend::fence() {
-  Impl& m = *impl_;
+uint64_t CudaBackend::Uploads::fence() {
+  Impl& m = be_.impl();
   m.activate();
   cuda::ensure_staging(m);
   const uint64_t ticket = m.next_fence++;
   TB_CUDA_CHECK(cudaEventRecord(cuda::ring_event(m.fence_events, ticket), m.stream));
   return ticket;
-}
-
-void CudaBackend::normalize_u8(const Tensor& src, const std::vector<float>& scale,
-                               const std::vector<float>& shift, Tensor& dst) {
-  check_normalize_u8_args(src, scale, shift, dst);
-  cuda::check_on(*this, src, "normalize_u8", "src");
-  cuda::check_on(*this, dst, "normalize_u8", "dst");
-  Impl& m = *impl_;
-  m.activate();
-  // The constants change only with the data set: upload them when they do.
-  std::vector<float> coef(scale);
-  coef.insert(coef.end(), shift.begin(), shift.end());
-  if (coef != m.norm_coef_host) {
-    m.norm_coef = Tensor::empty({int64_t(coef.size())}, DType::F32, device());
-    TB_CUDA_CHECK(cudaMemcpyAsync(m.norm_coef.data(), coef.data(), coef.size() * sizeof(float),
-                                  cudaMemcpyHostToDevice, m.stream));
-    TB_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // coef is pageable and about to go
-    m.norm_coef_host = std::move(coef);
-  }
-  const int64_t C = src.c();
-  const float* sc = m.norm_coef.data_as<float>();
-  cuda::launch_normalize_u8(src.data_as<uint8_t>(), dst.data_as<float>(), sc, sc + C, src.n(), C,
-                            src.h() * src.w(), src.layout() == Layout::NHWC, m.stream);
 }
 
 }  // namespace tb

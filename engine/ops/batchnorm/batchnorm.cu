@@ -3,290 +3,371 @@
 // f32, NCHW and NHWC; contract in batchnorm.h, the CPU's in batchnorm_cpu.cpp:
 //
 //   x, y, dy, dx (N, C, HW)    M = N·HW values per channel
-//   train:  μ = Σx/M,  σ² = Σ(x−μ)²/M (two passes, double accumulators)
-//           y = γ·(x−μ)·invstd + β,   invstd = 1/sqrt(σ² + eps)
+//   train:  μ = Σx/M,  σ² = Σ(x−μ)²/M,  invstd = 1/sqrt(σ² + eps)
+//           y = act(γ·(x−μ)·invstd + β [+ r])
 //           running_mean = (1−m)·running_mean + m·μ
 //           running_var  = (1−m)·running_var  + m·σ²·M/(M−1)   (unbiased, as PyTorch)
 //   eval:   the same with the running statistics
-//   backward (x̂ = (x−μ)·invstd):
-//           dβ = Σdy,  dγ = Σdy·x̂,  dx = γ·invstd/M·(M·dy − dβ − x̂·dγ)
+//   backward (x̂ = (x−μ)·invstd, dz = dy·[y > 0] with the ReLU epilogue, else dy;
+//           dres := dz):
+//           dβ = Σdz,  dγ = Σdz·x̂,  dx = γ·invstd/M·(M·dz − dβ − x̂·dγ)
 //
-// Statistics: one block per channel, fixed tree, so the same input gives the
-// same bits every run. That is fine for the wide layers of CNNs; a layer with
-// few channels and a huge M uses few SMs (later: split M over several blocks
-// per channel with a second, fixed-order combine, as reduce.cu does).
-// Apply passes are elementwise over the whole tensor.
+// Every kernel runs on batchnorm_plan.h's grid: many blocks per channel
+// (slices of the channel's M values), NHWC with adjacent channels across the
+// warp so every read is coalesced, NCHW along the contiguous HW planes. A
+// reduction is two launches: each block writes one (Σa, Σb) pair per channel
+// to the workspace, then a finish kernel adds a channel's slices in a fixed
+// order and writes the results (no atomics: the same input gives the same bits
+// run to run on one device; the split, and so the order of the sums, depends
+// on the SM count; the two launches are safe inside a CUDA graph).
 //
-// Epilogue (fuse_pointwise): y = act(BN(x) + r), act = ReLU or identity;
-// backward dz = dy·[y > 0] (or dy), dres = dz, then the formulas above with dz.
-// What it saves against the unfused kernels (train, one BN layer followed by
-// ReLU and a residual add): unfused = stats, apply, add, relu (4 launches, the
-// tensor read 5 and written 3 times); fused = stats, apply (2 launches, read 3
-// and written once). Backward: unfused = relu mask, add's gradient routing,
-// reduce, dx; fused = reduce (which also writes dres), dx. The epilogue's
-// kernels are their own (bn_act_*), moved here as they were; the speed work
-// merges them with the plain ones.
-// Determinism: no atomics; one block per channel with a fixed tree
-// (block_sum), so every kernel here gives the same bits run to run.
+// Accumulation: double partial sums, not Welford in float. The pairs of
+// slices then merge by plain addition in a fixed order; the statistics keep
+// the accuracy of the double two-pass reference (test_op_batchnorm's CUDA
+// tolerances) while x is read once: Σ(x−k) and Σ(x−k)² with the shift
+// k = the channel's first value, so σ² = Σ(x−k)²/M − (Σ(x−k)/M)² does not
+// cancel (x − k is of the order of σ, not of μ). The backward sums Σdz and
+// Σdz·x̂ the same way. The cost: one f32→f64 conversion and a few f64 adds a
+// value; on sm_80/sm_90 (f64 at half the f32 rate, conversions at 16 a clock
+// per SM) that stays under the memory time of the read (bench/NOTES.md).
 //
-// Ran on an H200 before the move (gpu-runs/2026-11-26-h200: test_op_batchnorm
-// and test_op_fused passed); moved without a change to the arithmetic, not
-// run on a GPU since.
+// The epilogue is a template argument (ReLU) and a pointer (the residual r, or
+// dres: null = none), so the plain op is the epilogue's kernel with ReLU off
+// and no residual: one kernel for both, the same bits for both.
+//
+// Not run on a GPU: written for issue 23 and compiled for sm_80 and sm_90; the
+// GPU slots of test_op_batchnorm and test_op_fused are its check.
 #include "engine/ops/batchnorm/batchnorm.cuh"
 
 #include "engine/backend/cuda/cuda_check.h"
-#include "engine/backend/cuda/device_utils.cuh"
+#include "engine/core/error.h"
 
 namespace tb::cuda {
 
 namespace {
 
-constexpr int kStatThreads = 512;
+using batchnorm::ChannelWalk;
+using batchnorm::kBlocksPerSm;
+using batchnorm::kBlockThreads;
+using batchnorm::kFinishLanes;
+using batchnorm::ReducePlan;
 
-// Element m (0 ≤ m < M) of channel c.
-__device__ __forceinline__ int64_t bn_at(int64_t m, int64_t c, int64_t C, int64_t HW, bool nhwc) {
-  if (nhwc) return m * C + c;
-  const int64_t n = m / HW, i = m - n * HW;
-  return (n * C + c) * HW + i;
-}
-__device__ __forceinline__ int64_t bn_channel(int64_t j, int64_t C, int64_t HW, bool nhwc) {
-  return nhwc ? j % C : (j / HW) % C;
+// Values a thread loads before it uses any (loads in flight per thread).
+constexpr int kUnroll = 4;
+
+// One channel's pair of sums; partials[] and totals[] hold these.
+struct alignas(16) Sums {
+  double a = 0.0, b = 0.0;
+};
+__device__ __forceinline__ Sums operator+(Sums s, Sums t) { return {s.a + t.a, s.b + t.b}; }
+
+__device__ __forceinline__ ChannelWalk thread_walk(const ReducePlan& p) {
+  return batchnorm::walk(p, blockIdx.x, blockIdx.y, int(threadIdx.x), int(threadIdx.y));
 }
 
-__global__ void bn_stats_kernel(const float* x, float* running_mean, float* running_var,
-                                double momentum, double eps, float* save_mean, float* save_invstd,
-                                int64_t M, int64_t C, int64_t HW, bool nhwc) {
-  __shared__ double smem[32];
-  __shared__ double mean_s;
-  const int64_t c = blockIdx.x;
-  double acc = 0.0;
-  for (int64_t m = threadIdx.x; m < M; m += blockDim.x) acc += double(x[bn_at(m, c, C, HW, nhwc)]);
-  acc = block_sum(acc, smem);
-  if (threadIdx.x == 0) mean_s = acc / double(M);
+// use(offset, load(offset)) for every value of the walk, in order; loads go
+// out kUnroll at a time before their uses, so each thread keeps kUnroll reads
+// in flight.
+template <class Load, class Use>
+__device__ __forceinline__ void for_each_value(ChannelWalk w, Load load, Use use) {
+  using V = decltype(load(int64_t{}));
+  const int64_t n = w.count();
+  int64_t k = 0;
+  for (; k + kUnroll <= n; k += kUnroll) {
+    int64_t at[kUnroll];
+    V v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      at[u] = w.offset;
+      v[u] = load(w.offset);
+      w.next();
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) use(at[u], v[u]);
+  }
+  for (; k < n; ++k) {
+    use(w.offset, load(w.offset));
+    w.next();
+  }
+}
+
+// Folds the block's pairs over its m lanes in a fixed tree (with one channel
+// lane, over the whole block); thread (tx, 0) gets channel lane tx's sum.
+__device__ __forceinline__ Sums fold_block(Sums s, Sums* smem) {
+  const int t = int(threadIdx.y * blockDim.x + threadIdx.x);
+  smem[t] = s;
   __syncthreads();
-  const double mean = mean_s;
-  double ss = 0.0;
-  for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
-    const double dev = double(x[bn_at(m, c, C, HW, nhwc)]) - mean;
-    ss += dev * dev;
+  // half stays a multiple of blockDim.x (both powers of two): t and t + half share a channel.
+  for (int half = kBlockThreads / 2; half >= int(blockDim.x); half >>= 1) {
+    if (t < half) smem[t] = smem[t] + smem[t + half];
+    __syncthreads();
   }
-  ss = block_sum(ss, smem);
-  if (threadIdx.x == 0) {
-    const double var = ss / double(M);
-    const double unbiased = M > 1 ? ss / double(M - 1) : var;
-    save_mean[c] = float(mean);
-    save_invstd[c] = float(1.0 / sqrt(var + eps));
-    running_mean[c] = float((1.0 - momentum) * double(running_mean[c]) + momentum * mean);
-    running_var[c] = float((1.0 - momentum) * double(running_var[c]) + momentum * unbiased);
-  }
+  return smem[threadIdx.x];
 }
 
-// y = γ·(x − mean)·invstd + β; `invstd_is_var`: the vector holds a variance
-// (eval mode, running_var) and invstd = 1/sqrt(var + eps).
-__global__ void bn_apply_kernel(const float* x, const float* gamma, const float* beta,
-                                const float* mean, const float* invstd_or_var, bool invstd_is_var,
-                                float eps, float* y, int64_t total, int64_t C, int64_t HW,
-                                bool nhwc) {
-  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total;
-       j += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = bn_channel(j, C, HW, nhwc);
-    const float is = invstd_is_var ? rsqrtf(invstd_or_var[c] + eps) : invstd_or_var[c];
-    y[j] = gamma[c] * (x[j] - mean[c]) * is + beta[c];
-  }
+// The block's pair of channel w.c, written by thread (tx, 0) to its slot.
+__device__ __forceinline__ void write_partial(const ReducePlan& p, const ChannelWalk& w, Sums s,
+                                              Sums* smem, Sums* partials) {
+  s = fold_block(s, smem);
+  if (threadIdx.y == 0 && w.c < p.C) partials[p.partial_at(blockIdx.x, w.c)] = s;
 }
 
-// work[2c] = Σdy, work[2c+1] = Σdy·x̂ (double); dγ, dβ written or accumulated.
-__global__ void bn_backward_reduce_kernel(const float* x, const float* dy, const float* mean_v,
-                                          const float* invstd_v, float* dgamma, float* dbeta,
-                                          bool accumulate, double* work, int64_t M, int64_t C,
-                                          int64_t HW, bool nhwc) {
-  __shared__ double smem[32];
-  const int64_t c = blockIdx.x;
-  const double mean = mean_v[c], invstd = invstd_v[c];
-  double sdy = 0.0, sdyxh = 0.0;
-  for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
-    const int64_t k = bn_at(m, c, C, HW, nhwc);
-    const double g = dy[k];
-    sdy += g;
-    sdyxh += g * (double(x[k]) - mean) * invstd;
+// Channel blockIdx.x·kFinishLanes + tx: its slices ty, ty + kFinishLanes, ...
+// added in order, then a fixed tree over ty. Valid in thread (tx, 0).
+__device__ __forceinline__ Sums finish_sum(const ReducePlan& p, const Sums* partials, int64_t c) {
+  __shared__ Sums smem[kFinishLanes][kFinishLanes];
+  Sums s;
+  if (c < p.C)
+    for (int64_t k = threadIdx.y; k < p.slices; k += kFinishLanes)
+      s = s + partials[p.partial_at(k, c)];
+  smem[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  for (int half = kFinishLanes / 2; half > 0; half >>= 1) {
+    if (int(threadIdx.y) < half)
+      smem[threadIdx.y][threadIdx.x] =
+          smem[threadIdx.y][threadIdx.x] + smem[threadIdx.y + half][threadIdx.x];
+    __syncthreads();
   }
-  sdy = block_sum(sdy, smem);
-  sdyxh = block_sum(sdyxh, smem);
-  if (threadIdx.x == 0) {
-    work[2 * c] = sdy;
-    work[2 * c + 1] = sdyxh;
-    if (dbeta) dbeta[c] = accumulate ? dbeta[c] + float(sdy) : float(sdy);
-    if (dgamma) dgamma[c] = accumulate ? dgamma[c] + float(sdyxh) : float(sdyxh);
-  }
+  return smem[0][threadIdx.x];
 }
 
-__global__ void bn_backward_dx_kernel(const float* x, const float* dy, const float* gamma,
-                                      const float* mean_v, const float* invstd_v,
-                                      const double* work, float* dx, int64_t total, int64_t M,
-                                      int64_t C, int64_t HW, bool nhwc) {
-  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total;
-       j += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = bn_channel(j, C, HW, nhwc);
-    const double invstd = invstd_v[c];
-    const double xh = (double(x[j]) - double(mean_v[c])) * invstd;
-    const double a = double(gamma[c]) * invstd / double(M);
-    dx[j] = float(a * (double(M) * double(dy[j]) - work[2 * c] - xh * work[2 * c + 1]));
+// ---------------------------------------------------------------- statistics
+
+// partials: Σ(x−k), Σ(x−k)² with k = x at the channel's first value.
+__global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
+    bn_stats_reduce_kernel(ReducePlan p, const float* __restrict__ x, Sums* __restrict__ partials) {
+  __shared__ Sums smem[kBlockThreads];
+  const ChannelWalk w = thread_walk(p);
+  Sums s;
+  if (w.c < p.C) {
+    const double k = x[p.first_offset(w.c)];
+    for_each_value(
+        w, [&](int64_t at) { return x[at]; },
+        [&](int64_t, float v) {
+          const double d = double(v) - k;
+          s.a += d;
+          s.b += d * d;
+        });
   }
+  write_partial(p, w, s, smem, partials);
 }
 
-// y = act(γ·(x − mean)·is + β [+ r]); the BN part written exactly as
-// bn_apply_kernel, then the add and the ReLU as add_kernel/relu would.
-// `invstd_is_var`: eval mode, the vector holds running_var and is = rsqrt(var + eps).
-__global__ void bn_act_apply_kernel(const float* x, const float* gamma, const float* beta,
-                                    const float* mean, const float* invstd_or_var,
-                                    bool invstd_is_var, float eps, const float* r, bool relu,
-                                    float* y, int64_t total, int64_t C, int64_t HW, bool nhwc) {
-  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total;
-       j += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = bn_channel(j, C, HW, nhwc);
-    const float is = invstd_is_var ? rsqrtf(invstd_or_var[c] + eps) : invstd_or_var[c];
-    float v = gamma[c] * (x[j] - mean[c]) * is + beta[c];
-    if (r) v = v + r[j];
-    if (relu) v = v > 0.0f ? v : 0.0f;
-    y[j] = v;
-  }
+__global__ void bn_stats_finish_kernel(ReducePlan p, const float* __restrict__ x,
+                                       const Sums* __restrict__ partials, float* running_mean,
+                                       float* running_var, double momentum, double eps,
+                                       float* save_mean, float* save_invstd) {
+  const int64_t c = int64_t(blockIdx.x) * kFinishLanes + threadIdx.x;
+  const Sums s = finish_sum(p, partials, c);
+  if (threadIdx.y != 0 || c >= p.C) return;
+  const double M = double(p.M);
+  const double shift = s.a / M;  // μ − k
+  const double var = fmax(s.b / M - shift * shift, 0.0);
+  const double mean = double(x[p.first_offset(c)]) + shift;
+  const double unbiased = p.M > 1 ? var * M / (M - 1.0) : var;
+  save_mean[c] = float(mean);
+  save_invstd[c] = float(1.0 / sqrt(var + eps));
+  running_mean[c] = float((1.0 - momentum) * double(running_mean[c]) + momentum * mean);
+  running_var[c] = float((1.0 - momentum) * double(running_var[c]) + momentum * unbiased);
 }
 
-// work[2c] = Σdz, work[2c+1] = Σdz·x̂ (double), with dz = mask(dy) computed on
-// the fly and stored to dres when wanted; dγ, dβ written or accumulated.
-__global__ void bn_act_backward_reduce_kernel(const float* x, const float* y, const float* dy,
-                                              bool relu, const float* mean_v, const float* invstd_v,
-                                              float* dres, float* dgamma, float* dbeta,
-                                              bool accumulate, double* work, int64_t M, int64_t C,
-                                              int64_t HW, bool nhwc) {
-  __shared__ double smem[32];
-  const int64_t c = blockIdx.x;
-  const double mean = mean_v[c], invstd = invstd_v[c];
-  double sdy = 0.0, sdyxh = 0.0;
-  for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
-    const int64_t k = bn_at(m, c, C, HW, nhwc);
-    const float gz = relu ? (y[k] > 0.0f ? dy[k] : 0.0f) : dy[k];
-    if (dres) dres[k] = gz;
-    const double g = gz;
-    sdy += g;
-    sdyxh += g * (double(x[k]) - mean) * invstd;
-  }
-  sdy = block_sum(sdy, smem);
-  sdyxh = block_sum(sdyxh, smem);
-  if (threadIdx.x == 0) {
-    work[2 * c] = sdy;
-    work[2 * c + 1] = sdyxh;
-    if (dbeta) dbeta[c] = accumulate ? dbeta[c] + float(sdy) : float(sdy);
-    if (dgamma) dgamma[c] = accumulate ? dgamma[c] + float(sdyxh) : float(sdyxh);
-  }
+// ---------------------------------------------------------------- apply
+
+struct XR {
+  float x, r;
+};
+
+// y = act(γ·(x − mean)·is + β [+ r]); `invstd_is_var`: eval mode, the vector
+// holds running_var and is = rsqrt(var + eps). y may be x or r (in place):
+// no __restrict__ on them, and each value is read before it is written.
+template <bool kRelu>
+__global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
+    bn_apply_kernel(ReducePlan p, const float* x, const float* __restrict__ gamma,
+                    const float* __restrict__ beta, const float* __restrict__ mean_v,
+                    const float* __restrict__ invstd_or_var, bool invstd_is_var, float eps,
+                    const float* r, float* y) {
+  const ChannelWalk w = thread_walk(p);
+  if (w.c >= p.C) return;
+  const float g = gamma[w.c], b = beta[w.c], mean = mean_v[w.c];
+  const float is = invstd_is_var ? rsqrtf(invstd_or_var[w.c] + eps) : invstd_or_var[w.c];
+  for_each_value(
+      w, [&](int64_t at) { return XR{x[at], r ? r[at] : 0.0f}; },
+      [&](int64_t at, XR v) {
+        float o = g * (v.x - mean) * is + b;
+        if (r) o = o + v.r;
+        if (kRelu) o = o > 0.0f ? o : 0.0f;
+        y[at] = o;
+      });
 }
 
-__global__ void bn_act_backward_dx_kernel(const float* x, const float* y, const float* dy,
-                                          bool relu, const float* gamma, const float* mean_v,
-                                          const float* invstd_v, const double* work, float* dx,
-                                          int64_t total, int64_t M, int64_t C, int64_t HW,
-                                          bool nhwc) {
-  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total;
-       j += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = bn_channel(j, C, HW, nhwc);
-    const float gz = relu ? (y[j] > 0.0f ? dy[j] : 0.0f) : dy[j];
-    const double invstd = invstd_v[c];
-    const double xh = (double(x[j]) - double(mean_v[c])) * invstd;
-    const double a = double(gamma[c]) * invstd / double(M);
-    dx[j] = float(a * (double(M) * double(gz) - work[2 * c] - xh * work[2 * c + 1]));
+// ---------------------------------------------------------------- backward
+
+struct XDz {
+  float x, dz;
+};
+
+template <bool kRelu>
+__device__ __forceinline__ XDz load_x_dz(const float* x, const float* y, const float* dy,
+                                         int64_t at) {
+  const float g = dy[at];
+  return {x[at], kRelu ? (y[at] > 0.0f ? g : 0.0f) : g};
+}
+
+// partials: Σdz, Σdz·x̂ (dz stored to dres when wanted).
+template <bool kRelu>
+__global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
+    bn_backward_reduce_kernel(ReducePlan p, const float* __restrict__ x,
+                              const float* __restrict__ y, const float* __restrict__ dy,
+                              const float* __restrict__ mean_v, const float* __restrict__ invstd_v,
+                              float* __restrict__ dres, Sums* __restrict__ partials) {
+  __shared__ Sums smem[kBlockThreads];
+  const ChannelWalk w = thread_walk(p);
+  Sums s;
+  if (w.c < p.C) {
+    const double mean = mean_v[w.c], invstd = invstd_v[w.c];
+    for_each_value(
+        w, [&](int64_t at) { return load_x_dz<kRelu>(x, y, dy, at); },
+        [&](int64_t at, XDz v) {
+          if (dres) dres[at] = v.dz;
+          const double g = v.dz;
+          s.a += g;
+          s.b += g * (double(v.x) - mean) * invstd;
+        });
   }
+  write_partial(p, w, s, smem, partials);
+}
+
+// totals[c] = (Σdz, Σdz·x̂); dβ, dγ written or added to (in double, once rounded).
+__global__ void bn_backward_finish_kernel(ReducePlan p, const Sums* __restrict__ partials,
+                                          Sums* __restrict__ totals, float* dgamma, float* dbeta,
+                                          bool accumulate) {
+  const int64_t c = int64_t(blockIdx.x) * kFinishLanes + threadIdx.x;
+  const Sums s = finish_sum(p, partials, c);
+  if (threadIdx.y != 0 || c >= p.C) return;
+  totals[c] = s;
+  if (dbeta) dbeta[c] = float(accumulate ? double(dbeta[c]) + s.a : s.a);
+  if (dgamma) dgamma[c] = float(accumulate ? double(dgamma[c]) + s.b : s.b);
+}
+
+template <bool kRelu>
+__global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
+    bn_backward_dx_kernel(ReducePlan p, const float* __restrict__ x, const float* __restrict__ y,
+                          const float* __restrict__ dy, const float* __restrict__ gamma,
+                          const float* __restrict__ mean_v, const float* __restrict__ invstd_v,
+                          const Sums* __restrict__ totals, float* __restrict__ dx) {
+  const ChannelWalk w = thread_walk(p);
+  if (w.c >= p.C) return;
+  const double mean = mean_v[w.c], invstd = invstd_v[w.c], M = double(p.M);
+  const double a = double(gamma[w.c]) * invstd / M;
+  const Sums t = totals[w.c];
+  for_each_value(
+      w, [&](int64_t at) { return load_x_dz<kRelu>(x, y, dy, at); },
+      [&](int64_t at, XDz v) {
+        const double xh = (double(v.x) - mean) * invstd;
+        dx[at] = float(a * (M * double(v.dz) - t.a - xh * t.b));
+      });
+}
+
+// ---------------------------------------------------------------- launch helpers
+
+dim3 grid_of(const ReducePlan& p) { return dim3(unsigned(p.slices), unsigned(p.tiles)); }
+dim3 block_of(const ReducePlan& p) { return dim3(unsigned(p.lanes_c), unsigned(p.lanes_m)); }
+dim3 finish_block() { return dim3(kFinishLanes, kFinishLanes); }
+
+Sums* partials_of(double* work) { return reinterpret_cast<Sums*>(work); }
+Sums* totals_of(const ReducePlan& p, double* work) { return partials_of(work) + p.totals_at(); }
+
+void launch_stats(const ReducePlan& p, const float* x, float* running_mean, float* running_var,
+                  float momentum, float eps, float* save_mean, float* save_invstd, double* work,
+                  cudaStream_t s) {
+  bn_stats_reduce_kernel<<<grid_of(p), block_of(p), 0, s>>>(p, x, partials_of(work));
+  TB_CUDA_LAUNCH_CHECK("bn_stats_reduce_kernel");
+  bn_stats_finish_kernel<<<unsigned(p.finish_blocks), finish_block(), 0, s>>>(
+      p, x, partials_of(work), running_mean, running_var, momentum, eps, save_mean, save_invstd);
+  TB_CUDA_LAUNCH_CHECK("bn_stats_finish_kernel");
+}
+
+void launch_apply(const ReducePlan& p, const float* x, const float* gamma, const float* beta,
+                  const float* mean, const float* invstd_or_var, bool invstd_is_var, float eps,
+                  const float* r, bool relu, float* y, cudaStream_t s) {
+  if (relu)
+    bn_apply_kernel<true><<<grid_of(p), block_of(p), 0, s>>>(p, x, gamma, beta, mean,
+                                                             invstd_or_var, invstd_is_var, eps, r, y);
+  else
+    bn_apply_kernel<false><<<grid_of(p), block_of(p), 0, s>>>(
+        p, x, gamma, beta, mean, invstd_or_var, invstd_is_var, eps, r, y);
+  TB_CUDA_LAUNCH_CHECK("bn_apply_kernel");
+}
+
+template <bool kRelu>
+void launch_backward_t(const ReducePlan& p, const float* x, const float* y, const float* dy,
+                       const float* gamma, const float* save_mean, const float* save_invstd,
+                       float* dx, float* dres, float* dgamma, float* dbeta, bool accumulate,
+                       double* work, cudaStream_t s) {
+  if (p.empty()) return;
+  bn_backward_reduce_kernel<kRelu><<<grid_of(p), block_of(p), 0, s>>>(
+      p, x, y, dy, save_mean, save_invstd, dres, partials_of(work));
+  TB_CUDA_LAUNCH_CHECK("bn_backward_reduce_kernel");
+  bn_backward_finish_kernel<<<unsigned(p.finish_blocks), finish_block(), 0, s>>>(
+      p, partials_of(work), totals_of(p, work), dgamma, dbeta, accumulate);
+  TB_CUDA_LAUNCH_CHECK("bn_backward_finish_kernel");
+  if (!dx) return;
+  bn_backward_dx_kernel<kRelu><<<grid_of(p), block_of(p), 0, s>>>(
+      p, x, y, dy, gamma, save_mean, save_invstd, totals_of(p, work), dx);
+  TB_CUDA_LAUNCH_CHECK("bn_backward_dx_kernel");
 }
 
 }  // namespace
 
-void launch_bn_stats(const float* x, float* running_mean, float* running_var, float momentum,
-                     float eps, float* save_mean, float* save_invstd, int64_t N, int64_t C,
-                     int64_t HW, bool nhwc, cudaStream_t s) {
-  const int64_t M = N * HW;
-  if (C <= 0 || M <= 0) return;
-  bn_stats_kernel<<<unsigned(C), kStatThreads, 0, s>>>(x, running_mean, running_var, momentum, eps,
-                                                       save_mean, save_invstd, M, C, HW, nhwc);
-  TB_CUDA_LAUNCH_CHECK("bn_stats_kernel");
-}
-
 void launch_bn_forward_train(const float* x, const float* gamma, const float* beta,
                              float* running_mean, float* running_var, float momentum, float eps,
-                             float* y, float* save_mean, float* save_invstd, int64_t N, int64_t C,
-                             int64_t HW, bool nhwc, cudaStream_t s) {
-  const int64_t M = N * HW, total = M * C;
-  if (C <= 0 || M <= 0) return;
-  launch_bn_stats(x, running_mean, running_var, momentum, eps, save_mean, save_invstd, N, C, HW,
-                  nhwc, s);
-  bn_apply_kernel<<<grid_for(total), kThreads, 0, s>>>(x, gamma, beta, save_mean, save_invstd,
-                                                       false, eps, y, total, C, HW, nhwc);
-  TB_CUDA_LAUNCH_CHECK("bn_apply_kernel");
+                             float* y, float* save_mean, float* save_invstd,
+                             const ReducePlan& plan, double* work, cudaStream_t s) {
+  launch_bn_act_forward_train(x, gamma, beta, nullptr, false, running_mean, running_var, momentum,
+                              eps, y, save_mean, save_invstd, plan, work, s);
 }
 
 void launch_bn_forward_eval(const float* x, const float* gamma, const float* beta,
                             const float* running_mean, const float* running_var, float eps,
-                            float* y, int64_t N, int64_t C, int64_t HW, bool nhwc, cudaStream_t s) {
-  const int64_t total = N * C * HW;
-  if (total <= 0) return;
-  bn_apply_kernel<<<grid_for(total), kThreads, 0, s>>>(x, gamma, beta, running_mean, running_var,
-                                                       true, eps, y, total, C, HW, nhwc);
-  TB_CUDA_LAUNCH_CHECK("bn_apply_kernel");
+                            float* y, const ReducePlan& plan, cudaStream_t s) {
+  launch_bn_act_forward_eval(x, gamma, beta, nullptr, false, running_mean, running_var, eps, y,
+                             plan, s);
 }
 
 void launch_bn_backward(const float* x, const float* dy, const float* gamma, const float* save_mean,
                         const float* save_invstd, float* dx, float* dgamma, float* dbeta,
-                        bool accumulate, double* work, int64_t N, int64_t C, int64_t HW, bool nhwc,
-                        cudaStream_t s) {
-  const int64_t M = N * HW, total = M * C;
-  if (C <= 0 || M <= 0) return;
-  bn_backward_reduce_kernel<<<unsigned(C), kStatThreads, 0, s>>>(
-      x, dy, save_mean, save_invstd, dgamma, dbeta, accumulate, work, M, C, HW, nhwc);
-  TB_CUDA_LAUNCH_CHECK("bn_backward_reduce_kernel");
-  if (!dx) return;
-  bn_backward_dx_kernel<<<grid_for(total), kThreads, 0, s>>>(x, dy, gamma, save_mean, save_invstd,
-                                                             work, dx, total, M, C, HW, nhwc);
-  TB_CUDA_LAUNCH_CHECK("bn_backward_dx_kernel");
+                        bool accumulate, const ReducePlan& plan, double* work, cudaStream_t s) {
+  launch_backward_t<false>(plan, x, nullptr, dy, gamma, save_mean, save_invstd, dx, nullptr,
+                           dgamma, dbeta, accumulate, work, s);
 }
 
 void launch_bn_act_forward_train(const float* x, const float* gamma, const float* beta,
                                  const float* r, bool relu, float* running_mean, float* running_var,
                                  float momentum, float eps, float* y, float* save_mean,
-                                 float* save_invstd, int64_t N, int64_t C, int64_t HW, bool nhwc,
+                                 float* save_invstd, const ReducePlan& plan, double* work,
                                  cudaStream_t s) {
-  const int64_t M = N * HW, total = M * C;
-  if (C <= 0 || M <= 0) return;
-  // batchnorm.cu's statistics kernel itself: the same bits as the unfused path.
-  launch_bn_stats(x, running_mean, running_var, momentum, eps, save_mean, save_invstd, N, C, HW,
-                  nhwc, s);
-  bn_act_apply_kernel<<<grid_for(total), kThreads, 0, s>>>(
-      x, gamma, beta, save_mean, save_invstd, false, eps, r, relu, y, total, C, HW, nhwc);
-  TB_CUDA_LAUNCH_CHECK("bn_act_apply_kernel");
+  if (plan.empty()) return;
+  launch_stats(plan, x, running_mean, running_var, momentum, eps, save_mean, save_invstd, work, s);
+  launch_apply(plan, x, gamma, beta, save_mean, save_invstd, false, eps, r, relu, y, s);
 }
 
 void launch_bn_act_forward_eval(const float* x, const float* gamma, const float* beta,
                                 const float* r, bool relu, const float* running_mean,
-                                const float* running_var, float eps, float* y, int64_t N, int64_t C,
-                                int64_t HW, bool nhwc, cudaStream_t s) {
-  const int64_t total = N * C * HW;
-  if (total <= 0) return;
-  bn_act_apply_kernel<<<grid_for(total), kThreads, 0, s>>>(
-      x, gamma, beta, running_mean, running_var, true, eps, r, relu, y, total, C, HW, nhwc);
-  TB_CUDA_LAUNCH_CHECK("bn_act_apply_kernel");
+                                const float* running_var, float eps, float* y,
+                                const ReducePlan& plan, cudaStream_t s) {
+  if (plan.empty()) return;
+  launch_apply(plan, x, gamma, beta, running_mean, running_var, true, eps, r, relu, y, s);
 }
 
 void launch_bn_act_backward(const float* x, const float* y, const float* dy, const float* gamma,
                             const float* save_mean, const float* save_invstd, bool relu, float* dx,
-                            float* dres, float* dgamma, float* dbeta, bool accumulate, double* work,
-                            int64_t N, int64_t C, int64_t HW, bool nhwc, cudaStream_t s) {
-  const int64_t M = N * HW, total = M * C;
-  if (C <= 0 || M <= 0) return;
-  bn_act_backward_reduce_kernel<<<unsigned(C), kStatThreads, 0, s>>>(
-      x, y, dy, relu, save_mean, save_invstd, dres, dgamma, dbeta, accumulate, work, M, C, HW,
-      nhwc);
-  TB_CUDA_LAUNCH_CHECK("bn_act_backward_reduce_kernel");
-  if (!dx) return;
-  bn_act_backward_dx_kernel<<<grid_for(total), kThreads, 0, s>>>(
-      x, y, dy, relu, gamma, save_mean, save_invstd, work, dx, total, M, C, HW, nhwc);
-  TB_CUDA_LAUNCH_CHECK("bn_act_backward_dx_kernel");
+                            float* dres, float* dgamma, float* dbeta, bool accumulate,
+                            const ReducePlan& plan, double* work, cudaStream_t s) {
+  if (relu)
+    launch_backward_t<true>(plan, x, y, dy, gamma, save_mean, save_invstd, dx, dres, dgamma, dbeta,
+                            accumulate, work, s);
+  else
+    launch_backward_t<false>(plan, x, y, dy, gamma, save_mean, save_invstd, dx, dres, dgamma,
+                             dbeta, accumulate, work, s);
 }
 
 }  // namespace tb::cuda

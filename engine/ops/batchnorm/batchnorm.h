@@ -34,9 +34,9 @@
 //
 // Files: batchnorm.cpp (the checks and entry points), batchnorm_cpu.cpp
 // (reference and fast f32 path), batchnorm.cu + batchnorm.cuh (CUDA kernels
-// and launchers), batchnorm_cuda.cpp (the CUDA backend's Kernels),
-// test_op_batchnorm.cpp. How a family plugs into a backend:
-// engine/ops/registry.h.
+// and launchers), batchnorm_plan.h/.cpp (their launch plan, host code),
+// batchnorm_cuda.cpp (the CUDA backend's Kernels), test_op_batchnorm.cpp.
+// How a family plugs into a backend: engine/ops/registry.h.
 #include <cstdint>
 
 #include "engine/core/tensor.h"

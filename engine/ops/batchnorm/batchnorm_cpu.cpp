@@ -31,6 +31,7 @@
 #include "engine/core/dispatch.h"
 #include "engine/core/error.h"
 #include "engine/ops/batchnorm/batchnorm.h"
+#include "engine/ops/pointwise/pointwise.h"
 
 namespace tb {
 
@@ -330,8 +331,8 @@ T* ptr_or_null(const Tensor& t) {
 // y = act(y + residual) by the pointwise ops (reference or fast by their own
 // dispatch), after the reference batch norm: the fused op's definition.
 void apply_epilogue_reference(Backend& be, const Epilogue& epilogue, Tensor& y) {
-  if (epilogue.residual.defined()) be.add(y, epilogue.residual, y);
-  if (epilogue.act == Activation::ReLU) be.relu_forward(y, y);
+  if (epilogue.residual.defined()) pointwise::add(be, y, epilogue.residual, y);
+  if (epilogue.act == Activation::ReLU) pointwise::relu_forward(be, y, y);
 }
 
 class CpuKernels final : public batchnorm::Kernels {
@@ -412,7 +413,7 @@ void CpuKernels::backward(const BnDims& d, const Tensor& x, const Tensor& dy, co
     if (epilogue.active()) {
       dz = epilogue.dresidual.defined() ? epilogue.dresidual : Tensor::empty(x.shape(), x.dtype());
       if (relu)
-        be_.relu_backward(epilogue.y, dy, dz);
+        pointwise::relu_backward(be_, epilogue.y, dy, dz);
       else
         be_.copy(dy, dz);
     }

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // The CUDA backend's batch-norm Kernels (contract: batchnorm.h): this
-// backend's own checks (its device, f32), then the launchers of batchnorm.cu. An active epilogue takes the bn_act kernels, else the
-// plain ones; every op enqueues on the backend's stream and returns at once.
-#include <algorithm>
-
+// backend's own checks (its device, f32), then the launchers of batchnorm.cu
+// on the launch plan for this device (batchnorm_plan.h), with its workspace
+// from the backend's scratch. An active epilogue takes the bn_act launchers,
+// else the plain ones; every op enqueues on the backend's stream and returns
+// at once.
 #include "engine/backend/cuda/cuda_internal.h"
 #include "engine/ops/batchnorm/batchnorm.h"
 #include "engine/ops/batchnorm/batchnorm.cuh"
@@ -20,6 +21,11 @@ void check_cuda(const CudaBackend& be, const Tensor& x, const char* op) {
 }
 
 using batchnorm::Dims;
+
+// The kernels' grid for this device (batchnorm_plan.h).
+batchnorm::ReducePlan plan_for(const CudaBackend::Impl& m, const Dims& d) {
+  return batchnorm::plan_reduce(d.N, d.C, d.HW, d.nhwc, m.prop.multiProcessorCount);
+}
 
 class CudaKernels final : public batchnorm::Kernels {
  public:
@@ -49,15 +55,18 @@ void CudaKernels::forward_train(const Dims& d, const Tensor& x, const Tensor& ga
   check_cuda(be_, x, "batchnorm_forward_train");
   const CudaBackend::Impl& m = be_.impl();
   m.activate();
+  const batchnorm::ReducePlan plan = plan_for(m, d);
+  Tensor work = m.scratch(plan.workspace_bytes);
   if (epilogue.active())
     cuda::launch_bn_act_forward_train(fptr(x), fptr(gamma), fptr(beta), fptr(epilogue.residual),
                                       epilogue.act == Activation::ReLU, fptr(running_mean),
                                       fptr(running_var), momentum, eps, fptr(y), fptr(save_mean),
-                                      fptr(save_invstd), d.N, d.C, d.HW, d.nhwc, m.stream);
+                                      fptr(save_invstd), plan, work.data_as<double>(),
+                                      m.stream);
   else
     cuda::launch_bn_forward_train(fptr(x), fptr(gamma), fptr(beta), fptr(running_mean),
                                   fptr(running_var), momentum, eps, fptr(y), fptr(save_mean),
-                                  fptr(save_invstd), d.N, d.C, d.HW, d.nhwc, m.stream);
+                                  fptr(save_invstd), plan, work.data_as<double>(), m.stream);
 }
 
 void CudaKernels::forward_eval(const Dims& d, const Tensor& x, const Tensor& gamma,
@@ -70,11 +79,11 @@ void CudaKernels::forward_eval(const Dims& d, const Tensor& x, const Tensor& gam
   if (epilogue.active())
     cuda::launch_bn_act_forward_eval(fptr(x), fptr(gamma), fptr(beta), fptr(epilogue.residual),
                                      epilogue.act == Activation::ReLU, fptr(running_mean),
-                                     fptr(running_var), eps, fptr(y), d.N, d.C, d.HW, d.nhwc,
+                                     fptr(running_var), eps, fptr(y), plan_for(m, d),
                                      m.stream);
   else
     cuda::launch_bn_forward_eval(fptr(x), fptr(gamma), fptr(beta), fptr(running_mean),
-                                 fptr(running_var), eps, fptr(y), d.N, d.C, d.HW, d.nhwc,
+                                 fptr(running_var), eps, fptr(y), plan_for(m, d),
                                  m.stream);
 }
 
@@ -85,17 +94,18 @@ void CudaKernels::backward(const Dims& d, const Tensor& x, const Tensor& dy, con
   check_cuda(be_, x, "batchnorm_backward");
   const CudaBackend::Impl& m = be_.impl();
   m.activate();
-  Tensor work = m.scratch(size_t(2 * std::max<int64_t>(d.C, 1)) * sizeof(double));
+  const batchnorm::ReducePlan plan = plan_for(m, d);
+  Tensor work = m.scratch(plan.workspace_bytes);
   if (epilogue.active()) {
     const bool relu = epilogue.act == Activation::ReLU;
     cuda::launch_bn_act_backward(fptr(x), relu ? fptr(epilogue.y) : nullptr, fptr(dy),
                                  fptr(gamma), fptr(save_mean), fptr(save_invstd), relu, fptr(dx),
                                  fptr(epilogue.dresidual), fptr(dgamma), fptr(dbeta), accumulate,
-                                 work.data_as<double>(), d.N, d.C, d.HW, d.nhwc, m.stream);
+                                 plan, work.data_as<double>(), m.stream);
   } else {
     cuda::launch_bn_backward(fptr(x), fptr(dy), fptr(gamma), fptr(save_mean), fptr(save_invstd),
-                             fptr(dx), fptr(dgamma), fptr(dbeta), accumulate,
-                             work.data_as<double>(), d.N, d.C, d.HW, d.nhwc, m.stream);
+                             fptr(dx), fptr(dgamma), fptr(dbeta), accumulate, plan,
+                             work.data_as<double>(), m.stream);
   }
 }
 

@@ -16,12 +16,18 @@
 //    terms) on O(1) values; CUDA (statistics in double, apply in float) within
 //    1e-5 relative + 1e-5 (y), 1e-6 relative (statistics), 1e-5 of the
 //    largest magnitude (dx) and 1e-5 + 1e-5 (dgamma, dbeta).
+//    batchnorm_cuda_large_matches_reference: the CUDA kernels where each
+//    channel spans several blocks, every epilogue, accumulate on and off
+//    (tolerances derived at the slot).
 // 3. Eval backward against its closed form, gradient accumulation through the
 //    layer, the running statistics by hand, mixed layouts refused.
 // 4. The epilogue's limits: GELU refused, the CPU's epilogue on NHWC refused,
 //    the ReLU-epilogue layer named and parametrised as the plain one,
 //    sync_batchnorm refused with an epilogue. The epilogue's values (residual
 //    add, ReLU) against the unfused ops are test_op_fused's bn_act_* slots.
+// 5. The CUDA kernels' launch plan (batchnorm_plan.h), on the CPU: every
+//    value visited once, the partials' slots, the workspace, the grid limits,
+//    for C 1-2048 and M 1-524,288 in both layouts.
 // GPU rows QSKIP with the reason where there is no device.
 // The family's test, beside its code (docs/architecture.md, "Op families").
 #include <QtTest>
@@ -31,12 +37,14 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
 #include "engine/nn/batchnorm2d.h"
 #include "engine/nn/model.h"
 #include "engine/ops/batchnorm/batchnorm.h"
+#include "engine/ops/batchnorm/batchnorm_plan.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gradcheck.h"
 #include "tests/engine/tensor_helpers.h"
@@ -117,6 +125,90 @@ Comparison check_output(const Target& t, const std::string& kind, const std::str
   // statistics: save_mean and running_mean with 1e-7 absolute, the others none
   const bool mean = out.find("mean") != std::string::npos;
   return compare(ref, got, 1e-6, mean ? 1e-7 : 0.0, what, false, "fp32");
+}
+
+
+// ------------------------------------------------------------ the CUDA launch plan
+
+// Element (m, c) of an (N, C, HW) tensor, m = n·HW + i, in memory; written
+// here from the layouts' definitions, not from batchnorm_plan.h.
+int64_t offset_of(const batchnorm::ReducePlan& p, int64_t m, int64_t c) {
+  if (p.nhwc) return m * p.C + c;
+  const int64_t n = m / p.HW, i = m % p.HW;
+  return (n * p.C + c) * p.HW + i;
+}
+
+// "" when the plan is sound for its shape, else what is wrong: the block and
+// grid shape within CUDA's limits, the workspace large enough, and (`visit`)
+// every value of the tensor visited exactly once by the threads' walks, each
+// where its (m, c) lies and in its thread's channel and slice, every
+// partial slot written by exactly one thread and read once by the finish
+// kernel's loops (batchnorm.cu's write_partial and finish_sum).
+std::string check_plan(const batchnorm::ReducePlan& p, bool visit) {
+  using namespace batchnorm;
+  const auto fail = [&](const std::string& what) {
+    return what + " (M " + std::to_string(p.M) + ", C " + std::to_string(p.C) + ", HW " +
+           std::to_string(p.HW) + (p.nhwc ? ", NHWC" : ", NCHW") + ", slices " +
+           std::to_string(p.slices) + ", tiles " + std::to_string(p.tiles) + ", rows " +
+           std::to_string(p.rows_per_slice) + ", lanes " + std::to_string(p.lanes_c) + "x" +
+           std::to_string(p.lanes_m) + ")";
+  };
+  if (p.lanes_c * p.lanes_m != kBlockThreads || p.lanes_c < 1 || p.lanes_c > 32 ||
+      (p.lanes_c & (p.lanes_c - 1)) != 0 || (!p.nhwc && p.lanes_c != 1))
+    return fail("block shape");
+  if (p.slices < 1 || p.slices > 2147483647 || p.tiles < 1 || p.tiles > kMaxGridY)
+    return fail("grid outside CUDA's limits");
+  if (p.tiles * p.lanes_c < p.C || (p.tiles - 1) * p.lanes_c >= p.C)
+    return fail("channel tiles do not fit C");
+  if (p.rows_per_slice % p.lanes_m != 0 || p.slices * p.rows_per_slice < p.M ||
+      (p.slices - 1) * p.rows_per_slice >= p.M)
+    return fail("slices do not fit M");
+  if (p.finish_blocks * kFinishLanes < p.C || (p.finish_blocks - 1) * kFinishLanes >= p.C)
+    return fail("finish blocks do not fit C");
+  const size_t pairs = size_t(p.totals_at() + p.C);
+  if (p.workspace_bytes < pairs * 2 * sizeof(double) || p.totals_at() < p.slices * p.C)
+    return fail("workspace smaller than the partials and totals");
+  if (!visit) return "";
+
+  std::vector<uint8_t> seen(size_t(p.M * p.C), 0);
+  std::vector<uint8_t> written(size_t(p.slices * p.C), 0), read(size_t(p.slices * p.C), 0);
+  for (int64_t s = 0; s < p.slices; ++s)
+    for (int64_t t = 0; t < p.tiles; ++t)
+      for (int ty = 0; ty < p.lanes_m; ++ty)
+        for (int tx = 0; tx < p.lanes_c; ++tx) {
+          ChannelWalk w = walk(p, s, t, tx, ty);
+          if (w.c != t * p.lanes_c + tx) return fail("thread in another tile's channel");
+          if (ty == 0 && w.c < p.C) {
+            const int64_t slot = p.partial_at(s, w.c);
+            if (slot < 0 || slot >= p.totals_at()) return fail("partial slot outside");
+            ++written[size_t(slot)];
+          }
+          for (int64_t k = w.count(); k > 0; --k, w.next()) {
+            if (w.c >= p.C) return fail("idle lane visits a value");
+            if (w.m < s * p.rows_per_slice || w.m >= std::min(p.M, (s + 1) * p.rows_per_slice))
+              return fail("value m " + std::to_string(w.m) + " outside its slice");
+            if (w.offset != offset_of(p, w.m, w.c))
+              return fail("m " + std::to_string(w.m) + " c " + std::to_string(w.c) +
+                          " at offset " + std::to_string(w.offset) + ", not " +
+                          std::to_string(offset_of(p, w.m, w.c)));
+            if (seen[size_t(w.offset)]++ != 0)
+              return fail("offset " + std::to_string(w.offset) + " visited twice");
+          }
+        }
+  for (size_t k = 0; k < seen.size(); ++k)
+    if (seen[k] != 1) return fail("offset " + std::to_string(k) + " never visited");
+  for (int64_t b = 0; b < p.finish_blocks; ++b)
+    for (int ty = 0; ty < kFinishLanes; ++ty)
+      for (int tx = 0; tx < kFinishLanes; ++tx) {
+        const int64_t c = b * kFinishLanes + tx;
+        if (c < p.C)
+          for (int64_t k = ty; k < p.slices; k += kFinishLanes) ++read[size_t(p.partial_at(k, c))];
+      }
+  for (size_t k = 0; k < written.size(); ++k)
+    if (written[k] != 1 || read[k] != 1)
+      return fail("partial slot " + std::to_string(k) + " written " + std::to_string(written[k]) +
+                  " times, read " + std::to_string(read[k]) + " times");
+  return "";
 }
 
 }  // namespace
@@ -213,6 +305,189 @@ class TestOpBatchnorm : public QObject {
     EXPECT_OUTPUT(t, "dparam", "accumulated dgamma", r.dg_acc, o.dg_acc);
     EXPECT_OUTPUT(t, "dparam", "accumulated dbeta", r.db_acc, o.db_acc);
     EXPECT_OUTPUT(t, "y", "eval y", r.ye, o.ye);
+    TB_GPU_CATCH
+  }
+
+
+  // ------------------------------------------------------------ the CUDA launch plan (CPU)
+
+  // batchnorm::plan_reduce, which every CUDA kernel of the family runs on:
+  // for C from 1 to 2048 and M from 1 to 524,288 (ResNet-18's b512 layers
+  // among them), both layouts and the SM counts of an H100 SXM / H200 (132),
+  // H100 PCIe (114), A100 (108) and one SM, check_plan's checks; every value
+  // visited once by brute force wherever that is under 8M values, and at
+  // 132 SMs always. 1G-value shapes: the grid and workspace checks only.
+  void reduce_plan_visits_every_value_once_data() {
+    QTest::addColumn<int64_t>("N");
+    QTest::addColumn<int64_t>("C");
+    QTest::addColumn<int64_t>("HW");
+    QTest::addColumn<bool>("nhwc");
+    const int64_t shapes[][3] = {
+        {1, 1, 1},       {2, 3, 5},       {7, 1, 1},        {13, 33, 7},      {33, 31, 17},
+        {64, 20, 81},    {24, 40, 81},    {16, 100, 100},   {32, 16, 1024},   {3, 2048, 49},
+        {2, 2048, 256},  {512, 2048, 1},  {1024, 1, 512},   {512, 3, 1024},   {4096, 8, 128},
+        {1, 64, 524288},
+        // ResNet-18 on 32x32 at b512: the four stages' batch-norm shapes.
+        {512, 64, 1024}, {512, 128, 256}, {512, 256, 64},   {512, 512, 16},
+        // 1G values: plan only.
+        {512, 2048, 1024}};
+    for (bool nhwc : {false, true})
+      for (const auto& sh : shapes)
+        QTest::addRow("%lldx%lldx%lld %s", (long long)sh[0], (long long)sh[1], (long long)sh[2],
+                      nhwc ? "NHWC" : "NCHW")
+            << sh[0] << sh[1] << sh[2] << nhwc;
+  }
+  void reduce_plan_visits_every_value_once() {
+    QFETCH(int64_t, N);
+    QFETCH(int64_t, C);
+    QFETCH(int64_t, HW);
+    QFETCH(bool, nhwc);
+    const int64_t values = N * C * HW;
+    for (int sm : {132, 114, 108, 1}) {
+      const batchnorm::ReducePlan p = batchnorm::plan_reduce(N, C, HW, nhwc, sm);
+      const bool visit = values <= (int64_t(1) << 23) || (sm == 132 && values <= (int64_t(1) << 26));
+      const std::string err = check_plan(p, visit);
+      QVERIFY2(err.empty(), qPrintable(QString("%1 SMs: %2").arg(sm).arg(err.c_str())));
+      // About kBlocksPerSm blocks an SM where M allows it, never more than twice that.
+      QVERIFY2(p.slices * p.tiles <= std::max<int64_t>(2 * batchnorm::kBlocksPerSm * sm, p.tiles),
+               qPrintable(QString("%1 SMs: %2 blocks").arg(sm).arg(p.slices * p.tiles)));
+    }
+  }
+
+  // What the plan refuses, and the empty plan of an empty tensor.
+  void reduce_plan_limits() {
+    // NCHW puts one channel per grid row: 65536 channels exceed CUDA's y limit.
+    const QString e = qerror_of([] { batchnorm::plan_reduce(2, 70000, 4, false, 132); });
+    QVERIFY2(e.contains("70000 channels") && e.contains("65535"), qPrintable(e));
+    QVERIFY(check_plan(batchnorm::plan_reduce(2, 70000, 4, true, 132), false).empty());
+    QVERIFY(batchnorm::plan_reduce(0, 8, 4, true, 132).empty());
+    QVERIFY(batchnorm::plan_reduce(2, 8, 0, false, 132).empty());
+    QCOMPARE(batchnorm::plan_reduce(0, 8, 4, true, 132).workspace_bytes, size_t(0));
+    QVERIFY(!qerror_of([] { batchnorm::plan_reduce(2, -1, 4, true, 132); }).isEmpty());
+    QVERIFY(!qerror_of([] { batchnorm::plan_reduce(2, 8, 4, true, 0); }).isEmpty());
+  }
+
+
+  // ------------------------------------------------------------ CUDA at several blocks a channel
+
+  // The CUDA kernels where the launch plan gives each channel several blocks
+  // (asserted with the device's SM count), against the reference in NCHW:
+  // every epilogue (none, ReLU, residual, both), the backward written and
+  // accumulated, the eval output. The backward of both sides gets the same
+  // inputs (the reference's y, save_mean, save_invstd), so the ReLU mask is
+  // the same and only the backward's own arithmetic is compared.
+  // Tolerances (u = 2^-24 ≈ 6e-8, the float rounding):
+  //   y, eval y: the CUDA apply is float (μ, invstd, γ, β in float, then + r):
+  //     |err| ≲ u·(|γ|·invstd·(|μ| + 3|x−μ|) + |β| + 2|y| + |r|) < 2e-6 for
+  //     these inputs (|γ| < 1.5, |x−μ|·invstd < 2, |μ|·invstd < 3, |y| < 5);
+  //     allowed 1e-5 + 1e-5·|ref|;
+  //   statistics: both sides in double, rounded to float once: ≤ 1 ulp
+  //     (1.2e-7 relative); allowed 1e-6 relative (+1e-7 for the means);
+  //   dx, dgamma, dbeta: the same float inputs and the same double formulas,
+  //     the sums only in another order (≈1e-16·M relative), then one
+  //     rounding: ≤ 1 ulp; allowed 1e-5 of the largest |dx|, 1e-5·|ref| + 1e-5;
+  //   dresidual: dy or dy·[y>0], no arithmetic: exact.
+  void batchnorm_cuda_large_matches_reference_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<BnCase>("c");
+    // 32x16x32x32: M = 32768, mean 3 (the statistics' shift); 64x20x9x9:
+    // HW = 81 (NCHW walks wrap mid-plane), 20 of 32 NHWC channel lanes busy.
+    const BnCase cases[] = {{"32x16x32x32 mean 3", {32, 16, 32, 32}, 1.0, 5.0, false},
+                            {"64x20x9x9 channel offsets", {64, 20, 9, 9}, -1.0, 1.0, true}};
+    for (Layout l : {Layout::NCHW, Layout::NHWC})
+      for (const BnCase& c : cases) {
+        const Target t{Impl::Cuda, l, DType::F32};
+        QTest::addRow("%s: %s", t.name().c_str(), c.name) << t << c;
+      }
+  }
+  void batchnorm_cuda_large_matches_reference() {
+    FETCH_TARGET(t, be);
+    QFETCH(BnCase, c);
+    TB_GPU_TRY
+    const int64_t N = c.shape[0], C = c.shape[1], HW = c.shape[2] * c.shape[3];
+    const int sm = be.describe().at("multiprocessors").get<int>();
+    const batchnorm::ReducePlan plan =
+        batchnorm::plan_reduce(N, C, HW, t.layout == Layout::NHWC, sm);
+    QVERIFY2(plan.slices > 1, qPrintable(QString("one block per channel: %1 slices at %2 SMs")
+                                             .arg(plan.slices)
+                                             .arg(sm)));
+    std::mt19937_64 rng(57 + uint64_t(C));
+    Tensor x = random_tensor(c.shape, DType::F32, rng, Layout::NCHW, c.lo, c.hi);
+    if (c.channel_offsets)
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const int64_t ch = (i / HW) % C;
+        x.data_as<float>()[i] = x.data_as<float>()[i] * float(1 + ch) + 0.5f * float(ch);
+      }
+    const Tensor dy = random_tensor(c.shape, DType::F32, rng);
+    const Tensor res = random_tensor(c.shape, DType::F32, rng);
+    const Tensor gamma = random_tensor({C}, DType::F32, rng, Layout::NCHW, 0.5, 1.5);
+    const Tensor beta = random_tensor({C}, DType::F32, rng);
+    const Tensor rm_init = random_tensor({C}, DType::F32, rng);
+    const Tensor rv_init = random_tensor({C}, DType::F32, rng, Layout::NCHW, 0.5, 2.0);
+    const Tensor dg_old = random_tensor({C}, DType::F32, rng);
+    const Tensor db_old = random_tensor({C}, DType::F32, rng);
+    CpuBackend& ref = cpu_reference();
+    const auto expect = [&](const char* kind, const std::string& what, const Tensor& r,
+                            const Tensor& g) {
+      const Comparison cmp = check_output(t, kind, what, r, g);
+      QVERIFY2(cmp.ok, cmp.msg.c_str());
+    };
+    for (Activation act : {Activation::None, Activation::ReLU})
+      for (bool residual : {false, true}) {
+        const std::string ep = std::string(" [") + activation_name(act) +
+                               (residual ? " + residual]" : "]");
+        // One side's forward (train, then eval with the updated statistics)
+        // and backward, written and accumulated, from the given saved values.
+        struct Side {
+          Tensor y, sm, si, rm, rv, ye, dx, dres, dg, db, dg_acc, db_acc;
+        };
+        const auto run = [&](Backend& b, Layout L, const Side* saved) {
+          const Tensor xd = to_device(b, x, L), g = to_device(b, gamma), bb = to_device(b, beta);
+          const Tensor rd = residual ? to_device(b, res, L) : Tensor{};
+          Tensor rm = to_device(b, rm_init), rv = to_device(b, rv_init);
+          Tensor y = b.empty(x.shape(), DType::F32, L), sm_ = b.empty({C}, DType::F32),
+                 si = b.empty({C}, DType::F32);
+          batchnorm::forward_train(b, xd, g, bb, rm, rv, 0.1f, 1e-5f, y, sm_, si,
+                                   Epilogue{act, rd});
+          Tensor ye = b.empty(x.shape(), DType::F32, L);
+          batchnorm::forward_eval(b, xd, g, bb, rm, rv, 1e-5f, ye, Epilogue{act, rd});
+          Side o{to_host(b, y), to_host(b, sm_), to_host(b, si), to_host(b, rm), to_host(b, rv),
+                 to_host(b, ye)};
+          const Side& in = saved ? *saved : o;
+          const Tensor yin = to_device(b, in.y, L), smin = to_device(b, in.sm),
+                       siin = to_device(b, in.si), dyd = to_device(b, dy, L);
+          // dresidual where the forward had a residual (as the layer asks).
+          Tensor dx = b.empty(x.shape(), DType::F32, L);
+          Tensor dres = residual ? b.empty(x.shape(), DType::F32, L) : Tensor{};
+          Tensor dg = b.empty({C}, DType::F32), db = b.empty({C}, DType::F32);
+          batchnorm::backward(b, xd, dyd, g, smin, siin, dx, dg, db, false,
+                              EpilogueGrad{act, act == Activation::ReLU ? yin : Tensor{}, dres});
+          Tensor dga = to_device(b, dg_old), dba = to_device(b, db_old);
+          Tensor dxa = b.empty(x.shape(), DType::F32, L);
+          batchnorm::backward(b, xd, dyd, g, smin, siin, dxa, dga, dba, true,
+                              EpilogueGrad{act, act == Activation::ReLU ? yin : Tensor{}});
+          o.dx = to_host(b, dx), o.dres = to_host(b, dres), o.dg = to_host(b, dg);
+          o.db = to_host(b, db), o.dg_acc = to_host(b, dga), o.db_acc = to_host(b, dba);
+          return o;
+        };
+        const Side r = run(ref, Layout::NCHW, nullptr);
+        const Side o = run(be, t.layout, &r);
+        expect("y", "train y" + ep, r.y, o.y);
+        expect("stat", "save_mean" + ep, r.sm, o.sm);
+        expect("stat", "save_invstd" + ep, r.si, o.si);
+        expect("stat", "running_mean" + ep, r.rm, o.rm);
+        expect("stat", "running_var (unbiased)" + ep, r.rv, o.rv);
+        expect("y", "eval y" + ep, r.ye, o.ye);
+        expect("dx", "dx" + ep, r.dx, o.dx);
+        const double dres_diff = residual ? max_abs_diff(r.dres, o.dres) : 0.0;
+        QVERIFY2(dres_diff == 0.0, qPrintable(QString("dresidual%1 differs by %2")
+                                                   .arg(ep.c_str())
+                                                   .arg(dres_diff)));
+        expect("dparam", "dgamma" + ep, r.dg, o.dg);
+        expect("dparam", "dbeta" + ep, r.db, o.db);
+        expect("dparam", "accumulated dgamma" + ep, r.dg_acc, o.dg_acc);
+        expect("dparam", "accumulated dbeta" + ep, r.db_acc, o.db_acc);
+      }
     TB_GPU_CATCH
   }
 

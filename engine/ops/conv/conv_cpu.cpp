@@ -1,0 +1,545 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The CPU backend's convolutions (contract: conv.h): every dtype of the
+// contract, square kernels only.
+//
+//   x  (N, Cin, H, W)   w  (Cout, Cin, K, K)   b  (Cout)   y  (N, Cout, Ho, Wo)
+//   y[n,co,oh,ow] = b[co] + sum_{ci,kh,kw} w[co,ci,kh,kw] * x[n,ci,oh*s-p+kh,ow*s-p+kw]
+//
+// Three implementations:
+// - reference<T> (float, double): the definition above as nested loops, every
+//   element addressed through offset4, so NCHW and NHWC run the same arithmetic
+//   in the same order (bit-identical results); the test oracle, used for f64,
+//   when BackendOptions::reference is set, and for every NHWC operand (the fast
+//   path's im2col is written for NCHW planes; NHWC on the CPU exists to check the
+//   CUDA backend's channels-last path, not for speed, so it is not transposed to
+//   reach the fast path: that would be the hidden transpose the layout forbids).
+// - fast f32: im2col of a chunk of B images, then one OpenBLAS GEMM
+//   (Cout x Kc) * (Kc x B*P), Kc = Cin*K*K, P = Ho*Wo. B is chosen so the column
+//   buffer stays in L2 (one image for most layers, several for small ones such
+//   as the 1-channel first layer, Kc = 9, whose per-image GEMM is too thin).
+//   With B = 1 the GEMM writes y[n] directly; otherwise its (Cout, B*P) output
+//   is copied to y one contiguous row (P) at a time, adding the bias on the way.
+//   Backward views dy in the same (Cout, B*P) form and does dW += dY * col^T and
+//   dcol = W^T * dY, then col2im. 1x1/stride 1/no padding skips im2col entirely.
+//   With OpenMP the batch is split into one contiguous range of images per
+//   thread, each running single-threaded GEMMs on its own scratch (OpenBLAS's
+//   own threads spin-wait between the many small per-image GEMMs, which cost
+//   more than the GEMMs on 2 cores). Backward sums each thread's partial dW in
+//   thread order, so results depend on the thread count but not on timing.
+// - f16/bf16 (the low-precision reference, at the end): the inputs widened
+//   to f32, then the f32 convolution.
+#include <cblas.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/error.h"
+#include "engine/ops/conv/conv.h"
+
+namespace tb {
+
+namespace {
+
+// ---------------------------------------------------------------- reference
+
+// Memory orders of the operands: activations (x, y, dx, dy) and filters (w, dw).
+struct ConvLayouts {
+  Layout act = Layout::NCHW, filt = Layout::NCHW;
+};
+
+template <typename T>
+void conv_forward_ref(const ConvGeometry& g, ConvLayouts l, const T* x, const T* w, const T* b,
+                      T* y) {
+  const int64_t K = g.KH, s = g.stride, p = g.pad;
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t co = 0; co < g.C_out; ++co)
+      for (int64_t oh = 0; oh < g.H_out; ++oh)
+        for (int64_t ow = 0; ow < g.W_out; ++ow) {
+          T acc = b ? b[co] : T(0);
+          for (int64_t ci = 0; ci < g.C_in; ++ci)
+            for (int64_t kh = 0; kh < K; ++kh)
+              for (int64_t kw = 0; kw < K; ++kw) {
+                const int64_t ih = oh * s - p + kh, iw = ow * s - p + kw;
+                if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;  // zero padding
+                acc += w[offset4(l.filt, g.C_in, K, K, co, ci, kh, kw)] *
+                       x[offset4(l.act, g.C_in, g.H, g.W, n, ci, ih, iw)];
+              }
+          y[offset4(l.act, g.C_out, g.H_out, g.W_out, n, co, oh, ow)] = acc;
+        }
+}
+
+// dx is written; dw/db are computed in full into locals (logical KCRS order) and
+// then written or added, so accumulate=true adds exactly what accumulate=false writes.
+template <typename T>
+void conv_backward_ref(const ConvGeometry& g, ConvLayouts l, const T* x, const T* w, const T* dy,
+                       T* dx, T* dw, T* db, bool accumulate) {
+  const int64_t K = g.KH, s = g.stride, p = g.pad;
+  std::vector<T> gw(static_cast<size_t>(g.C_out * g.C_in * K * K), T(0));
+  std::vector<T> gb(static_cast<size_t>(g.C_out), T(0));
+  if (dx) std::fill_n(dx, g.N * g.C_in * g.H * g.W, T(0));
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t co = 0; co < g.C_out; ++co)
+      for (int64_t oh = 0; oh < g.H_out; ++oh)
+        for (int64_t ow = 0; ow < g.W_out; ++ow) {
+          const T d = dy[offset4(l.act, g.C_out, g.H_out, g.W_out, n, co, oh, ow)];
+          gb[co] += d;
+          for (int64_t ci = 0; ci < g.C_in; ++ci)
+            for (int64_t kh = 0; kh < K; ++kh)
+              for (int64_t kw = 0; kw < K; ++kw) {
+                const int64_t ih = oh * s - p + kh, iw = ow * s - p + kw;
+                if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
+                const int64_t wi = ((co * g.C_in + ci) * K + kh) * K + kw;  // logical
+                const int64_t xi = offset4(l.act, g.C_in, g.H, g.W, n, ci, ih, iw);
+                const int64_t wm = offset4(l.filt, g.C_in, K, K, co, ci, kh, kw);
+                gw[wi] += d * x[xi];
+                if (dx) dx[xi] += d * w[wm];
+              }
+        }
+  if (dw)
+    for (int64_t co = 0; co < g.C_out; ++co)
+      for (int64_t ci = 0; ci < g.C_in; ++ci)
+        for (int64_t kh = 0; kh < K; ++kh)
+          for (int64_t kw = 0; kw < K; ++kw) {
+            const T v = gw[((co * g.C_in + ci) * K + kh) * K + kw];
+            T& o = dw[offset4(l.filt, g.C_in, K, K, co, ci, kh, kw)];
+            o = accumulate ? o + v : v;
+          }
+  if (db)
+    for (size_t i = 0; i < gb.size(); ++i) db[i] = accumulate ? db[i] + gb[i] : gb[i];
+}
+
+// ---------------------------------------------------------------- fast f32
+
+// Per-thread scratch that only grows, so steady-state steps allocate nothing.
+float* scratch(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+thread_local std::vector<float> t_col, t_gemm;
+
+// Output positions o in [0, n_out) whose input index o*s - p + k lies in [0, n_in):
+// the half-open range [lo, hi). Outside it the cell reads zero padding.
+inline void valid_range(int64_t n_in, int64_t n_out, int64_t s, int64_t p, int64_t k,
+                        int64_t& lo, int64_t& hi) {
+  lo = p - k > 0 ? (p - k + s - 1) / s : 0;
+  const int64_t last = n_in - 1 + p - k;  // largest o*s allowed
+  hi = last < 0 ? 0 : std::min(n_out, last / s + 1);
+  lo = std::min(lo, hi);
+}
+
+// Stride 1 and an output plane the size of the input ("same" padding, e.g.
+// 3x3 with padding 1): each im2col row is the input plane shifted.
+inline bool same_size(const ConvGeometry& g) {
+  return g.stride == 1 && g.H_out == g.H && g.W_out == g.W;
+}
+
+// Zeroes the cells of rows [oh_lo, oh_hi) outside columns [ow_lo, ow_hi).
+inline void zero_wrapped_columns(float* row0, int64_t Wo, int64_t oh_lo, int64_t oh_hi,
+                                 int64_t ow_lo, int64_t ow_hi) {
+  for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
+    float* r = row0 + oh * Wo;
+    for (int64_t ow = 0; ow < ow_lo; ++ow) r[ow] = 0.0f;
+    for (int64_t ow = ow_hi; ow < Wo; ++ow) r[ow] = 0.0f;
+  }
+}
+
+// col (Kc, L) with L = B*P, row r = (ci*K + kh)*K + kw, column b*P + oh*Wo + ow,
+// from x (B, Cin, H, W). Writes every cell (zeros for padding).
+void im2col(const ConvGeometry& g, const float* x, int64_t B, float* col) {
+  const int64_t K = g.KH, s = g.stride, p = g.pad, Ho = g.H_out, Wo = g.W_out;
+  const int64_t P = Ho * Wo, L = B * P;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t ci = 0; ci < g.C_in; ++ci) {
+      const float* plane = x + (b * g.C_in + ci) * g.H * g.W;
+      for (int64_t kh = 0; kh < K; ++kh) {
+        int64_t oh_lo, oh_hi;
+        valid_range(g.H, Ho, s, p, kh, oh_lo, oh_hi);
+        for (int64_t kw = 0; kw < K; ++kw) {
+          int64_t ow_lo, ow_hi;
+          valid_range(g.W, Wo, s, p, kw, ow_lo, ow_hi);
+          float* dst = col + ((ci * K + kh) * K + kw) * L + b * P;
+          if (same_size(g)) {
+            // Output and input planes have the same shape: this row is the plane
+            // shifted by (kh-p, kw-p), one contiguous copy; then the cells whose
+            // column fell off an edge (wrapped to the next row) become padding.
+            if (oh_lo >= oh_hi || ow_lo >= ow_hi) {
+              std::fill(dst, dst + P, 0.0f);
+              continue;
+            }
+            const int64_t first = oh_lo * Wo + ow_lo, last = (oh_hi - 1) * Wo + ow_hi;
+            const int64_t shift = (kh - p) * g.W + (kw - p);
+            std::fill(dst, dst + first, 0.0f);
+            std::memcpy(dst + first, plane + first + shift, sizeof(float) * (last - first));
+            std::fill(dst + last, dst + P, 0.0f);
+            zero_wrapped_columns(dst, Wo, oh_lo, oh_hi, ow_lo, ow_hi);
+            continue;
+          }
+          std::fill(dst, dst + oh_lo * Wo, 0.0f);
+          for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
+            float* d = dst + oh * Wo;
+            const float* src = plane + (oh * s - p + kh) * g.W + (-p + kw);  // + ow*s
+            std::fill(d, d + ow_lo, 0.0f);
+            if (s == 1) {
+              std::memcpy(d + ow_lo, src + ow_lo, sizeof(float) * (ow_hi - ow_lo));
+            } else {
+              for (int64_t ow = ow_lo; ow < ow_hi; ++ow) d[ow] = src[ow * s];
+            }
+            std::fill(d + ow_hi, d + Wo, 0.0f);
+          }
+          std::fill(dst + oh_hi * Wo, dst + P, 0.0f);
+        }
+      }
+    }
+}
+
+// dx (B, Cin, H, W) = sum of col cells onto the input pixels they came from
+// (the adjoint of im2col). dx is overwritten; col is clobbered.
+void col2im(const ConvGeometry& g, float* col, int64_t B, float* dx) {
+  const int64_t K = g.KH, s = g.stride, p = g.pad, Ho = g.H_out, Wo = g.W_out;
+  const int64_t P = Ho * Wo, L = B * P;
+  std::fill_n(dx, B * g.C_in * g.H * g.W, 0.0f);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t ci = 0; ci < g.C_in; ++ci) {
+      float* plane = dx + (b * g.C_in + ci) * g.H * g.W;
+      for (int64_t kh = 0; kh < K; ++kh) {
+        int64_t oh_lo, oh_hi;
+        valid_range(g.H, Ho, s, p, kh, oh_lo, oh_hi);
+        for (int64_t kw = 0; kw < K; ++kw) {
+          int64_t ow_lo, ow_hi;
+          valid_range(g.W, Wo, s, p, kw, ow_lo, ow_hi);
+          float* src = col + ((ci * K + kh) * K + kw) * L + b * P;
+          if (same_size(g)) {
+            // The adjoint of the shifted copy in im2col: zero the padding cells
+            // (they hold GEMM output that belongs to no pixel), then one
+            // contiguous add.
+            if (oh_lo >= oh_hi || ow_lo >= ow_hi) continue;
+            const int64_t first = oh_lo * Wo + ow_lo, last = (oh_hi - 1) * Wo + ow_hi;
+            float* d = plane + (kh - p) * g.W + (kw - p);
+            zero_wrapped_columns(src, Wo, oh_lo, oh_hi, ow_lo, ow_hi);
+            for (int64_t i = first; i < last; ++i) d[i] += src[i];
+            continue;
+          }
+          for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
+            const float* c = src + oh * Wo;
+            float* d = plane + (oh * s - p + kh) * g.W + (-p + kw);  // + ow*s
+            if (s == 1) {
+              for (int64_t ow = ow_lo; ow < ow_hi; ++ow) d[ow] += c[ow];
+            } else {
+              for (int64_t ow = ow_lo; ow < ow_hi; ++ow) d[ow * s] += c[ow];
+            }
+          }
+        }
+      }
+    }
+}
+
+// Images per chunk. The column buffer (Kc, B*P) and the GEMM output (Cout, B*P)
+// are written and read straight back, so they should stay in the L2 cache
+// (measured on the Fashion-MNIST shapes: 4 images of conv1, 1 of conv2 beat
+// bigger chunks by 10-40%). Tiny layers still batch several images per GEMM.
+// A 1x1 convolution with stride 1 and no padding: im2col of one image is the
+// image itself, (Cin, H*W), so the GEMMs read x and write dx directly.
+bool is_pointwise(const ConvGeometry& g) { return g.KH == 1 && g.stride == 1 && g.pad == 0; }
+
+int64_t chunk_images(const ConvGeometry& g) {
+  if (is_pointwise(g)) return 1;
+  const int64_t per_image = (g.C_in * g.KH * g.KW + g.C_out) * g.H_out * g.W_out;
+  const int64_t budget = int64_t(128) << 10;  // floats (512 KiB)
+  return std::clamp<int64_t>(budget / std::max<int64_t>(per_image, 1), 1,
+                             std::max<int64_t>(g.N, 1));
+}
+
+// Sum of n floats with 8 independent partial sums (a single running sum is
+// bound by the add latency; this runs several times faster and is more accurate).
+float sum_floats(const float* p, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += p[i + j];
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) s += p[i];
+  return s;
+}
+
+// Threads worth using for a convolution of this size (at least ~1 MFLOP of
+// GEMM per thread and one image each), at most `threads`.
+int conv_threads(const ConvGeometry& g, int threads) {
+#ifndef _OPENMP
+  return 1;
+#endif
+  const int64_t flops = 2 * g.N * g.C_out * g.C_in * g.KH * g.KW * g.H_out * g.W_out;
+  const int64_t by_work = flops >> 20;
+  return int(std::clamp<int64_t>(std::min<int64_t>(by_work, g.N), 1, std::max(threads, 1)));
+}
+
+// Images [lo, hi) of thread t out of nt: contiguous, sizes differing by at most one.
+inline void split_range(int64_t n, int t, int nt, int64_t& lo, int64_t& hi) {
+  lo = n * t / nt;
+  hi = n * (t + 1) / nt;
+}
+
+// Runs f(t, nt) on nt threads (inline when nt == 1 or without OpenMP).
+template <typename F>
+void run_threads(int nt, F&& f) {
+#ifdef _OPENMP
+  if (nt > 1) {
+#pragma omp parallel num_threads(nt)
+    f(omp_get_thread_num(), omp_get_num_threads());
+    return;
+  }
+#endif
+  f(0, 1);
+}
+
+// Forward of images [n_lo, n_hi) on the calling thread.
+void conv_forward_range(const ConvGeometry& g, const float* x, const float* w, const float* b,
+                        float* y, int64_t n_lo, int64_t n_hi) {
+  const int64_t Kc = g.C_in * g.KH * g.KW, P = g.H_out * g.W_out;
+  const int64_t chunk = std::min(chunk_images(g), std::max<int64_t>(n_hi - n_lo, 1));
+  const bool direct = is_pointwise(g);
+  float* col = direct ? nullptr : scratch(t_col, size_t(Kc * chunk * P));
+  float* out = chunk > 1 ? scratch(t_gemm, size_t(g.C_out * chunk * P)) : nullptr;
+  for (int64_t n0 = n_lo; n0 < n_hi; n0 += chunk) {
+    const int64_t B = std::min(chunk, n_hi - n0), L = B * P;
+    const float* xn = x + n0 * g.C_in * g.H * g.W;
+    if (!direct) im2col(g, xn, B, col);
+    const float* cols = direct ? xn : col;
+    // One image: the GEMM output (Cout, P) is y[n0] itself.
+    float* dst = B == 1 ? y + n0 * g.C_out * P : out;
+    // dst (Cout, L) = w (Cout, Kc) * col (Kc, L)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(g.C_out), int(L), int(Kc), 1.0f,
+                w, int(Kc), cols, int(L), 0.0f, dst, int(L));
+    if (B == 1) {
+      if (b)
+        for (int64_t co = 0; co < g.C_out; ++co)
+          for (int64_t i = 0; i < P; ++i) dst[co * P + i] += b[co];
+      continue;
+    }
+    // y[n0+bi, co, :] = out[co, bi*P : (bi+1)*P] + bias[co]
+    for (int64_t bi = 0; bi < B; ++bi)
+      for (int64_t co = 0; co < g.C_out; ++co) {
+        const float* src = out + co * L + bi * P;
+        float* yr = y + ((n0 + bi) * g.C_out + co) * P;
+        const float bias = b ? b[co] : 0.0f;
+        for (int64_t i = 0; i < P; ++i) yr[i] = src[i] + bias;
+      }
+  }
+}
+
+void conv_forward_fast(const ConvGeometry& g, const float* x, const float* w, const float* b,
+                       float* y, int threads) {
+  run_threads(conv_threads(g, threads), [&](int t, int nt) {
+    int64_t lo, hi;
+    split_range(g.N, t, nt, lo, hi);
+    conv_forward_range(g, x, w, b, y, lo, hi);
+  });
+}
+
+// Backward of images [n_lo, n_hi) on the calling thread: dx for those images,
+// and (when gw is given) their dW written to gw (Cout, Kc).
+void conv_backward_range(const ConvGeometry& g, const float* x, const float* w, const float* dy,
+                         float* dx, float* gw, int64_t n_lo, int64_t n_hi) {
+  const int64_t Kc = g.C_in * g.KH * g.KW, P = g.H_out * g.W_out;
+  if (n_lo >= n_hi) {  // no images: an empty sum
+    if (gw) std::fill_n(gw, g.C_out * Kc, 0.0f);
+    return;
+  }
+  const int64_t chunk = std::min(chunk_images(g), n_hi - n_lo);
+  const bool direct = is_pointwise(g);
+  float* col = direct ? nullptr : scratch(t_col, size_t(Kc * chunk * P));
+  float* dyc_buf = chunk > 1 ? scratch(t_gemm, size_t(g.C_out * chunk * P)) : nullptr;
+  for (int64_t n0 = n_lo; n0 < n_hi; n0 += chunk) {
+    const int64_t B = std::min(chunk, n_hi - n0), L = B * P;
+    // dyc (Cout, L): dyc[co, b*P + i] = dy[n0+b, co, i]; for one image that is dy[n0].
+    const float* dyc = dy + n0 * g.C_out * P;
+    if (B > 1) {
+      for (int64_t bi = 0; bi < B; ++bi)
+        for (int64_t co = 0; co < g.C_out; ++co)
+          std::memcpy(dyc_buf + co * L + bi * P, dy + ((n0 + bi) * g.C_out + co) * P,
+                      sizeof(float) * P);
+      dyc = dyc_buf;
+    }
+    const float* xn = x + n0 * g.C_in * g.H * g.W;
+    float* dxn = dx ? dx + n0 * g.C_in * g.H * g.W : nullptr;
+    if (gw) {
+      if (!direct) im2col(g, xn, B, col);
+      // gw (Cout, Kc) (+)= dyc (Cout, L) * col^T (L, Kc)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(g.C_out), int(Kc), int(L), 1.0f,
+                  dyc, int(L), direct ? xn : col, int(L), n0 == n_lo ? 0.0f : 1.0f, gw, int(Kc));
+    }
+    if (dx) {
+      // dcol (Kc, L) = w^T (Kc, Cout) * dyc (Cout, L), then scattered back onto dx.
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(Kc), int(L), int(g.C_out), 1.0f,
+                  w, int(Kc), dyc, int(L), 0.0f, direct ? dxn : col, int(L));
+      if (!direct) col2im(g, col, B, dxn);
+    }
+  }
+}
+
+// Partial dW of each thread: (threads, Cout, Kc), owned by the calling thread.
+thread_local std::vector<float> t_dw_parts;
+
+void conv_backward_fast(const ConvGeometry& g, const float* x, const float* w, const float* dy,
+                        float* dx, float* dw, float* db, bool accumulate, int threads) {
+  const int64_t Kc = g.C_in * g.KH * g.KW, P = g.H_out * g.W_out, nw = g.C_out * Kc;
+  const int nt = (dx || dw) ? conv_threads(g, threads) : 1;
+
+  if (db) {
+    // db[co] = sum over n and the plane of dy[n, co, :]; double across planes.
+    // Each channel is summed by one thread, so the thread count does not matter.
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads) if (g.N * g.C_out * P >= (1 << 16))
+#endif
+    for (int64_t co = 0; co < g.C_out; ++co) {
+      double s = 0.0;
+      for (int64_t n = 0; n < g.N; ++n) s += sum_floats(dy + (n * g.C_out + co) * P, P);
+      db[co] = accumulate ? db[co] + float(s) : float(s);
+    }
+  }
+  if (!dx && !dw) return;
+  if (g.N == 0) {  // an empty batch: no image writes dW
+    if (dw && !accumulate) std::fill_n(dw, nw, 0.0f);
+    return;
+  }
+
+  // One thread without accumulate writes dW in place; otherwise each thread's
+  // partial goes to scratch and is summed below in thread order, so
+  // accumulate=true adds exactly what accumulate=false writes.
+  const bool in_place = nt == 1 && !accumulate;
+  float* parts = dw && !in_place ? scratch(t_dw_parts, size_t(nt * nw)) : nullptr;
+  run_threads(nt, [&](int t, int n_threads) {
+    int64_t lo, hi;
+    split_range(g.N, t, n_threads, lo, hi);
+    float* gw = dw ? (in_place ? dw : parts + t * nw) : nullptr;
+    conv_backward_range(g, x, w, dy, dx, gw, lo, hi);
+  });
+  if (dw && !in_place)
+    for (int64_t i = 0; i < nw; ++i) {
+      float s = parts[i];
+      for (int t = 1; t < nt; ++t) s += parts[t * nw + i];
+      dw[i] = accumulate ? dw[i] + s : s;
+    }
+}
+
+template <typename T>
+const T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? t.data_as<T>() : nullptr;
+}
+
+}  // namespace
+
+
+namespace conv {
+
+namespace {
+
+// What the CPU adds to the contract: the reference and im2col index one K for
+// both axes.
+void check_square(const ConvGeometry& g, const char* op) {
+  TB_CHECK(g.KH == g.KW, op, ": only square kernels, got ", g.KH, "x", g.KW);
+}
+
+class CpuKernels final : public Kernels {
+ public:
+  explicit CpuKernels(CpuBackend& be) : be_(be) {}
+
+  bool supports(DType t) const override {
+    return t == DType::F32 || t == DType::F64 || low_precision(t);
+  }
+
+  void forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
+               Tensor& y) override {
+    check_square(g, "conv2d_forward");
+    const ConvLayouts l{x.layout(), w.layout()};
+    // NHWC (either operand) takes the reference: see the file comment.
+    const bool nchw = l.act == Layout::NCHW && l.filt == Layout::NCHW;
+    if (x.dtype() == DType::F64) {
+      conv_forward_ref<double>(g, l, x.data_as<double>(), w.data_as<double>(),
+                               ptr_or_null<double>(b), y.data_as<double>());
+    } else if (be_.use_reference(x.dtype()) || !nchw) {
+      conv_forward_ref<float>(g, l, x.data_as<float>(), w.data_as<float>(),
+                              ptr_or_null<float>(b), y.data_as<float>());
+    } else {
+      conv_forward_fast(g, x.data_as<float>(), w.data_as<float>(), ptr_or_null<float>(b),
+                        y.data_as<float>(), be_.threads());
+    }
+  }
+
+  void backward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
+                Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override {
+    check_square(g, "conv2d_backward");
+    auto out = [](Tensor& t) { return t.defined() ? t.data() : nullptr; };
+    const ConvLayouts l{x.layout(), w.layout()};
+    // NHWC (either operand) takes the reference: see the file comment.
+    const bool nchw = l.act == Layout::NCHW && l.filt == Layout::NCHW;
+    if (x.dtype() == DType::F64) {
+      conv_backward_ref<double>(g, l, x.data_as<double>(), w.data_as<double>(),
+                                dy.data_as<double>(), static_cast<double*>(out(dx)),
+                                static_cast<double*>(out(dw)), static_cast<double*>(out(db)),
+                                accumulate);
+    } else if (be_.use_reference(x.dtype()) || !nchw) {
+      conv_backward_ref<float>(g, l, x.data_as<float>(), w.data_as<float>(),
+                               dy.data_as<float>(), static_cast<float*>(out(dx)),
+                               static_cast<float*>(out(dw)), static_cast<float*>(out(db)),
+                               accumulate);
+    } else {
+      conv_backward_fast(g, x.data_as<float>(), w.data_as<float>(), dy.data_as<float>(),
+                         static_cast<float*>(out(dx)), static_cast<float*>(out(dw)),
+                         static_cast<float*>(out(db)), accumulate, be_.threads());
+    }
+  }
+
+  // ------------------------------------------------------------ low precision
+  // The reference of the low-precision convolution, the same construction as
+  // the linear pair's (cpu/amp.cpp): the f16/bf16 inputs widened to f32
+  // (exactly: every f16 and bf16 value is an f32 value), then the f32
+  // convolution. The products of the low-precision values are thus summed in
+  // fp32; the GPU's Tensor Core convolution differs only in summation order
+  // (and the rounding of its low-precision output, see conv_cuda.cpp).
+
+  //   x (N,Cin,H,W) lp   w (Cout,Cin,KH,KW) lp   b (Cout) f32   y (N,Cout,Ho,Wo) f32
+  void forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
+                  Tensor& y) override {
+    forward(g, widened(x), widened(w), b, y);
+  }
+
+  //   dy (N,Cout,Ho,Wo) f32 -> rounded to x's dtype for dgrad and wgrad;
+  //   dx (N,Cin,H,W) f32 written; dw (Cout,Cin,KH,KW) f32 and db (Cout) f32 (+)=,
+  //   db from the unrounded dy (as the fp32 layer's, bit for bit).
+  void backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
+                   Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override {
+    const Tensor xf = widened(x), wf = widened(w);
+    Tensor dy_lp = Tensor::empty(dy.shape(), x.dtype(), Device::cpu(), dy.layout());
+    be_.cast(dy, dy_lp);
+    const Tensor dyr = widened(dy_lp);
+    Tensor none;
+    if (dx.defined() || dw.defined()) backward(g, xf, wf, dyr, dx, dw, none, accumulate);
+    if (db.defined()) {
+      Tensor no_dx, no_dw;
+      backward(g, xf, wf, dy, no_dx, no_dw, db, accumulate);
+    }
+  }
+
+ private:
+  // lp in f32, same shape and layout.
+  Tensor widened(const Tensor& lp) {
+    Tensor f = Tensor::empty(lp.shape(), DType::F32, Device::cpu(), lp.layout());
+    be_.cast(lp, f);
+    return f;
+  }
+
+  CpuBackend& be_;
+};
+
+}  // namespace
+
+void register_cpu_kernels() { register_kernels<Kernels, CpuKernels, CpuBackend>(DeviceKind::CPU); }
+
+}  // namespace conv
+
+}  // namespace tb

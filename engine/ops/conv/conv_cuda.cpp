@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The CUDA backend's convolutions (contract: conv.h): cuDNN graphs from the
+// plan cache (conv_cudnn.h), which this family's Kernels own, one per backend;
+// the bias kernels of engine/backend/cuda/bias.cu (shared with linear). Every
+// op enqueues on the backend's stream and returns at once. Dtypes: f32, and
+// f16/bf16 under mixed precision; f64 is refused (Kernels::supports).
+//
+// f32:
+//   forward:   y = conv(x, w) (+ b, bias.cu's per-channel add)
+//   backward:  dx = dgrad(dy, w) (written);  dw (+)= wgrad(dy, x);  db (+)= Σ dy
+// cuDNN writes dw; accumulate=true runs wgrad into scratch and adds it (later:
+// the graph's own scaling, which needs a pointwise node, or beta=1 where the
+// engine supports it).
+//
+// f16/bf16 (the reference: the low-precision part of conv_cpu.cpp): the same
+// cuDNN graphs keyed with dtype f16/bf16, so every tensor of the graph is low
+// precision and the compute type is FLOAT (Tensor Core engines, products
+// summed in fp32):
+//   forward:   y_lp = fprop(x, w)          -> y = f32(y_lp) (+ b)
+//   backward:  dy_lp = lp(dy)
+//              dx_lp = dgrad(dy_lp, w)     -> dx = f32(dx_lp)
+//              dw_lp = wgrad(dy_lp, x)     -> dw (+)= f32(dw_lp)
+//              db (+)= Σ dy (the unrounded f32 dy, bias.cu)
+// Why an lp output and an extra cast, instead of a graph whose output tensor
+// is FLOAT: "same IO type" graphs are the configuration every cuDNN 9 conv
+// engine supports; mixed IO was not tried (there was no GPU to try it on). The
+// cost is one rounding of each output to f16/bf16 (as PyTorch's autocast
+// convolutions have: their outputs are f16/bf16 too) and one cast pass; the
+// scratch comes from the stream-ordered caching allocator and goes back to it
+// when the op returns. Layouts pass through: NCHW or NHWC activations, KCRS or
+// KRSC filters; nothing is transposed.
+//
+// Ran on an H200 (2026-11-26, commit b0014f2, before the move into this
+// folder): AMP training passed; the output rounding above is what
+// test_op_conv's conv_lp_matches_cpu measured (its bound now takes it into
+// account).
+#include <memory>
+
+#include "engine/backend/cuda/cuda_internal.h"
+#include "engine/ops/conv/conv.h"
+#include "engine/ops/conv/conv_cudnn.h"
+#include "engine/ops/pointwise/pointwise.cuh"  // launch_accumulate
+
+namespace tb {
+
+using cuda::fptr;
+
+namespace conv {
+
+namespace {
+
+cuda::ConvPlanKey key_of(cuda::ConvOp op, const ConvGeometry& g, const Tensor& x, const Tensor& w,
+                         const BackendOptions& o) {
+  cuda::ConvPlanKey k;
+  k.op = op;
+  k.N = g.N, k.C = g.C_in, k.H = g.H, k.W = g.W;
+  k.K = g.C_out, k.R = g.KH, k.S = g.KW;
+  k.stride = g.stride, k.pad = g.pad;
+  k.dtype = x.dtype();  // f16 or bf16: their own plans, never the f32 ones
+  k.x_layout = x.layout();
+  k.w_layout = w.layout();
+  k.deterministic = o.deterministic;
+  k.benchmark = o.cudnn_benchmark;
+  return k;
+}
+
+class CudaKernels final : public Kernels {
+ public:
+  explicit CudaKernels(CudaBackend& be)
+      : be_(be), m_(be.impl()), plans_(std::make_unique<cuda::ConvPlanCache>(m_.cudnn)) {}
+  // The plans go before the backend's cuDNN handle (release_kernels runs
+  // first in ~CudaBackend); work still queued may use them, so wait for it.
+  ~CudaKernels() override {
+    if (m_.stream) (void)cudaStreamSynchronize(m_.stream);
+  }
+
+  size_t plan_count() const { return plans_->size(); }
+
+  bool supports(DType t) const override { return t == DType::F32 || low_precision(t); }
+
+  void forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
+               Tensor& y) override {
+    m_.activate();
+    if (g.N == 0) return;
+    run(cuda::ConvOp::Fprop, g, x, w, x.data(), w.data(), y.data());
+    add_bias(g, b, y);
+  }
+
+  void backward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
+                Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override {
+    if (!begin_backward(g, dy, dw, db, accumulate)) return;
+    if (dx.defined()) run(cuda::ConvOp::Dgrad, g, x, w, dy.data(), w.data(), dx.data());
+    if (dw.defined()) {
+      Tensor out =
+          accumulate ? Tensor::empty(dw.shape(), DType::F32, be_.device(), dw.layout()) : dw;
+      run(cuda::ConvOp::Wgrad, g, x, w, x.data(), dy.data(), out.data());
+      if (accumulate) cuda::launch_accumulate(fptr(out), fptr(dw), dw.numel(), m_.stream);
+    }
+  }
+
+  void forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
+                  Tensor& y) override {
+    m_.activate();
+    if (g.N == 0) return;
+    // y_lp (N,Cout,Ho,Wo) in x's dtype and layout: the graph's output.
+    Tensor y_lp = be_.empty(g.output_shape(), x.dtype(), x.layout());
+    run(cuda::ConvOp::Fprop, g, x, w, x.data(), w.data(), y_lp.data());
+    be_.cast(y_lp, y);
+    add_bias(g, b, y);
+  }
+
+  void backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
+                   Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override {
+    // db from the unrounded dy, as the fp32 layer's.
+    if (!begin_backward(g, dy, dw, db, accumulate)) return;
+    if (!dx.defined() && !dw.defined()) return;
+    const DType lp = x.dtype();
+    const Layout l = x.layout();
+    // dy rounded once (N,Cout,Ho,Wo), shared by dgrad and wgrad.
+    Tensor dy_lp = be_.empty(dy.shape(), lp, l);
+    be_.cast(dy, dy_lp);
+    if (dx.defined()) {
+      Tensor dx_lp = be_.empty(g.input_shape(), lp, l);  // (N,Cin,H,W)
+      run(cuda::ConvOp::Dgrad, g, x, w, dy_lp.data(), w.data(), dx_lp.data());
+      be_.cast(dx_lp, dx);
+    }
+    if (dw.defined()) {
+      Tensor dw_lp = be_.empty(g.weight_shape(), lp, w.layout());  // (Cout,Cin,KH,KW)
+      run(cuda::ConvOp::Wgrad, g, x, w, x.data(), dy_lp.data(), dw_lp.data());
+      if (accumulate) {
+        Tensor dw32 = be_.empty(dw.shape(), DType::F32, dw.layout());
+        be_.cast(dw_lp, dw32);
+        cuda::launch_accumulate(fptr(dw32), fptr(dw), dw.numel(), m_.stream);
+      } else {
+        be_.cast(dw_lp, dw);
+      }
+    }
+  }
+
+ private:
+  // Enqueues one cuDNN convolution of x's dtype (operands as
+  // ConvPlanCache::run), its workspace from the caching allocator.
+  void run(cuda::ConvOp op, const ConvGeometry& g, const Tensor& x, const Tensor& w,
+           const void* a, const void* b, void* out) {
+    Tensor ws;
+    plans_->run(key_of(op, g, x, w, be_.options()), a, b, out,
+                [&](size_t bytes) { return (ws = m_.scratch(bytes)).data(); });
+  }
+
+  // y (f32) += b per output channel (bias.cu), when there is a bias.
+  void add_bias(const ConvGeometry& g, const Tensor& b, Tensor& y) {
+    if (b.defined())
+      cuda::launch_bias_add(fptr(y), fptr(b), g.N, g.C_out, g.H_out * g.W_out,
+                            y.layout() == Layout::NHWC, m_.stream);
+  }
+
+  // What both backward forms do first: db (+)= Σ dy per channel (bias.cu);
+  // for an empty batch, zero weight gradients (as the CPU backend) and no dx,
+  // returning false: nothing left to do.
+  bool begin_backward(const ConvGeometry& g, const Tensor& dy, Tensor& dw, Tensor& db,
+                      bool accumulate) {
+    m_.activate();
+    if (db.defined()) {
+      const int64_t HW = g.H_out * g.W_out;
+      const bool nhwc = dy.layout() == Layout::NHWC;
+      Tensor work = m_.scratch(cuda::bias_grad_scratch_bytes(g.N, g.C_out, HW, nhwc));
+      cuda::launch_bias_grad(fptr(dy), fptr(db), g.N, g.C_out, HW, nhwc, accumulate,
+                             work.data_as<double>(), m_.stream);
+    }
+    if (g.N > 0) return true;
+    if (dw.defined() && !accumulate) cuda::launch_fill(dw.data(), dw.numel(), 4, 0, m_.stream);
+    return false;
+  }
+
+  CudaBackend& be_;
+  const CudaBackend::Impl& m_;
+  std::unique_ptr<cuda::ConvPlanCache> plans_;
+};
+
+}  // namespace
+
+void register_cuda_kernels() {
+  register_kernels<Kernels, CudaKernels, CudaBackend>(DeviceKind::CUDA);
+}
+
+}  // namespace conv
+
+// The plan cache is this family's (CudaKernels above): asking for the count
+// makes the family's kernels on a backend that has run no convolution yet.
+size_t CudaBackend::conv_plan_count() {
+  return static_cast<conv::CudaKernels&>(kernels<conv::Kernels>()).plan_count();
+}
+
+}  // namespace tb

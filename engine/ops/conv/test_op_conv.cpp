@@ -1,0 +1,953 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The convolution op family (conv.h): conv::forward/backward on every
+// backend, layout and dtype (f32/f64, and f16/bf16 as the low-precision form
+// of the same op), and the Conv2d layer.
+//
+// 1. Gradients: Conv2d's backward against central finite differences, f64 on
+//    the reference backend (gradcheck.h), NCHW and NHWC: relative error < 1e-6.
+// 2. conv_matches_reference, one body over targets (backend x layout x dtype;
+//    device_fixture.h) x shapes: y, dx, dw, db of the target against the
+//    reference kernels in NCHW, and accumulate=true against the reference's
+//    accumulate. Tolerances by target:
+//      cpu f64 (every CPU backend runs the reference templates for f64), and
+//      NHWC on the CPU (the fast backend routes NHWC to the reference, which
+//      visits the same elements in the same order): bit-identical;
+//      cpu-fast NCHW f32 (im2col + OpenBLAS, other summation order): 1e-4 of
+//      the largest reference magnitude;
+//      cuda f32: cuDNN with strict fp32 engines (no TF32, no down-converted
+//      inputs: conv_engine_filter), network_tolerance("fp32", 4, k) of the
+//      largest magnitude, k the longest reduction (db included: the float
+//      reference's sum over N·Ho·Wo is what rounds).
+//    On the CPU also the accumulate contract (accumulate=true adds what
+//    accumulate=false writes: 1e-6 scaled in f32, 1e-14 in f64, exact on the
+//    exact targets; dx is written either way), each output computed alone, and
+//    with NHWC activations both filter layouts (KRSC and KCRS).
+// 3. f16/bf16 x and w (rounded inputs, f32 accumulation and outputs):
+//    the CPU reference within 2.5u·Σ|x||w| of the f32 op on the unrounded
+//    inputs (u the unit roundoff: 2^-11 f16, 2^-8 bf16); CUDA against the CPU
+//    within 2u·|cpu| + 1e-5·max|cpu|, NCHW and NHWC.
+// 4. Hand-computed values, empty batches, shape/layout/dtype errors (a dtype
+//    a backend lacks: CUDA's f64), the layer's
+//    parameters; the cuDNN plan key (pointer alignments included), engine
+//    filter and plan cache; the convolution on weight and gradient views at
+//    4-, 8- and 128-byte alignment (how the trainer's parameters sit) against
+//    the reference, on the fast CPU and CUDA rows.
+// GPU rows and slots QSKIP with the reason where there is no device.
+#include <QtTest>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/error.h"
+#include "engine/nn/conv2d.h"
+#include "engine/nn/model.h"
+#include "engine/ops/conv/conv.h"
+#include "engine/ops/conv/conv_cudnn.h"
+#include "tests/engine/device_fixture.h"
+#include "tests/engine/gradcheck.h"
+#include "tests/engine/tensor_helpers.h"
+
+using namespace tb;
+using namespace tb::test;
+
+namespace {
+
+constexpr double kGradTol = 1e-6;   // f64 finite differences
+constexpr double kFastTol = 1e-4;   // fast f32 vs reference f32
+constexpr double kAccumTol = 1e-6;  // accumulate=true vs old + written, f32
+
+struct ConvCase {
+  const char* name = "";
+  int64_t N = 0, C_in = 0, H = 0, W = 0, C_out = 0, k = 0, stride = 1, pad = 0;
+  bool bias = true;
+  bool large = false;  // the fast path's chunking shapes: not for the f64 / NHWC reference rows
+};
+
+// The shapes every target runs (large ones: see large).
+const ConvCase kCases[] = {
+    {"fmnist conv1, batch 1", 1, 1, 28, 28, 32, 3, 1, 1, true},
+    {"fmnist conv2, batch 3", 3, 32, 14, 14, 64, 3, 1, 1, true, true},
+    // "Same" padding (stride 1, output size = input size) has a shifted-copy path.
+    {"same, odd sizes", 2, 3, 7, 9, 5, 3, 1, 1, true},
+    {"same, kernel 5 > height", 1, 2, 3, 4, 3, 5, 1, 2, false},
+    {"same, height 1", 2, 2, 1, 5, 3, 3, 1, 1, true},
+    {"odd, stride 2, pad 1", 2, 3, 7, 9, 5, 3, 2, 1, true},
+    {"stride 2, pad 0, no bias", 5, 2, 8, 6, 3, 3, 2, 0, false},
+    {"kernel 1", 2, 4, 5, 5, 6, 1, 1, 0, true},
+    {"kernel 1, stride 2, pad 1", 3, 2, 6, 5, 3, 1, 2, 1, false},
+    {"kernel 5, stride 3, pad 2", 1, 3, 11, 7, 4, 5, 3, 2, true},
+    {"kernel = input", 2, 2, 3, 3, 3, 3, 1, 0, true},
+    // The fast path batches 4 conv1 images per GEMM: chunks of 4, 4 and 2.
+    {"fmnist conv1, batch 10", 10, 1, 28, 28, 32, 3, 1, 1, true},
+    // Large images: one image per GEMM, 7 chunks accumulating into dW.
+    {"one image per chunk", 7, 16, 32, 32, 8, 5, 1, 2, true, true},
+    {"3x3 s1 p1", 2, 3, 9, 7, 5, 3, 1, 1, true},
+    {"3x3 s2 p1", 2, 4, 9, 8, 6, 3, 2, 1, true},
+    {"1x1 s1", 3, 6, 5, 5, 4, 1, 1, 0, true},
+    {"1x1 s2 (shortcut)", 2, 4, 6, 6, 8, 1, 2, 0, true},
+    {"5x5 s2 p2", 1, 2, 11, 10, 3, 5, 2, 2, true},
+    {"3x3 s1 p0 C=1", 2, 1, 6, 6, 8, 3, 1, 0, true},
+    {"3x3 same", 4, 3, 16, 16, 8, 3, 1, 1, true},
+    {"3x3 stride 2 odd", 3, 5, 15, 13, 7, 3, 2, 1, true},
+    {"1x1 wide", 2, 16, 7, 9, 24, 1, 1, 0, true},
+    {"5x5 pad 2", 2, 8, 12, 12, 8, 5, 1, 2, true},
+    {"small f64 accumulate", 2, 3, 6, 5, 4, 3, 1, 1, true},
+};
+
+const Target kTargets[] = {
+    {Impl::CpuReference, Layout::NCHW, DType::F32}, {Impl::CpuFast, Layout::NCHW, DType::F32},
+    {Impl::CpuFast, Layout::NCHW, DType::F64},      {Impl::CpuReference, Layout::NHWC, DType::F32},
+    {Impl::CpuReference, Layout::NHWC, DType::F64}, {Impl::CpuFast, Layout::NHWC, DType::F32},
+    {Impl::CpuFast, Layout::NHWC, DType::F64},      {Impl::Cuda, Layout::NCHW, DType::F32},
+    {Impl::Cuda, Layout::NHWC, DType::F32},
+};
+
+// Bit-identical to the reference: f64 on the CPU, NHWC on the CPU, the reference itself.
+bool exact_target(const Target& t) {
+  return !t.on_gpu() &&
+         (t.dtype == DType::F64 || t.layout == Layout::NHWC || t.impl == Impl::CpuReference);
+}
+
+// One output of a target against the reference's (host tensors).
+Comparison check_output(const Target& t, const ConvGeometry& g, const std::string& out,
+                        const Tensor& ref, const Tensor& got) {
+  const std::string what = "conv " + out + " " + t.name();
+  if (exact_target(t)) {
+    const double d = max_abs_diff(ref, got);
+    return {d == 0.0, what + ": differs from the reference by " + std::to_string(d)};
+  }
+  if (!t.on_gpu()) {
+    const double e = scaled_diff(ref, got);
+    return {e < kFastTol, what + ": scaled difference " + std::to_string(e)};
+  }
+  // The longest reduction: C·R·S (y), K·R·S (dx) or N·Ho·Wo (dw, db). db too:
+  // the GPU sums in double, but the reference sums N·Ho·Wo floats one by one,
+  // an error that grows with the partial sums, not with |db|: "fmnist conv1,
+  // batch 10" (7840 terms) is 1.8x over a 1e-5 relative + 1e-5 bound.
+  const int64_t k = std::max({g.C_in * g.KH * g.KW, g.C_out * g.KH * g.KW, g.N * g.H_out * g.W_out});
+  return compare(ref, got, network_tolerance("fp32", 4, k), 0.0, what, true, "fp32");
+}
+
+// a + b element-wise (host, f32 or f64, same layout).
+Tensor sum_of(const Tensor& a, const Tensor& b) {
+  Tensor s = clone(a);
+  for (int64_t i = 0; i < s.numel(); ++i) {
+    if (s.dtype() == DType::F64)
+      s.data_as<double>()[i] += b.data_as<double>()[i];
+    else
+      s.data_as<float>()[i] += b.data_as<float>()[i];
+  }
+  return s;
+}
+
+double unit_roundoff(DType t) {
+  return t == DType::F16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+}
+
+Tensor abs_of(const Tensor& t) {
+  Tensor a = Tensor::empty(t.shape(), DType::F32);
+  for (int64_t i = 0; i < t.numel(); ++i) a.data_as<float>()[i] = std::abs(t.data_as<float>()[i]);
+  return a;
+}
+
+float at(const Tensor& h, int64_t i) { return h.data_as<float>()[i]; }
+
+// f32 tensor -> lp tensor on the same backend and layout.
+Tensor lp_of(Backend& b, const Tensor& f, DType lp) {
+  Tensor t = b.empty(f.shape(), lp, f.layout());
+  b.cast(f, t);
+  return t;
+}
+
+struct ConvOut {
+  Tensor y, dx, dw, db;  // host, f32, NCHW
+};
+
+// The lp convolution on backend b, inputs given as f32 host NCHW tensors (they
+// are rounded to `lp` on b). Activations in layout l, the weight in wl.
+ConvOut conv_lp(Backend& b, const ConvGeometry& g, const Tensor& x, const Tensor& w,
+                const Tensor& bias, const Tensor& dy, DType lp, Layout l, Layout wl) {
+  const Tensor xl = lp_of(b, to_device(b, x, l), lp), wlp = lp_of(b, to_device(b, w, wl), lp);
+  const Tensor bd = to_device(b, bias), dyd = to_device(b, dy, l);
+  Tensor y = b.empty(g.output_shape(), DType::F32, l);
+  Tensor dx = b.empty(g.input_shape(), DType::F32, l);
+  Tensor dw = b.empty(g.weight_shape(), DType::F32, wl);
+  Tensor db = b.empty({g.C_out}, DType::F32);
+  conv::forward(b, g, xl, wlp, bd, y);
+  conv::backward(b, g, xl, wlp, dyd, dx, dw, db, false);
+  return {to_host_nchw(b, y), to_host_nchw(b, dx), to_host_nchw(b, dw), to_host_nchw(b, db)};
+}
+
+// The f32 convolution (CPU, NCHW); with abs inputs it gives Σ|a||b| per output.
+ConvOut conv_f32(Backend& b, const ConvGeometry& g, const Tensor& x, const Tensor& w,
+                 const Tensor& bias, const Tensor& dy) {
+  ConvOut o{Tensor::empty(g.output_shape(), DType::F32), Tensor::empty(g.input_shape(), DType::F32),
+            Tensor::empty(g.weight_shape(), DType::F32), Tensor::empty({g.C_out}, DType::F32)};
+  conv::forward(b, g, x, w, bias, o.y);
+  conv::backward(b, g, x, w, dy, o.dx, o.dw, o.db, false);
+  return o;
+}
+
+}  // namespace
+
+Q_DECLARE_METATYPE(ConvCase)
+
+class TestOpConv : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // ------------------------------------------------------------ finite differences
+
+  void gradcheck_conv_data() {
+    QTest::addColumn<int64_t>("cin");
+    QTest::addColumn<int64_t>("cout");
+    QTest::addColumn<int64_t>("k");
+    QTest::addColumn<int64_t>("stride");
+    QTest::addColumn<int64_t>("pad");
+    QTest::addColumn<bool>("bias");
+    QTest::addColumn<int64_t>("h");
+    QTest::addColumn<int64_t>("w");
+    QTest::addColumn<uint64_t>("seed");
+    QTest::addColumn<Layout>("layout");
+    struct G {
+      const char* name;
+      int64_t cin, cout, k, stride, pad;
+      bool bias;
+      int64_t h, w;
+      uint64_t seed;
+    };
+    const G shapes[] = {{"k3 s1 p1 bias", 2, 3, 3, 1, 1, true, 5, 6, 11},
+                        {"k3 s1 p0 nobias", 2, 3, 3, 1, 0, false, 6, 5, 11},
+                        {"k3 s2 p1 bias", 3, 2, 3, 2, 1, true, 7, 6, 11},
+                        {"k3 s2 p0 nobias", 2, 2, 3, 2, 0, false, 7, 7, 11},
+                        {"k1 s1 p0 bias", 3, 4, 1, 1, 0, true, 4, 3, 11},
+                        {"k1 s2 p1 nobias", 2, 3, 1, 2, 1, false, 5, 4, 11},
+                        {"conv 3x3 s1 p1", 3, 4, 3, 1, 1, true, 6, 5, 77},
+                        {"conv 3x3 s2 p1", 3, 4, 3, 2, 1, true, 6, 5, 77},
+                        {"conv 1x1 s2", 3, 5, 1, 2, 0, false, 6, 5, 77}};
+    for (Layout l : {Layout::NCHW, Layout::NHWC})
+      for (const G& s : shapes)
+        QTest::addRow("%s %s", s.name, layout_name(l))
+            << s.cin << s.cout << s.k << s.stride << s.pad << s.bias << s.h << s.w << s.seed << l;
+  }
+  void gradcheck_conv() {
+    QFETCH(int64_t, cin);
+    QFETCH(int64_t, cout);
+    QFETCH(int64_t, k);
+    QFETCH(int64_t, stride);
+    QFETCH(int64_t, pad);
+    QFETCH(bool, bias);
+    QFETCH(int64_t, h);
+    QFETCH(int64_t, w);
+    QFETCH(uint64_t, seed);
+    QFETCH(Layout, layout);
+    auto r = test::gradcheck_layer(std::make_unique<Conv2d>("conv", cout, k, stride, pad, bias),
+                                   {2, cin, h, w}, seed, true, 1e-6, layout);
+    QVERIFY2(r.max_rel_error_dx < kGradTol, qPrintable(QString("dx rel error %1 at %2")
+                                                           .arg(r.max_rel_error_dx)
+                                                           .arg(QString::fromStdString(r.worst))));
+    QVERIFY2(r.max_rel_error_params < kGradTol,
+             qPrintable(QString("param rel error %1 at %2")
+                            .arg(r.max_rel_error_params)
+                            .arg(QString::fromStdString(r.worst))));
+  }
+
+  // ------------------------------------------------------------ every target vs the reference
+
+  void conv_matches_reference_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<ConvCase>("c");
+    for (const Target& t : kTargets)
+      for (const ConvCase& c : kCases) {
+        // The reference templates in f64 or NHWC take seconds on the large shapes.
+        if (c.large && !t.on_gpu() && (t.dtype == DType::F64 || t.layout == Layout::NHWC)) continue;
+        QTest::addRow("%s: %s", t.name().c_str(), c.name) << t << c;
+      }
+  }
+  void conv_matches_reference() {
+    FETCH_TARGET(t, be);
+    QFETCH(ConvCase, c);
+    TB_GPU_TRY
+    const auto g = ConvGeometry::make(c.N, c.C_in, c.H, c.W, c.C_out, c.k, c.stride, c.pad);
+    std::mt19937_64 rng(21 + uint64_t(c.N * 1000 + c.C_in * 100 + c.k * 10 + c.stride));
+    const DType dt = t.dtype;
+    const Tensor x = random_tensor(g.input_shape(), dt, rng);
+    const Tensor w = random_tensor(g.weight_shape(), dt, rng);
+    const Tensor b = c.bias ? random_tensor({c.C_out}, dt, rng) : Tensor{};
+    const Tensor dy = random_tensor(g.output_shape(), dt, rng);
+    const Tensor dw_old = random_tensor(g.weight_shape(), dt, rng);
+    const Tensor db_old = random_tensor({c.C_out}, dt, rng);
+
+    // The oracle: the reference kernels, NCHW; accumulate=true from dw_old/db_old.
+    CpuBackend& ref = cpu_reference();
+    Tensor y0 = like(dy, Layout::NCHW), dx0 = like(x, Layout::NCHW);
+    Tensor dw0 = like(w, Layout::NCHW), db0 = Tensor::empty({c.C_out}, dt);
+    conv::forward(ref, g, x, w, b, y0);
+    conv::backward(ref, g, x, w, dy, dx0, dw0, db0, false);
+    Tensor dw0_acc = clone(dw_old), db0_acc = clone(db_old), none;
+    conv::backward(ref, g, x, w, dy, none, dw0_acc, db0_acc, true);
+
+    // The target; with NHWC activations on the CPU both filter layouts.
+    std::vector<Layout> filter_layouts{t.layout};
+    if (!t.on_gpu() && t.layout == Layout::NHWC) filter_layouts.push_back(Layout::NCHW);
+    for (Layout wl : filter_layouts) {
+      const Tensor xd = to_device(be, x, t.layout), wd = to_device(be, w, wl);
+      const Tensor dyd = to_device(be, dy, t.layout), bd = to_device(be, b);
+      Tensor y1 = be.empty(g.output_shape(), dt, t.layout);
+      Tensor dx1 = be.empty(g.input_shape(), dt, t.layout), dw1 = be.empty(g.weight_shape(), dt, wl);
+      Tensor db1 = be.empty({c.C_out}, dt);
+      conv::forward(be, g, xd, wd, bd, y1);
+      conv::backward(be, g, xd, wd, dyd, dx1, dw1, db1, false);
+      const Tensor y = to_host(be, y1), dx = to_host(be, dx1), dw = to_host(be, dw1),
+                   db = to_host(be, db1);
+      const std::string f = std::string(" filters ") + layout_name(wl);
+      EXPECT_OUTPUT(t, g, "y" + f, y0, y);
+      EXPECT_OUTPUT(t, g, "dx" + f, dx0, dx);
+      EXPECT_OUTPUT(t, g, "dw" + f, dw0, dw);
+      EXPECT_OUTPUT(t, g, "db" + f, db0, db);
+
+      // accumulate=true against the reference's (dx written either way).
+      Tensor dx_acc = to_device(be, random_tensor(g.input_shape(), dt, rng), t.layout);
+      Tensor dw_acc = to_device(be, dw_old, wl), db_acc = to_device(be, db_old);
+      conv::backward(be, g, xd, wd, dyd, dx_acc, dw_acc, db_acc, true);
+      EXPECT_OUTPUT(t, g, "accumulated dw" + f, dw0_acc, to_host(be, dw_acc));
+      EXPECT_OUTPUT(t, g, "accumulated db" + f, db0_acc, to_host(be, db_acc));
+      EXPECT_OUTPUT(t, g, "dx with accumulate" + f, dx0, to_host(be, dx_acc));
+      if (t.on_gpu()) continue;
+
+      // The CPU's own contract: accumulate adds what accumulate=false writes
+      // (exact targets: onto the written values themselves, giving 2·dw
+      // bit for bit), dx is written, not added to.
+      const bool exact = t.layout == Layout::NHWC;
+      const double acc_tol = dt == DType::F64 ? 1e-14 : kAccumTol;
+      const Tensor old_w = exact ? dw : random_tensor(g.weight_shape(), dt, rng);
+      const Tensor old_b = exact ? db : random_tensor({c.C_out}, dt, rng);
+      Tensor acc_w = to_device(be, old_w, wl), acc_b = to_device(be, old_b);
+      Tensor dx_again = to_device(be, random_tensor(g.input_shape(), dt, rng), t.layout);
+      conv::backward(be, g, xd, wd, dyd, dx_again, acc_w, acc_b, true);
+      const Tensor want_w = sum_of(old_w, dw), want_b = sum_of(old_b, db);
+      if (exact) {
+        EXPECT_SAME(want_w, to_host(be, acc_w), qPrintable(QString::fromStdString("accumulated dw " + t.name() + f)));
+        EXPECT_SAME(want_b, to_host(be, acc_b), qPrintable(QString::fromStdString("accumulated db " + t.name() + f)));
+        EXPECT_SAME(dx, to_host(be, dx_again), qPrintable(QString::fromStdString("dx " + t.name() + f)));
+      } else {
+        CHECK_BELOW(scaled_diff(want_w, to_host(be, acc_w)), acc_tol);
+        CHECK_BELOW(scaled_diff(want_b, to_host(be, acc_b)), acc_tol);
+        CHECK_BELOW(scaled_diff(dx, to_host(be, dx_again)), 1e-7);
+      }
+
+      // Each output alone (the others undefined) gives the same values.
+      Tensor dx_only = be.empty(g.input_shape(), dt, t.layout);
+      Tensor dw_only = be.empty(g.weight_shape(), dt, wl);
+      Tensor no_dx, no_dw, no_db;
+      conv::backward(be, g, xd, wd, dyd, dx_only, no_dw, no_db, false);
+      conv::backward(be, g, xd, wd, dyd, no_dx, dw_only, no_db, false);
+      CHECK_BELOW(scaled_diff(dx, to_host(be, dx_only)), 1e-7);
+      CHECK_BELOW(scaled_diff(dw, to_host(be, dw_only)), 1e-7);
+    }
+    TB_GPU_CATCH
+  }
+
+  // ------------------------------------------------------------ f16 / bf16
+
+  // f16/bf16 inputs (CPU reference) vs the f32 convolution on the unrounded inputs:
+  // every element within 2.5u·Σ|a||b| (see the file comment); db bit-equal;
+  // and the rounding visible (bf16's worst error above f16's, f16's above zero).
+  void conv_lp_within_rounding_of_f32_data() {
+    QTest::addColumn<ConvCase>("c");
+    for (const ConvCase& c : {ConvCase{"4x3x10x9 k3 s1 p1", 4, 3, 10, 9, 8, 3, 1, 1},
+                              ConvCase{"3x5x11x11 k3 s2 p0", 3, 5, 11, 11, 6, 3, 2, 0},
+                              ConvCase{"2x16x6x6 k1", 2, 16, 6, 6, 12, 1, 1, 0},
+                              ConvCase{"2x2x8x8 k5 s2 p2", 2, 2, 8, 8, 4, 5, 2, 2}})
+      QTest::newRow(c.name) << c;
+  }
+  void conv_lp_within_rounding_of_f32() {
+    QFETCH(ConvCase, c);
+    CpuBackend& ref = cpu_reference();
+    const ConvCase cs = c;
+    const ConvGeometry g =
+        ConvGeometry::make(cs.N, cs.C_in, cs.H, cs.W, cs.C_out, cs.k, cs.stride, cs.pad);
+    const uint64_t seed = uint64_t(100 + cs.C_in * 7 + cs.k);
+    const Tensor x = random_tensor(g.input_shape(), seed), w = random_tensor(g.weight_shape(), seed + 1);
+    const Tensor bias = random_tensor({g.C_out}, seed + 2), dy = random_tensor(g.output_shape(), seed + 3);
+    const ConvOut f = conv_f32(ref, g, x, w, bias, dy);
+    Tensor nob;
+    const ConvOut mag = conv_f32(ref, g, abs_of(x), abs_of(w), nob, abs_of(dy));
+    double worst[2] = {0, 0};  // max error / bound-scale, per dtype
+    int di = 0;
+    for (DType dt : {DType::F16, DType::BF16}) {
+      const double u = unit_roundoff(dt);
+      const ConvOut lp = conv_lp(ref, g, x, w, bias, dy, dt, Layout::NCHW, Layout::NCHW);
+      for (auto [a, b, s, what] :
+           {std::tuple{lp.y, f.y, mag.y, "y"}, std::tuple{lp.dx, f.dx, mag.dx, "dx"},
+            std::tuple{lp.dw, f.dw, mag.dw, "dw"}})
+        for (int64_t i = 0; i < a.numel(); ++i) {
+          const double e = std::abs(double(at(a, i)) - at(b, i));
+          worst[di] = std::max(worst[di], e / at(s, i));
+          QVERIFY2(e <= 2.5 * u * at(s, i) + 1e-6,
+                   qPrintable(QString("%1 %2[%3]: lp %4 f32 %5 bound %6")
+                                  .arg(dtype_name(dt))
+                                  .arg(what)
+                                  .arg(i)
+                                  .arg(at(a, i))
+                                  .arg(at(b, i))
+                                  .arg(2.5 * u * at(s, i))));
+        }
+      QVERIFY2(bitwise_equal(lp.db, f.db), dtype_name(dt));
+      ++di;
+    }
+    qInfo("conv N=%lld Cin=%lld k=%lld s=%lld: worst error / sum|a||b|: f16 %.3g (u %.3g), "
+          "bf16 %.3g (u %.3g)",
+          (long long)cs.N, (long long)cs.C_in, (long long)cs.k, (long long)cs.stride, worst[0],
+          unit_roundoff(DType::F16), worst[1], unit_roundoff(DType::BF16));
+    QVERIFY(worst[0] > 0.0);           // the inputs really were rounded
+    QVERIFY(worst[1] > 2 * worst[0]);  // and bf16 more coarsely than f16
+  }
+
+  // The same rounded inputs on both; the GPU rounds each convolution's output
+  // to f16/bf16 once more (conv_cuda.cpp: y = f32(lp(x∗w)) + b, dx = f32(lp(..)),
+  // dw = f32(lp(..)); db from the unrounded f32 dy) and sums in another order:
+  // |gpu − cpu| <= 2u·|v| + 1e-5·max|cpu|, v the value the GPU rounded: x∗w =
+  // y − b for y (the bias is added after the rounding; the first GPU run failed
+  // a bound taken on |y|, where b cancels most of x∗w: f16 y[14] 0.076959 vs
+  // 0.0771722), the output itself for dx and dw, 0 for db. 2u: one rounding to
+  // nearest (u) with as much again for an engine that rounds a split
+  // reduction's partials (cuDNN does not document its epilogue). Activations
+  // and filters in the target's layout.
+  void conv_lp_matches_cpu_data() {
+    QTest::addColumn<Target>("target");
+    for (DType dt : {DType::F16, DType::BF16})
+      for (const Target& t : cuda_targets(dt)) QTest::newRow(t.name().c_str()) << t;
+  }
+  void conv_lp_matches_cpu() {
+    FETCH_TARGET(t, be);
+    TB_GPU_TRY
+    const ConvGeometry g = ConvGeometry::make(4, 8, 12, 12, 16, 3, 1, 1);
+    const Tensor x = random_tensor(g.input_shape(), 61), w = random_tensor(g.weight_shape(), 62);
+    const Tensor bias = random_tensor({g.C_out}, 63), dy = random_tensor(g.output_shape(), 64);
+    const DType dt = t.dtype;
+    const Layout l = t.layout;
+    const double u = unit_roundoff(dt);
+    const ConvOut c = conv_lp(cpu_reference(), g, x, w, bias, dy, dt, Layout::NCHW, Layout::NCHW);
+    const ConvOut d = conv_lp(be, g, x, w, bias, dy, dt, l, l);
+    // |v|, the value the GPU rounded to dt, for output element i (host NCHW order).
+    const int64_t plane = g.H_out * g.W_out;
+    const auto rounded = [&](const std::string& what, const Tensor& r, int64_t i) -> double {
+      if (what == "y") return std::abs(double(at(r, i)) - at(bias, (i / plane) % g.C_out));
+      if (what == "db") return 0.0;
+      return std::abs(double(at(r, i)));
+    };
+    for (auto [rt, gt, what] : {std::tuple{c.y, d.y, "y"}, std::tuple{c.dx, d.dx, "dx"},
+                                std::tuple{c.dw, d.dw, "dw"}, std::tuple{c.db, d.db, "db"}}) {
+      double mx = 0;
+      for (int64_t i = 0; i < rt.numel(); ++i) mx = std::max(mx, double(std::abs(at(rt, i))));
+      for (int64_t i = 0; i < rt.numel(); ++i) {
+        const double v = rounded(what, rt, i), bound = 2 * u * v + 1e-5 * mx;
+        QVERIFY2(std::abs(double(at(rt, i)) - at(gt, i)) <= bound,
+                 qPrintable(QString("%1 %2 %3[%4]: cpu %5 cuda %6, rounded |value| %7, bound %8")
+                                .arg(dtype_name(dt))
+                                .arg(layout_name(l))
+                                .arg(what)
+                                .arg(i)
+                                .arg(at(rt, i))
+                                .arg(at(gt, i))
+                                .arg(v)
+                                .arg(bound)));
+      }
+    }
+    TB_GPU_CATCH
+  }
+
+  // accumulate=true adds into dw and db; dx is written either way.
+  void conv_lp_accumulates() {
+    CpuBackend& ref = cpu_reference();
+    const ConvGeometry g = ConvGeometry::make(2, 3, 7, 7, 4, 3, 1, 1);
+    const Tensor x = lp_of(ref, random_tensor(g.input_shape(), 7), DType::BF16);
+    const Tensor w = lp_of(ref, random_tensor(g.weight_shape(), 8), DType::BF16);
+    const Tensor dy = random_tensor(g.output_shape(), 9);
+    const Tensor dw0 = random_tensor(g.weight_shape(), 10), db0 = random_tensor({g.C_out}, 11);
+    Tensor dx = Tensor::empty(g.input_shape(), DType::F32),
+           dw = Tensor::empty(g.weight_shape(), DType::F32);
+    Tensor db = Tensor::empty({g.C_out}, DType::F32);
+    conv::backward(ref, g, x, w, dy, dx, dw, db, false);
+    Tensor dwa = clone(dw0), dba = clone(db0);
+    Tensor dx2 = Tensor::empty(g.input_shape(), DType::F32);
+    conv::backward(ref, g, x, w, dy, dx2, dwa, dba, true);
+    QVERIFY(bitwise_equal(dx, dx2));
+    for (int64_t i = 0; i < dw.numel(); ++i)
+      QVERIFY(std::abs(at(dwa, i) - (at(dw0, i) + at(dw, i))) <=
+              1e-6f * (1 + std::abs(at(dwa, i))));
+    for (int64_t i = 0; i < db.numel(); ++i)
+      QVERIFY(std::abs(at(dba, i) - (at(db0, i) + at(db, i))) <=
+              1e-6f * (1 + std::abs(at(dba, i))));
+  }
+
+  // One op for every dtype: x's dtype says which form runs, and the operands
+  // that do not fit it are refused naming the op and the operand.
+  void conv_lp_argument_checks() {
+    CpuBackend& ref = cpu_reference();
+    const ConvGeometry g = ConvGeometry::make(1, 2, 5, 5, 3, 3, 1, 1);
+    const Tensor xf = random_tensor(g.input_shape(), 1), wf = random_tensor(g.weight_shape(), 2);
+    const Tensor x16 = lp_of(ref, xf, DType::F16), wb16 = lp_of(ref, wf, DType::BF16);
+    Tensor none, y = Tensor::empty(g.output_shape(), DType::F32);
+    QString m = qerror_of([&] { conv::forward(ref, g, xf, lp_of(ref, wf, DType::F16), none, y); });
+    QVERIFY2(m.contains("conv2d_forward") && m.contains("weight f16") && m.contains("x f32"),
+             qPrintable(m));  // f32 x, f16 weight
+    QVERIFY_THROWS_EXCEPTION(Error, conv::forward(ref, g, x16, wb16, none, y));  // mixed
+    Tensor y16 = Tensor::empty(g.output_shape(), DType::F16);
+    const Tensor w16 = lp_of(ref, wf, DType::F16);
+    m = qerror_of([&] { conv::forward(ref, g, x16, w16, none, y16); });  // lp output
+    QVERIFY2(m.contains("output y f16") && m.contains("must be f32"), qPrintable(m));
+    const Tensor b16 = Tensor::empty({g.C_out}, DType::F16);
+    QVERIFY_THROWS_EXCEPTION(Error, conv::forward(ref, g, x16, w16, b16, y));  // lp bias
+    Tensor dx, dw, db;
+    const Tensor dy16 = Tensor::empty(g.output_shape(), DType::F16);
+    m = qerror_of([&] { conv::backward(ref, g, x16, w16, dy16, dx, dw, db, false); });
+    QVERIFY2(m.contains("conv2d_backward") && m.contains("dy f16"), qPrintable(m));
+    Tensor dw16 = Tensor::empty(g.weight_shape(), DType::F16);
+    const Tensor dy = random_tensor(g.output_shape(), 3);
+    QVERIFY_THROWS_EXCEPTION(Error, conv::backward(ref, g, x16, w16, dy, dx, dw16, db, false));
+    // A dtype no convolution takes is refused by name.
+    const Tensor xi = Tensor::zeros(g.input_shape(), DType::I32);
+    m = qerror_of([&] { conv::forward(ref, g, xi, wf, none, y); });
+    QVERIFY2(m.contains("conv2d_forward") && m.contains("i32"), qPrintable(m));
+    // And the same f16 operands run as the low-precision form: y f32.
+    conv::forward(ref, g, x16, w16, none, y);
+  }
+
+  // A backend refuses a dtype it lacks, naming the op, the dtype and itself:
+  // the CUDA backend has no f64 convolutions (the CPU has all four).
+  void conv_dtype_refused_by_backend() {
+    NEED_GPU();
+    TB_GPU_TRY
+    Backend& be = cuda_backend();
+    const ConvGeometry g = ConvGeometry::make(1, 2, 5, 5, 3, 3, 1, 1);
+    const Tensor x = be.empty(g.input_shape(), DType::F64), w = be.empty(g.weight_shape(), DType::F64);
+    Tensor y = be.empty(g.output_shape(), DType::F64), none;
+    const QString m = qerror_of([&] { conv::forward(be, g, x, w, none, y); });
+    QVERIFY2(m.contains("conv2d_forward") && m.contains("f64") &&
+                 m.contains(QString::fromStdString(be.name())),
+             qPrintable(m));
+    QVERIFY(be.has_kernels<conv::Kernels>());
+    QVERIFY(!be.kernels<conv::Kernels>().supports(DType::F64));
+    QVERIFY(cpu_reference().kernels<conv::Kernels>().supports(DType::F64));
+    TB_GPU_CATCH
+  }
+
+  // ------------------------------------------------------------ hand-computed values
+
+  void conv_known_values() {
+    // x = 1..9 on a 3x3 plane, 3x3 kernel of ones, padding 1, bias 0.5:
+    // each output is the sum of the pixel's in-image 3x3 neighbourhood + 0.5.
+    for (bool reference : {false, true}) {
+      CpuBackend& be = reference ? cpu_reference() : cpu_fast();
+      auto g = ConvGeometry::make(1, 1, 3, 3, 1, 3, 1, 1);
+      Tensor x = Tensor::empty({1, 1, 3, 3}, DType::F32);
+      for (int i = 0; i < 9; ++i) x.data_as<float>()[i] = float(i + 1);
+      Tensor w = Tensor::empty({1, 1, 3, 3}, DType::F32);
+      be.fill(w, 1.0);
+      Tensor b = Tensor::empty({1}, DType::F32);
+      be.fill(b, 0.5);
+      Tensor y = Tensor::empty({1, 1, 3, 3}, DType::F32);
+      conv::forward(be, g, x, w, b, y);
+      const float want[9] = {12.5f, 21.5f, 16.5f, 27.5f, 45.5f, 33.5f, 24.5f, 39.5f, 28.5f};
+      for (int i = 0; i < 9; ++i) QCOMPARE(y.data_as<float>()[i], want[i]);
+
+      // Stride 2 without padding on a 5x5 plane of 1..25, 3x3 ones: window sums.
+      auto g2 = ConvGeometry::make(1, 1, 5, 5, 1, 3, 2, 0);
+      Tensor x2 = Tensor::empty({1, 1, 5, 5}, DType::F32);
+      for (int i = 0; i < 25; ++i) x2.data_as<float>()[i] = float(i + 1);
+      Tensor y2 = Tensor::empty({1, 1, 2, 2}, DType::F32);
+      conv::forward(be, g2, x2, w, Tensor{}, y2);
+      const float want2[4] = {63.0f, 81.0f, 153.0f, 171.0f};
+      for (int i = 0; i < 4; ++i) QCOMPARE(y2.data_as<float>()[i], want2[i]);
+    }
+  }
+
+  void conv_empty_batch() {
+    // N = 0 (the tail of an exactly divided epoch never is, but a caller may ask):
+    // outputs are empty, written gradients are zero.
+    for (bool reference : {false, true}) {
+      CpuBackend& be = reference ? cpu_reference() : cpu_fast();
+      const auto g = ConvGeometry::make(0, 2, 5, 5, 3, 3, 1, 1);
+      Tensor x = Tensor::empty(g.input_shape(), DType::F32), w = Tensor::zeros({3, 2, 3, 3}, DType::F32);
+      Tensor dy = Tensor::empty(g.output_shape(), DType::F32), dx = Tensor::empty(g.input_shape(), DType::F32);
+      Tensor dw = Tensor::empty({3, 2, 3, 3}, DType::F32), db = Tensor::empty({3}, DType::F32);
+      be.fill(dw, 7.0);
+      be.fill(db, 7.0);
+      conv::backward(be, g, x, w, dy, dx, dw, db, false);
+      QCOMPARE(be.sum_squares(dw), 0.0);
+      QCOMPARE(be.sum_squares(db), 0.0);
+    }
+  }
+
+  // ------------------------------------------------------------ the layer
+
+  void conv_layer_shapes() {
+    ParamRegistry reg;
+    Conv2d conv("c", 8, 3, 2, 1);
+    QCOMPARE(conv.setup({1, 3, 7, 8}, reg), (Shape{1, 8, 4, 4}));
+    QCOMPARE(conv.kind(), std::string("conv2d"));
+    QCOMPARE(reg.params().size(), size_t(2));
+    QCOMPARE(reg.params()[0].spec.shape, (Shape{8, 3, 3, 3}));
+    QCOMPARE(reg.params()[0].spec.fan_in, int64_t(27));
+    QVERIFY(reg.params()[0].spec.init == Init::KaimingUniform);
+    QVERIFY(reg.params()[1].spec.init == Init::FanInUniform);
+    QVERIFY(!reg.params()[1].spec.weight_decay);
+    Conv2d nobias("c2", 8, 1, 1, 0, false);
+    QCOMPARE(nobias.setup({1, 3, 7, 8}, reg), (Shape{1, 8, 7, 8}));
+    QCOMPARE(reg.params().size(), size_t(3));
+  }
+
+  // ------------------------------------------------------------ errors
+
+  void conv_shape_errors() {
+    CpuBackend& be = cpu_fast();
+    auto g = ConvGeometry::make(2, 3, 8, 8, 4, 3, 1, 1);
+    Tensor x = Tensor::zeros({2, 3, 8, 8}, DType::F32);
+    Tensor w = Tensor::zeros({4, 3, 3, 3}, DType::F32);
+    Tensor y = Tensor::zeros({2, 4, 8, 8}, DType::F32);
+    Tensor bad_x = Tensor::zeros({2, 2, 8, 8}, DType::F32);
+    QString m = qerror_of([&] { conv::forward(be, g, bad_x, w, Tensor{}, y); });
+    QVERIFY2(m.contains("[2, 2, 8, 8]") && m.contains("[2, 3, 8, 8]"), qPrintable(m));
+    Tensor bad_w = Tensor::zeros({4, 3, 5, 5}, DType::F32);
+    m = qerror_of([&] { conv::forward(be, g, x, bad_w, Tensor{}, y); });
+    QVERIFY2(m.contains("[4, 3, 5, 5]") && m.contains("[4, 3, 3, 3]"), qPrintable(m));
+    Tensor bad_b = Tensor::zeros({5}, DType::F32);
+    m = qerror_of([&] { conv::forward(be, g, x, w, bad_b, y); });
+    QVERIFY2(m.contains("[5]") && m.contains("4"), qPrintable(m));
+    Tensor bad_dx = Tensor::zeros({2, 3, 7, 8}, DType::F32), none;
+    m = qerror_of([&] { conv::backward(be, g, x, w, y, bad_dx, none, none, false); });
+    QVERIFY2(m.contains("[2, 3, 7, 8]") && m.contains("[2, 3, 8, 8]"), qPrintable(m));
+    Tensor y64 = Tensor::zeros({2, 4, 8, 8}, DType::F64);
+    m = qerror_of([&] { conv::forward(be, g, x, w, Tensor{}, y64); });
+    QVERIFY2(m.contains("f64") && m.contains("f32"), qPrintable(m));
+    // NHWC x with an NCHW y: activations must share one layout.
+    Tensor x_nhwc = Tensor::zeros({2, 3, 8, 8}, DType::F32, Device::cpu(), Layout::NHWC);
+    m = qerror_of([&] { conv::forward(be, g, x_nhwc, w, Tensor{}, y); });
+    QVERIFY2(m.contains("NHWC"), qPrintable(m));
+
+    // The layer names itself and the offending shape.
+    ParamRegistry reg;
+    Conv2d conv("conv1", 4, 3);
+    conv.setup({1, 3, 8, 8}, reg);
+    Context ctx{be};
+    m = qerror_of([&] { conv.forward(ctx, bad_x); });
+    QVERIFY2(m.contains("conv1") && m.contains("[2, 2, 8, 8]"), qPrintable(m));
+    m = qerror_of([&] { ConvGeometry::make(1, 1, 2, 2, 1, 5, 1, 0); });
+    QVERIFY2(m.contains("5"), qPrintable(m));
+  }
+
+  void conv_layout_errors() {
+    CpuBackend& be = cpu_reference();
+    const ConvGeometry g = ConvGeometry::make(1, 2, 4, 4, 3, 3, 1, 1);
+    std::mt19937_64 rng(7);
+    const Tensor x = random_tensor(g.input_shape(), DType::F32, rng, Layout::NHWC);
+    const Tensor w = random_tensor(g.weight_shape(), DType::F32, rng, Layout::NHWC);
+    Tensor y_nchw = Tensor::empty(g.output_shape(), DType::F32);  // mixed activations
+    QVERIFY_THROWS_EXCEPTION(tb::Error, conv::forward(be, g, x, w, Tensor{}, y_nchw));
+    Tensor dy = random_tensor(g.output_shape(), DType::F32, rng, Layout::NHWC);
+    Tensor dx_nchw = Tensor::empty(g.input_shape(), DType::F32), none;
+    QVERIFY_THROWS_EXCEPTION(tb::Error,
+                             conv::backward(be, g, x, w, dy, dx_nchw, none, none, false));
+  }
+
+  // ------------------------------------------------------------ cuDNN plans (no device needed)
+
+  // Which cuDNN engines each convolution key may use (numerical and behaviour
+  // notes), decided without a GPU.
+  void conv_engine_filter() {
+    using namespace tb::cuda;
+    ConvPlanKey k;
+    k.dtype = DType::F32;
+    ConvEngineFilter f = tb::cuda::conv_engine_filter(k);
+    QVERIFY(f.no_down_convert && f.no_tensor_core);  // strict fp32: no TF32, no narrowing
+    QVERIFY(!f.no_reduced_precision_reduction && !f.no_nondeterministic);
+    QVERIFY(!f.no_runtime_compiled);
+    QCOMPARE(f.max_candidates, 1);
+    QVERIFY(!tb::cuda::conv_engine_filter(k, /*allow_tf32=*/true).no_tensor_core);
+    QVERIFY(tb::cuda::conv_engine_filter(k, true).no_down_convert);
+    for (DType t : {DType::F16, DType::BF16}) {
+      k.dtype = t;
+      f = tb::cuda::conv_engine_filter(k);
+      QVERIFY(f.no_reduced_precision_reduction);  // fp32 accumulation
+      QVERIFY(!f.no_tensor_core && !f.no_down_convert);
+    }
+    k.dtype = DType::F64;
+    f = tb::cuda::conv_engine_filter(k);
+    QVERIFY(f.no_down_convert && !f.no_tensor_core && !f.no_reduced_precision_reduction);
+    k.dtype = DType::F32;
+    k.deterministic = true;
+    QVERIFY(tb::cuda::conv_engine_filter(k).no_nondeterministic);
+    k.benchmark = true;
+    f = tb::cuda::conv_engine_filter(k);
+    QVERIFY(f.no_runtime_compiled);  // no NVRTC compiles while autotuning
+    QCOMPARE(f.max_candidates, kAutotuneCandidates);
+    QVERIFY(kAutotuneCandidates > 1 && kAutotuneCandidates <= 16);
+    QCOMPARE(QString::fromStdString(f.str()),
+             QStringLiteral("no DOWN_CONVERT_INPUTS, no TENSOR_CORE (TF32 off), no "
+                            "NONDETERMINISTIC, no RUNTIME_COMPILATION, 10 candidates at most, "
+                            "workspace <= 1024 MiB"));
+    QCOMPARE(f.max_workspace_bytes, int64_t(1) << 30);
+  }
+
+  void conv_plan_key() {
+    using namespace tb::cuda;
+    ConvPlanKey a;
+    a.N = 8, a.C = 3, a.H = 32, a.W = 30, a.K = 16, a.R = 3, a.S = 3, a.stride = 2, a.pad = 1;
+    QCOMPARE(a.H_out(), int64_t(16));
+    QCOMPARE(a.W_out(), int64_t(15));
+    const ConvPlanKeyHash hash;
+    QVERIFY(a == a);
+    QCOMPARE(hash(a), hash(ConvPlanKey(a)));
+    // Every field takes part in equality and (for these values) in the hash.
+    std::vector<ConvPlanKey> variants;
+    auto vary = [&](auto&& f) {
+      ConvPlanKey b = a;
+      f(b);
+      variants.push_back(b);
+    };
+    vary([](ConvPlanKey& k) { k.op = ConvOp::Dgrad; });
+    vary([](ConvPlanKey& k) { k.op = ConvOp::Wgrad; });
+    vary([](ConvPlanKey& k) { k.N = 9; });
+    vary([](ConvPlanKey& k) { k.C = 4; });
+    vary([](ConvPlanKey& k) { k.H = 31; });
+    vary([](ConvPlanKey& k) { k.W = 31; });
+    vary([](ConvPlanKey& k) { k.K = 17; });
+    vary([](ConvPlanKey& k) { k.R = 1; });
+    vary([](ConvPlanKey& k) { k.S = 1; });
+    vary([](ConvPlanKey& k) { k.stride = 1; });
+    vary([](ConvPlanKey& k) { k.pad = 0; });
+    vary([](ConvPlanKey& k) { k.dtype = DType::F16; });
+    vary([](ConvPlanKey& k) { k.x_layout = Layout::NHWC; });
+    vary([](ConvPlanKey& k) { k.w_layout = Layout::NHWC; });
+    vary([](ConvPlanKey& k) { k.deterministic = true; });
+    vary([](ConvPlanKey& k) { k.benchmark = true; });
+    vary([](ConvPlanKey& k) { k.align_a = 4; });
+    vary([](ConvPlanKey& k) { k.align_b = 8; });
+    vary([](ConvPlanKey& k) { k.align_out = 4; });
+    for (size_t i = 0; i < variants.size(); ++i) {
+      QVERIFY2(!(variants[i] == a), variants[i].str().c_str());
+      QVERIFY2(hash(variants[i]) != hash(a), variants[i].str().c_str());
+      QVERIFY(variants[i].str() != a.str());
+      for (size_t j = i + 1; j < variants.size(); ++j) QVERIFY(!(variants[i] == variants[j]));
+    }
+    QCOMPARE(QString::fromStdString(a.str()),
+             QStringLiteral("fprop N=8 C=3 H=32 W=30 K=16 R=3 S=3 stride=2 pad=1 f32 x=NCHW "
+                            "w=NCHW heuristic"));
+
+    // The pointers' alignments enter the key (run() adds them): fresh tensors
+    // keep the default 16, views into a flat block get their offset's.
+    alignas(64) static float block[64];
+    QCOMPARE(with_alignments(a, block, block + 4, block + 8), a);
+    const ConvPlanKey v = with_alignments(a, block, block + 1, block + 2);
+    QCOMPARE(v.align_a, 16);
+    QCOMPARE(v.align_b, 4);
+    QCOMPARE(v.align_out, 8);
+    QVERIFY(!(v == a) && hash(v) != hash(a));
+    QVERIFY2(v.str().ends_with(" align=16/4/8"), v.str().c_str());
+    QCOMPARE(with_alignments(a, block + 6, block + 3, block + 16).align_a, 8);
+    QCOMPARE(address_alignment(reinterpret_cast<void*>(uintptr_t(0x1080)), 256), uint32_t(128));
+    QCOMPARE(address_alignment(reinterpret_cast<void*>(uintptr_t(0x1000)), 256), uint32_t(256));
+    QCOMPARE(address_alignment(reinterpret_cast<void*>(uintptr_t(0x1002)), 16), uint32_t(2));
+  }
+
+  // The trainer's weights and weight gradients are views into one flat block
+  // each (model.cpp), aligned only to their float offset; the rows above use
+  // fresh tensors. The convolution on such views against the reference (on
+  // CUDA the key carries the alignments and the graph's tensors declare them).
+  void conv_on_parameter_views_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<int>("offset");  // floats into each block
+    std::vector<Target> targets{{Impl::CpuFast, Layout::NCHW, DType::F32}};
+    for (const Target& t : cuda_targets()) targets.push_back(t);
+    for (const Target& t : targets)
+      for (int offset : {1, 2, 32})
+        QTest::addRow("%s: %d-byte aligned", t.name().c_str(), 4 * offset) << t << offset;
+  }
+  void conv_on_parameter_views() {
+    FETCH_TARGET(t, be);
+    QFETCH(int, offset);
+    TB_GPU_TRY
+    const auto g = ConvGeometry::make(3, 8, 10, 9, 16, 3, 1, 1);
+    std::mt19937_64 rng(33);
+    const Tensor x = random_tensor(g.input_shape(), DType::F32, rng);
+    const Tensor w = random_tensor(g.weight_shape(), DType::F32, rng);
+    const Tensor b = random_tensor({g.C_out}, DType::F32, rng);
+    const Tensor dy = random_tensor(g.output_shape(), DType::F32, rng);
+    CpuBackend& ref = cpu_reference();
+    Tensor y0 = like(dy, Layout::NCHW), dx0 = like(x, Layout::NCHW);
+    Tensor dw0 = like(w, Layout::NCHW), db0 = Tensor::empty({g.C_out}, DType::F32);
+    conv::forward(ref, g, x, w, b, y0);
+    conv::backward(ref, g, x, w, dy, dx0, dw0, db0, false);
+
+    // w then b in one block, dw then db in another, as Model::build lays them.
+    const int64_t wn = shape_numel(g.weight_shape());
+    const Tensor params = be.empty({offset + wn + g.C_out}, DType::F32);
+    const Tensor grads = be.empty({offset + wn + g.C_out}, DType::F32);
+    Tensor wv = Tensor::view_of(params, offset, g.weight_shape(), t.layout);
+    Tensor bv = Tensor::view_of(params, offset + wn, {g.C_out});
+    Tensor dwv = Tensor::view_of(grads, offset, g.weight_shape(), t.layout);
+    Tensor dbv = Tensor::view_of(grads, offset + wn, {g.C_out});
+    be.copy(to_device(be, w, t.layout), wv);
+    be.copy(to_device(be, b), bv);
+    const Tensor xd = to_device(be, x, t.layout), dyd = to_device(be, dy, t.layout);
+    Tensor y1 = be.empty(g.output_shape(), DType::F32, t.layout);
+    Tensor dx1 = be.empty(g.input_shape(), DType::F32, t.layout);
+    conv::forward(be, g, xd, wv, bv, y1);
+    conv::backward(be, g, xd, wv, dyd, dx1, dwv, dbv, false);
+    EXPECT_OUTPUT(t, g, "y (weight view)", y0, to_host(be, y1));
+    EXPECT_OUTPUT(t, g, "dx (weight view)", dx0, to_host(be, dx1));
+    EXPECT_OUTPUT(t, g, "dw (gradient view)", dw0, to_host(be, dwv));
+    EXPECT_OUTPUT(t, g, "db (gradient view)", db0, to_host(be, dbv));
+    TB_GPU_CATCH
+  }
+
+  // A conv in front of training-mode batch norm (every conv of our models)
+  // gets a dy whose channel sums are 0: its bias gradient is a sum of N·H·W
+  // terms that cancel. The first GPU run saw the model's conv bias gradients
+  // differ between CUDA and the CPU by ~100% of their size; this checks the
+  // bias gradient on exactly that input, at the models' shapes, into views of a
+  // flat gradient block, written and accumulated, against the exact (double)
+  // sum of the same floats. Bound: a sum of m terms accumulated in precision
+  // u_acc (float on the CPU: 2^-24; double on CUDA: 2^-53) is within
+  // m·u_acc·Σ|dy| of the exact sum; rounding it (and the accumulated total) to
+  // float adds 2^-24 of each. A wrong row, channel or stride misses by
+  // O(max|dy|), far above that.
+  void conv_bias_grad_of_zero_mean_dy_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<ConvCase>("c");
+    QTest::addColumn<bool>("accumulate");
+    std::vector<Target> targets{{Impl::CpuReference, Layout::NCHW, DType::F32},
+                                {Impl::CpuReference, Layout::NHWC, DType::F32},
+                                {Impl::CpuFast, Layout::NCHW, DType::F32}};
+    for (const Target& t : cuda_targets()) targets.push_back(t);
+    // fmnist-cnn's block1 (batch 4; padded to 8 channels) and resnet18's stem
+    // (3x16x16 padded to 8, batch 2): the rows test_channels_last runs.
+    const ConvCase cases[] = {{"fmnist block1", 4, 1, 28, 28, 32, 3, 1, 1},
+                              {"fmnist block1 pad 8", 4, 8, 28, 28, 32, 3, 1, 1},
+                              {"resnet18 stem pad 8", 2, 8, 16, 16, 64, 3, 1, 1}};
+    for (const Target& t : targets)
+      for (const ConvCase& c : cases)
+        for (bool acc : {false, true})
+          QTest::addRow("%s: %s%s", t.name().c_str(), c.name, acc ? " accumulate" : "")
+              << t << c << acc;
+  }
+  void conv_bias_grad_of_zero_mean_dy() {
+    FETCH_TARGET(t, be);
+    QFETCH(ConvCase, c);
+    QFETCH(bool, accumulate);
+    TB_GPU_TRY
+    const auto g = ConvGeometry::make(c.N, c.C_in, c.H, c.W, c.C_out, c.k, c.stride, c.pad);
+    std::mt19937_64 rng(71);
+    const Tensor x = random_tensor(g.input_shape(), DType::F32, rng);
+    const Tensor w = random_tensor(g.weight_shape(), DType::F32, rng);
+    const Tensor db0 = random_tensor({g.C_out}, DType::F32, rng);
+    // dy (NCHW on the host) with each channel's mean removed.
+    Tensor dy = random_tensor(g.output_shape(), DType::F32, rng);
+    const int64_t P = g.H_out * g.W_out, m = g.N * P;
+    float* d = dy.data_as<float>();
+    std::vector<double> exact(size_t(g.C_out), 0.0), magnitude(size_t(g.C_out), 0.0);
+    for (int64_t co = 0; co < g.C_out; ++co) {
+      double mean = 0.0;
+      for (int64_t n = 0; n < g.N; ++n)
+        for (int64_t i = 0; i < P; ++i) mean += d[(n * g.C_out + co) * P + i];
+      mean /= double(m);
+      for (int64_t n = 0; n < g.N; ++n)
+        for (int64_t i = 0; i < P; ++i) {
+          float& v = d[(n * g.C_out + co) * P + i];
+          v = float(v - mean);
+          exact[size_t(co)] += v;  // exact enough: double error m·2^-53·Σ|dy|
+          magnitude[size_t(co)] += std::abs(v);
+        }
+    }
+    // db inside a gradient block, after a weight-sized run of floats (Model::build's order).
+    const int64_t wn = shape_numel(g.weight_shape());
+    const Tensor grads = be.empty({1 + wn + g.C_out}, DType::F32);
+    Tensor dwv = Tensor::view_of(grads, 1, g.weight_shape(), t.layout);
+    Tensor dbv = Tensor::view_of(grads, 1 + wn, {g.C_out});
+    be.copy(to_device(be, db0), dbv);
+    be.fill(dwv, 0.0);
+    const Tensor xd = to_device(be, x, t.layout), wd = to_device(be, w, t.layout);
+    const Tensor dyd = to_device(be, dy, t.layout);
+    Tensor dx = be.empty(g.input_shape(), DType::F32, t.layout);
+    conv::backward(be, g, xd, wd, dyd, dx, dwv, dbv, accumulate);
+    const Tensor got = to_host(be, dbv);
+    const double u32 = std::ldexp(1.0, -24);
+    const double u_acc = t.on_gpu() ? std::ldexp(1.0, -53) : u32;
+    double worst = 0.0;
+    for (int64_t co = 0; co < g.C_out; ++co) {
+      const double s = exact[size_t(co)];
+      const double b0 = accumulate ? double(db0.data_as<float>()[co]) : 0.0;
+      const double want = b0 + s;
+      const double bound = double(m) * u_acc * magnitude[size_t(co)] + u32 * std::abs(s) +
+                           (accumulate ? u32 * (std::abs(want) + std::abs(s)) : 0.0) + 1e-30;
+      const double e = std::abs(double(got.data_as<float>()[co]) - want);
+      worst = std::max(worst, e / bound);
+      QVERIFY2(e <= bound, qPrintable(QString("%1 db[%2]: got %3, exact %4 (sum %5 of %6 "
+                                              "terms, sum|dy| %7): error %8 > bound %9")
+                                          .arg(QString::fromStdString(t.name()))
+                                          .arg(co)
+                                          .arg(got.data_as<float>()[co], 0, 'g', 9)
+                                          .arg(want, 0, 'g', 9)
+                                          .arg(s, 0, 'g', 3)
+                                          .arg(m)
+                                          .arg(magnitude[size_t(co)], 0, 'g', 3)
+                                          .arg(e, 0, 'g', 3)
+                                          .arg(bound, 0, 'g', 3)));
+    }
+    tb::test::report_tolerance("fp32", worst, 1.0,
+                               std::string("conv db of zero-mean dy, error / bound, ") + c.name);
+    TB_GPU_CATCH
+  }
+
+  void conv_plan_cache_and_policies() {
+    NEED_GPU();
+    TB_GPU_TRY
+#ifdef TRAINBENCH_HAVE_CUDA
+    const auto g = ConvGeometry::make(2, 4, 10, 10, 6, 3, 1, 1);
+    const Tensor x = random_tensor(g.input_shape(), 91), w = random_tensor(g.weight_shape(), 92);
+    Tensor none;
+    auto run = [&](Backend& be) {
+      Tensor y = be.empty(g.output_shape(), DType::F32);
+      Tensor xd = be.empty(x.shape(), DType::F32), wd = be.empty(w.shape(), DType::F32);
+      be.copy(x, xd), be.copy(w, wd);
+      conv::forward(be, g, xd, wd, none, y);
+      Tensor h = Tensor::empty(y.shape(), DType::F32);
+      be.copy(y, h);
+      return h;
+    };
+    auto fresh = make_cuda_backend(0, BackendOptions{});
+    auto& cb = static_cast<CudaBackend&>(*fresh);
+    QCOMPARE(cb.conv_plan_count(), size_t(0));
+    const Tensor y1 = run(cb);
+    QCOMPARE(cb.conv_plan_count(), size_t(1));
+    const Tensor y2 = run(cb);
+    QCOMPARE(cb.conv_plan_count(), size_t(1));  // same shape: the cached plan
+    QVERIFY(bitwise_equal(y1, y2));
+    // Autotune and deterministic backends agree with the heuristic choice.
+    auto bench = make_cuda_backend(0, BackendOptions{.cudnn_benchmark = true});
+    auto det = make_cuda_backend(0, BackendOptions{.deterministic = true});
+    // Other fp32 engines: another summation order (C·R·S = 36 terms), and
+    // Winograd or FFT engines among the candidates, whose transforms round
+    // more than a direct sum does (32x the direct bound is an allowance, not
+    // yet measured on a GPU); a wrong plan is still off by the size of y.
+    constexpr double kTransformAlgorithms = 32;
+    const double tol = kTransformAlgorithms * tb::test::network_tolerance("fp32", 4, 4 * 3 * 3);
+    EXPECT_CLOSE_SCALED(y1, run(*bench), tol, "conv autotuned");
+    const Tensor d1 = run(*det), d2 = run(*det);
+    EXPECT_CLOSE_SCALED(y1, d1, tol, "conv deterministic");
+    QVERIFY(bitwise_equal(d1, d2));
+#endif
+    TB_GPU_CATCH
+  }
+};
+
+QTEST_GUILESS_MAIN(TestOpConv)
+#include "test_op_conv.moc"

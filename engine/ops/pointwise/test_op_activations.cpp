@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The pointwise op family (engine/ops/pointwise): ReLU and GELU
+// forward/backward (and the ReLU, GELU layers), add, accumulate and scale, on
+// every backend, layout and dtype.
+//
+// 1. Gradients of the layers against central finite differences, f64 on the
+//    reference backend (gradcheck.h).
+// 2. pointwise_matches_reference, one body over targets x shapes against the
+//    reference kernels: ReLU (forward, backward, in place), add, accumulate
+//    and scale are exact on every target; GELU (erf/exp) is exact on the exact
+//    CPU targets, within 2e-6 absolute on the fast f32 path (inputs in
+//    [-4, 4]) and 1e-5 relative + 1e-6 on CUDA (erff/expf).
+// 3. Values computed by hand (GELU(±1), GELU'(±1), ReLU in place, add,
+//    accumulate) and a shape error.
+// 4. The contract's refusals (pointwise.h), checked once for every backend.
+// GPU rows QSKIP with the reason where there is no device.
+// The family's test, beside its code (docs/architecture.md, "Op families").
+#include <QtTest>
+
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/error.h"
+#include "engine/nn/activations.h"
+#include "engine/ops/pointwise/pointwise.h"
+#include "tests/engine/device_fixture.h"
+#include "tests/engine/gradcheck.h"
+#include "tests/engine/tensor_helpers.h"
+
+using namespace tb;
+using namespace tb::test;
+
+namespace {
+
+const Target kTargets[] = {
+    {Impl::CpuFast, Layout::NCHW, DType::F32},      {Impl::CpuFast, Layout::NCHW, DType::F64},
+    {Impl::CpuReference, Layout::NHWC, DType::F32}, {Impl::CpuFast, Layout::NHWC, DType::F32},
+    {Impl::Cuda, Layout::NCHW, DType::F32},         {Impl::Cuda, Layout::NHWC, DType::F32},
+};
+
+bool exact_target(const Target& t) {
+  return !t.on_gpu() && (t.dtype == DType::F64 || t.impl == Impl::CpuReference);
+}
+
+}  // namespace
+
+class TestOpActivations : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // ------------------------------------------------------------ finite differences (f64)
+
+  void relu_gradcheck() {
+    auto r = test::gradcheck_layer(std::make_unique<ReLU>("relu"), {3, 2, 3, 3}, 9);
+    QVERIFY2(r.max_rel_error_dx < 1e-5, qPrintable(QString::fromStdString(r.worst)));
+  }
+
+  void gelu_gradcheck() {
+    auto r = test::gradcheck_layer(std::make_unique<GELU>("gelu"), {5, 7}, 10);
+    QVERIFY2(r.max_rel_error_dx < 1e-5, qPrintable(QString::fromStdString(r.worst)));
+  }
+
+  // ------------------------------------------------------------ every target vs the reference
+
+  void pointwise_matches_reference_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<Shape>("shape");
+    for (const Target& t : kTargets)
+      for (const Shape& s : {Shape{70, 1000} /* > 65536: threaded */, Shape{4, 3, 17, 19}}) {
+        if (t.layout == Layout::NHWC && s.size() != 4) continue;  // layouts are rank-4 only
+        QTest::addRow("%s: %s", t.name().c_str(), shape_str(s).c_str()) << t << s;
+      }
+  }
+  void pointwise_matches_reference() {
+    FETCH_TARGET(t, be);
+    QFETCH(Shape, shape);
+    TB_GPU_TRY
+    const DType dt = t.dtype;
+    const Layout L = t.layout;
+    const Tensor x = random_tensor(shape, 21, -4.0, 4.0, dt);
+    const Tensor dy = random_tensor(shape, 22, -1.0, 1.0, dt);
+    const Tensor b = random_tensor(shape, 23, -1.0, 1.0, dt);
+    CpuBackend& ref = cpu_reference();
+    const Tensor xd = to_device(be, x, L), dyd = to_device(be, dy, L), bd = to_device(be, b, L);
+    const bool exact = exact_target(t);
+    // op: 0 relu, 1 relu backward, 2 gelu, 3 gelu backward, 4 add
+    auto run = [&](Backend& on, const Tensor& xi, const Tensor& dyi, const Tensor& bi, int op,
+                   Layout l) {
+      Tensor out = on.empty(shape, dt, shape.size() == 4 ? l : Layout::NCHW);
+      if (op == 0) pointwise::relu_forward(on, xi, out);
+      if (op == 1) {
+        Tensor y = on.empty(shape, dt, out.layout());
+        pointwise::relu_forward(on, xi, y);
+        pointwise::relu_backward(on, y, dyi, out);
+      }
+      if (op == 2) pointwise::gelu_forward(on, xi, out);
+      if (op == 3) pointwise::gelu_backward(on, xi, dyi, out);
+      if (op == 4) pointwise::add(on, xi, bi, out);
+      return to_host(on, out);
+    };
+    const char* names[] = {"relu_forward", "relu_backward", "gelu_forward", "gelu_backward", "add"};
+    for (int op = 0; op < 5; ++op) {
+      const Tensor want = run(ref, x, dy, b, op, Layout::NCHW);
+      const Tensor got = run(be, xd, dyd, bd, op, L);
+      const std::string what = std::string(names[op]) + " " + t.name();
+      const bool gelu = op == 2 || op == 3;
+      if (exact || !gelu) {
+        const double d = max_abs_diff(want, got);
+        QVERIFY2(d == 0.0, qPrintable(QString::fromStdString(what + ": differs by ") + QString::number(d)));
+      } else if (!t.on_gpu()) {
+        const double d = max_abs_diff(want, got);
+        QVERIFY2(d < 2e-6, qPrintable(QString::fromStdString(what + ": max |diff| ") + QString::number(d)));
+      } else {
+        const Comparison c = compare(want, got, 1e-5, 1e-6, what, false, "fp32");
+        QVERIFY2(c.ok, c.msg.c_str());
+      }
+    }
+    // accumulate and scale in place; ReLU in place (y aliases x).
+    Tensor acc_c = clone(b);
+    pointwise::accumulate(ref, x, acc_c);
+    pointwise::scale(ref, acc_c, -0.37);
+    Tensor acc_g = to_device(be, b, L);
+    pointwise::accumulate(be, xd, acc_g);
+    pointwise::scale(be, acc_g, -0.37);
+    EXPECT_CLOSE(acc_c, to_host(be, acc_g), 0, 0, "accumulate+scale " + t.name());
+    Tensor inplace = to_device(be, x, L);
+    pointwise::relu_forward(be, inplace, inplace);
+    Tensor rc = like(x, Layout::NCHW);
+    pointwise::relu_forward(ref, x, rc);
+    EXPECT_CLOSE(rc, to_host(be, inplace), 0, 0, "relu in place " + t.name());
+    TB_GPU_CATCH
+  }
+
+  // ------------------------------------------------------------ hand-computed values
+
+  // GELU(1) = Φ(1) = 0.8413447, GELU(−1) = −1 + 0.8413447 = −0.1586553,
+  // GELU'(1) = Φ(1) + φ(1) = 0.8413447 + 0.2419707 = 1.0833155,
+  // GELU'(−1) = Φ(−1) − φ(−1) = 0.1586553 − 0.2419707 = −0.0833155. ReLU of
+  // {−2, 0, 3} = {0, 0, 3}, its backward passes dy where y > 0 only.
+  void activation_values() {
+    for (bool reference : {true, false}) {
+      CpuBackend& be = reference ? cpu_reference() : cpu_fast();
+      Tensor x = from_values({3}, {1, -1, 0});
+      Tensor y = Tensor::empty({3}, DType::F32);
+      pointwise::gelu_forward(be, x, y);
+      QVERIFY(std::abs(y.data_as<float>()[0] - 0.8413447f) < 1e-6);
+      QVERIFY(std::abs(y.data_as<float>()[1] + 0.1586553f) < 1e-6);
+      QCOMPARE(y.data_as<float>()[2], 0.0f);
+      Tensor dy = from_values({3}, {1, 1, 1});
+      Tensor dx = Tensor::empty({3}, DType::F32);
+      pointwise::gelu_backward(be, x, dy, dx);
+      QVERIFY(std::abs(dx.data_as<float>()[0] - 1.0833155f) < 1e-6);
+      QVERIFY(std::abs(dx.data_as<float>()[1] + 0.0833155f) < 1e-6);
+      QVERIFY(std::abs(dx.data_as<float>()[2] - 0.5f) < 1e-6);
+
+      Tensor r = from_values({3}, {-2, 0, 3});
+      pointwise::relu_forward(be, r, r);  // in place: y aliases x
+      QCOMPARE(r.data_as<float>()[0], 0.0f);
+      QCOMPARE(r.data_as<float>()[1], 0.0f);
+      QCOMPARE(r.data_as<float>()[2], 3.0f);
+      Tensor g = from_values({3}, {5, 6, 7});
+      pointwise::relu_backward(be, r, g, g);  // in place: dx aliases dy
+      QCOMPARE(g.data_as<float>()[0], 0.0f);
+      QCOMPARE(g.data_as<float>()[1], 0.0f);
+      QCOMPARE(g.data_as<float>()[2], 7.0f);
+
+      Tensor a = from_values({2, 2}, {1, 2, 3, 4}), b = from_values({2, 2}, {10, 20, 30, 40});
+      Tensor s = Tensor::empty({2, 2}, DType::F32);
+      pointwise::add(be, a, b, s);
+      QCOMPARE(s.data_as<float>()[3], 44.0f);
+      pointwise::accumulate(be, a, b);  // b += a
+      QCOMPARE(b.data_as<float>()[0], 11.0f);
+      QCOMPARE(b.data_as<float>()[3], 44.0f);
+      Tensor wrong = Tensor::empty({4}, DType::F32);
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::add(be, a, wrong, s));
+    }
+  }
+
+  // ------------------------------------------------------------ the contract's refusals
+
+  // On the reference and the fast CPU backend: undefined operands (scale's
+  // too, which read a null pointer before the contract was checked once for
+  // every backend), integer dtypes, mixed dtypes, shapes or layouts. A refused
+  // call leaves its output as it was.
+  void pointwise_rejects_bad_operands() {
+    for (bool reference : {true, false}) {
+      CpuBackend& be = reference ? cpu_reference() : cpu_fast();
+      const Tensor x = from_values({2, 2}, {1, -2, 3, -4});
+      Tensor y = from_values({2, 2}, {7, 7, 7, 7});
+      Tensor none;
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::scale(be, none, 2.0));
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::relu_forward(be, none, y));
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::add(be, x, none, y));
+      Tensor i32 = Tensor::empty({2, 2}, DType::I32);
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::scale(be, i32, 2.0));
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::accumulate(be, i32, i32));
+      Tensor f64 = Tensor::empty({2, 2}, DType::F64);
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::relu_forward(be, x, f64));
+      Tensor longer = Tensor::empty({4}, DType::F32);
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::gelu_backward(be, x, longer, y));
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::relu_backward(be, x, x, longer));
+      Tensor nchw = Tensor::empty({1, 2, 2, 2}, DType::F32);
+      Tensor nhwc = Tensor::empty({1, 2, 2, 2}, DType::F32, Device::cpu(), Layout::NHWC);
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::accumulate(be, nchw, nhwc));
+      QVERIFY_THROWS_EXCEPTION(Error, pointwise::gelu_forward(be, nhwc, nchw));
+      for (int64_t i = 0; i < 4; ++i) QCOMPARE(y.data_as<float>()[i], 7.0f);
+    }
+  }
+};
+
+QTEST_GUILESS_MAIN(TestOpActivations)
+#include "test_op_activations.moc"

@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The Layers tab of a saved run: the per-layer table the engine stored
+// (docs/layers.md), read from the store off the GUI thread, sortable, with a
+// header that says what was sampled and a run without a profile saying why.
+// Set TRAINBENCH_SCREENSHOTS=DIR to keep a screenshot.
+#include <QtTest>
+
+#include <QHeaderView>
+#include <QSortFilterProxyModel>
+#include <QSplitter>
+#include <QTabWidget>
+#include <QTableView>
+
+#include "layer_profile_model.h"
+#include "layers_panel.h"
+#include "main_window.h"
+#include "run_dashboard.h"
+
+namespace {
+
+int runEngine(const QStringList& args, const QProcessEnvironment& env) {
+  QProcess p;
+  p.setProcessEnvironment(env);
+  p.start(QStringLiteral(TRAINBENCH_ENGINE_BIN), args);
+  if (!p.waitForFinished(300000)) {
+    p.kill();
+    p.waitForFinished();
+    return -1;
+  }
+  if (p.exitCode() != 0) qWarning().noquote() << p.readAllStandardError();
+  return p.exitCode();
+}
+
+}  // namespace
+
+class TestLayersView : public QObject {
+  Q_OBJECT
+  QTemporaryDir dir_;
+  QString db() const { return dir_.filePath(QStringLiteral("runs.db")); }
+
+ private slots:
+  // Run 1: fmnist-cnn for 5 steps, profiled at steps 3 and 5; run 2: 2 steps, none sampled.
+  void initTestCase() {
+    Q_INIT_RESOURCE(trainbench);
+    QStandardPaths::setTestModeEnabled(true);
+    QVERIFY(dir_.isValid());
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert(QStringLiteral("TRAINBENCH_PEAKS_CACHE"), dir_.filePath(QStringLiteral("peaks.json")));
+    const QStringList common = {"--db", db(), "--device", "cpu", "--dataset", "synthetic", "--set",
+                                "synthetic_shape=[1,28,28]", "--set", "synthetic_size=256", "--set",
+                                "test_limit=32", "--set", "batch_size=16", "--set", "measure_every=2",
+                                "--quiet", "--set"};
+    QCOMPARE(runEngine(QStringList{"run"} + common + QStringList{"max_steps=5"}, env), 0);
+    QCOMPARE(runEngine(QStringList{"run"} + common + QStringList{"max_steps=2"}, env), 0);
+  }
+
+  void tableOfAStoredRun() {
+    LayersPanel panel;
+    panel.setDatabasePath(db());
+    QSignalSpy ready(&panel, &LayersPanel::profileReady);
+    panel.showRun(1);
+    QVERIFY(panel.loading());  // read on a worker thread
+    QVERIFY(ready.wait(10000));
+    QVERIFY(!panel.loading());
+    const LayerProfileModel* m = panel.model();
+    QCOMPARE(m->columnCount(), int(LayerProfileModel::ColumnCount));
+    QVERIFY(m->rowCount() > 20);
+    int conv = -1;
+    double shares = 0;
+    for (int r = 0; r < m->rowCount(); ++r) {
+      shares += m->data(m->index(r, LayerProfileModel::Share), Qt::UserRole).toDouble();
+      if (m->data(m->index(r, LayerProfileModel::Layer)).toString() == QLatin1String("block2.conv") &&
+          m->data(m->index(r, LayerProfileModel::Phase)).toString() == QLatin1String("backward"))
+        conv = r;
+    }
+    QVERIFY(std::abs(shares - 100.0) < 0.01);  // the rows add up to the step
+    QVERIFY(conv >= 0);
+    QVERIFY(m->data(m->index(conv, LayerProfileModel::GflopsPerS), Qt::UserRole).toDouble() > 0);
+    const QString bound = m->data(m->index(conv, LayerProfileModel::Bound)).toString();
+    QVERIFY2(bound == QLatin1String("compute") || bound == QLatin1String("memory"), qPrintable(bound));
+    QVERIFY(m->data(m->index(conv, LayerProfileModel::Layer), Qt::ToolTipRole).toString().contains(
+        QLatin1String("FLOPs")));
+    for (int c = 0; c < m->columnCount(); ++c)
+      QVERIFY2(!m->headerData(c, Qt::Horizontal, Qt::DisplayRole).toString().isEmpty(), qPrintable(QString::number(c)));
+    QVERIFY(!m->headerData(LayerProfileModel::RooflinePct, Qt::Horizontal, Qt::ToolTipRole).toString().isEmpty());
+    QVERIFY2(panel.headerText().contains(QLatin1String("2 sampled step(s) (3, 5)")), qPrintable(panel.headerText()));
+    QVERIFY2(panel.headerText().contains(QLatin1String("GFLOP/s")), qPrintable(panel.headerText()));
+
+    // Sorted by time, the slowest row first.
+    QTableView* view = panel.view();
+    view->sortByColumn(LayerProfileModel::TimeMs, Qt::DescendingOrder);
+    auto* proxy = qobject_cast<QSortFilterProxyModel*>(view->model());
+    QVERIFY(proxy);
+    const double first = proxy->data(proxy->index(0, LayerProfileModel::TimeMs), Qt::UserRole).toDouble();
+    for (int r = 1; r < proxy->rowCount(); ++r)
+      QVERIFY(first >= proxy->data(proxy->index(r, LayerProfileModel::TimeMs), Qt::UserRole).toDouble());
+  }
+
+  void runWithoutAProfileSaysWhy() {
+    LayersPanel panel;
+    panel.setDatabasePath(db());
+    QSignalSpy ready(&panel, &LayersPanel::profileReady);
+    panel.showRun(2);
+    QVERIFY(ready.wait(10000));
+    QCOMPARE(panel.model()->rowCount(), 0);
+    QVERIFY2(panel.headerText().contains(QLatin1String("Run 2 has no per-layer profile: no step was sampled")),
+             qPrintable(panel.headerText()));
+    QVERIFY2(panel.headerText().contains(QLatin1String("measure_every")), qPrintable(panel.headerText()));
+  }
+
+  // A saved run's dashboard has the tab, next to the Advisor.
+  void savedRunHasALayersTab() {
+    MainWindow window(db());
+    window.resize(1366, 768);
+    window.openRun(1);
+    auto* dashboard = qobject_cast<RunDashboard*>(window.dashboards()->currentWidget());
+    QVERIFY(dashboard);
+    QTabWidget* tabs = dashboard->bottomTabs();
+    int layersTab = -1;
+    for (int i = 0; i < tabs->count(); ++i)
+      if (tabs->tabText(i) == QLatin1String("Layers")) layersTab = i;
+    QVERIFY(layersTab >= 0);
+    auto* panel = qobject_cast<LayersPanel*>(tabs->widget(layersTab));
+    QVERIFY(panel);
+    QTRY_VERIFY_WITH_TIMEOUT(!panel->loading(), 10000);
+    QVERIFY(panel->model()->rowCount() > 20);
+    tabs->setCurrentIndex(layersTab);
+    if (auto* split = qobject_cast<QSplitter*>(tabs->parentWidget())) split->setSizes({250, 500});
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    const QString dir = qEnvironmentVariable("TRAINBENCH_SCREENSHOTS");
+    if (!dir.isEmpty()) QVERIFY(window.grab().save(QDir(dir).filePath(QStringLiteral("layers.png"))));
+  }
+};
+
+QTEST_MAIN(TestLayersView)
+#include "test_layers_view.moc"

@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "layers_panel.h"
+
+#include <QHeaderView>
+#include <QLabel>
+#include <QPointer>
+#include <QSortFilterProxyModel>
+#include <QTableView>
+#include <QThread>
+#include <QVBoxLayout>
+
+#include <memory>
+
+#include "engine/metrics/layer_profile.h"
+#include "engine/store/run_store.h"
+#include "layer_profile_model.h"
+
+using json = nlohmann::json;
+
+LayersPanel::LayersPanel(QWidget* parent) : QWidget(parent) {
+  auto* layout = new QVBoxLayout(this);
+  header_ = new QLabel(this);
+  header_->setWordWrap(true);
+  header_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  layout->addWidget(header_);
+  model_ = new LayerProfileModel(this);
+  auto* proxy = new QSortFilterProxyModel(this);
+  proxy->setSourceModel(model_);
+  proxy->setSortRole(Qt::UserRole);
+  view_ = new QTableView(this);
+  view_->setModel(proxy);
+  view_->setSortingEnabled(true);
+  view_->sortByColumn(-1, Qt::AscendingOrder);  // the step's order until a header is clicked
+  view_->setSelectionBehavior(QAbstractItemView::SelectRows);
+  view_->setAlternatingRowColors(true);
+  view_->verticalHeader()->hide();
+  view_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  view_->horizontalHeader()->setStretchLastSection(true);
+  view_->verticalHeader()->setDefaultSectionSize(view_->fontMetrics().height() + 6);  // dense rows
+  view_->setToolTip(tr("Click a header to sort (time: the slowest first after two clicks)"));
+  layout->addWidget(view_, 1);
+  render();
+}
+
+void LayersPanel::showRun(qint64 runId) {
+  runId_ = runId;
+  loading_ = true;
+  render();
+  struct Result {
+    json table;
+    QString error, absent;
+  };
+  auto result = std::make_shared<Result>();
+  const std::string path = databasePath_.toStdString();
+  QThread* worker = QThread::create([path, runId, result] {
+    try {
+      const tb::RunStore store(path, tb::RunStore::Mode::ReadOnly);
+      const auto run = store.get_run(runId);
+      if (!run) {
+        result->error = tr("No run %1 in %2.").arg(runId).arg(QString::fromStdString(path));
+        return;
+      }
+      const auto steps = store.layer_profile(runId);
+      if (steps.empty())
+        result->absent = QString::fromStdString(
+            tb::layer_profile_absence(run->summary, run->status, run->engine_version));
+      else
+        result->table = tb::layer_profile_table(
+            steps, tb::DevicePeaks::from_environment(run->environment));
+    } catch (const std::exception& e) {
+      result->error = QString::fromUtf8(e.what());
+    }
+  });
+  QPointer<LayersPanel> self(this);
+  connect(worker, &QThread::finished, this, [self, worker, result, runId] {
+    worker->deleteLater();
+    if (!self || self->runId_ != runId) return;
+    self->loading_ = false;
+    self->error_ = result->error;
+    self->absent_ = result->absent;
+    self->model_->setTable(result->table);
+    self->render();
+    emit self->profileReady(runId);
+  });
+  worker->start();
+}
+
+QString LayersPanel::headerText() const { return header_->text(); }
+
+void LayersPanel::render() {
+  view_->setVisible(model_->rowCount() > 0);
+  if (loading_) {
+    header_->setText(tr("Reading run %1's per-layer profile…").arg(runId_));
+    return;
+  }
+  if (!error_.isEmpty()) {
+    header_->setText(tr("Could not read the per-layer profile: %1").arg(error_));
+    return;
+  }
+  if (!absent_.isEmpty()) {
+    header_->setText(tr("Run %1 has no per-layer profile: %2.").arg(runId_).arg(absent_));
+    return;
+  }
+  const json& t = model_->table();
+  if (!t.contains("rows")) {
+    header_->setText(QString());
+    return;
+  }
+  const json& peaks = t["peaks"];
+  auto giga = [](const json& v) {
+    return v.is_number() ? QString::number(v.get<double>() / 1e9, 'f', 1) : QStringLiteral("–");
+  };
+  QStringList steps;
+  for (const json& s : t["sampled_steps"]) steps << QString::number(s.get<int64_t>());
+  header_->setText(
+      tr("Mean of %1 sampled step(s) (%2): %3 ms a step, %4 % of it in named rows. Peaks: %5 GFLOP/s, "
+         "%6 GB/s (%7).")
+          .arg(steps.size())
+          .arg(steps.join(QStringLiteral(", ")))
+          .arg(t.value("step_time_ms", 0.0), 0, 'f', 2)
+          .arg(t["attributed_share"].is_number() ? t["attributed_share"].get<double>() * 100 : 0.0, 0, 'f', 1)
+          .arg(giga(peaks["flops_per_s"]), giga(peaks["bytes_per_s"]),
+               QString::fromStdString(peaks.value("source", std::string()))));
+}
