@@ -22,7 +22,7 @@
 //   ...
 //   for each micro-batch k:
 //     logits = forward(x)                                     // fp32 logits
-//     be.softmax_cross_entropy(logits, y, ls, 1.0f / K, dlogits, stats);  // loss in fp32
+//     loss::softmax_cross_entropy(be, logits, y, ls, 1.0f / K, dlogits, stats);  // in fp32
 //     if (scaler) scaler->scale_grad(dlogits);               // dlogits *= scale, on the device
 //     model->backward(ctx, dlogits);
 //   if (scaler) scaler->unscale(model->grad_block());        // /= scale, found_inf on the device

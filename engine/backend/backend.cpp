@@ -24,20 +24,6 @@ void Backend::release_kernels() {
   kernels_.clear();
 }
 
-PoolGeometry PoolGeometry::make(int64_t N, int64_t C, int64_t H, int64_t W, int64_t kernel,
-                                int64_t stride, int64_t pad) {
-  TB_CHECK(kernel > 0 && stride > 0 && pad >= 0 && 2 * pad <= kernel, "invalid pooling: kernel ",
-           kernel, ", stride ", stride, ", padding ", pad);
-  PoolGeometry g;
-  g.N = N, g.C = C, g.H = H, g.W = W;
-  g.kernel = kernel, g.stride = stride, g.pad = pad;
-  g.H_out = (H + 2 * pad - kernel) / stride + 1;
-  g.W_out = (W + 2 * pad - kernel) / stride + 1;
-  TB_CHECK(g.H_out > 0 && g.W_out > 0, "pooling with kernel ", kernel, " does not fit input ", H,
-           "x", W);
-  return g;
-}
-
 BackendCapabilities capabilities_of(DeviceKind kind) {
   return kind == DeviceKind::CUDA ? CudaBackend::kCapabilities : CpuBackend::kCapabilities;
 }

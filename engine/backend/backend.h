@@ -30,17 +30,6 @@
 
 namespace tb {
 
-struct PoolGeometry {
-  int64_t N = 0, C = 0, H = 0, W = 0;
-  int64_t kernel = 2, stride = 2, pad = 0;
-  int64_t H_out = 0, W_out = 0;
-
-  static PoolGeometry make(int64_t N, int64_t C, int64_t H, int64_t W, int64_t kernel,
-                           int64_t stride, int64_t pad);
-  Shape input_shape() const { return {N, C, H, W}; }
-  Shape output_shape() const { return {N, C, H_out, W_out}; }
-};
-
 struct OptimizerStep;  // engine/ops/optimizer/optimizer.h (set_optimizer_constants)
 
 // Device memory as the caching allocator and the driver see it (the GPU memory
@@ -108,25 +97,6 @@ class Backend {
     copy(src, dst);
   }
 
-
-  // --- pooling
-  virtual void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
-                                 Tensor& argmax /* i32, same shape as y */) = 0;
-  virtual void maxpool2d_backward(const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,
-                                  Tensor& dx) = 0;
-  // Average pooling counts padded cells (count_include_pad), like PyTorch's default.
-  virtual void avgpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y) = 0;
-  virtual void avgpool2d_backward(const PoolGeometry& g, const Tensor& dy, Tensor& dx) = 0;
-  virtual void global_avgpool_forward(const Tensor& x /*N,C,H,W*/, Tensor& y /*N,C*/) = 0;
-  virtual void global_avgpool_backward(const Tensor& dy /*N,C*/, Tensor& dx /*N,C,H,W*/) = 0;
-
-  // --- loss: softmax cross-entropy with label smoothing, mean over the batch.
-  // Adds {sum of per-sample losses, number of correct argmax predictions} into
-  // stats (f64 [2], on this device) so the host reads them only when it wants.
-  // When dlogits is defined it receives grad_scale * d(mean loss)/d(logits).
-  virtual void softmax_cross_entropy(const Tensor& logits /*N,K*/, const Tensor& labels /*i32 N*/,
-                                     float label_smoothing, float grad_scale, Tensor& dlogits,
-                                     Tensor& stats) = 0;
 
   // --- capability objects (below the class): what a backend with a device of
   // its own adds. A host backend has none (nullptr); the trick that needs one

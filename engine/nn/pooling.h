@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/nn/layer.h"
+#include "engine/ops/pooling/pooling.h"
 
 namespace tb {
 

@@ -26,6 +26,7 @@
 #include "engine/metrics/device_peaks.h"
 #include "engine/nn/models.h"
 #include "engine/nn/pad_channels.h"
+#include "engine/ops/loss/loss.h"
 #include "engine/ops/optimizer/optimizer.h"
 #include "engine/optim/clip.h"
 #include "engine/optim/optimizer.h"
@@ -280,9 +281,9 @@ void forward_backward(StepContext& s, const Tensor& x, const Tensor& y, int64_t 
     // The loss is divided by K so K micro-batches sum to one big batch's
     // gradient, and by the ranks so the all-reduced sum is their mean.
     const int64_t world = s.ddp ? s.ddp->size() : 1;
-    s.be.softmax_cross_entropy(logits, y, static_cast<float>(c.label_smoothing),
-                               static_cast<float>(share) / static_cast<float>(K * world),
-                               *dlogits, s.stats);
+    loss::softmax_cross_entropy(s.be, logits, y, static_cast<float>(c.label_smoothing),
+                                static_cast<float>(share) / static_cast<float>(K * world),
+                                *dlogits, s.stats);
     if (s.scaler) s.scaler->scale_grad(*dlogits);  // dlogits *= loss scale, on the device
   }
   std::optional<PhaseScope> ps;
@@ -383,7 +384,7 @@ std::optional<std::pair<double, double>> evaluate(Backend& be, Model& model, Con
     n += b.labels.dim(0);
     stager.stage(std::move(b), loader, x, y);
     Tensor logits = model.forward(ctx, x);
-    be.softmax_cross_entropy(logits, y, 0.0f, 1.0f, none, eval_stats.device);
+    loss::softmax_cross_entropy(be, logits, y, 0.0f, 1.0f, none, eval_stats.device);
     stager.consumed();
   }
   stager.release_all();  // the test loader's batches go home before its next epoch

@@ -32,6 +32,7 @@
 #include "engine/ops/amp/amp.h"
 #include "engine/ops/conv/conv.h"
 #include "engine/ops/linear/linear.h"
+#include "engine/ops/loss/loss.h"
 #include "engine/optim/optimizer.h"
 #include "engine/train/config.h"
 #include "engine/train/events.h"
@@ -86,7 +87,7 @@ Pass model_pass(Backend &be, const std::string &model, const Shape &in, uint64_t
   Tensor dlogits = be.empty(logits.shape(), DType::F32);
   Tensor stats = be.empty({2}, DType::F64);
   be.fill(stats, 0.0);
-  be.softmax_cross_entropy(logits, to_device(be, labels), 0.0f, 1.0f, dlogits, stats);
+  loss::softmax_cross_entropy(be, logits, to_device(be, labels), 0.0f, 1.0f, dlogits, stats);
   m->backward(ctx, dlogits);
   Pass p;
   p.loss = to_host_nchw(be, stats).data_as<double>()[0] / double(x.dim(0));
@@ -151,7 +152,7 @@ TrainTrace train_fp16(Backend &be, int steps, int bad, const LossScalerOptions &
     be.fill(stats, 0.0);
     Tensor logits = m->forward(ctx, to_device(be, data.x[b]));
     Tensor dlogits = be.empty(logits.shape(), DType::F32);
-    be.softmax_cross_entropy(logits, to_device(be, data.y[b]), 0.0f, 1.0f, dlogits, stats);
+    loss::softmax_cross_entropy(be, logits, to_device(be, data.y[b]), 0.0f, 1.0f, dlogits, stats);
     scaler.scale_grad(dlogits);
     m->backward(ctx, dlogits);
     Tensor grads = m->grad_block();

@@ -36,6 +36,7 @@
 #include "engine/nn/models.h"
 #include "engine/nn/pad_channels.h"
 #include "engine/nn/pooling.h"
+#include "engine/ops/loss/loss.h"
 #include "engine/ops/optimizer/optimizer.h"
 #include "engine/optim/optimizer.h"
 #include "tests/engine/device_fixture.h"
@@ -50,7 +51,7 @@ namespace {
 double loss_and_grad(Backend& be, const Tensor& logits, const Tensor& labels, Tensor& dlogits) {
   Tensor stats = be.empty({2}, DType::F64);
   be.fill(stats, 0.0);
-  be.softmax_cross_entropy(logits, labels, 0.0f, 1.0f, dlogits, stats);
+  loss::softmax_cross_entropy(be, logits, labels, 0.0f, 1.0f, dlogits, stats);
   Tensor host = Tensor::empty({2}, DType::F64);
   be.copy(stats, host);
   return host.data_as<double>()[0] / double(logits.dim(0));

@@ -21,6 +21,7 @@
 #include "engine/core/error.h"
 #include "engine/nn/model.h"
 #include "engine/nn/models.h"
+#include "engine/ops/loss/loss.h"
 #include "engine/parallel/device_replicas.h"
 #include "engine/train/config.h"
 #include "engine/train/trainer.h"
@@ -232,8 +233,8 @@ class TestDp : public QObject {
       Tensor& stats = r == 0 ? stats0 : dp.stats(r);
       Tensor logits = dp.model(r).forward(c, dp.x(r));
       dlogits[size_t(r)] = Tensor::empty(logits.shape(), DType::F32);
-      dp.backend(r).softmax_cross_entropy(logits, dp.y(r), 0.0f, float(dp.share(r)),
-                                          dlogits[size_t(r)], stats);
+      loss::softmax_cross_entropy(dp.backend(r), logits, dp.y(r), 0.0f, float(dp.share(r)),
+                                  dlogits[size_t(r)], stats);
       dp.model(r).backward(c, dlogits[size_t(r)]);
     });
     dp.reduce_gradients();
@@ -242,7 +243,7 @@ class TestDp : public QObject {
     Tensor whole_stats = Tensor::zeros({2}, DType::F64);
     Tensor logits = whole->forward(whole_ctx, x);
     Tensor d = Tensor::empty(logits.shape(), DType::F32);
-    primary.softmax_cross_entropy(logits, y, 0.0f, 1.0f, d, whole_stats);
+    loss::softmax_cross_entropy(primary, logits, y, 0.0f, 1.0f, d, whole_stats);
     whole->backward(whole_ctx, d);
 
     const float* g = model->grad_block().data_as<float>();

@@ -24,6 +24,7 @@
 #include "engine/nn/model.h"
 #include "engine/nn/models.h"
 #include "engine/nn/pooling.h"
+#include "engine/ops/loss/loss.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/run_fixture.h"
 #include "tests/engine/tensor_helpers.h"
@@ -66,7 +67,7 @@ ModelRun run_model(Backend& be, const std::string& name, const Shape& in, bool f
   Tensor dlogits = be.empty(logits.shape(), DType::F32);
   Tensor stats = be.empty({2}, DType::F64);
   be.fill(stats, 0.0);
-  be.softmax_cross_entropy(logits, labels, 0.0f, 1.0f, dlogits, stats);
+  loss::softmax_cross_entropy(be, logits, labels, 0.0f, 1.0f, dlogits, stats);
   r.loss = to_host_nchw(be, stats).data_as<double>()[0] / double(batch);
   r.model->backward(ctx, dlogits);
   r.grads = to_host_nchw(be, r.model->grad_block());

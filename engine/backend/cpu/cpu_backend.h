@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 // The CPU backend. Each op family not yet moved lives in its own file
-// (pool.cpp, loss.cpp, optimizer.cpp, memory.cpp; the families
+// (optimizer.cpp, memory.cpp; the families
 // already moved in engine/ops/<family>/) with a plain reference implementation
 // (templated on float/double: the test oracle, used for f64 and when
 // options.reference is set) beside the fast f32 path (OpenBLAS GEMM,
@@ -39,18 +39,6 @@ class CpuBackend final : public Backend {
   void fill(Tensor& t, double value) override;
   void copy(const Tensor& src, Tensor& dst) override;
 
-
-  void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
-                         Tensor& argmax) override;
-  void maxpool2d_backward(const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,
-                          Tensor& dx) override;
-  void avgpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y) override;
-  void avgpool2d_backward(const PoolGeometry& g, const Tensor& dy, Tensor& dx) override;
-  void global_avgpool_forward(const Tensor& x, Tensor& y) override;
-  void global_avgpool_backward(const Tensor& dy, Tensor& dx) override;
-
-  void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing,
-                             float grad_scale, Tensor& dlogits, Tensor& stats) override;
 
  private:
   BackendOptions options_;

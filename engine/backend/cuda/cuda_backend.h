@@ -9,13 +9,10 @@
 //   cuda_backend.cpp   device selection, stream, library handles, describe(), fill/copy
 //   caching_allocator  stream-aware caching device allocator (registered for DeviceKind::CUDA)
 //   memory.cu          fill, dtype cast, NCHW<->NHWC conversion kernels
-//   loss.cu            softmax cross-entropy with label smoothing
-//   pool.cu            max (argmax) / avg / global-avg pooling, NCHW and NHWC
 //   bias.cu            bias add and bias gradient (convolution, linear)
-//   (batch norm, conv, linear, pointwise, channel padding, augment, optimizer and
-//   sum of squares, amp casts and loss scaler: their op family folders,
-//   engine/ops/<family>/)
-//   cuda_ops.cpp       argument checks and dispatch for pooling, loss
+//   (batch norm, conv, linear, pointwise, channel padding, augment, pooling,
+//   loss, optimizer and sum of squares, amp casts and loss scaler: their op
+//   family folders, engine/ops/<family>/)
 //   peer.cpp           copies between two devices' backends (parallel: dp)
 //
 // NOTE: written and compiled on a machine without a GPU; see the tests.
@@ -57,18 +54,6 @@ class CudaBackend final : public Backend {
   // on both streams (parallel: dp). NOT yet run on a GPU.
   void copy_from_peer(Backend& src_backend, const Tensor& src, Tensor& dst) override;
 
-
-  void maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
-                         Tensor& argmax) override;
-  void maxpool2d_backward(const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,
-                          Tensor& dx) override;
-  void avgpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y) override;
-  void avgpool2d_backward(const PoolGeometry& g, const Tensor& dy, Tensor& dx) override;
-  void global_avgpool_forward(const Tensor& x, Tensor& y) override;
-  void global_avgpool_backward(const Tensor& dy, Tensor& dx) override;
-
-  void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing,
-                             float grad_scale, Tensor& dlogits, Tensor& stats) override;
 
   // Device memory and the input path (staging.cpp).
   DeviceMemory* memory() override { return &memory_; }

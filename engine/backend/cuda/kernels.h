@@ -38,33 +38,5 @@ size_t bias_grad_scratch_bytes(int64_t N, int64_t C, int64_t HW, bool nhwc);
 void launch_bias_grad(const float* dy, float* db, int64_t N, int64_t C, int64_t HW, bool nhwc,
                       bool accumulate, double* scratch, cudaStream_t s);
 
-// ---------------------------------------------------------------- loss.cu
-// logits, dlogits (N, K), labels i32 (N) on the device, stats f64 (2) on the device.
-// rows: 2·N doubles of scratch (per-sample loss and hit).
-// A label outside [0, K) makes that sample's loss NaN (the host cannot check
-// device labels without a sync; NaN makes the error visible in the loss).
-void launch_softmax_xent(const float* logits, const int32_t* labels, int64_t N, int64_t K,
-                         float label_smoothing, float grad_scale, float* dlogits, double* rows,
-                         double* stats, cudaStream_t s);
-
-// ---------------------------------------------------------------- pool.cu
-struct PoolDims {
-  int64_t N, C, H, W, kernel, stride, pad, H_out, W_out;
-  bool nhwc;
-};
-// argmax (same shape as y) = ih*W + iw of the first maximum (NaN wins), as the CPU.
-void launch_maxpool_forward(const PoolDims& d, const float* x, float* y, int32_t* argmax,
-                            cudaStream_t s);
-// dx written (not accumulated): each input cell gathers the dy of the windows
-// whose argmax it is, in window order (deterministic, no atomics).
-void launch_maxpool_backward(const PoolDims& d, const float* dy, const int32_t* argmax, float* dx,
-                             cudaStream_t s);
-void launch_avgpool_forward(const PoolDims& d, const float* x, float* y, cudaStream_t s);
-void launch_avgpool_backward(const PoolDims& d, const float* dy, float* dx, cudaStream_t s);
-// x (N,C,H,W) -> y (N,C) and back; sums in double.
-void launch_global_avgpool_forward(const float* x, float* y, int64_t N, int64_t C, int64_t HW,
-                                   bool nhwc, cudaStream_t s);
-void launch_global_avgpool_backward(const float* dy, float* dx, int64_t N, int64_t C, int64_t HW,
-                                    bool nhwc, cudaStream_t s);
 
 }  // namespace tb::cuda

@@ -17,6 +17,7 @@
 #include "engine/core/error.h"
 #include "engine/ops/amp/amp.h"
 #include "engine/ops/linear/linear.h"
+#include "engine/ops/loss/loss.h"
 #include "engine/ops/optimizer/optimizer.h"
 #include "engine/optim/clip.h"
 #include "engine/optim/optimizer.h"
@@ -619,7 +620,7 @@ class TestOpOptim : public QObject {
       Tensor y = Tensor::empty({rows, M}, DType::F64), dy = Tensor::empty({rows, M}, DType::F64);
       Tensor stats = Tensor::zeros({2}, DType::F64), none;
       linear::forward(be, xs, w, b, y);
-      be.softmax_cross_entropy(y, ls, 0.1f, grad_scale, dy, stats);
+      loss::softmax_cross_entropy(be, y, ls, 0.1f, grad_scale, dy, stats);
       linear::backward(be, xs, w, dy, none, dw, db, /*accumulate=*/micro > 0);
       return stats.data_as<double>()[0];
     };

@@ -1,17 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// CPU softmax cross-entropy with label smoothing, mean over the batch.
-//
-//   logits, dlogits (N, K)   labels i32 (N)   stats f64 (2)
-//
-// Per sample, with log p = z − logsumexp(z) (max-shifted, so exp never overflows)
-// and target q = (1−ε)·onehot(y) + ε/K:
-//   loss_i = −Σ_k q_k log p_k = −(1−ε)·log p_y − ε/K · Σ_k log p_k
-//   dlogits = grad_scale · (p − q) / N          (d mean-loss / d logits)
-//   stats += {Σ_i loss_i, #(argmax z == y)}      (first maximum wins ties)
+// The CPU backend's loss Kernels (contract and formulas: loss.h). What the CPU
+// adds to the contract: host tensors, logits f32 or f64.
 #include <cmath>
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
+#include "engine/ops/loss/loss.h"
 
 namespace tb {
 
@@ -97,47 +91,39 @@ void softmax_xent_f32(const float* z, const int32_t* labels, int64_t N, int64_t 
   stats[1] += correct;
 }
 
+class CpuKernels final : public loss::Kernels {
+ public:
+  explicit CpuKernels(CpuBackend& be) : be_(be) {}
+
+  void softmax_cross_entropy(const loss::Dims& d, const Tensor& logits, const Tensor& labels,
+                             float label_smoothing, float grad_scale, Tensor& dlogits,
+                             Tensor& stats) override {
+    TB_CHECK(logits.device().is_cpu(),
+             "softmax_cross_entropy: cpu backend given ", logits.describe());
+    TB_CHECK(logits.dtype() == DType::F32 || logits.dtype() == DType::F64,
+             "softmax_cross_entropy: logits must be f32 or f64, got ", logits.describe());
+    const int32_t* y = labels.data_as<int32_t>();
+    double* st = stats.data_as<double>();
+    if (logits.dtype() == DType::F64) {
+      softmax_xent_ref<double>(logits.data_as<double>(), y, d.N, d.K, label_smoothing, grad_scale,
+                               dlogits.defined() ? dlogits.data_as<double>() : nullptr, st);
+    } else if (be_.use_reference(logits.dtype())) {
+      softmax_xent_ref<float>(logits.data_as<float>(), y, d.N, d.K, label_smoothing, grad_scale,
+                              dlogits.defined() ? dlogits.data_as<float>() : nullptr, st);
+    } else {
+      softmax_xent_f32(logits.data_as<float>(), y, d.N, d.K, label_smoothing, grad_scale,
+                       dlogits.defined() ? dlogits.data_as<float>() : nullptr, st);
+    }
+  }
+
+ private:
+  CpuBackend& be_;
+};
+
 }  // namespace
 
-void CpuBackend::softmax_cross_entropy(const Tensor& logits, const Tensor& labels,
-                                       float label_smoothing, float grad_scale, Tensor& dlogits,
-                                       Tensor& stats) {
-  TB_CHECK(logits.device().is_cpu() && labels.device().is_cpu() && stats.device().is_cpu(),
-           "softmax_cross_entropy: cpu backend given ", logits.describe());
-  TB_CHECK(logits.rank() == 2, "softmax_cross_entropy: logits must be (N, K), got ",
-           logits.describe());
-  const int64_t N = logits.dim(0), K = logits.dim(1);
-  TB_CHECK(K > 0, "softmax_cross_entropy: no classes in ", logits.describe());
-  TB_CHECK(logits.dtype() == DType::F32 || logits.dtype() == DType::F64,
-           "softmax_cross_entropy: logits must be f32 or f64, got ", logits.describe());
-  expect_shape(labels, {N}, "softmax_cross_entropy: labels");
-  expect_dtype(labels, DType::I32, "softmax_cross_entropy: labels");
-  expect_shape(stats, {2}, "softmax_cross_entropy: stats");
-  expect_dtype(stats, DType::F64, "softmax_cross_entropy: stats");
-  if (dlogits.defined()) {
-    expect_shape(dlogits, logits.shape(), "softmax_cross_entropy: dlogits");
-    expect_dtype(dlogits, logits.dtype(), "softmax_cross_entropy: dlogits");
-    TB_CHECK(dlogits.data() != logits.data(),
-             "softmax_cross_entropy: dlogits must not alias logits");
-  }
-  TB_CHECK(label_smoothing >= 0.0f && label_smoothing <= 1.0f,
-           "softmax_cross_entropy: label smoothing must be in [0, 1], got ", label_smoothing);
-  const int32_t* y = labels.data_as<int32_t>();
-  for (int64_t n = 0; n < N; ++n)
-    TB_CHECK(y[n] >= 0 && y[n] < K, "softmax_cross_entropy: label ", y[n], " of sample ", n,
-             " is outside [0, ", K, ")");
-
-  double* st = stats.data_as<double>();
-  if (logits.dtype() == DType::F64) {
-    softmax_xent_ref<double>(logits.data_as<double>(), y, N, K, label_smoothing, grad_scale,
-                             dlogits.defined() ? dlogits.data_as<double>() : nullptr, st);
-  } else if (use_reference(logits.dtype())) {
-    softmax_xent_ref<float>(logits.data_as<float>(), y, N, K, label_smoothing, grad_scale,
-                            dlogits.defined() ? dlogits.data_as<float>() : nullptr, st);
-  } else {
-    softmax_xent_f32(logits.data_as<float>(), y, N, K, label_smoothing, grad_scale,
-                     dlogits.defined() ? dlogits.data_as<float>() : nullptr, st);
-  }
-}
+namespace loss {
+void register_cpu_kernels() { register_kernels<Kernels, CpuKernels, CpuBackend>(DeviceKind::CPU); }
+}  // namespace loss
 
 }  // namespace tb

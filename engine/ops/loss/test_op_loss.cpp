@@ -20,6 +20,7 @@
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
+#include "engine/ops/loss/loss.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gradcheck.h"
 #include "tests/engine/tensor_helpers.h"
@@ -33,7 +34,7 @@ namespace {
 double mean_loss(Backend& be, const Tensor& logits, const Tensor& labels, float smoothing) {
   Tensor stats = Tensor::zeros({2}, DType::F64);
   Tensor none;
-  be.softmax_cross_entropy(logits, labels, smoothing, 1.0f, none, stats);
+  loss::softmax_cross_entropy(be, logits, labels, smoothing, 1.0f, none, stats);
   return stats.data_as<double>()[0] / double(logits.dim(0));
 }
 
@@ -47,7 +48,7 @@ double loss_gradient_error(float smoothing, float grad_scale) {
   for (int64_t n = 0; n < N; ++n) labels.data_as<int32_t>()[n] = int32_t((3 * n + 1) % K);
   Tensor dlogits = Tensor::empty({N, K}, DType::F64);
   Tensor stats = Tensor::zeros({2}, DType::F64);
-  be.softmax_cross_entropy(logits, labels, smoothing, grad_scale, dlogits, stats);
+  loss::softmax_cross_entropy(be, logits, labels, smoothing, grad_scale, dlogits, stats);
   const double h = 1e-6;
   double worst = 0.0;
   for (int64_t i = 0; i < logits.numel(); ++i) {
@@ -139,10 +140,11 @@ class TestOpLoss : public QObject {
     const Tensor init = from_values({2}, {1.5, 2.0}, DType::F64);
     Tensor stats_c = clone(init);
     Tensor dz_c = Tensor::empty({N, K}, dt);
-    cpu_reference().softmax_cross_entropy(z, labels, c.smoothing, c.grad_scale, dz_c, stats_c);
+    loss::softmax_cross_entropy(cpu_reference(), z, labels, c.smoothing, c.grad_scale, dz_c,
+                                stats_c);
     Tensor stats_g = to_device(be, init), dz_g = be.empty({N, K}, dt);
-    be.softmax_cross_entropy(to_device(be, z), to_device(be, labels), c.smoothing, c.grad_scale,
-                             dz_g, stats_g);
+    loss::softmax_cross_entropy(be, to_device(be, z), to_device(be, labels), c.smoothing,
+                                c.grad_scale, dz_g, stats_g);
     const Tensor sg = to_host(be, stats_g);
     const double sum_c = stats_c.data_as<double>()[0], sum_g = sg.data_as<double>()[0];
     QVERIFY2(std::abs(sum_g - sum_c) <= 1e-5 * std::abs(sum_c),
@@ -159,11 +161,12 @@ class TestOpLoss : public QObject {
       EXPECT_CLOSE(dz_c, dz, 1e-5, 1e-8, what);
       // Without a gradient, host labels (checked on the host).
       Tensor none;
-      be.softmax_cross_entropy(to_device(be, z), labels, c.smoothing, 1.0f, none, stats_g);
+      loss::softmax_cross_entropy(be, to_device(be, z), labels, c.smoothing, 1.0f, none, stats_g);
       QVERIFY(to_host(be, stats_g).data_as<double>()[1] > sg.data_as<double>()[1]);
       labels.data_as<int32_t>()[1] = int32_t(K);  // out of range: rejected on the host path
-      QVERIFY_THROWS_EXCEPTION(tb::Error, be.softmax_cross_entropy(to_device(be, z), labels,
-                                                                   c.smoothing, 1.0f, none, stats_g));
+      QVERIFY_THROWS_EXCEPTION(tb::Error,
+                               loss::softmax_cross_entropy(be, to_device(be, z), labels,
+                                                           c.smoothing, 1.0f, none, stats_g));
     }
     TB_GPU_CATCH
   }
@@ -184,7 +187,7 @@ class TestOpLoss : public QObject {
       labels.data_as<int32_t>()[1] = 0;  // second sample: p_y = 1/4, wrong prediction
       Tensor d = Tensor::empty({2, 2}, DType::F32);
       Tensor stats = Tensor::zeros({2}, DType::F64);
-      be.softmax_cross_entropy(logits, labels, 0.0f, 1.0f, d, stats);
+      loss::softmax_cross_entropy(be, logits, labels, 0.0f, 1.0f, d, stats);
       // Σ loss = −ln ¾ − ln ¼ = 0.2876821 + 1.3862944 = 1.6739765; one correct
       QVERIFY(std::abs(stats.data_as<double>()[0] - 1.6739765) < 1e-6);
       QCOMPARE(stats.data_as<double>()[1], 1.0);
@@ -193,7 +196,7 @@ class TestOpLoss : public QObject {
       QVERIFY(std::abs(d.data_as<float>()[2] + 0.375f) < 1e-7);  // (1/4 − 1)/2
       // Stats accumulate across calls; smoothing 0.2 on sample 0 only
       Tensor one = logits.rows(0, 1), lab1 = labels.rows(0, 1), d1 = d.rows(0, 1);
-      be.softmax_cross_entropy(one, lab1, 0.2f, 2.0f, d1, stats);
+      loss::softmax_cross_entropy(be, one, lab1, 0.2f, 2.0f, d1, stats);
       QVERIFY(std::abs(stats.data_as<double>()[0] - (1.6739765 + 0.3975433)) < 1e-6);
       QCOMPARE(stats.data_as<double>()[1], 2.0);
       QVERIFY(std::abs(d.data_as<float>()[0] - 2.0f * 0.15f) < 1e-6);  // grad_scale 2, N 1
@@ -208,14 +211,15 @@ class TestOpLoss : public QObject {
       for (float eps : {0.0f, 0.3f}) {
         Tensor st = Tensor::zeros({2}, DType::F64);
         Tensor none;
-        be.softmax_cross_entropy(uni, ul, eps, 1.0f, none, st);
+        loss::softmax_cross_entropy(be, uni, ul, eps, 1.0f, none, st);
         QVERIFY(std::abs(st.data_as<double>()[0] - 3.0 * std::log(10.0)) < 1e-5);
         QCOMPARE(st.data_as<double>()[1], 1.0);  // ties: the first maximum (class 0) wins
       }
       Tensor bad = Tensor::zeros({N}, DType::I32);
       bad.data_as<int32_t>()[2] = int32_t(K);
       Tensor none;
-      QVERIFY_THROWS_EXCEPTION(Error, be.softmax_cross_entropy(uni, bad, 0.0f, 1.0f, none, stats));
+      QVERIFY_THROWS_EXCEPTION(
+          Error, loss::softmax_cross_entropy(be, uni, bad, 0.0f, 1.0f, none, stats));
     }
   }
 
@@ -227,7 +231,7 @@ class TestOpLoss : public QObject {
       Tensor labels = Tensor::zeros({1}, DType::I32);
       Tensor d = Tensor::empty({1, 3}, DType::F32);
       Tensor stats = Tensor::zeros({2}, DType::F64);
-      be.softmax_cross_entropy(logits, labels, 0.0f, 1.0f, d, stats);
+      loss::softmax_cross_entropy(be, logits, labels, 0.0f, 1.0f, d, stats);
       QVERIFY(std::isfinite(stats.data_as<double>()[0]));
       QVERIFY(stats.data_as<double>()[0] < 1e-6);
       for (int k = 0; k < 3; ++k) QVERIFY(std::abs(d.data_as<float>()[k]) < 1e-6);
@@ -257,12 +261,12 @@ class TestOpLoss : public QObject {
       labels.data_as<int32_t>()[n] = label_of[n];
     }
     Tensor stats_c = Tensor::zeros({2}, DType::F64), dz_c = Tensor::empty({N, K}, DType::F32);
-    cpu_reference().softmax_cross_entropy(z, labels, 0.1f, 1.0f, dz_c, stats_c);
+    loss::softmax_cross_entropy(cpu_reference(), z, labels, 0.1f, 1.0f, dz_c, stats_c);
     QCOMPARE(stats_c.data_as<double>()[1], 5.0);  // rows 1, 2, 4, 6, 8 hit the first maximum
     const Tensor zd = to_device(be, z);
     Tensor stats_g = to_device(be, Tensor::zeros({2}, DType::F64));
     Tensor dz_g = be.empty({N, K}, DType::F32);
-    be.softmax_cross_entropy(zd, to_device(be, labels), 0.1f, 1.0f, dz_g, stats_g);
+    loss::softmax_cross_entropy(be, zd, to_device(be, labels), 0.1f, 1.0f, dz_g, stats_g);
     const Tensor sg = to_host(be, stats_g);
     QCOMPARE(sg.data_as<double>()[1], stats_c.data_as<double>()[1]);
     const double sum_c = stats_c.data_as<double>()[0], sum_g = sg.data_as<double>()[0];
@@ -274,7 +278,7 @@ class TestOpLoss : public QObject {
     labels.data_as<int32_t>()[3] = -1;
     Tensor bad = to_device(be, Tensor::zeros({2}, DType::F64));
     Tensor none;
-    be.softmax_cross_entropy(zd, to_device(be, labels), 0.0f, 1.0f, none, bad);
+    loss::softmax_cross_entropy(be, zd, to_device(be, labels), 0.0f, 1.0f, none, bad);
     const Tensor sb = to_host(be, bad);
     QVERIFY2(std::isnan(sb.data_as<double>()[0]),
              qPrintable(QString("loss sum %1 with bad device labels").arg(sb.data_as<double>()[0])));

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// Pooling, NCHW and NHWC, PyTorch semantics (as the CPU backend's pool.cpp):
+// The pooling family's CUDA kernels and their launchers (pooling.cuh), f32,
+// NCHW and NHWC; contract in pooling.h, the CPU's in pooling_cpu.cpp:
 //
 //   max:  y[n,c,oh,ow] = max over the window's cells inside the image (padding
 //         never wins; NaN wins); argmax (i32) = ih*W + iw of the first maximum
@@ -14,9 +15,13 @@
 // One thread per output (forward) or input (backward) cell; the flat index is
 // decoded in the tensor's memory order so neighbouring threads touch
 // neighbouring addresses in either layout.
+//
+// Ran on an H200 before the move (gpu-runs/2026-11-26-h200: test_op_pooling
+// passed); moved without a change to the arithmetic, not run on a GPU since.
+#include "engine/ops/pooling/pooling.cuh"
+
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/device_utils.cuh"
-#include "engine/backend/cuda/kernels.h"
 
 namespace tb::cuda {
 

@@ -1,18 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// CpuBackend pooling, NCHW and NHWC (x, y, argmax, dy, dx share one layout).
-// PyTorch semantics:
-//
-//   max:    y[n,c,oh,ow] = max over the window's cells inside the image (padding
-//           never wins); argmax (i32) = ih*W + iw of the first maximum. A NaN
-//           propagates, as in PyTorch (argmax: the window's first NaN).
-//           dx[n,c,argmax] += dy  (windows may overlap).
-//   avg:    y = (sum over the window's cells inside the image) / (K*K): padded
-//           cells count as zeros (count_include_pad=true). dx spreads dy/(K*K).
-//   global: y[n,c] = mean over the H*W plane; dx = dy / (H*W).
-//
-// argmax is the index into the logical (H, W) plane in either layout, exactly as
-// the CUDA backend's pool.cu defines it for NCHW and NHWC, so the two backends'
-// argmax tensors compare element by element.
+// The CPU backend's pooling Kernels (contract: pooling.h), NCHW and NHWC.
+// What the CPU adds to the contract: host tensors, f32 or f64.
 //
 // reference<T>: per-cell bounds checks, every element addressed through offset4,
 // so NHWC runs the same arithmetic in the same order as NCHW (f64,
@@ -33,32 +21,15 @@
 #endif
 
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/dispatch.h"
 #include "engine/core/error.h"
+#include "engine/ops/pooling/pooling.h"
 
 namespace tb {
 
 namespace {
 
 constexpr int64_t kParallelMin = 1 << 15;  // input elements below which threads cost more
-
-// `layout`: the layout every rank-4 operand of the op must share.
-void check_pool_tensor(const char* op, const char* what, const Tensor& t, const Shape& shape,
-                       DType dtype, Layout layout) {
-  TB_CHECK(t.defined(), op, ": ", what, " must be defined");
-  TB_CHECK(t.device().is_cpu(), op, ": ", what, " on ", t.device().str(),
-           " given to the cpu backend");
-  TB_CHECK(t.rank() != 4 || t.layout() == layout, op, ": ", what, " ", t.describe(),
-           " must be ", layout_name(layout), " like the op's other operands");
-  expect_dtype(t, dtype, op);
-  TB_CHECK(t.shape() == shape, op, ": ", what, " ", t.describe(), " does not match ",
-           shape_str(shape));
-}
-
-void check_float(const char* op, const Tensor& t) {
-  TB_CHECK(t.defined(), op, ": tensor must be defined");
-  TB_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64, op,
-           ": the cpu backend supports f32 and f64, got ", t.describe());
-}
 
 // The window of output cell o along one axis, clipped to the image: [lo, hi).
 inline void window(int64_t o, const PoolGeometry& g, int64_t n_in, int64_t& lo, int64_t& hi) {
@@ -248,7 +219,7 @@ void maxpool_forward_fast(const PoolGeometry& g, const float* x, float* y, int32
 // argmax indexes within a plane, so planes are independent.
 template <typename T>
 void maxpool_backward(const PoolGeometry& g, const T* dy, const int32_t* argmax, T* dx,
-                      [[maybe_unused]] int threads = 1) {
+                      [[maybe_unused]] int threads) {
   const int64_t HW = g.H * g.W, P = g.H_out * g.W_out;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(threads) if (g.N * g.C * HW >= kParallelMin)
@@ -382,124 +353,107 @@ void global_avgpool_backward_nhwc(int64_t N, int64_t C, int64_t HW, const T* dy,
       for (int64_t c = 0; c < C; ++c) dx[(n * HW + j) * C + c] = dy[n * C + c] * inv;
 }
 
+// The first operand (the others passed the contract's checks against it):
+// on the host, f32 or f64.
+void check_cpu(const char* op, const Tensor& lead) {
+  TB_CHECK(lead.device().is_cpu(), op, ": ", lead.describe(), " given to the cpu backend");
+  TB_CHECK(lead.dtype() == DType::F32 || lead.dtype() == DType::F64, op,
+           ": the cpu backend supports f32 and f64, got ", lead.describe());
+}
+
+class CpuKernels final : public pooling::Kernels {
+ public:
+  explicit CpuKernels(CpuBackend& be) : be_(be) {}
+
+  void max_forward(const PoolGeometry& g, const Tensor& x, Tensor& y, Tensor& argmax) override;
+  void max_backward(const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,
+                    Tensor& dx) override;
+  void avg_forward(const PoolGeometry& g, const Tensor& x, Tensor& y) override;
+  void avg_backward(const PoolGeometry& g, const Tensor& dy, Tensor& dx) override;
+  void global_avg_forward(const pooling::GlobalDims& d, const Tensor& x, Tensor& y) override;
+  void global_avg_backward(const pooling::GlobalDims& d, const Tensor& dy, Tensor& dx) override;
+
+ private:
+  // NCHW f32 takes the fast path unless BackendOptions::reference; f64 and
+  // NHWC always take the reference (see the file comment).
+  bool fast_path(const Tensor& t) const {
+    return !be_.use_reference(t.dtype()) && t.layout() == Layout::NCHW;
+  }
+
+  CpuBackend& be_;
+};
+
 }  // namespace
 
 // ---------------------------------------------------------------- entry points
-// NCHW f32 takes the fast path unless BackendOptions::reference; NHWC always
-// takes the reference (see the file comment).
 
-void CpuBackend::maxpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
-                                   Tensor& argmax) {
-  const char* op = "maxpool2d_forward";
-  check_float(op, x);
-  const Layout l = x.layout();
-  check_pool_tensor(op, "input x", x, g.input_shape(), x.dtype(), l);
-  check_pool_tensor(op, "output y", y, g.output_shape(), x.dtype(), l);
-  check_pool_tensor(op, "argmax", argmax, g.output_shape(), DType::I32, l);
-  if (x.dtype() == DType::F64)
-    maxpool_forward_ref<double>(g, l, x.data_as<double>(), y.data_as<double>(),
-                                argmax.data_as<int32_t>());
-  else if (use_reference(x.dtype()) || l == Layout::NHWC)
-    maxpool_forward_ref<float>(g, l, x.data_as<float>(), y.data_as<float>(),
-                               argmax.data_as<int32_t>());
-  else
-    maxpool_forward_fast(g, x.data_as<float>(), y.data_as<float>(), argmax.data_as<int32_t>(),
-                         threads_);
+void CpuKernels::max_forward(const PoolGeometry& g, const Tensor& x, Tensor& y, Tensor& argmax) {
+  check_cpu("maxpool2d_forward", x);
+  if (fast_path(x))
+    return maxpool_forward_fast(g, x.data_as<float>(), y.data_as<float>(),
+                                argmax.data_as<int32_t>(), be_.threads());
+  by_dtype(x, [&](auto z) {
+    using T = decltype(z);
+    maxpool_forward_ref<T>(g, x.layout(), x.data_as<T>(), y.data_as<T>(),
+                           argmax.data_as<int32_t>());
+  });
 }
 
-void CpuBackend::maxpool2d_backward(const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,
-                                    Tensor& dx) {
-  const char* op = "maxpool2d_backward";
-  check_float(op, dy);
-  const Layout l = dy.layout();
-  check_pool_tensor(op, "gradient dy", dy, g.output_shape(), dy.dtype(), l);
-  check_pool_tensor(op, "argmax", argmax, g.output_shape(), DType::I32, l);
-  check_pool_tensor(op, "dx", dx, g.input_shape(), dy.dtype(), l);
-  if (l == Layout::NHWC) {
-    if (dy.dtype() == DType::F64)
-      maxpool_backward_nhwc<double>(g, dy.data_as<double>(), argmax.data_as<int32_t>(),
-                                    dx.data_as<double>());
+void CpuKernels::max_backward(const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,
+                              Tensor& dx) {
+  check_cpu("maxpool2d_backward", dy);
+  by_dtype(dy, [&](auto z) {
+    using T = decltype(z);
+    if (dy.layout() == Layout::NHWC)
+      maxpool_backward_nhwc<T>(g, dy.data_as<T>(), argmax.data_as<int32_t>(), dx.data_as<T>());
+    else  // threaded on the fast f32 path only
+      maxpool_backward<T>(g, dy.data_as<T>(), argmax.data_as<int32_t>(), dx.data_as<T>(),
+                          be_.use_reference(dy.dtype()) ? 1 : be_.threads());
+  });
+}
+
+void CpuKernels::avg_forward(const PoolGeometry& g, const Tensor& x, Tensor& y) {
+  check_cpu("avgpool2d_forward", x);
+  if (fast_path(x)) return avgpool_forward_fast(g, x.data_as<float>(), y.data_as<float>());
+  by_dtype(x, [&](auto z) {
+    using T = decltype(z);
+    avgpool_forward_ref<T>(g, x.layout(), x.data_as<T>(), y.data_as<T>());
+  });
+}
+
+void CpuKernels::avg_backward(const PoolGeometry& g, const Tensor& dy, Tensor& dx) {
+  check_cpu("avgpool2d_backward", dy);
+  if (fast_path(dy)) return avgpool_backward_fast(g, dy.data_as<float>(), dx.data_as<float>());
+  by_dtype(dy, [&](auto z) {
+    using T = decltype(z);
+    avgpool_backward_ref<T>(g, dy.layout(), dy.data_as<T>(), dx.data_as<T>());
+  });
+}
+
+void CpuKernels::global_avg_forward(const pooling::GlobalDims& d, const Tensor& x, Tensor& y) {
+  check_cpu("global_avgpool_forward", x);
+  by_dtype(x, [&](auto z) {
+    using T = decltype(z);
+    if (d.nhwc)
+      global_avgpool_forward_nhwc<T>(d.N, d.C, d.HW, x.data_as<T>(), y.data_as<T>());
     else
-      maxpool_backward_nhwc<float>(g, dy.data_as<float>(), argmax.data_as<int32_t>(),
-                                   dx.data_as<float>());
-  } else if (dy.dtype() == DType::F64) {
-    maxpool_backward<double>(g, dy.data_as<double>(), argmax.data_as<int32_t>(),
-                             dx.data_as<double>());
-  } else {
-    maxpool_backward<float>(g, dy.data_as<float>(), argmax.data_as<int32_t>(),
-                            dx.data_as<float>(), use_reference(DType::F32) ? 1 : threads_);
-  }
+      global_avgpool_forward_impl<T>(d.N * d.C, d.HW, x.data_as<T>(), y.data_as<T>());
+  });
 }
 
-void CpuBackend::avgpool2d_forward(const PoolGeometry& g, const Tensor& x, Tensor& y) {
-  const char* op = "avgpool2d_forward";
-  check_float(op, x);
-  const Layout l = x.layout();
-  check_pool_tensor(op, "input x", x, g.input_shape(), x.dtype(), l);
-  check_pool_tensor(op, "output y", y, g.output_shape(), x.dtype(), l);
-  if (x.dtype() == DType::F64)
-    avgpool_forward_ref<double>(g, l, x.data_as<double>(), y.data_as<double>());
-  else if (use_reference(x.dtype()) || l == Layout::NHWC)
-    avgpool_forward_ref<float>(g, l, x.data_as<float>(), y.data_as<float>());
-  else
-    avgpool_forward_fast(g, x.data_as<float>(), y.data_as<float>());
+void CpuKernels::global_avg_backward(const pooling::GlobalDims& d, const Tensor& dy, Tensor& dx) {
+  check_cpu("global_avgpool_backward", dx);
+  by_dtype(dy, [&](auto z) {
+    using T = decltype(z);
+    if (d.nhwc)
+      global_avgpool_backward_nhwc<T>(d.N, d.C, d.HW, dy.data_as<T>(), dx.data_as<T>());
+    else
+      global_avgpool_backward_impl<T>(d.N * d.C, d.HW, dy.data_as<T>(), dx.data_as<T>());
+  });
 }
 
-void CpuBackend::avgpool2d_backward(const PoolGeometry& g, const Tensor& dy, Tensor& dx) {
-  const char* op = "avgpool2d_backward";
-  check_float(op, dy);
-  const Layout l = dy.layout();
-  check_pool_tensor(op, "gradient dy", dy, g.output_shape(), dy.dtype(), l);
-  check_pool_tensor(op, "dx", dx, g.input_shape(), dy.dtype(), l);
-  if (dy.dtype() == DType::F64)
-    avgpool_backward_ref<double>(g, l, dy.data_as<double>(), dx.data_as<double>());
-  else if (use_reference(dy.dtype()) || l == Layout::NHWC)
-    avgpool_backward_ref<float>(g, l, dy.data_as<float>(), dx.data_as<float>());
-  else
-    avgpool_backward_fast(g, dy.data_as<float>(), dx.data_as<float>());
-}
-
-void CpuBackend::global_avgpool_forward(const Tensor& x, Tensor& y) {
-  const char* op = "global_avgpool_forward";
-  check_float(op, x);
-  TB_CHECK(x.rank() == 4, op, ": input must be (N, C, H, W), got ", x.describe());
-  check_pool_tensor(op, "input x", x, x.shape(), x.dtype(), x.layout());
-  check_pool_tensor(op, "output y", y, {x.n(), x.c()}, x.dtype(), Layout::NCHW);
-  const int64_t N = x.n(), C = x.c(), HW = x.h() * x.w();
-  const bool nhwc = x.layout() == Layout::NHWC;
-  if (x.dtype() == DType::F64) {
-    if (nhwc)
-      global_avgpool_forward_nhwc<double>(N, C, HW, x.data_as<double>(), y.data_as<double>());
-    else
-      global_avgpool_forward_impl<double>(N * C, HW, x.data_as<double>(), y.data_as<double>());
-  } else {
-    if (nhwc)
-      global_avgpool_forward_nhwc<float>(N, C, HW, x.data_as<float>(), y.data_as<float>());
-    else
-      global_avgpool_forward_impl<float>(N * C, HW, x.data_as<float>(), y.data_as<float>());
-  }
-}
-
-void CpuBackend::global_avgpool_backward(const Tensor& dy, Tensor& dx) {
-  const char* op = "global_avgpool_backward";
-  check_float(op, dy);
-  TB_CHECK(dx.defined() && dx.rank() == 4, op, ": dx must be (N, C, H, W), got ",
-           dx.defined() ? dx.describe() : std::string("undefined"));
-  check_pool_tensor(op, "dx", dx, dx.shape(), dy.dtype(), dx.layout());
-  check_pool_tensor(op, "gradient dy", dy, {dx.n(), dx.c()}, dy.dtype(), Layout::NCHW);
-  const int64_t N = dx.n(), C = dx.c(), HW = dx.h() * dx.w();
-  const bool nhwc = dx.layout() == Layout::NHWC;
-  if (dy.dtype() == DType::F64) {
-    if (nhwc)
-      global_avgpool_backward_nhwc<double>(N, C, HW, dy.data_as<double>(), dx.data_as<double>());
-    else
-      global_avgpool_backward_impl<double>(N * C, HW, dy.data_as<double>(), dx.data_as<double>());
-  } else {
-    if (nhwc)
-      global_avgpool_backward_nhwc<float>(N, C, HW, dy.data_as<float>(), dx.data_as<float>());
-    else
-      global_avgpool_backward_impl<float>(N * C, HW, dy.data_as<float>(), dx.data_as<float>());
-  }
-}
+namespace pooling {
+void register_cpu_kernels() { register_kernels<Kernels, CpuKernels, CpuBackend>(DeviceKind::CPU); }
+}  // namespace pooling
 
 }  // namespace tb

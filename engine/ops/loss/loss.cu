@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// Softmax cross-entropy with label smoothing, mean over the batch (the CPU
-// backend's loss.cpp has the same formulas):
+// The loss family's CUDA kernels and their launcher (loss.cuh): softmax
+// cross-entropy with label smoothing, mean over the batch (contract in loss.h,
+// the CPU's in loss_cpu.cpp):
 //
 //   logits, dlogits (N, K)   labels i32 (N)   stats f64 (2), all on the device
 //   log p = z − lse(z) (max-shifted),  q = (1−ε)·onehot(y) + ε/K
@@ -12,9 +13,13 @@
 // shared memory or block barrier. exp in float, row sums in double (as the CPU
 // fast path). The per-row results go to scratch and one block adds them in row
 // order, so the stats are deterministic (no atomics) and never read by the host.
+//
+// Ran on an H200 before the move (gpu-runs/2026-11-26-h200: test_op_loss
+// passed); moved without a change to the arithmetic, not run on a GPU since.
+#include "engine/ops/loss/loss.cuh"
+
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/device_utils.cuh"
-#include "engine/backend/cuda/kernels.h"
 
 namespace tb::cuda {
 

@@ -28,6 +28,7 @@
 #include "engine/core/error.h"
 #include "engine/nn/model.h"
 #include "engine/nn/pooling.h"
+#include "engine/ops/pooling/pooling.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gradcheck.h"
 #include "tests/engine/tensor_helpers.h"
@@ -180,28 +181,28 @@ class TestOpPooling : public QObject {
     Tensor my0 = like(dy, Layout::NCHW), am0 = Tensor::empty(g.output_shape(), DType::I32);
     Tensor mdx0 = like(x, Layout::NCHW), ay0 = like(dy, Layout::NCHW), adx0 = like(x, Layout::NCHW);
     Tensor gy0 = like(gdy, Layout::NCHW), gdx0 = like(x, Layout::NCHW);
-    ref.maxpool2d_forward(g, x, my0, am0);
-    ref.maxpool2d_backward(g, dy, am0, mdx0);
-    ref.avgpool2d_forward(g, x, ay0);
-    ref.avgpool2d_backward(g, dy, adx0);
-    ref.global_avgpool_forward(x, gy0);
-    ref.global_avgpool_backward(gdy, gdx0);
+    pooling::max_forward(ref, g, x, my0, am0);
+    pooling::max_backward(ref, g, dy, am0, mdx0);
+    pooling::avg_forward(ref, g, x, ay0);
+    pooling::avg_backward(ref, g, dy, adx0);
+    pooling::global_avg_forward(ref, x, gy0);
+    pooling::global_avg_backward(ref, gdy, gdx0);
 
     // The target.
     const Tensor xd = to_device(be, x, L), dyd = to_device(be, dy, L);
     Tensor my = be.empty(g.output_shape(), dt, L), am = be.empty(g.output_shape(), DType::I32, L);
     Tensor mdx = be.empty(g.input_shape(), dt, L);
-    be.maxpool2d_forward(g, xd, my, am);
-    be.maxpool2d_backward(g, dyd, am, mdx);
+    pooling::max_forward(be, g, xd, my, am);
+    pooling::max_backward(be, g, dyd, am, mdx);
     Tensor ay = be.empty(g.output_shape(), dt, L), adx = be.empty(g.input_shape(), dt, L);
-    be.avgpool2d_forward(g, xd, ay);
-    be.avgpool2d_backward(g, dyd, adx);
+    pooling::avg_forward(be, g, xd, ay);
+    pooling::avg_backward(be, g, dyd, adx);
     Tensor gy = be.empty({c.N, c.C}, dt), gdx = be.empty(g.input_shape(), dt, L);
-    be.global_avgpool_forward(xd, gy);
-    be.global_avgpool_backward(to_device(be, gdy), gdx);
+    pooling::global_avg_forward(be, xd, gy);
+    pooling::global_avg_backward(be, to_device(be, gdy), gdx);
 
     EXPECT_OUTPUT(t, "max", "maxpool y", my0, to_host(be, my));
-    // argmax: the (H, W) plane index in both layouts (as pool.cu defines it).
+    // argmax: the (H, W) plane index in both layouts (as pooling.cu defines it).
     EXPECT_OUTPUT(t, "max", "maxpool argmax", am0, to_host(be, am));
     EXPECT_OUTPUT(t, "maxdx", "maxpool dx", mdx0, to_host(be, mdx));
     EXPECT_OUTPUT(t, "avg", "avgpool y", ay0, to_host(be, ay));
@@ -225,8 +226,8 @@ class TestOpPooling : public QObject {
       xp[180 + 18 * 9 + 1] = NAN;  // two NaNs in one window: the first wins
       Tensor y_f = Tensor::empty(g.output_shape(), DType::F32), y_r = clone(y_f);
       Tensor a_f = Tensor::empty(g.output_shape(), DType::I32), a_r = clone(a_f);
-      fast.maxpool2d_forward(g, x, y_f, a_f);
-      ref.maxpool2d_forward(g, x, y_r, a_r);
+      pooling::max_forward(fast, g, x, y_f, a_f);
+      pooling::max_forward(ref, g, x, y_r, a_r);
       QVERIFY(std::memcmp(a_f.data(), a_r.data(), a_f.nbytes()) == 0);
       int nans = 0;
       for (int64_t i = 0; i < y_f.numel(); ++i) {
@@ -240,7 +241,7 @@ class TestOpPooling : public QObject {
     }
   }
 
-  // The same planted NaNs on the GPU (pool.cu's isnan branch is reached by no
+  // The same planted NaNs on the GPU (pooling.cu's isnan branch is reached by no
   // random input): the argmax is the reference's (first NaN of the window),
   // y is NaN where the reference's is and equal elsewhere, and the gradient
   // routed through that argmax is the reference's bit for bit.
@@ -264,14 +265,14 @@ class TestOpPooling : public QObject {
       const Tensor dy = random_tensor(g.output_shape(), DType::F32, rng);
       Tensor y_r = Tensor::empty(g.output_shape(), DType::F32);
       Tensor a_r = Tensor::empty(g.output_shape(), DType::I32), dx_r = like(x, Layout::NCHW);
-      ref.maxpool2d_forward(g, x, y_r, a_r);
-      ref.maxpool2d_backward(g, dy, a_r, dx_r);
+      pooling::max_forward(ref, g, x, y_r, a_r);
+      pooling::max_backward(ref, g, dy, a_r, dx_r);
       const Tensor xd = to_device(be, x, t.layout), dyd = to_device(be, dy, t.layout);
       Tensor yd = be.empty(g.output_shape(), DType::F32, t.layout);
       Tensor ad = be.empty(g.output_shape(), DType::I32, t.layout);
       Tensor dxd = be.empty(g.input_shape(), DType::F32, t.layout);
-      be.maxpool2d_forward(g, xd, yd, ad);
-      be.maxpool2d_backward(g, dyd, ad, dxd);
+      pooling::max_forward(be, g, xd, yd, ad);
+      pooling::max_backward(be, g, dyd, ad, dxd);
       const Tensor y = to_host_nchw(be, yd), a = to_host_nchw(be, ad), dx = to_host_nchw(be, dxd);
       const QString what = QString("%1 k %2").arg(QString::fromStdString(t.name())).arg(k);
       QVERIFY2(std::memcmp(a.data(), a_r.data(), a.nbytes()) == 0, qPrintable(what + ": argmax"));
@@ -301,7 +302,7 @@ class TestOpPooling : public QObject {
       be.fill(x, 3.0);
       Tensor y = Tensor::empty({1, 1, 2, 2}, DType::F32);
       Tensor am = Tensor::empty({1, 1, 2, 2}, DType::I32);
-      be.maxpool2d_forward(g, x, y, am);
+      pooling::max_forward(be, g, x, y, am);
       const int32_t want_am[4] = {0, 2, 8, 10};
       for (int i = 0; i < 4; ++i) {
         QCOMPARE(y.data_as<float>()[i], 3.0f);
@@ -313,7 +314,7 @@ class TestOpPooling : public QObject {
       for (int i = 0; i < 9; ++i) xn.data_as<float>()[i] = -1.0f - float(i);
       Tensor yp = Tensor::empty({1, 1, 2, 2}, DType::F32);
       Tensor amp = Tensor::empty({1, 1, 2, 2}, DType::I32);
-      be.maxpool2d_forward(gp, xn, yp, amp);
+      pooling::max_forward(be, gp, xn, yp, amp);
       // Windows cover rows/cols {0,1} or {1,2}: the top-left cell of each is largest.
       const float want_y[4] = {-1.0f, -2.0f, -4.0f, -5.0f};
       const int32_t want_amp[4] = {0, 1, 3, 4};
@@ -328,8 +329,8 @@ class TestOpPooling : public QObject {
       Tensor x3 = Tensor::empty({1, 1, 3, 3}, DType::F32);
       be.fill(x3, 0.0);
       x3.data_as<float>()[4] = 5.0f;  // the centre is in all four windows
-      be.maxpool2d_forward(gp, x3, yp, amp);
-      be.maxpool2d_backward(gp, dy, amp, dx);
+      pooling::max_forward(be, gp, x3, yp, amp);
+      pooling::max_backward(be, gp, dy, amp, dx);
       QCOMPARE(dx.data_as<float>()[4], 4.0f);
       QCOMPARE(dx.data_as<float>()[0], 0.0f);
 
@@ -338,7 +339,7 @@ class TestOpPooling : public QObject {
       Tensor ones = Tensor::empty({1, 1, 3, 3}, DType::F32);
       be.fill(ones, 1.0);
       Tensor ya = Tensor::empty({1, 1, 3, 3}, DType::F32);
-      be.avgpool2d_forward(ga, ones, ya);
+      pooling::avg_forward(be, ga, ones, ya);
       QCOMPARE(ya.data_as<float>()[0], 4.0f / 9.0f);
       QCOMPARE(ya.data_as<float>()[1], 6.0f / 9.0f);
       QCOMPARE(ya.data_as<float>()[4], 1.0f);
@@ -347,11 +348,11 @@ class TestOpPooling : public QObject {
       Tensor xg = Tensor::empty({1, 1, 2, 3}, DType::F32);
       for (int i = 0; i < 6; ++i) xg.data_as<float>()[i] = float(i + 1);
       Tensor yg = Tensor::empty({1, 1}, DType::F32);
-      be.global_avgpool_forward(xg, yg);
+      pooling::global_avg_forward(be, xg, yg);
       QCOMPARE(yg.data_as<float>()[0], 3.5f);
       Tensor dyg = Tensor::empty({1, 1}, DType::F32);
       be.fill(dyg, 6.0);
-      be.global_avgpool_backward(dyg, xg);
+      pooling::global_avg_backward(be, dyg, xg);
       for (int i = 0; i < 6; ++i) QCOMPARE(xg.data_as<float>()[i], 1.0f);
     }
   }
@@ -369,7 +370,7 @@ class TestOpPooling : public QObject {
     be.copy(x, xn);
     Tensor y = Tensor::empty(g.output_shape(), DType::F32, Device::cpu(), Layout::NHWC);
     Tensor am = Tensor::empty(g.output_shape(), DType::I32, Device::cpu(), Layout::NHWC);
-    be.maxpool2d_forward(g, xn, y, am);
+    pooling::max_forward(be, g, xn, y, am);
     for (int c = 0; c < 3; ++c) {
       const int64_t o = offset4(Layout::NHWC, 3, 2, 2, 0, c, 0, 1);
       QCOMPARE(am.data_as<int32_t>()[o], 1 * 4 + 2 + c % 2);
@@ -408,13 +409,44 @@ class TestOpPooling : public QObject {
     auto pg = PoolGeometry::make(2, 3, 8, 8, 2, 2, 0);
     Tensor py_bad = Tensor::zeros({2, 3, 5, 4}, DType::F32);
     Tensor pam = Tensor::zeros({2, 3, 4, 4}, DType::I32);
-    QString m = qerror_of([&] { be.maxpool2d_forward(pg, x, py_bad, pam); });
+    QString m = qerror_of([&] { pooling::max_forward(be, pg, x, py_bad, pam); });
     QVERIFY2(m.contains("[2, 3, 5, 4]") && m.contains("[2, 3, 4, 4]"), qPrintable(m));
-    m = qerror_of([&] { be.avgpool2d_backward(pg, py_bad, x); });
+    m = qerror_of([&] { pooling::avg_backward(be, pg, py_bad, x); });
     QVERIFY2(m.contains("[2, 3, 5, 4]"), qPrintable(m));
     Tensor gy_bad = Tensor::zeros({2, 4}, DType::F32);
-    m = qerror_of([&] { be.global_avgpool_forward(x, gy_bad); });
+    m = qerror_of([&] { pooling::global_avg_forward(be, x, gy_bad); });
     QVERIFY2(m.contains("[2, 4]") && m.contains("[2, 3]"), qPrintable(m));
+  }
+
+  // The contract's checks (pooling.cpp, one copy for every backend) name the
+  // op and the operand that breaks it: a dtype, an argmax that is not i32, a
+  // layout differing from x's, a global-pooling input that is not rank 4.
+  void pool_errors_name_the_operand() {
+    for (bool reference : {false, true}) {
+      CpuBackend& be = reference ? cpu_reference() : cpu_fast();
+      const auto g = PoolGeometry::make(1, 2, 4, 4, 2, 2, 0);
+      const Tensor x = Tensor::zeros(g.input_shape(), DType::F32);
+      Tensor y = Tensor::zeros(g.output_shape(), DType::F32);
+      Tensor am = Tensor::zeros(g.output_shape(), DType::I32);
+      Tensor y64 = Tensor::zeros(g.output_shape(), DType::F64);
+      QString m = qerror_of([&] { pooling::max_forward(be, g, x, y64, am); });
+      QVERIFY2(m.contains("maxpool2d_forward") && m.contains("output y") && m.contains("f64"),
+               qPrintable(m));
+      Tensor am_f = Tensor::zeros(g.output_shape(), DType::F32);
+      m = qerror_of([&] { pooling::max_forward(be, g, x, y, am_f); });
+      QVERIFY2(m.contains("argmax") && m.contains("i32"), qPrintable(m));
+      Tensor y_nhwc = Tensor::zeros(g.output_shape(), DType::F32, Device::cpu(), Layout::NHWC);
+      m = qerror_of([&] { pooling::avg_forward(be, g, x, y_nhwc); });
+      QVERIFY2(m.contains("avgpool2d_forward") && m.contains("output y") && m.contains("NCHW"),
+               qPrintable(m));
+      Tensor flat = Tensor::zeros({1, 32}, DType::F32), gy = Tensor::zeros({1, 2}, DType::F32);
+      m = qerror_of([&] { pooling::global_avg_forward(be, flat, gy); });
+      QVERIFY2(m.contains("global_avgpool_forward") && m.contains("(N, C, H, W)"), qPrintable(m));
+      Tensor i32 = Tensor::zeros(g.input_shape(), DType::I32);
+      Tensor yi = Tensor::zeros(g.output_shape(), DType::I32);
+      m = qerror_of([&] { pooling::avg_forward(be, g, i32, yi); });
+      QVERIFY2(m.contains("cpu backend supports f32 and f64"), qPrintable(m));
+    }
   }
 };
 
