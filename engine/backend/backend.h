@@ -1,7 +1,12 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
-// The one interface every compute backend implements (cpu now, cuda next).
-// Layers in engine/nn are written against it and never see a device API.
+// A compute device as the engine sees it: what it is (device, name,
+// describe, capabilities), its memory (fill, copy, copies between devices),
+// the capability objects a device of its own adds (memory, staging, graphs),
+// and the op families' kernels, reached through the registry
+// (kernels<K>(), engine/ops/registry.h). The ops themselves are the
+// families' entry points in engine/ops/<family>/<family>.h; layers in
+// engine/nn call those and never see a device API.
 //
 // Conventions for every op:
 // - Rank-4 tensors have logical shape (N, C, H, W); their Layout says the memory
@@ -14,7 +19,6 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <typeindex>
 #include <unordered_map>
@@ -97,7 +101,6 @@ class Backend {
     copy(src, dst);
   }
 
-
   // --- capability objects (below the class): what a backend with a device of
   // its own adds. A host backend has none (nullptr); the trick that needs one
   // is off there (capabilities.h names which).
@@ -114,10 +117,6 @@ class Backend {
   OpKernels& kernels_of(std::type_index family, const char* family_name);
   std::mutex kernels_mutex_;
   std::unordered_map<std::type_index, std::unique_ptr<OpKernels>> kernels_;
-
-  [[noreturn]] void amp_unsupported(const char* op) const {
-    TB_FAIL(op, " (mixed precision) is not supported by the ", name(), " backend");
-  }
 };
 
 // Device memory as the caching allocator and the driver see it (the GPU

@@ -47,6 +47,13 @@ void cast(Backend& be, const Tensor& src, Tensor& dst) {
   be.kernels<Kernels>().cast(src, dst);
 }
 
+Tensor cast_to(Backend& be, const Tensor& src, DType dtype) {
+  TB_CHECK(src.defined(), "cast: source is undefined");
+  Tensor dst = be.empty(src.shape(), dtype, src.layout());
+  cast(be, src, dst);
+  return dst;
+}
+
 void scale(Backend& be, Tensor& t, const Tensor& scaler_state) {
   check_scaler_state(be, scaler_state, "amp_scale");
   check_on(be, t, "amp_scale", "tensor");

@@ -47,6 +47,10 @@ constexpr int64_t kScalerStateSize = 4;
 
 // Entry points: the contract's checks, then this backend's kernels.
 void cast(Backend& be, const Tensor& src, Tensor& dst);
+// cast into a new tensor of src's shape and layout on be's device: the
+// low-precision references widen their f16/bf16 operands with it (exactly:
+// every f16 and bf16 value is an f32 value).
+Tensor cast_to(Backend& be, const Tensor& src, DType dtype);
 void scale(Backend& be, Tensor& t, const Tensor& scaler_state);
 void unscale_and_check(Backend& be, Tensor& grads, Tensor& scaler_state);
 void update_scale(Backend& be, Tensor& scaler_state, float growth_factor, float backoff_factor,

@@ -497,7 +497,7 @@ class CpuKernels final : public Kernels {
 
   // ------------------------------------------------------------ low precision
   // The reference of the low-precision convolution, the same construction as
-  // the linear pair's (cpu/amp.cpp): the f16/bf16 inputs widened to f32
+  // the linear pair's (ops/linear/linear_cpu.cpp): the f16/bf16 inputs widened to f32
   // (exactly: every f16 and bf16 value is an f32 value), then the f32
   // convolution. The products of the low-precision values are thus summed in
   // fp32; the GPU's Tensor Core convolution differs only in summation order
@@ -527,12 +527,7 @@ class CpuKernels final : public Kernels {
   }
 
  private:
-  // lp in f32, same shape and layout.
-  Tensor widened(const Tensor& lp) {
-    Tensor f = Tensor::empty(lp.shape(), DType::F32, Device::cpu(), lp.layout());
-    amp::cast(be_, lp, f);
-    return f;
-  }
+  Tensor widened(const Tensor& lp) { return amp::cast_to(be_, lp, DType::F32); }
 
   CpuBackend& be_;
 };

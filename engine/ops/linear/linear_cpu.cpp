@@ -208,12 +208,7 @@ class CpuKernels final : public linear::Kernels {
   void forward_lp(const Dims& d, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
   void backward_lp(const Dims& d, const Tensor& x, const Tensor& w, const Tensor& dy,
                    Tensor& dx, Tensor& dw, Tensor& db, bool accumulate);
-  // lp (f16/bf16) widened to f32, exactly.
-  Tensor widened(const Tensor& lp) {
-    Tensor f = Tensor::empty(lp.shape(), DType::F32, Device::cpu(), lp.layout());
-    amp::cast(be_, lp, f);
-    return f;
-  }
+  Tensor widened(const Tensor& lp) { return amp::cast_to(be_, lp, DType::F32); }
 
   CpuBackend& be_;
 };
