@@ -22,7 +22,7 @@ GraphCapture& graphs_of(Backend& be) {
 }  // namespace
 
 StepGraphs::StepGraphs(Backend& backend, int warmup_steps)
-    : be_(backend), capture_(graphs_of(backend)), eager_left_(warmup_steps) {
+    : capture_(graphs_of(backend)), eager_left_(warmup_steps) {
   TB_CHECK(warmup_steps >= 1, "cuda_graphs: warm-up steps must be >= 1, got ", warmup_steps);
 }
 

@@ -53,8 +53,7 @@ class StepGraphs {
     const void* labels;
     int id;
   };
-  Backend& be_;
-  GraphCapture& capture_;  // be_.graphs()
+  GraphCapture& capture_;  // the backend's graphs()
   std::vector<Entry> graphs_;
   int eager_left_;
   int64_t captures_ = 0, replays_ = 0;
