@@ -17,7 +17,8 @@
 // cast their f32 input and their f32 master weight to f16/bf16 at every
 // forward (the weight copy is refreshed after each optimizer step that way,
 // eval included) and call conv::forward/backward (engine/ops/conv) with those
-// f16/bf16 operands, or Backend::linear_*_lp: f16/bf16 inputs,
+// f16/bf16 operands, or linear::forward/backward (engine/ops/linear) likewise:
+// f16/bf16 inputs,
 // products summed in fp32, f32 outputs and f32 master gradients. On the GPU
 // that is Tensor Core math (cuDNN graphs with f16/bf16 IO, cublasGemmEx with
 // CUBLAS_COMPUTE_32F). The trainer drives the loss scaler for fp16 as

@@ -39,7 +39,8 @@ struct Context {
   DType dtype = DType::F32;      // activation dtype (f64 in the gradient checks)
   Layout layout = Layout::NCHW;  // memory order of rank-4 activations
   // Mixed precision (trick 1): when enabled, Conv2d and Linear compute in
-  // amp.dtype_for(...) through the Backend's *_lp ops; everything else stays f32.
+  // amp.dtype_for(...) through conv:: and linear::'s f16/bf16 path; everything
+  // else stays f32.
   PrecisionPolicy amp{};
   // Synchronised batch norm (ddp with sync_batchnorm): sums n host values
   // over every rank, in place. Empty: each process normalises with its own
