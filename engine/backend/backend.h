@@ -29,7 +29,6 @@
 #include "engine/backend/capabilities.h"
 #include "engine/core/error.h"
 #include "engine/core/tensor.h"
-#include "engine/ops/epilogue.h"
 #include "engine/ops/registry.h"
 
 namespace tb {

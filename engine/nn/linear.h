@@ -4,6 +4,7 @@
 #include <string>
 
 #include "engine/nn/layer.h"
+#include "engine/ops/epilogue.h"
 
 namespace tb {
 
