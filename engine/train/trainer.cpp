@@ -35,6 +35,7 @@
 #include "engine/parallel/device_replicas.h"
 #include "engine/parallel/launch.h"
 #include "engine/train/input_stager.h"
+#include "engine/train/run_setup.h"
 #include "engine/train/step_graph.h"
 #include "engine/train/step_telemetry.h"
 #include "engine/train/tricks.h"
@@ -50,41 +51,6 @@ constexpr int kGraphWarmup = 3;  // eager steps before the first capture (cuda_g
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-json dataset_spec(const RunConfig& c, int64_t limit) {
-  json s = {{"name", c.dataset}};
-  if (c.dataset == "synthetic") {
-    s["shape"] = c.synthetic_shape;
-    s["size"] = c.synthetic_size;
-    s["seed"] = c.seed;
-  } else if (!c.data_dir.empty()) {
-    s["path"] = c.data_dir;
-  }
-  if (limit > 0) s["limit"] = limit;
-  return s;
-}
-
-// The training-set recipe: padding to 32x32 on request, augmentation, and the
-// data set's standard normalisation.
-TransformOptions transform_for(const RunConfig& c, const Dataset& ds, bool train) {
-  TransformOptions t;
-  const Shape s = ds.sample_shape();
-  if (c.pad_to_32 && (s[1] < 32 || s[2] < 32)) t.pad_to_h = t.pad_to_w = 32;
-  if (train) {
-    t.random_crop = c.random_crop_padding > 0;
-    t.crop_padding = c.random_crop_padding;
-    t.random_hflip = c.horizontal_flip;
-  }
-  t.norm = standard_norm_stats(c.dataset, s[0]);
-  return t;
-}
-
-BackendOptions backend_options(const RunConfig& c) {
-  BackendOptions bo;
-  bo.deterministic = c.deterministic;
-  bo.cudnn_benchmark = c.cudnn_benchmark;
-  return bo;
 }
 
 // Loss-sum and correct-count accumulator living on the device, read back only
@@ -139,42 +105,6 @@ struct TrainStats {
   }
 };
 
-// Both data sets and their loaders, shaped by the plan: pinned buffers
-// (pin_memory), uint8 batches (h2d_uint8) or the data set's raw bytes
-// (gpu_augment).
-struct RunData {
-  std::unique_ptr<Dataset> train_set, test_set;
-  std::unique_ptr<DataLoader> train, test;
-};
-
-RunData open_data(const RunConfig& c, const RunPlan& plan, Backend& be, const Shard& shard) {
-  RunData d;
-  d.train_set = open_dataset(dataset_spec(c, c.train_limit), "train");
-  d.test_set = open_dataset(dataset_spec(c, c.test_limit), "test");
-  LoaderOptions lo;
-  lo.batch_size = c.batch_size;
-  lo.seed = c.seed;
-  lo.workers = static_cast<int>(c.workers);
-  lo.shuffle = true;
-  lo.drop_last = true;  // equal batch shapes every step
-  lo.shard = shard;     // ddp: this rank's batches of every epoch (distributed_sampler.h)
-  lo.transform = transform_for(c, *d.train_set, true);
-  if (plan.pinned_staging) {
-    Staging* staging = be.staging();
-    TB_CHECK(staging, "pin_memory: the ", be.name(), " backend has no pinned host memory");
-    lo.allocator = [staging](const Shape& s, DType t) {
-      return staging->pinned_host_empty(s, t);
-    };
-  }
-  if (plan.uint8_upload) lo.format = plan.gpu_augment ? BatchFormat::Uint8Raw : BatchFormat::Uint8;
-  d.train = std::make_unique<DataLoader>(*d.train_set, lo);
-  lo.shuffle = false;
-  lo.drop_last = false;
-  lo.transform = transform_for(c, *d.test_set, false);
-  d.test = std::make_unique<DataLoader>(*d.test_set, lo);
-  return d;
-}
-
 InputOptions input_options(const RunPlan& plan, const DataLoader& loader) {
   InputOptions io;
   io.non_blocking = plan.non_blocking;
@@ -184,33 +114,6 @@ InputOptions input_options(const RunPlan& plan, const DataLoader& loader) {
     norm_scale_shift(loader.options().transform.norm, loader.image_shape()[0], io.scale, io.shift);
   io.layout = plan.layout;  // channels_last: one explicit NCHW -> NHWC copy per batch
   return io;
-}
-
-using Log = std::function<void(const std::string& level, const std::string& message)>;
-
-std::unique_ptr<Model> build_model(const RunConfig& c, const RunPlan& plan, Backend& be,
-                                   const RunData& data, const Log& log) {
-  ModelOptions mo;
-  mo.conv_bias_before_bn = c.conv_bias_before_bn;
-  mo.pad_channels_to = plan.pad_channels_to;
-  mo.fuse_pointwise = plan.fuse_pointwise;
-  std::unique_ptr<Model> model =
-      make_model(c.model, data.train->image_shape(), data.train_set->num_classes(), mo);
-  // device_side_init: constant parameters and buffers are filled on the device
-  // (the random weights keep their host draws, so the same seed gives the same model).
-  if (plan.device_side_init) model->set_device_side_init(true);
-  model->build(be, c.seed, DType::F32, plan.layout);
-  if (plan.device_side_init)
-    log("info", "device_side_init: " + std::to_string(model->init_device_bytes()) +
-                    " bytes of parameters and buffers filled on the device, " +
-                    std::to_string(model->init_upload_bytes()) +
-                    " bytes of random weights drawn on the host and uploaded");
-  for (const auto& layer : model->layers())
-    if (const auto* pad = dynamic_cast<const PadChannels*>(layer.get()))
-      log("info", "pad_channels_to=" + std::to_string(c.pad_channels_to) + ": input channels " +
-                      std::to_string(pad->in_channels()) + " -> " +
-                      std::to_string(pad->out_channels()));
-  return model;
 }
 
 // What one training step touches.
@@ -419,43 +322,17 @@ std::optional<json> evaluate_phase(Backend& be, Model& model, Context& ctx, Data
               {"eval_time_s", ms_since(t_eval) / 1e3}};
 }
 
-
-// Logs every trick that was asked for but is not applied, and the amp test hook.
-void log_plan(const RunPlan& plan, const Log& log) {
-  for (const auto& [key, st] : plan.tricks.items())
-    if (st["changed"].get<bool>() && !st["applied"].get<bool>())
-      log("warning", key + " = " + st["requested"].dump() + " not applied: " +
-                         st.value("reason", ""));
-  if (plan.precision.enabled() && !plan.applied("amp"))
-    log("info", "amp = " + std::string(plan.precision.name()) +
-                    " on the cpu through the reference low-precision ops (test hook)");
-}
-
-// How long the run is, in steps and epochs.
-struct RunShape {
-  int64_t steps_per_epoch, total_steps, epochs, samples_per_step;
-};
-
-RunShape run_shape(const RunConfig& c, const RunData& data, int world_size) {
-  RunShape r;
-  const int64_t K = c.accumulation_steps;
-  r.steps_per_epoch = data.train->num_batches() / K;
-  TB_CHECK(r.steps_per_epoch > 0, data.train_set->name(), " has ", data.train_set->size(),
-           " samples: not enough for one step of batch_size ", c.batch_size,
-           " x accumulation_steps ", K);
-  r.total_steps = c.max_steps > 0 ? c.max_steps : c.epochs * r.steps_per_epoch;
-  r.epochs = (r.total_steps + r.steps_per_epoch - 1) / r.steps_per_epoch;
-  r.samples_per_step = c.batch_size * K * world_size;  // every rank's batches
-  return r;
-}
-
 // Publishes run_started; returns the summary's first fields.
-json publish_run_started(EventBus& bus, int64_t run_id, const RunConfig& c, Backend& be,
-                         const RunPlan& plan, const Model& model, const RunData& data,
-                         const RunShape& shape, int world_size, const DeviceReplicas* dp) {
+json publish_run_started(EventBus& bus, int64_t run_id, const RunSetup& setup) {
+  const RunConfig& c = setup.config;
+  Backend& be = *setup.backend;
+  const RunPlan& plan = setup.plan;
+  const Model& model = *setup.model;
+  const RunData& data = setup.data;
+  const RunShape& shape = setup.shape;
   json environment = be.describe();
-  environment["world_size"] = world_size;  // processes that trained this run (ddp)
-  if (dp) environment.update(dp->describe());  // devices this process drove (dp)
+  environment["world_size"] = setup.shard.count;  // processes that trained this run (ddp)
+  if (setup.dp) environment.update(setup.dp->describe());  // devices this process drove (dp)
   environment["engine_version"] = TRAINBENCH_VERSION;
   environment["compiler"] = __VERSION__;
   environment["peaks"] = device_peaks(be);  // the roofline of the per-layer profile
@@ -497,38 +374,6 @@ void graph_step(StepContext& s, StepGraphs& graphs, InputStager& stager, int64_t
   stager.consumed();
 }
 
-// ddp on CUDA: one device per process, by the launcher's local rank.
-std::string device_for_rank(const std::string& device, const LaunchInfo& launch) {
-  if (launch.world_size == 1) return device;
-  bool cuda = device == "cuda";
-  if (device == "auto")
-    for (const auto& [id, name] : available_devices()) cuda = cuda || id.rfind("cuda", 0) == 0;
-  return cuda ? "cuda:" + std::to_string(launch.local_rank) : device;
-}
-
-// Devices of `be`'s kind visible from its device on: what parallel: dp may drive.
-int devices_from(const Backend& be) {
-  if (be.device().is_cpu()) return 1;
-  int n = 0;
-  for (const auto& [id, name] : available_devices()) n += id.rfind("cuda:", 0) == 0;
-  return std::max(1, n - be.device().index);
-}
-
-// parallel: dp: the backends of devices 2..n of the plan (after the run's own)
-// and the replicas that train on them.
-std::unique_ptr<DeviceReplicas> make_replicas(const RunConfig& c, const RunPlan& plan, Backend& be,
-                                              Model& model, const RunData& data,
-                                              const Context& ctx) {
-  std::vector<std::unique_ptr<Backend>> others;
-  for (int r = 1; r < plan.dp_devices; ++r)
-    others.push_back(make_backend("cuda:" + std::to_string(be.device().index + r),
-                                  backend_options(c)));
-  const Log quiet = [](const std::string&, const std::string&) {};  // replica 0 said it all
-  return std::make_unique<DeviceReplicas>(
-      be, model, std::move(others),
-      [&](Backend& replica_be) { return build_model(c, plan, replica_be, data, quiet); }, ctx);
-}
-
 }  // namespace
 
 Trainer::Trainer(RunConfig config, EventBus& bus, const std::atomic<bool>& stop)
@@ -543,93 +388,42 @@ TrainResult Trainer::run(int64_t run_id) {
     bus_.publish("log", {{"level", level}, {"message", message}});
   };
 
-  // --- how this process was started (mpirun, torchrun: one rank of several)
-  const LaunchInfo launch = launch_for_test_ ? *launch_for_test_ : launch_from_environment();
-  TB_CHECK(launch.world_size == 1 || c.parallel == "ddp", "started as ", launch.describe(),
-           " but parallel is '", c.parallel, "': set parallel: ddp, or start one process");
-
-  // --- the backend, and every trick decided once from what it reports
-  std::string note;
-  std::unique_ptr<Backend> backend =
-      make_backend(device_for_rank(c.device, launch), backend_options(c), &note);
-  Backend& be = *backend;
-  if (!note.empty()) log("info", note);
-  const RunPlan plan = resolve_tricks(c, be.capabilities(), be.device(),
-                                      {.tracing = trace_ != nullptr,
-                                       .amp_on_cpu_for_test = amp_on_cpu_,
-                                       .world_size = launch.world_size,
-                                       .devices = c.parallel == "dp" ? devices_from(be) : 1});
-  // dp cannot fall back to one device quietly: a comparison run on the
-  // wrong setup would measure nothing.
-  TB_CHECK(c.parallel != "dp" || plan.dp, "parallel = dp cannot run on ", be.device().str(), ": ",
-           plan.tricks["parallel"].value("reason", ""));
-  TB_CHECK(!plan.dp || c.batch_size >= plan.dp_devices, "parallel = dp: batch_size ",
-           c.batch_size, " cannot be split across ", plan.dp_devices,
-           " devices (dp_devices; batch_size is the whole step's batch)");
-  TB_CHECK(launch.world_size == 1 || plan.ddp, "parallel: ddp cannot run as ", launch.describe(),
-           ": ", plan.tricks["parallel"].value("reason", ""));
-  const Shard shard = plan.ddp ? Shard{launch.rank, launch.world_size} : Shard{};
-
-  // --- data, model, optimizer, schedule
-  RunData data = open_data(c, plan, be, shard);
+  // --- everything decided and built before the first step
+  const RunSetup setup(c,
+                       {.tracing = trace_ != nullptr,
+                        .amp_on_cpu_for_test = amp_on_cpu_,
+                        .launch_for_test = launch_for_test_},
+                       stop_, log);
+  Backend& be = *setup.backend;
+  const RunPlan& plan = setup.plan;
+  const RunData& data = setup.data;
+  const std::unique_ptr<Model>& model = setup.model;
+  const std::unique_ptr<DataParallel>& ddp = setup.ddp;
+  const std::unique_ptr<DeviceReplicas>& dp = setup.dp;
+  Optimizer& optimizer = *setup.optimizer;
+  const LrSchedule& schedule = *setup.schedule;
+  LossScaler* scaler = setup.scaler.get();
+  Context& ctx = *setup.ctx;
   // Plain names, not a structured binding: lambdas below capture them (clang 14).
-  const RunShape shape = run_shape(c, data, shard.count);
-  const int64_t steps_per_epoch = shape.steps_per_epoch, total_steps = shape.total_steps,
-                epochs = shape.epochs, samples_per_step = shape.samples_per_step;
-  std::unique_ptr<Model> model = build_model(c, plan, be, data, log);
-  // ddp: the communicator, every rank on rank 0's model, the gradient buckets.
-  std::unique_ptr<DataParallel> ddp;
-  if (plan.ddp) {
-    // mpirun sends SIGKILL 1 s after its SIGTERM (communicator.h).
-    const double max_grace_s = launch.launcher == LaunchInfo::Launcher::Mpi ? 0.7 : 5.0;
-    WaitPolicy wait{.stop = &stop_, .grace_s = 0.5};
-    ddp = std::make_unique<DataParallel>(
-        make_communicator(launch, be, wait), be, *model,
-        DataParallelOptions{plan.bucket_elements, plan.sync_batchnorm, max_grace_s});
-    TB_CHECK(ddp->rank() == launch.rank && ddp->size() == launch.world_size, "ddp: the ",
-             ddp->comm().describe(), " communicator sees rank ", ddp->rank(), " of ", ddp->size(),
-             ", the launcher said ", launch.describe());
-    ddp->broadcast_model();
-    if (c.processes != 1 && c.processes != launch.world_size)
-      log("warning", "processes = " + std::to_string(c.processes) + " but the launcher started " +
-                         std::to_string(launch.world_size));
-    log("info", "ddp: " + launch.describe() + " over " + ddp->comm().describe() + ", " +
-                    std::to_string(ddp->buckets().buckets().size()) + " gradient bucket(s), " +
-                    (plan.sync_batchnorm ? "synchronised" : "per-rank") + " batch norm");
-  }
-  Optimizer optimizer(OptimizerConfig::from_run(c), *model, be);
-  LrSchedule schedule(ScheduleConfig::from_run(c, samples_per_step, total_steps));
-  log_plan(plan, log);
-  // amp: conv/linear in f16/bf16, the rest in f32; fp16 adds the dynamic loss
-  // scaler, driven as engine/amp/loss_scaler.h describes.
-  std::optional<LossScaler> scaler;
-  if (plan.precision.needs_loss_scaling()) scaler.emplace(be);
-  // --- the step's parts
-  Context ctx{be};
-  ctx.layout = plan.layout;
-  ctx.amp = plan.precision;
-  if (ddp) ctx.sync_batchnorm = ddp->batchnorm_sync();
-  // dp: replicas 1..n-1 on their devices, each with its step context.
-  std::unique_ptr<DeviceReplicas> dp;
+  const int64_t steps_per_epoch = setup.shape.steps_per_epoch,
+                total_steps = setup.shape.total_steps, epochs = setup.shape.epochs,
+                samples_per_step = setup.shape.samples_per_step;
+  // dp: the step contexts of replicas 1..n-1.
   std::vector<StepContext> replica_steps;
-  if (plan.dp) {
-    dp = make_replicas(c, plan, be, *model, data, ctx);
+  if (dp) {
     replica_steps.reserve(size_t(dp->size() - 1));
     for (int r = 1; r < dp->size(); ++r) {
       replica_steps.push_back(StepContext{c, dp->backend(r), dp->model(r), dp->context(r),
                                           optimizer, nullptr, dp->stats(r), nullptr});
       replica_steps.back().replica = r;
     }
-    log("info", "dp: " + dp->describe().dump() + ", batch_size " +
-                    std::to_string(c.batch_size) + " split across them every step");
   }
-  summary_ = publish_run_started(bus_, run_id, c, be, plan, *model, data, shape, shard.count,
-                                 dp.get());
+  summary_ = publish_run_started(bus_, run_id, setup);
   TrainStats train_stats(be);
   train_stats.ddp = ddp.get();
   train_stats.dp = dp.get();
   InputStager stager(be, input_options(plan, *data.train));
-  StepContext step_ctx{c, be, *model, ctx, optimizer, scaler ? &*scaler : nullptr,
+  StepContext step_ctx{c, be, *model, ctx, optimizer, scaler,
                        train_stats.stats.device, trace_, ddp.get()};
   step_ctx.dp = dp.get();
   step_ctx.replica_steps = &replica_steps;
