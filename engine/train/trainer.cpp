@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// The training loop, top to bottom: make the backend, resolve the run plan
-// (every trick decided once, tricks.h), open the data, build the model and
-// optimizer, then per step: train_step (forward, loss, backward, optimizer;
-// the same code eagerly and under graph capture) and StepTelemetry (timers,
-// census, memory, the "step" events); per epoch: evaluate. The trainer knows
-// Backend only, never a concrete backend.
+// The training loop, top to bottom: set the run up (RunSetup: the backend, the
+// plan with every trick decided once, the data, model, optimizer and
+// schedule), publish run_started, then per step: the boundary, zero the
+// gradients, the learning rate, StepRunner::run (forward, loss, backward,
+// optimizer in whichever variant the plan picked) and StepTelemetry (timers,
+// census, memory, the "step" events); evaluations every eval_every_steps and
+// per epoch; the summary. The trainer knows Backend only, never a concrete
+// backend.
 #include "engine/train/trainer.h"
 
 #include <algorithm>
@@ -22,21 +24,17 @@
 #include "engine/core/error.h"
 #include "engine/data/dataset.h"
 #include "engine/data/loader.h"
-#include "engine/metrics/chrome_trace.h"
 #include "engine/metrics/device_peaks.h"
 #include "engine/nn/models.h"
 #include "engine/nn/pad_channels.h"
 #include "engine/ops/loss/loss.h"
-#include "engine/ops/optimizer/optimizer.h"
-#include "engine/optim/clip.h"
-#include "engine/optim/optimizer.h"
 #include "engine/optim/schedule.h"
 #include "engine/parallel/data_parallel.h"
 #include "engine/parallel/device_replicas.h"
 #include "engine/parallel/launch.h"
 #include "engine/train/input_stager.h"
 #include "engine/train/run_setup.h"
-#include "engine/train/step_graph.h"
+#include "engine/train/step_runner.h"
 #include "engine/train/step_telemetry.h"
 #include "engine/train/tricks.h"
 
@@ -46,8 +44,6 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-constexpr int kGraphWarmup = 3;  // eager steps before the first capture (cuda_graphs)
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -116,158 +112,6 @@ InputOptions input_options(const RunPlan& plan, const DataLoader& loader) {
   return io;
 }
 
-// What one training step touches.
-struct StepContext {
-  const RunConfig& c;
-  Backend& be;
-  Model& model;
-  Context& ctx;
-  Optimizer& optimizer;
-  LossScaler* scaler;  // fp16 only
-  Tensor& stats;       // the device's loss-sum and correct-count accumulator
-  ChromeTrace* trace;  // per-layer spans when tracing
-  DataParallel* ddp = nullptr;  // ddp: gradients all-reduced in buckets during backward
-  Tensor dlogits = {};
-  // dp: the replicas, and the step contexts of replicas 1..n-1 (replica 0 is
-  // this one). A replica's gradients are never zero-filled: its first
-  // micro-batch writes them.
-  DeviceReplicas* dp = nullptr;
-  std::vector<StepContext>* replica_steps = nullptr;
-  int replica = 0;
-};
-
-// Forward that checks every layer's output for NaN/Inf when anomaly_check is on.
-// With a trace, every layer's forward is a span.
-Tensor forward(StepContext& s, const Tensor& x, int64_t step) {
-  if (!s.c.anomaly_check && !s.trace) return s.model.forward(s.ctx, x);
-  Tensor h = x;
-  for (const auto& layer : s.model.layers()) {
-    {
-      TraceSpan span(s.trace, layer->name(), "forward");
-      h = forward_layer(s.ctx, *layer, h);
-    }
-    if (s.c.anomaly_check)
-      TB_CHECK(std::isfinite(optimizer::sum_squares(s.be, h)), "anomaly_check: layer '",
-               layer->name(), "' produced NaN or Inf at step ", step);
-  }
-  return h;
-}
-
-// The same order as Model::backward, one span per layer when tracing. With
-// `buckets` (ddp, the step's last micro-batch) each layer's completion may
-// start the all-reduce of the bucket it fills.
-void backward(StepContext& s, const Tensor& dlogits, GradientBuckets* buckets) {
-  if (!s.trace && !buckets) return s.model.backward(s.ctx, dlogits);
-  const auto& layers = s.model.layers();
-  Tensor g = dlogits;
-  for (size_t i = layers.size(); i-- > 0;) {
-    {
-      TraceSpan span(s.trace, layers[i]->name(), "backward");
-      g = backward_layer(s.ctx, *layers[i], g, /*need_dx=*/i > 0);
-    }
-    if (buckets) buckets->layer_done(i);
-  }
-}
-
-// Micro-batch k of K: forward, loss, backward. `share` is this replica's part
-// of the micro-batch (dp; 1 otherwise), so the replicas' gradients sum to
-// the mean gradient of the whole micro-batch.
-void forward_backward(StepContext& s, const Tensor& x, const Tensor& y, int64_t k, int64_t K,
-                      int64_t step, double share, StepTimer* timer) {
-  const RunConfig& c = s.c;
-  Tensor* dlogits = nullptr;
-  {
-    std::optional<PhaseScope> ps;
-    if (timer) ps.emplace(*timer, Phase::Forward);
-    Tensor logits = forward(s, x, step);
-    dlogits = &ensure_buffer(s.ctx, s.dlogits, logits.shape(), logits.dtype());
-    // The loss is divided by K so K micro-batches sum to one big batch's
-    // gradient, and by the ranks so the all-reduced sum is their mean.
-    const int64_t world = s.ddp ? s.ddp->size() : 1;
-    loss::softmax_cross_entropy(s.be, logits, y, static_cast<float>(c.label_smoothing),
-                                static_cast<float>(share) / static_cast<float>(K * world),
-                                *dlogits, s.stats);
-    if (s.scaler) s.scaler->scale_grad(*dlogits);  // dlogits *= loss scale, on the device
-  }
-  std::optional<PhaseScope> ps;
-  if (timer) ps.emplace(*timer, Phase::Backward);
-  // grad_set_to_none: the first micro-batch writes the gradients, later ones add.
-  s.ctx.accumulate_grads = (s.replica == 0 && !c.grad_set_to_none) || k > 0;
-  // ddp: the earlier micro-batches only accumulate (no_sync); the last
-  // one's backward sends the buckets.
-  GradientBuckets* buckets = s.ddp && k + 1 == K ? &s.ddp->buckets() : nullptr;
-  if (buckets) buckets->begin_step();
-  backward(s, *dlogits, buckets);
-  if (buckets) buckets->finish();  // the block holds the mean gradient of every rank's batch
-}
-
-// One optimizer step: for each of K micro-batches, stage it, forward, loss,
-// backward, then the optimizer. The same code runs eagerly and under graph
-// capture (then K = 1 and no clipping or anomaly check, see
-// cuda_graphs_blocker, and no timer: a graph's phases are not separated).
-// dp: the parameters go to every replica first, each micro-batch is split
-// across them (replica 0, timed, on this thread), and their gradients are
-// summed on the primary before the optimizer.
-void train_step(StepContext& s, int64_t K, int64_t step, double lr, StepTimer* timer,
-                const std::function<void(Tensor& x, Tensor& y)>& stage,
-                const std::function<void()>& consumed, json& metrics) {
-  const RunConfig& c = s.c;
-  if (s.dp) {
-    std::optional<PhaseScope> ps;
-    if (timer) ps.emplace(*timer, Phase::Replicate);
-    s.dp->replicate();
-  }
-  for (int64_t k = 0; k < K; ++k) {
-    Tensor x, y;
-    stage(x, y);
-    if (s.dp) {
-      {
-        std::optional<PhaseScope> ps;
-        if (timer) ps.emplace(*timer, Phase::Scatter);
-        s.dp->scatter(x, y);
-      }
-      s.dp->parallel_apply([&](int r) {
-        StepContext& rs = r == 0 ? s : (*s.replica_steps)[size_t(r - 1)];
-        forward_backward(rs, s.dp->x(r), s.dp->y(r), k, K, step, s.dp->share(r),
-                         r == 0 ? timer : nullptr);
-      });
-    } else {
-      forward_backward(s, x, y, k, K, step, 1.0, timer);
-    }
-    consumed();  // the last reader of x and y (conv weight gradients) is queued
-  }
-  if (s.dp) {
-    std::optional<PhaseScope> ps;
-    if (timer) ps.emplace(*timer, Phase::Reduce);
-    s.dp->reduce_gradients();
-  }
-  std::optional<PhaseScope> ps;
-  if (timer) ps.emplace(*timer, Phase::Optimizer);
-  float grad_scale = 1.0f;
-  if (s.scaler) {
-    Tensor grads = s.model.grad_block();  // a view: unscaled in place, found_inf set
-    s.scaler->unscale(grads);
-  }
-  // Clipping sees unscaled gradients; after an overflow its factor is not
-  // finite, harmless since that step is skipped.
-  if (c.clip_grad_norm > 0) {
-    ClipResult clip = clip_grad_norm(s.be, s.model.grad_block(), c.clip_grad_norm);
-    grad_scale = clip.factor;
-    metrics["grad_norm"] = clip.norm;
-  }
-  // Under fp16 an overflow is expected and handled (the step is skipped).
-  if (c.anomaly_check && !s.scaler)
-    TB_CHECK(std::isfinite(optimizer::sum_squares(s.be, s.model.grad_block())),
-             "anomaly_check: gradients contain NaN or Inf at step ", step);
-  if (s.scaler) {
-    // Skipped on the device when found_inf is set; then backoff or growth.
-    s.optimizer.step(static_cast<float>(lr), grad_scale, s.scaler->state());
-    s.scaler->update();
-  } else {
-    s.optimizer.step(static_cast<float>(lr), grad_scale);
-  }
-}
-
 // Test loss and accuracy over the whole test set, without gradients; nothing
 // when a stop is requested midway (a long evaluation must not hold a stop back).
 // Under ddp every rank evaluates its shard to the end: the ranks agree on a stop
@@ -306,11 +150,11 @@ std::optional<std::pair<double, double>> evaluate(Backend& be, Model& model, Con
 // empty_cache_between_phases, the cached memory released on both sides.
 // Nothing when a stop cut the evaluation short.
 std::optional<json> evaluate_phase(Backend& be, Model& model, Context& ctx, DataLoader& loader,
-                                   InputStager& stager, StepGraphs* graphs,
+                                   InputStager& stager, StepRunner& runner,
                                    StepTelemetry& telemetry, bool empty_cache,
                                    const std::atomic<bool>& stop, DataParallel* ddp) {
   const auto t_eval = Clock::now();
-  if (graphs) graphs->invalidate(1);
+  runner.invalidate_graphs();
   if (empty_cache) telemetry.release_cached_memory();
   // Per-rank batch norm: every rank evaluates with rank 0's running statistics.
   if (ddp && !ctx.sync_batchnorm) ddp->broadcast_buffers();
@@ -358,22 +202,6 @@ json publish_run_started(EventBus& bus, int64_t run_id, const RunSetup& setup) {
           {"device", be.device().str()}};
 }
 
-// cuda_graphs: the step as one graph launch. The batch is staged outside the
-// graph and the optimizer's constants are written before it; the first launch
-// for a pair of input buffers captures train_step, later ones replay it. The
-// timer sees the whole step.
-void graph_step(StepContext& s, StepGraphs& graphs, InputStager& stager, int64_t step, double lr,
-                const std::function<void(Tensor& x, Tensor& y)>& stage_next, json& metrics) {
-  Tensor x, y;
-  stage_next(x, y);
-  s.optimizer.write_constants(static_cast<float>(lr));
-  auto staged = [&](Tensor& gx, Tensor& gy) { gx = x, gy = y; };
-  graphs.run(
-      x, y, [&] { train_step(s, 1, step, lr, nullptr, staged, [] {}, metrics); },
-      [&] { s.optimizer.count_replayed_step(); });
-  stager.consumed();
-}
-
 }  // namespace
 
 Trainer::Trainer(RunConfig config, EventBus& bus, const std::atomic<bool>& stop)
@@ -400,7 +228,6 @@ TrainResult Trainer::run(int64_t run_id) {
   const std::unique_ptr<Model>& model = setup.model;
   const std::unique_ptr<DataParallel>& ddp = setup.ddp;
   const std::unique_ptr<DeviceReplicas>& dp = setup.dp;
-  Optimizer& optimizer = *setup.optimizer;
   const LrSchedule& schedule = *setup.schedule;
   LossScaler* scaler = setup.scaler.get();
   Context& ctx = *setup.ctx;
@@ -408,27 +235,11 @@ TrainResult Trainer::run(int64_t run_id) {
   const int64_t steps_per_epoch = setup.shape.steps_per_epoch,
                 total_steps = setup.shape.total_steps, epochs = setup.shape.epochs,
                 samples_per_step = setup.shape.samples_per_step;
-  // dp: the step contexts of replicas 1..n-1.
-  std::vector<StepContext> replica_steps;
-  if (dp) {
-    replica_steps.reserve(size_t(dp->size() - 1));
-    for (int r = 1; r < dp->size(); ++r) {
-      replica_steps.push_back(StepContext{c, dp->backend(r), dp->model(r), dp->context(r),
-                                          optimizer, nullptr, dp->stats(r), nullptr});
-      replica_steps.back().replica = r;
-    }
-  }
   summary_ = publish_run_started(bus_, run_id, setup);
   TrainStats train_stats(be);
   train_stats.ddp = ddp.get();
   train_stats.dp = dp.get();
   InputStager stager(be, input_options(plan, *data.train));
-  StepContext step_ctx{c, be, *model, ctx, optimizer, scaler,
-                       train_stats.stats.device, trace_, ddp.get()};
-  step_ctx.dp = dp.get();
-  step_ctx.replica_steps = &replica_steps;
-  std::unique_ptr<StepGraphs> graphs;  // cuda_graphs: the whole step, captured once, replayed
-  if (plan.cuda_graphs) graphs = std::make_unique<StepGraphs>(be, kGraphWarmup);
   StepTelemetry telemetry(be, plan,
                           {.measure = measure_, .measure_every = c.measure_every,
                            .timer_lag_for_test = timer_lag_for_test_,
@@ -440,6 +251,7 @@ TrainResult Trainer::run(int64_t run_id) {
                           bus_);
   StepTimer& timer = telemetry.timer();
   ctx.scopes = telemetry.layer_scopes();  // the sampled steps' per-layer times
+  StepRunner runner(setup, train_stats.stats.device, stager, timer, trace_);
 
   double last_test_acc = NAN, last_test_loss = NAN;
   int64_t step = 0;
@@ -455,7 +267,7 @@ TrainResult Trainer::run(int64_t run_id) {
   bool target_reached = false;
   // False when a stop cut the evaluation short: nothing of it is recorded.
   auto evaluate_now = [&](int64_t epoch) {
-    std::optional<json> eval = evaluate_phase(be, *model, ctx, *data.test, stager, graphs.get(),
+    std::optional<json> eval = evaluate_phase(be, *model, ctx, *data.test, stager, runner,
                                               telemetry, plan.empty_cache_between_phases, stop_,
                                               ddp.get());
     if (!eval) {
@@ -525,12 +337,7 @@ TrainResult Trainer::run(int64_t run_id) {
       };
       const double lr = schedule.lr_for_step(step);
       const auto step_start = Clock::now();
-      if (graphs && graphs->ready()) {
-        graph_step(step_ctx, *graphs, stager, step, lr, stage_next, metrics);
-      } else {
-        train_step(step_ctx, c.accumulation_steps, step, lr, &timer, stage_next, [&] { stager.consumed(); }, metrics);
-        if (graphs) graphs->eager_step_done();
-      }
+      runner.run(step, lr, stage_next, metrics);
       timer.end_step();  // what follows, to the next boundary, is the step's end-of-step work
       ++step;
       if (step_hook_for_test_) step_hook_for_test_(step, *model);
@@ -584,10 +391,7 @@ TrainResult Trainer::run(int64_t run_id) {
   summary_["final_train_loss"] = train_stats.last_loss;
   summary_["total_time_s"] = ms_since(run_start) / 1e3;
   summary_["amp"] = plan.precision.name();
-  if (graphs) {  // how the steps ran (0 replays: every step was eager)
-    summary_["cuda_graph_captures"] = graphs->captures();
-    summary_["cuda_graph_replays"] = graphs->replays();
-  }
+  runner.write_summary(summary_);
   if (scaler) summary_["amp_skipped_steps"] = scaler->read_skipped();
   if (ddp) ddp->write_summary(summary_);
   if (dp) summary_["dp_devices"] = dp->size();
