@@ -14,29 +14,24 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <optional>
-#include <vector>
+#include <utility>
 
 #include "engine/amp/loss_scaler.h"
-#include "engine/amp/precision_policy.h"
 #include "engine/backend/backend.h"
 #include "engine/core/error.h"
 #include "engine/data/dataset.h"
 #include "engine/data/loader.h"
 #include "engine/metrics/device_peaks.h"
 #include "engine/nn/models.h"
-#include "engine/nn/pad_channels.h"
 #include "engine/ops/loss/loss.h"
 #include "engine/optim/schedule.h"
 #include "engine/parallel/data_parallel.h"
 #include "engine/parallel/device_replicas.h"
-#include "engine/parallel/launch.h"
 #include "engine/train/input_stager.h"
 #include "engine/train/run_setup.h"
 #include "engine/train/step_runner.h"
 #include "engine/train/step_telemetry.h"
-#include "engine/train/tricks.h"
 
 namespace tb {
 
@@ -116,10 +111,11 @@ InputOptions input_options(const RunPlan& plan, const DataLoader& loader) {
 // when a stop is requested midway (a long evaluation must not hold a stop back).
 // Under ddp every rank evaluates its shard to the end: the ranks agree on a stop
 // only between steps, and a rank leaving early would hang the others' sum.
-std::optional<std::pair<double, double>> evaluate(Backend& be, Model& model, Context& ctx,
-                                                  DataLoader& loader, InputStager& stager,
-                                                  const std::atomic<bool>& stop,
-                                                  DataParallel* ddp) {
+std::optional<std::pair<double, double>> evaluate_test_set(Backend& be, Model& model,
+                                                           Context& ctx, DataLoader& loader,
+                                                           InputStager& stager,
+                                                           const std::atomic<bool>& stop,
+                                                           DataParallel* ddp) {
   ctx.training = false;
   DeviceStats eval_stats(be);
   int64_t n = 0;
@@ -141,29 +137,6 @@ std::optional<std::pair<double, double>> evaluate(Backend& be, Model& model, Con
   double sums[3] = {loss_sum, correct, double(n)};  // ddp: each rank evaluated its shard
   if (ddp) ddp->sum(sums, 3);
   return std::pair{sums[0] / std::max(sums[2], 1.0), sums[1] / std::max(sums[2], 1.0)};
-}
-
-// The evaluation between epochs, with what surrounds it: the graphs dropped
-// (evaluation reallocates layer buffers for its last, smaller batch, and the
-// stager's slots, so their addresses go stale; one eager step puts the
-// training shapes back before the next capture) and, with
-// empty_cache_between_phases, the cached memory released on both sides.
-// Nothing when a stop cut the evaluation short.
-std::optional<json> evaluate_phase(Backend& be, Model& model, Context& ctx, DataLoader& loader,
-                                   InputStager& stager, StepRunner& runner,
-                                   StepTelemetry& telemetry, bool empty_cache,
-                                   const std::atomic<bool>& stop, DataParallel* ddp) {
-  const auto t_eval = Clock::now();
-  runner.invalidate_graphs();
-  if (empty_cache) telemetry.release_cached_memory();
-  // Per-rank batch norm: every rank evaluates with rank 0's running statistics.
-  if (ddp && !ctx.sync_batchnorm) ddp->broadcast_buffers();
-  static const std::atomic<bool> never{false};
-  const auto result = evaluate(be, model, ctx, loader, stager, ddp ? never : stop, ddp);
-  if (empty_cache) telemetry.release_cached_memory();
-  if (!result) return std::nullopt;
-  return json{{"test_loss", result->first}, {"test_accuracy", result->second},
-              {"eval_time_s", ms_since(t_eval) / 1e3}};
 }
 
 // Publishes run_started; returns the summary's first fields.
@@ -202,6 +175,113 @@ json publish_run_started(EventBus& bus, int64_t run_id, const RunSetup& setup) {
           {"device", be.device().str()}};
 }
 
+// The run's evaluations and its time to accuracy: an evaluation every
+// eval_every_steps (and at epoch ends); the run ends at the first one that
+// reaches target_accuracy. Its time excludes the evaluations, so how often
+// one evaluates does not change it.
+class Evaluator {
+ public:
+  Evaluator(const RunSetup& setup, InputStager& stager, StepRunner& runner,
+            StepTelemetry& telemetry, EventBus& bus, const std::atomic<bool>& stop,
+            const Log& log, json& summary, Clock::time_point run_start)
+      : setup_(setup), c_(setup.config), stager_(stager), runner_(runner),
+        telemetry_(telemetry), bus_(bus), stop_(stop), log_(log), summary_(summary),
+        run_start_(run_start), periodic_(c_.eval_every_steps > 0 || c_.target_accuracy > 0) {}
+
+  // An evaluation between steps is due after `step` (one at the epoch's end
+  // comes anyway).
+  bool due(int64_t step, bool epoch_end) const {
+    return c_.eval_every_steps > 0 && step % c_.eval_every_steps == 0 && !epoch_end;
+  }
+  // Evaluates after `step` of `epoch`. False when a stop cut the evaluation
+  // short: nothing of it is recorded.
+  bool evaluate(int64_t step, int64_t epoch) {
+    std::optional<json> eval = evaluate_phase();
+    if (!eval) {
+      log_("info", "stop requested: evaluation at step " + std::to_string(step) + " (epoch " +
+                       std::to_string(epoch + 1) + ") cut short, not recorded");
+      return false;
+    }
+    last_eval_ = std::move(*eval);
+    evaluated_at_ = step;
+    eval_seconds_ += last_eval_["eval_time_s"].get<double>();
+    last_test_loss_ = last_eval_["test_loss"], last_test_acc_ = last_eval_["test_accuracy"];
+    if (!periodic_) return true;
+    bus_.publish("evaluation", {{"step", step}, {"epoch", epoch}, {"metrics", last_eval_}});
+    if (c_.target_accuracy > 0 && !target_reached_ && last_test_acc_ >= c_.target_accuracy) {
+      target_reached_ = true;
+      const double wall = ms_since(run_start_) / 1e3;
+      summary_["steps_to_target"] = step;
+      summary_["samples_to_target"] = step * setup_.shape.samples_per_step;
+      summary_["time_to_target_s"] = wall - eval_seconds_;
+      summary_["wall_time_to_target_s"] = wall;
+      log_("info", "target_accuracy " + std::to_string(c_.target_accuracy) + " reached at step " +
+                       std::to_string(step) + " (test accuracy " + std::to_string(last_test_acc_) +
+                       "): the run ends here");
+    }
+    return true;
+  }
+  int64_t evaluated_at() const { return evaluated_at_; }  // the step of the last evaluation
+  const json& last() const { return last_eval_; }
+  bool target_reached() const { return target_reached_; }
+  // The target's outcome and the last evaluation's figures.
+  void write_summary(json& summary) const {
+    if (c_.target_accuracy > 0) {
+      summary["target_accuracy"] = c_.target_accuracy;
+      summary["target_reached"] = target_reached_;
+    }
+    summary["final_test_accuracy"] = last_test_acc_;
+    summary["final_test_loss"] = last_test_loss_;
+  }
+
+ private:
+  std::optional<json> evaluate_phase();
+
+  const RunSetup& setup_;
+  const RunConfig& c_;
+  InputStager& stager_;
+  StepRunner& runner_;
+  StepTelemetry& telemetry_;
+  EventBus& bus_;
+  const std::atomic<bool>& stop_;
+  const Log& log_;
+  json& summary_;
+  const Clock::time_point run_start_;
+  const bool periodic_;
+  double eval_seconds_ = 0;
+  int64_t evaluated_at_ = -1;
+  json last_eval_;
+  double last_test_acc_ = NAN, last_test_loss_ = NAN;
+  bool target_reached_ = false;
+};
+
+// The evaluation between epochs, with what surrounds it: the graphs dropped
+// (evaluation reallocates layer buffers for its last, smaller batch, and the
+// stager's slots, so their addresses go stale; one eager step puts the
+// training shapes back before the next capture) and, with
+// empty_cache_between_phases, the cached memory released on both sides.
+// Nothing when a stop cut the evaluation short.
+std::optional<json> Evaluator::evaluate_phase() {
+  Backend& be = *setup_.backend;
+  Model& model = *setup_.model;
+  Context& ctx = *setup_.ctx;
+  DataLoader& loader = *setup_.data.test;
+  DataParallel* ddp = setup_.ddp.get();
+  const bool empty_cache = setup_.plan.empty_cache_between_phases;
+  const auto t_eval = Clock::now();
+  runner_.invalidate_graphs();
+  if (empty_cache) telemetry_.release_cached_memory();
+  // Per-rank batch norm: every rank evaluates with rank 0's running statistics.
+  if (ddp && !ctx.sync_batchnorm) ddp->broadcast_buffers();
+  static const std::atomic<bool> never{false};
+  const auto result =
+      evaluate_test_set(be, model, ctx, loader, stager_, ddp ? never : stop_, ddp);
+  if (empty_cache) telemetry_.release_cached_memory();
+  if (!result) return std::nullopt;
+  return json{{"test_loss", result->first}, {"test_accuracy", result->second},
+              {"eval_time_s", ms_since(t_eval) / 1e3}};
+}
+
 }  // namespace
 
 Trainer::Trainer(RunConfig config, EventBus& bus, const std::atomic<bool>& stop)
@@ -225,80 +305,44 @@ TrainResult Trainer::run(int64_t run_id) {
   Backend& be = *setup.backend;
   const RunPlan& plan = setup.plan;
   const RunData& data = setup.data;
-  const std::unique_ptr<Model>& model = setup.model;
-  const std::unique_ptr<DataParallel>& ddp = setup.ddp;
-  const std::unique_ptr<DeviceReplicas>& dp = setup.dp;
-  const LrSchedule& schedule = *setup.schedule;
+  Model& model = *setup.model;
+  DataParallel* ddp = setup.ddp.get();
   LossScaler* scaler = setup.scaler.get();
-  Context& ctx = *setup.ctx;
-  // Plain names, not a structured binding: lambdas below capture them (clang 14).
   const int64_t steps_per_epoch = setup.shape.steps_per_epoch,
-                total_steps = setup.shape.total_steps, epochs = setup.shape.epochs,
-                samples_per_step = setup.shape.samples_per_step;
+                total_steps = setup.shape.total_steps, epochs = setup.shape.epochs;
   summary_ = publish_run_started(bus_, run_id, setup);
+
+  // --- what the steps share: the statistics, the input path, the step, its measurement
   TrainStats train_stats(be);
-  train_stats.ddp = ddp.get();
-  train_stats.dp = dp.get();
+  train_stats.ddp = ddp;
+  train_stats.dp = setup.dp.get();
   InputStager stager(be, input_options(plan, *data.train));
   StepTelemetry telemetry(be, plan,
                           {.measure = measure_, .measure_every = c.measure_every,
                            .timer_lag_for_test = timer_lag_for_test_,
                            .trace = trace_, .cupti_requested = c.profiler || c.cupti_sampling,
-                           .samples_per_step = samples_per_step,
-                           .layer_work = {.dtype = ctx.dtype,
+                           .samples_per_step = setup.shape.samples_per_step,
+                           .layer_work = {.dtype = setup.ctx->dtype,
                                           .matmul = plan.precision.dtype_for(AmpOp::Conv),
                                           .layout = plan.layout}},
                           bus_);
   StepTimer& timer = telemetry.timer();
-  ctx.scopes = telemetry.layer_scopes();  // the sampled steps' per-layer times
+  setup.ctx->scopes = telemetry.layer_scopes();  // the sampled steps' per-layer times
   StepRunner runner(setup, train_stats.stats.device, stager, timer, trace_);
 
-  double last_test_acc = NAN, last_test_loss = NAN;
   int64_t step = 0;
   bool stopped = false;
   const auto run_start = Clock::now();
-  // Time to accuracy: evaluations every eval_every_steps (and at epoch ends);
-  // the run ends at the first one that reaches target_accuracy. Its time
-  // excludes the evaluations, so how often one evaluates does not change it.
-  const bool periodic_eval = c.eval_every_steps > 0 || c.target_accuracy > 0;
-  double eval_seconds = 0;
-  int64_t evaluated_at = -1;  // the step of the last evaluation
-  json last_eval;
-  bool target_reached = false;
-  // False when a stop cut the evaluation short: nothing of it is recorded.
-  auto evaluate_now = [&](int64_t epoch) {
-    std::optional<json> eval = evaluate_phase(be, *model, ctx, *data.test, stager, runner,
-                                              telemetry, plan.empty_cache_between_phases, stop_,
-                                              ddp.get());
-    if (!eval) {
-      stopped = true;
-      log("info", "stop requested: evaluation at step " + std::to_string(step) + " (epoch " +
-                      std::to_string(epoch + 1) + ") cut short, not recorded");
-      return false;
-    }
-    last_eval = std::move(*eval);
-    evaluated_at = step;
-    eval_seconds += last_eval["eval_time_s"].get<double>();
-    last_test_loss = last_eval["test_loss"], last_test_acc = last_eval["test_accuracy"];
-    if (!periodic_eval) return true;
-    bus_.publish("evaluation", {{"step", step}, {"epoch", epoch}, {"metrics", last_eval}});
-    if (c.target_accuracy > 0 && !target_reached && last_test_acc >= c.target_accuracy) {
-      target_reached = true;
-      const double wall = ms_since(run_start) / 1e3;
-      summary_["steps_to_target"] = step;
-      summary_["samples_to_target"] = step * samples_per_step;
-      summary_["time_to_target_s"] = wall - eval_seconds;
-      summary_["wall_time_to_target_s"] = wall;
-      log("info", "target_accuracy " + std::to_string(c.target_accuracy) + " reached at step " +
-                      std::to_string(step) + " (test accuracy " + std::to_string(last_test_acc) +
-                      "): the run ends here");
-    }
-    return true;
-  };
+  Evaluator evaluator(setup, stager, runner, telemetry, bus_, stop_, log, summary_, run_start);
   // A step lasts from its boundary to the next one: the next step's, or this
   // one where an evaluation or an epoch end follows (the bench hook sees the
   // same boundaries).
   bool step_open = false;
+  auto open_step = [&] {
+    if (step_hook_) step_hook_(be, step + 1);
+    telemetry.begin_step(step + 1);
+    step_open = true;
+  };
   auto close_step = [&] {
     if (!step_open) return;
     if (step_hook_) step_hook_(be, step + 1);
@@ -310,11 +354,9 @@ TrainResult Trainer::run(int64_t run_id) {
     data.train->start_epoch(epoch);
     train_stats.start_epoch();
     for (int64_t s = 0; s < steps_per_epoch && step < total_steps; ++s) {
-      if (step_hook_) step_hook_(be, step + 1);
-      telemetry.begin_step(step + 1);
-      step_open = true;
+      open_step();
       if (!c.grad_set_to_none) {
-        Tensor grads = model->grad_block();
+        Tensor grads = model.grad_block();
         be.fill(grads, 0.0);
       }
       int64_t h2d_bytes = 0;
@@ -335,12 +377,12 @@ TrainResult Trainer::run(int64_t run_id) {
         stager.stage(std::move(b), *data.train, x, y);
         h2d_bytes += stager.last_bytes();
       };
-      const double lr = schedule.lr_for_step(step);
+      const double lr = setup.schedule->lr_for_step(step);
       const auto step_start = Clock::now();
       runner.run(step, lr, stage_next, metrics);
       timer.end_step();  // what follows, to the next boundary, is the step's end-of-step work
       ++step;
-      if (step_hook_for_test_) step_hook_for_test_(step, *model);
+      if (step_hook_for_test_) step_hook_for_test_(step, model);
       // ddp: every rank stops after the same step; rank 0 gathers the step times.
       const bool stop_now = ddp ? ddp->end_step(stop_.load(), ms_since(step_start), metrics)
                                 : stop_.load();
@@ -361,10 +403,11 @@ TrainResult Trainer::run(int64_t run_id) {
         break;
       }
       const bool epoch_end = s + 1 == steps_per_epoch || step == total_steps;
-      if (c.eval_every_steps > 0 && step % c.eval_every_steps == 0 && !epoch_end) {
+      if (evaluator.due(step, epoch_end)) {
         close_step();       // the evaluation is no step's time
         telemetry.flush();  // the step events go out before the evaluation's
-        if (!evaluate_now(epoch) || target_reached) break;
+        if (!evaluator.evaluate(step, epoch)) stopped = true;
+        if (stopped || evaluator.target_reached()) break;
       }
     }
 
@@ -372,29 +415,25 @@ TrainResult Trainer::run(int64_t run_id) {
     telemetry.flush();  // the epoch's last step events go out before its epoch event
     // Evaluate at the end of every epoch (and of a run cut short by max_steps
     // or by reaching target_accuracy, whose evaluation is not repeated).
-    if (!stopped && evaluated_at != step) evaluate_now(epoch);
-    json em = stopped ? json::object() : last_eval;
+    if (!stopped && evaluator.evaluated_at() != step && !evaluator.evaluate(step, epoch))
+      stopped = true;
+    json em = stopped ? json::object() : evaluator.last();
     train_stats.write_epoch_means(em);
     em["epoch_time_s"] = ms_since(epoch_start) / 1e3;
     bus_.publish("epoch", {{"epoch", epoch}, {"step", step}, {"metrics", em}});
     summary_["epochs"] = epoch + 1;
-    if (target_reached) break;
-  }
-  if (c.target_accuracy > 0) {
-    summary_["target_accuracy"] = c.target_accuracy;
-    summary_["target_reached"] = target_reached;
+    if (evaluator.target_reached()) break;
   }
 
+  evaluator.write_summary(summary_);
   telemetry.write_summary(summary_);
-  summary_["final_test_accuracy"] = last_test_acc;
-  summary_["final_test_loss"] = last_test_loss;
   summary_["final_train_loss"] = train_stats.last_loss;
   summary_["total_time_s"] = ms_since(run_start) / 1e3;
   summary_["amp"] = plan.precision.name();
   runner.write_summary(summary_);
   if (scaler) summary_["amp_skipped_steps"] = scaler->read_skipped();
   if (ddp) ddp->write_summary(summary_);
-  if (dp) summary_["dp_devices"] = dp->size();
+  if (setup.dp) summary_["dp_devices"] = setup.dp->size();
   TrainResult r{stopped ? "stopped" : "finished", summary_};
   bus_.publish("finished", {{"status", r.status}, {"summary", summary_}});
   return r;
