@@ -97,16 +97,17 @@ int main(int argc, char** argv) {
   else if (pageName == QLatin1String("ladder")) window.showPage(MainWindow::LadderPage);
   if (parser.isSet(openRun)) window.openRun(parser.value(openRun).toLongLong());
   // The open run's bottom tab of that title, enlarged.
-  auto showBottomTab = [&window](const QString& title) {
+  auto showBottomTab = [&window](const QString& title, QList<int> sizes) {
     auto* d = qobject_cast<RunDashboard*>(window.dashboards()->currentWidget());
     if (!d) return;
     QTabWidget* tabs = d->bottomTabs();
     for (int i = 0; i < tabs->count(); ++i)
       if (tabs->tabText(i) == title) tabs->setCurrentIndex(i);
-    if (auto* split = qobject_cast<QSplitter*>(tabs->parentWidget())) split->setSizes({400, 500});
+    if (auto* split = qobject_cast<QSplitter*>(tabs->parentWidget())) split->setSizes(sizes);
   };
-  if (parser.isSet(advisor)) showBottomTab(QObject::tr("Advisor"));
-  if (parser.isSet(layers)) showBottomTab(QObject::tr("Layers"));
+  if (parser.isSet(advisor)) showBottomTab(QObject::tr("Advisor"), {400, 500});
+  // The table and the roofline side by side want the height.
+  if (parser.isSet(layers)) showBottomTab(QObject::tr("Layers"), {150, 650});
   if (parser.isSet(compare)) {
     QList<qint64> ids;
     for (const QString& id : parser.value(compare).split(QLatin1Char(','), Qt::SkipEmptyParts)) ids << id.toLongLong();

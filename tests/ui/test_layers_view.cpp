@@ -11,8 +11,13 @@
 #include <QTabWidget>
 #include <QTableView>
 
+#include <qcustomplot.h>
+
+#include "engine/metrics/layer_profile.h"
+#include "engine/store/run_store.h"
 #include "layer_profile_model.h"
 #include "layers_panel.h"
+#include "roofline_chart.h"
 #include "main_window.h"
 #include "run_dashboard.h"
 
@@ -94,6 +99,109 @@ class TestLayersView : public QObject {
     const double first = proxy->data(proxy->index(0, LayerProfileModel::TimeMs), Qt::UserRole).toDouble();
     for (int r = 1; r < proxy->rowCount(); ++r)
       QVERIFY(first >= proxy->data(proxy->index(r, LayerProfileModel::TimeMs), Qt::UserRole).toDouble());
+  }
+
+  // The roofline of run 1: a point per layer and phase at the figures the
+  // engine computes from the stored profile and peaks, under roofs that are
+  // the stored peaks; the hover text of a point names its layer and figures.
+  void rooflineOfAStoredRun() {
+    LayersPanel panel;
+    panel.setDatabasePath(db());
+    QSignalSpy ready(&panel, &LayersPanel::profileReady);
+    panel.showRun(1);
+    QVERIFY(ready.wait(10000));
+    const RooflineChart* chart = panel.roofline();
+
+    const tb::RunStore store(db().toStdString(), tb::RunStore::Mode::ReadOnly);
+    const tb::DevicePeaks peaks = tb::DevicePeaks::from_environment(store.get_run(1)->environment);
+    QVERIFY(peaks.known());
+    QCOMPARE(chart->computeRoof(), peaks.flops_per_s);
+    QCOMPARE(chart->memoryRoof(), peaks.bytes_per_s);
+    const double ridge = peaks.flops_per_s / peaks.bytes_per_s;
+    QVERIFY(std::abs(chart->attainable(ridge / 10) - peaks.bytes_per_s * ridge / 10) < 1e-6 * peaks.flops_per_s);
+    QCOMPARE(chart->attainable(ridge * 10), peaks.flops_per_s);
+    // The drawn roof: the bandwidth's slope, the FMA rate from the ridge on (GFLOP/s).
+    const QCPGraph* roof = chart->plot()->graph(0);
+    QCOMPARE(roof->dataCount(), 3);
+    const auto knee = roof->data()->at(1);
+    QVERIFY(std::abs(knee->key - ridge) < 1e-9 * ridge);
+    QVERIFY(std::abs(knee->value - peaks.flops_per_s / 1e9) < 1e-9 * knee->value);
+    const auto start = roof->data()->at(0);
+    QVERIFY(std::abs(start->value - start->key * peaks.bytes_per_s / 1e9) < 1e-9 * start->value);
+    QVERIFY2(chart->caption().contains(QLatin1String("f32 FMA rate")), qPrintable(chart->caption()));
+    QVERIFY2(chart->caption().contains(QString::fromStdString(peaks.device)), qPrintable(chart->caption()));
+
+    // The points: every layer row with counted work, at the engine's figures.
+    const tb::LayerProfileStep mean = tb::mean_profile(store.layer_profile(1));
+    int expected = 0, flatten = 0;
+    for (const tb::LayerProfileRow& r : mean.rows) {
+      if (r.layer.empty()) continue;
+      const tb::RooflinePoint want = tb::roofline(r, peaks);
+      if (!(want.intensity > 0) || !(want.flops_per_s > 0)) {
+        ++flatten;
+        continue;
+      }
+      ++expected;
+      bool found = false;
+      for (const RooflineChart::Point& p : chart->points())
+        if (p.layer.toStdString() == r.layer && p.phase.toStdString() == r.phase) {
+          found = true;
+          QVERIFY(std::abs(p.intensity - want.intensity) < 1e-9 * want.intensity);
+          QVERIFY(std::abs(p.flopsPerS - want.flops_per_s) < 1e-9 * want.flops_per_s);
+          QCOMPARE(p.bound.toStdString(), want.bound);
+          QVERIFY(std::abs(p.share - r.time_ms / mean.step_time_ms) < 1e-9);
+        }
+      QVERIFY2(found, r.layer.c_str());
+    }
+    QCOMPARE(chart->points().size(), expected);
+    QVERIFY(expected >= 20);  // fmnist-cnn: 11 layers with work, forward and backward
+    QCOMPARE(flatten, 2);     // flatten is a view: no work, not drawn, and said so
+    QVERIFY2(chart->caption().contains(QLatin1String("2 row(s) without counted work")), qPrintable(chart->caption()));
+
+    // Hovering a point: the point under the pixel, its layer, phase and bound.
+    panel.resize(1100, 500);
+    panel.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&panel));
+    chart->plot()->replot(QCustomPlot::rpImmediateRefresh);
+    int conv = -1;
+    for (int i = 0; i < chart->points().size(); ++i)
+      if (chart->points()[i].layer == QLatin1String("block2.conv") && chart->points()[i].phase == QLatin1String("backward"))
+        conv = i;
+    QVERIFY(conv >= 0);
+    const int hovered = chart->pointAt(chart->pixelOf(conv) + QPointF(2, -2));
+    QVERIFY(hovered >= 0);
+    QCOMPARE(chart->pixelOf(hovered), chart->pixelOf(conv));  // it, or one drawn on top of it
+    const QString tip = chart->pointToolTip(conv);
+    for (const QString& text : {QStringLiteral("block2.conv"), QStringLiteral("backward"), QStringLiteral("% of the step"),
+                                QStringLiteral("GFLOP/s"), chart->points()[conv].bound + QStringLiteral("-bound")})
+      QVERIFY2(tip.contains(text), qPrintable(tip));
+    QCOMPARE(chart->pointAt(QPointF(-100, -100)), -1);
+  }
+
+  // Without stored peaks the chart still draws the layers' achieved figures,
+  // and says why there are no roofs instead of drawing none silently.
+  void rooflineWithoutPeaksSaysSo() {
+    const QString copy = dir_.filePath(QStringLiteral("no-peaks.db"));
+    QFile::remove(copy);
+    QVERIFY(QFile::copy(db(), copy));
+    {
+      tb::RunStore store(copy.toStdString());
+      nlohmann::json env = store.get_run(1)->environment;
+      env.erase("peaks");
+      store.set_environment(1, env);
+    }
+    LayersPanel panel;
+    panel.setDatabasePath(copy);
+    QSignalSpy ready(&panel, &LayersPanel::profileReady);
+    panel.showRun(1);
+    QVERIFY(ready.wait(10000));
+    const RooflineChart* chart = panel.roofline();
+    QVERIFY(std::isnan(chart->computeRoof()) && std::isnan(chart->memoryRoof()));
+    QVERIFY(chart->points().size() >= 20);
+    QVERIFY2(chart->caption().contains(QLatin1String("No roofs")) &&
+                 chart->caption().contains(QLatin1String("not recorded")),
+             qPrintable(chart->caption()));
+    QVERIFY(chart->pointToolTip(0).contains(QLatin1String("no device peaks")));
   }
 
   void runWithoutAProfileSaysWhy() {
