@@ -21,12 +21,14 @@
 #include <QSettings>
 #include <QSlider>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QTableView>
 #include <QTemporaryDir>
 #include <QVBoxLayout>
 
 #include "compare_summary_model.h"
 #include "config_diff_model.h"
+#include "layer_compare_panel.h"
 #include "live_plot.h"
 #include "plot_export_dialog.h"
 #include "series_loader.h"
@@ -154,7 +156,9 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   scroll->setWidget(plotCanvas_);
   splitter->addWidget(scroll);
 
-  auto* tables = new QWidget(splitter);
+  tableTabs_ = new QTabWidget(splitter);
+  tableTabs_->setDocumentMode(true);
+  auto* tables = new QWidget(tableTabs_);
   auto* tablesLayout = new QHBoxLayout(tables);
   tablesLayout->setContentsMargins(0, 0, 0, 0);
   auto* summaryBox = new QVBoxLayout;
@@ -187,7 +191,12 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   diffTable_->horizontalHeader()->setStretchLastSection(true);
   diffBox->addWidget(diffTable_);
   tablesLayout->addLayout(diffBox, 2);
-  splitter->addWidget(tables);
+  tableTabs_->addTab(tables, tr("Summary and configuration"));
+  layers_ = new LayerComparePanel(tableTabs_);
+  tableTabs_->addTab(layers_, tr("Layers, A against B"));
+  tableTabs_->setTabToolTip(1, tr("Two runs' per-layer profiles side by side: which layers got faster, and "
+                                  "which exist in one run only (docs/layers.md)"));
+  splitter->addWidget(tableTabs_);
   splitter->setStretchFactor(0, 3);
   splitter->setStretchFactor(1, 2);
   splitter->setSizes({620, 260});
@@ -249,6 +258,7 @@ void CompareView::setRuns(const QString& databasePath, const QList<RunSummary>& 
   fitSummaryColumns();
   diffTable_->resizeColumnsToContents();
   title_->setText(tr("Comparing %n run(s)", nullptr, int(runs.size())));
+  layers_->setRuns(databasePath, runs);
   rebuildPlots();
   for (const RunSummary& r : runs) loader_->request(databasePath, r.id);
 }

@@ -15,6 +15,9 @@
 
 #include "engine/metrics/layer_profile.h"
 #include "engine/store/run_store.h"
+#include "compare_view.h"
+#include "layer_compare_model.h"
+#include "layer_compare_panel.h"
 #include "layer_profile_model.h"
 #include "layers_panel.h"
 #include "roofline_chart.h"
@@ -57,6 +60,8 @@ class TestLayersView : public QObject {
                                 "--quiet", "--set"};
     QCOMPARE(runEngine(QStringList{"run"} + common + QStringList{"max_steps=5"}, env), 0);
     QCOMPARE(runEngine(QStringList{"run"} + common + QStringList{"max_steps=2"}, env), 0);
+    // Run 3: run 1 with fuse_pointwise (its ReLUs inside batch norm and the linear layer).
+    QCOMPARE(runEngine(QStringList{"run"} + common + QStringList{"max_steps=5", "--set", "fuse_pointwise=true"}, env), 0);
   }
 
   void tableOfAStoredRun() {
@@ -202,6 +207,83 @@ class TestLayersView : public QObject {
                  chart->caption().contains(QLatin1String("not recorded")),
              qPrintable(chart->caption()));
     QVERIFY(chart->pointToolTip(0).contains(QLatin1String("no device peaks")));
+  }
+
+  // Compare, layers of A against B: run 1 against run 3 (fuse_pointwise), read
+  // off the GUI thread; the ReLUs the fused run folded away are "only in A",
+  // the batch norms changed kind, and each time is the run's stored mean.
+  void compareLayersOfTwoRuns() {
+    const tb::RunStore store(db().toStdString(), tb::RunStore::Mode::ReadOnly);
+    LayerComparePanel panel;
+    QSignalSpy ready(&panel, &LayerComparePanel::comparisonReady);
+    panel.setRuns(db(), {RunSummary::fromRecord(*store.get_run(1)), RunSummary::fromRecord(*store.get_run(3))});
+    QVERIFY(panel.loading());
+    QVERIFY(ready.wait(10000));
+    QCOMPARE(panel.runA(), qint64(1));
+    QCOMPARE(panel.runB(), qint64(3));
+    const LayerCompareModel* m = panel.model();
+    const tb::LayerProfileStep a = tb::mean_profile(store.layer_profile(1)),
+                               b = tb::mean_profile(store.layer_profile(3));
+    auto rowOf = [m](const QString& layer, const QString& phase) {
+      for (int r = 0; r < m->rowCount(); ++r)
+        if (m->data(m->index(r, LayerCompareModel::Layer)).toString() == layer &&
+            m->data(m->index(r, LayerCompareModel::Phase)).toString() == phase)
+          return r;
+      return -1;
+    };
+    auto meanOf = [](const tb::LayerProfileStep& s, const std::string& layer, const std::string& phase) {
+      for (const tb::LayerProfileRow& r : s.rows)
+        if (r.layer == layer && r.phase == phase) return r.time_ms;
+      return std::nan("");
+    };
+    const int relu = rowOf(QStringLiteral("block1.relu"), QStringLiteral("backward"));
+    QVERIFY(relu >= 0);
+    QCOMPARE(m->data(m->index(relu, LayerCompareModel::Change)).toString(), QStringLiteral("only in A"));
+    QCOMPARE(m->data(m->index(relu, LayerCompareModel::TimeB)).toString(), QStringLiteral("–"));
+    QCOMPARE(m->data(m->index(relu, LayerCompareModel::TimeA), Qt::UserRole).toDouble(),
+             meanOf(a, "block1.relu", "backward"));
+    QVERIFY(m->data(m->index(relu, LayerCompareModel::Change), Qt::ToolTipRole).toString().contains(
+        QLatin1String("folded it into the layer before it")));
+    const int bn = rowOf(QStringLiteral("block1.bn"), QStringLiteral("forward"));
+    QVERIFY(bn >= 0);
+    QCOMPARE(m->data(m->index(bn, LayerCompareModel::Kind)).toString(), QStringLiteral("batchnorm2d → batchnorm_relu"));
+    const double ratio = meanOf(b, "block1.bn", "forward") / meanOf(a, "block1.bn", "forward");
+    QVERIFY(std::abs(m->data(m->index(bn, LayerCompareModel::Ratio), Qt::UserRole).toDouble() - ratio) < 1e-12);
+    const QString change = m->data(m->index(bn, LayerCompareModel::Change)).toString();
+    QCOMPARE(change, QString::fromLatin1(ratio < 0.95 ? "faster" : ratio > 1.05 ? "slower" : "about the same"));
+    // Every row of either run is there once: A's rows, and B's (none only in B).
+    QCOMPARE(m->rowCount(), int(a.rows.size()));
+    int onlyA = 0;
+    for (int r = 0; r < m->rowCount(); ++r) onlyA += m->comparison(r).change() == tb::LayerChange::OnlyA;
+    QCOMPARE(size_t(onlyA), a.rows.size() - b.rows.size());
+    QVERIFY2(panel.headerText().contains(QStringLiteral("%1 only in A").arg(onlyA)), qPrintable(panel.headerText()));
+    // Sorted by B / A: the rows whose time vanished in B first.
+    QTableView* view = panel.view();
+    view->sortByColumn(LayerCompareModel::Ratio, Qt::AscendingOrder);
+    const QAbstractItemModel* proxy = view->model();
+    QCOMPARE(proxy->data(proxy->index(0, LayerCompareModel::Change)).toString(), QStringLiteral("only in A"));
+    for (int c = 0; c < m->columnCount(); ++c)
+      QVERIFY(!m->headerData(c, Qt::Horizontal, Qt::ToolTipRole).toString().isEmpty());
+
+    // A run without a profile: said, not an empty table.
+    panel.compare(1, 2);
+    QVERIFY(ready.wait(10000));
+    QCOMPARE(m->rowCount(), 0);
+    QVERIFY2(panel.headerText().contains(QLatin1String("(#2) has no per-layer profile: no step was sampled")),
+             qPrintable(panel.headerText()));
+  }
+
+  // The Compare page has the tab, loaded with the first two compared runs.
+  void comparePageHasTheLayersTab() {
+    MainWindow window(db());
+    window.resize(1366, 768);
+    window.compareRuns({1, 3});
+    CompareView* view = window.compareView();
+    QTRY_COMPARE_WITH_TIMEOUT(view->runs().size(), 2, 10000);
+    QTabWidget* tabs = view->tableTabs();
+    QCOMPARE(tabs->widget(1), static_cast<QWidget*>(view->layerComparison()));
+    QTRY_VERIFY_WITH_TIMEOUT(view->layerComparison()->model()->rowCount() > 20, 10000);
+    QCOMPARE(view->layerComparison()->runB(), qint64(3));
   }
 
   void runWithoutAProfileSaysWhy() {
