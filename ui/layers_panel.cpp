@@ -102,6 +102,19 @@ void LayersPanel::showRun(qint64 runId) {
 
 QString LayersPanel::headerText() const { return header_->text(); }
 
+bool LayersPanel::selectLayer(const QString& layer, const QString& phase) {
+  auto* proxy = static_cast<QSortFilterProxyModel*>(view_->model());
+  for (int r = 0; r < proxy->rowCount(); ++r) {
+    if (proxy->index(r, LayerProfileModel::Layer).data().toString() != layer ||
+        proxy->index(r, LayerProfileModel::Phase).data().toString() != phase)
+      continue;
+    view_->setCurrentIndex(proxy->index(r, LayerProfileModel::Layer));
+    view_->scrollTo(view_->currentIndex());
+    return true;
+  }
+  return false;
+}
+
 void LayersPanel::render() {
   split_->setVisible(model_->rowCount() > 0);
   if (loading_) {

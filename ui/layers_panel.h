@@ -29,6 +29,9 @@ class LayersPanel : public QWidget {
   LayerProfileModel* model() const { return model_; }
   QTableView* view() const { return view_; }
   RooflineChart* roofline() const { return roofline_; }
+  // Selects the row of this layer and phase (the roofline rings its point);
+  // false when the table has none.
+  bool selectLayer(const QString& layer, const QString& phase);
 
  signals:
   void profileReady(qint64 runId);

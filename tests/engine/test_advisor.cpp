@@ -273,6 +273,33 @@ class TestAdvisor : public QObject {
     QVERIFY(!fires(compute, "pointwise_passes"));
   }
 
+  // From the store: the run's per-layer profile (mean of its sampled steps)
+  // and the peaks in its environment are the rule's evidence; a run without
+  // a profile gets no such advice.
+  void pointwisePassesFromTheStore() {
+    QTemporaryDir dir;
+    RunStore store(dir.filePath("runs.db").toStdString());
+    RunRecord rec;
+    rec.config = validate_config({{"device", "cpu"}}, "test");
+    const int64_t with = store.create_run(rec), without = store.create_run(rec);
+    const json env = {{"device", "cpu"}, {"peaks", {{"flops_per_s", 100e9}, {"bytes_per_s", 10e9}, {"dtype", "f32"}}}};
+    store.set_environment(with, env);
+    store.set_environment(without, env);
+    // Two sampled steps whose mean has the ReLU at 8% of a 10 ms step.
+    store.append_layer_profile(with, {21, 12.0, {{"block1.relu", "relu", "backward", 1.0, 2.5e5, 2e6},
+                                                 {"", "", "optimizer", 11.0}}});
+    store.append_layer_profile(with, {41, 8.0, {{"block1.relu", "relu", "backward", 0.6, 2.5e5, 2e6},
+                                                {"", "", "optimizer", 7.4}}});
+    const RunEvidence e = evidence_from_store(store, with);
+    QCOMPARE(e.layers.step_time_ms, 10.0);
+    QCOMPARE(e.peaks.dtype, std::string("f32"));
+    const std::optional<Advice> a = find(advise(e), "pointwise_passes");
+    QVERIFY(a);
+    QVERIFY2(a->evidence.find("layer block1.relu (relu) backward takes 8.0% of the step") != std::string::npos,
+             a->evidence.c_str());
+    QVERIFY(!fires(evidence_from_store(store, without), "pointwise_passes"));
+  }
+
   // A healthy GPU step: nothing fires.
   void quietOnAHealthyRun() {
     const std::map<std::string, double> gpu = {

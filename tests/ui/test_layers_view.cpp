@@ -15,7 +15,9 @@
 
 #include "engine/metrics/layer_profile.h"
 #include "engine/store/run_store.h"
+#include "advisor_panel.h"
 #include "compare_view.h"
+#include "engine/train/config.h"
 #include "layer_compare_model.h"
 #include "layer_compare_panel.h"
 #include "layer_profile_model.h"
@@ -284,6 +286,49 @@ class TestLayersView : public QObject {
     QCOMPARE(tabs->widget(1), static_cast<QWidget*>(view->layerComparison()));
     QTRY_VERIFY_WITH_TIMEOUT(view->layerComparison()->model()->rowCount() > 20, 10000);
     QCOMPARE(view->layerComparison()->runB(), qint64(3));
+  }
+
+  // The Advisor's advice that cites a layer leads to its row: "Show in Layers"
+  // selects it in the Layers tab and rings it on the roofline. The store is
+  // made by hand so that the rule's condition is met by its figures.
+  void advisorCitesALayer() {
+    const QString path = dir_.filePath(QStringLiteral("cited.db"));
+    {
+      tb::RunStore store(path.toStdString());
+      tb::RunRecord rec;
+      rec.name = "cited";
+      rec.status = "finished";
+      rec.config = tb::validate_config({{"device", "cpu"}}, "test");
+      const int64_t id = store.create_run(rec);
+      store.set_environment(id, {{"device", "cpu"},
+                                 {"peaks", {{"flops_per_s", 100e9}, {"bytes_per_s", 10e9}, {"dtype", "f32"}}}});
+      store.append_layer_profile(id, {21, 10.0, {{"block1.conv", "conv2d", "forward", 3.0, 3e8, 1e6},
+                                                 {"block1.relu", "relu", "forward", 0.8, 2.5e5, 2e6},
+                                                 {"", "", "optimizer", 6.2}}});
+    }
+    MainWindow window(path);
+    window.resize(1366, 768);
+    window.openRun(1);
+    auto* dashboard = qobject_cast<RunDashboard*>(window.dashboards()->currentWidget());
+    QVERIFY(dashboard);
+    AdvisorPanel* advisor = dashboard->findChild<AdvisorPanel*>();
+    LayersPanel* layers = dashboard->findChild<LayersPanel*>();
+    QVERIFY(advisor && layers);
+    QTRY_VERIFY_WITH_TIMEOUT(advisor->rules().contains(QStringLiteral("pointwise_passes")), 10000);
+    QTRY_VERIFY_WITH_TIMEOUT(!layers->loading(), 10000);
+    QPushButton* show = nullptr;
+    for (QPushButton* b : advisor->findChildren<QPushButton*>())
+      if (b->text() == QLatin1String("Show in Layers")) show = b;
+    QVERIFY(show);
+    QVERIFY(show->toolTip().contains(QLatin1String("block1.relu")));
+    show->click();
+    QCOMPARE(dashboard->bottomTabs()->currentWidget(), static_cast<QWidget*>(layers));
+    const QModelIndex current = layers->view()->currentIndex();
+    QCOMPARE(current.siblingAtColumn(LayerProfileModel::Layer).data().toString(), QStringLiteral("block1.relu"));
+    QCOMPARE(current.siblingAtColumn(LayerProfileModel::Phase).data().toString(), QStringLiteral("forward"));
+    const QCPGraph* ring = layers->roofline()->plot()->graph(layers->roofline()->plot()->graphCount() - 1);
+    QCOMPARE(ring->dataCount(), 1);
+    QCOMPARE(ring->data()->at(0)->key, 2.5e5 / 2e6);  // block1.relu's intensity
   }
 
   void runWithoutAProfileSaysWhy() {
