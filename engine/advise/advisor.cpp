@@ -288,7 +288,7 @@ Advice pointwise_passes(const RunEvidence& e) {
   a.threshold = "memory-bound ReLU, GELU and residual-add rows > " + pct(kPointwisePassShare) +
                 " of the step, " + trick_label("fuse_pointwise") + " off";
   a.changes["fuse_pointwise"] = true;
-  a.action = "try " + trick_label("fuse_pointwise") +
+  a.action = trick_label("fuse_pointwise") +
              ": batch norm and the linear layers apply the activation (and the residual add) as "
              "they write their output, which removes these passes over the activations";
   a.max_speedup = without_share(share);
