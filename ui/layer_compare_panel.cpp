@@ -3,10 +3,8 @@
 
 #include <QComboBox>
 #include <QHBoxLayout>
-#include <QHeaderView>
 #include <QLabel>
 #include <QPointer>
-#include <QSortFilterProxyModel>
 #include <QTableView>
 #include <QThread>
 #include <QVBoxLayout>
@@ -17,6 +15,7 @@
 #include "engine/metrics/layer_profile.h"
 #include "engine/store/run_store.h"
 #include "layer_compare_model.h"
+#include "layer_table_view.h"
 
 LayerComparePanel::LayerComparePanel(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
@@ -35,19 +34,7 @@ LayerComparePanel::LayerComparePanel(QWidget* parent) : QWidget(parent) {
   header_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   layout->addWidget(header_);
   model_ = new LayerCompareModel(this);
-  auto* proxy = new QSortFilterProxyModel(this);
-  proxy->setSourceModel(model_);
-  proxy->setSortRole(Qt::UserRole);
-  view_ = new QTableView(this);
-  view_->setModel(proxy);
-  view_->setSortingEnabled(true);
-  view_->sortByColumn(-1, Qt::AscendingOrder);  // the step's order until a header is clicked
-  view_->setSelectionBehavior(QAbstractItemView::SelectRows);
-  view_->setAlternatingRowColors(true);
-  view_->verticalHeader()->hide();
-  view_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-  view_->horizontalHeader()->setStretchLastSection(true);
-  view_->verticalHeader()->setDefaultSectionSize(view_->fontMetrics().height() + 6);
+  view_ = makeLayerTableView(model_, this);
   view_->setToolTip(tr("Sort by B / A: the layers B made faster first"));
   layout->addWidget(view_, 1);
   auto pick = [this] {

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "layers_panel.h"
 
-#include <QHeaderView>
 #include <QLabel>
 #include <QPointer>
 #include <QSortFilterProxyModel>
@@ -15,6 +14,7 @@
 #include "engine/metrics/layer_profile.h"
 #include "engine/store/run_store.h"
 #include "layer_profile_model.h"
+#include "layer_table_view.h"
 #include "roofline_chart.h"
 
 using json = nlohmann::json;
@@ -26,20 +26,9 @@ LayersPanel::LayersPanel(QWidget* parent) : QWidget(parent) {
   header_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   layout->addWidget(header_);
   model_ = new LayerProfileModel(this);
-  auto* proxy = new QSortFilterProxyModel(this);
-  proxy->setSourceModel(model_);
-  proxy->setSortRole(Qt::UserRole);
   split_ = new QSplitter(Qt::Horizontal, this);
-  view_ = new QTableView(split_);
-  view_->setModel(proxy);
-  view_->setSortingEnabled(true);
-  view_->sortByColumn(-1, Qt::AscendingOrder);  // the step's order until a header is clicked
-  view_->setSelectionBehavior(QAbstractItemView::SelectRows);
-  view_->setAlternatingRowColors(true);
-  view_->verticalHeader()->hide();
-  view_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-  view_->horizontalHeader()->setStretchLastSection(true);
-  view_->verticalHeader()->setDefaultSectionSize(view_->fontMetrics().height() + 6);  // dense rows
+  view_ = makeLayerTableView(model_, split_);
+  auto* proxy = static_cast<QSortFilterProxyModel*>(view_->model());
   view_->setToolTip(tr("Click a header to sort (time: the slowest first after two clicks)"));
   roofline_ = new RooflineChart(split_);
   split_->addWidget(view_);

@@ -410,7 +410,8 @@ class TestLayers : public QObject {
 
     r = engine({"layers", "1", "--db", db}, env_);
     QVERIFY2(r.code == 0, qPrintable(r.err));
-    for (const char* text : {"% roofline", "block1.bn", "batchnorm2d", "unattributed", "GFLOP/s"})
+    for (const char* text : {"% roofline", "block1.bn", "batchnorm2d", "unattributed", "GFLOP/s f32, ",
+                             " threads (probe: f32 sgemm"})
       QVERIFY2(r.out.contains(text), text);
 
     r = engine({"export", "1", "--db", db, "--format", "json"}, env_);

@@ -6,6 +6,8 @@
 #include <QtTest>
 
 #include <QHeaderView>
+#include <QHelpEvent>
+#include <QToolTip>
 #include <QSortFilterProxyModel>
 #include <QSplitter>
 #include <QTabWidget>
@@ -183,6 +185,12 @@ class TestLayersView : public QObject {
                                 QStringLiteral("GFLOP/s"), chart->points()[conv].bound + QStringLiteral("-bound")})
       QVERIFY2(tip.contains(text), qPrintable(tip));
     QCOMPARE(chart->pointAt(QPointF(-100, -100)), -1);
+    // The tooltip the plot shows there is the point's.
+    const QPoint at = chart->pixelOf(conv).toPoint();
+    QHelpEvent help(QEvent::ToolTip, at, chart->plot()->mapToGlobal(at));
+    QApplication::sendEvent(chart->plot(), &help);
+    QTRY_VERIFY(QToolTip::isVisible());
+    QCOMPARE(QToolTip::text(), chart->pointToolTip(chart->pointAt(at)));
   }
 
   // Without stored peaks the chart still draws the layers' achieved figures,
@@ -314,12 +322,17 @@ class TestLayersView : public QObject {
     AdvisorPanel* advisor = dashboard->findChild<AdvisorPanel*>();
     LayersPanel* layers = dashboard->findChild<LayersPanel*>();
     QVERIFY(advisor && layers);
-    QTRY_VERIFY_WITH_TIMEOUT(advisor->rules().contains(QStringLiteral("pointwise_passes")), 10000);
+    // The advice is computed again when the saved run's dashboard says it ended: its cards are
+    // made anew, so the button is looked for once the advisor is idle.
+    auto showButton = [advisor]() -> QPushButton* {
+      for (QPushButton* b : advisor->findChildren<QPushButton*>())
+        if (b->text() == QLatin1String("Show in Layers")) return b;
+      return nullptr;
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(!advisor->busy() && showButton(), 10000);
+    QVERIFY(advisor->rules().contains(QStringLiteral("pointwise_passes")));
     QTRY_VERIFY_WITH_TIMEOUT(!layers->loading(), 10000);
-    QPushButton* show = nullptr;
-    for (QPushButton* b : advisor->findChildren<QPushButton*>())
-      if (b->text() == QLatin1String("Show in Layers")) show = b;
-    QVERIFY(show);
+    QPushButton* show = showButton();
     QVERIFY(show->toolTip().contains(QLatin1String("block1.relu")));
     show->click();
     QCOMPARE(dashboard->bottomTabs()->currentWidget(), static_cast<QWidget*>(layers));
