@@ -28,6 +28,7 @@
 
 #include "compare_summary_model.h"
 #include "config_diff_model.h"
+#include "layer_compare_model.h"
 #include "layer_compare_panel.h"
 #include "live_plot.h"
 #include "plot_export_dialog.h"
@@ -498,6 +499,9 @@ bool CompareView::exportReport(const QString& path, QString* error) {
     text += QStringLiteral("<h1>%1</h1>\n<p>%2</p>\n").arg(tr("Trainbench comparison"), stamp);
     text += QStringLiteral("<h2>%1</h2>\n").arg(tr("Summary")) + TableExport::toHtml(summary_);
     text += QStringLiteral("<h2>%1</h2>\n").arg(tr("Configuration keys that differ")) + TableExport::toHtml(diff_);
+    if (layers_->model()->rowCount() > 0)
+      text += QStringLiteral("<h2>%1</h2>\n<p>%2</p>\n").arg(tr("Layers, A against B"), layers_->headerText().toHtmlEscaped()) +
+              TableExport::toHtml(layers_->model());
     text += QStringLiteral("<h2>%1</h2>\n").arg(tr("Plots"));
     for (int i = 0; i < images.size(); ++i) {
       QFile png(dir.filePath(images[i]));
@@ -514,6 +518,9 @@ bool CompareView::exportReport(const QString& path, QString* error) {
     text = QStringLiteral("# %1\n\n%2\n\n").arg(tr("Trainbench comparison"), stamp);
     text += QStringLiteral("## %1\n\n").arg(tr("Summary")) + TableExport::toMarkdown(summary_);
     text += QStringLiteral("\n## %1\n\n").arg(tr("Configuration keys that differ")) + TableExport::toMarkdown(diff_);
+    if (layers_->model()->rowCount() > 0)
+      text += QStringLiteral("\n## %1\n\n%2\n\n").arg(tr("Layers, A against B"), layers_->headerText()) +
+              TableExport::toMarkdown(layers_->model());
     text += QStringLiteral("\n## %1\n\n").arg(tr("Plots"));
     for (int i = 0; i < images.size(); ++i)
       text += QStringLiteral("### %1\n\n![%1](%2)\n\n").arg(titles[i], images[i]);

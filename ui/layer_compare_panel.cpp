@@ -5,6 +5,7 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QPointer>
+#include <QPushButton>
 #include <QTableView>
 #include <QThread>
 #include <QVBoxLayout>
@@ -16,6 +17,7 @@
 #include "engine/store/run_store.h"
 #include "layer_compare_model.h"
 #include "layer_table_view.h"
+#include "plot_export_dialog.h"
 
 LayerComparePanel::LayerComparePanel(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
@@ -28,7 +30,12 @@ LayerComparePanel::LayerComparePanel(QWidget* parent) : QWidget(parent) {
   pickB_ = new QComboBox(this);
   pickB_->setToolTip(tr("The run whose layers are measured against A's, e.g. A with one trick more"));
   bar->addWidget(pickB_, 1);
+  auto* csv = new QPushButton(tr("CSV…"), this);
+  csv->setToolTip(tr("Write the layer comparison as CSV"));
+  bar->addWidget(csv);
   layout->addLayout(bar);
+  connect(csv, &QPushButton::clicked, this,
+          [this] { PlotExportDialog::exportTableCsv(this, model_, QStringLiteral("layer-comparison")); });
   header_ = new QLabel(this);
   header_->setWordWrap(true);
   header_->setTextInteractionFlags(Qt::TextSelectableByMouse);

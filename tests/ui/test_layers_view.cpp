@@ -294,6 +294,17 @@ class TestLayersView : public QObject {
     QCOMPARE(tabs->widget(1), static_cast<QWidget*>(view->layerComparison()));
     QTRY_VERIFY_WITH_TIMEOUT(view->layerComparison()->model()->rowCount() > 20, 10000);
     QCOMPARE(view->layerComparison()->runB(), qint64(3));
+    QTRY_VERIFY_WITH_TIMEOUT(!view->layerComparison()->loading(), 10000);
+    // The comparison's report carries the table.
+    const QString report = dir_.filePath(QStringLiteral("report.md"));
+    QString error;
+    QVERIFY2(view->exportReport(report, &error), qPrintable(error));
+    QFile md(report);
+    QVERIFY(md.open(QIODevice::ReadOnly));
+    const QString text = QString::fromUtf8(md.readAll());
+    QVERIFY(text.contains(QLatin1String("## Layers, A against B")));
+    QVERIFY(text.contains(QLatin1String("| block1.relu | forward | relu |")));
+    QVERIFY(text.contains(QLatin1String("only in A")));
   }
 
   // The Advisor's advice that cites a layer leads to its row: "Show in Layers"
