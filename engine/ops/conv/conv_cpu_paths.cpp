@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The CPU convolution's path setting and per-shape choice cache (conv_cpu_paths.h).
+#include "engine/ops/conv/conv_cpu_paths.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <limits>
+
+#include "engine/core/error.h"
+
+namespace tb::conv {
+
+namespace {
+
+constexpr CpuConvPath kAllPaths[] = {CpuConvPath::Reference, CpuConvPath::Blas,
+                                     CpuConvPath::OneDnn, CpuConvPath::OneDnnBlocked};
+
+#ifndef TRAINBENCH_HAVE_ONEDNN
+bool is_onednn(CpuConvPath p) {
+  return p == CpuConvPath::OneDnn || p == CpuConvPath::OneDnnBlocked;
+}
+#endif
+
+}  // namespace
+
+const char* path_name(CpuConvPath p) {
+  switch (p) {
+    case CpuConvPath::Reference: return "reference";
+    case CpuConvPath::Blas: return "blas";
+    case CpuConvPath::OneDnn: return "onednn";
+    case CpuConvPath::OneDnnBlocked: return "onednn-blocked";
+  }
+  return "?";
+}
+
+std::optional<CpuConvPath> parse_cpu_conv_setting(const std::string& value,
+                                                  const std::string& source) {
+  if (value.empty() || value == "auto") return std::nullopt;
+  for (CpuConvPath p : kAllPaths) {
+    if (value != path_name(p)) continue;
+#ifndef TRAINBENCH_HAVE_ONEDNN
+    TB_CHECK(!is_onednn(p), source, "=", value,
+             ": this build has no oneDNN (configured with TRAINBENCH_ONEDNN=OFF, or "
+             "libdnnl-dev was missing)");
+#endif
+    return p;
+  }
+  TB_FAIL(source, ": expected auto, reference, blas, onednn or onednn-blocked, got '", value,
+          "'");
+}
+
+std::optional<CpuConvPath> cpu_conv_setting_from_environment() {
+  const char* v = std::getenv("TRAINBENCH_CPU_CONV");
+  return parse_cpu_conv_setting(v ? v : "", "TRAINBENCH_CPU_CONV");
+}
+
+CpuConvPath CpuConvChoices::choose(const std::string& key, const std::string& shape,
+                                   const std::vector<CpuConvPath>& candidates,
+                                   const std::function<void(CpuConvPath)>& trial) {
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = paths_.find(key); it != paths_.end()) return it->second;
+  }
+  using Clock = std::chrono::steady_clock;
+  CpuConvPath best = candidates.front();
+  double best_ms = std::numeric_limits<double>::infinity();
+  nlohmann::json timings = nlohmann::json::object();
+  for (CpuConvPath p : candidates) {
+    trial(p);  // warm-up: oneDNN makes its primitive, scratch buffers grow
+    double min_ms = std::numeric_limits<double>::infinity();
+    for (int r = 0; r < kTimedRuns; ++r) {
+      const auto t0 = Clock::now();
+      trial(p);
+      min_ms = std::min(min_ms, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+    timings[path_name(p)] = min_ms;
+    if (min_ms < best_ms) best = p, best_ms = min_ms;
+  }
+  std::lock_guard lock(mutex_);
+  paths_[key] = best;
+  shape_of_[key] = shape;
+  records_[shape] = {{"path", path_name(best)}, {"chosen_by", "timing"}, {"min_ms", timings}};
+  return best;
+}
+
+void CpuConvChoices::note(const std::string& key, const std::string& shape, CpuConvPath path,
+                          const std::string& why) {
+  std::lock_guard lock(mutex_);
+  if (!paths_.emplace(key, path).second) return;
+  shape_of_[key] = shape;
+  records_[shape] = {{"path", path_name(path)}, {"chosen_by", why}};
+}
+
+void CpuConvChoices::note_implementation(const std::string& key, const std::string& impl) {
+  std::lock_guard lock(mutex_);
+  auto it = shape_of_.find(key);
+  if (it == shape_of_.end()) return;
+  records_[it->second]["onednn_implementation"] = impl;
+}
+
+void CpuConvChoices::clear() {
+  std::lock_guard lock(mutex_);
+  paths_.clear();
+  shape_of_.clear();
+  records_ = nlohmann::json::object();
+}
+
+nlohmann::json CpuConvChoices::describe() const {
+  std::lock_guard lock(mutex_);
+  return records_;
+}
+
+}  // namespace tb::conv
