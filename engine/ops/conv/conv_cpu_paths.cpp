@@ -63,20 +63,21 @@ CpuConvPath CpuConvChoices::choose(const std::string& key, const std::string& sh
     if (auto it = paths_.find(key); it != paths_.end()) return it->second;
   }
   using Clock = std::chrono::steady_clock;
-  CpuConvPath best = candidates.front();
-  double best_ms = std::numeric_limits<double>::infinity();
-  nlohmann::json timings = nlohmann::json::object();
-  for (CpuConvPath p : candidates) {
-    trial(p);  // warm-up: oneDNN makes its primitive, scratch buffers grow
-    double min_ms = std::numeric_limits<double>::infinity();
-    for (int r = 0; r < kTimedRuns; ++r) {
+  for (CpuConvPath p : candidates) trial(p);  // warm-up: oneDNN makes its primitives, buffers grow
+  // Round after round, every candidate once: a burst of other work on the
+  // machine slows the candidates of one round alike instead of one of them.
+  std::vector<double> min_ms(candidates.size(), std::numeric_limits<double>::infinity());
+  for (int r = 0; r < kTimedRuns; ++r)
+    for (size_t i = 0; i < candidates.size(); ++i) {
       const auto t0 = Clock::now();
-      trial(p);
-      min_ms = std::min(min_ms, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      trial(candidates[i]);
+      min_ms[i] = std::min(min_ms[i],
+                           std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     }
-    timings[path_name(p)] = min_ms;
-    if (min_ms < best_ms) best = p, best_ms = min_ms;
-  }
+  const size_t best_i = size_t(std::min_element(min_ms.begin(), min_ms.end()) - min_ms.begin());
+  const CpuConvPath best = candidates[best_i];
+  nlohmann::json timings = nlohmann::json::object();
+  for (size_t i = 0; i < candidates.size(); ++i) timings[path_name(candidates[i])] = min_ms[i];
   std::lock_guard lock(mutex_);
   paths_[key] = best;
   shape_of_[key] = shape;

@@ -12,10 +12,13 @@
 // of those names, or `auto` (the default): the first call of each (op, shape,
 // layouts, outputs) runs every candidate that can take it (blas where the
 // layouts allow, both oneDNN forms in builds with oneDNN; the reference only
-// when nothing else can) once to warm up and kTimedRuns times into scratch
-// outputs, keeps the one with the smallest minimum, and every later call of
-// that key runs it. The minimum, not the median: the development machines are
-// shared, and other processes only ever add time. A forced path that cannot
+// when nothing else can) once to warm up, then kTimedRuns rounds of each
+// candidate once, into scratch outputs; it keeps the one with the smallest
+// minimum, and every later call of that key runs it. Rounds, so that a burst
+// of other work slows all candidates alike; the minimum, not the median,
+// because other processes on a shared machine only ever add time. Under heavy
+// load (other builds on the same two cores) even so the choice can be wrong;
+// the record's timings show it, and TRAINBENCH_CPU_CONV pins a path. A forced path that cannot
 // take a shape (blas on NHWC) falls back to the reference, and the record says
 // so.
 //
@@ -56,7 +59,7 @@ void set_cpu_conv_path(CpuBackend& be, const std::string& setting);
 // The choice cache of one backend.
 class CpuConvChoices {
  public:
-  static constexpr int kTimedRuns = 3;
+  static constexpr int kTimedRuns = 5;
 
   // The path of `key`: cached, or chosen now among `candidates` (not empty)
   // by timing `trial(path)` (which must write only scratch). `shape` is the
