@@ -6,9 +6,9 @@
 //   y[n,co,oh,ow] = b[co] + sum_{ci,kh,kw} w[co,ci,kh,kw] * x[n,ci,oh*s-p+kh,ow*s-p+kw]
 //
 // Four implementations; for f32 the path is picked per op and shape
-// (conv_cpu_paths.h: timed on the first call of a shape, or forced by
-// TRAINBENCH_CPU_CONV), f64 and BackendOptions::reference always take the
-// reference:
+// (conv_cpu_paths.h: by a fixed rule, by timing on the first call of a shape,
+// or forced by TRAINBENCH_CPU_CONV), f64 and BackendOptions::reference always
+// take the reference:
 // - reference<T> (float, double): the definition above as nested loops, every
 //   element addressed through offset4, so NCHW and NHWC run the same arithmetic
 //   in the same order (bit-identical results); the test oracle, used for f64,
@@ -40,7 +40,6 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -602,15 +601,23 @@ class CpuKernels final : public Kernels {
                       ConvLayouts l, unsigned outputs,
                       const std::function<void(CpuConvPath)>& trial) {
     if (be_.use_reference(DType::F32)) return CpuConvPath::Reference;
-    if (setting_) {
-      if (can_take(*setting_, g, l)) {
-        choices_.note(key, shape_name(op, g, l, outputs), *setting_, "setting");
-        return *setting_;
+    const auto shape = [&] { return shape_name(op, g, l, outputs); };
+    switch (setting_.mode) {
+      case CpuConvSetting::Mode::Forced:
+        if (can_take(setting_.path, g, l)) {
+          choices_.note(key, shape(), setting_.path, "setting");
+          return setting_.path;
+        }
+        choices_.note(key, shape(), CpuConvPath::Reference,
+                      std::string("setting ") + path_name(setting_.path) +
+                          " cannot take this shape: reference");
+        return CpuConvPath::Reference;
+      case CpuConvSetting::Mode::Rule: {
+        const CpuConvPath p = by_rule(g, l);
+        choices_.note(key, shape(), p, "rule");
+        return p;
       }
-      choices_.note(key, shape_name(op, g, l, outputs), CpuConvPath::Reference,
-                    std::string("setting ") + path_name(*setting_) +
-                        " cannot take this shape: reference");
-      return CpuConvPath::Reference;
+      case CpuConvSetting::Mode::Timed: break;
     }
     std::vector<CpuConvPath> candidates;
     for (CpuConvPath p : {CpuConvPath::Blas, CpuConvPath::OneDnn, CpuConvPath::OneDnnBlocked})
@@ -618,10 +625,17 @@ class CpuKernels final : public Kernels {
         if (can_take(p, g, l)) candidates.push_back(p);
     if (candidates.size() <= 1) {
       const CpuConvPath p = candidates.empty() ? CpuConvPath::Reference : candidates.front();
-      choices_.note(key, shape_name(op, g, l, outputs), p, "only candidate");
+      choices_.note(key, shape(), p, "only candidate");
       return p;
     }
-    return choices_.choose(key, shape_name(op, g, l, outputs), candidates, trial);
+    return choices_.choose(key, shape(), candidates, trial);
+  }
+
+  // auto's rule (conv_cpu_paths.h).
+  CpuConvPath by_rule(const ConvGeometry& g, ConvLayouts l) const {
+    const bool nchw = can_take(CpuConvPath::Blas, g, l);
+    if (onednn_direct_ && g.N > 0) return nchw ? CpuConvPath::OneDnnBlocked : CpuConvPath::OneDnn;
+    return nchw ? CpuConvPath::Blas : CpuConvPath::Reference;
   }
 
   void forward_f32(CpuConvPath p, const std::string& key, const ConvGeometry& g, ConvLayouts l,
@@ -666,6 +680,7 @@ class CpuKernels final : public Kernels {
 
 #ifdef TRAINBENCH_HAVE_ONEDNN
   static constexpr bool kHaveOneDnn = true;
+  const bool onednn_direct_ = onednn::has_direct_kernels();
   static onednn::Activations form(CpuConvPath p) {
     return p == CpuConvPath::OneDnnBlocked ? onednn::Activations::Blocked
                                            : onednn::Activations::AsGiven;
@@ -673,10 +688,11 @@ class CpuKernels final : public Kernels {
   onednn::Convolutions onednn_;
 #else
   static constexpr bool kHaveOneDnn = false;
+  static constexpr bool onednn_direct_ = false;
 #endif
 
   CpuBackend& be_;
-  std::optional<CpuConvPath> setting_;  // nullopt: auto
+  CpuConvSetting setting_;
   CpuConvChoices choices_;
 };
 

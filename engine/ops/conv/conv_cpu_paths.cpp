@@ -34,9 +34,9 @@ const char* path_name(CpuConvPath p) {
   return "?";
 }
 
-std::optional<CpuConvPath> parse_cpu_conv_setting(const std::string& value,
-                                                  const std::string& source) {
-  if (value.empty() || value == "auto") return std::nullopt;
+CpuConvSetting parse_cpu_conv_setting(const std::string& value, const std::string& source) {
+  if (value.empty() || value == "auto") return {};
+  if (value == "timed") return {CpuConvSetting::Mode::Timed};
   for (CpuConvPath p : kAllPaths) {
     if (value != path_name(p)) continue;
 #ifndef TRAINBENCH_HAVE_ONEDNN
@@ -44,13 +44,13 @@ std::optional<CpuConvPath> parse_cpu_conv_setting(const std::string& value,
              ": this build has no oneDNN (configured with TRAINBENCH_ONEDNN=OFF, or "
              "libdnnl-dev was missing)");
 #endif
-    return p;
+    return {CpuConvSetting::Mode::Forced, p};
   }
-  TB_FAIL(source, ": expected auto, reference, blas, onednn or onednn-blocked, got '", value,
-          "'");
+  TB_FAIL(source, ": expected auto, timed, reference, blas, onednn or onednn-blocked, got '",
+          value, "'");
 }
 
-std::optional<CpuConvPath> cpu_conv_setting_from_environment() {
+CpuConvSetting cpu_conv_setting_from_environment() {
   const char* v = std::getenv("TRAINBENCH_CPU_CONV");
   return parse_cpu_conv_setting(v ? v : "", "TRAINBENCH_CPU_CONV");
 }

@@ -9,18 +9,26 @@
 //   onednn-blocked  oneDNN on its own blocked layout, reordered in and out
 //
 // The setting, TRAINBENCH_CPU_CONV (or set_cpu_conv_path for tests), is one
-// of those names, or `auto` (the default): the first call of each (op, shape,
-// layouts, outputs) runs every candidate that can take it (blas where the
-// layouts allow, both oneDNN forms in builds with oneDNN; the reference only
-// when nothing else can) once to warm up, then kTimedRuns rounds of each
-// candidate once, into scratch outputs; it keeps the one with the smallest
-// minimum, and every later call of that key runs it. Rounds, so that a burst
-// of other work slows all candidates alike; the minimum, not the median,
-// because other processes on a shared machine only ever add time. Under heavy
-// load (other builds on the same two cores) even so the choice can be wrong;
-// the record's timings show it, and TRAINBENCH_CPU_CONV pins a path. A forced path that cannot
-// take a shape (blas on NHWC) falls back to the reference, and the record says
-// so.
+// of those names, `auto` (the default) or `timed`:
+// - auto: a fixed rule, so that a run's numbers do not depend on the
+//   machine's load (the CPU backend is deterministic for a fixed thread count,
+//   run after run): with oneDNN built and its direct kernels available (AVX2
+//   or better: onednn::has_direct_kernels), NCHW takes onednn-blocked and NHWC
+//   onednn; without, NCHW takes blas and NHWC the reference; an empty batch
+//   takes blas or the reference (oneDNN refuses empty tensors). The rule comes
+//   from bench/cpu_conv_paths.cpp's timings (docs/cpu-conv-paths.md).
+// - timed: the first call of each (op, shape, layouts, outputs) runs every
+//   candidate that can take it (blas where the layouts allow, both oneDNN
+//   forms where built; the reference only when nothing else can) once to warm
+//   up, then kTimedRuns rounds of each candidate once, into scratch outputs;
+//   it keeps the one with the smallest minimum, and every later call of that
+//   key runs it. Rounds, so that a burst of other work slows all candidates
+//   alike; the minimum, because other processes on a shared machine only ever
+//   add time. Under heavy load the choice can still be wrong, and two runs
+//   may choose differently (so their last bits differ): the record keeps the
+//   timings.
+// - a path: every f32 convolution takes it; one that cannot take a shape
+//   (blas on NHWC) falls back to the reference, and the record says so.
 //
 // Every key's choice is recorded (op, shape, path, how it was chosen, the
 // timings, oneDNN's implementation name) and reported by the backend's
@@ -29,7 +37,6 @@
 #include <functional>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,12 +51,16 @@ namespace conv {
 enum class CpuConvPath { Reference, Blas, OneDnn, OneDnnBlocked };
 const char* path_name(CpuConvPath p);
 
-// nullopt = auto. Throws tb::Error naming `source` and the value for an
-// unknown name, or a oneDNN path in a build without oneDNN.
-std::optional<CpuConvPath> parse_cpu_conv_setting(const std::string& value,
-                                                  const std::string& source);
+struct CpuConvSetting {
+  enum class Mode { Rule, Timed, Forced } mode = Mode::Rule;
+  CpuConvPath path = CpuConvPath::Reference;  // Forced's
+};
+
+// Throws tb::Error naming `source` and the value for an unknown name, or a
+// oneDNN path in a build without oneDNN.
+CpuConvSetting parse_cpu_conv_setting(const std::string& value, const std::string& source);
 // TRAINBENCH_CPU_CONV, or auto when it is unset or empty.
-std::optional<CpuConvPath> cpu_conv_setting_from_environment();
+CpuConvSetting cpu_conv_setting_from_environment();
 
 // Sets how be's convolutions pick their path from now on ("auto" or a path
 // name, as TRAINBENCH_CPU_CONV) and forgets the choices made so far. Defined

@@ -75,6 +75,11 @@ void add_into(float* dst, const float* src, size_t n) {
 
 }  // namespace
 
+bool has_direct_kernels() {
+  const auto avx2 = static_cast<unsigned>(dnnl::cpu_isa::avx2);
+  return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & avx2) == avx2;
+}
+
 struct Convolutions::State {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{eng};

@@ -38,6 +38,10 @@ struct Layouts {
   Layout act = Layout::NCHW, filt = Layout::NCHW;
 };
 
+// Whether oneDNN's direct (JIT) convolution kernels run on this CPU (AVX2 or
+// better); without them it falls back to its own GEMM or reference loops.
+bool has_direct_kernels();
+
 // The primitives of one backend, made on the first call of each (op, shape,
 // layouts, form, threads) and kept.
 class Convolutions {

@@ -52,6 +52,9 @@
 #include "engine/ops/conv/conv.h"
 #include "engine/ops/conv/conv_cpu_paths.h"
 #include "engine/ops/conv/conv_cudnn.h"
+#ifdef TRAINBENCH_HAVE_ONEDNN
+#include "engine/ops/conv/conv_onednn.h"
+#endif
 #include "engine/ops/optimizer/optimizer.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gradcheck.h"
@@ -123,7 +126,7 @@ bool have_onednn() {
 #endif
 }
 std::vector<std::string> cpu_paths() {
-  std::vector<std::string> p{"auto", "blas"};
+  std::vector<std::string> p{"auto", "timed", "blas"};
   if (have_onednn()) p.insert(p.end(), {"onednn", "onednn-blocked"});
   return p;
 }
@@ -145,7 +148,7 @@ enum class Agreement {
            // auto on NHWC without oneDNN
   Blas,    // im2col + OpenBLAS (other summation order): kFastTol
   OneDnn,  // oneDNN: the CUDA rows' fp32 bound from the longest reduction
-  Auto,    // either of the last two, per shape: kFastTol (the looser)
+  Auto,    // auto or timed: either of the last two, per shape: kFastTol (the looser)
 };
 
 Agreement agreement_of(const Target& t, const std::string& path) {
@@ -153,7 +156,7 @@ Agreement agreement_of(const Target& t, const std::string& path) {
   if (path == "blas") return t.layout == Layout::NHWC ? Agreement::Exact : Agreement::Blas;
   if (path == "onednn" || path == "onednn-blocked") return Agreement::OneDnn;
   if (t.layout == Layout::NHWC && !have_onednn()) return Agreement::Exact;
-  return Agreement::Auto;
+  return Agreement::Auto;  // auto's rule, or timed
 }
 
 // The longest reduction of a convolution: C·R·S (y), K·R·S (dx) or N·Ho·Wo (dw, db).
@@ -776,11 +779,13 @@ class TestOpConv : public QObject {
 
   // ------------------------------------------------------------ CPU path choice
 
-  // auto: the first call of a shape times every candidate (blas, and both
-  // oneDNN forms where built) and keeps the fastest; the record names the
-  // shape, the path, how it was chosen and the timings; later calls reuse it.
-  // A forced path is recorded as the setting; one that cannot take a shape
-  // falls back to the reference, saying so; bad settings are refused by name.
+  // auto: the rule (oneDNN where built and its direct kernels run, else blas
+  // or the reference), recorded per shape. timed: the first call of a shape
+  // times every candidate (blas, and both oneDNN forms where built) and keeps
+  // the fastest; the record names the shape, the path, how it was chosen and
+  // the timings; later calls reuse it. A forced path is recorded as the
+  // setting; one that cannot take a shape falls back to the reference, saying
+  // so; bad settings are refused by name.
   void cpu_conv_path_choice_recorded() {
     CpuBackend be(BackendOptions{.threads = 2});
     const auto g = ConvGeometry::make(4, 3, 10, 10, 8, 3, 1, 1);
@@ -791,22 +796,40 @@ class TestOpConv : public QObject {
     const Tensor dy = random_tensor(g.output_shape(), DType::F32, rng);
     Tensor y = like(dy, Layout::NCHW), dx = like(x, Layout::NCHW), dw = like(w, Layout::NCHW);
     Tensor db = Tensor::empty({g.C_out}, DType::F32);
+    const std::string fwd = "forward N4 3x10x10 -> 8 k3 s1 p1 NCHW/KCRS bias";
+    const std::string bwd = "backward N4 3x10x10 -> 8 k3 s1 p1 NCHW/KCRS (dx dw db)";
+    auto record = [&] { return be.describe()["kernel_paths"]["convolution"]; };
+    auto str = [](const nlohmann::json& j) { return QString::fromStdString(j.get<std::string>()); };
+
+    conv::forward(be, g, x, w, b, y);  // auto
+    conv::backward(be, g, x, w, dy, dx, dw, db, false);
+    nlohmann::json rec = record();
+    QCOMPARE(int(rec.size()), 2);
+    for (const std::string& key : {fwd, bwd}) {
+      QVERIFY2(rec.contains(key), rec.dump().c_str());
+      QCOMPARE(str(rec[key]["chosen_by"]), QString("rule"));
+#ifdef TRAINBENCH_HAVE_ONEDNN
+      const QString want = conv::onednn::has_direct_kernels() ? "onednn-blocked" : "blas";
+#else
+      const QString want = "blas";
+#endif
+      QCOMPARE(str(rec[key]["path"]), want);
+    }
+
+    conv::set_cpu_conv_path(be, "timed");  // forgets the choices so far
     conv::forward(be, g, x, w, b, y);
     conv::backward(be, g, x, w, dy, dx, dw, db, false);
     conv::forward(be, g, x, w, b, y);  // cached: no second record
-    const nlohmann::json rec = be.describe()["kernel_paths"]["convolution"];
+    rec = record();
     QCOMPARE(int(rec.size()), 2);
-    const std::string fwd = "forward N4 3x10x10 -> 8 k3 s1 p1 NCHW/KCRS bias";
-    const std::string bwd = "backward N4 3x10x10 -> 8 k3 s1 p1 NCHW/KCRS (dx dw db)";
-    QVERIFY2(rec.contains(fwd) && rec.contains(bwd), rec.dump().c_str());
     for (const std::string& key : {fwd, bwd}) {
       const nlohmann::json& r = rec[key];
       if (!have_onednn()) {
-        QCOMPARE(r["path"].get<std::string>(), std::string("blas"));
-        QCOMPARE(r["chosen_by"].get<std::string>(), std::string("only candidate"));
+        QCOMPARE(str(r["path"]), QString("blas"));
+        QCOMPARE(str(r["chosen_by"]), QString("only candidate"));
         continue;
       }
-      QCOMPARE(r["chosen_by"].get<std::string>(), std::string("timing"));
+      QCOMPARE(str(r["chosen_by"]), QString("timing"));
       const nlohmann::json& ms = r["min_ms"];
       QCOMPARE(int(ms.size()), 3);
       std::string fastest;
@@ -819,19 +842,18 @@ class TestOpConv : public QObject {
       if (fastest != "blas") QVERIFY2(r.contains("onednn_implementation"), r.dump().c_str());
     }
 
-    conv::set_cpu_conv_path(be, "blas");  // forced: forgets the timed choices
+    conv::set_cpu_conv_path(be, "blas");  // forced
     conv::forward(be, g, x, w, b, y);
     const Tensor xh = to_device(be, x, Layout::NHWC), wh = to_device(be, w, Layout::NHWC);
     Tensor yh = be.empty(g.output_shape(), DType::F32, Layout::NHWC);
     conv::forward(be, g, xh, wh, b, yh);
-    const nlohmann::json forced = be.describe()["kernel_paths"]["convolution"];
-    QCOMPARE(int(forced.size()), 2);
-    QCOMPARE(forced[fwd]["path"].get<std::string>(), std::string("blas"));
-    QCOMPARE(forced[fwd]["chosen_by"].get<std::string>(), std::string("setting"));
-    const nlohmann::json& nhwc = forced["forward N4 3x10x10 -> 8 k3 s1 p1 NHWC/KRSC bias"];
-    QCOMPARE(nhwc["path"].get<std::string>(), std::string("reference"));
-    QCOMPARE(nhwc["chosen_by"].get<std::string>(),
-             std::string("setting blas cannot take this shape: reference"));
+    rec = record();
+    QCOMPARE(int(rec.size()), 2);
+    QCOMPARE(str(rec[fwd]["path"]), QString("blas"));
+    QCOMPARE(str(rec[fwd]["chosen_by"]), QString("setting"));
+    const nlohmann::json& nhwc = rec["forward N4 3x10x10 -> 8 k3 s1 p1 NHWC/KRSC bias"];
+    QCOMPARE(str(nhwc["path"]), QString("reference"));
+    QCOMPARE(str(nhwc["chosen_by"]), QString("setting blas cannot take this shape: reference"));
 
     const QString bad = qerror_of([&] { conv::set_cpu_conv_path(be, "fastest"); });
     QVERIFY2(bad.contains("set_cpu_conv_path") && bad.contains("'fastest'"), qPrintable(bad));
