@@ -190,6 +190,20 @@ Comparison check_output(const Target& t, const std::string& path, const ConvGeom
                  "fp32");
 }
 
+// Random f32 NCHW operands of one convolution (host).
+struct ConvOperands {
+  Tensor x, w, b, dy;
+};
+ConvOperands random_operands(const ConvGeometry& g, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  ConvOperands o;
+  o.x = random_tensor(g.input_shape(), DType::F32, rng);
+  o.w = random_tensor(g.weight_shape(), DType::F32, rng);
+  o.b = random_tensor({g.C_out}, DType::F32, rng);
+  o.dy = random_tensor(g.output_shape(), DType::F32, rng);
+  return o;
+}
+
 // a + b element-wise (host, f32 or f64, same layout).
 Tensor sum_of(const Tensor& a, const Tensor& b) {
   Tensor s = clone(a);
@@ -789,11 +803,7 @@ class TestOpConv : public QObject {
   void cpu_conv_path_choice_recorded() {
     CpuBackend be(BackendOptions{.threads = 2});
     const auto g = ConvGeometry::make(4, 3, 10, 10, 8, 3, 1, 1);
-    std::mt19937_64 rng(5);
-    const Tensor x = random_tensor(g.input_shape(), DType::F32, rng);
-    const Tensor w = random_tensor(g.weight_shape(), DType::F32, rng);
-    const Tensor b = random_tensor({g.C_out}, DType::F32, rng);
-    const Tensor dy = random_tensor(g.output_shape(), DType::F32, rng);
+    const auto [x, w, b, dy] = random_operands(g, 5);
     Tensor y = like(dy, Layout::NCHW), dx = like(x, Layout::NCHW), dw = like(w, Layout::NCHW);
     Tensor db = Tensor::empty({g.C_out}, DType::F32);
     const std::string fwd = "forward N4 3x10x10 -> 8 k3 s1 p1 NCHW/KCRS bias";
@@ -949,11 +959,7 @@ class TestOpConv : public QObject {
     QFETCH(int, offset);
     TB_GPU_TRY
     const auto g = ConvGeometry::make(3, 8, 10, 9, 16, 3, 1, 1);
-    std::mt19937_64 rng(33);
-    const Tensor x = random_tensor(g.input_shape(), DType::F32, rng);
-    const Tensor w = random_tensor(g.weight_shape(), DType::F32, rng);
-    const Tensor b = random_tensor({g.C_out}, DType::F32, rng);
-    const Tensor dy = random_tensor(g.output_shape(), DType::F32, rng);
+    const auto [x, w, b, dy] = random_operands(g, 33);
     CpuBackend& ref = cpu_reference();
     Tensor y0 = like(dy, Layout::NCHW), dx0 = like(x, Layout::NCHW);
     Tensor dw0 = like(w, Layout::NCHW), db0 = Tensor::empty({g.C_out}, DType::F32);
