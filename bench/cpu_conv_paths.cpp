@@ -5,7 +5,8 @@
 // (dx dw db, as the trainer asks; the first layer without dx), in interleaved
 // rounds so that other work on a shared machine slows every path alike.
 // Prints one JSON object: per shape and op, each path's median and minimum
-// milliseconds over the rounds, and the load average before and after.
+// milliseconds over the rounds, the load average before and after, and the
+// process's OS threads at the end.
 //
 //   trainbench-cpu-conv-paths --batch 64 --threads 2 --rounds 30
 //   trainbench-cpu-conv-paths --shape 64,64,32,32,64,3,1,1   (N,Cin,H,W,Cout,k,stride,pad)
@@ -43,6 +44,19 @@ Tensor random_tensor(const Shape& s, std::mt19937& rng) {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// The process's OS threads (/proc/self/status): OpenMP's pool shows here, so
+// --threads 1 staying at 1 shows that neither oneDNN nor our kernels started more.
+int process_threads() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  int n = -1;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "Threads: %d", &n) == 1) break;
+  std::fclose(f);
+  return n;
 }
 
 double load_average() {
@@ -128,6 +142,7 @@ int main(int argc, char** argv) {
     }
   }
   out["load_average"] = {{"before", load_before}, {"after", load_average()}};
+  out["process_threads"] = process_threads();
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
 }
