@@ -601,6 +601,7 @@ class CpuKernels final : public Kernels {
                       ConvLayouts l, unsigned outputs,
                       const std::function<void(CpuConvPath)>& trial) {
     if (be_.use_reference(DType::F32)) return CpuConvPath::Reference;
+    if (CpuConvPath cached; choices_.find(key, cached)) return cached;
     const auto shape = [&] { return shape_name(op, g, l, outputs); };
     switch (setting_.mode) {
       case CpuConvSetting::Mode::Forced:

@@ -85,6 +85,14 @@ CpuConvPath CpuConvChoices::choose(const std::string& key, const std::string& sh
   return best;
 }
 
+bool CpuConvChoices::find(const std::string& key, CpuConvPath& path) const {
+  std::lock_guard lock(mutex_);
+  auto it = paths_.find(key);
+  if (it == paths_.end()) return false;
+  path = it->second;
+  return true;
+}
+
 void CpuConvChoices::note(const std::string& key, const std::string& shape, CpuConvPath path,
                           const std::string& why) {
   std::lock_guard lock(mutex_);
@@ -97,7 +105,8 @@ void CpuConvChoices::note_implementation(const std::string& key, const std::stri
   std::lock_guard lock(mutex_);
   auto it = shape_of_.find(key);
   if (it == shape_of_.end()) return;
-  records_[it->second]["onednn_implementation"] = impl;
+  nlohmann::json& r = records_[it->second];
+  if (!r.contains("onednn_implementation")) r["onednn_implementation"] = impl;
 }
 
 void CpuConvChoices::clear() {

@@ -78,6 +78,8 @@ class CpuConvChoices {
   CpuConvPath choose(const std::string& key, const std::string& shape,
                      const std::vector<CpuConvPath>& candidates,
                      const std::function<void(CpuConvPath)>& trial);
+  // The path recorded for key, if any (every call asks this first).
+  bool find(const std::string& key, CpuConvPath& path) const;
   // Records a path taken without timing (forced, or the only candidate).
   void note(const std::string& key, const std::string& shape, CpuConvPath path,
             const std::string& why);
