@@ -102,7 +102,14 @@ tree_bytes() {
 stage() {
   local src=${1:-build}
   [[ -f $src/CMakeCache.txt ]] || {
-    echo "no CMake build in $src: configure one with CUDA (cmake -S . -B $src -G Ninja)" >&2; exit 2; }
+    echo "no CMake build in $src: configure one with CUDA (cmake -S . -B $src -G Ninja -DTRAINBENCH_ONEDNN=OFF)" >&2; exit 2; }
+  # No oneDNN in the staged binaries: libdnnl (~7 MiB xz) would take the
+  # tarball past the device tool's 64 MiB, and the GPU check runs no CPU
+  # convolution path that needs it (the CPU rows take blas or the reference).
+  if ! grep -q '^TRAINBENCH_ONEDNN:STRING=OFF$' "$src/CMakeCache.txt"; then
+    echo "== configuring $src with -DTRAINBENCH_ONEDNN=OFF (the staged binaries link no libdnnl)"
+    cmake -DTRAINBENCH_ONEDNN=OFF "$src" >/dev/null || exit 1
+  fi
   grep -q 'generate-code=arch=compute_90,code=\[[a-z_0-9,]*sm_90' "$src/build.ninja" || {
     echo "$src builds no sm_90 code (CMAKE_CUDA_ARCHITECTURES): the H100/H200 need it" >&2; exit 2; }
   local s
@@ -113,6 +120,8 @@ stage() {
   cmake --build "$src" --target trainbench-engine trainbench-step-truth "${suites[@]}" -j 2 || exit 1
   ldd "$src/bin/test_cuda_backend" | grep -q libcudnn || {
     echo "$src/bin/test_cuda_backend does not link cuDNN: not a CUDA build" >&2; exit 2; }
+  ! ldd "$src/bin/trainbench-engine" | grep -q libdnnl || {
+    echo "$src/bin/trainbench-engine links libdnnl: reconfigure with -DTRAINBENCH_ONEDNN=OFF" >&2; exit 2; }
 
   local pack=$stage_dir/pack
   rm -rf "$stage_dir" && mkdir -p "$pack/bin" "$pack/lib" "$data_dir"

@@ -9,6 +9,8 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git
   # engine dependencies
   libsqlite3-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libopenblas-dev
+  # oneDNN: the CPU convolutions' third path (TRAINBENCH_ONEDNN, engine/ops/conv/conv_onednn.h)
+  libdnnl-dev
   # data parallel (parallel: ddp): Open MPI starts and wires the processes and is the
   # CPU transport (the CUDA transport, NCCL, comes with the CUDA toolkit)
   libopenmpi-dev openmpi-bin

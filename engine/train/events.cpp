@@ -250,10 +250,14 @@ bool StoreSink::apply(const json& e) {
       json plan = json::object();
       for (const char* key : {"steps_per_epoch", "total_steps"})
         if (e.contains(key)) plan[key] = e[key];
-      store_.start_run(run_, e.value("environment", json::object()), e.value("tricks", json::object()),
-                       plan);
+      environment_ = e.value("environment", json::object());
+      store_.start_run(run_, environment_, e.value("tricks", json::object()), plan);
     } else if (type == "finished" || type == "failed") {
       const std::string status = type == "failed" ? "failed" : e.value("status", "finished");
+      if (e.contains("kernel_paths") && environment_.is_object() && !environment_.empty()) {
+        environment_["kernel_paths"] = e["kernel_paths"];
+        store_.set_environment(run_, environment_);
+      }
       store_.finish_run(run_, status, e.value("summary", json::object()), e.value("error", ""));
       std::lock_guard lock(mutex_);
       end_recorded_ = true;

@@ -109,6 +109,7 @@ class StoreSink final : public EventSink {
   RunStore& store_;
   int64_t run_;
   StoreSinkOptions options_;
+  nlohmann::json environment_;  // run_started's, which finished's kernel_paths join
   std::mutex close_mutex_;  // close() may come from the signal thread and from main
   std::mutex mutex_;
   std::condition_variable wake_;

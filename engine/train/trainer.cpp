@@ -435,7 +435,13 @@ TrainResult Trainer::run(int64_t run_id) {
   if (ddp) ddp->write_summary(summary_);
   if (setup.dp) summary_["dp_devices"] = setup.dp->size();
   TrainResult r{stopped ? "stopped" : "finished", summary_};
-  bus_.publish("finished", {{"status", r.status}, {"summary", summary_}});
+  json finished = {{"status", r.status}, {"summary", summary_}};
+  // The kernel path each shape took (the CPU convolutions pick theirs on a
+  // shape's first call: ops/conv/conv_cpu_paths.h), known only now; the store
+  // adds them to the run's environment.
+  if (json paths = be.describe().value("kernel_paths", json()); !paths.is_null())
+    finished["kernel_paths"] = std::move(paths);
+  bus_.publish("finished", finished);
   return r;
 }
 

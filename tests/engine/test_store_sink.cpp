@@ -182,6 +182,28 @@ class TestStoreSink : public QObject {
     QCOMPARE(RunStore(db_, RunStore::Mode::ReadOnly).get_run(id)->summary, (json{{"steps", 8}, {"total_steps", 8}}));
   }
 
+  // The kernel paths a run chose per shape (the CPU convolutions: known only
+  // at the end) join the environment the start recorded; without them the
+  // environment stays as started.
+  void kernelPathsJoinTheEnvironment() {
+    const json started{{"device", "cpu"}, {"threads", 2}};
+    const json paths{{"convolution", {{"forward N64 1x28x28 -> 32 k3 s1 p1 NCHW/KCRS",
+                                        {{"path", "blas"}, {"chosen_by", "timing"}}}}}};
+    for (const bool with_paths : {true, false}) {
+      const int64_t id = make_run();
+      RunStore store(db_);
+      tb::StoreSink sink(store, id);
+      sink.on_event(make_event("run_started", {{"environment", started}, {"tricks", json::object()}}));
+      json finished{{"status", "finished"}, {"summary", {{"steps", 1}}}};
+      if (with_paths) finished["kernel_paths"] = paths;
+      sink.on_event(make_event("finished", finished));
+      QCOMPARE(QString::fromStdString(sink.close(5s)), QString());
+      json want = started;
+      if (with_paths) want["kernel_paths"] = paths;
+      QCOMPARE(RunStore(db_, RunStore::Mode::ReadOnly).get_run(id)->environment, want);
+    }
+  }
+
   // A second stop signal records "stopped" at once, ahead of the trainer.
   void stopNowIsRecorded() {
     const int64_t id = make_run();

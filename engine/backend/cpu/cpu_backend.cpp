@@ -4,6 +4,9 @@
 #include "engine/backend/cpu/cpu_backend.h"
 
 #include <cblas.h>
+#ifdef TRAINBENCH_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -47,12 +50,28 @@ std::string CpuBackend::name() const {
 }
 
 nlohmann::json CpuBackend::describe() const {
-  return {{"backend", "cpu"},
-          {"device", "cpu"},
-          {"device_name", host_name()},
-          {"threads", threads_},
-          {"kernels", options_.reference ? "reference" : "fast"},
-          {"openblas", openblas_get_config()}};
+  nlohmann::json d = {{"backend", "cpu"},
+                      {"device", "cpu"},
+                      {"device_name", host_name()},
+                      {"threads", threads_},
+                      {"kernels", options_.reference ? "reference" : "fast"},
+                      {"openblas", openblas_get_config()}};
+#ifdef TRAINBENCH_HAVE_ONEDNN
+  const dnnl_version_t* v = dnnl_version();
+  d["onednn"] = detail::concat(v->major, ".", v->minor, ".", v->patch, " (", v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other threading", ")");
+#endif
+  std::lock_guard lock(reports_mutex_);
+  for (const auto& [family, report] : kernel_path_reports_) {
+    nlohmann::json paths = report();
+    if (!paths.empty()) d["kernel_paths"][family] = std::move(paths);
+  }
+  return d;
+}
+
+void CpuBackend::report_kernel_paths(const std::string& family,
+                                     std::function<nlohmann::json()> report) {
+  std::lock_guard lock(reports_mutex_);
+  kernel_path_reports_[family] = std::move(report);
 }
 
 namespace {

@@ -6,6 +6,11 @@
 // (templated on float/double: the test oracle, used for f64 and when
 // options.reference is set) beside the fast f32 path (OpenBLAS GEMM,
 // vectorisable loops, OpenMP threads).
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+
 #include "engine/backend/backend.h"
 
 namespace tb {
@@ -39,10 +44,16 @@ class CpuBackend final : public Backend {
   void fill(Tensor& t, double value) override;
   void copy(const Tensor& src, Tensor& dst) override;
 
+  // An op family that picks among several CPU paths per shape (the
+  // convolution: conv_cpu_paths.h) reports its choices here; describe() lists
+  // them as kernel_paths.<family>, which the run's environment keeps.
+  void report_kernel_paths(const std::string& family, std::function<nlohmann::json()> report);
 
  private:
   BackendOptions options_;
   int threads_ = 1;
+  mutable std::mutex reports_mutex_;
+  std::map<std::string, std::function<nlohmann::json()>> kernel_path_reports_;
 };
 
 }  // namespace tb

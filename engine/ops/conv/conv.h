@@ -33,7 +33,9 @@
 //           zero weight gradients.
 //
 // Files: conv.cpp (the checks, the entry points, ConvGeometry::make),
-// conv_cpu.cpp (reference, fast f32 path, low-precision reference),
+// conv_cpu.cpp (reference, blas f32 path, low-precision reference; asks
+// conv_cpu_paths.h which f32 path a shape takes), conv_onednn.h +
+// conv_onednn.cpp (the oneDNN f32 paths, builds with oneDNN),
 // conv_cuda.cpp (the CUDA backend's Kernels: cuDNN graphs, bias.cu's kernels
 // in engine/backend/cuda, shared with linear), conv_cudnn.h +
 // conv_cudnn_cuda.cpp (the cuDNN plan cache; `_cuda.cpp` is compiled in CUDA

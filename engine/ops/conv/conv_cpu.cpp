@@ -5,15 +5,19 @@
 //   x  (N, Cin, H, W)   w  (Cout, Cin, K, K)   b  (Cout)   y  (N, Cout, Ho, Wo)
 //   y[n,co,oh,ow] = b[co] + sum_{ci,kh,kw} w[co,ci,kh,kw] * x[n,ci,oh*s-p+kh,ow*s-p+kw]
 //
-// Three implementations:
+// Four implementations; for f32 the path is picked per op and shape
+// (conv_cpu_paths.h: by a fixed rule, by timing on the first call of a shape,
+// or forced by TRAINBENCH_CPU_CONV), f64 and BackendOptions::reference always
+// take the reference:
 // - reference<T> (float, double): the definition above as nested loops, every
 //   element addressed through offset4, so NCHW and NHWC run the same arithmetic
 //   in the same order (bit-identical results); the test oracle, used for f64,
-//   when BackendOptions::reference is set, and for every NHWC operand (the fast
-//   path's im2col is written for NCHW planes; NHWC on the CPU exists to check the
-//   CUDA backend's channels-last path, not for speed, so it is not transposed to
-//   reach the fast path: that would be the hidden transpose the layout forbids).
-// - fast f32: im2col of a chunk of B images, then one OpenBLAS GEMM
+//   when BackendOptions::reference is set, and for NHWC operands in builds
+//   without oneDNN (the blas path's im2col is written for NCHW planes, and
+//   NHWC is not transposed to reach it: that would be the hidden transpose the
+//   layout forbids).
+// - oneDNN (conv_onednn.h, builds with oneDNN): f32 in any layout pairing.
+// - blas f32: im2col of a chunk of B images, then one OpenBLAS GEMM
 //   (Cout x Kc) * (Kc x B*P), Kc = Cin*K*K, P = Ho*Wo. B is chosen so the column
 //   buffer stays in L2 (one image for most layers, several for small ones such
 //   as the 1-channel first layer, Kc = 9, whose per-image GEMM is too thin).
@@ -35,12 +39,18 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
 #include "engine/ops/amp/amp.h"
 #include "engine/ops/conv/conv.h"
+#include "engine/ops/conv/conv_cpu_paths.h"
+#ifdef TRAINBENCH_HAVE_ONEDNN
+#include "engine/ops/conv/conv_onednn.h"
+#endif
 
 namespace tb {
 
@@ -445,30 +455,60 @@ void check_square(const ConvGeometry& g, const char* op) {
   TB_CHECK(g.KH == g.KW, op, ": only square kernels, got ", g.KH, "x", g.KW);
 }
 
+// The readable name of a choice's key, for the run's record:
+// "forward N64 1x28x28 -> 32 k3 s1 p1 NCHW/KCRS", a backward with its outputs.
+std::string shape_name(const char* op, const ConvGeometry& g, ConvLayouts l, unsigned outputs) {
+  std::string s = detail::concat(op, " N", g.N, " ", g.C_in, "x", g.H, "x", g.W, " -> ", g.C_out,
+                                 " k", g.KH, " s", g.stride, " p", g.pad, " ",
+                                 layout_name(l.act), "/", l.filt == Layout::NHWC ? "KRSC" : "KCRS");
+  if (outputs & 8u) s += " bias";
+  if (outputs & 7u) {
+    s += " (";
+    const char* names[] = {"dx", "dw", "db"};
+    for (unsigned i = 0, n = 0; i < 3; ++i) {
+      if (!(outputs & (1u << i))) continue;
+      if (n++) s += ' ';
+      s += names[i];
+    }
+    s += ")";
+  }
+  return s;
+}
+
 class CpuKernels final : public Kernels {
  public:
-  explicit CpuKernels(CpuBackend& be) : be_(be) {}
+  explicit CpuKernels(CpuBackend& be) : be_(be), setting_(cpu_conv_setting_from_environment()) {
+    be_.report_kernel_paths(kFamily, [this] { return choices_.describe(); });
+  }
 
   bool supports(DType t) const override {
     return t == DType::F32 || t == DType::F64 || low_precision(t);
+  }
+
+  void set_setting(const std::string& value) {
+    setting_ = parse_cpu_conv_setting(value, "set_cpu_conv_path");
+    choices_.clear();
   }
 
   void forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
                Tensor& y) override {
     check_square(g, "conv2d_forward");
     const ConvLayouts l{x.layout(), w.layout()};
-    // NHWC (either operand) takes the reference: see the file comment.
-    const bool nchw = l.act == Layout::NCHW && l.filt == Layout::NCHW;
     if (x.dtype() == DType::F64) {
       conv_forward_ref<double>(g, l, x.data_as<double>(), w.data_as<double>(),
                                ptr_or_null<double>(b), y.data_as<double>());
-    } else if (be_.use_reference(x.dtype()) || !nchw) {
-      conv_forward_ref<float>(g, l, x.data_as<float>(), w.data_as<float>(),
-                              ptr_or_null<float>(b), y.data_as<float>());
-    } else {
-      conv_forward_fast(g, x.data_as<float>(), w.data_as<float>(), ptr_or_null<float>(b),
-                        y.data_as<float>(), be_.threads());
+      return;
     }
+    const float* xp = x.data_as<float>();
+    const float* wp = w.data_as<float>();
+    const float* bp = ptr_or_null<float>(b);
+    std::vector<float> y_trial;
+    const std::string key = key_of("forward", g, l, bp ? 8u : 0u);
+    const CpuConvPath path = path_of(key, "forward", g, l, bp ? 8u : 0u, [&](CpuConvPath p) {
+      y_trial.resize(size_t(y.numel()));
+      forward_f32(p, key, g, l, xp, wp, bp, y_trial.data());
+    });
+    forward_f32(path, key, g, l, xp, wp, bp, y.data_as<float>());
   }
 
   void backward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
@@ -476,23 +516,32 @@ class CpuKernels final : public Kernels {
     check_square(g, "conv2d_backward");
     auto out = [](Tensor& t) { return t.defined() ? t.data() : nullptr; };
     const ConvLayouts l{x.layout(), w.layout()};
-    // NHWC (either operand) takes the reference: see the file comment.
-    const bool nchw = l.act == Layout::NCHW && l.filt == Layout::NCHW;
     if (x.dtype() == DType::F64) {
       conv_backward_ref<double>(g, l, x.data_as<double>(), w.data_as<double>(),
                                 dy.data_as<double>(), static_cast<double*>(out(dx)),
                                 static_cast<double*>(out(dw)), static_cast<double*>(out(db)),
                                 accumulate);
-    } else if (be_.use_reference(x.dtype()) || !nchw) {
-      conv_backward_ref<float>(g, l, x.data_as<float>(), w.data_as<float>(),
-                               dy.data_as<float>(), static_cast<float*>(out(dx)),
-                               static_cast<float*>(out(dw)), static_cast<float*>(out(db)),
-                               accumulate);
-    } else {
-      conv_backward_fast(g, x.data_as<float>(), w.data_as<float>(), dy.data_as<float>(),
-                         static_cast<float*>(out(dx)), static_cast<float*>(out(dw)),
-                         static_cast<float*>(out(db)), accumulate, be_.threads());
+      return;
     }
+    const float* xp = x.data_as<float>();
+    const float* wp = w.data_as<float>();
+    const float* dyp = dy.data_as<float>();
+    float* dxp = static_cast<float*>(out(dx));
+    float* dwp = static_cast<float*>(out(dw));
+    float* dbp = static_cast<float*>(out(db));
+    const unsigned outputs = (dxp ? 1u : 0u) | (dwp ? 2u : 0u) | (dbp ? 4u : 0u);
+    // The trials write scratch of the same outputs (accumulate=false): the
+    // caller's tensors see only the chosen path's one run.
+    std::vector<float> dx_trial, dw_trial, db_trial;
+    const std::string key = key_of("backward", g, l, outputs);
+    const CpuConvPath path = path_of(key, "backward", g, l, outputs, [&](CpuConvPath p) {
+      if (dxp) dx_trial.resize(size_t(dx.numel()));
+      if (dwp) dw_trial.resize(size_t(dw.numel()));
+      if (dbp) db_trial.resize(size_t(db.numel()));
+      backward_f32(p, key, g, l, xp, wp, dyp, dxp ? dx_trial.data() : nullptr,
+                   dwp ? dw_trial.data() : nullptr, dbp ? db_trial.data() : nullptr, false);
+    });
+    backward_f32(path, key, g, l, xp, wp, dyp, dxp, dwp, dbp, accumulate);
   }
 
   // ------------------------------------------------------------ low precision
@@ -529,12 +578,132 @@ class CpuKernels final : public Kernels {
  private:
   Tensor widened(const Tensor& lp) { return amp::cast_to(be_, lp, DType::F32); }
 
+  static std::string key_of(const char* op, const ConvGeometry& g, ConvLayouts l,
+                            unsigned outputs) {
+    return detail::concat(op, " ", g.N, " ", g.C_in, " ", g.H, " ", g.W, " ", g.C_out, " ", g.KH,
+                          " ", g.stride, " ", g.pad, " ", int(l.act), int(l.filt), " ", outputs);
+  }
+
+  // Whether path p can convolve this problem.
+  static bool can_take(CpuConvPath p, const ConvGeometry& g, ConvLayouts l) {
+    switch (p) {
+      case CpuConvPath::Reference: return true;
+      case CpuConvPath::Blas: return l.act == Layout::NCHW && l.filt == Layout::NCHW;
+      case CpuConvPath::OneDnn:
+      case CpuConvPath::OneDnnBlocked: return g.N > 0;  // oneDNN refuses empty tensors
+    }
+    return false;
+  }
+
+  // The f32 path of key: the reference when the backend is one, else the
+  // setting's (conv_cpu_paths.h).
+  CpuConvPath path_of(const std::string& key, const char* op, const ConvGeometry& g,
+                      ConvLayouts l, unsigned outputs,
+                      const std::function<void(CpuConvPath)>& trial) {
+    if (be_.use_reference(DType::F32)) return CpuConvPath::Reference;
+    if (CpuConvPath cached; choices_.find(key, cached)) return cached;
+    const auto shape = [&] { return shape_name(op, g, l, outputs); };
+    switch (setting_.mode) {
+      case CpuConvSetting::Mode::Forced:
+        if (can_take(setting_.path, g, l)) {
+          choices_.note(key, shape(), setting_.path, "setting");
+          return setting_.path;
+        }
+        choices_.note(key, shape(), CpuConvPath::Reference,
+                      std::string("setting ") + path_name(setting_.path) +
+                          " cannot take this shape: reference");
+        return CpuConvPath::Reference;
+      case CpuConvSetting::Mode::Rule: {
+        const CpuConvPath p = by_rule(g, l);
+        choices_.note(key, shape(), p, "rule");
+        return p;
+      }
+      case CpuConvSetting::Mode::Timed: break;
+    }
+    std::vector<CpuConvPath> candidates;
+    for (CpuConvPath p : {CpuConvPath::Blas, CpuConvPath::OneDnn, CpuConvPath::OneDnnBlocked})
+      if (kHaveOneDnn || p == CpuConvPath::Blas)
+        if (can_take(p, g, l)) candidates.push_back(p);
+    if (candidates.size() <= 1) {
+      const CpuConvPath p = candidates.empty() ? CpuConvPath::Reference : candidates.front();
+      choices_.note(key, shape(), p, "only candidate");
+      return p;
+    }
+    return choices_.choose(key, shape(), candidates, trial);
+  }
+
+  // auto's rule (conv_cpu_paths.h).
+  CpuConvPath by_rule(const ConvGeometry& g, ConvLayouts l) const {
+    const bool nchw = can_take(CpuConvPath::Blas, g, l);
+    if (onednn_direct_ && g.N > 0) return nchw ? CpuConvPath::OneDnnBlocked : CpuConvPath::OneDnn;
+    return nchw ? CpuConvPath::Blas : CpuConvPath::Reference;
+  }
+
+  void forward_f32(CpuConvPath p, const std::string& key, const ConvGeometry& g, ConvLayouts l,
+                   const float* x, const float* w, const float* b, float* y) {
+    switch (p) {
+      case CpuConvPath::Reference: conv_forward_ref<float>(g, l, x, w, b, y); return;
+      case CpuConvPath::Blas: conv_forward_fast(g, x, w, b, y, be_.threads()); return;
+      case CpuConvPath::OneDnn:
+      case CpuConvPath::OneDnnBlocked:
+#ifdef TRAINBENCH_HAVE_ONEDNN
+        choices_.note_implementation(
+            key, onednn_.forward(g, {l.act, l.filt}, form(p), be_.threads(), x, w, b, y));
+        return;
+#endif
+        break;
+    }
+    TB_FAIL("conv2d_forward: no ", path_name(p), " path in this build");
+  }
+
+  void backward_f32(CpuConvPath p, const std::string& key, const ConvGeometry& g, ConvLayouts l,
+                    const float* x, const float* w, const float* dy, float* dx, float* dw,
+                    float* db, bool accumulate) {
+    switch (p) {
+      case CpuConvPath::Reference:
+        conv_backward_ref<float>(g, l, x, w, dy, dx, dw, db, accumulate);
+        return;
+      case CpuConvPath::Blas:
+        conv_backward_fast(g, x, w, dy, dx, dw, db, accumulate, be_.threads());
+        return;
+      case CpuConvPath::OneDnn:
+      case CpuConvPath::OneDnnBlocked:
+#ifdef TRAINBENCH_HAVE_ONEDNN
+        choices_.note_implementation(key, onednn_.backward(g, {l.act, l.filt}, form(p),
+                                                           be_.threads(), x, w, dy, dx, dw, db,
+                                                           accumulate));
+        return;
+#endif
+        break;
+    }
+    TB_FAIL("conv2d_backward: no ", path_name(p), " path in this build");
+  }
+
+#ifdef TRAINBENCH_HAVE_ONEDNN
+  static constexpr bool kHaveOneDnn = true;
+  const bool onednn_direct_ = onednn::has_direct_kernels();
+  static onednn::Activations form(CpuConvPath p) {
+    return p == CpuConvPath::OneDnnBlocked ? onednn::Activations::Blocked
+                                           : onednn::Activations::AsGiven;
+  }
+  onednn::Convolutions onednn_;
+#else
+  static constexpr bool kHaveOneDnn = false;
+  static constexpr bool onednn_direct_ = false;
+#endif
+
   CpuBackend& be_;
+  CpuConvSetting setting_;
+  CpuConvChoices choices_;
 };
 
 }  // namespace
 
 void register_cpu_kernels() { register_kernels<Kernels, CpuKernels, CpuBackend>(DeviceKind::CPU); }
+
+void set_cpu_conv_path(CpuBackend& be, const std::string& setting) {
+  static_cast<CpuKernels&>(be.kernels<Kernels>()).set_setting(setting);
+}
 
 }  // namespace conv
 

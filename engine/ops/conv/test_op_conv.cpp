@@ -37,6 +37,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -49,7 +50,11 @@
 #include "engine/nn/model.h"
 #include "engine/ops/amp/amp.h"
 #include "engine/ops/conv/conv.h"
+#include "engine/ops/conv/conv_cpu_paths.h"
 #include "engine/ops/conv/conv_cudnn.h"
+#ifdef TRAINBENCH_HAVE_ONEDNN
+#include "engine/ops/conv/conv_onednn.h"
+#endif
 #include "engine/ops/optimizer/optimizer.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gradcheck.h"
@@ -110,30 +115,93 @@ const Target kTargets[] = {
     {Impl::Cuda, Layout::NHWC, DType::F32},
 };
 
-// Bit-identical to the reference: f64 on the CPU, NHWC on the CPU, the reference itself.
-bool exact_target(const Target& t) {
-  return !t.on_gpu() &&
-         (t.dtype == DType::F64 || t.layout == Layout::NHWC || t.impl == Impl::CpuReference);
+// The CPU's f32 paths a cpu-fast row can force (conv_cpu_paths.h); "auto" is
+// the backend's own per-shape choice. blas on NHWC activations falls back to
+// the reference (its im2col is NCHW only).
+bool have_onednn() {
+#ifdef TRAINBENCH_HAVE_ONEDNN
+  return true;
+#else
+  return false;
+#endif
+}
+std::vector<std::string> cpu_paths() {
+  std::vector<std::string> p{"auto", "timed", "blas"};
+  if (have_onednn()) p.insert(p.end(), {"onednn", "onednn-blocked"});
+  return p;
 }
 
-// One output of a target against the reference's (host tensors).
-Comparison check_output(const Target& t, const ConvGeometry& g, const std::string& out,
-                        const Tensor& ref, const Tensor& got) {
-  const std::string what = "conv " + out + " " + t.name();
-  if (exact_target(t)) {
-    const double d = max_abs_diff(ref, got);
-    return {d == 0.0, what + ": differs from the reference by " + std::to_string(d)};
+// A CPU backend (all threads) whose convolutions take `path`, one per path.
+CpuBackend& cpu_path_backend(const std::string& path) {
+  static std::map<std::string, std::unique_ptr<CpuBackend>> backends;
+  auto& b = backends[path];
+  if (!b) {
+    b = std::make_unique<CpuBackend>();
+    conv::set_cpu_conv_path(*b, path);
   }
+  return *b;
+}
+
+// How a row's outputs compare with the reference.
+enum class Agreement {
+  Exact,   // the reference templates themselves: f64, the reference, blas on NHWC,
+           // auto on NHWC without oneDNN
+  Blas,    // im2col + OpenBLAS (other summation order): kFastTol
+  OneDnn,  // oneDNN: the CUDA rows' fp32 bound from the longest reduction
+  Auto,    // auto or timed: either of the last two, per shape: kFastTol (the looser)
+};
+
+Agreement agreement_of(const Target& t, const std::string& path) {
+  if (t.impl == Impl::CpuReference || t.dtype == DType::F64) return Agreement::Exact;
+  if (path == "blas") return t.layout == Layout::NHWC ? Agreement::Exact : Agreement::Blas;
+  if (path == "onednn" || path == "onednn-blocked") return Agreement::OneDnn;
+  if (t.layout == Layout::NHWC && !have_onednn()) return Agreement::Exact;
+  return Agreement::Auto;  // auto's rule, or timed
+}
+
+// The longest reduction of a convolution: C·R·S (y), K·R·S (dx) or N·Ho·Wo (dw, db).
+int64_t longest_reduction(const ConvGeometry& g) {
+  return std::max({g.C_in * g.KH * g.KW, g.C_out * g.KH * g.KW, g.N * g.H_out * g.W_out});
+}
+
+// One output of a target (on the CPU: taking `path`) against the reference's (host tensors).
+Comparison check_output(const Target& t, const std::string& path, const ConvGeometry& g,
+                        const std::string& out, const Tensor& ref, const Tensor& got) {
+  const std::string what = "conv " + out + " " + t.name() + (path.empty() ? "" : " " + path);
   if (!t.on_gpu()) {
-    const double e = scaled_diff(ref, got);
-    return {e < kFastTol, what + ": scaled difference " + std::to_string(e)};
+    switch (agreement_of(t, path)) {
+      case Agreement::Exact: {
+        const double d = max_abs_diff(ref, got);
+        return {d == 0.0, what + ": differs from the reference by " + std::to_string(d)};
+      }
+      case Agreement::Blas:
+      case Agreement::Auto: {
+        const double e = scaled_diff(ref, got);
+        return {e < kFastTol, what + ": scaled difference " + std::to_string(e)};
+      }
+      case Agreement::OneDnn: break;  // as the GPU's
+    }
   }
-  // The longest reduction: C·R·S (y), K·R·S (dx) or N·Ho·Wo (dw, db). db too:
-  // the GPU sums in double, but the reference sums N·Ho·Wo floats one by one,
-  // an error that grows with the partial sums, not with |db|: "fmnist conv1,
-  // batch 10" (7840 terms) is 1.8x over a 1e-5 relative + 1e-5 bound.
-  const int64_t k = std::max({g.C_in * g.KH * g.KW, g.C_out * g.KH * g.KW, g.N * g.H_out * g.W_out});
-  return compare(ref, got, network_tolerance("fp32", 4, k), 0.0, what, true, "fp32");
+  // The longest reduction: db too: the GPU sums in double, but the reference
+  // sums N·Ho·Wo floats one by one, an error that grows with the partial sums,
+  // not with |db|: "fmnist conv1, batch 10" (7840 terms) is 1.8x over a 1e-5
+  // relative + 1e-5 bound.
+  return compare(ref, got, network_tolerance("fp32", 4, longest_reduction(g)), 0.0, what, true,
+                 "fp32");
+}
+
+// Random f32 NCHW operands of one convolution (host).
+struct ConvOperands {
+  Tensor x, w, b, dy;
+};
+ConvOperands random_operands(const ConvGeometry& g, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  ConvOperands o;
+  o.x = random_tensor(g.input_shape(), DType::F32, rng);
+  o.w = random_tensor(g.weight_shape(), DType::F32, rng);
+  o.b = random_tensor({g.C_out}, DType::F32, rng);
+  o.dy = random_tensor(g.output_shape(), DType::F32, rng);
+  return o;
 }
 
 // a + b element-wise (host, f32 or f64, same layout).
@@ -262,19 +330,34 @@ class TestOpConv : public QObject {
 
   // ------------------------------------------------------------ every target vs the reference
 
+  // The cpu-fast f32 rows once per CPU path (cpu_paths(): auto, and each path
+  // forced), so that every path meets the reference and the accumulate
+  // contract whichever the timing picks.
   void conv_matches_reference_data() {
     QTest::addColumn<Target>("target");
+    QTest::addColumn<QString>("cpu_path");
     QTest::addColumn<ConvCase>("c");
-    for (const Target& t : kTargets)
-      for (const ConvCase& c : kCases) {
-        // The reference templates in f64 or NHWC take seconds on the large shapes.
-        if (c.large && !t.on_gpu() && (t.dtype == DType::F64 || t.layout == Layout::NHWC)) continue;
-        QTest::addRow("%s: %s", t.name().c_str(), c.name) << t << c;
-      }
+    for (const Target& t : kTargets) {
+      const bool per_path = t.impl == Impl::CpuFast && t.dtype == DType::F32;
+      for (const std::string& path : per_path ? cpu_paths() : std::vector<std::string>{""})
+        for (const ConvCase& c : kCases) {
+          // The reference templates take seconds on the large shapes.
+          if (c.large && !t.on_gpu() && agreement_of(t, path) == Agreement::Exact &&
+              t.impl != Impl::CpuReference)
+            continue;
+          if (c.large && t.impl == Impl::CpuReference && t.layout == Layout::NHWC) continue;
+          QTest::addRow("%s%s%s: %s", t.name().c_str(), path.empty() ? "" : " ", path.c_str(),
+                        c.name)
+              << t << QString::fromStdString(path) << c;
+        }
+    }
   }
   void conv_matches_reference() {
-    FETCH_TARGET(t, be);
+    FETCH_TARGET(t, target_be);
+    QFETCH(QString, cpu_path);
     QFETCH(ConvCase, c);
+    const std::string path = cpu_path.toStdString();
+    Backend& be = path.empty() ? target_be : cpu_path_backend(path);
     TB_GPU_TRY
     const auto g = ConvGeometry::make(c.N, c.C_in, c.H, c.W, c.C_out, c.k, c.stride, c.pad);
     std::mt19937_64 rng(21 + uint64_t(c.N * 1000 + c.C_in * 100 + c.k * 10 + c.stride));
@@ -309,26 +392,29 @@ class TestOpConv : public QObject {
       const Tensor y = to_host(be, y1), dx = to_host(be, dx1), dw = to_host(be, dw1),
                    db = to_host(be, db1);
       const std::string f = std::string(" filters ") + layout_name(wl);
-      EXPECT_OUTPUT(t, g, "y" + f, y0, y);
-      EXPECT_OUTPUT(t, g, "dx" + f, dx0, dx);
-      EXPECT_OUTPUT(t, g, "dw" + f, dw0, dw);
-      EXPECT_OUTPUT(t, g, "db" + f, db0, db);
+      EXPECT_OUTPUT(t, path, g, "y" + f, y0, y);
+      EXPECT_OUTPUT(t, path, g, "dx" + f, dx0, dx);
+      EXPECT_OUTPUT(t, path, g, "dw" + f, dw0, dw);
+      EXPECT_OUTPUT(t, path, g, "db" + f, db0, db);
 
       // accumulate=true against the reference's (dx written either way).
       Tensor dx_acc = to_device(be, random_tensor(g.input_shape(), dt, rng), t.layout);
       Tensor dw_acc = to_device(be, dw_old, wl), db_acc = to_device(be, db_old);
       conv::backward(be, g, xd, wd, dyd, dx_acc, dw_acc, db_acc, true);
-      EXPECT_OUTPUT(t, g, "accumulated dw" + f, dw0_acc, to_host(be, dw_acc));
-      EXPECT_OUTPUT(t, g, "accumulated db" + f, db0_acc, to_host(be, db_acc));
-      EXPECT_OUTPUT(t, g, "dx with accumulate" + f, dx0, to_host(be, dx_acc));
+      EXPECT_OUTPUT(t, path, g, "accumulated dw" + f, dw0_acc, to_host(be, dw_acc));
+      EXPECT_OUTPUT(t, path, g, "accumulated db" + f, db0_acc, to_host(be, db_acc));
+      EXPECT_OUTPUT(t, path, g, "dx with accumulate" + f, dx0, to_host(be, dx_acc));
       if (t.on_gpu()) continue;
 
       // The CPU's own contract: accumulate adds what accumulate=false writes
       // (exact targets: onto the written values themselves, giving 2·dw
       // bit for bit), dx is written, not added to.
-      const bool exact = t.layout == Layout::NHWC;
+      const Agreement agreement = agreement_of(t, path);
+      const bool exact = agreement == Agreement::Exact;
       const double acc_tol = dt == DType::F64 ? 1e-14 : kAccumTol;
-      const Tensor old_w = exact ? dw : random_tensor(g.weight_shape(), dt, rng);
+      // (old_w in dw's filter layout: sum_of adds element by element in memory order)
+      const Tensor old_w =
+          exact ? dw : to_host(be, to_device(be, random_tensor(g.weight_shape(), dt, rng), wl));
       const Tensor old_b = exact ? db : random_tensor({c.C_out}, dt, rng);
       Tensor acc_w = to_device(be, old_w, wl), acc_b = to_device(be, old_b);
       Tensor dx_again = to_device(be, random_tensor(g.input_shape(), dt, rng), t.layout);
@@ -344,14 +430,20 @@ class TestOpConv : public QObject {
         CHECK_BELOW(scaled_diff(dx, to_host(be, dx_again)), 1e-7);
       }
 
-      // Each output alone (the others undefined) gives the same values.
+      // Each output alone (the others undefined) gives the same values (auto:
+      // each set of outputs is its own choice, so possibly another path; oneDNN:
+      // another primitive, without the bias reduction).
+      const double alone_tol = agreement == Agreement::Auto     ? kFastTol
+                               : agreement == Agreement::OneDnn ? network_tolerance(
+                                                                      "fp32", 4, longest_reduction(g))
+                                                                : 1e-7;
       Tensor dx_only = be.empty(g.input_shape(), dt, t.layout);
       Tensor dw_only = be.empty(g.weight_shape(), dt, wl);
       Tensor no_dx, no_dw, no_db;
       conv::backward(be, g, xd, wd, dyd, dx_only, no_dw, no_db, false);
       conv::backward(be, g, xd, wd, dyd, no_dx, dw_only, no_db, false);
-      CHECK_BELOW(scaled_diff(dx, to_host(be, dx_only)), 1e-7);
-      CHECK_BELOW(scaled_diff(dw, to_host(be, dw_only)), 1e-7);
+      CHECK_BELOW(scaled_diff(dx, to_host(be, dx_only)), alone_tol);
+      CHECK_BELOW(scaled_diff(dw, to_host(be, dw_only)), alone_tol);
     }
     TB_GPU_CATCH
   }
@@ -699,6 +791,95 @@ class TestOpConv : public QObject {
     QCOMPARE(f.max_workspace_bytes, int64_t(1) << 30);
   }
 
+  // ------------------------------------------------------------ CPU path choice
+
+  // auto: the rule (oneDNN where built and its direct kernels run, else blas
+  // or the reference), recorded per shape. timed: the first call of a shape
+  // times every candidate (blas, and both oneDNN forms where built) and keeps
+  // the fastest; the record names the shape, the path, how it was chosen and
+  // the timings; later calls reuse it. A forced path is recorded as the
+  // setting; one that cannot take a shape falls back to the reference, saying
+  // so; bad settings are refused by name.
+  void cpu_conv_path_choice_recorded() {
+    CpuBackend be(BackendOptions{.threads = 2});
+    const auto g = ConvGeometry::make(4, 3, 10, 10, 8, 3, 1, 1);
+    const auto [x, w, b, dy] = random_operands(g, 5);
+    Tensor y = like(dy, Layout::NCHW), dx = like(x, Layout::NCHW), dw = like(w, Layout::NCHW);
+    Tensor db = Tensor::empty({g.C_out}, DType::F32);
+    const std::string fwd = "forward N4 3x10x10 -> 8 k3 s1 p1 NCHW/KCRS bias";
+    const std::string bwd = "backward N4 3x10x10 -> 8 k3 s1 p1 NCHW/KCRS (dx dw db)";
+    auto record = [&] { return be.describe()["kernel_paths"]["convolution"]; };
+    auto str = [](const nlohmann::json& j) { return QString::fromStdString(j.get<std::string>()); };
+
+    conv::forward(be, g, x, w, b, y);  // auto
+    conv::backward(be, g, x, w, dy, dx, dw, db, false);
+    nlohmann::json rec = record();
+    QCOMPARE(int(rec.size()), 2);
+    for (const std::string& key : {fwd, bwd}) {
+      QVERIFY2(rec.contains(key), rec.dump().c_str());
+      QCOMPARE(str(rec[key]["chosen_by"]), QString("rule"));
+#ifdef TRAINBENCH_HAVE_ONEDNN
+      const QString want = conv::onednn::has_direct_kernels() ? "onednn-blocked" : "blas";
+#else
+      const QString want = "blas";
+#endif
+      QCOMPARE(str(rec[key]["path"]), want);
+    }
+
+    conv::set_cpu_conv_path(be, "timed");  // forgets the choices so far
+    conv::forward(be, g, x, w, b, y);
+    conv::backward(be, g, x, w, dy, dx, dw, db, false);
+    conv::forward(be, g, x, w, b, y);  // cached: no second record
+    rec = record();
+    QCOMPARE(int(rec.size()), 2);
+    for (const std::string& key : {fwd, bwd}) {
+      const nlohmann::json& r = rec[key];
+      if (!have_onednn()) {
+        QCOMPARE(str(r["path"]), QString("blas"));
+        QCOMPARE(str(r["chosen_by"]), QString("only candidate"));
+        continue;
+      }
+      QCOMPARE(str(r["chosen_by"]), QString("timing"));
+      const nlohmann::json& ms = r["min_ms"];
+      QCOMPARE(int(ms.size()), 3);
+      std::string fastest;
+      double best = 1e300;
+      for (const auto& [path, t] : ms.items()) {
+        QVERIFY2(t.get<double>() > 0.0, r.dump().c_str());
+        if (t.get<double>() < best) best = t.get<double>(), fastest = path;
+      }
+      QCOMPARE(r["path"].get<std::string>(), fastest);
+      if (fastest != "blas") QVERIFY2(r.contains("onednn_implementation"), r.dump().c_str());
+    }
+
+    conv::set_cpu_conv_path(be, "blas");  // forced
+    conv::forward(be, g, x, w, b, y);
+    const Tensor xh = to_device(be, x, Layout::NHWC), wh = to_device(be, w, Layout::NHWC);
+    Tensor yh = be.empty(g.output_shape(), DType::F32, Layout::NHWC);
+    conv::forward(be, g, xh, wh, b, yh);
+    rec = record();
+    QCOMPARE(int(rec.size()), 2);
+    QCOMPARE(str(rec[fwd]["path"]), QString("blas"));
+    QCOMPARE(str(rec[fwd]["chosen_by"]), QString("setting"));
+    const nlohmann::json& nhwc = rec["forward N4 3x10x10 -> 8 k3 s1 p1 NHWC/KRSC bias"];
+    QCOMPARE(str(nhwc["path"]), QString("reference"));
+    QCOMPARE(str(nhwc["chosen_by"]), QString("setting blas cannot take this shape: reference"));
+
+    const QString bad = qerror_of([&] { conv::set_cpu_conv_path(be, "fastest"); });
+    QVERIFY2(bad.contains("set_cpu_conv_path") && bad.contains("'fastest'"), qPrintable(bad));
+    if (!have_onednn()) {
+      const QString no = qerror_of([&] { conv::set_cpu_conv_path(be, "onednn"); });
+      QVERIFY2(no.contains("no oneDNN"), qPrintable(no));
+    }
+    // The environment variable: read when a backend's convolutions are made.
+    qputenv("TRAINBENCH_CPU_CONV", "fastest");
+    CpuBackend env_be(BackendOptions{.threads = 2});
+    const QString env_bad = qerror_of([&] { conv::forward(env_be, g, x, w, b, y); });
+    qunsetenv("TRAINBENCH_CPU_CONV");
+    QVERIFY2(env_bad.contains("TRAINBENCH_CPU_CONV") && env_bad.contains("'fastest'"),
+             qPrintable(env_bad));
+  }
+
   void conv_plan_key() {
     using namespace tb::cuda;
     ConvPlanKey a;
@@ -778,11 +959,7 @@ class TestOpConv : public QObject {
     QFETCH(int, offset);
     TB_GPU_TRY
     const auto g = ConvGeometry::make(3, 8, 10, 9, 16, 3, 1, 1);
-    std::mt19937_64 rng(33);
-    const Tensor x = random_tensor(g.input_shape(), DType::F32, rng);
-    const Tensor w = random_tensor(g.weight_shape(), DType::F32, rng);
-    const Tensor b = random_tensor({g.C_out}, DType::F32, rng);
-    const Tensor dy = random_tensor(g.output_shape(), DType::F32, rng);
+    const auto [x, w, b, dy] = random_operands(g, 33);
     CpuBackend& ref = cpu_reference();
     Tensor y0 = like(dy, Layout::NCHW), dx0 = like(x, Layout::NCHW);
     Tensor dw0 = like(w, Layout::NCHW), db0 = Tensor::empty({g.C_out}, DType::F32);
@@ -804,10 +981,10 @@ class TestOpConv : public QObject {
     Tensor dx1 = be.empty(g.input_shape(), DType::F32, t.layout);
     conv::forward(be, g, xd, wv, bv, y1);
     conv::backward(be, g, xd, wv, dyd, dx1, dwv, dbv, false);
-    EXPECT_OUTPUT(t, g, "y (weight view)", y0, to_host(be, y1));
-    EXPECT_OUTPUT(t, g, "dx (weight view)", dx0, to_host(be, dx1));
-    EXPECT_OUTPUT(t, g, "dw (gradient view)", dw0, to_host(be, dwv));
-    EXPECT_OUTPUT(t, g, "db (gradient view)", db0, to_host(be, dbv));
+    EXPECT_OUTPUT(t, "", g, "y (weight view)", y0, to_host(be, y1));
+    EXPECT_OUTPUT(t, "", g, "dx (weight view)", dx0, to_host(be, dx1));
+    EXPECT_OUTPUT(t, "", g, "dw (gradient view)", dw0, to_host(be, dwv));
+    EXPECT_OUTPUT(t, "", g, "db (gradient view)", db0, to_host(be, dbv));
     TB_GPU_CATCH
   }
 

@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// trainbench-cpu-conv-paths: times each f32 path of the CPU convolution
+// (docs/cpu-conv-paths.md: blas, onednn, onednn-blocked, and what auto picks)
+// on the convolutions of fmnist-cnn (or given shapes), forward and backward
+// (dx dw db, as the trainer asks; the first layer without dx), in interleaved
+// rounds so that other work on a shared machine slows every path alike.
+// Prints one JSON object: per shape and op, each path's median and minimum
+// milliseconds over the rounds, the load average before and after, and the
+// process's OS threads at the end.
+//
+//   trainbench-cpu-conv-paths --batch 64 --threads 2 --rounds 30
+//   trainbench-cpu-conv-paths --shape 64,64,32,32,64,3,1,1   (N,Cin,H,W,Cout,k,stride,pad)
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/ops/conv/conv.h"
+#include "engine/ops/conv/conv_cpu_paths.h"
+
+using namespace tb;
+
+namespace {
+
+struct Shape4 {
+  int64_t N, C_in, H, W, C_out, k, stride, pad;
+  bool dx;  // the first layer's input needs no gradient
+};
+
+Tensor random_tensor(const Shape& s, std::mt19937& rng) {
+  Tensor t = Tensor::empty(s, DType::F32);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = u(rng);
+  return t;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// The process's OS threads (/proc/self/status): OpenMP's pool shows here, so
+// --threads 1 staying at 1 shows that neither oneDNN nor our kernels started more.
+int process_threads() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  int n = -1;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "Threads: %d", &n) == 1) break;
+  std::fclose(f);
+  return n;
+}
+
+double load_average() {
+  double l[1] = {0};
+  return getloadavg(l, 1) == 1 ? l[0] : -1.0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t batch = 64;
+  int threads = 2, rounds = 30;
+  std::vector<Shape4> shapes;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--batch") batch = std::stoll(v);
+    else if (a == "--threads") threads = std::stoi(v);
+    else if (a == "--rounds") rounds = std::stoi(v);
+    else if (a == "--shape") {
+      Shape4 s{};
+      if (std::sscanf(v.c_str(), "%ld,%ld,%ld,%ld,%ld,%ld,%ld,%ld", &s.N, &s.C_in, &s.H, &s.W,
+                      &s.C_out, &s.k, &s.stride, &s.pad) != 8) {
+        std::fprintf(stderr, "--shape: expected N,Cin,H,W,Cout,k,stride,pad, got '%s'\n", v.c_str());
+        return 2;
+      }
+      s.dx = true;
+      shapes.push_back(s);
+    } else {
+      std::fprintf(stderr, "unknown option %s (--batch, --threads, --rounds, --shape)\n", a.c_str());
+      return 2;
+    }
+  }
+  if (shapes.empty())  // fmnist-cnn: conv1 (no dx), conv2
+    shapes = {{batch, 1, 28, 28, 32, 3, 1, 1, false}, {batch, 32, 14, 14, 64, 3, 1, 1, true}};
+
+  std::vector<std::string> paths{"blas", "auto"};
+#ifdef TRAINBENCH_HAVE_ONEDNN
+  paths.insert(paths.begin() + 1, {"onednn", "onednn-blocked"});
+#endif
+  std::vector<std::unique_ptr<CpuBackend>> backends;
+  for (const std::string& p : paths) {
+    backends.push_back(std::make_unique<CpuBackend>(BackendOptions{.threads = threads}));
+    conv::set_cpu_conv_path(*backends.back(), p);
+  }
+  const double load_before = load_average();
+  nlohmann::json out = {{"threads", threads}, {"rounds", rounds},
+                        {"cpu", CpuBackend::host_name()}, {"results", nlohmann::json::array()}};
+  std::mt19937 rng(1);
+  using Clock = std::chrono::steady_clock;
+  for (const Shape4& s : shapes) {
+    const auto g = ConvGeometry::make(s.N, s.C_in, s.H, s.W, s.C_out, s.k, s.stride, s.pad);
+    const Tensor x = random_tensor(g.input_shape(), rng), w = random_tensor(g.weight_shape(), rng);
+    const Tensor b = random_tensor({g.C_out}, rng), dy = random_tensor(g.output_shape(), rng);
+    Tensor y = Tensor::empty(g.output_shape(), DType::F32);
+    Tensor dx = s.dx ? Tensor::empty(g.input_shape(), DType::F32) : Tensor{};
+    Tensor dw = Tensor::empty(g.weight_shape(), DType::F32), db = Tensor::empty({g.C_out}, DType::F32);
+    for (const char* op : {"forward", "backward"}) {
+      auto run = [&](Backend& be) {
+        if (op[0] == 'f') conv::forward(be, g, x, w, b, y);
+        else conv::backward(be, g, x, w, dy, dx, dw, db, false);
+      };
+      for (auto& be : backends) run(*be), run(*be);  // warm-up (auto: its choice)
+      std::vector<std::vector<double>> ms(backends.size());
+      for (int r = 0; r < rounds; ++r)
+        for (size_t i = 0; i < backends.size(); ++i) {
+          const auto t0 = Clock::now();
+          run(*backends[i]);
+          ms[i].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        }
+      nlohmann::json row = {{"op", op},
+                            {"shape", {s.N, s.C_in, s.H, s.W, s.C_out, s.k, s.stride, s.pad}},
+                            {"dx", s.dx}};
+      for (size_t i = 0; i < backends.size(); ++i)
+        row["ms"][paths[i]] = {{"median", median(ms[i])},
+                               {"min", *std::min_element(ms[i].begin(), ms[i].end())}};
+      const auto rec = backends.back()->describe()["kernel_paths"]["convolution"];
+      const std::string prefix = std::string(op) + " N" + std::to_string(s.N) + " " +
+                                 std::to_string(s.C_in) + "x" + std::to_string(s.H) + "x" +
+                                 std::to_string(s.W) + " -> " + std::to_string(s.C_out) + " ";
+      for (const auto& [key, r] : rec.items())
+        if (key.rfind(prefix, 0) == 0) row["auto_chose"] = r;
+      out["results"].push_back(row);
+    }
+  }
+  out["load_average"] = {{"before", load_before}, {"after", load_average()}};
+  out["process_threads"] = process_threads();
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}

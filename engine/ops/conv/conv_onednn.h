@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// oneDNN's convolutions, one of the CPU backend's f32 paths (conv_cpu.cpp
+// picks among the reference, im2col + OpenBLAS and these per shape). Built
+// when oneDNN was found (TRAINBENCH_ONEDNN; conv_onednn.cpp joins the library
+// only then): check TRAINBENCH_HAVE_ONEDNN before calling.
+//
+// Same contract as conv.h's f32 op: activations NCHW or NHWC as given,
+// filters KCRS or KRSC, dx written, dw and db written or added (oneDNN
+// writes: `accumulate` goes through a scratch copy and one add, so it adds
+// exactly what accumulate=false writes).
+//
+// Two forms of the activations:
+// - AsGiven: oneDNN convolves the caller's layout (NHWC reaches its direct
+//   AVX2/AVX-512 kernels; NCHW its own im2col + GEMM);
+// - Blocked: oneDNN picks its layout (nChw16c on AVX-512) and the activations
+//   are reordered into scratch and back on every call, as PyTorch's CPU
+//   convolutions do; the caller's tensors keep their layout.
+// The filters are always reordered into the layout oneDNN picks (small).
+//
+// Threads: oneDNN here runs on OpenMP (Debian's libdnnl2 links libgomp, the
+// runtime our own kernels use), with omp_get_max_threads() threads; every
+// call sets it to `threads` for its duration, so oneDNN uses the backend's
+// count and no second pool exists.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/core/tensor.h"
+#include "engine/ops/conv/conv.h"
+
+namespace tb::conv::onednn {
+
+enum class Activations { AsGiven, Blocked };
+
+// The layouts of one problem: activations (x, y, dx, dy) and filters (w, dw).
+struct Layouts {
+  Layout act = Layout::NCHW, filt = Layout::NCHW;
+};
+
+// Whether oneDNN's direct (JIT) convolution kernels run on this CPU (AVX2 or
+// better); without them it falls back to its own GEMM or reference loops.
+bool has_direct_kernels();
+
+// The primitives of one backend, made on the first call of each (op, shape,
+// layouts, form, threads) and kept.
+class Convolutions {
+ public:
+  Convolutions();
+  ~Convolutions();
+  Convolutions(const Convolutions&) = delete;
+  Convolutions& operator=(const Convolutions&) = delete;
+
+  // y = conv(x, w) + b; b may be null. g.N > 0. Returns oneDNN's name of the
+  // implementation that ran ("jit:avx512_core", "gemm:jit", ...).
+  const std::string& forward(const ConvGeometry& g, Layouts l, Activations a, int threads,
+                             const float* x, const float* w, const float* b, float* y);
+  // dx written; dw, db written or added (accumulate); each may be null. g.N > 0.
+  // Returns the implementations that ran ("data gemm:jit, weights gemm:jit").
+  const std::string& backward(const ConvGeometry& g, Layouts l, Activations a, int threads,
+                              const float* x, const float* w, const float* dy, float* dx,
+                              float* dw, float* db, bool accumulate);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace tb::conv::onednn
