@@ -31,6 +31,10 @@ DType PrecisionPolicy::dtype_for(AmpOp op) const {
   return (op == AmpOp::Conv || op == AmpOp::Linear) ? compute_dtype() : DType::F32;
 }
 
+DType PrecisionPolicy::activation_dtype() const {
+  return activations == AmpActivations::LowPrecision ? compute_dtype() : DType::F32;
+}
+
 const char* PrecisionPolicy::name() const {
   switch (mode) {
     case AmpMode::F16: return "fp16";

@@ -27,7 +27,10 @@
 #include "engine/amp/precision_policy.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
+#include "engine/nn/conv2d.h"
+#include "engine/nn/linear.h"
 #include "engine/nn/model.h"
+#include "engine/nn/pooling.h"
 #include "engine/nn/models.h"
 #include "engine/ops/amp/amp.h"
 #include "engine/ops/conv/conv.h"
@@ -92,6 +95,32 @@ Pass model_pass(Backend &be, const std::string &model, const Shape &in, uint64_t
   Pass p;
   p.loss = to_host_nchw(be, stats).data_as<double>()[0] / double(x.dim(0));
   p.grads = to_host_nchw(be, m->grad_block());
+  return p;
+}
+
+// ------------------------------------------------------------ low-precision activations
+
+// A forward and backward of `m` (built) on the CPU under `policy`, its
+// layers' buffers counted.
+struct CensusPass {
+  Tensor logits, grads;  // host copies
+  BufferCensus census;
+};
+CensusPass census_pass(Backend &be, Model &m, const PrecisionPolicy &policy, const Tensor &x,
+                       const Tensor &dlogits) {
+  CensusPass p;
+  Context ctx{be};
+  ctx.amp = policy;
+  ctx.census = &p.census;
+  p.logits = to_host_nchw(be, m.forward(ctx, to_device(be, x)));
+  m.backward(ctx, to_device(be, dlogits));
+  p.grads = to_host_nchw(be, m.grad_block());
+  return p;
+}
+
+PrecisionPolicy bf16_policy(AmpActivations a) {
+  PrecisionPolicy p = PrecisionPolicy::from_config("bf16");
+  p.activations = a;
   return p;
 }
 
@@ -367,6 +396,49 @@ class TestAmpTraining : public QObject {
     ctx.amp.mode = AmpMode::BF16;
     Tensor dl = random_host(logits.shape(), 5);
     QVERIFY_THROWS_EXCEPTION(Error, m->backward(ctx, dl));
+  }
+
+  // ------------------------------------------------------------ low-precision activations
+
+  // conv -> conv -> flatten -> linear under bf16 with low-precision
+  // activations against today's f32-activation form, same weights and
+  // batch. Forward: the f32 form rounds each conv's f32 output when the next
+  // layer casts it; the lp form rounds the same f32 sum once on store: the
+  // same values, so the logits are bit-equal (the logits layer writes f32 in
+  // both). Backward: the f32 form's conv backward rounds its f32 dy to bf16
+  // for dgrad and wgrad; the lp form hands on the same rounded dy: weight
+  // gradients bit-equal. (A conv bias gradient would differ: the f32 form
+  // sums the unrounded dy. The convolutions here have no bias, so every
+  // gradient is bit-equal; the lp bias is the op tests' business.)
+  // Memory: every layer buffer of the lp run is bf16 but the f32 logits and
+  // the logits layer's f32 input gradient before its cast (N·(10 + K)·4
+  // bytes); the lp run copies no conv input but the first conv's (the f32
+  // batch cast once).
+  void lowPrecisionActivationsConvLinearChain() {
+    const int64_t N = 6, K = 8 * 4 * 4;
+    auto build = [&] {
+      auto m = std::make_unique<Model>("chain", Shape{3, 8, 8}, 10);
+      m->emplace<Conv2d>("c1", 8, 3, 1, 1, false);
+      m->emplace<Conv2d>("c2", 8, 3, 2, 1, false);
+      m->emplace<Flatten>("flatten");
+      m->emplace<Linear>("fc", 10);
+      m->build(cpu, 41);
+      return m;
+    };
+    const Tensor x = random_host({N, 3, 8, 8}, 42), dl = random_host({N, 10}, 43, 0.1);
+    auto mf = build(), ml = build();
+    const CensusPass f = census_pass(cpu, *mf, bf16_policy(AmpActivations::F32), x, dl);
+    const CensusPass l = census_pass(cpu, *ml, bf16_policy(AmpActivations::LowPrecision), x, dl);
+    QVERIFY(bitwise_equal(l.logits, f.logits));
+    QCOMPARE(l.logits.dtype(), DType::F32);
+    QVERIFY(bitwise_equal(l.grads, f.grads));
+    // Memory: bf16 everywhere but the logits and the logits layer's f32 dx.
+    const int64_t f32_bytes = l.census.bytes_of(DType::F32);
+    QCOMPARE(f32_bytes, N * (10 + K) * 4);
+    QCOMPARE(l.census.bytes_of(DType::BF16) + f32_bytes, l.census.bytes());
+    qInfo("conv-linear chain, layer buffers: f32 activations %lld B, bf16 activations %lld B",
+          (long long)f.census.bytes(), (long long)l.census.bytes());
+    QVERIFY(l.census.bytes() < f.census.bytes());
   }
 
   // ------------------------------------------------------------ training loop
