@@ -4,6 +4,10 @@
 // long as every operand has the same one. y may alias x and dx may alias dy:
 // every loop reads element i before it writes element i and touches nothing
 // else.
+//
+// f16/bf16: widen-compute-round (amp::widen_compute_round): the inputs
+// widened to f32 exactly, the f32 op below, each output rounded once, as the
+// CUDA kernels do value by value.
 #include <cblas.h>
 
 #include <cmath>
@@ -12,6 +16,7 @@
 #endif
 
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/ops/amp/amp.h"
 #include "engine/ops/pointwise/pointwise.h"
 
 namespace tb {
@@ -170,7 +175,15 @@ class CpuKernels final : public pointwise::Kernels {
     }                                          \
   } while (0)
 
+// f16/bf16 operands: the f32 kernel METHOD by widen-compute-round (file
+// comment); `reads_out` for the ops that update their output in place.
+#define TB_POINTWISE_LP(lead, out, reads_out, METHOD, ...)                                \
+  if (amp::is_low_precision(lead.dtype()))                                                \
+    return amp::widen_compute_round(                                                      \
+        be_, out, reads_out, [&](auto&&... wide) { METHOD(wide...); }, __VA_ARGS__)
+
 void CpuKernels::relu_forward(const Tensor& x, Tensor& y) {
+  TB_POINTWISE_LP(x, y, false, relu_forward, x);
   const DType dt = x.dtype();
   const int64_t n = x.numel();
 #define ARGS(T) x.data_as<T>(), y.data_as<T>(), n
@@ -179,6 +192,7 @@ void CpuKernels::relu_forward(const Tensor& x, Tensor& y) {
 }
 
 void CpuKernels::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+  TB_POINTWISE_LP(y, dx, false, relu_backward, y, dy);
   const DType dt = y.dtype();
   const int64_t n = y.numel();
 #define ARGS(T) y.data_as<T>(), dy.data_as<T>(), dx.data_as<T>(), n
@@ -187,6 +201,7 @@ void CpuKernels::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
 }
 
 void CpuKernels::gelu_forward(const Tensor& x, Tensor& y) {
+  TB_POINTWISE_LP(x, y, false, gelu_forward, x);
   const DType dt = x.dtype();
   const int64_t n = x.numel();
 #define ARGS(T) x.data_as<T>(), y.data_as<T>(), n
@@ -195,6 +210,7 @@ void CpuKernels::gelu_forward(const Tensor& x, Tensor& y) {
 }
 
 void CpuKernels::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  TB_POINTWISE_LP(x, dx, false, gelu_backward, x, dy);
   const DType dt = x.dtype();
   const int64_t n = x.numel();
 #define ARGS(T) x.data_as<T>(), dy.data_as<T>(), dx.data_as<T>(), n
@@ -206,6 +222,7 @@ void CpuKernels::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
 
 // add and accumulate: the reference loop is already the fast loop.
 void CpuKernels::add(const Tensor& a, const Tensor& b, Tensor& y) {
+  TB_POINTWISE_LP(a, y, false, add, a, b);
   if (a.dtype() == DType::F64)
     add_ref(a.data_as<double>(), b.data_as<double>(), y.data_as<double>(), a.numel());
   else
@@ -213,6 +230,7 @@ void CpuKernels::add(const Tensor& a, const Tensor& b, Tensor& y) {
 }
 
 void CpuKernels::accumulate(const Tensor& src, Tensor& dst) {
+  TB_POINTWISE_LP(src, dst, true, accumulate, src);
   if (src.dtype() == DType::F64)
     accumulate_ref(src.data_as<double>(), dst.data_as<double>(), src.numel());
   else
@@ -220,6 +238,8 @@ void CpuKernels::accumulate(const Tensor& src, Tensor& dst) {
 }
 
 void CpuKernels::scale(Tensor& t, double alpha) {
+  if (amp::is_low_precision(t.dtype()))
+    return amp::widen_compute_round(be_, t, true, [&](Tensor& wide) { scale(wide, alpha); });
   if (t.dtype() == DType::F64) {
     double* p = t.data_as<double>();
     for (int64_t i = 0; i < t.numel(); ++i) p[i] *= alpha;
@@ -227,6 +247,8 @@ void CpuKernels::scale(Tensor& t, double alpha) {
   }
   cblas_sscal(static_cast<blasint>(t.numel()), static_cast<float>(alpha), t.data_as<float>(), 1);
 }
+
+#undef TB_POINTWISE_LP
 
 namespace pointwise {
 void register_cpu_kernels() { register_kernels<Kernels, CpuKernels, CpuBackend>(DeviceKind::CPU); }
