@@ -39,11 +39,12 @@
 // CUBLAS_COMPUTE_32F). The trainer drives the loss scaler for fp16 as
 // loss_scaler.h describes. The CPU backend has the same ops as a slow
 // reference (inputs widened, f32 kernels), so `amp` stays a cuda-only trick.
-// What it does not give yet: activations between layers stay f32 (each
-// conv/linear keeps an extra low-precision copy of its input for backward), so
-// there is no activation-memory or bandwidth saving yet; BN, activations and
-// pooling on f16/bf16 tensors would be the next stage. The CUDA side ran on
-// an H200 (2026-11-26, commit b0014f2): AMP training reached its accuracy.
+// With AmpActivations::F32 (the default until pooling takes f16/bf16 and a
+// GPU run has confirmed the other form) activations between layers stay f32
+// and each conv/linear keeps a low-precision copy of its input for backward;
+// with AmpActivations::LowPrecision they are f16/bf16 (above). The CUDA side
+// of the f32 form ran on an H200 (2026-11-26, commit b0014f2): AMP training
+// reached its accuracy; the low-precision form has not run on a GPU.
 #include <string>
 
 #include "engine/core/dtype.h"

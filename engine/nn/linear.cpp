@@ -37,15 +37,15 @@ Shape Linear::setup(const Shape& in, ParamRegistry& reg) {
 // changes after each step); y (N,M) = x wᵀ + bias_ in output_dtype(ctx): lp
 // with low-precision activations, f32 otherwise and for the logits. The
 // activation epilogue is the f32 op's (the contract has none on lp inputs):
-// with f32 activations the fused layer runs in f32 as before; with lp ones
-// it runs the lp GEMM into pre_, then the activation as its own op.
+// writing f32 (f32 activations) the fused layer runs in f32 as before;
+// writing lp it runs the lp GEMM into pre_, then the activation as its own op.
 Tensor Linear::forward(Context& ctx, const Tensor& x) {
   TB_CHECK(x.rank() == 2 && x.dim(1) == in_features_, "linear ", name(), ": expected input (N, ",
            in_features_, "), got ", x.describe());
   const Shape out{x.dim(0), out_features_};
   const DType out_dtype = output_dtype(ctx);
   Tensor& y = ensure_buffer(ctx, y_, out, out_dtype);
-  const bool amp = ctx.amp.enabled() && (act_ == Activation::None || x.dtype() != DType::F32);
+  const bool amp = ctx.amp.enabled() && (act_ == Activation::None || out_dtype != DType::F32);
   if (act_ != Activation::None && !amp) {
     Tensor pre;
     if (act_ == Activation::GELU) pre = ensure_buffer(ctx, pre_, out, ctx.dtype);
@@ -74,7 +74,7 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
 // dx in the input's dtype; weight and bias gradients f32 (the masters').
 Tensor Linear::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   TB_CHECK(x_.defined(), "linear ", name(), ": backward without a training forward");
-  const bool amp = ctx.amp.enabled() && (act_ == Activation::None || x_.dtype() != DType::F32);
+  const bool amp = ctx.amp.enabled() && (act_ == Activation::None || y_.dtype() != DType::F32);
   if (act_ != Activation::None && !amp) {
     Tensor dx;
     if (need_dx) dx = ensure_buffer(ctx, dx_, x_.shape(), x_.dtype());

@@ -161,6 +161,49 @@ ProtoData proto_data(int64_t batches, int64_t N, const Shape &img, uint64_t seed
   return d;
 }
 
+// `steps` SGD steps (momentum 0.9) of `model` on the CPU under `policy`, one
+// prototype batch after another: each step's loss and gradient block.
+struct StepsTrace {
+  std::vector<double> loss;
+  std::vector<Tensor> grads;  // host copies
+};
+StepsTrace train_steps(Backend &be, const std::string &model, const Shape &img,
+                       const PrecisionPolicy &policy, int steps, int64_t N, bool keep_grads) {
+  const ProtoData data = proto_data(8, N, img, 77);
+  std::unique_ptr<Model> m = make_model(model, img, 10);
+  m->build(be, 6);
+  OptimizerConfig oc;
+  oc.kind = OptimizerKind::SGD;
+  oc.lr = 0.05f;
+  oc.momentum = 0.9f;
+  Optimizer opt(oc, *m, be);
+  Context ctx{be};
+  ctx.amp = policy;
+  Tensor stats = be.empty({2}, DType::F64);
+  StepsTrace t;
+  for (int s = 0; s < steps; ++s) {
+    const size_t b = size_t(s) % data.x.size();
+    be.fill(stats, 0.0);
+    Tensor logits = m->forward(ctx, to_device(be, data.x[b]));
+    Tensor dlogits = be.empty(logits.shape(), DType::F32);
+    loss::softmax_cross_entropy(be, logits, to_device(be, data.y[b]), 0.0f, 1.0f, dlogits, stats);
+    m->backward(ctx, dlogits);
+    opt.step(oc.lr, 1.0f);
+    t.loss.push_back(to_host_nchw(be, stats).data_as<double>()[0] / double(N));
+    if (keep_grads) t.grads.push_back(to_host_nchw(be, m->grad_block()));
+  }
+  return t;
+}
+
+double cosine(const Tensor &a, const Tensor &b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    ab += double(at(a, i)) * at(b, i), aa += double(at(a, i)) * at(a, i);
+    bb += double(at(b, i)) * at(b, i);
+  }
+  return ab / std::sqrt(aa * bb);
+}
+
 TrainTrace train_fp16(Backend &be, int steps, int bad, const LossScalerOptions &so) {
   const Shape img{1, 16, 16};
   const ProtoData data = proto_data(4, 32, img, 99);
@@ -439,6 +482,148 @@ class TestAmpTraining : public QObject {
     qInfo("conv-linear chain, layer buffers: f32 activations %lld B, bf16 activations %lld B",
           (long long)f.census.bytes(), (long long)l.census.bytes());
     QVERIFY(l.census.bytes() < f.census.bytes());
+  }
+
+  // Whole models under bf16: low-precision activations against today's
+  // f32-activation form over 6 SGD steps from the same weights and batches.
+  // No a-priori per-element bound holds through a model: batch norm divides
+  // by the batch's standard deviation, and a value rounded differently can
+  // flip a ReLU or a max-pool's argmax, which reroutes a whole gradient
+  // entry; and the runs' weights drift apart step by step. So the margins are
+  // stated against what the CPU measures (the qInfo line), a few times over:
+  // every step's loss within `loss_tol` relative, every step's gradient block
+  // at cosine ≥ `min_cos` to the f32 form's. A path that dropped a rounding
+  // or mixed up a gradient lands far outside (a wrong dx: cosine ≈ 0).
+  void lowPrecisionActivationsWholeModel_data() {
+    QTest::addColumn<QString>("model");
+    QTest::addColumn<QList<qint64>>("dims");
+    QTest::addColumn<double>("loss_tol");
+    QTest::addColumn<double>("min_cos");
+    // mlp: Linear, ReLU: the first forward bit-equal (ReLU commutes with
+    // rounding); the biases' gradients see dy rounded, and the weights drift
+    // from there: measured worst rel loss 4.3e-5, cosine 0.9999907.
+    QTest::newRow("mlp") << QString("mlp") << QList<qint64>{1, 8, 8} << 1e-3 << 0.9999;
+  }
+  void lowPrecisionActivationsWholeModel() {
+    QFETCH(QString, model);
+    QFETCH(QList<qint64>, dims);
+    const Shape img(dims.begin(), dims.end());
+    QFETCH(double, loss_tol);
+    QFETCH(double, min_cos);
+    const int steps = 6;
+    const StepsTrace f = train_steps(cpu, model.toStdString(), img,
+                                     bf16_policy(AmpActivations::F32), steps, 12, true);
+    const StepsTrace l = train_steps(cpu, model.toStdString(), img,
+                                     bf16_policy(AmpActivations::LowPrecision), steps, 12, true);
+    double worst_loss = 0, worst_cos = 1;
+    for (int s = 0; s < steps; ++s) {
+      const double e = std::abs(l.loss[size_t(s)] - f.loss[size_t(s)]) / f.loss[size_t(s)];
+      const double c = cosine(l.grads[size_t(s)], f.grads[size_t(s)]);
+      worst_loss = std::max(worst_loss, e), worst_cos = std::min(worst_cos, c);
+      QVERIFY2(e <= loss_tol && c >= min_cos,
+               qPrintable(QString("%1 step %2: loss f32-activations %3 lp %4 (rel %5), grad cosine %6")
+                              .arg(model).arg(s).arg(f.loss[size_t(s)]).arg(l.loss[size_t(s)])
+                              .arg(e).arg(c, 0, 'g', 9)));
+    }
+    qInfo("%s, bf16 lp vs f32 activations over %d steps: worst rel loss %.3g, worst grad cosine "
+          "%.9f", qPrintable(model), steps, worst_loss, worst_cos);
+    QVERIFY(f.loss.back() < f.loss.front());  // it trains
+  }
+
+  // Training under bf16 activations: `steps` SGD steps on the prototype
+  // batches reach a loss close to the f32 run's (amp off): the mean loss of
+  // the last 20 steps within `margin` (absolute; the losses are near 0 by
+  // then, so a relative margin would be noise) and well below the start.
+  void lowPrecisionActivationsTrain_data() {
+    QTest::addColumn<QString>("model");
+    QTest::addColumn<QList<qint64>>("dims");
+    QTest::addColumn<int>("steps");
+    QTest::addColumn<double>("margin");
+    QTest::newRow("mlp") << QString("mlp") << QList<qint64>{1, 8, 8} << 300 << 0.05;
+  }
+  void lowPrecisionActivationsTrain() {
+    QFETCH(QString, model);
+    QFETCH(QList<qint64>, dims);
+    QFETCH(int, steps);
+    QFETCH(double, margin);
+    const Shape img(dims.begin(), dims.end());
+    PrecisionPolicy off;
+    const StepsTrace f = train_steps(cpu, model.toStdString(), img, off, steps, 32, false);
+    const StepsTrace l = train_steps(cpu, model.toStdString(), img,
+                                     bf16_policy(AmpActivations::LowPrecision), steps, 32, false);
+    const size_t n = size_t(steps);
+    const double f_end = mean(f.loss, n - 20, n), l_end = mean(l.loss, n - 20, n);
+    qInfo("%s, %d steps: loss f32 %.4f -> %.4f, bf16 activations %.4f -> %.4f", qPrintable(model),
+          steps, f.loss.front(), f_end, l.loss.front(), l_end);
+    for (double v : l.loss) QVERIFY(std::isfinite(v));
+    QVERIFY2(std::abs(l_end - f_end) <= margin,
+             qPrintable(QString("f32 %1 bf16 %2").arg(f_end).arg(l_end)));
+    QVERIFY(l_end < 0.25 * l.loss.front());
+  }
+
+  // The layers' buffers of one model, run once with f32 activations (amp
+  // off) and once with bf16 ones, the same layer members both times: every
+  // activation-sized float buffer (leading dimension N) of the f32 run is
+  // bf16 in the lp run, half its bytes, but the logits (f32 for the loss)
+  // and the f32 batch's gradient where a layer is asked for it; integer
+  // buffers (max-pool's argmax) are unchanged. Extra in the lp run:
+  // the first low-precision layer's copy of the f32 batch, the logits
+  // layer's f32 input gradient before its cast, and the bf16 weight copies
+  // (not activation-sized). So activation memory ≈ half of the f32 run's.
+  void lowPrecisionActivationBuffersAreHalf_data() {
+    QTest::addColumn<QString>("model");
+    QTest::addColumn<QList<qint64>>("dims");
+    QTest::newRow("mlp") << QString("mlp") << QList<qint64>{1, 8, 8};
+  }
+  void lowPrecisionActivationBuffersAreHalf() {
+    QFETCH(QString, model);
+    QFETCH(QList<qint64>, dims);
+    const Shape img(dims.begin(), dims.end());
+    const int64_t N = 6;  // no layer of these models has 6 channels or features
+    std::unique_ptr<Model> m = make_model(model.toStdString(), img, 10);
+    m->build(cpu, 8);
+    Shape xs = img;
+    xs.insert(xs.begin(), N);
+    const Tensor x = random_host(xs, 81), dl = random_host({N, 10}, 82, 0.1);
+    PrecisionPolicy off;
+    const CensusPass f = census_pass(cpu, *m, off, x, dl);
+    const CensusPass l = census_pass(cpu, *m, bf16_policy(AmpActivations::LowPrecision), x, dl);
+    auto activation = [&](const Tensor &t) { return t.rank() >= 2 && t.dim(0) == N; };
+    int64_t f_bytes = 0, kept = 0, l_bytes = 0, extra = 0, halved = 0;
+    for (const auto &[member, t] : f.census.buffers)
+      if (activation(t)) f_bytes += int64_t(t.nbytes());
+    const int64_t features = x.numel() / N;
+    for (const auto &[member, t] : l.census.buffers) {
+      if (!activation(t)) continue;
+      l_bytes += int64_t(t.nbytes());
+      const auto in_f32 = f.census.buffers.find(member);
+      if (in_f32 == f.census.buffers.end()) {  // the batch's copy, the logits layer's dx
+        extra += int64_t(t.nbytes());
+        continue;
+      }
+      const Tensor &ft = in_f32->second;
+      if (ft.dtype() == DType::I32) {
+        QCOMPARE(t.dtype(), DType::I32);
+        kept += int64_t(t.nbytes());
+      } else if (t.dtype() == DType::F32) {
+        // The logits, or the gradient of the f32 batch (the model asks every
+        // layer after the first for dx, even past a flatten).
+        QVERIFY2(t.shape() == (Shape{N, 10}) || t.numel() == N * features, t.describe().c_str());
+        kept += int64_t(t.nbytes());
+      } else {
+        QCOMPARE(t.dtype(), DType::BF16);
+        QCOMPARE(int64_t(t.nbytes()) * 2, int64_t(ft.nbytes()));
+        ++halved;
+      }
+    }
+    const double ratio = double(l_bytes) / double(f_bytes);
+    qInfo("%s: activation buffers f32 %lld B, bf16 %lld B (ratio %.3f; %lld B of batch copy and "
+          "logits-layer dx), %lld buffers halved",
+          qPrintable(model), (long long)f_bytes, (long long)l_bytes, ratio, (long long)extra,
+          (long long)halved);
+    QVERIFY(halved > 0);
+    // Every f32 buffer is there, halved, but the kept ones; plus the extras.
+    QCOMPARE(l_bytes, (f_bytes - kept) / 2 + kept + extra);
   }
 
   // ------------------------------------------------------------ training loop
