@@ -135,6 +135,76 @@ Comparison check_output(const Target& t, const std::string& kind, const std::str
 }
 
 
+// ------------------------------------------------------------ CUDA against the CPU
+
+// The inputs of a CUDA-against-CPU comparison, host, NCHW: the activations x,
+// dy and the residual in the dtype under test (f16/bf16: f32 values rounded),
+// the per-channel vectors f32. Drawn in this order from `seed`.
+struct BnInputs {
+  Tensor x, dy, res, gamma, beta, rm_init, rv_init, dg_old, db_old;
+};
+BnInputs random_bn_inputs(const BnCase& c, uint64_t seed, DType dt) {
+  std::mt19937_64 rng(seed);
+  const int64_t C = c.shape[1], HW = c.shape[2] * c.shape[3];
+  BnInputs in;
+  in.x = random_tensor(c.shape, DType::F32, rng, Layout::NCHW, c.lo, c.hi);
+  if (c.channel_offsets)
+    for (int64_t i = 0; i < in.x.numel(); ++i) {
+      const int64_t ch = (i / HW) % C;
+      in.x.data_as<float>()[i] = in.x.data_as<float>()[i] * float(1 + ch) + 0.5f * float(ch);
+    }
+  in.dy = random_tensor(c.shape, DType::F32, rng);
+  in.res = random_tensor(c.shape, DType::F32, rng);
+  in.gamma = random_tensor({C}, DType::F32, rng, Layout::NCHW, 0.5, 1.5);
+  in.beta = random_tensor({C}, DType::F32, rng);
+  in.rm_init = random_tensor({C}, DType::F32, rng);
+  in.rv_init = random_tensor({C}, DType::F32, rng, Layout::NCHW, 0.5, 2.0);
+  in.dg_old = random_tensor({C}, DType::F32, rng);
+  in.db_old = random_tensor({C}, DType::F32, rng);
+  if (dt != DType::F32)
+    for (Tensor* t : {&in.x, &in.dy, &in.res}) *t = lp_of(cpu_reference(), *t, dt);
+  return in;
+}
+
+// One side's outputs, host, in the side's layout.
+struct BnSide {
+  Tensor y, sm, si, rm, rv, ye, dx, dres, dg, db, dg_acc, db_acc;
+};
+
+// One side's forward (train, then eval with the updated statistics) and
+// backward, written and accumulated, on b in layout L with the epilogue
+// (act, residual); dresidual where the forward had a residual (as the layer
+// asks). The backward starts from `saved`'s y, save_mean and save_invstd when
+// given, so both sides share the ReLU mask and statistics and only the
+// backward's own arithmetic is compared.
+BnSide run_bn_side(Backend& b, Layout L, const BnInputs& in, Activation act, bool residual,
+                   const BnSide* saved) {
+  const DType dt = in.x.dtype();
+  const Shape& sh = in.x.shape();
+  const int64_t C = sh[1];
+  const Tensor xd = to_device(b, in.x, L), g = to_device(b, in.gamma), bb = to_device(b, in.beta);
+  const Tensor rd = residual ? to_device(b, in.res, L) : Tensor{};
+  Tensor rm = to_device(b, in.rm_init), rv = to_device(b, in.rv_init);
+  Tensor y = b.empty(sh, dt, L), sm = b.empty({C}, DType::F32), si = b.empty({C}, DType::F32);
+  batchnorm::forward_train(b, xd, g, bb, rm, rv, 0.1f, 1e-5f, y, sm, si, Epilogue{act, rd});
+  Tensor ye = b.empty(sh, dt, L);
+  batchnorm::forward_eval(b, xd, g, bb, rm, rv, 1e-5f, ye, Epilogue{act, rd});
+  BnSide o{to_host(b, y), to_host(b, sm), to_host(b, si), to_host(b, rm), to_host(b, rv),
+           to_host(b, ye)};
+  const BnSide& from = saved ? *saved : o;
+  const Tensor yin = act == Activation::ReLU ? to_device(b, from.y, L) : Tensor{};
+  const Tensor smin = to_device(b, from.sm), siin = to_device(b, from.si);
+  const Tensor dyd = to_device(b, in.dy, L);
+  Tensor dx = b.empty(sh, dt, L), dres = residual ? b.empty(sh, dt, L) : Tensor{};
+  Tensor dg = b.empty({C}, DType::F32), db = b.empty({C}, DType::F32);
+  batchnorm::backward(b, xd, dyd, g, smin, siin, dx, dg, db, false, EpilogueGrad{act, yin, dres});
+  Tensor dga = to_device(b, in.dg_old), dba = to_device(b, in.db_old), dxa = b.empty(sh, dt, L);
+  batchnorm::backward(b, xd, dyd, g, smin, siin, dxa, dga, dba, true, EpilogueGrad{act, yin});
+  o.dx = to_host(b, dx), o.dres = to_host(b, dres), o.dg = to_host(b, dg);
+  o.db = to_host(b, db), o.dg_acc = to_host(b, dga), o.db_acc = to_host(b, dba);
+  return o;
+}
+
 // ------------------------------------------------------------ the CUDA launch plan
 
 // Element (m, c) of an (N, C, HW) tensor, m = n·HW + i, in memory; written
@@ -418,21 +488,7 @@ class TestOpBatchnorm : public QObject {
     QVERIFY2(plan.slices > 1, qPrintable(QString("one block per channel: %1 slices at %2 SMs")
                                              .arg(plan.slices)
                                              .arg(sm)));
-    std::mt19937_64 rng(57 + uint64_t(C));
-    Tensor x = random_tensor(c.shape, DType::F32, rng, Layout::NCHW, c.lo, c.hi);
-    if (c.channel_offsets)
-      for (int64_t i = 0; i < x.numel(); ++i) {
-        const int64_t ch = (i / HW) % C;
-        x.data_as<float>()[i] = x.data_as<float>()[i] * float(1 + ch) + 0.5f * float(ch);
-      }
-    const Tensor dy = random_tensor(c.shape, DType::F32, rng);
-    const Tensor res = random_tensor(c.shape, DType::F32, rng);
-    const Tensor gamma = random_tensor({C}, DType::F32, rng, Layout::NCHW, 0.5, 1.5);
-    const Tensor beta = random_tensor({C}, DType::F32, rng);
-    const Tensor rm_init = random_tensor({C}, DType::F32, rng);
-    const Tensor rv_init = random_tensor({C}, DType::F32, rng, Layout::NCHW, 0.5, 2.0);
-    const Tensor dg_old = random_tensor({C}, DType::F32, rng);
-    const Tensor db_old = random_tensor({C}, DType::F32, rng);
+    const BnInputs in = random_bn_inputs(c, 57 + uint64_t(C), DType::F32);
     CpuBackend& ref = cpu_reference();
     const auto expect = [&](const char* kind, const std::string& what, const Tensor& r,
                             const Tensor& g) {
@@ -443,42 +499,8 @@ class TestOpBatchnorm : public QObject {
       for (bool residual : {false, true}) {
         const std::string ep = std::string(" [") + activation_name(act) +
                                (residual ? " + residual]" : "]");
-        // One side's forward (train, then eval with the updated statistics)
-        // and backward, written and accumulated, from the given saved values.
-        struct Side {
-          Tensor y, sm, si, rm, rv, ye, dx, dres, dg, db, dg_acc, db_acc;
-        };
-        const auto run = [&](Backend& b, Layout L, const Side* saved) {
-          const Tensor xd = to_device(b, x, L), g = to_device(b, gamma), bb = to_device(b, beta);
-          const Tensor rd = residual ? to_device(b, res, L) : Tensor{};
-          Tensor rm = to_device(b, rm_init), rv = to_device(b, rv_init);
-          Tensor y = b.empty(x.shape(), DType::F32, L), sm_ = b.empty({C}, DType::F32),
-                 si = b.empty({C}, DType::F32);
-          batchnorm::forward_train(b, xd, g, bb, rm, rv, 0.1f, 1e-5f, y, sm_, si,
-                                   Epilogue{act, rd});
-          Tensor ye = b.empty(x.shape(), DType::F32, L);
-          batchnorm::forward_eval(b, xd, g, bb, rm, rv, 1e-5f, ye, Epilogue{act, rd});
-          Side o{to_host(b, y), to_host(b, sm_), to_host(b, si), to_host(b, rm), to_host(b, rv),
-                 to_host(b, ye)};
-          const Side& in = saved ? *saved : o;
-          const Tensor yin = to_device(b, in.y, L), smin = to_device(b, in.sm),
-                       siin = to_device(b, in.si), dyd = to_device(b, dy, L);
-          // dresidual where the forward had a residual (as the layer asks).
-          Tensor dx = b.empty(x.shape(), DType::F32, L);
-          Tensor dres = residual ? b.empty(x.shape(), DType::F32, L) : Tensor{};
-          Tensor dg = b.empty({C}, DType::F32), db = b.empty({C}, DType::F32);
-          batchnorm::backward(b, xd, dyd, g, smin, siin, dx, dg, db, false,
-                              EpilogueGrad{act, act == Activation::ReLU ? yin : Tensor{}, dres});
-          Tensor dga = to_device(b, dg_old), dba = to_device(b, db_old);
-          Tensor dxa = b.empty(x.shape(), DType::F32, L);
-          batchnorm::backward(b, xd, dyd, g, smin, siin, dxa, dga, dba, true,
-                              EpilogueGrad{act, act == Activation::ReLU ? yin : Tensor{}});
-          o.dx = to_host(b, dx), o.dres = to_host(b, dres), o.dg = to_host(b, dg);
-          o.db = to_host(b, db), o.dg_acc = to_host(b, dga), o.db_acc = to_host(b, dba);
-          return o;
-        };
-        const Side r = run(ref, Layout::NCHW, nullptr);
-        const Side o = run(be, t.layout, &r);
+        const BnSide r = run_bn_side(ref, Layout::NCHW, in, act, residual, nullptr);
+        const BnSide o = run_bn_side(be, t.layout, in, act, residual, &r);
         expect("y", "train y" + ep, r.y, o.y);
         expect("stat", "save_mean" + ep, r.sm, o.sm);
         expect("stat", "save_invstd" + ep, r.si, o.si);
@@ -722,52 +744,15 @@ class TestOpBatchnorm : public QObject {
     const int sm_count = be.describe().at("multiprocessors").get<int>();
     QVERIFY(batchnorm::plan_reduce(sh[0], C, sh[2] * sh[3], t.layout == Layout::NHWC, sm_count)
                 .slices > 1);
-    std::mt19937_64 rng(83 + uint64_t(C) + uint64_t(dt == DType::BF16));
+    const BnInputs in = random_bn_inputs(c, 83 + uint64_t(C) + uint64_t(dt == DType::BF16), dt);
     CpuBackend& ref = cpu_reference();
-    const Tensor x = lp_of(ref, random_tensor(sh, DType::F32, rng, Layout::NCHW, c.lo, c.hi), dt);
-    const Tensor dy = lp_of(ref, random_tensor(sh, DType::F32, rng), dt);
-    const Tensor res = lp_of(ref, random_tensor(sh, DType::F32, rng), dt);
-    const Tensor gamma = random_tensor({C}, DType::F32, rng, Layout::NCHW, 0.5, 1.5);
-    const Tensor beta = random_tensor({C}, DType::F32, rng);
-    const Tensor rm_init = random_tensor({C}, DType::F32, rng);
-    const Tensor rv_init = random_tensor({C}, DType::F32, rng, Layout::NCHW, 0.5, 2.0);
-    const Tensor dg_old = random_tensor({C}, DType::F32, rng);
-    const Tensor db_old = random_tensor({C}, DType::F32, rng);
     const Target f32_target{Impl::Cuda, t.layout, DType::F32};
     for (Activation act : {Activation::None, Activation::ReLU})
       for (bool residual : {false, true}) {
         const std::string ep = std::string(" [") + activation_name(act) +
                                (residual ? " + residual]" : "]");
-        struct Side {
-          Tensor y, sm, si, rm, rv, ye, dx, dres, dg, db, dga, dba;
-        };
-        const auto run = [&](Backend& b, Layout L, const Side* saved) {
-          const Tensor xd = to_device(b, x, L), g = to_device(b, gamma), bb = to_device(b, beta);
-          const Tensor rd = residual ? to_device(b, res, L) : Tensor{};
-          Tensor rm = to_device(b, rm_init), rv = to_device(b, rv_init);
-          Tensor y = b.empty(sh, dt, L), sm_ = b.empty({C}, DType::F32), si = b.empty({C}, DType::F32);
-          batchnorm::forward_train(b, xd, g, bb, rm, rv, 0.1f, 1e-5f, y, sm_, si, Epilogue{act, rd});
-          Tensor ye = b.empty(sh, dt, L);
-          batchnorm::forward_eval(b, xd, g, bb, rm, rv, 1e-5f, ye, Epilogue{act, rd});
-          Side o{to_host(b, y), to_host(b, sm_), to_host(b, si), to_host(b, rm), to_host(b, rv),
-                 to_host(b, ye)};
-          const Side& in = saved ? *saved : o;
-          const Tensor yin = act == Activation::ReLU ? to_device(b, in.y, L) : Tensor{};
-          const Tensor smin = to_device(b, in.sm), siin = to_device(b, in.si);
-          const Tensor dyd = to_device(b, dy, L);
-          Tensor dx = b.empty(sh, dt, L), dres = residual ? b.empty(sh, dt, L) : Tensor{};
-          Tensor dg = b.empty({C}, DType::F32), db = b.empty({C}, DType::F32);
-          batchnorm::backward(b, xd, dyd, g, smin, siin, dx, dg, db, false,
-                              EpilogueGrad{act, yin, dres});
-          Tensor dga = to_device(b, dg_old), dba = to_device(b, db_old), dxa = b.empty(sh, dt, L);
-          batchnorm::backward(b, xd, dyd, g, smin, siin, dxa, dga, dba, true,
-                              EpilogueGrad{act, yin});
-          o.dx = to_host(b, dx), o.dres = to_host(b, dres), o.dg = to_host(b, dg);
-          o.db = to_host(b, db), o.dga = to_host(b, dga), o.dba = to_host(b, dba);
-          return o;
-        };
-        const Side r = run(ref, Layout::NCHW, nullptr);
-        const Side o = run(be, t.layout, &r);
+        const BnSide r = run_bn_side(ref, Layout::NCHW, in, act, residual, nullptr);
+        const BnSide o = run_bn_side(be, t.layout, in, act, residual, &r);
         const auto max_of = [](const Tensor& h) {
           double m = 0.0;
           for (int64_t i = 0; i < h.numel(); ++i) m = std::max(m, std::abs(value_at(h, i)));
@@ -795,8 +780,8 @@ class TestOpBatchnorm : public QObject {
           QVERIFY2(max_abs_diff(r.dres, to_nchw(o.dres)) == 0.0, qPrintable(QString::fromStdString("dresidual" + ep)));
         f32_output("dparam", "dgamma", r.dg, o.dg);
         f32_output("dparam", "dbeta", r.db, o.db);
-        f32_output("dparam", "accumulated dgamma", r.dga, o.dga);
-        f32_output("dparam", "accumulated dbeta", r.dba, o.dba);
+        f32_output("dparam", "accumulated dgamma", r.dg_acc, o.dg_acc);
+        f32_output("dparam", "accumulated dbeta", r.db_acc, o.db_acc);
       }
     TB_GPU_CATCH
   }
