@@ -141,12 +141,13 @@ struct TrainTrace {
 struct ProtoData {
   std::vector<Tensor> x, y;  // batches, host
 };
-ProtoData proto_data(int64_t batches, int64_t N, const Shape &img, uint64_t seed) {
+ProtoData proto_data(int64_t batches, int64_t N, const Shape &img, uint64_t seed,
+                     float noise_sd = 0.5f) {
   const int64_t C = img[0], H = img[1], W = img[2], D = C * H * W;
   const Tensor proto = random_host({10, D}, seed);
   std::mt19937_64 rng(seed + 1);
   std::uniform_int_distribution<int> cls(0, 9);
-  std::normal_distribution<float> noise(0.0f, 0.5f);
+  std::normal_distribution<float> noise(0.0f, noise_sd);
   ProtoData d;
   for (int64_t b = 0; b < batches; ++b) {
     Tensor x = Tensor::empty({N, C, H, W}, DType::F32), y = Tensor::empty({N}, DType::I32);
@@ -167,14 +168,18 @@ struct StepsTrace {
   std::vector<double> loss;
   std::vector<Tensor> grads;  // host copies
 };
+// A fresh batch every step, prototypes under noise of sd `noise_sd` (≫ 1:
+// no batch is seen twice and the classes overlap, so the loss levels off
+// well above 0 instead of reaching it in a few dozen steps).
 StepsTrace train_steps(Backend &be, const std::string &model, const Shape &img,
-                       const PrecisionPolicy &policy, int steps, int64_t N, bool keep_grads) {
-  const ProtoData data = proto_data(8, N, img, 77);
+                       const PrecisionPolicy &policy, int steps, int64_t N, bool keep_grads,
+                       float noise_sd, float lr) {
+  const ProtoData data = proto_data(steps, N, img, 77, noise_sd);
   std::unique_ptr<Model> m = make_model(model, img, 10);
   m->build(be, 6);
   OptimizerConfig oc;
   oc.kind = OptimizerKind::SGD;
-  oc.lr = 0.05f;
+  oc.lr = lr;
   oc.momentum = 0.9f;
   Optimizer opt(oc, *m, be);
   Context ctx{be};
@@ -193,6 +198,58 @@ StepsTrace train_steps(Backend &be, const std::string &model, const Shape &img,
     if (keep_grads) t.grads.push_back(to_host_nchw(be, m->grad_block()));
   }
   return t;
+}
+
+double cosine(const Tensor &a, const Tensor &b);
+
+// `steps` SGD steps (momentum 0.9) of `model` under bf16 with f32
+// activations (today's form), and at each step, from the same weights and
+// batch, the forward and backward under bf16 activations and without amp:
+// the three losses and the gradient blocks' cosines. The forms are compared
+// along one trajectory, not each along its own: a small deep model trained
+// from a few samples amplifies any difference from step to step (resnet18
+// on 16×16 images: today's AMP and f32 reach gradient cosines of 0.3-0.5
+// after two separate steps), which would say nothing about one step's error.
+struct StepsCompare {
+  std::vector<double> loss_f, loss_l, loss_o;  // f32 activations, lp activations, amp off
+  std::vector<double> cos_lf, cos_fo, cos_lo;  // cos(lp, f32 acts), cos(f32 acts, off), cos(lp, off)
+};
+StepsCompare compare_steps(Backend &be, const std::string &model, const Shape &img, int steps,
+                           int64_t N) {
+  const ProtoData data = proto_data(8, N, img, 77);
+  std::unique_ptr<Model> m = make_model(model, img, 10);
+  m->build(be, 6);
+  OptimizerConfig oc;
+  oc.kind = OptimizerKind::SGD;
+  oc.lr = 0.05f;
+  oc.momentum = 0.9f;
+  Optimizer opt(oc, *m, be);
+  Tensor stats = be.empty({2}, DType::F64);
+  auto pass = [&](const PrecisionPolicy &policy, size_t b, Tensor &grads) {
+    Context ctx{be};
+    ctx.amp = policy;
+    be.fill(stats, 0.0);
+    Tensor logits = m->forward(ctx, to_device(be, data.x[b]));
+    Tensor dlogits = be.empty(logits.shape(), DType::F32);
+    loss::softmax_cross_entropy(be, logits, to_device(be, data.y[b]), 0.0f, 1.0f, dlogits, stats);
+    m->backward(ctx, dlogits);
+    grads = to_host_nchw(be, m->grad_block());
+    return to_host_nchw(be, stats).data_as<double>()[0] / double(N);
+  };
+  StepsCompare c;
+  PrecisionPolicy off;
+  for (int s = 0; s < steps; ++s) {
+    const size_t b = size_t(s) % data.x.size();
+    Tensor gl, go, gf;
+    c.loss_l.push_back(pass(bf16_policy(AmpActivations::LowPrecision), b, gl));
+    c.loss_o.push_back(pass(off, b, go));
+    c.loss_f.push_back(pass(bf16_policy(AmpActivations::F32), b, gf));  // the step's gradients
+    c.cos_lf.push_back(cosine(gl, gf));
+    c.cos_fo.push_back(cosine(gf, go));
+    c.cos_lo.push_back(cosine(gl, go));
+    opt.step(oc.lr, 1.0f);
+  }
+  return c;
 }
 
 double cosine(const Tensor &a, const Tensor &b) {
@@ -485,24 +542,31 @@ class TestAmpTraining : public QObject {
   }
 
   // Whole models under bf16: low-precision activations against today's
-  // f32-activation form over 6 SGD steps from the same weights and batches.
-  // No a-priori per-element bound holds through a model: batch norm divides
-  // by the batch's standard deviation, and a value rounded differently can
-  // flip a ReLU or a max-pool's argmax, which reroutes a whole gradient
-  // entry; and the runs' weights drift apart step by step. So the margins are
-  // stated against what the CPU measures (the qInfo line), a few times over:
-  // every step's loss within `loss_tol` relative, every step's gradient block
-  // at cosine ≥ `min_cos` to the f32 form's. A path that dropped a rounding
-  // or mixed up a gradient lands far outside (a wrong dx: cosine ≈ 0).
+  // f32-activation form, at every step of a short training run from the same
+  // weights and batch (compare_steps). No a-priori per-element bound holds
+  // through a model: batch norm divides by the batch's standard deviation,
+  // and a value rounded differently can flip a ReLU or a max-pool's argmax,
+  // which reroutes a whole gradient entry. So the margins are stated against
+  // what the CPU measures (the qInfo line), with room: every step's loss
+  // within `loss_tol` relative and every step's gradient block at cosine
+  // ≥ `min_cos` to the f32 form's. For scale, the same cosine of today's
+  // form against amp off is printed: lp activations round more often
+  // (batch norm's input and gradient, ReLU and pooling), so they sit a few
+  // times further from f32, at the same order. A path that dropped a
+  // rounding's sign or mixed up a gradient lands far outside (cosine ≈ 0).
   void lowPrecisionActivationsWholeModel_data() {
     QTest::addColumn<QString>("model");
     QTest::addColumn<QList<qint64>>("dims");
     QTest::addColumn<double>("loss_tol");
     QTest::addColumn<double>("min_cos");
-    // mlp: Linear, ReLU: the first forward bit-equal (ReLU commutes with
-    // rounding); the biases' gradients see dy rounded, and the weights drift
-    // from there: measured worst rel loss 4.3e-5, cosine 0.9999907.
-    QTest::newRow("mlp") << QString("mlp") << QList<qint64>{1, 8, 8} << 1e-3 << 0.9999;
+    // Measured (worst of 6 steps; today's form against amp off in brackets):
+    // mlp rel loss 2.9e-5, cosine 0.999991 (0.999993); fmnist-cnn 1.8e-4,
+    // 0.99898 (0.99924); resnet18-cifar on 16×16, N = 12 (its last batch norms
+    // see 48 values a channel) 1.9e-3, 0.9527 (0.9619). Limits: 5-10x the
+    // loss error, 3-10x the cosine's distance from 1.
+    QTest::newRow("mlp") << QString("mlp") << QList<qint64>{1, 8, 8} << 2e-4 << 0.9999;
+    QTest::newRow("fmnist-cnn") << QString("fmnist-cnn") << QList<qint64>{1, 16, 16} << 1e-3 << 0.995;
+    QTest::newRow("resnet18-cifar") << QString("resnet18-cifar") << QList<qint64>{3, 16, 16} << 1e-2 << 0.85;
   }
   void lowPrecisionActivationsWholeModel() {
     QFETCH(QString, model);
@@ -511,35 +575,41 @@ class TestAmpTraining : public QObject {
     QFETCH(double, loss_tol);
     QFETCH(double, min_cos);
     const int steps = 6;
-    const StepsTrace f = train_steps(cpu, model.toStdString(), img,
-                                     bf16_policy(AmpActivations::F32), steps, 12, true);
-    const StepsTrace l = train_steps(cpu, model.toStdString(), img,
-                                     bf16_policy(AmpActivations::LowPrecision), steps, 12, true);
-    double worst_loss = 0, worst_cos = 1;
-    for (int s = 0; s < steps; ++s) {
-      const double e = std::abs(l.loss[size_t(s)] - f.loss[size_t(s)]) / f.loss[size_t(s)];
-      const double c = cosine(l.grads[size_t(s)], f.grads[size_t(s)]);
-      worst_loss = std::max(worst_loss, e), worst_cos = std::min(worst_cos, c);
-      QVERIFY2(e <= loss_tol && c >= min_cos,
-               qPrintable(QString("%1 step %2: loss f32-activations %3 lp %4 (rel %5), grad cosine %6")
-                              .arg(model).arg(s).arg(f.loss[size_t(s)]).arg(l.loss[size_t(s)])
-                              .arg(e).arg(c, 0, 'g', 9)));
+    const StepsCompare c = compare_steps(cpu, model.toStdString(), img, steps, 12);
+    double worst_loss = 0, worst_cos = 1, worst_fo = 1;
+    for (size_t s = 0; s < size_t(steps); ++s) {
+      const double e = std::abs(c.loss_l[s] - c.loss_f[s]) / c.loss_f[s];
+      worst_loss = std::max(worst_loss, e), worst_cos = std::min(worst_cos, c.cos_lf[s]);
+      worst_fo = std::min(worst_fo, c.cos_fo[s]);
+      // Against amp off too: a fault both amp forms share (say a stale
+      // weight copy) leaves them equal to each other.
+      QVERIFY2(e <= loss_tol && c.cos_lf[s] >= min_cos && c.cos_lo[s] >= min_cos,
+               qPrintable(QString("%1 step %2: loss f32 activations %3, lp %4 (rel %5), gradient "
+                                  "cosine %6, against amp off %7")
+                              .arg(model).arg(s).arg(c.loss_f[s]).arg(c.loss_l[s]).arg(e)
+                              .arg(c.cos_lf[s], 0, 'g', 9).arg(c.cos_lo[s], 0, 'g', 9)));
     }
-    qInfo("%s, bf16 lp vs f32 activations over %d steps: worst rel loss %.3g, worst grad cosine "
-          "%.9f", qPrintable(model), steps, worst_loss, worst_cos);
-    QVERIFY(f.loss.back() < f.loss.front());  // it trains
+    qInfo("%s, %d steps: lp vs f32 activations: worst rel loss %.3g, worst gradient cosine %.6f "
+          "(f32 activations vs amp off: %.6f)",
+          qPrintable(model), steps, worst_loss, worst_cos, worst_fo);
+    QVERIFY(c.loss_f.back() < c.loss_f.front());  // it trains
   }
 
-  // Training under bf16 activations: `steps` SGD steps on the prototype
-  // batches reach a loss close to the f32 run's (amp off): the mean loss of
-  // the last 20 steps within `margin` (absolute; the losses are near 0 by
-  // then, so a relative margin would be noise) and well below the start.
+  // Training under bf16 activations: `steps` SGD steps (lr 0.01, momentum
+  // 0.9), a fresh noisy prototype batch each (noise sd 1.5: the loss levels
+  // off around 0.2-0.3 instead of reaching 0), reach a loss close to the f32
+  // run's (amp off) on the same batches: the mean loss of the last 100 steps
+  // within `margin` absolute, and below a quarter of the first step's. The
+  // runs' trajectories part (20-step windows differ by up to ±0.09 on
+  // fmnist-cnn), so the window is long. Measured: fmnist-cnn 0.2374 (f32) vs
+  // 0.2256 (bf16); mlp 0.3191 vs 0.3191. Margin 0.05, 4x fmnist-cnn's.
   void lowPrecisionActivationsTrain_data() {
     QTest::addColumn<QString>("model");
     QTest::addColumn<QList<qint64>>("dims");
     QTest::addColumn<int>("steps");
     QTest::addColumn<double>("margin");
     QTest::newRow("mlp") << QString("mlp") << QList<qint64>{1, 8, 8} << 300 << 0.05;
+    QTest::newRow("fmnist-cnn") << QString("fmnist-cnn") << QList<qint64>{1, 16, 16} << 300 << 0.05;
   }
   void lowPrecisionActivationsTrain() {
     QFETCH(QString, model);
@@ -548,12 +618,14 @@ class TestAmpTraining : public QObject {
     QFETCH(double, margin);
     const Shape img(dims.begin(), dims.end());
     PrecisionPolicy off;
-    const StepsTrace f = train_steps(cpu, model.toStdString(), img, off, steps, 32, false);
+    const StepsTrace f = train_steps(cpu, model.toStdString(), img, off, steps, 32, false, 1.5f, 0.01f);
     const StepsTrace l = train_steps(cpu, model.toStdString(), img,
-                                     bf16_policy(AmpActivations::LowPrecision), steps, 32, false);
+                                     bf16_policy(AmpActivations::LowPrecision), steps, 32, false,
+                                     1.5f, 0.01f);
     const size_t n = size_t(steps);
-    const double f_end = mean(f.loss, n - 20, n), l_end = mean(l.loss, n - 20, n);
-    qInfo("%s, %d steps: loss f32 %.4f -> %.4f, bf16 activations %.4f -> %.4f", qPrintable(model),
+    const double f_end = mean(f.loss, n - 100, n), l_end = mean(l.loss, n - 100, n);
+    qInfo("%s, %d steps: loss f32 %.4f -> %.4f, bf16 activations %.4f -> %.4f (last 100 steps' mean)",
+          qPrintable(model),
           steps, f.loss.front(), f_end, l.loss.front(), l_end);
     for (double v : l.loss) QVERIFY(std::isfinite(v));
     QVERIFY2(std::abs(l_end - f_end) <= margin,
@@ -574,6 +646,8 @@ class TestAmpTraining : public QObject {
     QTest::addColumn<QString>("model");
     QTest::addColumn<QList<qint64>>("dims");
     QTest::newRow("mlp") << QString("mlp") << QList<qint64>{1, 8, 8};
+    QTest::newRow("fmnist-cnn") << QString("fmnist-cnn") << QList<qint64>{1, 16, 16};
+    QTest::newRow("resnet18-cifar") << QString("resnet18-cifar") << QList<qint64>{3, 16, 16};
   }
   void lowPrecisionActivationBuffersAreHalf() {
     QFETCH(QString, model);
