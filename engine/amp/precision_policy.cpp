@@ -15,6 +15,7 @@ PrecisionPolicy PrecisionPolicy::from_config(const std::string& amp) {
     p.mode = AmpMode::BF16;
   else
     TB_FAIL("amp: expected off, fp16 or bf16, got '", amp, "'");
+  if (p.enabled()) p.activations = AmpActivations::LowPrecision;
   return p;
 }
 

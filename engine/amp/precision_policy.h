@@ -39,15 +39,17 @@
 // CUBLAS_COMPUTE_32F). The trainer drives the loss scaler for fp16 as
 // loss_scaler.h describes. The CPU backend has the same ops as a slow
 // reference (inputs widened, f32 kernels), so `amp` stays a cuda-only trick.
-// With AmpActivations::F32 (the default until a GPU run has confirmed the
-// other form) activations between layers stay f32 and each conv/linear keeps
-// a low-precision copy of its input for backward; with
-// AmpActivations::LowPrecision they are f16/bf16 (above): the families they
+// A run's policy (from_config, the `amp` setting) keeps activations in
+// f16/bf16 (AmpActivations::LowPrecision, above): the families they
 // flow through take f16/bf16 tensors (batch norm with f32 parameters and
 // statistics, pointwise, pooling, channel padding: each value read into f32,
 // each output rounded once; their contracts say so). The CUDA side of the
 // f32 form ran on an H200 (2026-11-26, commit b0014f2): AMP training reached
-// its accuracy; the low-precision form has not run on a GPU.
+// its accuracy; the low-precision form has not run on a GPU. With
+// AmpActivations::F32 (what a policy made in code has unless it asks, kept
+// selectable until a GPU run has confirmed the other form) activations
+// between layers stay f32 and each conv/linear keeps a low-precision copy of
+// its input for backward.
 #include <string>
 
 #include "engine/core/dtype.h"
@@ -64,7 +66,8 @@ struct PrecisionPolicy {
   AmpMode mode = AmpMode::Off;
   AmpActivations activations = AmpActivations::F32;
 
-  // From the config's amp value: "off", "fp16" or "bf16" (throws tb::Error otherwise).
+  // From the config's amp value: "off", "fp16" or "bf16" (throws tb::Error
+  // otherwise); under amp with low-precision activations.
   static PrecisionPolicy from_config(const std::string& amp);
 
   bool enabled() const { return mode != AmpMode::Off; }
