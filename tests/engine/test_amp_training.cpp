@@ -162,6 +162,20 @@ ProtoData proto_data(int64_t batches, int64_t N, const Shape &img, uint64_t seed
   return d;
 }
 
+// Forward, loss and backward of m on one host batch (x, y), the loss
+// statistics zeroed first; with a scaler, dlogits scaled before backward.
+// The batch's mean loss.
+double forward_backward(Backend &be, Model &m, Context &ctx, const Tensor &x, const Tensor &y,
+                        Tensor &stats, LossScaler *scaler = nullptr) {
+  be.fill(stats, 0.0);
+  Tensor logits = m.forward(ctx, to_device(be, x));
+  Tensor dlogits = be.empty(logits.shape(), DType::F32);
+  loss::softmax_cross_entropy(be, logits, to_device(be, y), 0.0f, 1.0f, dlogits, stats);
+  if (scaler) scaler->scale_grad(dlogits);
+  m.backward(ctx, dlogits);
+  return to_host_nchw(be, stats).data_as<double>()[0] / double(x.dim(0));
+}
+
 // `steps` SGD steps (momentum 0.9) of `model` on the CPU under `policy`, one
 // prototype batch after another: each step's loss and gradient block.
 struct StepsTrace {
@@ -188,13 +202,8 @@ StepsTrace train_steps(Backend &be, const std::string &model, const Shape &img,
   StepsTrace t;
   for (int s = 0; s < steps; ++s) {
     const size_t b = size_t(s) % data.x.size();
-    be.fill(stats, 0.0);
-    Tensor logits = m->forward(ctx, to_device(be, data.x[b]));
-    Tensor dlogits = be.empty(logits.shape(), DType::F32);
-    loss::softmax_cross_entropy(be, logits, to_device(be, data.y[b]), 0.0f, 1.0f, dlogits, stats);
-    m->backward(ctx, dlogits);
+    t.loss.push_back(forward_backward(be, *m, ctx, data.x[b], data.y[b], stats));
     opt.step(oc.lr, 1.0f);
-    t.loss.push_back(to_host_nchw(be, stats).data_as<double>()[0] / double(N));
     if (keep_grads) t.grads.push_back(to_host_nchw(be, m->grad_block()));
   }
   return t;
@@ -228,13 +237,9 @@ StepsCompare compare_steps(Backend &be, const std::string &model, const Shape &i
   auto pass = [&](const PrecisionPolicy &policy, size_t b, Tensor &grads) {
     Context ctx{be};
     ctx.amp = policy;
-    be.fill(stats, 0.0);
-    Tensor logits = m->forward(ctx, to_device(be, data.x[b]));
-    Tensor dlogits = be.empty(logits.shape(), DType::F32);
-    loss::softmax_cross_entropy(be, logits, to_device(be, data.y[b]), 0.0f, 1.0f, dlogits, stats);
-    m->backward(ctx, dlogits);
+    const double loss = forward_backward(be, *m, ctx, data.x[b], data.y[b], stats);
     grads = to_host_nchw(be, m->grad_block());
-    return to_host_nchw(be, stats).data_as<double>()[0] / double(N);
+    return loss;
   };
   StepsCompare c;
   PrecisionPolicy off;
@@ -278,12 +283,7 @@ TrainTrace train_fp16(Backend &be, int steps, int bad, const LossScalerOptions &
   TrainTrace t;
   for (int s = 0; s < steps; ++s) {
     const size_t b = size_t(s) % data.x.size();
-    be.fill(stats, 0.0);
-    Tensor logits = m->forward(ctx, to_device(be, data.x[b]));
-    Tensor dlogits = be.empty(logits.shape(), DType::F32);
-    loss::softmax_cross_entropy(be, logits, to_device(be, data.y[b]), 0.0f, 1.0f, dlogits, stats);
-    scaler.scale_grad(dlogits);
-    m->backward(ctx, dlogits);
+    const double loss = forward_backward(be, *m, ctx, data.x[b], data.y[b], stats, &scaler);
     Tensor grads = m->grad_block();
     if (s == bad) {
       Tensor one = Tensor::view_of(grads, grads.numel() / 3, {1});
@@ -292,7 +292,7 @@ TrainTrace train_fp16(Backend &be, int steps, int bad, const LossScalerOptions &
     scaler.unscale(grads);
     opt.step(oc.lr, 1.0f, scaler.state());
     scaler.update();
-    t.loss.push_back(to_host_nchw(be, stats).data_as<double>()[0] / 32.0);
+    t.loss.push_back(loss);
     t.scale.push_back(scaler.read_scale());
     t.params.push_back(to_host_nchw(be, m->param_block()));
     t.momentum.push_back(to_host_nchw(be, opt.state_blocks().at(0)));
