@@ -588,7 +588,7 @@ sanitize() {
     "test_op_activations pointwise_matches_reference pointwise_lp_cuda_matches_cpu"
     "test_op_loss loss_matches_reference"
     "test_op_pooling pool_matches_reference pool_lp_cuda_matches_cpu"
-    "test_op_linear linear_matches_reference linear_act_matches_reference"
+    "test_op_linear linear_matches_reference linear_act_matches_reference linear_lp_activations_match_cpu"
     "test_op_batchnorm batchnorm_matches_reference batchnorm_cuda_large_matches_reference batchnorm_lp_cuda_matches_cpu"
     "test_op_optim optimizer_step_matches_reference"
     "test_op_amp unscale_multiplies_by_inverse_scale planted_inf_and_nan_set_found_inf cast_round_trip_matches_cpu"

@@ -15,6 +15,7 @@ PrecisionPolicy PrecisionPolicy::from_config(const std::string& amp) {
     p.mode = AmpMode::BF16;
   else
     TB_FAIL("amp: expected off, fp16 or bf16, got '", amp, "'");
+  if (p.enabled()) p.activations = AmpActivations::LowPrecision;
   return p;
 }
 
@@ -29,6 +30,10 @@ DType PrecisionPolicy::compute_dtype() const {
 
 DType PrecisionPolicy::dtype_for(AmpOp op) const {
   return (op == AmpOp::Conv || op == AmpOp::Linear) ? compute_dtype() : DType::F32;
+}
+
+DType PrecisionPolicy::activation_dtype() const {
+  return activations == AmpActivations::LowPrecision ? compute_dtype() : DType::F32;
 }
 
 const char* PrecisionPolicy::name() const {

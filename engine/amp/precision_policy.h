@@ -9,8 +9,23 @@
 //                                             statistics, loss, reductions
 //
 // Only conv and linear gain from Tensor Cores; everything else is bandwidth
-// bound or numerically delicate (variances, log-softmax, norms), so it stays
-// fp32. fp16's 5-bit exponent underflows small gradients, hence the dynamic
+// bound or numerically delicate (variances, log-softmax, norms), so it
+// computes in fp32.
+//
+// Activations (what flows between layers, forward and backward): f32 when amp
+// is off; under amp the policy's activation_dtype(), declared here once:
+//   AmpActivations::LowPrecision  f16/bf16 from the first convolution to the
+//     logits layer's input, as PyTorch's autocast keeps them: conv and linear
+//     read them as they are and write their outputs and input gradients in
+//     them (rounded once from f32 sums); batch norm, ReLU, add and pooling
+//     read and write them (f32 statistics and parameters inside). The first
+//     layer that computes in low precision casts the f32 batch once; the
+//     model's output layer writes the logits in f32 for the loss (as
+//     autocast runs cross-entropy in f32), and turns the f32 dlogits' input
+//     gradient back into the activations' dtype.
+//   AmpActivations::F32  the earlier form, kept selectable until a GPU run
+//     confirms the other: f32 between layers, every conv and linear casting
+//     its input to f16/bf16 and writing f32. fp16's 5-bit exponent underflows small gradients, hence the dynamic
 // loss scaler (loss_scaler.h); bf16 has fp32's exponent range and needs none.
 //
 // Status. What this stage gives: with Context::amp enabled, Conv2d and Linear
@@ -24,14 +39,17 @@
 // CUBLAS_COMPUTE_32F). The trainer drives the loss scaler for fp16 as
 // loss_scaler.h describes. The CPU backend has the same ops as a slow
 // reference (inputs widened, f32 kernels), so `amp` stays a cuda-only trick.
-// What it does not give yet: activations between layers stay f32 (each
-// conv/linear keeps an extra low-precision copy of its input for backward), so
-// there is no activation-memory or bandwidth saving yet. The families those
-// activations flow through take f16/bf16 tensors already (batch norm with f32
-// parameters and statistics, pointwise, pooling, channel padding: each value
-// read into f32, each output rounded once; their contracts say so); the
-// model path that keeps activations in f16/bf16 is the next stage. The CUDA side ran on
-// an H200 (2026-11-26, commit b0014f2): AMP training reached its accuracy.
+// A run's policy (from_config, the `amp` setting) keeps activations in
+// f16/bf16 (AmpActivations::LowPrecision, above): the families they
+// flow through take f16/bf16 tensors (batch norm with f32 parameters and
+// statistics, pointwise, pooling, channel padding: each value read into f32,
+// each output rounded once; their contracts say so). The CUDA side of the
+// f32 form ran on an H200 (2026-11-26, commit b0014f2): AMP training reached
+// its accuracy; the low-precision form has not run on a GPU. With
+// AmpActivations::F32 (what a policy made in code has unless it asks, kept
+// selectable until a GPU run has confirmed the other form) activations
+// between layers stay f32 and each conv/linear keeps a low-precision copy of
+// its input for backward.
 #include <string>
 
 #include "engine/core/dtype.h"
@@ -39,14 +57,17 @@
 namespace tb {
 
 enum class AmpMode { Off, F16, BF16 };
+enum class AmpActivations { F32, LowPrecision };
 
 // Op families a layer asks about.
 enum class AmpOp { Conv, Linear, BatchNorm, Loss, Reduction, Optimizer, Pointwise };
 
 struct PrecisionPolicy {
   AmpMode mode = AmpMode::Off;
+  AmpActivations activations = AmpActivations::F32;
 
-  // From the config's amp value: "off", "fp16" or "bf16" (throws tb::Error otherwise).
+  // From the config's amp value: "off", "fp16" or "bf16" (throws tb::Error
+  // otherwise); under amp with low-precision activations.
   static PrecisionPolicy from_config(const std::string& amp);
 
   bool enabled() const { return mode != AmpMode::Off; }
@@ -54,6 +75,9 @@ struct PrecisionPolicy {
   DType compute_dtype() const;
   // Dtype of the inputs, weights and outputs of `op` (accumulation is fp32 either way).
   DType dtype_for(AmpOp op) const;
+  // Dtype of the activations and their gradients between layers: f32 when off
+  // or with AmpActivations::F32, else the compute dtype.
+  DType activation_dtype() const;
   // Dynamic loss scaling is needed for fp16 only.
   bool needs_loss_scaling() const { return mode == AmpMode::F16; }
   const char* name() const;  // "off", "fp16", "bf16"

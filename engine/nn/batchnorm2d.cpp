@@ -49,8 +49,9 @@ Tensor BatchNorm2d::forward_residual(Context& ctx, const Tensor& x, const Tensor
              " (the run plan does not fuse under sync_batchnorm)");
     forward_synced(ctx, x, y);
   } else if (ctx.training) {
-    ensure_buffer(ctx, save_mean_, {C_}, x.dtype());
-    ensure_buffer(ctx, save_invstd_, {C_}, x.dtype());
+    // The statistics in the parameters' dtype (f32 under f16/bf16 activations).
+    ensure_buffer(ctx, save_mean_, {C_}, gamma_.dtype());
+    ensure_buffer(ctx, save_invstd_, {C_}, gamma_.dtype());
     batchnorm::forward_train(be, x, gamma_, beta_, running_mean_, running_var_, momentum_, eps_, y,
                                save_mean_, save_invstd_, epilogue);
   } else {
@@ -76,7 +77,7 @@ Tensor BatchNorm2d::backward_residual(Context& ctx, const Tensor& dy, bool need_
 //   mean and shift. s itself is the eval forward of a ones tensor, into eval_invstd_.
 void BatchNorm2d::ensure_eval_helpers(Context& ctx) {
   Backend& be = ctx.backend;
-  const DType dt = x_.dtype();
+  const DType dt = gamma_.dtype();  // s is a statistic: the parameters' dtype
   if (!ones_.defined() || ones_.dtype() != dt || ones_.device() != be.device()) {
     ones_ = be.empty({1, C_, 1, 1}, dt);
     zeros_ = be.empty({C_}, dt);
@@ -162,7 +163,7 @@ void channels_to_device(Backend& be, const double* v, Tensor& host, Tensor& t) {
 // batchnorm_forward_train, with the unbiased variance of all M elements.
 Tensor BatchNorm2d::forward_synced(Context& ctx, const Tensor& x, Tensor& y) {
   Backend& be = ctx.backend;
-  const DType dt = x.dtype();
+  const DType dt = gamma_.dtype();  // every buffer here is per channel: the parameters' dtype
   ensure_buffer(ctx, save_mean_, {C_}, dt);
   ensure_buffer(ctx, save_invstd_, {C_}, dt);
   ensure_buffer(ctx, sync_mean_, {C_}, dt);
@@ -219,7 +220,7 @@ Tensor BatchNorm2d::forward_synced(Context& ctx, const Tensor& x, Tensor& y) {
 //   −γ·s/M·(Σdy + x̂·Σdy·x̂)   = bn_eval(x; γ₂ = −γ·s/M·Σdy·x̂, β₂ = −γ·s/M·Σdy, μ, σ²)
 Tensor BatchNorm2d::backward_synced(Context& ctx, const Tensor& dy, bool need_dx) {
   Backend& be = ctx.backend;
-  const DType dt = x_.dtype();
+  const DType dt = gamma_.dtype();  // the per-channel sums' dtype; dx and term have x's
   const int64_t C = C_;
   Tensor none;
   batchnorm::backward(be, x_, dy, gamma_, save_mean_, save_invstd_, none, sync_a_, sync_b_, false);
@@ -249,8 +250,8 @@ Tensor BatchNorm2d::backward_synced(Context& ctx, const Tensor& dy, bool need_dx
   }
   channels_to_device(be, g2.data(), host, sync_a_);  // γ₂
   channels_to_device(be, b2.data(), host, sync_b_);  // β₂
-  Tensor& dx = ensure_buffer(ctx, dx_, x_.shape(), dt, x_.layout());
-  Tensor& term = ensure_buffer(ctx, sync_term_, x_.shape(), dt, x_.layout());
+  Tensor& dx = ensure_buffer(ctx, dx_, x_.shape(), x_.dtype(), x_.layout());
+  Tensor& term = ensure_buffer(ctx, sync_term_, x_.shape(), x_.dtype(), x_.layout());
   batchnorm::forward_eval(be, x_, sync_a_, sync_b_, sync_mean_, sync_var_, eps_, term);
   be.fill(sync_b_, 0.0);
   Tensor zero_mean = sync_b_;

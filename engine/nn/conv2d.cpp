@@ -2,7 +2,6 @@
 #include "engine/nn/conv2d.h"
 
 #include "engine/core/error.h"
-#include "engine/ops/amp/amp.h"
 
 namespace tb {
 
@@ -44,22 +43,21 @@ ConvGeometry Conv2d::geometry(const Tensor& x) const {
   return ConvGeometry::make(x.n(), x.c(), x.h(), x.w(), out_channels_, kernel_, stride_, pad_);
 }
 
-// Under AMP (ctx.amp enabled):
-//   x (N,Cin,H,W) f32 -> x_lp_ (lp)      weight_ (Cout,Cin,K,K) f32 -> weight_lp_ (lp)
-//   y (N,Cout,Ho,Wo) f32 = conv::forward(x_lp_, weight_lp_, bias_ (f32)): the f16/bf16 form
-// The master weight changes after every optimizer step, so its copy is cast at
-// every forward (eval too). The f32 output keeps what follows in fp32.
+// Under AMP (ctx.amp enabled), lp = amp.dtype_for(Conv) (amp_operands.h):
+//   x (N,Cin,H,W): as it is when lp, else cast once to lp
+//   weight_ (Cout,Cin,K,K) f32 -> lp at every forward (the master changes
+//   after every optimizer step; eval too)
+//   y (N,Cout,Ho,Wo) = conv::forward(x lp, weight lp, bias_ f32) in
+//   output_dtype(ctx): lp with low-precision activations, else f32 (the
+//   op's two f16/bf16 forms).
 Tensor Conv2d::forward(Context& ctx, const Tensor& x) {
   const ConvGeometry g = geometry(x);
-  Tensor& y = ensure_buffer(ctx, y_, g.output_shape(), ctx.dtype, ctx.layout);
+  Tensor& y = ensure_buffer(ctx, y_, g.output_shape(), output_dtype(ctx), ctx.layout);
   if (ctx.amp.enabled()) {
     TB_CHECK(ctx.dtype == DType::F32, "conv2d ", name(), ": mixed precision (amp ", ctx.amp.name(),
              ") needs f32 activations, got ", dtype_name(ctx.dtype));
-    const DType lp = ctx.amp.dtype_for(AmpOp::Conv);
-    amp::cast(ctx.backend, x, ensure_buffer(ctx, x_lp_, x.shape(), lp, x.layout()));
-    amp::cast(ctx.backend, weight_,
-                     ensure_buffer(ctx, weight_lp_, weight_.shape(), lp, weight_.layout()));
-    conv::forward(ctx.backend, g, x_lp_, weight_lp_, bias_, y);
+    lp_.prepare(ctx, x, weight_, ctx.amp.dtype_for(AmpOp::Conv));
+    conv::forward(ctx.backend, g, lp_.x(), lp_.weight(), bias_, y);
   } else {
     conv::forward(ctx.backend, g, x, weight_, bias_, y);
   }
@@ -67,24 +65,22 @@ Tensor Conv2d::forward(Context& ctx, const Tensor& x) {
   return y;
 }
 
+// dx in the input's dtype; weight and bias gradients f32 (the masters').
 Tensor Conv2d::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   TB_CHECK(x_.defined(), "conv2d ", name(), ": backward without a training forward");
   const ConvGeometry g = geometry(x_);
-  Tensor dx;
-  if (need_dx) dx = ensure_buffer(ctx, dx_, g.input_shape(), ctx.dtype, ctx.layout);
-  if (ctx.amp.enabled()) {
-    // x_lp_ and weight_lp_ are this step's forward copies; gradients land in f32.
-    TB_CHECK(x_lp_.defined() && x_lp_.shape() == x_.shape() &&
-                 x_lp_.dtype() == ctx.amp.dtype_for(AmpOp::Conv),
-             "conv2d ", name(), ": backward under amp ", ctx.amp.name(),
-             " without a forward under the same policy");
-    conv::backward(ctx.backend, g, x_lp_, weight_lp_, dy, dx, weight_grad_, bias_grad_,
-                   ctx.accumulate_grads);
-  } else {
+  if (!ctx.amp.enabled()) {
+    Tensor dx;
+    if (need_dx) dx = ensure_buffer(ctx, dx_, g.input_shape(), x_.dtype(), x_.layout());
     conv::backward(ctx.backend, g, x_, weight_, dy, dx, weight_grad_, bias_grad_,
                    ctx.accumulate_grads);
+    return dx;
   }
-  return dx;
+  lp_.check_backward(ctx, ctx.amp.dtype_for(AmpOp::Conv), "conv2d " + name());
+  Tensor dx = need_dx ? lp_.op_dx(ctx, dx_, x_, dy) : Tensor{};
+  conv::backward(ctx.backend, g, lp_.x(), lp_.weight(), dy, dx, weight_grad_, bias_grad_,
+                 ctx.accumulate_grads);
+  return need_dx ? lp_.input_grad(ctx, dx_, x_, dx) : Tensor{};
 }
 
 }  // namespace tb

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/nn/amp_operands.h"
 #include "engine/nn/layer.h"
 #include "engine/ops/conv/conv.h"
 
@@ -38,9 +39,7 @@ class Conv2d : public Layer {
   Tensor weight_, weight_grad_, bias_, bias_grad_;
   Tensor x_;       // input kept for backward (training only)
   Tensor y_, dx_;  // reused output buffers
-  // Under AMP: x and the weight rounded to f16/bf16 (x kept for backward; the
-  // weight copy refreshed from the f32 master at every forward).
-  Tensor x_lp_, weight_lp_;
+  AmpOperands lp_;  // under AMP: the f16/bf16 x and weight the op ran on
 };
 
 }  // namespace tb

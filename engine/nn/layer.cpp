@@ -42,7 +42,21 @@ Tensor& ensure_buffer(Context& ctx, Tensor& buf, const Shape& shape, DType dtype
       buf.device() != ctx.backend.device()) {
     buf = ctx.backend.empty(shape, dtype, want);
   }
+  if (ctx.census) ctx.census->buffers[&buf] = buf;
   return buf;
+}
+
+int64_t BufferCensus::bytes() const {
+  int64_t n = 0;
+  for (const auto& [member, t] : buffers) n += int64_t(t.nbytes());
+  return n;
+}
+
+int64_t BufferCensus::bytes_of(DType d) const {
+  int64_t n = 0;
+  for (const auto& [member, t] : buffers)
+    if (t.dtype() == d) n += int64_t(t.nbytes());
+  return n;
 }
 
 }  // namespace tb

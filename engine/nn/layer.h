@@ -4,6 +4,7 @@
 // the Backend interface only (so the same layer runs on every device).
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,15 @@ class LayerScopes {
   virtual void exit() = 0;
 };
 
+// The layers' buffers as ensure_buffer handed them out, keyed by the layer's
+// member, so a buffer reallocated counts once at its latest size: what a
+// test or a memory plan reads to see what the activations cost.
+struct BufferCensus {
+  std::map<const Tensor*, Tensor> buffers;
+  int64_t bytes() const;
+  int64_t bytes_of(DType t) const;  // in buffers of dtype t
+};
+
 // What one forward/backward pass runs with.
 struct Context {
   Backend& backend;
@@ -36,12 +46,18 @@ struct Context {
   // false: parameter gradients are "none" (grad_set_to_none) and this backward
   // writes them; true: it adds into them (gradient accumulation, or after memset).
   bool accumulate_grads = false;
-  DType dtype = DType::F32;      // activation dtype (f64 in the gradient checks)
+  DType dtype = DType::F32;      // activation dtype without amp (f64 in the gradient checks)
   Layout layout = Layout::NCHW;  // memory order of rank-4 activations
   // Mixed precision (trick 1): when enabled, Conv2d and Linear compute in
-  // amp.dtype_for(...) through conv:: and linear::'s f16/bf16 path; everything
-  // else stays f32.
+  // amp.dtype_for(...) through conv:: and linear::'s f16/bf16 path, and the
+  // activations between layers are amp.activation_dtype() (f32, or f16/bf16
+  // with AmpActivations::LowPrecision: precision_policy.h).
   PrecisionPolicy amp{};
+  // Where the layers' buffers are counted (null: nowhere).
+  BufferCensus* census = nullptr;
+
+  // The dtype layers allocate their outputs and input gradients in.
+  DType activation_dtype() const { return amp.enabled() ? amp.activation_dtype() : dtype; }
   // Synchronised batch norm (ddp with sync_batchnorm): sums n host values
   // over every rank, in place. Empty: each process normalises with its own
   // batch's statistics.
@@ -112,6 +128,15 @@ class Layer {
   Shape configure(const Shape& in, ParamRegistry& reg);
   const Shape& input_shape() const { return input_shape_; }
   const Shape& output_shape() const { return output_shape_; }
+  // The model's last layer writes the logits: in ctx.dtype (f32) whatever the
+  // activations' dtype, since the loss reads f32 (Model::build marks it).
+  void set_model_output(bool on) { model_output_ = on; }
+  bool model_output() const { return model_output_; }
+  // The dtype of this layer's output: the activations', or ctx.dtype for the
+  // model's output.
+  DType output_dtype(const Context& ctx) const {
+    return model_output_ ? ctx.dtype : ctx.activation_dtype();
+  }
   // The layers inside this one, in the order forward runs them (a residual
   // block's paths); none for a plain layer.
   virtual std::vector<const Layer*> children() const { return {}; }
@@ -124,6 +149,7 @@ class Layer {
  private:
   std::string name_;
   Shape input_shape_, output_shape_;
+  bool model_output_ = false;
 };
 
 // A layer's scope for the length of a block (nothing without ctx.scopes);

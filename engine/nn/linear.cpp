@@ -2,8 +2,8 @@
 #include "engine/nn/linear.h"
 
 #include "engine/core/error.h"
-#include "engine/ops/amp/amp.h"
 #include "engine/ops/linear/linear.h"
+#include "engine/ops/pointwise/pointwise.h"
 
 namespace tb {
 
@@ -32,24 +32,38 @@ Shape Linear::setup(const Shape& in, ParamRegistry& reg) {
   return {in[0], out_features_};
 }
 
+// Under AMP, lp = amp.dtype_for(Linear) (amp_operands.h): x as it is when
+// lp, else cast once; weight_ (M,K) f32 -> lp at every forward (the master
+// changes after each step); y (N,M) = x wᵀ + bias_ in output_dtype(ctx): lp
+// with low-precision activations, f32 otherwise and for the logits. The
+// activation epilogue is the f32 op's (the contract has none on lp inputs):
+// writing f32 (f32 activations) the fused layer runs in f32 as before;
+// writing lp it runs the lp GEMM into pre_, then the activation as its own op.
 Tensor Linear::forward(Context& ctx, const Tensor& x) {
   TB_CHECK(x.rank() == 2 && x.dim(1) == in_features_, "linear ", name(), ": expected input (N, ",
            in_features_, "), got ", x.describe());
   const Shape out{x.dim(0), out_features_};
-  Tensor& y = ensure_buffer(ctx, y_, out, ctx.dtype);
-  if (act_ != Activation::None) {
+  const DType out_dtype = output_dtype(ctx);
+  Tensor& y = ensure_buffer(ctx, y_, out, out_dtype);
+  const bool amp = ctx.amp.enabled() && (act_ == Activation::None || out_dtype != DType::F32);
+  if (act_ != Activation::None && !amp) {
     Tensor pre;
     if (act_ == Activation::GELU) pre = ensure_buffer(ctx, pre_, out, ctx.dtype);
     linear::forward(ctx.backend, x, weight_, bias_, y, Epilogue{act_, {}, pre});
-  } else if (ctx.amp.enabled()) {
-    // x (N,K) f32 -> x_lp_, weight_ (M,K) f32 -> weight_lp_ (every forward: the
-    // master changes after each step); y (N,M) f32 = x_lp_ weight_lpᵀ + bias_.
+  } else if (amp) {
     TB_CHECK(ctx.dtype == DType::F32, "linear ", name(), ": mixed precision (amp ", ctx.amp.name(),
              ") needs f32 activations, got ", dtype_name(ctx.dtype));
-    const DType lp = ctx.amp.dtype_for(AmpOp::Linear);
-    amp::cast(ctx.backend, x, ensure_buffer(ctx, x_lp_, x.shape(), lp));
-    amp::cast(ctx.backend, weight_, ensure_buffer(ctx, weight_lp_, weight_.shape(), lp));
-    linear::forward(ctx.backend, x_lp_, weight_lp_, bias_, y);
+    lp_.prepare(ctx, x, weight_, ctx.amp.dtype_for(AmpOp::Linear));
+    if (act_ == Activation::None) {
+      linear::forward(ctx.backend, lp_.x(), lp_.weight(), bias_, y);
+    } else {
+      Tensor& pre = ensure_buffer(ctx, pre_, out, out_dtype);
+      linear::forward(ctx.backend, lp_.x(), lp_.weight(), bias_, pre);
+      if (act_ == Activation::ReLU)
+        pointwise::relu_forward(ctx.backend, pre, y);
+      else
+        pointwise::gelu_forward(ctx.backend, pre, y);
+    }
   } else {
     linear::forward(ctx.backend, x, weight_, bias_, y);
   }
@@ -57,27 +71,39 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
   return y;
 }
 
+// dx in the input's dtype; weight and bias gradients f32 (the masters').
 Tensor Linear::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   TB_CHECK(x_.defined(), "linear ", name(), ": backward without a training forward");
-  Tensor dx;
-  if (need_dx) dx = ensure_buffer(ctx, dx_, x_.shape(), ctx.dtype);
-  if (act_ != Activation::None) {
+  const bool amp = ctx.amp.enabled() && (act_ == Activation::None || y_.dtype() != DType::F32);
+  if (act_ != Activation::None && !amp) {
+    Tensor dx;
+    if (need_dx) dx = ensure_buffer(ctx, dx_, x_.shape(), x_.dtype());
     Tensor& dz = ensure_buffer(ctx, dz_, y_.shape(), ctx.dtype);
     const Tensor pre = act_ == Activation::GELU ? pre_ : Tensor{};
     linear::backward(ctx.backend, x_, weight_, dy, dx, weight_grad_, bias_grad_,
                      ctx.accumulate_grads, EpilogueGrad{act_, y_, {}, pre, dz});
-  } else if (ctx.amp.enabled()) {
-    TB_CHECK(x_lp_.defined() && x_lp_.shape() == x_.shape() &&
-                 x_lp_.dtype() == ctx.amp.dtype_for(AmpOp::Linear),
-             "linear ", name(), ": backward under amp ", ctx.amp.name(),
-             " without a forward under the same policy");
-    linear::backward(ctx.backend, x_lp_, weight_lp_, dy, dx, weight_grad_, bias_grad_,
-                     ctx.accumulate_grads);
-  } else {
+    return dx;
+  }
+  if (!amp) {
+    Tensor dx;
+    if (need_dx) dx = ensure_buffer(ctx, dx_, x_.shape(), x_.dtype());
     linear::backward(ctx.backend, x_, weight_, dy, dx, weight_grad_, bias_grad_,
                      ctx.accumulate_grads);
+    return dx;
   }
-  return dx;
+  lp_.check_backward(ctx, ctx.amp.dtype_for(AmpOp::Linear), "linear " + name());
+  Tensor dz = dy;
+  if (act_ != Activation::None) {  // the activation's gradient, then the GEMMs from it
+    dz = ensure_buffer(ctx, dz_, y_.shape(), dy.dtype());
+    if (act_ == Activation::ReLU)
+      pointwise::relu_backward(ctx.backend, y_, dy, dz);
+    else
+      pointwise::gelu_backward(ctx.backend, pre_, dy, dz);
+  }
+  Tensor dx = need_dx ? lp_.op_dx(ctx, dx_, x_, dz) : Tensor{};
+  linear::backward(ctx.backend, lp_.x(), lp_.weight(), dz, dx, weight_grad_, bias_grad_,
+                   ctx.accumulate_grads);
+  return need_dx ? lp_.input_grad(ctx, dx_, x_, dx) : Tensor{};
 }
 
 }  // namespace tb

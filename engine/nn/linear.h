@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/nn/amp_operands.h"
 #include "engine/nn/layer.h"
 #include "engine/ops/epilogue.h"
 
@@ -50,9 +51,7 @@ class Linear : public Layer {
   Tensor x_;       // input kept for backward (training only)
   Tensor y_, dx_;  // reused output buffers
   Tensor pre_, dz_;  // the epilogue's buffers: pre_ for GELU, dz_ with an activation
-  // Under AMP: x and the weight rounded to f16/bf16 (x kept for backward; the
-  // weight copy refreshed from the f32 master at every forward).
-  Tensor x_lp_, weight_lp_;
+  AmpOperands lp_;  // under AMP: the f16/bf16 x and weight the op ran on
 };
 
 }  // namespace tb

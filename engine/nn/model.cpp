@@ -63,7 +63,9 @@ void Model::build(Backend& backend, uint64_t seed, DType dtype, Layout weight_la
   for (auto& layer : layers_) {
     first_param.push_back(reg.params().size());
     shape = layer->configure(shape, reg);
+    layer->set_model_output(false);
   }
+  if (!layers_.empty()) layers_.back()->set_model_output(true);  // writes the logits
   first_param.push_back(reg.params().size());
 
   int64_t total = 0, total_buffers = 0;

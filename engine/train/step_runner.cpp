@@ -12,6 +12,7 @@
 #include "engine/metrics/chrome_trace.h"
 #include "engine/metrics/step_timer.h"
 #include "engine/nn/models.h"
+#include "engine/ops/amp/amp.h"
 #include "engine/ops/loss/loss.h"
 #include "engine/ops/optimizer/optimizer.h"
 #include "engine/optim/clip.h"
@@ -60,9 +61,10 @@ Tensor forward(StepContext& s, const Tensor& x, int64_t step) {
       TraceSpan span(s.trace, layer->name(), "forward");
       h = forward_layer(s.ctx, *layer, h);
     }
-    if (s.c.anomaly_check)
-      TB_CHECK(std::isfinite(optimizer::sum_squares(s.be, h)), "anomaly_check: layer '",
-               layer->name(), "' produced NaN or Inf at step ", step);
+    if (s.c.anomaly_check)  // f16/bf16 activations widened for the f32 sum
+      TB_CHECK(std::isfinite(optimizer::sum_squares(
+                   s.be, amp::is_low_precision(h.dtype()) ? amp::cast_to(s.be, h, DType::F32) : h)),
+               "anomaly_check: layer '", layer->name(), "' produced NaN or Inf at step ", step);
   }
   return h;
 }

@@ -322,7 +322,7 @@ TrainResult Trainer::run(int64_t run_id) {
                            .timer_lag_for_test = timer_lag_for_test_,
                            .trace = trace_, .cupti_requested = c.profiler || c.cupti_sampling,
                            .samples_per_step = setup.shape.samples_per_step,
-                           .layer_work = {.dtype = setup.ctx->dtype,
+                           .layer_work = {.dtype = setup.ctx->activation_dtype(),
                                           .matmul = plan.precision.dtype_for(AmpOp::Conv),
                                           .layout = plan.layout}},
                           bus_);

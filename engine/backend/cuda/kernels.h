@@ -37,6 +37,12 @@ void launch_bias_add(float* y, const float* b, int64_t N, int64_t C, int64_t HW,
 size_t bias_grad_scratch_bytes(int64_t N, int64_t C, int64_t HW, bool nhwc);
 void launch_bias_grad(const float* dy, float* db, int64_t N, int64_t C, int64_t HW, bool nhwc,
                       bool accumulate, double* scratch, cudaStream_t s);
+// The same with f16 (bf16 = false) or bf16 activations y, dy (b, db f32): y's
+// sum computed in f32 and rounded once; dy widened into the double sums.
+void launch_bias_add_lp(uint16_t* y, bool bf16, const float* b, int64_t N, int64_t C, int64_t HW,
+                        bool nhwc, cudaStream_t s);
+void launch_bias_grad_lp(const uint16_t* dy, bool bf16, float* db, int64_t N, int64_t C,
+                         int64_t HW, bool nhwc, bool accumulate, double* scratch, cudaStream_t s);
 
 
 }  // namespace tb::cuda

@@ -291,6 +291,13 @@ class TestOpAmp : public QObject {
     QVERIFY(!bf.needs_loss_scaling());
     QCOMPARE(QByteArray(bf.name()), QByteArray("bf16"));
     QVERIFY_THROWS_EXCEPTION(Error, PrecisionPolicy::from_config("fp8"));
+    // A run's amp keeps activations in its low precision; off, f32.
+    QCOMPARE(off.activation_dtype(), DType::F32);
+    QCOMPARE(h.activation_dtype(), DType::F16);
+    QCOMPARE(bf.activation_dtype(), DType::BF16);
+    PrecisionPolicy f32_form = bf;
+    f32_form.activations = AmpActivations::F32;  // the earlier form, still selectable
+    QCOMPARE(f32_form.activation_dtype(), DType::F32);
   }
 
 

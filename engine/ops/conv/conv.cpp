@@ -28,10 +28,14 @@ bool low_precision(DType t) { return t == DType::F16 || t == DType::BF16; }
 
 namespace {
 
-// What x says about the others: the dtype of w, and of every other operand
-// (x's own, or f32 under mixed precision).
+// What x says about the others: the dtype of w, of the parameters' operands
+// (b, dw, db: x's own, or f32 under mixed precision), and the activation
+// dtypes y, dy and dx may have (x's own; under mixed precision f32 or x's).
 struct Dtypes {
-  DType w, rest;
+  DType w, params;
+  bool mixed;
+
+  bool activation_ok(DType t, DType x) const { return t == params || (mixed && t == x); }
 };
 
 Dtypes check_x(Device device, const ConvGeometry& g, const Tensor& x, const Tensor& w,
@@ -52,7 +56,7 @@ Dtypes check_x(Device device, const ConvGeometry& g, const Tensor& x, const Tens
            " must share one dtype");
   TB_CHECK(w.shape() == g.weight_shape(), op, ": weight ", w.describe(), " does not match ",
            shape_str(g.weight_shape()), " for input ", shape_str(g.input_shape()));
-  return {t, low_precision(t) ? DType::F32 : t};
+  return {t, low_precision(t) ? DType::F32 : t, low_precision(t)};
 }
 
 // An operand other than x and w: on the device, of `dtype` and `shape`, and a
@@ -72,6 +76,15 @@ void check_operand(Device device, const ConvGeometry& g, const char* op, const c
              " ", like->describe(), " must share one layout (layouts are converted only by copy)");
 }
 
+// The activations' dtype that `t` (y or dy) says: its own when the form
+// allows it, else what x alone says (the check that follows names the
+// mismatch).
+DType activation_dtype(const Dtypes& d, const Tensor& t, const Tensor& x, const char* op,
+                       const char* what) {
+  TB_CHECK(t.defined(), op, ": ", what, " is undefined");
+  return d.activation_ok(t.dtype(), x.dtype()) ? t.dtype() : d.params;
+}
+
 // This backend's kernels, after it said it takes x's dtype.
 Kernels& kernels_for(Backend& be, DType t, const char* op) {
   Kernels& k = be.kernels<Kernels>();
@@ -86,18 +99,21 @@ void check_forward(Device device, const ConvGeometry& g, const Tensor& x, const 
                    const Tensor& b, const Tensor& y) {
   const char* op = "conv2d_forward";
   const Dtypes d = check_x(device, g, x, w, op);
-  if (b.defined()) check_operand(device, g, op, "bias", b, d.rest, Shape{g.C_out}, x);
-  check_operand(device, g, op, "output y", y, d.rest, g.output_shape(), x, &x, "input x");
+  if (b.defined()) check_operand(device, g, op, "bias", b, d.params, Shape{g.C_out}, x);
+  check_operand(device, g, op, "output y", y, activation_dtype(d, y, x, op, "output y"),
+                g.output_shape(), x, &x, "input x");
 }
 
 void check_backward(Device device, const ConvGeometry& g, const Tensor& x, const Tensor& w,
                     const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db) {
   const char* op = "conv2d_backward";
   const Dtypes d = check_x(device, g, x, w, op);
-  check_operand(device, g, op, "gradient dy", dy, d.rest, g.output_shape(), x, &x, "input x");
-  if (dx.defined()) check_operand(device, g, op, "dx", dx, d.rest, g.input_shape(), x, &x, "input x");
-  if (dw.defined()) check_operand(device, g, op, "dw", dw, d.rest, g.weight_shape(), x, &w, "weight");
-  if (db.defined()) check_operand(device, g, op, "db", db, d.rest, Shape{g.C_out}, x);
+  // dy picks the activations' form; dx follows it.
+  const DType act = activation_dtype(d, dy, x, op, "gradient dy");
+  check_operand(device, g, op, "gradient dy", dy, act, g.output_shape(), x, &x, "input x");
+  if (dx.defined()) check_operand(device, g, op, "dx", dx, act, g.input_shape(), x, &x, "input x");
+  if (dw.defined()) check_operand(device, g, op, "dw", dw, d.params, g.weight_shape(), x, &w, "weight");
+  if (db.defined()) check_operand(device, g, op, "db", db, d.params, Shape{g.C_out}, x);
 }
 
 void forward(Backend& be, const ConvGeometry& g, const Tensor& x, const Tensor& w,

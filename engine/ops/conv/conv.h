@@ -11,11 +11,20 @@
 //           y, dy (N, Cout, Ho, Wo), all as ConvGeometry says; N may be 0.
 // Dtypes    dtype as data, read from x:
 //           f32, f64  every operand has x's dtype;
-//           f16, bf16 (mixed precision) w has x's dtype; b, y, dy, dx, dw and
-//                     db are f32, and the products of the low-precision
-//                     inputs are summed in f32. In backward dy is rounded to
+//           f16, bf16 (mixed precision) w has x's dtype; b, dw and db are
+//                     f32; the products of the low-precision inputs are
+//                     summed in f32. The activations' form is read from y
+//                     (forward) and dy (backward), dx has dy's dtype:
+//             f32 activations   y, dy, dx f32. In backward dy is rounded to
 //                     x's dtype for dgrad and wgrad; db is summed from the
 //                     unrounded dy (as the f32 op's, bit for bit on the CPU).
+//             low-precision activations (amp keeping activations in
+//                     f16/bf16 between layers, as PyTorch's autocast)
+//                     y, dy, dx in x's dtype: y = round(Σ + b) and dx =
+//                     round(Σ), each rounded once from its f32 sum; dw and db
+//                     summed in f32 from dy as it is.
+//           So with f16/bf16 x there are two combinations, (x, w lp; y, dy,
+//           dx f32) and (x, w, y, dy, dx lp), with b, dw, db f32 in both.
 //           A backend that lacks x's dtype says so (Kernels::supports) and the
 //           entry point refuses it naming the op, the dtype and the backend:
 //           the cpu takes all four, cuda f32, f16 and bf16.
@@ -79,8 +88,9 @@ bool low_precision(DType t);
 
 // What a backend implements, called with arguments that passed the contract's
 // checks and with an x dtype it supports: forward/backward for f32 and f64,
-// forward_lp/backward_lp for f16 and bf16. Each checks what it adds and names
-// the op in its errors.
+// forward_lp/backward_lp for f16 and bf16, with f32 or low-precision
+// activations as y's (forward) and dy's (backward) dtype says. Each checks
+// what it adds and names the op in its errors.
 class Kernels : public OpKernels {
  public:
   static constexpr const char* kFamily = "convolution";

@@ -31,7 +31,8 @@
 //   more than the GEMMs on 2 cores). Backward sums each thread's partial dW in
 //   thread order, so results depend on the thread count but not on timing.
 // - f16/bf16 (the low-precision reference, at the end): the inputs widened
-//   to f32, then the f32 convolution.
+//   to f32, then the f32 convolution; low-precision outputs (y, dx) rounded
+//   once from its f32 result.
 #include <cblas.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -552,18 +553,34 @@ class CpuKernels final : public Kernels {
   // fp32; the GPU's Tensor Core convolution differs only in summation order
   // (and the rounding of its low-precision output, see conv_cuda.cpp).
 
-  //   x (N,Cin,H,W) lp   w (Cout,Cin,KH,KW) lp   b (Cout) f32   y (N,Cout,Ho,Wo) f32
+  //   x (N,Cin,H,W) lp   w (Cout,Cin,KH,KW) lp   b (Cout) f32
+  //   y (N,Cout,Ho,Wo) f32, or lp: the f32 sum + b rounded once on store
   void forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
                   Tensor& y) override {
-    forward(g, widened(x), widened(w), b, y);
+    if (y.dtype() == DType::F32) {
+      forward(g, widened(x), widened(w), b, y);
+      return;
+    }
+    Tensor y32 = f32_like(y);
+    forward(g, widened(x), widened(w), b, y32);
+    amp::cast(be_, y32, y);
   }
 
+  // f32 activations:
   //   dy (N,Cout,Ho,Wo) f32 -> rounded to x's dtype for dgrad and wgrad;
   //   dx (N,Cin,H,W) f32 written; dw (Cout,Cin,KH,KW) f32 and db (Cout) f32 (+)=,
   //   db from the unrounded dy (as the fp32 layer's, bit for bit).
+  // Low-precision activations: dy lp as it is (widened exactly) for all
+  //   three; dx's f32 sum rounded once to lp; dw, db f32 (+)=.
   void backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
                    Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override {
     const Tensor xf = widened(x), wf = widened(w);
+    if (dy.dtype() != DType::F32) {
+      Tensor dx32 = dx.defined() ? f32_like(dx) : Tensor{};
+      backward(g, xf, wf, widened(dy), dx32, dw, db, accumulate);
+      if (dx.defined()) amp::cast(be_, dx32, dx);
+      return;
+    }
     Tensor dy_lp = Tensor::empty(dy.shape(), x.dtype(), Device::cpu(), dy.layout());
     amp::cast(be_, dy, dy_lp);
     const Tensor dyr = widened(dy_lp);
@@ -577,6 +594,10 @@ class CpuKernels final : public Kernels {
 
  private:
   Tensor widened(const Tensor& lp) { return amp::cast_to(be_, lp, DType::F32); }
+  // An f32 buffer of t's shape and layout: the sum before its one rounding.
+  static Tensor f32_like(const Tensor& t) {
+    return Tensor::empty(t.shape(), DType::F32, Device::cpu(), t.layout());
+  }
 
   static std::string key_of(const char* op, const ConvGeometry& g, ConvLayouts l,
                             unsigned outputs) {

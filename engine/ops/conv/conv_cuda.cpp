@@ -21,6 +21,12 @@
 //              dx_lp = dgrad(dy_lp, w)     -> dx = f32(dx_lp)
 //              dw_lp = wgrad(dy_lp, x)     -> dw (+)= f32(dw_lp)
 //              db (+)= Σ dy (the unrounded f32 dy, bias.cu)
+// Low-precision activations (y, dy, dx in x's dtype): the same graphs, whose
+// lp output is then the op's own: fprop writes y and dgrad dx (no cast, no
+// scratch); the bias is added to the lp y in f32 and rounded again
+// (bias.cu), db summed from the lp dy; wgrad's lp dw is widened into the f32
+// dw as above. So these graphs' input and output tensors are f16/bf16 with
+// compute type FLOAT: exactly the graphs the f32-activation form already ran.
 // Why an lp output and an extra cast, instead of a graph whose output tensor
 // is FLOAT: "same IO type" graphs are the configuration every cuDNN 9 conv
 // engine supports; mixed IO was not tried (there was no GPU to try it on). The
@@ -103,6 +109,11 @@ class CudaKernels final : public Kernels {
                   Tensor& y) override {
     m_.activate();
     if (g.N == 0) return;
+    if (y.dtype() == x.dtype()) {  // low-precision activations: the graph writes y
+      run(cuda::ConvOp::Fprop, g, x, w, x.data(), w.data(), y.data());
+      add_bias(g, b, y);
+      return;
+    }
     // y_lp (N,Cout,Ho,Wo) in x's dtype and layout: the graph's output.
     Tensor y_lp = be_.empty(g.output_shape(), x.dtype(), x.layout());
     run(cuda::ConvOp::Fprop, g, x, w, x.data(), w.data(), y_lp.data());
@@ -112,15 +123,20 @@ class CudaKernels final : public Kernels {
 
   void backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
                    Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override {
-    // db from the unrounded dy, as the fp32 layer's.
+    // db from dy as given: the unrounded f32 dy (as the fp32 layer's), or
+    // the low-precision activations' own.
     if (!begin_backward(g, dy, dw, db, accumulate)) return;
     if (!dx.defined() && !dw.defined()) return;
     const DType lp = x.dtype();
     const Layout l = x.layout();
-    // dy rounded once (N,Cout,Ho,Wo), shared by dgrad and wgrad.
-    Tensor dy_lp = be_.empty(dy.shape(), lp, l);
-    amp::cast(be_, dy, dy_lp);
-    if (dx.defined()) {
+    // f32 dy rounded once (N,Cout,Ho,Wo), shared by dgrad and wgrad; an lp
+    // dy is used as it is, and dgrad writes the lp dx itself.
+    const bool lp_acts = dy.dtype() == lp;
+    Tensor dy_lp = lp_acts ? dy : be_.empty(dy.shape(), lp, l);
+    if (!lp_acts) amp::cast(be_, dy, dy_lp);
+    if (dx.defined() && lp_acts) {
+      run(cuda::ConvOp::Dgrad, g, x, w, dy_lp.data(), w.data(), dx.data());
+    } else if (dx.defined()) {
       Tensor dx_lp = be_.empty(g.input_shape(), lp, l);  // (N,Cin,H,W)
       run(cuda::ConvOp::Dgrad, g, x, w, dy_lp.data(), w.data(), dx_lp.data());
       amp::cast(be_, dx_lp, dx);
@@ -148,11 +164,16 @@ class CudaKernels final : public Kernels {
                 [&](size_t bytes) { return (ws = m_.scratch(bytes)).data(); });
   }
 
-  // y (f32) += b per output channel (bias.cu), when there is a bias.
+  // y (f32, or f16/bf16 rounded once) += b per output channel (bias.cu),
+  // when there is a bias.
   void add_bias(const ConvGeometry& g, const Tensor& b, Tensor& y) {
-    if (b.defined())
-      cuda::launch_bias_add(fptr(y), fptr(b), g.N, g.C_out, g.H_out * g.W_out,
-                            y.layout() == Layout::NHWC, m_.stream);
+    if (!b.defined()) return;
+    const bool nhwc = y.layout() == Layout::NHWC;
+    if (y.dtype() == DType::F32)
+      cuda::launch_bias_add(fptr(y), fptr(b), g.N, g.C_out, g.H_out * g.W_out, nhwc, m_.stream);
+    else
+      cuda::launch_bias_add_lp(y.data_as<uint16_t>(), y.dtype() == DType::BF16, fptr(b), g.N,
+                               g.C_out, g.H_out * g.W_out, nhwc, m_.stream);
   }
 
   // What both backward forms do first: db (+)= Σ dy per channel (bias.cu);
@@ -165,8 +186,13 @@ class CudaKernels final : public Kernels {
       const int64_t HW = g.H_out * g.W_out;
       const bool nhwc = dy.layout() == Layout::NHWC;
       Tensor work = m_.scratch(cuda::bias_grad_scratch_bytes(g.N, g.C_out, HW, nhwc));
-      cuda::launch_bias_grad(fptr(dy), fptr(db), g.N, g.C_out, HW, nhwc, accumulate,
-                             work.data_as<double>(), m_.stream);
+      if (dy.dtype() == DType::F32)
+        cuda::launch_bias_grad(fptr(dy), fptr(db), g.N, g.C_out, HW, nhwc, accumulate,
+                               work.data_as<double>(), m_.stream);
+      else
+        cuda::launch_bias_grad_lp(dy.data_as<uint16_t>(), dy.dtype() == DType::BF16, fptr(db),
+                                  g.N, g.C_out, HW, nhwc, accumulate, work.data_as<double>(),
+                                  m_.stream);
     }
     if (g.N > 0) return true;
     if (dw.defined() && !accumulate) cuda::launch_fill(dw.data(), dw.numel(), 4, 0, m_.stream);

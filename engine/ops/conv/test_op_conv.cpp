@@ -25,7 +25,10 @@
 // 3. f16/bf16 x and w (rounded inputs, f32 accumulation and outputs):
 //    the CPU reference within 2.5u·Σ|x||w| of the f32 op on the unrounded
 //    inputs (u the unit roundoff: 2^-11 f16, 2^-8 bf16); CUDA against the CPU
-//    within 2u·|cpu| + 1e-5·max|cpu|, NCHW and NHWC.
+//    within 2u·|cpu| + 1e-5·max|cpu|, NCHW and NHWC. With low-precision
+//    activations (y, dy, dx f16/bf16): the CPU reference is the f32-activation
+//    form rounded once, bit for bit; CUDA against it within the roundings
+//    each side makes (conv_lp_activations_match_cpu).
 // 4. Hand-computed values, empty batches, shape/layout/dtype errors (a dtype
 //    a backend lacks: CUDA's f64), the layer's
 //    parameters; the cuDNN plan key (pointer alignments included), engine
@@ -37,6 +40,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -239,19 +243,58 @@ struct ConvOut {
   Tensor y, dx, dw, db;  // host, f32, NCHW
 };
 
+// An f32 host NCHW copy of a tensor of b (lp widened exactly).
+Tensor host_f32(Backend& b, const Tensor& t) {
+  return to_host_nchw(b, t.dtype() == DType::F32 ? t : amp::cast_to(b, t, DType::F32));
+}
+
 // The lp convolution on backend b, inputs given as f32 host NCHW tensors (they
-// are rounded to `lp` on b). Activations in layout l, the weight in wl.
+// are rounded to `lp` on b). Activations in layout l, the weight in wl. `act`:
+// the activations' dtype (y, dy, dx): f32, or lp (dy rounded to it on b).
 ConvOut conv_lp(Backend& b, const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                const Tensor& bias, const Tensor& dy, DType lp, Layout l, Layout wl) {
+                const Tensor& bias, const Tensor& dy, DType lp, Layout l, Layout wl,
+                DType act = DType::F32) {
   const Tensor xl = lp_of(b, to_device(b, x, l), lp), wlp = lp_of(b, to_device(b, w, wl), lp);
-  const Tensor bd = to_device(b, bias), dyd = to_device(b, dy, l);
-  Tensor y = b.empty(g.output_shape(), DType::F32, l);
-  Tensor dx = b.empty(g.input_shape(), DType::F32, l);
+  const Tensor bd = to_device(b, bias);
+  const Tensor dyd = act == DType::F32 ? to_device(b, dy, l) : lp_of(b, to_device(b, dy, l), act);
+  Tensor y = b.empty(g.output_shape(), act, l);
+  Tensor dx = b.empty(g.input_shape(), act, l);
   Tensor dw = b.empty(g.weight_shape(), DType::F32, wl);
   Tensor db = b.empty({g.C_out}, DType::F32);
   conv::forward(b, g, xl, wlp, bd, y);
   conv::backward(b, g, xl, wlp, dyd, dx, dw, db, false);
-  return {to_host_nchw(b, y), to_host_nchw(b, dx), to_host_nchw(b, dw), to_host_nchw(b, db)};
+  return {host_f32(b, y), host_f32(b, dx), to_host_nchw(b, dw), to_host_nchw(b, db)};
+}
+
+// f32 host tensor -> rounded to lp and widened back (exactly representable).
+Tensor rounded_to(const Tensor& f, DType lp) {
+  CpuBackend& ref = cpu_reference();
+  return amp::cast_to(ref, amp::cast_to(ref, f, lp), DType::F32);
+}
+
+// The first element of the CUDA outputs d farther from the CPU's c than
+// bound(what, c's output, i) + 1e-5·max|c's output|, described; empty when
+// every element is within.
+using BoundOf = std::function<double(const std::string& what, const Tensor& cpu, int64_t i)>;
+QString first_outside(const ConvOut& c, const ConvOut& d, DType dt, Layout l, const BoundOf& bound) {
+  for (auto [rt, gt, what] : {std::tuple{c.y, d.y, "y"}, std::tuple{c.dx, d.dx, "dx"},
+                              std::tuple{c.dw, d.dw, "dw"}, std::tuple{c.db, d.db, "db"}}) {
+    double mx = 0;
+    for (int64_t i = 0; i < rt.numel(); ++i) mx = std::max(mx, double(std::abs(at(rt, i))));
+    for (int64_t i = 0; i < rt.numel(); ++i) {
+      const double b = bound(what, rt, i) + 1e-5 * mx;
+      if (std::abs(double(at(rt, i)) - at(gt, i)) > b)
+        return QString("%1 %2 %3[%4]: cpu %5 cuda %6, bound %7")
+            .arg(dtype_name(dt))
+            .arg(layout_name(l))
+            .arg(what)
+            .arg(i)
+            .arg(at(rt, i))
+            .arg(at(gt, i))
+            .arg(b);
+    }
+  }
+  return {};
 }
 
 // The f32 convolution (CPU, NCHW); with abs inputs it gives Σ|a||b| per output.
@@ -537,24 +580,69 @@ class TestOpConv : public QObject {
       if (what == "db") return 0.0;
       return std::abs(double(at(r, i)));
     };
-    for (auto [rt, gt, what] : {std::tuple{c.y, d.y, "y"}, std::tuple{c.dx, d.dx, "dx"},
-                                std::tuple{c.dw, d.dw, "dw"}, std::tuple{c.db, d.db, "db"}}) {
-      double mx = 0;
-      for (int64_t i = 0; i < rt.numel(); ++i) mx = std::max(mx, double(std::abs(at(rt, i))));
-      for (int64_t i = 0; i < rt.numel(); ++i) {
-        const double v = rounded(what, rt, i), bound = 2 * u * v + 1e-5 * mx;
-        QVERIFY2(std::abs(double(at(rt, i)) - at(gt, i)) <= bound,
-                 qPrintable(QString("%1 %2 %3[%4]: cpu %5 cuda %6, rounded |value| %7, bound %8")
-                                .arg(dtype_name(dt))
-                                .arg(layout_name(l))
-                                .arg(what)
-                                .arg(i)
-                                .arg(at(rt, i))
-                                .arg(at(gt, i))
-                                .arg(v)
-                                .arg(bound)));
-      }
+    const QString m = first_outside(c, d, dt, l, [&](const std::string& what, const Tensor& r,
+                                                     int64_t i) { return 2 * u * rounded(what, r, i); });
+    QVERIFY2(m.isEmpty(), qPrintable(m));
+    TB_GPU_CATCH
+  }
+
+  // Low-precision activations (y, dy, dx in x's dtype) on the CPU reference:
+  // the f32-activation form's results rounded once, bit for bit. Given dy
+  // already in lp, the f32 form rounds it to itself, so both forms sum the
+  // same products in the same order: y = round(y_f32), dx = round(dx_f32),
+  // dw and db equal (db is summed from the same dy values).
+  void conv_lp_activations_round_once_data() { conv_lp_within_rounding_of_f32_data(); }
+  void conv_lp_activations_round_once() {
+    QFETCH(ConvCase, c);
+    CpuBackend& ref = cpu_reference();
+    const ConvGeometry g =
+        ConvGeometry::make(c.N, c.C_in, c.H, c.W, c.C_out, c.k, c.stride, c.pad);
+    const uint64_t seed = uint64_t(300 + c.C_in * 7 + c.k);
+    const Tensor x = random_tensor(g.input_shape(), seed), w = random_tensor(g.weight_shape(), seed + 1);
+    const Tensor bias = random_tensor({g.C_out}, seed + 2);
+    for (DType dt : {DType::F16, DType::BF16}) {
+      const Tensor dy = rounded_to(random_tensor(g.output_shape(), seed + 3), dt);
+      const ConvOut f = conv_lp(ref, g, x, w, bias, dy, dt, Layout::NCHW, Layout::NCHW);
+      const ConvOut l = conv_lp(ref, g, x, w, bias, dy, dt, Layout::NCHW, Layout::NCHW, dt);
+      QVERIFY2(bitwise_equal(l.y, rounded_to(f.y, dt)), dtype_name(dt));
+      QVERIFY2(bitwise_equal(l.dx, rounded_to(f.dx, dt)), dtype_name(dt));
+      QVERIFY2(!bitwise_equal(l.y, f.y), "y was not rounded");
+      QVERIFY2(bitwise_equal(l.dw, f.dw), dtype_name(dt));
+      QVERIFY2(bitwise_equal(l.db, f.db), dtype_name(dt));
     }
+  }
+
+  // Low-precision activations, CUDA against the CPU reference on the same
+  // rounded inputs (dy rounded too). The CPU rounds y = x∗w + b and dx once
+  // (u each). cuDNN writes y's x∗w to lp (≤ 2u·|x∗w|, as conv_lp_matches_cpu
+  // allows for an engine that rounds partials), then bias.cu adds b and rounds
+  // again (u·|y|); dx is cuDNN's output (≤ 2u); dw is rounded to lp and
+  // widened (≤ 2u); db sums the same lp dy in double. With the summation
+  // order's 1e-5·max|cpu|:
+  //   y  |gpu − cpu| ≤ 2u·|y − b| + 2u·|y|     dx, dw  ≤ 3u·|v|     db  ≤ 0
+  void conv_lp_activations_match_cpu_data() { conv_lp_matches_cpu_data(); }
+  void conv_lp_activations_match_cpu() {
+    FETCH_TARGET(t, be);
+    TB_GPU_TRY
+    const ConvGeometry g = ConvGeometry::make(4, 8, 12, 12, 16, 3, 1, 1);
+    const Tensor x = random_tensor(g.input_shape(), 71), w = random_tensor(g.weight_shape(), 72);
+    const Tensor bias = random_tensor({g.C_out}, 73), dy = random_tensor(g.output_shape(), 74);
+    const DType dt = t.dtype;
+    const Layout l = t.layout;
+    const double u = unit_roundoff(dt);
+    const ConvOut c =
+        conv_lp(cpu_reference(), g, x, w, bias, dy, dt, Layout::NCHW, Layout::NCHW, dt);
+    const ConvOut d = conv_lp(be, g, x, w, bias, dy, dt, l, l, dt);
+    const int64_t plane = g.H_out * g.W_out;
+    const auto bound_scale = [&](const std::string& what, const Tensor& r, int64_t i) -> double {
+      const double v = std::abs(double(at(r, i)));
+      if (what == "y") return 2 * std::abs(double(at(r, i)) - at(bias, (i / plane) % g.C_out)) + 2 * v;
+      if (what == "db") return 0.0;
+      return 3 * v;
+    };
+    const QString m = first_outside(c, d, dt, l, [&](const std::string& what, const Tensor& r,
+                                                     int64_t i) { return u * bound_scale(what, r, i); });
+    QVERIFY2(m.isEmpty(), qPrintable(m));
     TB_GPU_CATCH
   }
 
@@ -594,19 +682,28 @@ class TestOpConv : public QObject {
     QVERIFY2(m.contains("conv2d_forward") && m.contains("weight f16") && m.contains("x f32"),
              qPrintable(m));  // f32 x, f16 weight
     QVERIFY_THROWS_EXCEPTION(Error, conv::forward(ref, g, x16, wb16, none, y));  // mixed
-    Tensor y16 = Tensor::empty(g.output_shape(), DType::F16);
     const Tensor w16 = lp_of(ref, wf, DType::F16);
-    m = qerror_of([&] { conv::forward(ref, g, x16, w16, none, y16); });  // lp output
-    QVERIFY2(m.contains("output y f16") && m.contains("must be f32"), qPrintable(m));
+    Tensor yb16 = Tensor::empty(g.output_shape(), DType::BF16);
+    m = qerror_of([&] { conv::forward(ref, g, x16, w16, none, yb16); });  // y in another lp
+    QVERIFY2(m.contains("output y bf16") && m.contains("must be f32"), qPrintable(m));
     const Tensor b16 = Tensor::empty({g.C_out}, DType::F16);
-    QVERIFY_THROWS_EXCEPTION(Error, conv::forward(ref, g, x16, w16, b16, y));  // lp bias
+    Tensor y16 = Tensor::empty(g.output_shape(), DType::F16);
+    m = qerror_of([&] { conv::forward(ref, g, x16, w16, b16, y16); });  // lp bias
+    QVERIFY2(m.contains("bias f16") && m.contains("must be f32"), qPrintable(m));
     Tensor dx, dw, db;
-    const Tensor dy16 = Tensor::empty(g.output_shape(), DType::F16);
-    m = qerror_of([&] { conv::backward(ref, g, x16, w16, dy16, dx, dw, db, false); });
-    QVERIFY2(m.contains("conv2d_backward") && m.contains("dy f16"), qPrintable(m));
+    const Tensor dy16 = lp_of(ref, random_tensor(g.output_shape(), 3), DType::F16);
+    Tensor dx32 = Tensor::empty(g.input_shape(), DType::F32);
+    m = qerror_of([&] { conv::backward(ref, g, x16, w16, dy16, dx32, dw, db, false); });
+    QVERIFY2(m.contains("conv2d_backward") && m.contains("dx f32") && m.contains("must be f16"),
+             qPrintable(m));  // dx follows dy's form
     Tensor dw16 = Tensor::empty(g.weight_shape(), DType::F16);
     const Tensor dy = random_tensor(g.output_shape(), 3);
     QVERIFY_THROWS_EXCEPTION(Error, conv::backward(ref, g, x16, w16, dy, dx, dw16, db, false));
+    QVERIFY_THROWS_EXCEPTION(Error, conv::backward(ref, g, x16, w16, dy16, dx, dw16, db, false));
+    // Both combinations run: f32 activations, and f16 ones.
+    conv::forward(ref, g, x16, w16, none, y16);
+    Tensor dx16 = Tensor::empty(g.input_shape(), DType::F16);
+    conv::backward(ref, g, x16, w16, dy16, dx16, dw, db, false);
     // A dtype no convolution takes is refused by name.
     const Tensor xi = Tensor::zeros(g.input_shape(), DType::I32);
     m = qerror_of([&] { conv::forward(ref, g, xi, wf, none, y); });

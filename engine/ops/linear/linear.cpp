@@ -23,12 +23,21 @@ Dims check_xw(const Tensor& x, const Tensor& w, const char* op) {
   TB_CHECK(w.device() == x.device(), op, ": weight ", w.describe(), " is not on x's device (",
            x.describe(), ")");
   const DType t = x.dtype();
-  return {N, K, M, t == DType::F16 || t == DType::BF16};
+  return {N, K, M, t == DType::F16 || t == DType::BF16, false};
 }
 
-// The dtype of every operand but x and w: x's, or f32 on the mixed-precision path.
+// The dtype of the parameters' operands (b, dw, db): x's, or f32 on the
+// mixed-precision path.
 DType operand_dtype(const Dims& d, const Tensor& x) {
   return d.low_precision ? DType::F32 : x.dtype();
+}
+
+// The activations' dtype (y forward; dy, dx backward) that `act` picks: on
+// the mixed-precision path x's dtype when act has it (low-precision
+// activations), else the parameters'; the check that follows names a mismatch.
+DType activation_dtype(Dims& d, const Tensor& act, const Tensor& x) {
+  d.lp_activations = d.low_precision && act.defined() && act.dtype() == x.dtype();
+  return d.lp_activations ? x.dtype() : operand_dtype(d, x);
 }
 
 // Defined, on x's device, `shape` and `dtype`.
@@ -56,10 +65,10 @@ void check_no_lp_epilogue(const Dims& d, bool active, Activation act, const Tens
 Dims check_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
                    const Epilogue& epilogue) {
   const char* op = "linear_forward";
-  const Dims d = check_xw(x, w, op);
+  Dims d = check_xw(x, w, op);
   const DType dt = operand_dtype(d, x);
   if (b.defined()) check_operand(b, x, {d.M}, dt, op, "bias");
-  check_operand(y, x, {d.N, d.M}, dt, op, "output y");
+  check_operand(y, x, {d.N, d.M}, activation_dtype(d, y, x), op, "output y");
   TB_CHECK(!epilogue.residual.defined(), op, ": a residual epilogue is not supported (",
            epilogue.residual.describe(), "; linear takes an activation only)");
   check_no_lp_epilogue(d, epilogue.active(), epilogue.act, x, op);
@@ -79,10 +88,11 @@ Dims check_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tens
 Dims check_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx,
                     const Tensor& dw, const Tensor& db, const EpilogueGrad& epilogue) {
   const char* op = "linear_backward";
-  const Dims d = check_xw(x, w, op);
+  Dims d = check_xw(x, w, op);
   const DType dt = operand_dtype(d, x);
-  check_operand(dy, x, {d.N, d.M}, dt, op, "gradient dy");
-  if (dx.defined()) check_operand(dx, x, {d.N, d.K}, dt, op, "dx");
+  const DType act = activation_dtype(d, dy, x);  // dy picks the form; dx follows it
+  check_operand(dy, x, {d.N, d.M}, act, op, "gradient dy");
+  if (dx.defined()) check_operand(dx, x, {d.N, d.K}, act, op, "dx");
   if (dw.defined()) check_operand(dw, x, {d.M, d.K}, dt, op, "dw");
   if (db.defined()) check_operand(db, x, {d.M}, dt, op, "db");
   TB_CHECK(!epilogue.dresidual.defined(), op, ": dresidual ", epilogue.dresidual.describe(),

@@ -11,12 +11,18 @@
 // Dtypes    x and w share one dtype, which picks the path:
 //           f32, f64   every operand has x's dtype (the CPU: f32 and f64; CUDA:
 //                      f32; FP32 compute, no TF32).
-//           f16, bf16  (amp) b, y, dy, dx, dw, db are f32: the products of the
-//                      low-precision inputs are summed in fp32 (Tensor Cores on
-//                      the GPU) and y stays f32, so what follows (BN, loss,
-//                      activations) stays fp32. The backward rounds dy to x's
-//                      dtype for the two GEMMs; db sums the unrounded dy.
-//                      No epilogue.
+//           f16, bf16  (amp) b, dw, db are f32 and the products of the
+//                      low-precision inputs are summed in fp32 (Tensor Cores
+//                      on the GPU). The activations' form is read from y
+//                      (forward) and dy (backward); dx has dy's dtype:
+//             f32 activations  y, dy, dx f32, so what follows (BN, loss,
+//                      activations) stays fp32. The backward rounds dy to
+//                      x's dtype for the two GEMMs; db sums the unrounded dy.
+//             low-precision activations  y, dy, dx in x's dtype (amp keeping
+//                      activations in f16/bf16 between layers): y = round(Σ +
+//                      b) and dx = round(Σ), each rounded once from its f32
+//                      value; dw and db summed in f32 from dy as it is.
+//                      No epilogue in either form.
 // Devices   every operand on x's device, the backend's own.
 //
 // forward   z = x·wᵀ + b (b undefined: none), y = act(z); with GELU the
@@ -56,7 +62,8 @@ void backward(Backend& be, const Tensor& x, const Tensor& w, const Tensor& dy, T
 
 struct Dims {
   int64_t N, K, M;
-  bool low_precision;  // x and w f16/bf16: the mixed-precision path
+  bool low_precision;   // x and w f16/bf16: the mixed-precision path
+  bool lp_activations;  // ... with y (forward), dy and dx (backward) in x's dtype
 };
 
 // What a backend implements, called with arguments that passed the

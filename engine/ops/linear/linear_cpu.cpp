@@ -20,9 +20,10 @@
 // what the CPU gains from fusing is in the forward.
 //
 // f16/bf16 (amp): the inputs widened to f32 (exactly: every f16 and bf16
-// value is an f32 value), then the f32 op; dy rounded to x's dtype and
-// widened for the two GEMMs, db from the unrounded dy (as the fp32 layer's,
-// bit for bit). So the products of the low-precision values are summed in
+// value is an f32 value), then the f32 op. f32 activations: dy rounded to
+// x's dtype and widened for the two GEMMs, db from the unrounded dy (as the
+// fp32 layer's, bit for bit). Low-precision activations: dy widened for all
+// three, y and dx rounded once from the f32 results. So the products of the low-precision values are summed in
 // fp32; the GPU's Tensor Core GEMM differs only in summation order. The CPU
 // never computes in half precision.
 #include <cblas.h>
@@ -297,12 +298,24 @@ void CpuKernels::forward_act(const Dims& d, const Tensor& x, const Tensor& w, co
 
 void CpuKernels::forward_lp(const Dims& d, const Tensor& x, const Tensor& w, const Tensor& b,
                             Tensor& y) {
-  forward_plain(d, widened(x), widened(w), b, y);
+  if (!d.lp_activations) {
+    forward_plain(d, widened(x), widened(w), b, y);
+    return;
+  }
+  Tensor y32 = Tensor::empty(y.shape(), DType::F32);  // rounded once into y
+  forward_plain(d, widened(x), widened(w), b, y32);
+  amp::cast(be_, y32, y);
 }
 
 void CpuKernels::backward_lp(const Dims& d, const Tensor& x, const Tensor& w, const Tensor& dy,
                              Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) {
   const Tensor xf = widened(x), wf = widened(w);
+  if (d.lp_activations) {  // dy as it is for all three; dx rounded once
+    Tensor dx32 = dx.defined() ? Tensor::empty(dx.shape(), DType::F32) : Tensor{};
+    backward_plain(d, xf, wf, widened(dy), dx32, dw, db, accumulate);
+    if (dx.defined()) amp::cast(be_, dx32, dx);
+    return;
+  }
   Tensor dy_lp = Tensor::empty(dy.shape(), x.dtype());
   amp::cast(be_, dy, dy_lp);
   Tensor none;

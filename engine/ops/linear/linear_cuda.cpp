@@ -17,7 +17,11 @@
 //
 // f16/bf16 x and w (amp): the same GEMMs with f16/bf16 A and B, an f32 C and
 // CUBLAS_COMPUTE_32F: Tensor Core GEMMs with fp32 sums. dy is rounded once
-// to x's dtype for dx and dw; db sums the unrounded f32 dy.
+// to x's dtype for dx and dw; db sums the unrounded f32 dy. With
+// low-precision activations (y, dy, dx in x's dtype) y is cuBLASLt's BIAS
+// epilogue with an lp D and the f32 bias (or, where it has no algorithm, an
+// lp-C GEMM then bias.cu's lp add), dx an lp-C GEMM, dw the f32 GEMM from
+// the lp dy, db bias.cu's sum of the lp dy.
 //
 // The activation epilogue (fuse_pointwise, f32; kernels in linear.cu):
 // - ReLU forward: one cuBLASLt matmul with the RELU_BIAS epilogue (bias and ReLU
@@ -78,14 +82,19 @@ cudaDataType_t ab_type(const Tensor& x) {
 }
 
 // C (m, n) = alpha·op(A)·op(B) + beta·C, column-major, A and B of type `ab`,
-// C f32, fp32 sums.
+// C of type `ct` (f32, or f16/bf16 rounded once from the sum), fp32 sums.
+void gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
+          int64_t k, cudaDataType_t ab, const void* A, int64_t lda, const void* B, int64_t ldb,
+          float beta, void* C, cudaDataType_t ct, int64_t ldc) {
+  const float alpha = 1.0f;
+  TB_CUBLAS_CHECK(cublasGemmEx(h, ta, tb, int(m), int(n), int(k), &alpha, A, ab, int(lda), B, ab,
+                               int(ldb), &beta, C, ct, int(ldc), CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
+}
 void gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
           int64_t k, cudaDataType_t ab, const void* A, int64_t lda, const void* B, int64_t ldb,
           float beta, float* C, int64_t ldc) {
-  const float alpha = 1.0f;
-  TB_CUBLAS_CHECK(cublasGemmEx(h, ta, tb, int(m), int(n), int(k), &alpha, A, ab, int(lda), B, ab,
-                               int(ldb), &beta, C, CUDA_R_32F, int(ldc), CUBLAS_COMPUTE_32F,
-                               CUBLAS_GEMM_DEFAULT));
+  gemm(h, ta, tb, m, n, k, ab, A, lda, B, ldb, beta, C, CUDA_R_32F, ldc);
 }
 
 // db (M) (+)= Σ_n dy[n, :] (bias.cu's column sum), f32 dy; nothing when db is
@@ -94,8 +103,12 @@ void bias_grad(const CudaBackend::Impl& m, const Dims& d, const Tensor& dy, Tens
                bool accumulate) {
   if (!db.defined() || d.M == 0) return;
   Tensor work = m.scratch(cuda::bias_grad_scratch_bytes(d.N, d.M, 1, true));
-  cuda::launch_bias_grad(fptr(dy), fptr(db), d.N, d.M, 1, true, accumulate,
-                         work.data_as<double>(), m.stream);
+  if (dy.dtype() == DType::F32)
+    cuda::launch_bias_grad(fptr(dy), fptr(db), d.N, d.M, 1, true, accumulate,
+                           work.data_as<double>(), m.stream);
+  else  // low-precision activations' dy
+    cuda::launch_bias_grad_lp(dy.data_as<uint16_t>(), dy.dtype() == DType::BF16, fptr(db), d.N,
+                              d.M, 1, true, accumulate, work.data_as<double>(), m.stream);
 }
 
 // Destroys the cuBLASLt descriptors on every path out.
@@ -114,11 +127,15 @@ struct LtDescs {
 
 constexpr size_t kLtWorkspace = size_t(4) << 20;
 
-// y (N, M) = relu(x wᵀ + b) in one cuBLASLt call (RELU_BIAS, or RELU without
-// bias). Returns false, having enqueued nothing, when cuBLASLt has no
-// algorithm for it; throws on other cuBLASLt errors.
-bool lt_linear_relu(const CudaBackend::Impl& m, bool deterministic, const float* x, const float* w,
-                    const float* b, float* y, int64_t N, int64_t K, int64_t M) {
+// y (N, M) = act(x wᵀ + b) in one cuBLASLt call: with ReLU the RELU_BIAS
+// epilogue (RELU without bias), without an activation BIAS (a bias is then
+// required). x and w of type `ab`, y of type `dt` (f32, or x's f16/bf16: the
+// low-precision activations, whose f32 bias is declared as such); b f32.
+// Returns false, having enqueued nothing, when cuBLASLt has no algorithm for
+// it (or refuses the f32 bias of an lp output); throws on other errors.
+bool lt_linear(const CudaBackend::Impl& m, bool deterministic, bool relu, cudaDataType_t ab,
+               cudaDataType_t dt, const void* x, const void* w, const float* b, void* y,
+               int64_t N, int64_t K, int64_t M) {
   LtDescs d;
   TB_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -126,16 +143,23 @@ bool lt_linear_relu(const CudaBackend::Impl& m, bool deterministic, const float*
       cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   TB_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  const cublasLtEpilogue_t epi = b ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+  const cublasLtEpilogue_t epi = relu ? (b ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU)
+                                      : CUBLASLT_EPILOGUE_BIAS;
   TB_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
   if (b)  // length M = rows of the column-major output
     TB_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof(b)));
+  if (b && dt != CUDA_R_32F) {  // the bias defaults to D's type; ours stays f32
+    const cudaDataType_t bias_type = CUDA_R_32F;
+    if (cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                       sizeof(bias_type)) != CUBLAS_STATUS_SUCCESS)
+      return false;
+  }
   // Column-major: A = w as (K, M) ld K, transposed; B = xᵀ (K, N) ld K; D = yᵀ (M, N) ld M.
-  TB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_32F, uint64_t(K), uint64_t(M), K));
-  TB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_32F, uint64_t(K), uint64_t(N), K));
-  TB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.d, CUDA_R_32F, uint64_t(M), uint64_t(N), M));
+  TB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, ab, uint64_t(K), uint64_t(M), K));
+  TB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, ab, uint64_t(K), uint64_t(N), K));
+  TB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.d, dt, uint64_t(M), uint64_t(N), M));
   TB_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
   const size_t ws_bytes = kLtWorkspace;
   TB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
@@ -187,6 +211,8 @@ class CudaKernels final : public linear::Kernels {
  private:
   void forward_act(const Dims& d, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
                    const Epilogue& epilogue);
+  void forward_lp_activations(const Dims& d, const Tensor& x, const Tensor& w, const Tensor& b,
+                              Tensor& y);
   // dx = dz·w, dw (+)= dzᵀ·x, db (+)= Σ_n dz (each when defined); dz in
   // x's dtype.
   void backward_gemms(const Dims& d, const Tensor& x, const Tensor& w, const Tensor& dz,
@@ -208,6 +234,10 @@ void CudaKernels::forward(const Dims& d, const Tensor& x, const Tensor& w, const
   const CudaBackend::Impl& m = be_.impl();
   m.activate();
   if (N == 0 || M == 0) return;
+  if (d.lp_activations) {
+    forward_lp_activations(d, x, w, b, y);
+    return;
+  }
   if (b.defined() || K == 0) {  // y = b (or 0 for K = 0, the empty sum), the GEMM adds onto it
     cuda::launch_fill(y.data(), y.numel(), 4, 0, m.stream);
     if (b.defined()) cuda::launch_bias_add(fptr(y), fptr(b), N, M, 1, true, m.stream);
@@ -215,6 +245,29 @@ void CudaKernels::forward(const Dims& d, const Tensor& x, const Tensor& w, const
   if (K == 0) return;  // cuBLAS rejects k = 0
   gemm(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, ab_type(x), w.data(), K, x.data(), K,
        b.defined() ? 1.0f : 0.0f, fptr(y), M);
+}
+
+// y (N, M) in x's f16/bf16 = round(x wᵀ + b): cuBLASLt's BIAS epilogue on
+// the f32 accumulator, rounded once on store. Where cuBLASLt offers none (or
+// there is no bias, or K = 0), a GEMM with an lp C (rounded once), then
+// bias.cu's add of the f32 bias (rounded again).
+void CudaKernels::forward_lp_activations(const Dims& d, const Tensor& x, const Tensor& w,
+                                         const Tensor& b, Tensor& y) {
+  const int64_t N = d.N, K = d.K, M = d.M;
+  const CudaBackend::Impl& m = be_.impl();
+  const cudaDataType_t t = ab_type(x);
+  if (K == 0) {
+    cuda::launch_fill(y.data(), y.numel(), 2, 0, m.stream);
+  } else {
+    if (b.defined() && lt_linear(m, be_.options().deterministic, false, t, t, x.data(), w.data(),
+                                 fptr(b), y.data(), N, K, M))
+      return;
+    gemm(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, t, w.data(), K, x.data(), K, 0.0f, y.data(),
+         t, M);
+  }
+  if (b.defined())
+    cuda::launch_bias_add_lp(y.data_as<uint16_t>(), y.dtype() == DType::BF16, fptr(b), N, M, 1,
+                             true, m.stream);
 }
 
 void CudaKernels::forward_act(const Dims& d, const Tensor& x, const Tensor& w, const Tensor& b,
@@ -231,8 +284,9 @@ void CudaKernels::forward_act(const Dims& d, const Tensor& x, const Tensor& w, c
     cuda::launch_bias_act(t, fptr(b), act_id, fptr(y), N, M, m.stream);
     return;
   }
-  if (act == Activation::ReLU &&
-      lt_linear_relu(m, be_.options().deterministic, fptr(x), fptr(w), fptr(b), fptr(y), N, K, M))
+  if (act == Activation::ReLU && lt_linear(m, be_.options().deterministic, true, CUDA_R_32F,
+                                           CUDA_R_32F, x.data(), w.data(), fptr(b), y.data(), N,
+                                           K, M))
     return;
   gemm(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, CUDA_R_32F, fptr(w), K, fptr(x), K, 0.0f, t,
        M);
@@ -255,7 +309,7 @@ void CudaKernels::backward(const Dims& d, const Tensor& x, const Tensor& w, cons
     backward_gemms(d, x, w, epilogue.dz, dx, dw, none, accumulate);
     return;
   }
-  if (!d.low_precision) {
+  if (!d.low_precision || d.lp_activations) {  // lp activations: dy as it is, dx in lp
     backward_gemms(d, x, w, dy, dx, dw, db, accumulate);
     return;
   }
@@ -277,11 +331,13 @@ void CudaKernels::backward_gemms(const Dims& d, const Tensor& x, const Tensor& w
   const cudaDataType_t t = ab_type(x);
   // Degenerate sizes: cuBLAS rejects k = 0, so write the empty sums ourselves.
   if (dx.defined() && dx.numel() > 0) {
+    // dx f32, or (low-precision activations) x's dtype, rounded once.
+    const cudaDataType_t dxt = dx.dtype() == DType::F32 ? CUDA_R_32F : t;
     if (M == 0)
-      cuda::launch_fill(dx.data(), dx.numel(), 4, 0, m.stream);
+      cuda::launch_fill(dx.data(), dx.numel(), int(dtype_size(dx.dtype())), 0, m.stream);
     else
       gemm(m.cublas, CUBLAS_OP_N, CUBLAS_OP_N, K, N, M, t, w.data(), K, dz.data(), M, 0.0f,
-           fptr(dx), K);
+           dx.data(), dxt, K);
   }
   if (dw.defined() && dw.numel() > 0) {
     if (N == 0) {

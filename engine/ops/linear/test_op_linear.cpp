@@ -15,7 +15,9 @@
 // 3. f16/bf16 inputs (amp): the CPU reference within 2.5u·Σ|a||b| of the f32
 //    op on the unrounded inputs (u the unit roundoff), db bit-equal; CUDA
 //    against the CPU within 1e-5 of the output's magnitude (only the summation
-//    order differs: the same rounded inputs).
+//    order differs: the same rounded inputs). Low-precision activations (y,
+//    dy, dx f16/bf16): the CPU is the f32-activation form rounded once, bit
+//    for bit; CUDA against it within each side's roundings.
 // 4. Hand-computed values, empty batches, shape errors, the layer's parameters.
 // 5. The activation epilogue (ReLU, exact GELU) against its unfused definition,
 //    fresh random inputs (never zeros), every output compared relative to the
@@ -35,6 +37,7 @@
 #include <QtTest>
 
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -117,18 +120,48 @@ float f32_at(const Tensor& h, int64_t i) { return h.data_as<float>()[i]; }
 struct LinearOut {
   Tensor y, dx, dw, db;
 };
+// `act`: the activations' dtype (y, dy, dx), f32 or dt (dy rounded to it on b).
 LinearOut linear_lp(Backend& b, const Tensor& x, const Tensor& w, const Tensor& bias,
-                    const Tensor& dy, DType dt) {
+                    const Tensor& dy, DType dt, DType act = DType::F32) {
   const int64_t N = x.dim(0), K = x.dim(1), M = w.dim(0);
   Tensor xd = to_device(b, x), wd = to_device(b, w), bd = to_device(b, bias), dyd = to_device(b, dy);
   Tensor xl = b.empty({N, K}, dt), wl = b.empty({M, K}, dt);
   amp::cast(b, xd, xl);
   amp::cast(b, wd, wl);
-  Tensor y = b.empty({N, M}, DType::F32), dx = b.empty({N, K}, DType::F32);
+  if (act != DType::F32) dyd = amp::cast_to(b, dyd, act);
+  Tensor y = b.empty({N, M}, act), dx = b.empty({N, K}, act);
   Tensor dw = b.empty({M, K}, DType::F32), db = b.empty({M}, DType::F32);
   linear::forward(b, xl, wl, bd, y);
   linear::backward(b, xl, wl, dyd, dx, dw, db, false);
-  return {to_host(b, y), to_host(b, dx), to_host(b, dw), to_host(b, db)};
+  const auto host_f32 = [&b](const Tensor& t) {
+    return to_host(b, t.dtype() == DType::F32 ? t : amp::cast_to(b, t, DType::F32));
+  };
+  return {host_f32(y), host_f32(dx), to_host(b, dw), to_host(b, db)};
+}
+
+// f32 host tensor -> rounded to lp and widened back (exactly representable).
+Tensor rounded_to(const Tensor& f, DType lp) {
+  CpuBackend& ref = cpu_reference();
+  return amp::cast_to(ref, amp::cast_to(ref, f, lp), DType::F32);
+}
+
+// The first element of the CUDA outputs d farther from the CPU's c than
+// bound(what, c's output, i) + 1e-5·max|c's output|, described; empty when
+// every element is within.
+using BoundOf = std::function<double(const std::string& what, const Tensor& cpu, int64_t i)>;
+QString first_outside(const LinearOut& c, const LinearOut& d, DType dt, const BoundOf& bound) {
+  for (auto [rt, gt, what] : {std::tuple{c.y, d.y, "y"}, std::tuple{c.dx, d.dx, "dx"},
+                              std::tuple{c.dw, d.dw, "dw"}, std::tuple{c.db, d.db, "db"}}) {
+    double mx = 0.0;
+    for (int64_t i = 0; i < rt.numel(); ++i) mx = std::max(mx, double(std::abs(f32_at(rt, i))));
+    for (int64_t i = 0; i < rt.numel(); ++i) {
+      const double b = bound(what, rt, i) + 1e-5 * mx;
+      if (std::abs(double(f32_at(rt, i)) - f32_at(gt, i)) > b)
+        return QString("%1 %2[%3]: cpu %4 cuda %5 bound %6").arg(dtype_name(dt)).arg(what).arg(i)
+            .arg(f32_at(rt, i)).arg(f32_at(gt, i)).arg(b);
+    }
+  }
+  return {};
 }
 LinearOut linear_f32(Backend& b, const Tensor& x, const Tensor& w, const Tensor& bias,
                      const Tensor& dy) {
@@ -362,6 +395,63 @@ class TestOpLinear : public QObject {
     QVERIFY2(m.contains("f16[16, 64]") && m.contains("f32[8, 64]"), qPrintable(m));
   }
 
+  // Low-precision activations (y, dy, dx in x's dtype) on the CPU: the
+  // f32-activation form's results rounded once, bit for bit (dy given in lp,
+  // which the f32 form rounds to itself: the same sums in the same order);
+  // dw and db equal. And the forms' operands that do not fit are refused.
+  void linear_lp_activations_round_once() {
+    CpuBackend& cpu = cpu_reference();
+    const int64_t N = 16, K = 64, M = 8;
+    const Tensor x = random_vector(N * K, 61).reshaped({N, K}), w = random_vector(M * K, 62).reshaped({M, K});
+    const Tensor bias = random_vector(M, 63);
+    for (DType dt : {DType::F16, DType::BF16}) {
+      const Tensor dy = rounded_to(random_vector(N * M, 64).reshaped({N, M}), dt);
+      const LinearOut f = linear_lp(cpu, x, w, bias, dy, dt);
+      const LinearOut l = linear_lp(cpu, x, w, bias, dy, dt, dt);
+      QVERIFY2(bitwise_equal(l.y, rounded_to(f.y, dt)), dtype_name(dt));
+      QVERIFY2(bitwise_equal(l.dx, rounded_to(f.dx, dt)), dtype_name(dt));
+      QVERIFY2(!bitwise_equal(l.y, f.y), "y was not rounded");
+      QVERIFY2(bitwise_equal(l.dw, f.dw), dtype_name(dt));
+      QVERIFY2(bitwise_equal(l.db, f.db), dtype_name(dt));
+    }
+    Tensor xh = amp::cast_to(cpu, x, DType::F16), wh = amp::cast_to(cpu, w, DType::F16);
+    Tensor yb = Tensor::empty({N, M}, DType::BF16);
+    QString m = qerror_of([&] { linear::forward(cpu, xh, wh, bias, yb); });
+    QVERIFY2(m.contains("output y bf16") && m.contains("must be f32"), qPrintable(m));
+    const Tensor dyh = amp::cast_to(cpu, random_vector(N * M, 65).reshaped({N, M}), DType::F16);
+    Tensor dx32 = Tensor::empty({N, K}, DType::F32), none;
+    m = qerror_of([&] { linear::backward(cpu, xh, wh, dyh, dx32, none, none, false); });
+    QVERIFY2(m.contains("dx f32") && m.contains("must be f16"), qPrintable(m));
+  }
+
+  // Low-precision activations, CUDA against the CPU on the same rounded
+  // inputs. The CPU rounds y = xwᵀ + b and dx once (u each); cuBLAS writes
+  // dx in lp from its f32 accumulator (u), and y either through cuBLASLt's
+  // bias epilogue (u) or, without one, a bias-free GEMM rounded to lp and
+  // bias.cu's add rounding again (u·|y − b| + u·|y|); dw and db are f32 sums
+  // of the same lp dy. With the summation order's 1e-5 of the magnitude:
+  //   y ≤ u·|y − b| + 2u·|y|      dx ≤ 2u·|dx|      dw, db ≤ 0
+  void linear_lp_activations_match_cpu_data() { linear_lp_matches_cpu_data(); }
+  void linear_lp_activations_match_cpu() {
+    FETCH_TARGET(t, be);
+    TB_GPU_TRY
+    const int64_t N = 64, K = 96, M = 40;
+    const Tensor x = random_vector(N * K, 71).reshaped({N, K}), w = random_vector(M * K, 72).reshaped({M, K});
+    const Tensor bias = random_vector(M, 73), dy = random_vector(N * M, 74).reshaped({N, M});
+    const DType dt = t.dtype;
+    const double u = dt == DType::F16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+    const LinearOut c = linear_lp(cpu_reference(), x, w, bias, dy, dt, dt);
+    const LinearOut d = linear_lp(be, x, w, bias, dy, dt, dt);
+    const QString m = first_outside(c, d, dt, [&](const std::string& what, const Tensor& r,
+                                                  int64_t i) {
+      const double v = std::abs(double(f32_at(r, i)));
+      if (what == "y") return u * (std::abs(double(f32_at(r, i)) - f32_at(bias, i % M)) + 2 * v);
+      return what == "dx" ? u * 2 * v : 0.0;
+    });
+    QVERIFY2(m.isEmpty(), qPrintable(m));
+    TB_GPU_CATCH
+  }
+
   // Same rounded inputs on both: only the summation order differs (Tensor
   // Core fp32 accumulation vs the CPU's), so 1e-5 of the output's magnitude.
   void linear_lp_matches_cpu_data() {
@@ -379,15 +469,8 @@ class TestOpLinear : public QObject {
     const DType dt = t.dtype;
     const LinearOut c = linear_lp(cpu_reference(), x, w, bias, dy, dt);
     const LinearOut d = linear_lp(be, x, w, bias, dy, dt);
-    for (auto [rt, gt, what] : {std::tuple{c.y, d.y, "y"}, std::tuple{c.dx, d.dx, "dx"},
-                                std::tuple{c.dw, d.dw, "dw"}, std::tuple{c.db, d.db, "db"}}) {
-      double mx = 0.0;
-      for (int64_t i = 0; i < rt.numel(); ++i) mx = std::max(mx, double(std::abs(f32_at(rt, i))));
-      for (int64_t i = 0; i < rt.numel(); ++i)
-        QVERIFY2(std::abs(double(f32_at(rt, i)) - f32_at(gt, i)) <= 1e-5 * mx,
-                 qPrintable(QString("%1 %2[%3]: cpu %4 cuda %5").arg(dtype_name(dt)).arg(what)
-                                .arg(i).arg(f32_at(rt, i)).arg(f32_at(gt, i))));
-    }
+    const QString m = first_outside(c, d, dt, [](const std::string&, const Tensor&, int64_t) { return 0.0; });
+    QVERIFY2(m.isEmpty(), qPrintable(m));
     TB_GPU_CATCH
   }
 

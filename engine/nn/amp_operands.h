@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// The low-precision operands of a layer that computes in f16/bf16 under
+// mixed precision (Conv2d, Linear): what it casts, and where the casts stop.
+//
+//   forward   x as the op reads it: the layer's input itself when it is
+//             already lp (low-precision activations), else cast once into
+//             cast_x (the model's f32 batch at the first such layer; every
+//             input with AmpActivations::F32); the f32 master weight cast at
+//             every forward (it changes after each optimizer step; eval too).
+//   backward  the op writes dx in dy's dtype; the layer's input gradient has
+//             the input's dtype. They differ at the first layer (an f32
+//             batch, whose dx is rarely wanted) and at the model's output
+//             layer (f32 dlogits, lp input): there the op writes into op_dx
+//             and input_grad casts it over.
+#include "engine/nn/layer.h"
+
+namespace tb {
+
+class AmpOperands {
+ public:
+  // Casts what the op needs for this forward; x() and weight() are then its
+  // operands, until the next prepare().
+  void prepare(Context& ctx, const Tensor& x, const Tensor& master_weight, DType lp);
+  const Tensor& x() const { return x_; }
+  const Tensor& weight() const { return weight_; }
+  // Throws naming `layer` unless the last forward ran under ctx's policy.
+  void check_backward(const Context& ctx, DType lp, const std::string& layer) const;
+  // The buffer the op writes dx into, for dy and the layer's input `in`:
+  // `dx` itself (shape and layout of in, dy's dtype) when in has dy's dtype,
+  // else this object's scratch.
+  Tensor& op_dx(Context& ctx, Tensor& dx, const Tensor& in, const Tensor& dy);
+  // After the op wrote `written` (what op_dx returned): the layer's input
+  // gradient in in's dtype (written itself, or cast from it into dx).
+  Tensor input_grad(Context& ctx, Tensor& dx, const Tensor& in, const Tensor& written);
+
+ private:
+  Tensor x_, cast_x_, weight_, op_dx_;
+};
+
+}  // namespace tb
