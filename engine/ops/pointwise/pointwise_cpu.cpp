@@ -6,12 +6,14 @@
 // else.
 #include <cblas.h>
 
-#include <cmath>
-#if defined(__SSE2__)
-#include <emmintrin.h>
+#ifdef _OPENMP
+#include <omp.h>
 #endif
 
+#include <cmath>
+
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/cpu_features.h"
 #include "engine/ops/pointwise/pointwise.h"
 
 namespace tb {
@@ -24,15 +26,30 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2π)
 // ---------------------------------------------------------------- reference
 // Plain loops in T (float or double): the test oracle.
 
+// The reference loops are also the fast path's bodies for ReLU, add and
+// accumulate (below, compiled for the processor's ISA). The selects read both
+// operands unconditionally (a conditional load would keep the compiler from
+// vectorising them) and give the same values for every input (NaN and -0
+// give +0). TB_IVDEP: y may alias x and dx may alias dy; without it the
+// compiler's overlap check sends the in-place case to its scalar loop, which
+// branches on the sign and mispredicts on half the elements.
 template <typename T>
 void relu_forward_ref(const T* x, T* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
+  TB_IVDEP
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = x[i];
+    y[i] = v > T(0) ? v : T(0);
+  }
 }
 
 // dx = dy * (y > 0): y is the forward output (so the layer may drop x).
 template <typename T>
 void relu_backward_ref(const T* y, const T* dy, T* dx, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > T(0) ? dy[i] : T(0);
+  TB_IVDEP
+  for (int64_t i = 0; i < n; ++i) {
+    const T g = dy[i];
+    dx[i] = y[i] > T(0) ? g : T(0);
+  }
 }
 
 // GELU(x) = x·Φ(x) = x/2·(1 + erf(x/√2))
@@ -57,18 +74,22 @@ void gelu_backward_ref(const T* x, const T* dy, T* dx, int64_t n) {
 
 template <typename T>
 void add_ref(const T* a, const T* b, T* y, int64_t n) {
+  TB_IVDEP
   for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
 }
 
 template <typename T>
 void accumulate_ref(const T* src, T* dst, int64_t n) {
+  TB_IVDEP
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
 // ---------------------------------------------------------------- fast f32
-// Branch-free loops (ReLU vectorises); GELU in float arithmetic
-// (erff/expf) instead of the reference's double. With OpenMP the range is split
-// across the backend's threads (elementwise: no effect on the values).
+// ReLU, add and accumulate: the reference loops compiled for the processor's
+// widest ISA (engine/core/cpu_features.h: the same bits in every copy); GELU
+// in float arithmetic (erff/expf) instead of the reference's double. With
+// OpenMP the range is split across the backend's threads (elementwise: no
+// effect on the values).
 
 constexpr int64_t kParallelMin = 1 << 16;  // elements below which threads cost more
 
@@ -79,44 +100,41 @@ constexpr int64_t kParallelMin = 1 << 16;  // elements below which threads cost 
 #define TB_PARALLEL_FOR
 #endif
 
-// ReLU as a bit mask: (v > 0) & v. Same values as the reference's select for
-// every input (NaN and -0 give +0). Written with SSE2 because y may alias x and
-// dx may alias dy: the compiler's overlap check would send the in-place case
-// to its scalar loop, which branches on the sign and mispredicts on half the
-// elements. Each block reads all its inputs before it writes.
-void relu_forward_f32(const float* x, float* y, int64_t n, [[maybe_unused]] int threads) {
-  const int64_t nv = n & ~int64_t(7);
-  TB_PARALLEL_FOR
-  for (int64_t i = 0; i < nv; i += 8) {
-#if defined(__SSE2__)
-    const __m128 z = _mm_setzero_ps();
-    const __m128 a = _mm_loadu_ps(x + i), b = _mm_loadu_ps(x + i + 4);
-    _mm_storeu_ps(y + i, _mm_and_ps(_mm_cmpgt_ps(a, z), a));
-    _mm_storeu_ps(y + i + 4, _mm_and_ps(_mm_cmpgt_ps(b, z), b));
-#else
-    for (int64_t j = i; j < i + 8; ++j) y[j] = x[j] > 0.0f ? x[j] : 0.0f;
-#endif
+// Splits [0, n) into one contiguous span per thread and runs f(lo, hi) on
+// each (elementwise: no effect on the values).
+template <typename F>
+void for_spans(int64_t n, [[maybe_unused]] int threads, F&& f) {
+#ifdef _OPENMP
+  if (threads > 1 && n >= kParallelMin) {
+#pragma omp parallel num_threads(threads)
+    {
+      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+      const int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
+      if (lo < hi) f(lo, hi);
+    }
+    return;
   }
-  for (int64_t i = nv; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+#endif
+  if (n > 0) f(0, n);
 }
 
-void relu_backward_f32(const float* y, const float* dy, float* dx, int64_t n,
-                       [[maybe_unused]] int threads) {
-  const int64_t nv = n & ~int64_t(7);
-  TB_PARALLEL_FOR
-  for (int64_t i = 0; i < nv; i += 8) {
-#if defined(__SSE2__)
-    const __m128 z = _mm_setzero_ps();
-    const __m128 m0 = _mm_cmpgt_ps(_mm_loadu_ps(y + i), z);
-    const __m128 m1 = _mm_cmpgt_ps(_mm_loadu_ps(y + i + 4), z);
-    const __m128 g0 = _mm_loadu_ps(dy + i), g1 = _mm_loadu_ps(dy + i + 4);
-    _mm_storeu_ps(dx + i, _mm_and_ps(m0, g0));
-    _mm_storeu_ps(dx + i + 4, _mm_and_ps(m1, g1));
-#else
-    for (int64_t j = i; j < i + 8; ++j) dx[j] = y[j] > 0.0f ? dy[j] : 0.0f;
-#endif
-  }
-  for (int64_t i = nv; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+// Compiled for the processor's widest ISA (engine/core/cpu_features.h).
+TB_CPU_KERNEL(void, relu_forward_isa, (const float* x, float* y, int64_t n), (x, y, n),
+              relu_forward_ref<float>)
+TB_CPU_KERNEL(void, relu_backward_isa, (const float* y, const float* dy, float* dx, int64_t n),
+              (y, dy, dx, n), relu_backward_ref<float>)
+TB_CPU_KERNEL(void, add_isa, (const float* a, const float* b, float* y, int64_t n), (a, b, y, n),
+              add_ref<float>)
+TB_CPU_KERNEL(void, accumulate_isa, (const float* src, float* dst, int64_t n), (src, dst, n),
+              accumulate_ref<float>)
+
+void relu_forward_f32(const float* x, float* y, int64_t n, int threads) {
+  for_spans(n, threads, [&](int64_t lo, int64_t hi) { relu_forward_isa(x + lo, y + lo, hi - lo); });
+}
+
+void relu_backward_f32(const float* y, const float* dy, float* dx, int64_t n, int threads) {
+  for_spans(n, threads,
+            [&](int64_t lo, int64_t hi) { relu_backward_isa(y + lo, dy + lo, dx + lo, hi - lo); });
 }
 
 void gelu_forward_f32(const float* x, float* y, int64_t n, [[maybe_unused]] int threads) {
@@ -204,19 +222,32 @@ void CpuKernels::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
 
 #undef TB_POINTWISE_DISPATCH
 
-// add and accumulate: the reference loop is already the fast loop.
+// add and accumulate: the fast path is the reference loop compiled for the
+// processor's ISA, single-threaded.
 void CpuKernels::add(const Tensor& a, const Tensor& b, Tensor& y) {
-  if (a.dtype() == DType::F64)
-    add_ref(a.data_as<double>(), b.data_as<double>(), y.data_as<double>(), a.numel());
+  const DType dt = a.dtype();
+  const int64_t n = a.numel();
+#define ARGS(T) a.data_as<T>(), b.data_as<T>(), y.data_as<T>(), n
+  if (dt == DType::F64)
+    add_ref(ARGS(double));
+  else if (be_.use_reference(dt))
+    add_ref(ARGS(float));
   else
-    add_ref(a.data_as<float>(), b.data_as<float>(), y.data_as<float>(), a.numel());
+    add_isa(ARGS(float));
+#undef ARGS
 }
 
 void CpuKernels::accumulate(const Tensor& src, Tensor& dst) {
-  if (src.dtype() == DType::F64)
-    accumulate_ref(src.data_as<double>(), dst.data_as<double>(), src.numel());
+  const DType dt = src.dtype();
+  const int64_t n = src.numel();
+#define ARGS(T) src.data_as<T>(), dst.data_as<T>(), n
+  if (dt == DType::F64)
+    accumulate_ref(ARGS(double));
+  else if (be_.use_reference(dt))
+    accumulate_ref(ARGS(float));
   else
-    accumulate_ref(src.data_as<float>(), dst.data_as<float>(), src.numel());
+    accumulate_isa(ARGS(float));
+#undef ARGS
 }
 
 void CpuKernels::scale(Tensor& t, double alpha) {
