@@ -67,9 +67,14 @@ void set_cpu_isa(CpuIsa isa);
 // ---------------------------------------------------------------- the copies
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define TB_CPU_MULTIVERSION 1
-// No "fma" in either list: the copies must round as the baseline does.
+// No "fma" in either list: the copies must round as the baseline does. The
+// AVX-512 copy prefers 256-bit vectors (its VL forms: masks, 32 registers), as
+// GCC's own tuning for Intel's AVX-512 cores does: 512-bit streaming loops
+// measured no faster on Zen 4 (ReLU's backward 10-20 % slower, bench/NOTES.md)
+// and lower the clock of older Intel cores.
 #define TB_TARGET_AVX2 __attribute__((target("avx2")))
-#define TB_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#define TB_TARGET_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=256")))
 // Every call inside a copy is inlined into it, so the whole body is compiled
 // for the copy's ISA (a helper left out of line would run the baseline code).
 #define TB_FLATTEN __attribute__((flatten))
@@ -95,23 +100,49 @@ void set_cpu_isa(CpuIsa isa);
 // name_default, name_avx2 and name_avx512 are the copies. Put no threads inside
 // the body (an OpenMP region is outlined into a function of the baseline ISA):
 // dispatch the loop one thread runs and split the work outside it.
+//
+// TB_CPU_KERNEL_BY_WIDTH(ret, name, (params), (args), body): the same with
+// body a template on the copy's vector size in bytes, called body<bytes>(args):
+// 16 (baseline), 32 (AVX2), 32 (AVX-512, as preferred above). For loops
+// written with the compiler's vector extensions, whose vectors must have the
+// register's size to stay in registers (a wider one is kept in memory).
+// The vector-extension types of a vector size in bytes (16, 32, 64), for
+// TB_CPU_KERNEL_BY_WIDTH bodies; GCC takes no template-dependent vector_size,
+// hence one specialisation per size. F32Half: the floats that widen to one F64.
+template <int kBytes>
+struct CpuVec;
+#define TB_CPU_VEC_(bytes)                                                  \
+  template <>                                                               \
+  struct CpuVec<bytes> {                                                    \
+    typedef double F64 __attribute__((vector_size(bytes)));                 \
+    typedef float F32 __attribute__((vector_size(bytes)));                  \
+    typedef int I32 __attribute__((vector_size(bytes)));                    \
+    typedef float F32Half __attribute__((vector_size(bytes / 2)));          \
+  };
+TB_CPU_VEC_(16)
+TB_CPU_VEC_(32)
+TB_CPU_VEC_(64)
+#undef TB_CPU_VEC_
+
 #if TB_CPU_MULTIVERSION
-#define TB_CPU_KERNEL(ret, name, params, args, ...)                              \
-  TB_TARGET_AVX512 TB_FLATTEN ret name##_avx512 params {       \
-    return __VA_ARGS__ args;                                                    \
-  }                                                                             \
-  TB_TARGET_AVX2 TB_FLATTEN ret name##_avx2 params {           \
-    return __VA_ARGS__ args;                                                    \
-  }                                                                             \
-  TB_FLATTEN ret name##_default params { return __VA_ARGS__ args; } \
-  ret name params {                                                             \
-    switch (::tb::cpu_isa()) {                                                  \
-      case ::tb::CpuIsa::Avx512: return name##_avx512 args;                     \
-      case ::tb::CpuIsa::Avx2: return name##_avx2 args;                         \
-      default: return name##_default args;                                      \
-    }                                                                           \
+#define TB_CPU_COPIES_(ret, name, params, args, body_avx512, body_avx2, body_default) \
+  TB_TARGET_AVX512 TB_FLATTEN ret name##_avx512 params { return body_avx512 args; }   \
+  TB_TARGET_AVX2 TB_FLATTEN ret name##_avx2 params { return body_avx2 args; }         \
+  TB_FLATTEN ret name##_default params { return body_default args; }                  \
+  ret name params {                                                                  \
+    switch (::tb::cpu_isa()) {                                                       \
+      case ::tb::CpuIsa::Avx512: return name##_avx512 args;                          \
+      case ::tb::CpuIsa::Avx2: return name##_avx2 args;                              \
+      default: return name##_default args;                                           \
+    }                                                                                \
   }
+#define TB_CPU_KERNEL(ret, name, params, args, ...) \
+  TB_CPU_COPIES_(ret, name, params, args, __VA_ARGS__, __VA_ARGS__, __VA_ARGS__)
+#define TB_CPU_KERNEL_BY_WIDTH(ret, name, params, args, body) \
+  TB_CPU_COPIES_(ret, name, params, args, body<32>, body<32>, body<16>)
 #else
 #define TB_CPU_KERNEL(ret, name, params, args, ...) \
   ret name params { return __VA_ARGS__ args; }
+#define TB_CPU_KERNEL_BY_WIDTH(ret, name, params, args, body) \
+  ret name params { return body<16> args; }
 #endif

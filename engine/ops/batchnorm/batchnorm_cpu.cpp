@@ -148,38 +148,42 @@ void for_each_channel(const BnDims& d, [[maybe_unused]] int threads, F&& f) {
   for (int64_t c = 0; c < d.C; ++c) f(c);
 }
 
-// Eight floats widened to eight doubles, one vector (GCC's and Clang's vector
-// extensions: the baseline copy runs it as four SSE2 pairs, the AVX2 copy as
-// two 4-wide registers, the AVX-512 copy as one 8-wide; lane l is element l in
-// all of them).
-using F32x8 = float __attribute__((vector_size(32)));
-using F64x8 = double __attribute__((vector_size(64)));
-
 // s += Σ g, sx += Σ g·x over [0, n) in kLanes double lanes: lane l sums
 // elements i+l, then the lanes are added in order, whatever the ISA (so every
 // copy gives the same bits; a single serial sum would neither vectorise nor
-// keep up with the loads).
+// keep up with the loads). The lanes are kLanes / (kVecBytes / 8) vectors of
+// the copy's register size (GCC's and Clang's vector extensions): four SSE2
+// pairs, or two quadruples in the AVX2 and AVX-512 copies.
+template <int kVecBytes>
 inline void sum_dot(const float* g, const float* x, int64_t n, double& s, double& sx) {
-  static_assert(kLanes == 8, "one F64x8 of lanes");
-  F64x8 a = {}, b = {};
+  constexpr int kPerVec = kVecBytes / 8;  // doubles a register holds
+  constexpr int kVecs = kLanes / kPerVec;
+  static_assert(kVecs * kPerVec == kLanes, "whole registers of lanes");
+  using F64v = typename CpuVec<kVecBytes>::F64;
+  using F32v = typename CpuVec<kVecBytes>::F32Half;
+  F64v a[kVecs] = {}, b[kVecs] = {};
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    F32x8 gf, xf;
-    std::memcpy(&gf, g + i, sizeof gf);
-    std::memcpy(&xf, x + i, sizeof xf);
-    const F64x8 v = __builtin_convertvector(gf, F64x8), w = __builtin_convertvector(xf, F64x8);
-    a += v;
-    b += v * w;
-  }
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kVecs; ++j) {
+      F32v gf, xf;
+      std::memcpy(&gf, g + i + j * kPerVec, sizeof gf);
+      std::memcpy(&xf, x + i + j * kPerVec, sizeof xf);
+      const F64v v = __builtin_convertvector(gf, F64v), w = __builtin_convertvector(xf, F64v);
+      a[j] += v;
+      b[j] += v * w;
+    }
   for (; i < n; ++i) {
-    a[0] += g[i];
-    b[0] += double(g[i]) * double(x[i]);
+    a[0][0] += g[i];
+    b[0][0] += double(g[i]) * double(x[i]);
   }
-  for (int l = 0; l < kLanes; ++l) s += a[l], sx += b[l];
+  for (int l = 0; l < kLanes; ++l) s += a[l / kPerVec][l % kPerVec], sx += b[l / kPerVec][l % kPerVec];
 }
 
 // s += Σ x, s2 += Σ x²: the same lanes and order as sum_dot(x, x).
-inline void sum_sumsq(const float* x, int64_t n, double& s, double& s2) { sum_dot(x, x, n, s, s2); }
+template <int kVecBytes>
+inline void sum_sumsq(const float* x, int64_t n, double& s, double& s2) {
+  sum_dot<kVecBytes>(x, x, n, s, s2);
+}
 
 // One channel's rows: y = act(x·scale + shift [+ r]); r null: no residual.
 inline void apply_rows(const BnDims& d, int64_t c, const float* x, const float* r, bool relu,
@@ -234,11 +238,12 @@ struct F32Args {
 // E[x²] − E[x]² stays below f32 resolution unless |mean|/std exceeds ~10^4;
 // then y = act(x·scale + shift [+ r]) with per-channel constants over
 // contiguous HW rows.
+template <int kVecBytes>
 inline void bn_train_channel_body(const F32Args& a, int64_t c) {
   const BnDims& d = a.d;
   const double M = double(d.M());
   double s = 0.0, s2 = 0.0;
-  for (int64_t n = 0; n < d.N; ++n) sum_sumsq(a.x + at(d, n, c, 0), d.HW, s, s2);
+  for (int64_t n = 0; n < d.N; ++n) sum_sumsq<kVecBytes>(a.x + at(d, n, c, 0), d.HW, s, s2);
   const double mean = s / M;
   const double var = std::max(s2 / M - mean * mean, 0.0);
   const double invstd = 1.0 / std::sqrt(var + a.eps);
@@ -265,6 +270,7 @@ inline void bn_eval_channel_body(const F32Args& a, int64_t c) {
 // Σdz·x̂ = invstd·(Σdz·x − μ·Σdz). Sweep 2: dx = dz·a + x·b + c0 with
 // per-channel constants, dz recomputed from y and dy. scratch: HW floats when
 // relu and no dres.
+template <int kVecBytes>
 inline void bn_backward_channel_body(const F32Args& a, int64_t c, float* scratch) {
   const BnDims& d = a.d;
   const double M = double(d.M());
@@ -287,7 +293,7 @@ inline void bn_backward_channel_body(const F32Args& a, int64_t c, float* scratch
     } else if (a.dres) {
       std::copy_n(gr, d.HW, a.dres + at(d, n, c, 0));
     }
-    sum_dot(dz, xr, d.HW, sdy, sdyx);
+    sum_dot<kVecBytes>(dz, xr, d.HW, sdy, sdyx);
   }
   const double sdyxh = invstd * (sdyx - mean * sdy);
   if (a.out) {
@@ -318,10 +324,11 @@ inline void bn_backward_channel_body(const F32Args& a, int64_t c, float* scratch
 }
 
 // Each channel's work compiled for the processor's widest ISA (cpu_features.h).
-TB_CPU_KERNEL(void, bn_train_channel, (const F32Args& a, int64_t c), (a, c), bn_train_channel_body)
+TB_CPU_KERNEL_BY_WIDTH(void, bn_train_channel, (const F32Args& a, int64_t c), (a, c),
+                       bn_train_channel_body)
 TB_CPU_KERNEL(void, bn_eval_channel, (const F32Args& a, int64_t c), (a, c), bn_eval_channel_body)
-TB_CPU_KERNEL(void, bn_backward_channel, (const F32Args& a, int64_t c, float* scratch),
-              (a, c, scratch), bn_backward_channel_body)
+TB_CPU_KERNEL_BY_WIDTH(void, bn_backward_channel, (const F32Args& a, int64_t c, float* scratch),
+                       (a, c, scratch), bn_backward_channel_body)
 
 void bn_train_f32(const F32Args& a, int threads) {
   for_each_channel(a.d, threads, [&](int64_t c) { bn_train_channel(a, c); });

@@ -11,6 +11,7 @@
 #endif
 
 #include <cmath>
+#include <cstring>
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/cpu_features.h"
@@ -26,13 +27,12 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2π)
 // ---------------------------------------------------------------- reference
 // Plain loops in T (float or double): the test oracle.
 
-// The reference loops are also the fast path's bodies for ReLU, add and
-// accumulate (below, compiled for the processor's ISA). The selects read both
-// operands unconditionally (a conditional load would keep the compiler from
-// vectorising them) and give the same values for every input (NaN and -0
-// give +0). TB_IVDEP: y may alias x and dx may alias dy; without it the
-// compiler's overlap check sends the in-place case to its scalar loop, which
-// branches on the sign and mispredicts on half the elements.
+// The reference loops are also the fast path's bodies for add and accumulate
+// and its tails for ReLU (below, compiled for the processor's ISA). The
+// selects read both operands unconditionally (a conditional load would keep
+// the compiler from vectorising them). TB_IVDEP: y may alias x and dx may
+// alias dy; without it the compiler's overlap check sends the in-place case to
+// its scalar loop.
 template <typename T>
 void relu_forward_ref(const T* x, T* y, int64_t n) {
   TB_IVDEP
@@ -85,8 +85,9 @@ void accumulate_ref(const T* src, T* dst, int64_t n) {
 }
 
 // ---------------------------------------------------------------- fast f32
-// ReLU, add and accumulate: the reference loops compiled for the processor's
-// widest ISA (engine/core/cpu_features.h: the same bits in every copy); GELU
+// ReLU (a bit mask), add and accumulate (the reference loops) compiled for the
+// processor's widest ISA (engine/core/cpu_features.h: the same bits in every
+// copy); GELU
 // in float arithmetic (erff/expf) instead of the reference's double. With
 // OpenMP the range is split across the backend's threads (elementwise: no
 // effect on the values).
@@ -118,11 +119,57 @@ void for_spans(int64_t n, [[maybe_unused]] int threads, F&& f) {
   if (n > 0) f(0, n);
 }
 
+// ReLU as a bit mask, (v > 0) & v: the reference's values for every input
+// (NaN and -0 give +0), two registers of the copy's width an iteration (one
+// is too few to keep the loads busy; the compiler does not unroll vector
+// loops by itself), each block read in full before it is written (y may
+// alias x, dx alias dy). The tail is the reference loop.
+template <int kVecBytes>
+inline void relu_forward_vec(const float* x, float* y, int64_t n) {
+  using F = typename CpuVec<kVecBytes>::F32;
+  using I = typename CpuVec<kVecBytes>::I32;
+  constexpr int64_t kPer = kVecBytes / 4;
+  const F zero = {};
+  int64_t i = 0;
+  for (; i + 2 * kPer <= n; i += 2 * kPer) {
+    F a, b;
+    std::memcpy(&a, x + i, sizeof a);
+    std::memcpy(&b, x + i + kPer, sizeof b);
+    a = F(I(a > zero) & I(a));
+    b = F(I(b > zero) & I(b));
+    std::memcpy(y + i, &a, sizeof a);
+    std::memcpy(y + i + kPer, &b, sizeof b);
+  }
+  relu_forward_ref(x + i, y + i, n - i);
+}
+
+template <int kVecBytes>
+inline void relu_backward_vec(const float* y, const float* dy, float* dx, int64_t n) {
+  using F = typename CpuVec<kVecBytes>::F32;
+  using I = typename CpuVec<kVecBytes>::I32;
+  constexpr int64_t kPer = kVecBytes / 4;
+  const F zero = {};
+  int64_t i = 0;
+  for (; i + 2 * kPer <= n; i += 2 * kPer) {
+    F ya, yb, ga, gb;
+    std::memcpy(&ya, y + i, sizeof ya);
+    std::memcpy(&yb, y + i + kPer, sizeof yb);
+    std::memcpy(&ga, dy + i, sizeof ga);
+    std::memcpy(&gb, dy + i + kPer, sizeof gb);
+    ga = F(I(ya > zero) & I(ga));
+    gb = F(I(yb > zero) & I(gb));
+    std::memcpy(dx + i, &ga, sizeof ga);
+    std::memcpy(dx + i + kPer, &gb, sizeof gb);
+  }
+  relu_backward_ref(y + i, dy + i, dx + i, n - i);
+}
+
 // Compiled for the processor's widest ISA (engine/core/cpu_features.h).
-TB_CPU_KERNEL(void, relu_forward_isa, (const float* x, float* y, int64_t n), (x, y, n),
-              relu_forward_ref<float>)
-TB_CPU_KERNEL(void, relu_backward_isa, (const float* y, const float* dy, float* dx, int64_t n),
-              (y, dy, dx, n), relu_backward_ref<float>)
+TB_CPU_KERNEL_BY_WIDTH(void, relu_forward_isa, (const float* x, float* y, int64_t n), (x, y, n),
+                       relu_forward_vec)
+TB_CPU_KERNEL_BY_WIDTH(void, relu_backward_isa,
+                       (const float* y, const float* dy, float* dx, int64_t n), (y, dy, dx, n),
+                       relu_backward_vec)
 TB_CPU_KERNEL(void, add_isa, (const float* a, const float* b, float* y, int64_t n), (a, b, y, n),
               add_ref<float>)
 TB_CPU_KERNEL(void, accumulate_isa, (const float* src, float* dst, int64_t n), (src, dst, n),
