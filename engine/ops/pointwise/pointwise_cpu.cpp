@@ -119,69 +119,49 @@ void for_spans(int64_t n, [[maybe_unused]] int threads, F&& f) {
   if (n > 0) f(0, n);
 }
 
-// ReLU as a bit mask, (v > 0) & v: the reference's values for every input
+// out = m > 0 ? v : 0 as a bit mask, (m > 0) & v: ReLU's forward is
+// (x, x, y), its backward (y, dy, dx). The reference's values for every input
 // (NaN and -0 give +0), two registers of the copy's width an iteration (one
 // is too few to keep the loads busy; the compiler does not unroll vector
-// loops by itself), each block read in full before it is written (y may
-// alias x, dx alias dy). The tail is the reference loop.
+// loops by itself), each block read in full before it is written (out may
+// alias m and v). The tail is the reference loop.
 template <int kVecBytes>
-inline void relu_forward_vec(const float* x, float* y, int64_t n) {
+inline void relu_mask_vec(const float* m, const float* v, float* out, int64_t n) {
   using F = typename CpuVec<kVecBytes>::F32;
   using I = typename CpuVec<kVecBytes>::I32;
   constexpr int64_t kPer = kVecBytes / 4;
   const F zero = {};
   int64_t i = 0;
   for (; i + 2 * kPer <= n; i += 2 * kPer) {
-    F a, b;
-    std::memcpy(&a, x + i, sizeof a);
-    std::memcpy(&b, x + i + kPer, sizeof b);
-    a = F(I(a > zero) & I(a));
-    b = F(I(b > zero) & I(b));
-    std::memcpy(y + i, &a, sizeof a);
-    std::memcpy(y + i + kPer, &b, sizeof b);
+    F ma, mb, va, vb;
+    std::memcpy(&ma, m + i, sizeof ma);
+    std::memcpy(&mb, m + i + kPer, sizeof mb);
+    std::memcpy(&va, v + i, sizeof va);
+    std::memcpy(&vb, v + i + kPer, sizeof vb);
+    va = F(I(ma > zero) & I(va));
+    vb = F(I(mb > zero) & I(vb));
+    std::memcpy(out + i, &va, sizeof va);
+    std::memcpy(out + i + kPer, &vb, sizeof vb);
   }
-  relu_forward_ref(x + i, y + i, n - i);
-}
-
-template <int kVecBytes>
-inline void relu_backward_vec(const float* y, const float* dy, float* dx, int64_t n) {
-  using F = typename CpuVec<kVecBytes>::F32;
-  using I = typename CpuVec<kVecBytes>::I32;
-  constexpr int64_t kPer = kVecBytes / 4;
-  const F zero = {};
-  int64_t i = 0;
-  for (; i + 2 * kPer <= n; i += 2 * kPer) {
-    F ya, yb, ga, gb;
-    std::memcpy(&ya, y + i, sizeof ya);
-    std::memcpy(&yb, y + i + kPer, sizeof yb);
-    std::memcpy(&ga, dy + i, sizeof ga);
-    std::memcpy(&gb, dy + i + kPer, sizeof gb);
-    ga = F(I(ya > zero) & I(ga));
-    gb = F(I(yb > zero) & I(gb));
-    std::memcpy(dx + i, &ga, sizeof ga);
-    std::memcpy(dx + i + kPer, &gb, sizeof gb);
-  }
-  relu_backward_ref(y + i, dy + i, dx + i, n - i);
+  relu_backward_ref(m + i, v + i, out + i, n - i);
 }
 
 // Compiled for the processor's widest ISA (engine/core/cpu_features.h).
-TB_CPU_KERNEL_BY_WIDTH(void, relu_forward_isa, (const float* x, float* y, int64_t n), (x, y, n),
-                       relu_forward_vec)
-TB_CPU_KERNEL_BY_WIDTH(void, relu_backward_isa,
-                       (const float* y, const float* dy, float* dx, int64_t n), (y, dy, dx, n),
-                       relu_backward_vec)
+TB_CPU_KERNEL_BY_WIDTH(void, relu_mask_isa, (const float* m, const float* v, float* out, int64_t n),
+                       (m, v, out, n), relu_mask_vec)
 TB_CPU_KERNEL(void, add_isa, (const float* a, const float* b, float* y, int64_t n), (a, b, y, n),
               add_ref<float>)
 TB_CPU_KERNEL(void, accumulate_isa, (const float* src, float* dst, int64_t n), (src, dst, n),
               accumulate_ref<float>)
 
 void relu_forward_f32(const float* x, float* y, int64_t n, int threads) {
-  for_spans(n, threads, [&](int64_t lo, int64_t hi) { relu_forward_isa(x + lo, y + lo, hi - lo); });
+  for_spans(n, threads,
+            [&](int64_t lo, int64_t hi) { relu_mask_isa(x + lo, x + lo, y + lo, hi - lo); });
 }
 
 void relu_backward_f32(const float* y, const float* dy, float* dx, int64_t n, int threads) {
   for_spans(n, threads,
-            [&](int64_t lo, int64_t hi) { relu_backward_isa(y + lo, dy + lo, dx + lo, hi - lo); });
+            [&](int64_t lo, int64_t hi) { relu_mask_isa(y + lo, dy + lo, dx + lo, hi - lo); });
 }
 
 void gelu_forward_f32(const float* x, float* y, int64_t n, [[maybe_unused]] int threads) {
