@@ -73,8 +73,12 @@ void set_cpu_isa(CpuIsa isa);
 // measured no faster on Zen 4 (ReLU's backward 10-20 % slower, bench/NOTES.md)
 // and lower the clock of older Intel cores.
 #define TB_TARGET_AVX2 __attribute__((target("avx2")))
+#if defined(__clang__)  // Clang takes no prefer-vector-width here (and ignores the whole attribute)
+#define TB_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#else
 #define TB_TARGET_AVX512 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=256")))
+#endif
 // Every call inside a copy is inlined into it, so the whole body is compiled
 // for the copy's ISA (a helper left out of line would run the baseline code).
 #define TB_FLATTEN __attribute__((flatten))
