@@ -6,10 +6,7 @@
 // else.
 #include <cblas.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -101,24 +98,6 @@ constexpr int64_t kParallelMin = 1 << 16;  // elements below which threads cost 
 #define TB_PARALLEL_FOR
 #endif
 
-// Splits [0, n) into one contiguous span per thread and runs f(lo, hi) on
-// each (elementwise: no effect on the values).
-template <typename F>
-void for_spans(int64_t n, [[maybe_unused]] int threads, F&& f) {
-#ifdef _OPENMP
-  if (threads > 1 && n >= kParallelMin) {
-#pragma omp parallel num_threads(threads)
-    {
-      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-      const int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
-      if (lo < hi) f(lo, hi);
-    }
-    return;
-  }
-#endif
-  if (n > 0) f(0, n);
-}
-
 // out = m > 0 ? v : 0 as a bit mask, (m > 0) & v: ReLU's forward is
 // (x, x, y), its backward (y, dy, dx). The reference's values for every input
 // (NaN and -0 give +0), two registers of the copy's width an iteration (one
@@ -154,14 +133,24 @@ TB_CPU_KERNEL(void, add_isa, (const float* a, const float* b, float* y, int64_t 
 TB_CPU_KERNEL(void, accumulate_isa, (const float* src, float* dst, int64_t n), (src, dst, n),
               accumulate_ref<float>)
 
+// ReLU in spans of kSpan elements, each one call of this ISA's copy (the
+// threads split the spans).
+constexpr int64_t kSpan = 1 << 12;
+
+void relu_mask_f32(const float* m, const float* v, float* out, int64_t n,
+                   [[maybe_unused]] int threads) {
+  const int64_t spans = (n + kSpan - 1) / kSpan;
+  TB_PARALLEL_FOR
+  for (int64_t s = 0; s < spans; ++s)
+    relu_mask_isa(m + s * kSpan, v + s * kSpan, out + s * kSpan, std::min(kSpan, n - s * kSpan));
+}
+
 void relu_forward_f32(const float* x, float* y, int64_t n, int threads) {
-  for_spans(n, threads,
-            [&](int64_t lo, int64_t hi) { relu_mask_isa(x + lo, x + lo, y + lo, hi - lo); });
+  relu_mask_f32(x, x, y, n, threads);
 }
 
 void relu_backward_f32(const float* y, const float* dy, float* dx, int64_t n, int threads) {
-  for_spans(n, threads,
-            [&](int64_t lo, int64_t hi) { relu_mask_isa(y + lo, dy + lo, dx + lo, hi - lo); });
+  relu_mask_f32(y, dy, dx, n, threads);
 }
 
 void gelu_forward_f32(const float* x, float* y, int64_t n, [[maybe_unused]] int threads) {
