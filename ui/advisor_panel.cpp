@@ -196,6 +196,14 @@ void AdvisorPanel::render() {
     const QString rule = qs(a.value("rule", ""));
     connect(apply, &QPushButton::clicked, this, [this, rule] { applyAndRerun(rule); });
     row->addStretch(1);
+    if (const json& cites = a.value("cites", json()); cites.is_object()) {
+      const QString layer = qs(cites.value("layer", "")), phase = qs(cites.value("phase", ""));
+      auto* show = new QPushButton(tr("Show in Layers"), box);
+      show->setToolTip(tr("The Layers tab with %1's %2 row selected and ringed on the roofline: the "
+                          "figure this advice cites").arg(layer, phase));
+      connect(show, &QPushButton::clicked, this, [this, layer, phase] { emit showLayerRequested(layer, phase); });
+      row->addWidget(show);
+    }
     const QJsonObject ladder = ladderFor(rule);
     if (!ladder.isEmpty()) {
       auto* add = new QPushButton(tr("Add to ladder"), box);

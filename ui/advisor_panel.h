@@ -47,6 +47,8 @@ class AdvisorPanel : public QWidget {
   // "Add to ladder": the run's configuration as a ladder baseline whose rungs
   // are the ones this advice's changes make.
   void addToLadderRequested(const QJsonObject& baseline);
+  // "Show in Layers" of advice whose evidence cites a per-layer row.
+  void showLayerRequested(const QString& layer, const QString& phase);
 
  private:
   void render();

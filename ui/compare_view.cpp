@@ -21,12 +21,15 @@
 #include <QSettings>
 #include <QSlider>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QTableView>
 #include <QTemporaryDir>
 #include <QVBoxLayout>
 
 #include "compare_summary_model.h"
 #include "config_diff_model.h"
+#include "layer_compare_model.h"
+#include "layer_compare_panel.h"
 #include "live_plot.h"
 #include "plot_export_dialog.h"
 #include "series_loader.h"
@@ -154,7 +157,9 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   scroll->setWidget(plotCanvas_);
   splitter->addWidget(scroll);
 
-  auto* tables = new QWidget(splitter);
+  tableTabs_ = new QTabWidget(splitter);
+  tableTabs_->setDocumentMode(true);
+  auto* tables = new QWidget(tableTabs_);
   auto* tablesLayout = new QHBoxLayout(tables);
   tablesLayout->setContentsMargins(0, 0, 0, 0);
   auto* summaryBox = new QVBoxLayout;
@@ -187,7 +192,12 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   diffTable_->horizontalHeader()->setStretchLastSection(true);
   diffBox->addWidget(diffTable_);
   tablesLayout->addLayout(diffBox, 2);
-  splitter->addWidget(tables);
+  tableTabs_->addTab(tables, tr("Summary and configuration"));
+  layers_ = new LayerComparePanel(tableTabs_);
+  tableTabs_->addTab(layers_, tr("Layers, A against B"));
+  tableTabs_->setTabToolTip(1, tr("Two runs' per-layer profiles side by side: which layers got faster, and "
+                                  "which exist in one run only (docs/layers.md)"));
+  splitter->addWidget(tableTabs_);
   splitter->setStretchFactor(0, 3);
   splitter->setStretchFactor(1, 2);
   splitter->setSizes({620, 260});
@@ -249,6 +259,7 @@ void CompareView::setRuns(const QString& databasePath, const QList<RunSummary>& 
   fitSummaryColumns();
   diffTable_->resizeColumnsToContents();
   title_->setText(tr("Comparing %n run(s)", nullptr, int(runs.size())));
+  layers_->setRuns(databasePath, runs);
   rebuildPlots();
   for (const RunSummary& r : runs) loader_->request(databasePath, r.id);
 }
@@ -488,6 +499,9 @@ bool CompareView::exportReport(const QString& path, QString* error) {
     text += QStringLiteral("<h1>%1</h1>\n<p>%2</p>\n").arg(tr("Trainbench comparison"), stamp);
     text += QStringLiteral("<h2>%1</h2>\n").arg(tr("Summary")) + TableExport::toHtml(summary_);
     text += QStringLiteral("<h2>%1</h2>\n").arg(tr("Configuration keys that differ")) + TableExport::toHtml(diff_);
+    if (layers_->model()->rowCount() > 0)
+      text += QStringLiteral("<h2>%1</h2>\n<p>%2</p>\n").arg(tr("Layers, A against B"), layers_->headerText().toHtmlEscaped()) +
+              TableExport::toHtml(layers_->model());
     text += QStringLiteral("<h2>%1</h2>\n").arg(tr("Plots"));
     for (int i = 0; i < images.size(); ++i) {
       QFile png(dir.filePath(images[i]));
@@ -504,6 +518,9 @@ bool CompareView::exportReport(const QString& path, QString* error) {
     text = QStringLiteral("# %1\n\n%2\n\n").arg(tr("Trainbench comparison"), stamp);
     text += QStringLiteral("## %1\n\n").arg(tr("Summary")) + TableExport::toMarkdown(summary_);
     text += QStringLiteral("\n## %1\n\n").arg(tr("Configuration keys that differ")) + TableExport::toMarkdown(diff_);
+    if (layers_->model()->rowCount() > 0)
+      text += QStringLiteral("\n## %1\n\n%2\n\n").arg(tr("Layers, A against B"), layers_->headerText()) +
+              TableExport::toMarkdown(layers_->model());
     text += QStringLiteral("\n## %1\n\n").arg(tr("Plots"));
     for (int i = 0; i < images.size(); ++i)
       text += QStringLiteral("### %1\n\n![%1](%2)\n\n").arg(titles[i], images[i]);

@@ -12,11 +12,13 @@
 
 class CompareSummaryModel;
 class ConfigDiffModel;
+class LayerComparePanel;
 class LivePlot;
 class QCheckBox;
 class QComboBox;
 class QLabel;
 class QSlider;
+class QTabWidget;
 class QTableView;
 class SeriesLoader;
 class ScalingChart;
@@ -27,6 +29,7 @@ class SpeedupChart;
 // with the speed-up over a chosen baseline run, and a configuration table that
 // can hide equal keys. Runs of one configuration (repeats, e.g. the ladder's)
 // are grouped: their mean with a min-max band, and the speed-up's spread.
+// Two runs' per-layer profiles side by side in the "Layers" table tab.
 // Series are loaded on a worker thread.
 class CompareView : public QWidget {
   Q_OBJECT
@@ -43,6 +46,9 @@ class CompareView : public QWidget {
   QList<LivePlot*> plots() const { return plots_; }
   SpeedupChart* speedupChart() const { return speedup_; }
   ScalingChart* scalingChart() const { return scaling_; }
+  // The tables under the plots: the summary and configuration, and the layers of two runs.
+  QTabWidget* tableTabs() const { return tableTabs_; }
+  LayerComparePanel* layerComparison() const { return layers_; }
   void setDifferencesOnly(bool on);
   void setBaseline(qint64 runId);
   // Metrics as "s:name" (per step) or "e:name" (per epoch).
@@ -89,6 +95,8 @@ class CompareView : public QWidget {
   QComboBox *baseline_, *xAxis_;
   QSlider* smoothing_;
   QLabel* title_;
+  QTabWidget* tableTabs_ = nullptr;
+  LayerComparePanel* layers_ = nullptr;
   SpeedupChart* speedup_ = nullptr;
   ScalingChart* scaling_ = nullptr;
   QWidget* plotCanvas_;

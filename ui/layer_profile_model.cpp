@@ -99,7 +99,7 @@ QVariant LayerProfileModel::headerData(int section, Qt::Orientation orientation,
       case Kind: return tr("Kind");
       case Phase: return tr("Phase");
       case TimeMs: return tr("Time (ms)");
-      case Share: return tr("Share of step");
+      case Share: return tr("Of step");
       case GflopsPerS: return tr("GFLOP/s");
       case GbPerS: return tr("GB/s");
       case RooflinePct: return tr("Of roofline");

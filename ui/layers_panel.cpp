@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "layers_panel.h"
 
-#include <QHeaderView>
 #include <QLabel>
 #include <QPointer>
 #include <QSortFilterProxyModel>
+#include <QSplitter>
 #include <QTableView>
 #include <QThread>
 #include <QVBoxLayout>
@@ -14,6 +14,8 @@
 #include "engine/metrics/layer_profile.h"
 #include "engine/store/run_store.h"
 #include "layer_profile_model.h"
+#include "layer_table_view.h"
+#include "roofline_chart.h"
 
 using json = nlohmann::json;
 
@@ -24,21 +26,22 @@ LayersPanel::LayersPanel(QWidget* parent) : QWidget(parent) {
   header_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   layout->addWidget(header_);
   model_ = new LayerProfileModel(this);
-  auto* proxy = new QSortFilterProxyModel(this);
-  proxy->setSourceModel(model_);
-  proxy->setSortRole(Qt::UserRole);
-  view_ = new QTableView(this);
-  view_->setModel(proxy);
-  view_->setSortingEnabled(true);
-  view_->sortByColumn(-1, Qt::AscendingOrder);  // the step's order until a header is clicked
-  view_->setSelectionBehavior(QAbstractItemView::SelectRows);
-  view_->setAlternatingRowColors(true);
-  view_->verticalHeader()->hide();
-  view_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-  view_->horizontalHeader()->setStretchLastSection(true);
-  view_->verticalHeader()->setDefaultSectionSize(view_->fontMetrics().height() + 6);  // dense rows
+  split_ = new QSplitter(Qt::Horizontal, this);
+  view_ = makeLayerTableView(model_, split_);
+  auto* proxy = static_cast<QSortFilterProxyModel*>(view_->model());
   view_->setToolTip(tr("Click a header to sort (time: the slowest first after two clicks)"));
-  layout->addWidget(view_, 1);
+  roofline_ = new RooflineChart(split_);
+  split_->addWidget(view_);
+  split_->addWidget(roofline_);
+  split_->setSizes({750, 350});  // the table's columns whole at 1366 px, the chart beside
+  layout->addWidget(split_, 1);
+  connect(view_->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
+          [this, proxy](const QModelIndex& current) {
+            const QModelIndex row = proxy->mapToSource(current);
+            roofline_->highlight(
+                model_->data(model_->index(row.row(), LayerProfileModel::Layer)).toString(),
+                model_->data(model_->index(row.row(), LayerProfileModel::Phase)).toString());
+          });
   render();
 }
 
@@ -79,6 +82,7 @@ void LayersPanel::showRun(qint64 runId) {
     self->error_ = result->error;
     self->absent_ = result->absent;
     self->model_->setTable(result->table);
+    self->roofline_->setTable(result->table);
     self->render();
     emit self->profileReady(runId);
   });
@@ -87,8 +91,21 @@ void LayersPanel::showRun(qint64 runId) {
 
 QString LayersPanel::headerText() const { return header_->text(); }
 
+bool LayersPanel::selectLayer(const QString& layer, const QString& phase) {
+  auto* proxy = static_cast<QSortFilterProxyModel*>(view_->model());
+  for (int r = 0; r < proxy->rowCount(); ++r) {
+    if (proxy->index(r, LayerProfileModel::Layer).data().toString() != layer ||
+        proxy->index(r, LayerProfileModel::Phase).data().toString() != phase)
+      continue;
+    view_->setCurrentIndex(proxy->index(r, LayerProfileModel::Layer));
+    view_->scrollTo(view_->currentIndex());
+    return true;
+  }
+  return false;
+}
+
 void LayersPanel::render() {
-  view_->setVisible(model_->rowCount() > 0);
+  split_->setVisible(model_->rowCount() > 0);
   if (loading_) {
     header_->setText(tr("Reading run %1's per-layer profile…").arg(runId_));
     return;

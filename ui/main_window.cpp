@@ -569,6 +569,10 @@ void MainWindow::addAdvisor(RunDashboard* dashboard, const QString& store, qint6
   const int tab = dashboard->bottomTabs()->addTab(layers, tr("Layers"));
   dashboard->bottomTabs()->setTabToolTip(
       tab, tr("Where the sampled steps went, layer by layer, against the roofline (docs/layers.md)"));
+  connect(advisor, &AdvisorPanel::showLayerRequested, layers, [dashboard, layers](const QString& layer, const QString& phase) {
+    dashboard->bottomTabs()->setCurrentWidget(layers);
+    layers->selectLayer(layer, phase);
+  });
 }
 
 void MainWindow::onLaunched(EngineProcess* process) {

@@ -39,7 +39,8 @@ QWidget* makeSettingControl(const SettingInfo& s, QWidget* parent) {
     w = new QLineEdit(parent);
   }
   w->setObjectName(s.key);
-  w->setToolTip(s.help);
+  const QString cost = s.measuredCostText();
+  w->setToolTip(cost.isEmpty() ? s.help : s.help + QStringLiteral("\n\n") + cost);
   setSettingControlValue(w, s.defaultValue);
   return w;
 }

@@ -8,6 +8,8 @@
 #include <QObject>
 #include <QSet>
 
+#include <algorithm>
+
 #include "engine/train/config.h"
 
 #include "install_paths.h"
@@ -23,7 +25,8 @@ const TrickCatalog& TrickCatalog::instance() {
   // The GUI links the engine library, so it reads the very JSON that
   // `trainbench-engine config --schema` prints without waiting for a process.
   static const TrickCatalog catalog(QByteArray::fromStdString(tb::config_schema_json().dump()),
-                                    readResource(InstallPaths::dataFile(QStringLiteral("tricks/tricks.json"))));
+                                    readResource(InstallPaths::dataFile(QStringLiteral("tricks/tricks.json"))),
+                                    readResource(InstallPaths::dataFile(QStringLiteral("measurement/costs.json"))));
   return catalog;
 }
 
@@ -37,7 +40,7 @@ QString controlType(const QJsonObject& entry) {
 }
 }  // namespace
 
-TrickCatalog::TrickCatalog(const QByteArray& schema, const QByteArray& texts) {
+TrickCatalog::TrickCatalog(const QByteArray& schema, const QByteArray& texts, const QByteArray& costs) {
   const QJsonObject root = QJsonDocument::fromJson(schema).object();
   QSet<QString> trickGroups;
   for (const QJsonValue& g : root.value(QLatin1String("groups")).toArray()) {
@@ -90,6 +93,29 @@ TrickCatalog::TrickCatalog(const QByteArray& schema, const QByteArray& texts) {
   }
   for (auto it = textsByKey.begin(); it != textsByKey.end(); ++it)
     if (!find(it.key())) problems_ << QStringLiteral("tricks.json has a text for '%1', which is no trick key").arg(it.key());
+  const QJsonObject costsByKey = QJsonDocument::fromJson(costs).object().value(QLatin1String("costs")).toObject();
+  for (auto it = costsByKey.begin(); it != costsByKey.end(); ++it) {
+    auto s = std::find_if(settings_.begin(), settings_.end(), [&](const SettingInfo& x) { return x.key == it.key(); });
+    if (s == settings_.end()) {
+      problems_ << QStringLiteral("measurement/costs.json has a cost for '%1', which is no setting").arg(it.key());
+      continue;
+    }
+    s->costListed = true;
+    for (const QJsonValue& v : it.value().toArray()) {
+      const QJsonObject m = v.toObject();
+      const QString note = m.value(QLatin1String("note")).toString();
+      s->measuredCosts << m.value(QLatin1String("text")).toString() + (note.isEmpty() ? QString() : QStringLiteral(": ") + note);
+    }
+    for (TrickInfo& t : tricks_)
+      if (t.key == s->key) t.measuredCosts = s->measuredCosts, t.costListed = true;
+  }
+}
+
+QString SettingInfo::measuredCostText() const {
+  if (!costListed) return {};
+  if (measuredCosts.isEmpty()) return QObject::tr("Measured cost against measurement off: not measured yet.");
+  return QObject::tr("Measured cost against measurement off:") + QStringLiteral("\n\u2022 ") +
+         measuredCosts.join(QStringLiteral("\n\u2022 "));
 }
 
 QStringList TrickCatalog::backendsFrom(const QJsonValue& b) {

@@ -30,6 +30,12 @@ struct SettingInfo {
   // The display name: the table's label, else the key. Teaching texts
   // (tricks only):
   QString label, tooltip, what, why, whenNot, plot;
+  // The mode this key selects, measured against measurement off
+  // (<data dir>/measurement/costs.json, from bench/results/): one line per
+  // measurement with where and when; costListed: the file lists the key
+  // (an empty list then means "not measured yet").
+  QStringList measuredCosts;
+  bool costListed = false;
 
   bool honouredOn(const QString& backend) const { return backends.contains(backend); }
   // The display name of one choice (the value itself when the table names none).
@@ -38,6 +44,8 @@ struct SettingInfo {
   QString valueText(const QJsonValue& value) const;
   // Whether the key applies while appliesKey has `value`.
   bool appliesWith(const QJsonValue& value) const;
+  // The measured cost as a tooltip paragraph (plain text); empty when unlisted.
+  QString measuredCostText() const;
 };
 using TrickInfo = SettingInfo;  // a setting of a trick group
 
@@ -49,10 +57,12 @@ struct TrickGroup {
 class TrickCatalog {
  public:
   // The engine's table as linked into this program (the same JSON as
-  // `config --schema`) with <data dir>/tricks/tricks.json.
+  // `config --schema`) with <data dir>/tricks/tricks.json and
+  // <data dir>/measurement/costs.json.
   static const TrickCatalog& instance();
-  // schema: the JSON of `config --schema`; texts: tricks.json.
-  TrickCatalog(const QByteArray& schema, const QByteArray& texts);
+  // schema: the JSON of `config --schema`; texts: tricks.json; costs:
+  // measurement/costs.json (optional).
+  TrickCatalog(const QByteArray& schema, const QByteArray& texts, const QByteArray& costs = {});
 
   const QList<TrickGroup>& groups() const { return groups_; }  // the trick groups
   const QList<TrickGroup>& runGroups() const { return runGroups_; }  // the others (run, data...)

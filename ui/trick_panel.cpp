@@ -50,9 +50,11 @@ TrickPanel::TrickPanel(QWidget* parent) : QWidget(parent) {
         }
       });
       control->setObjectName(QStringLiteral("trick_") + t.key);
-      control->setToolTip(QStringLiteral("<p><b>%1</b> (<code>%2</code>)</p><p>%3</p><p><i>%4</i></p>")
+      const QString cost = t.measuredCostText().toHtmlEscaped().replace(QLatin1Char('\n'), QStringLiteral("<br>"));
+      control->setToolTip(QStringLiteral("<p><b>%1</b> (<code>%2</code>)</p><p>%3</p><p><i>%4</i></p>%5")
                               .arg(t.label.toHtmlEscaped(), t.key, t.tooltip.toHtmlEscaped(),
-                                   tr("Watch: %1").arg(t.plot).toHtmlEscaped()));
+                                   tr("Watch: %1").arg(t.plot).toHtmlEscaped(),
+                                   cost.isEmpty() ? QString() : QStringLiteral("<p>%1</p>").arg(cost)));
       auto* learn = new QToolButton(box);
       learn->setText(QStringLiteral("?"));
       learn->setAutoRaise(true);

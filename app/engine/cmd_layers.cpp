@@ -59,9 +59,11 @@ int run_layers(const LayersArgs& a, const std::string& db) {
             << run->environment.value("device", std::string("?")) << ", mean of "
             << steps.size() << " sampled step(s) (" << table["sampled_steps"].dump()
             << "), step " << fixed(table["step_time_ms"], 2) << " ms\n"
-            << "peaks: " << fixed(peaks["flops_per_s"], 1, 1e-9) << " GFLOP/s, "
-            << fixed(peaks["bytes_per_s"], 1, 1e-9) << " GB/s ("
-            << peaks["source"].get<std::string>() << ")\n\n";
+            << "peaks: " << fixed(peaks["flops_per_s"], 1, 1e-9) << " GFLOP/s"
+            << (peaks["dtype"].is_string() ? " " + peaks["dtype"].get<std::string>() : std::string())
+            << ", " << fixed(peaks["bytes_per_s"], 1, 1e-9) << " GB/s, probed on "
+            << peaks["device"].get<std::string>() << " (" << peaks["source"].get<std::string>()
+            << ")\n\n";
   Table t({"layer", "kind", "phase", "time ms", "share", "GFLOP/s", "GB/s", "% roofline", "bound"});
   for (const json& r : table["rows"]) {
     const std::string layer = r["layer"].get<std::string>();

@@ -9,7 +9,9 @@
 #include <QTabWidget>
 #include <QTimer>
 
+#include "compare_view.h"
 #include "engine_locator.h"
+#include "layer_compare_panel.h"
 #include "main_window.h"
 #include "run_dashboard.h"
 #include "run_history_view.h"
@@ -49,10 +51,11 @@ int main(int argc, char** argv) {
   QCommandLineOption advisor(QStringLiteral("advisor"), QStringLiteral("With --open-run: show the run's Advisor tab, enlarged."));
   QCommandLineOption layers(QStringLiteral("layers"), QStringLiteral("With --open-run: show the run's Layers tab, enlarged."));
   QCommandLineOption compare(QStringLiteral("compare"), QStringLiteral("Compare saved runs (comma-separated ids)."), QStringLiteral("IDS"));
+  QCommandLineOption compareLayers(QStringLiteral("compare-layers"), QStringLiteral("With --compare: show the first two runs' layers side by side, enlarged."));
   QCommandLineOption screenshot(QStringLiteral("screenshot"), QStringLiteral("Save a picture of the window and quit."), QStringLiteral("FILE"));
   QCommandLineOption delay(QStringLiteral("screenshot-delay"), QStringLiteral("Milliseconds to wait before the screenshot."), QStringLiteral("MS"), QStringLiteral("3000"));
   QCommandLineOption size(QStringLiteral("size"), QStringLiteral("Window size WxH."), QStringLiteral("WxH"));
-  for (const auto& o : {db, engine, config, preset, learn, run, page, openRun, advisor, layers, compare, screenshot, delay, size}) parser.addOption(o);
+  for (const auto& o : {db, engine, config, preset, learn, run, page, openRun, advisor, layers, compare, compareLayers, screenshot, delay, size}) parser.addOption(o);
 
   // --help and --version are answered without a display (QApplication aborts
   // where none is set): a QCoreApplication prints them. Arguments this parse
@@ -97,20 +100,26 @@ int main(int argc, char** argv) {
   else if (pageName == QLatin1String("ladder")) window.showPage(MainWindow::LadderPage);
   if (parser.isSet(openRun)) window.openRun(parser.value(openRun).toLongLong());
   // The open run's bottom tab of that title, enlarged.
-  auto showBottomTab = [&window](const QString& title) {
+  auto showBottomTab = [&window](const QString& title, QList<int> sizes) {
     auto* d = qobject_cast<RunDashboard*>(window.dashboards()->currentWidget());
     if (!d) return;
     QTabWidget* tabs = d->bottomTabs();
     for (int i = 0; i < tabs->count(); ++i)
       if (tabs->tabText(i) == title) tabs->setCurrentIndex(i);
-    if (auto* split = qobject_cast<QSplitter*>(tabs->parentWidget())) split->setSizes({400, 500});
+    if (auto* split = qobject_cast<QSplitter*>(tabs->parentWidget())) split->setSizes(sizes);
   };
-  if (parser.isSet(advisor)) showBottomTab(QObject::tr("Advisor"));
-  if (parser.isSet(layers)) showBottomTab(QObject::tr("Layers"));
+  if (parser.isSet(advisor)) showBottomTab(QObject::tr("Advisor"), {400, 500});
+  // The table and the roofline side by side want the height.
+  if (parser.isSet(layers)) showBottomTab(QObject::tr("Layers"), {150, 650});
   if (parser.isSet(compare)) {
     QList<qint64> ids;
     for (const QString& id : parser.value(compare).split(QLatin1Char(','), Qt::SkipEmptyParts)) ids << id.toLongLong();
     window.compareRuns(ids);
+    if (parser.isSet(compareLayers)) {
+      CompareView* view = window.compareView();
+      view->tableTabs()->setCurrentWidget(view->layerComparison());
+      if (auto* split = qobject_cast<QSplitter*>(view->tableTabs()->parentWidget())) split->setSizes({150, 650});
+    }
   }
   if (parser.isSet(run)) QTimer::singleShot(500, &window, [&window] { window.launchNow(); });
   if (parser.isSet(screenshot)) {

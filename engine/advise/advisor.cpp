@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "engine/backend/capabilities.h"
+#include "engine/core/device.h"
 #include "engine/store/run_store.h"
+#include "engine/train/config.h"
 
 namespace tb {
 
@@ -233,6 +236,68 @@ Advice cpu_with_gpu(const RunEvidence& e) {
   return a;
 }
 
+// The trick's short name, from the settings table (one truth for its words).
+std::string trick_label(const char* key) {
+  const ConfigKey* k = find_config_key(key);
+  return k && !k->label.empty() ? k->label : key;
+}
+
+bool backend_honours(const RunEvidence& e, bool BackendCapabilities::* capability) {
+  try {
+    return capabilities_of(parse_device(e.device).kind).*capability;
+  } catch (const std::exception&) {
+    return false;  // a device this build does not know: no advice for it
+  }
+}
+
+// Layer kinds whose whole pass fuse_pointwise folds into the layer before
+// them (engine/nn/models.cpp, residual.cpp): a ReLU or GELU after batch norm
+// or a linear layer, a residual block's add and ReLU after its last batch norm.
+bool fusable_pass(const std::string& kind) {
+  return kind == "relu" || kind == "gelu" || kind == "residual";
+}
+
+Advice pointwise_passes(const RunEvidence& e) {
+  const double step = e.layers.step_time_ms;
+  if (e.layers.rows.empty() || !e.peaks.known() || !(step > 0)) return {};
+  if (flag(e.config, "fuse_pointwise") || !backend_honours(e, &BackendCapabilities::fused_pointwise))
+    return {};
+  double share = 0;
+  int passes = 0;
+  const LayerProfileRow* cited = nullptr;
+  RooflinePoint cited_point;
+  for (const LayerProfileRow& r : e.layers.rows) {
+    if (r.layer.empty() || !fusable_pass(r.kind)) continue;
+    const RooflinePoint p = roofline(r, e.peaks);
+    if (p.bound != "memory") continue;
+    share += r.time_ms / step;
+    ++passes;
+    if (!cited || r.time_ms > cited->time_ms) cited = &r, cited_point = p;
+  }
+  if (share <= kPointwisePassShare || !cited) return {};
+  Advice a;
+  a.rule = "pointwise_passes";
+  a.title = "Separate pointwise passes over the activations take " + pct(share) + " of the step";
+  a.evidence = "layer " + cited->layer + " (" + cited->kind + ") " + cited->phase + " takes " +
+               pct(cited->time_ms / step) + " of the step at " +
+               num(cited_point.bytes_per_s / 1e9) + " GB/s, " + num(cited_point.roofline_pct, "%.1f") +
+               "% of the roofline (" + num(e.peaks.bytes_per_s / 1e9, "%.1f") +
+               " GB/s measured): memory-bound; with it, " + std::to_string(passes) +
+               " memory-bound ReLU/GELU/residual-add rows take " + pct(share) +
+               " of the step (per-layer profile)";
+  a.threshold = "memory-bound ReLU, GELU and residual-add rows > " + pct(kPointwisePassShare) +
+                " of the step, " + trick_label("fuse_pointwise") + " off";
+  a.changes["fuse_pointwise"] = true;
+  a.action = trick_label("fuse_pointwise") +
+             ": batch norm and the linear layers apply the activation (and the residual add) as "
+             "they write their output, which removes these passes over the activations";
+  a.max_speedup = without_share(share);
+  a.bound_reason = "if those passes took no time: 1 / (1 - " + num(share, "%.3f") +
+                   "); the fused layers still write their output once";
+  a.cites = {{"layer", cited->layer}, {"phase", cited->phase}};
+  return a;
+}
+
 }  // namespace
 
 const char* const kGraphReplayUnmeasured =
@@ -283,14 +348,17 @@ RunEvidence evidence_from_store(const RunStore& store, int64_t run_id) {
   for (const std::string& name : store.step_series_names(run_id))
     for (const MetricPoint& p : store.step_series(run_id, name)) series[name].push_back(p.value);
   std::string device = run->environment.value("device", run->summary.value("device", ""));
-  return evidence_from_series(run->config, run->summary, device, series);
+  RunEvidence e = evidence_from_series(run->config, run->summary, device, series);
+  e.layers = mean_profile(store.layer_profile(run_id));
+  e.peaks = DevicePeaks::from_environment(run->environment);
+  return e;
 }
 
 json Advice::to_json() const {
   return {{"rule", rule},         {"title", title},   {"evidence", evidence},
           {"threshold", threshold}, {"action", action}, {"changes", changes},
           {"max_speedup", std::isfinite(max_speedup) ? json(max_speedup) : json(nullptr)},
-          {"bound_reason", bound_reason}};
+          {"bound_reason", bound_reason}, {"cites", cites}};
 }
 
 json applied_config(const json& config, const Advice& advice) {
@@ -328,7 +396,7 @@ json advice_outcomes(const RunStore& store, int64_t before) {
 std::vector<Advice> advise(const RunEvidence& e) {
   std::vector<Advice> out;
   for (auto rule : {input_wait, tensor_cores, memory_headroom, launch_bound, sync_every_step,
-                    debug_checks, grad_zeroing, cpu_with_gpu})
+                    debug_checks, grad_zeroing, cpu_with_gpu, pointwise_passes})
     if (Advice a = rule(e); !a.rule.empty()) out.push_back(std::move(a));
   return out;
 }

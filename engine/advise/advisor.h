@@ -21,12 +21,20 @@
 //   debug_checks      anomaly_check or profiler on -> off
 //   grad_zeroing      gradients zeroed (memsets) each step -> set-to-none
 //   cpu_with_gpu      trained on the CPU while a GPU is present -> the GPU
+//   pointwise_passes  the run's per-layer profile (docs/layers.md): memory-bound
+//                     ReLU/GELU layers and residual adds, separate passes over
+//                     an activation, > 5% of the step -> fused pointwise
+//                     kernels (they fold those passes into batch norm's or the
+//                     linear layer's); the evidence cites the largest row's
+//                     layer, phase, share, GB/s and share of the roofline
 #include <cmath>
 #include <map>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "engine/metrics/layer_profile.h"
 
 namespace tb {
 
@@ -38,6 +46,7 @@ constexpr double kMemoryHeadroom = 0.5;     // memory_headroom: peak below this 
 constexpr double kLaunchKernels = 100;      // launch_bound: at least this many kernels per step
 constexpr double kLaunchMeanKernelUs = 20;  // ... averaging under this many microseconds
 constexpr double kLaunchBusyShare = 0.8;    // ... with the device busy less than this share
+constexpr double kPointwisePassShare = 0.05;  // pointwise_passes: the passes' share of the step
 
 // What the rules read: a run's configuration and summary, the median of each
 // step series over its steady steps, and what else is known of the machine.
@@ -49,6 +58,10 @@ struct RunEvidence {
   // Why the phase breakdown (forward, backward, optimizer, other) is left out
   // of `median`; empty when the run measured its phases.
   std::string phases_unmeasured;
+  // The mean of the run's sampled per-layer profiles (no rows when it has
+  // none) and its device's peaks, which say which rows are memory-bound.
+  LayerProfileStep layers;
+  DevicePeaks peaks;
 
   // The median of `series`, NaN when the run has no such series.
   double get(const std::string& series) const;
@@ -66,7 +79,8 @@ RunEvidence evidence_from_series(const nlohmann::json& config, const nlohmann::j
                                  const std::string& device,
                                  const std::map<std::string, std::vector<double>>& series,
                                  int64_t warmup = 10);
-// The same from a stored run (its step series); gpu_present is left false.
+// The same from a stored run (its step series, its per-layer profile and the
+// peaks in its environment); gpu_present is left false.
 RunEvidence evidence_from_store(const RunStore& store, int64_t run_id);
 
 struct Advice {
@@ -80,6 +94,8 @@ struct Advice {
   // on samples/s (NaN when the breakdown does not bound it; bound_reason says why).
   double max_speedup = NAN;
   std::string bound_reason;
+  // The per-layer row the evidence cites, {"layer", "phase"}; null when none.
+  nlohmann::json cites;
 
   nlohmann::json to_json() const;
 };

@@ -26,8 +26,11 @@
 // reference (inputs widened, f32 kernels), so `amp` stays a cuda-only trick.
 // What it does not give yet: activations between layers stay f32 (each
 // conv/linear keeps an extra low-precision copy of its input for backward), so
-// there is no activation-memory or bandwidth saving yet; BN, activations and
-// pooling on f16/bf16 tensors would be the next stage. The CUDA side ran on
+// there is no activation-memory or bandwidth saving yet. The families those
+// activations flow through take f16/bf16 tensors already (batch norm with f32
+// parameters and statistics, pointwise, pooling, channel padding: each value
+// read into f32, each output rounded once; their contracts say so); the
+// model path that keeps activations in f16/bf16 is the next stage. The CUDA side ran on
 // an H200 (2026-11-26, commit b0014f2): AMP training reached its accuracy.
 #include <string>
 

@@ -77,6 +77,7 @@ json probe_cpu_peaks(int threads) {
   const double moved = 2.0 * double(slice) * threads;  // read + written
   return {{"flops_per_s", gemm_flops / gemm_s},
           {"bytes_per_s", moved / copy_s},
+          {"dtype", "f32"},  // the FMA rate's: the roofline's compute roof is f32's
           {"source", "probe: f32 sgemm " + std::to_string(n) + "^3 on each of " +
                          std::to_string(threads) + " threads (OpenBLAS), 128 MiB copy (read + "
                          "written), best of " + std::to_string(reps)},
@@ -104,7 +105,9 @@ json device_peaks(const Backend& be, std::string cache_path) {
         cache = json::object();  // a damaged cache is measured again and rewritten
       }
       if (!cache.is_object()) cache = json::object();
-      if (cache.contains(key) && cache[key].is_object() && cache[key].contains("flops_per_s"))
+      // An entry from before the probe recorded its dtype is measured again.
+      if (cache.contains(key) && cache[key].is_object() && cache[key].contains("flops_per_s") &&
+          cache[key].contains("dtype"))
         return cache[key];
     }
   }

@@ -17,7 +17,8 @@ namespace tb {
 
 class Backend;
 
-// {"flops_per_s", "bytes_per_s", "source", "gemm": {...}, "copy": {...}}.
+// {"flops_per_s", "bytes_per_s", "dtype" (the FMA rate's: "f32"), "source",
+//  "gemm": {...}, "copy": {...}}.
 nlohmann::json probe_cpu_peaks(int threads);
 
 // The peaks of `be`'s device for its run's environment: the cache's entry for

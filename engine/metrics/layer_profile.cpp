@@ -91,6 +91,11 @@ LayerProfileStep mean_profile(const std::vector<LayerProfileStep>& steps) {
 
 DevicePeaks DevicePeaks::from_environment(const json& environment) {
   DevicePeaks p;
+  if (environment.is_object()) {
+    p.device = environment.value("device_name", environment.value("device", std::string()));
+    if (environment.contains("threads") && environment["threads"].is_number_integer())
+      p.device += ", " + std::to_string(environment["threads"].get<int64_t>()) + " threads";
+  }
   if (!environment.is_object() || !environment.contains("peaks") || !environment["peaks"].is_object()) {
     p.source = "not recorded (the run was made before device peaks were probed)";
     return p;
@@ -99,6 +104,7 @@ DevicePeaks DevicePeaks::from_environment(const json& environment) {
   p.flops_per_s = number_or_nan(j, "flops_per_s");
   p.bytes_per_s = number_or_nan(j, "bytes_per_s");
   p.source = j.value("source", j.value("not_measured", std::string("unknown")));
+  if (j.contains("dtype") && j["dtype"].is_string()) p.dtype = j["dtype"].get<std::string>();
   return p;
 }
 
@@ -130,7 +136,9 @@ json layer_profile_table(const std::vector<LayerProfileStep>& steps, const Devic
               {"step_time_ms", mean.step_time_ms},
               {"peaks", {{"flops_per_s", finite_or_null(peaks.flops_per_s)},
                          {"bytes_per_s", finite_or_null(peaks.bytes_per_s)},
-                         {"source", peaks.source}}},
+                         {"source", peaks.source},
+                         {"dtype", peaks.dtype.empty() ? json() : json(peaks.dtype)},
+                         {"device", peaks.device}}},
               {"rows", json::array()}};
   for (const LayerProfileStep& s : steps) out["sampled_steps"].push_back(s.step);
   double attributed = 0;
@@ -149,6 +157,57 @@ json layer_profile_table(const std::vector<LayerProfileStep>& steps, const Devic
   }
   out["attributed_share"] =
       mean.step_time_ms > 0 ? json(attributed / mean.step_time_ms) : json();
+  return out;
+}
+
+LayerChange LayerComparisonRow::change() const {
+  if (std::isnan(time_b_ms)) return LayerChange::OnlyA;
+  if (std::isnan(time_a_ms)) return LayerChange::OnlyB;
+  const double r = ratio();
+  if (r < 1 - kLayerSameWithin) return LayerChange::Faster;
+  if (r > 1 + kLayerSameWithin) return LayerChange::Slower;
+  return LayerChange::Same;
+}
+
+const char* layer_change_name(LayerChange change) {
+  switch (change) {
+    case LayerChange::Faster: return "faster";
+    case LayerChange::Slower: return "slower";
+    case LayerChange::Same: return "about the same";
+    case LayerChange::OnlyA: return "only in A";
+    case LayerChange::OnlyB: return "only in B";
+  }
+  return "";
+}
+
+std::vector<LayerComparisonRow> compare_layer_profiles(const LayerProfileStep& a,
+                                                       const LayerProfileStep& b) {
+  std::vector<LayerComparisonRow> out;
+  std::map<std::pair<std::string, std::string>, size_t> at;  // (layer, phase) -> row of out
+  for (const LayerProfileRow& r : a.rows) {
+    // A run's table has one row per layer and phase (mean_profile); a repeat adds up.
+    auto [it, added] = at.try_emplace({r.layer, r.phase}, out.size());
+    if (added) out.push_back({r.layer, r.phase, r.kind, "", 0.0});
+    out[it->second].time_a_ms += r.time_ms;
+  }
+  // B's rows: matched ones fill their row; the others go after the last row
+  // of B placed so far (at the top before any).
+  size_t next = 0;
+  for (const LayerProfileRow& r : b.rows) {
+    auto it = at.find({r.layer, r.phase});
+    if (it == at.end()) {
+      for (auto& [key, index] : at)
+        if (index >= next) ++index;
+      LayerComparisonRow row{r.layer, r.phase, "", r.kind};
+      row.time_b_ms = 0;
+      out.insert(out.begin() + std::ptrdiff_t(next), row);
+      it = at.emplace(std::make_pair(r.layer, r.phase), next).first;
+    }
+    LayerComparisonRow& row = out[it->second];
+    row.kind_b = r.kind;
+    row.time_b_ms = (std::isnan(row.time_b_ms) ? 0 : row.time_b_ms) + r.time_ms;
+    next = std::max(next, it->second + 1);
+  }
   return out;
 }
 

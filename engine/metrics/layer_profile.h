@@ -55,6 +55,8 @@ struct DevicePeaks {
   double flops_per_s = std::numeric_limits<double>::quiet_NaN();
   double bytes_per_s = std::numeric_limits<double>::quiet_NaN();
   std::string source;  // how they were measured, or why they are not known
+  std::string dtype;   // the FMA rate's dtype ("f32"); empty where not recorded
+  std::string device;  // where they were measured: "AMD EPYC, 2 threads"
   bool known() const { return flops_per_s > 0 && bytes_per_s > 0; }
   static DevicePeaks from_environment(const nlohmann::json& environment);
 };
@@ -75,12 +77,35 @@ RooflinePoint roofline(const LayerProfileRow& row, const DevicePeaks& peaks);
 
 // The table `trainbench-engine layers --json` and `export` print, from the
 // run's sampled steps: {"sampled_steps": [step, ...], "step_time_ms" (mean),
-// "peaks": {flops_per_s, bytes_per_s, source}, "attributed_share",
+// "peaks": {flops_per_s, bytes_per_s, source, dtype, device}, "attributed_share",
 // "rows": [{layer, kind, phase, time_ms, share (of the step), flops, bytes,
 // flops_per_s, bytes_per_s, intensity, roofline_pct, bound}]} (means over the
 // sampled steps; a figure that is not known is null).
 nlohmann::json layer_profile_table(const std::vector<LayerProfileStep>& steps,
                                    const DevicePeaks& peaks);
+
+// Two runs' per-layer profiles side by side (the workbench's Compare): rows
+// matched by layer and phase, as mean_profile matches a run's steps. A row
+// only one run has (a layer the other's model fused away: fuse_pointwise
+// folds `relu` into `bn`) reads NaN on the other side. Order: A's rows, each
+// row only B has after the row B has before it.
+enum class LayerChange { Faster, Slower, Same, OnlyA, OnlyB };
+// B within this share of A's time (either way) is "about the same": sampled
+// steps on a busy machine differ by that much.
+constexpr double kLayerSameWithin = 0.05;
+
+struct LayerComparisonRow {
+  std::string layer, phase;
+  std::string kind_a, kind_b;  // empty on the side that lacks the row
+  double time_a_ms = std::numeric_limits<double>::quiet_NaN();
+  double time_b_ms = std::numeric_limits<double>::quiet_NaN();
+  double ratio() const { return time_b_ms / time_a_ms; }  // B's time over A's; NaN when one lacks it
+  LayerChange change() const;
+};
+std::vector<LayerComparisonRow> compare_layer_profiles(const LayerProfileStep& a,
+                                                       const LayerProfileStep& b);
+// "faster", "slower", "about the same", "only in A", "only in B".
+const char* layer_change_name(LayerChange change);
 
 // Why a stored run has no profile, and what would give it one, from its
 // summary ("layer_profile": {"not_measured": ...}), its status and the

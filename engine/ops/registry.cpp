@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "engine/backend/backend.h"
 #include "engine/core/error.h"
 
 namespace tb {
@@ -40,6 +41,12 @@ OpKernelsFactory find_op_kernels(std::type_index family, DeviceKind kind) {
   std::call_once(once, register_op_families);
   const auto it = table().find({family, kind});
   return it == table().end() ? nullptr : it->second.make;
+}
+
+void require_dtype(bool supported, const Backend& be, const char* family, DType t,
+                   const char* op) {
+  TB_CHECK(supported, op, ": ", dtype_name(t), " ", family, " is not supported by the ", be.name(),
+           " backend");
 }
 
 }  // namespace tb

@@ -22,6 +22,7 @@
 #include <typeindex>
 
 #include "engine/core/device.h"
+#include "engine/core/dtype.h"
 
 namespace tb {
 
@@ -50,6 +51,12 @@ void register_kernels(DeviceKind kind) {
                         return std::make_unique<Impl>(static_cast<BackendT&>(be));
                       });
 }
+
+// A family's refusal of a dtype its kernels on `be` lack (the family's
+// Kernels::supports said no): tb::Error "<op>: <dtype> <family> is not
+// supported by the <backend> backend". Nothing when `supported`.
+void require_dtype(bool supported, const Backend& be, const char* family, DType t,
+                   const char* op);
 
 // Generated (engine/CMakeLists.txt, add_op_family): calls every family's
 // register_cpu_kernels() and, in CUDA builds, register_cuda_kernels().

@@ -226,6 +226,80 @@ class TestAdvisor : public QObject {
     QVERIFY(!a->bound_reason.empty());
   }
 
+  // The per-layer profile as evidence: a 10 ms CPU step (peaks 100 GFLOP/s,
+  // 10 GB/s: the ridge at 10 FLOPs a byte) whose ReLU and residual-add rows,
+  // memory-bound at 0.125 FLOPs a byte, take 6% of it; the largest is cited.
+  void pointwisePassesCiteTheLayer() {
+    RunEvidence e = evidence("cpu", cpu_step(0));
+    e.peaks.flops_per_s = 100e9, e.peaks.bytes_per_s = 10e9;
+    e.layers = {21, 10.0, {{"block1.conv", "conv2d", "forward", 3.0, 3e8, 1e6},
+                           {"block1.bn", "batchnorm2d", "backward", 2.0, 7e6, 2e7},
+                           {"block1.relu", "relu", "forward", 0.4, 2.5e5, 2e6},
+                           {"block1.relu", "relu", "backward", 0.15, 2.5e5, 2e6},
+                           {"layer1.0", "residual", "forward", 0.05, 2.5e5, 2e6},
+                           {"", "", "optimizer", 4.4}}};
+    const std::optional<Advice> a = find(advise(e), "pointwise_passes");
+    QVERIFY(a);
+    QCOMPARE(a->changes, (json{{"fuse_pointwise", true}}));
+    QVERIFY(std::abs(a->max_speedup - 1.0 / 0.94) < 1e-9);  // 0.4 + 0.15 + 0.05 of 10 ms
+    QCOMPARE(a->cites, (json{{"layer", "block1.relu"}, {"phase", "forward"}}));
+    // The evidence names the layer, its phase and its figures: 2 MB in 0.4 ms
+    // is 5 GB/s, half of the 10 GB/s bandwidth.
+    for (const char* text : {"layer block1.relu (relu) forward", "4.0% of the step", "5.00 GB/s",
+                             "50.0% of the roofline", "3 memory-bound", "6.0% of the step"})
+      QVERIFY2(a->evidence.find(text) != std::string::npos, (std::string(text) + " in: " + a->evidence).c_str());
+    // The trick's name is the settings table's.
+    QVERIFY2(a->action.find(find_config_key("fuse_pointwise")->label) != std::string::npos, a->action.c_str());
+    QVERIFY(a->to_json()["cites"]["layer"] == "block1.relu");
+
+    // Quiet: the passes at 5% or less of the step; fused already; no peaks
+    // (no bound); no profile; the batch norm alone (not a pass fusion removes).
+    RunEvidence small = e;
+    small.layers.rows[2].time_ms = 0.3;  // 0.3 + 0.15 + 0.05 = 5%
+    QVERIFY(!fires(small, "pointwise_passes"));
+    RunEvidence fused = e;
+    fused.config["fuse_pointwise"] = true;
+    QVERIFY(!fires(fused, "pointwise_passes"));
+    RunEvidence no_peaks = e;
+    no_peaks.peaks = DevicePeaks{};
+    QVERIFY(!fires(no_peaks, "pointwise_passes"));
+    RunEvidence no_profile = e;
+    no_profile.layers = LayerProfileStep{};
+    QVERIFY(!fires(no_profile, "pointwise_passes"));
+    // Compute-bound passes (a machine whose bandwidth makes 0.125 FLOPs a
+    // byte lie past the ridge) are not the memory passes the rule is about.
+    RunEvidence compute = e;
+    compute.peaks.bytes_per_s = 1e13;  // ridge at 0.01 FLOPs a byte
+    QVERIFY(!fires(compute, "pointwise_passes"));
+  }
+
+  // From the store: the run's per-layer profile (mean of its sampled steps)
+  // and the peaks in its environment are the rule's evidence; a run without
+  // a profile gets no such advice.
+  void pointwisePassesFromTheStore() {
+    QTemporaryDir dir;
+    RunStore store(dir.filePath("runs.db").toStdString());
+    RunRecord rec;
+    rec.config = validate_config({{"device", "cpu"}}, "test");
+    const int64_t with = store.create_run(rec), without = store.create_run(rec);
+    const json env = {{"device", "cpu"}, {"peaks", {{"flops_per_s", 100e9}, {"bytes_per_s", 10e9}, {"dtype", "f32"}}}};
+    store.set_environment(with, env);
+    store.set_environment(without, env);
+    // Two sampled steps whose mean has the ReLU at 8% of a 10 ms step.
+    store.append_layer_profile(with, {21, 12.0, {{"block1.relu", "relu", "backward", 1.0, 2.5e5, 2e6},
+                                                 {"", "", "optimizer", 11.0}}});
+    store.append_layer_profile(with, {41, 8.0, {{"block1.relu", "relu", "backward", 0.6, 2.5e5, 2e6},
+                                                {"", "", "optimizer", 7.4}}});
+    const RunEvidence e = evidence_from_store(store, with);
+    QCOMPARE(e.layers.step_time_ms, 10.0);
+    QCOMPARE(e.peaks.dtype, std::string("f32"));
+    const std::optional<Advice> a = find(advise(e), "pointwise_passes");
+    QVERIFY(a);
+    QVERIFY2(a->evidence.find("layer block1.relu (relu) backward takes 8.0% of the step") != std::string::npos,
+             a->evidence.c_str());
+    QVERIFY(!fires(evidence_from_store(store, without), "pointwise_passes"));
+  }
+
   // A healthy GPU step: nothing fires.
   void quietOnAHealthyRun() {
     const std::map<std::string, double> gpu = {

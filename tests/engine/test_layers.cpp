@@ -337,6 +337,45 @@ class TestLayers : public QObject {
     QVERIFY(none.bound.empty() && std::isnan(none.roofline_pct));
   }
 
+  // Compare: rows matched by layer and phase; a row only one run has (the
+  // ReLU fuse_pointwise folds into the batch norm) is shown as such, in
+  // place: B's own rows after the row B has before them.
+  void compareMatchesByLayerAndPhase() {
+    const LayerProfileStep a{21, 10.0, {{"", "", "data_wait", 1.0},
+                                        {"block1.bn", "batchnorm2d", "forward", 2.0},
+                                        {"block1.relu", "relu", "forward", 1.0},
+                                        {"fc", "linear", "forward", 2.0},
+                                        {"block1.bn", "batchnorm2d", "backward", 4.0}}};
+    const LayerProfileStep b{21, 8.0, {{"", "", "data_wait", 1.02},
+                                       {"block1.bn", "batchnorm_relu", "forward", 2.5},
+                                       {"fc", "linear", "forward", 1.0},
+                                       {"fc.gelu", "gelu", "forward", 0.5},
+                                       {"block1.bn", "batchnorm_relu", "backward", 4.5}}};
+    const std::vector<LayerComparisonRow> rows = compare_layer_profiles(a, b);
+    QStringList order;
+    for (const LayerComparisonRow& r : rows)
+      order << QString::fromStdString(r.layer + ":" + r.phase + ":" + layer_change_name(r.change()));
+    QCOMPARE(order, (QStringList{":data_wait:about the same", "block1.bn:forward:slower",
+                                 "block1.relu:forward:only in A", "fc:forward:faster",
+                                 "fc.gelu:forward:only in B", "block1.bn:backward:slower"}));
+    QCOMPARE(rows[1].kind_a, std::string("batchnorm2d"));
+    QCOMPARE(rows[1].kind_b, std::string("batchnorm_relu"));
+    QCOMPARE(rows[1].ratio(), 1.25);
+    QCOMPARE(rows[3].ratio(), 0.5);
+    QCOMPARE(rows[2].time_a_ms, 1.0);
+    QVERIFY(std::isnan(rows[2].time_b_ms) && std::isnan(rows[2].ratio()) && rows[2].kind_b.empty());
+    QVERIFY(std::isnan(rows[4].time_a_ms) && rows[4].time_b_ms == 0.5 && rows[4].kind_a.empty());
+    // A row only B has before every matched one goes first; nothing matched: all listed.
+    const LayerProfileStep early{1, 1.0, {{"pad_channels", "pad_channels", "forward", 0.1},
+                                          {"", "", "data_wait", 1.0}}};
+    const std::vector<LayerComparisonRow> first = compare_layer_profiles(a, early);
+    QCOMPARE(first.front().layer, std::string("pad_channels"));
+    QCOMPARE(first.size(), a.rows.size() + 1);
+    QCOMPARE(compare_layer_profiles(a, LayerProfileStep{}).size(), a.rows.size());
+    QCOMPARE(compare_layer_profiles(LayerProfileStep{}, b).size(), b.rows.size());
+    QVERIFY(compare_layer_profiles(LayerProfileStep{}, b)[0].change() == LayerChange::OnlyB);
+  }
+
   // `layers` and `export` on a stored run; a run without a profile says why.
   void cliTableAndJson() {
     const QString db = dir_.filePath("cli.db");
@@ -353,6 +392,10 @@ class TestLayers : public QObject {
     QVERIFY(t["attributed_share"].get<double>() >= 0.98);
     QVERIFY(t["peaks"]["flops_per_s"].get<double>() > 0);
     QVERIFY(t["peaks"]["bytes_per_s"].get<double>() > 0);
+    // Which peak the compute roof is, and where it was measured.
+    QCOMPARE(t["peaks"]["dtype"], json("f32"));
+    QVERIFY2(t["peaks"]["device"].get<std::string>().find("threads") != std::string::npos,
+             t["peaks"].dump().c_str());
     bool conv_row = false;
     for (const json& row : t["rows"])
       if (row["layer"] == "block2.conv" && row["phase"] == "backward") {
@@ -367,7 +410,8 @@ class TestLayers : public QObject {
 
     r = engine({"layers", "1", "--db", db}, env_);
     QVERIFY2(r.code == 0, qPrintable(r.err));
-    for (const char* text : {"% roofline", "block1.bn", "batchnorm2d", "unattributed", "GFLOP/s"})
+    for (const char* text : {"% roofline", "block1.bn", "batchnorm2d", "unattributed", "GFLOP/s f32, ",
+                             " threads (probe: f32 sgemm"})
       QVERIFY2(r.out.contains(text), text);
 
     r = engine({"export", "1", "--db", db, "--format", "json"}, env_);

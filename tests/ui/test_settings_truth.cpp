@@ -6,6 +6,7 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
+#include <QJsonArray>
 #include <QJsonDocument>
 #include <QLineEdit>
 #include <QProcess>
@@ -70,6 +71,47 @@ class TestSettingsTruth : public QObject {
     const QString problems = bad.problems().join(QLatin1Char('\n'));
     QVERIFY2(problems.contains(QLatin1String("'amp' has no teaching text")), qPrintable(problems));
     QVERIFY2(problems.contains(QLatin1String("'amp_typo', which is no trick key")), qPrintable(problems));
+  }
+
+  // Each measurement mode's control says what the mode was measured to cost
+  // (issue 24), read from the installed measurement/costs.json that
+  // bench/tables.py writes from bench/results/ (ctest bench_tables fails when
+  // the two drift); a key the file lists without figures says "not measured".
+  void measurementControlsShowTheirMeasuredCost() {
+    const QJsonObject costs =
+        QJsonDocument::fromJson(readFile(InstallPaths::dataFile(QStringLiteral("measurement/costs.json")))).object();
+    const QJsonObject byKey = costs.value(QLatin1String("costs")).toObject();
+    QVERIFY2(byKey.contains(QLatin1String("profiler")) && byKey.contains(QLatin1String("measure_every")),
+             "measurement/costs.json is not installed in the data folder, or lists neither mode");
+    QVERIFY(TrickCatalog::instance().problems().isEmpty());
+
+    QTemporaryDir dir;
+    MainWindow window(dir.filePath(QStringLiteral("runs.db")));
+    TrickPanel panel;
+    panel.setDeviceContext(QStringLiteral("cuda"), 1);
+    for (auto it = byKey.begin(); it != byKey.end(); ++it) {
+      QWidget* control = panel.control(it.key());
+      if (!control) control = window.configPanel()->control(it.key());
+      QVERIFY2(control, qPrintable(it.key()));
+      const QString tip = control->toolTip();
+      const QJsonArray figures = it.value().toArray();
+      if (figures.isEmpty()) QVERIFY2(tip.contains(QLatin1String("not measured yet")), qPrintable(tip));
+      for (const QJsonValue& f : figures) {
+        // The figure itself, with where it was measured (HTML-escaped in a trick's rich tooltip).
+        const QString text = f.toObject().value(QLatin1String("text")).toString();
+        QVERIFY2(tip.contains(text) || tip.contains(text.toHtmlEscaped()), qPrintable(it.key() + QLatin1String(": ") + tip));
+      }
+    }
+
+    // A cost for a key the table does not have is reported, not dropped.
+    QJsonObject typo = byKey;
+    typo.insert(QStringLiteral("profilr"), QJsonArray());
+    QJsonObject broken = costs;
+    broken.insert(QStringLiteral("costs"), typo);
+    const TrickCatalog bad(engineSchema(), readFile(InstallPaths::dataFile(QStringLiteral("tricks/tricks.json"))),
+                           QJsonDocument(broken).toJson());
+    QVERIFY2(bad.problems().join(QLatin1Char('\n')).contains(QLatin1String("'profilr', which is no setting")),
+             qPrintable(bad.problems().join(QLatin1Char('\n'))));
   }
 
   // The catalogue the GUI builds at start-up is the engine binary's own

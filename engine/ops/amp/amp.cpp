@@ -54,6 +54,19 @@ Tensor cast_to(Backend& be, const Tensor& src, DType dtype) {
   return dst;
 }
 
+Tensor widened(Backend& be, const Tensor& t) {
+  return t.defined() && is_low_precision(t.dtype()) ? cast_to(be, t, DType::F32) : t;
+}
+
+Tensor f32_scratch(Backend& be, const Tensor& t) {
+  return t.defined() && is_low_precision(t.dtype()) ? be.empty(t.shape(), DType::F32, t.layout())
+                                                     : t;
+}
+
+void round_into(Backend& be, const Tensor& wide, Tensor& out) {
+  if (out.defined() && is_low_precision(out.dtype())) cast(be, wide, out);
+}
+
 void scale(Backend& be, Tensor& t, const Tensor& scaler_state) {
   check_scaler_state(be, scaler_state, "amp_scale");
   check_on(be, t, "amp_scale", "tensor");

@@ -56,6 +56,25 @@ void unscale_and_check(Backend& be, Tensor& grads, Tensor& scaler_state);
 void update_scale(Backend& be, Tensor& scaler_state, float growth_factor, float backoff_factor,
                   int64_t growth_interval);
 
+// Widen-compute-round, the CPU's f16/bf16 paths of the activation families
+// (batch norm, pointwise, pooling): an f16/bf16 operand is computed on as its
+// f32 widening (exact), an f16/bf16 output is computed into f32 and rounded
+// into it once at the end (round to nearest even, as cast). Any other dtype,
+// and an undefined tensor, passes through: widened(t) and f32_scratch(t) are
+// t itself and round_into does nothing, so one body serves every dtype.
+Tensor widened(Backend& be, const Tensor& t);      // f16/bf16: cast_to(t, f32)
+Tensor f32_scratch(Backend& be, const Tensor& t);  // f16/bf16: an uninitialised f32 like t
+void round_into(Backend& be, const Tensor& wide, Tensor& out);  // f16/bf16 out: cast
+// The three for an op with one output: f(widened(in)..., w), w =
+// f32_scratch(out), or widened(out) where f reads out too (`reads_out`:
+// accumulate, scale), then round_into(w, out).
+template <class F, class... In>
+void widen_compute_round(Backend& be, Tensor& out, bool reads_out, F&& f, const In&... in) {
+  Tensor w = reads_out ? widened(be, out) : f32_scratch(be, out);
+  f(widened(be, in)..., w);
+  round_into(be, w, out);
+}
+
 // What a backend implements, called with arguments that passed the
 // contract's checks. Each checks what it adds (its dtypes) and names the op
 // in its errors.

@@ -117,6 +117,10 @@ void CpuKernels::cast(const Tensor& src, Tensor& dst) {
 }
 
 void CpuKernels::scale(Tensor& t, const Tensor& scaler_state) {
+  // The contract's dtypes (f32, f64 here), though pointwise::scale would take
+  // f16/bf16 too: the loss scale is applied to f32 gradients.
+  TB_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64,
+           "amp_scale: tensor must be f32 or f64, got ", t.describe());
   pointwise::scale(be_, t, double(scaler_state.data_as<float>()[0]));
 }
 

@@ -504,6 +504,7 @@ class TestOpAmp : public QObject {
           "growth_interval must be > 0");
     check(qerror_of([&] { amp::unscale_and_check(cpu, f16, s); }), "amp_unscale_and_check",
           "must be f32 or f64");
+    check(qerror_of([&] { amp::scale(cpu, bf16, s); }), "amp_scale", "must be f32 or f64");
   }
 
   // ------------------------------------------------------------ casts

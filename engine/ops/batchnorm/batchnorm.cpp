@@ -11,10 +11,19 @@ namespace tb::batchnorm {
 
 namespace {
 
+bool low_precision(DType t) { return t == DType::F16 || t == DType::BF16; }
+
 Dims check_x(const Tensor& x, const char* op) {
   TB_CHECK(x.defined(), op, ": x is undefined");
   TB_CHECK(x.rank() == 4, op, ": expected a rank-4 (N, C, H, W) input, got ", x.describe());
+  TB_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64 || low_precision(x.dtype()), op,
+           ": x ", x.describe(), " must be f32, f64, f16 or bf16");
   return {x.n(), x.c(), x.h() * x.w(), x.layout() == Layout::NHWC};
+}
+
+// The dtype of the per-channel vectors for x: x's own, f32 for f16/bf16 x.
+DType channel_dtype(const Tensor& x) {
+  return low_precision(x.dtype()) ? DType::F32 : x.dtype();
 }
 
 void check_device(const Tensor& t, const Tensor& x, const char* op, const char* what) {
@@ -22,12 +31,13 @@ void check_device(const Tensor& t, const Tensor& x, const char* op, const char* 
            x.describe(), ")");
 }
 
-// (C), x's dtype and device.
+// (C), channel_dtype(x), x's device.
 void check_channel(const Tensor& t, const Tensor& x, const char* op, const char* what) {
   TB_CHECK(t.defined(), op, ": ", what, " is undefined");
   check_device(t, x, op, what);
-  TB_CHECK(t.shape() == Shape{x.c()} && t.dtype() == x.dtype(), op, ": ", what, " ",
-           t.describe(), " does not match (", x.c(), ") ", dtype_name(x.dtype()));
+  const DType want = channel_dtype(x);
+  TB_CHECK(t.shape() == Shape{x.c()} && t.dtype() == want, op, ": ", what, " ", t.describe(),
+           " does not match (", x.c(), ") ", dtype_name(want), " for x ", x.describe());
 }
 
 // x's shape, dtype, layout and device.
@@ -60,6 +70,13 @@ Dims check_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   TB_CHECK(!ep.active() || y.data() != x.data(), op, ": with an epilogue y must not alias x (",
            x.describe(), ")");
   return d;
+}
+
+// This backend's kernels, after they said they take x's dtype.
+Kernels& kernels_for(Backend& be, const Tensor& x, const char* op) {
+  Kernels& k = be.kernels<Kernels>();
+  require_dtype(k.supports(x.dtype()), be, Kernels::kFamily, x.dtype(), op);
+  return k;
 }
 
 }  // namespace
@@ -112,26 +129,28 @@ Dims check_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
 void forward_train(Backend& be, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                    Tensor& running_mean, Tensor& running_var, float momentum, float eps,
                    Tensor& y, Tensor& save_mean, Tensor& save_invstd, const Epilogue& epilogue) {
+  const char* op = "batchnorm_forward_train";
   const Dims d = check_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean,
                                      save_invstd, epilogue);
-  be.kernels<Kernels>().forward_train(d, x, gamma, beta, running_mean, running_var, momentum,
-                                      eps, y, save_mean, save_invstd, epilogue);
+  kernels_for(be, x, op).forward_train(d, x, gamma, beta, running_mean, running_var, momentum,
+                                       eps, y, save_mean, save_invstd, epilogue);
 }
 
 void forward_eval(Backend& be, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                   const Tensor& running_mean, const Tensor& running_var, float eps, Tensor& y,
                   const Epilogue& epilogue) {
+  const char* op = "batchnorm_forward_eval";
   const Dims d = check_forward_eval(x, gamma, beta, running_mean, running_var, y, epilogue);
-  be.kernels<Kernels>().forward_eval(d, x, gamma, beta, running_mean, running_var, eps, y,
-                                     epilogue);
+  kernels_for(be, x, op).forward_eval(d, x, gamma, beta, running_mean, running_var, eps, y,
+                                      epilogue);
 }
 
 void backward(Backend& be, const Tensor& x, const Tensor& dy, const Tensor& gamma,
               const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx, Tensor& dgamma,
               Tensor& dbeta, bool accumulate, const EpilogueGrad& epilogue) {
   const Dims d = check_backward(x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, epilogue);
-  be.kernels<Kernels>().backward(d, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
-                                 accumulate, epilogue);
+  kernels_for(be, x, "batchnorm_backward")
+      .backward(d, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, accumulate, epilogue);
 }
 
 }  // namespace tb::batchnorm

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // The batch-norm family's CUDA kernels and their launchers (batchnorm.cuh),
-// f32, NCHW and NHWC; contract in batchnorm.h, the CPU's in batchnorm_cpu.cpp:
+// f32, f16 or bf16 activations, NCHW and NHWC; contract in batchnorm.h, the
+// CPU's in batchnorm_cpu.cpp:
 //
 //   x, y, dy, dx (N, C, HW)    M = N·HW values per channel
 //   train:  μ = Σx/M,  σ² = Σ(x−μ)²/M,  invstd = 1/sqrt(σ² + eps)
@@ -35,12 +36,20 @@
 // dres: null = none), so the plain op is the epilogue's kernel with ReLU off
 // and no residual: one kernel for both, the same bits for both.
 //
+// The activations' element type T (x, y, r, dy, dx, dres) is a template
+// argument too: float, __half or __nv_bfloat16 (amp_elements.cuh). Each value
+// is loaded into float, everything after the load is the f32 kernel's
+// arithmetic, and a stored activation is rounded to T once (f16/bf16); the
+// per-channel vectors stay f32 and the sums double. For T = float the loads
+// and stores are the identity: the f32 kernels' bits.
+//
 // Not run on a GPU: written for issue 23 and compiled for sm_80 and sm_90; the
 // GPU slots of test_op_batchnorm and test_op_fused are its check.
 #include "engine/ops/batchnorm/batchnorm.cuh"
 
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/core/error.h"
+#include "engine/ops/amp/amp_elements.cuh"
 
 namespace tb::cuda {
 
@@ -134,15 +143,16 @@ __device__ __forceinline__ Sums finish_sum(const ReducePlan& p, const Sums* part
 // ---------------------------------------------------------------- statistics
 
 // partials: Σ(x−k), Σ(x−k)² with k = x at the channel's first value.
+template <typename T>
 __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
-    bn_stats_reduce_kernel(ReducePlan p, const float* __restrict__ x, Sums* __restrict__ partials) {
+    bn_stats_reduce_kernel(ReducePlan p, const T* __restrict__ x, Sums* __restrict__ partials) {
   __shared__ Sums smem[kBlockThreads];
   const ChannelWalk w = thread_walk(p);
   Sums s;
   if (w.c < p.C) {
-    const double k = x[p.first_offset(w.c)];
+    const double k = to_compute(x[p.first_offset(w.c)]);
     for_each_value(
-        w, [&](int64_t at) { return x[at]; },
+        w, [&](int64_t at) { return to_compute(x[at]); },
         [&](int64_t, float v) {
           const double d = double(v) - k;
           s.a += d;
@@ -152,7 +162,8 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
   write_partial(p, w, s, smem, partials);
 }
 
-__global__ void bn_stats_finish_kernel(ReducePlan p, const float* __restrict__ x,
+template <typename T>
+__global__ void bn_stats_finish_kernel(ReducePlan p, const T* __restrict__ x,
                                        const Sums* __restrict__ partials, float* running_mean,
                                        float* running_var, double momentum, double eps,
                                        float* save_mean, float* save_invstd) {
@@ -162,7 +173,7 @@ __global__ void bn_stats_finish_kernel(ReducePlan p, const float* __restrict__ x
   const double M = double(p.M);
   const double shift = s.a / M;  // μ − k
   const double var = fmax(s.b / M - shift * shift, 0.0);
-  const double mean = double(x[p.first_offset(c)]) + shift;
+  const double mean = double(to_compute(x[p.first_offset(c)])) + shift;
   const double unbiased = p.M > 1 ? var * M / (M - 1.0) : var;
   save_mean[c] = float(mean);
   save_invstd[c] = float(1.0 / sqrt(var + eps));
@@ -179,23 +190,23 @@ struct XR {
 // y = act(γ·(x − mean)·is + β [+ r]); `invstd_is_var`: eval mode, the vector
 // holds running_var and is = rsqrt(var + eps). y may be x or r (in place):
 // no __restrict__ on them, and each value is read before it is written.
-template <bool kRelu>
+template <typename T, bool kRelu>
 __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
-    bn_apply_kernel(ReducePlan p, const float* x, const float* __restrict__ gamma,
+    bn_apply_kernel(ReducePlan p, const T* x, const float* __restrict__ gamma,
                     const float* __restrict__ beta, const float* __restrict__ mean_v,
                     const float* __restrict__ invstd_or_var, bool invstd_is_var, float eps,
-                    const float* r, float* y) {
+                    const T* r, T* y) {
   const ChannelWalk w = thread_walk(p);
   if (w.c >= p.C) return;
   const float g = gamma[w.c], b = beta[w.c], mean = mean_v[w.c];
   const float is = invstd_is_var ? rsqrtf(invstd_or_var[w.c] + eps) : invstd_or_var[w.c];
   for_each_value(
-      w, [&](int64_t at) { return XR{x[at], r ? r[at] : 0.0f}; },
+      w, [&](int64_t at) { return XR{to_compute(x[at]), r ? to_compute(r[at]) : 0.0f}; },
       [&](int64_t at, XR v) {
         float o = g * (v.x - mean) * is + b;
         if (r) o = o + v.r;
         if (kRelu) o = o > 0.0f ? o : 0.0f;
-        y[at] = o;
+        y[at] = from_compute<T>(o);
       });
 }
 
@@ -205,20 +216,19 @@ struct XDz {
   float x, dz;
 };
 
-template <bool kRelu>
-__device__ __forceinline__ XDz load_x_dz(const float* x, const float* y, const float* dy,
-                                         int64_t at) {
-  const float g = dy[at];
-  return {x[at], kRelu ? (y[at] > 0.0f ? g : 0.0f) : g};
+template <bool kRelu, typename T>
+__device__ __forceinline__ XDz load_x_dz(const T* x, const T* y, const T* dy, int64_t at) {
+  const float g = to_compute(dy[at]);
+  return {to_compute(x[at]), kRelu ? (to_compute(y[at]) > 0.0f ? g : 0.0f) : g};
 }
 
 // partials: Σdz, Σdz·x̂ (dz stored to dres when wanted).
-template <bool kRelu>
+template <typename T, bool kRelu>
 __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
-    bn_backward_reduce_kernel(ReducePlan p, const float* __restrict__ x,
-                              const float* __restrict__ y, const float* __restrict__ dy,
-                              const float* __restrict__ mean_v, const float* __restrict__ invstd_v,
-                              float* __restrict__ dres, Sums* __restrict__ partials) {
+    bn_backward_reduce_kernel(ReducePlan p, const T* __restrict__ x, const T* __restrict__ y,
+                              const T* __restrict__ dy, const float* __restrict__ mean_v,
+                              const float* __restrict__ invstd_v, T* __restrict__ dres,
+                              Sums* __restrict__ partials) {
   __shared__ Sums smem[kBlockThreads];
   const ChannelWalk w = thread_walk(p);
   Sums s;
@@ -227,7 +237,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
     for_each_value(
         w, [&](int64_t at) { return load_x_dz<kRelu>(x, y, dy, at); },
         [&](int64_t at, XDz v) {
-          if (dres) dres[at] = v.dz;
+          if (dres) dres[at] = from_compute<T>(v.dz);  // dy or 0: exact
           const double g = v.dz;
           s.a += g;
           s.b += g * (double(v.x) - mean) * invstd;
@@ -248,12 +258,12 @@ __global__ void bn_backward_finish_kernel(ReducePlan p, const Sums* __restrict__
   if (dgamma) dgamma[c] = float(accumulate ? double(dgamma[c]) + s.b : s.b);
 }
 
-template <bool kRelu>
+template <typename T, bool kRelu>
 __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
-    bn_backward_dx_kernel(ReducePlan p, const float* __restrict__ x, const float* __restrict__ y,
-                          const float* __restrict__ dy, const float* __restrict__ gamma,
+    bn_backward_dx_kernel(ReducePlan p, const T* __restrict__ x, const T* __restrict__ y,
+                          const T* __restrict__ dy, const float* __restrict__ gamma,
                           const float* __restrict__ mean_v, const float* __restrict__ invstd_v,
-                          const Sums* __restrict__ totals, float* __restrict__ dx) {
+                          const Sums* __restrict__ totals, T* __restrict__ dx) {
   const ChannelWalk w = thread_walk(p);
   if (w.c >= p.C) return;
   const double mean = mean_v[w.c], invstd = invstd_v[w.c], M = double(p.M);
@@ -263,7 +273,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
       w, [&](int64_t at) { return load_x_dz<kRelu>(x, y, dy, at); },
       [&](int64_t at, XDz v) {
         const double xh = (double(v.x) - mean) * invstd;
-        dx[at] = float(a * (M * double(v.dz) - t.a - xh * t.b));
+        dx[at] = from_compute<T>(float(a * (M * double(v.dz) - t.a - xh * t.b)));
       });
 }
 
@@ -276,98 +286,94 @@ dim3 finish_block() { return dim3(kFinishLanes, kFinishLanes); }
 Sums* partials_of(double* work) { return reinterpret_cast<Sums*>(work); }
 Sums* totals_of(const ReducePlan& p, double* work) { return partials_of(work) + p.totals_at(); }
 
-void launch_stats(const ReducePlan& p, const float* x, float* running_mean, float* running_var,
+template <typename T>
+void launch_stats(const ReducePlan& p, const T* x, float* running_mean, float* running_var,
                   float momentum, float eps, float* save_mean, float* save_invstd, double* work,
                   cudaStream_t s) {
-  bn_stats_reduce_kernel<<<grid_of(p), block_of(p), 0, s>>>(p, x, partials_of(work));
+  bn_stats_reduce_kernel<T><<<grid_of(p), block_of(p), 0, s>>>(p, x, partials_of(work));
   TB_CUDA_LAUNCH_CHECK("bn_stats_reduce_kernel");
-  bn_stats_finish_kernel<<<unsigned(p.finish_blocks), finish_block(), 0, s>>>(
+  bn_stats_finish_kernel<T><<<unsigned(p.finish_blocks), finish_block(), 0, s>>>(
       p, x, partials_of(work), running_mean, running_var, momentum, eps, save_mean, save_invstd);
   TB_CUDA_LAUNCH_CHECK("bn_stats_finish_kernel");
 }
 
-void launch_apply(const ReducePlan& p, const float* x, const float* gamma, const float* beta,
+template <typename T>
+void launch_apply(const ReducePlan& p, const T* x, const float* gamma, const float* beta,
                   const float* mean, const float* invstd_or_var, bool invstd_is_var, float eps,
-                  const float* r, bool relu, float* y, cudaStream_t s) {
+                  const T* r, bool relu, T* y, cudaStream_t s) {
   if (relu)
-    bn_apply_kernel<true><<<grid_of(p), block_of(p), 0, s>>>(p, x, gamma, beta, mean,
-                                                             invstd_or_var, invstd_is_var, eps, r, y);
+    bn_apply_kernel<T, true><<<grid_of(p), block_of(p), 0, s>>>(
+        p, x, gamma, beta, mean, invstd_or_var, invstd_is_var, eps, r, y);
   else
-    bn_apply_kernel<false><<<grid_of(p), block_of(p), 0, s>>>(
+    bn_apply_kernel<T, false><<<grid_of(p), block_of(p), 0, s>>>(
         p, x, gamma, beta, mean, invstd_or_var, invstd_is_var, eps, r, y);
   TB_CUDA_LAUNCH_CHECK("bn_apply_kernel");
 }
 
-template <bool kRelu>
-void launch_backward_t(const ReducePlan& p, const float* x, const float* y, const float* dy,
-                       const float* gamma, const float* save_mean, const float* save_invstd,
-                       float* dx, float* dres, float* dgamma, float* dbeta, bool accumulate,
-                       double* work, cudaStream_t s) {
+template <typename T, bool kRelu>
+void launch_backward_t(const ReducePlan& p, const T* x, const T* y, const T* dy,
+                       const float* gamma, const float* save_mean, const float* save_invstd, T* dx,
+                       T* dres, float* dgamma, float* dbeta, bool accumulate, double* work,
+                       cudaStream_t s) {
   if (p.empty()) return;
-  bn_backward_reduce_kernel<kRelu><<<grid_of(p), block_of(p), 0, s>>>(
+  bn_backward_reduce_kernel<T, kRelu><<<grid_of(p), block_of(p), 0, s>>>(
       p, x, y, dy, save_mean, save_invstd, dres, partials_of(work));
   TB_CUDA_LAUNCH_CHECK("bn_backward_reduce_kernel");
   bn_backward_finish_kernel<<<unsigned(p.finish_blocks), finish_block(), 0, s>>>(
       p, partials_of(work), totals_of(p, work), dgamma, dbeta, accumulate);
   TB_CUDA_LAUNCH_CHECK("bn_backward_finish_kernel");
   if (!dx) return;
-  bn_backward_dx_kernel<kRelu><<<grid_of(p), block_of(p), 0, s>>>(
+  bn_backward_dx_kernel<T, kRelu><<<grid_of(p), block_of(p), 0, s>>>(
       p, x, y, dy, gamma, save_mean, save_invstd, totals_of(p, work), dx);
   TB_CUDA_LAUNCH_CHECK("bn_backward_dx_kernel");
 }
 
 }  // namespace
 
-void launch_bn_forward_train(const float* x, const float* gamma, const float* beta,
-                             float* running_mean, float* running_var, float momentum, float eps,
-                             float* y, float* save_mean, float* save_invstd,
+template <typename T>
+void launch_bn_forward_train(const T* x, const float* gamma, const float* beta, const T* r,
+                             bool relu, float* running_mean, float* running_var, float momentum,
+                             float eps, T* y, float* save_mean, float* save_invstd,
                              const ReducePlan& plan, double* work, cudaStream_t s) {
-  launch_bn_act_forward_train(x, gamma, beta, nullptr, false, running_mean, running_var, momentum,
-                              eps, y, save_mean, save_invstd, plan, work, s);
-}
-
-void launch_bn_forward_eval(const float* x, const float* gamma, const float* beta,
-                            const float* running_mean, const float* running_var, float eps,
-                            float* y, const ReducePlan& plan, cudaStream_t s) {
-  launch_bn_act_forward_eval(x, gamma, beta, nullptr, false, running_mean, running_var, eps, y,
-                             plan, s);
-}
-
-void launch_bn_backward(const float* x, const float* dy, const float* gamma, const float* save_mean,
-                        const float* save_invstd, float* dx, float* dgamma, float* dbeta,
-                        bool accumulate, const ReducePlan& plan, double* work, cudaStream_t s) {
-  launch_backward_t<false>(plan, x, nullptr, dy, gamma, save_mean, save_invstd, dx, nullptr,
-                           dgamma, dbeta, accumulate, work, s);
-}
-
-void launch_bn_act_forward_train(const float* x, const float* gamma, const float* beta,
-                                 const float* r, bool relu, float* running_mean, float* running_var,
-                                 float momentum, float eps, float* y, float* save_mean,
-                                 float* save_invstd, const ReducePlan& plan, double* work,
-                                 cudaStream_t s) {
   if (plan.empty()) return;
   launch_stats(plan, x, running_mean, running_var, momentum, eps, save_mean, save_invstd, work, s);
   launch_apply(plan, x, gamma, beta, save_mean, save_invstd, false, eps, r, relu, y, s);
 }
 
-void launch_bn_act_forward_eval(const float* x, const float* gamma, const float* beta,
-                                const float* r, bool relu, const float* running_mean,
-                                const float* running_var, float eps, float* y,
-                                const ReducePlan& plan, cudaStream_t s) {
+template <typename T>
+void launch_bn_forward_eval(const T* x, const float* gamma, const float* beta, const T* r,
+                            bool relu, const float* running_mean, const float* running_var,
+                            float eps, T* y, const ReducePlan& plan, cudaStream_t s) {
   if (plan.empty()) return;
   launch_apply(plan, x, gamma, beta, running_mean, running_var, true, eps, r, relu, y, s);
 }
 
-void launch_bn_act_backward(const float* x, const float* y, const float* dy, const float* gamma,
-                            const float* save_mean, const float* save_invstd, bool relu, float* dx,
-                            float* dres, float* dgamma, float* dbeta, bool accumulate,
-                            const ReducePlan& plan, double* work, cudaStream_t s) {
+template <typename T>
+void launch_bn_backward(const T* x, const T* y, const T* dy, const float* gamma,
+                        const float* save_mean, const float* save_invstd, bool relu, T* dx,
+                        T* dres, float* dgamma, float* dbeta, bool accumulate,
+                        const ReducePlan& plan, double* work, cudaStream_t s) {
   if (relu)
-    launch_backward_t<true>(plan, x, y, dy, gamma, save_mean, save_invstd, dx, dres, dgamma, dbeta,
-                            accumulate, work, s);
+    launch_backward_t<T, true>(plan, x, y, dy, gamma, save_mean, save_invstd, dx, dres, dgamma,
+                               dbeta, accumulate, work, s);
   else
-    launch_backward_t<false>(plan, x, y, dy, gamma, save_mean, save_invstd, dx, dres, dgamma,
-                             dbeta, accumulate, work, s);
+    launch_backward_t<T, false>(plan, x, y, dy, gamma, save_mean, save_invstd, dx, dres, dgamma,
+                                dbeta, accumulate, work, s);
 }
+
+#define TB_INSTANTIATE(T)                                                                       \
+  template void launch_bn_forward_train<T>(const T*, const float*, const float*, const T*, bool, \
+                                           float*, float*, float, float, T*, float*, float*,     \
+                                           const ReducePlan&, double*, cudaStream_t);            \
+  template void launch_bn_forward_eval<T>(const T*, const float*, const float*, const T*, bool,  \
+                                          const float*, const float*, float, T*,                 \
+                                          const ReducePlan&, cudaStream_t);                      \
+  template void launch_bn_backward<T>(const T*, const T*, const T*, const float*, const float*,  \
+                                      const float*, bool, T*, T*, float*, float*, bool,          \
+                                      const ReducePlan&, double*, cudaStream_t);
+TB_INSTANTIATE(float)
+TB_INSTANTIATE(__half)
+TB_INSTANTIATE(__nv_bfloat16)
+#undef TB_INSTANTIATE
 
 }  // namespace tb::cuda

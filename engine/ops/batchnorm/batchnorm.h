@@ -8,7 +8,18 @@
 //           gamma, beta, running_mean, running_var,
 //           save_mean, save_invstd, dgamma, dbeta              (C)
 //           M = N·H·W values per channel.
-// Dtypes    every operand has x's dtype: f32 or f64 on the CPU, f32 on CUDA.
+// Dtypes    dtype as data, read from x:
+//           f32, f64  every operand has x's dtype;
+//           f16, bf16 (low-precision activations, as PyTorch's autocast)
+//                     x, y, dy, dx and the epilogue's residual, y and
+//                     dresidual have x's dtype; gamma, beta, the running and
+//                     saved statistics, dgamma and dbeta are f32. Each value
+//                     is read into f32, the sums are the f32 form's (double),
+//                     and each activation output is rounded once to x's dtype
+//                     when it is stored.
+//           A backend that lacks x's dtype says so (Kernels::supports) and the
+//           entry point refuses it naming the op, the dtype and the backend:
+//           the cpu takes all four, cuda f32, f16 and bf16.
 // Layouts   NCHW or NHWC, one for every rank-4 operand (never a hidden
 //           transpose). With an active epilogue the CPU takes NCHW only.
 // Devices   every operand on x's device, the backend's own.
@@ -33,7 +44,7 @@
 //           dx and dresidual must not alias x, dy or y, nor each other.
 //
 // Files: batchnorm.cpp (the checks and entry points), batchnorm_cpu.cpp
-// (reference and fast f32 path), batchnorm.cu + batchnorm.cuh (CUDA kernels
+// (reference, fast f32 path, f16/bf16 by widen-compute-round), batchnorm.cu + batchnorm.cuh (CUDA kernels
 // and launchers), batchnorm_plan.h/.cpp (their launch plan, host code),
 // batchnorm_cuda.cpp (the CUDA backend's Kernels), test_op_batchnorm.cpp.
 // How a family plugs into a backend: engine/ops/registry.h.
@@ -45,8 +56,8 @@
 
 namespace tb::batchnorm {
 
-// Entry points: the contract's checks (below), then this backend's kernels.
-// Defaults as the contract says: no epilogue.
+// Entry points: the contract's checks (below), then this backend's kernels
+// for x's dtype. Defaults as the contract says: no epilogue.
 void forward_train(Backend& be, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                    Tensor& running_mean, Tensor& running_var, float momentum, float eps,
                    Tensor& y, Tensor& save_mean, Tensor& save_invstd,
@@ -65,11 +76,13 @@ struct Dims {
 };
 
 // What a backend implements, called with arguments that passed the
-// contract's checks and their Dims. Each checks what it adds (its device,
-// its dtypes, its layouts) and names the op in its errors.
+// contract's checks, their Dims, and an x dtype it supports. Each checks what
+// it adds (its device, its layouts) and names the op in its errors.
 class Kernels : public OpKernels {
  public:
   static constexpr const char* kFamily = "batch norm";
+  // Whether this backend normalises x of dtype t (f32, f64, f16 or bf16).
+  virtual bool supports(DType t) const = 0;
   virtual void forward_train(const Dims& d, const Tensor& x, const Tensor& gamma,
                              const Tensor& beta, Tensor& running_mean, Tensor& running_var,
                              float momentum, float eps, Tensor& y, Tensor& save_mean,
@@ -85,9 +98,10 @@ class Kernels : public OpKernels {
 };
 
 // The contract's checks, shared by every backend: defined operands on x's
-// device with the shapes, dtype and layout above, the epilogue, the aliasing
-// rules. Throw tb::Error naming the op and the operand. What a backend
-// supports beyond that (its device, its dtypes) it checks itself.
+// device with the shapes, dtypes and layout above, the epilogue, the aliasing
+// rules. Throw tb::Error naming the op, the operand and the dtypes. Whether a
+// backend takes x's dtype the entry points ask it (Kernels::supports); its
+// device it checks itself.
 Dims check_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                          const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
                          const Tensor& save_mean, const Tensor& save_invstd,

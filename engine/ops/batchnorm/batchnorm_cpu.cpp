@@ -22,6 +22,12 @@
 // the same bits; the tests still ask only for a stated tolerance. Each
 // channel's work is compiled for the baseline, AVX2 and AVX-512, and the copy
 // for this processor runs (engine/core/cpu_features.h): the same bits in each.
+//
+// f16/bf16 (low-precision activations): widen-compute-round. x, dy, the
+// residual and the ReLU mask's y are widened to f32 exactly (amp::widened),
+// the f32 path above runs on them with the f32 parameters and statistics, and
+// each activation output is rounded once into its f16/bf16 tensor
+// (amp::round_into), which is what the CUDA kernels do value by value.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -31,6 +37,7 @@
 #include "engine/core/cpu_features.h"
 #include "engine/core/dispatch.h"
 #include "engine/core/error.h"
+#include "engine/ops/amp/amp.h"
 #include "engine/ops/batchnorm/batchnorm.h"
 #include "engine/ops/pointwise/pointwise.h"
 
@@ -40,12 +47,10 @@ namespace {
 
 using BnDims = batchnorm::Dims;
 
-// What the CPU backend adds to the contract: host tensors, f32 or f64, and an
-// epilogue on NCHW only (the fast path's rows; NHWC is the reference's).
+// What the CPU backend adds to the contract: host tensors, and an epilogue on
+// NCHW only (the fast path's rows; NHWC is the reference's).
 void check_cpu(const Tensor& x, bool epilogue, const char* op) {
   TB_CHECK(x.device().is_cpu(), op, ": cpu backend given ", x.describe());
-  TB_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64, op, ": expected f32 or f64, got ",
-           x.describe());
   TB_CHECK(!epilogue || x.layout() == Layout::NCHW, op,
            ": the cpu backend takes an epilogue (fuse_pointwise) on NCHW only, got ",
            layout_name(x.layout()), " (", x.describe(), ")");
@@ -361,6 +366,11 @@ class CpuKernels final : public batchnorm::Kernels {
  public:
   explicit CpuKernels(CpuBackend& be) : be_(be) {}
 
+  // f16/bf16 by widen-compute-round (file comment).
+  bool supports(DType t) const override {
+    return t == DType::F32 || t == DType::F64 || amp::is_low_precision(t);
+  }
+
   void forward_train(const BnDims& d, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                      Tensor& running_mean, Tensor& running_var, float momentum, float eps,
                      Tensor& y, Tensor& save_mean, Tensor& save_invstd,
@@ -385,6 +395,14 @@ void CpuKernels::forward_train(const BnDims& d, const Tensor& x, const Tensor& g
                                float momentum, float eps, Tensor& y, Tensor& save_mean,
                                Tensor& save_invstd, const Epilogue& epilogue) {
   check_cpu(x, epilogue.active(), "batchnorm_forward_train");
+  if (amp::is_low_precision(x.dtype())) {  // widen-compute-round (file comment)
+    Tensor yw = amp::f32_scratch(be_, y);
+    forward_train(d, amp::widened(be_, x), gamma, beta, running_mean, running_var, momentum, eps,
+                  yw, save_mean, save_invstd,
+                  Epilogue{epilogue.act, amp::widened(be_, epilogue.residual)});
+    amp::round_into(be_, yw, y);
+    return;
+  }
   if (use_reference(x.dtype()) || d.nhwc) {  // NHWC: reference (file comment)
     by_dtype(x, [&](auto z) {
       using T = decltype(z);
@@ -409,6 +427,13 @@ void CpuKernels::forward_eval(const BnDims& d, const Tensor& x, const Tensor& ga
                               const Tensor& running_var, float eps, Tensor& y,
                               const Epilogue& epilogue) {
   check_cpu(x, epilogue.active(), "batchnorm_forward_eval");
+  if (amp::is_low_precision(x.dtype())) {  // widen-compute-round (file comment)
+    Tensor yw = amp::f32_scratch(be_, y);
+    forward_eval(d, amp::widened(be_, x), gamma, beta, running_mean, running_var, eps, yw,
+                 Epilogue{epilogue.act, amp::widened(be_, epilogue.residual)});
+    amp::round_into(be_, yw, y);
+    return;
+  }
   if (use_reference(x.dtype()) || d.nhwc) {  // NHWC: reference (file comment)
     by_dtype(x, [&](auto z) {
       using T = decltype(z);
@@ -432,6 +457,16 @@ void CpuKernels::backward(const BnDims& d, const Tensor& x, const Tensor& dy, co
                           Tensor& dgamma, Tensor& dbeta, bool accumulate,
                           const EpilogueGrad& epilogue) {
   check_cpu(x, epilogue.active(), "batchnorm_backward");
+  if (amp::is_low_precision(x.dtype())) {  // widen-compute-round (file comment)
+    Tensor dxw = amp::f32_scratch(be_, dx), dresw = amp::f32_scratch(be_, epilogue.dresidual);
+    backward(d, amp::widened(be_, x), amp::widened(be_, dy), gamma, save_mean, save_invstd, dxw,
+             dgamma, dbeta, accumulate,
+             EpilogueGrad{epilogue.act, amp::widened(be_, epilogue.y), dresw});
+    Tensor dres = epilogue.dresidual;  // a view: the caller's buffer
+    amp::round_into(be_, dxw, dx);
+    amp::round_into(be_, dresw, dres);
+    return;
+  }
   const bool relu = epilogue.act == Activation::ReLU;
   if (use_reference(x.dtype()) || d.nhwc) {  // NHWC: reference (file comment)
     // The epilogue's gradient by the pointwise reference ops: dz = relu'(dy)

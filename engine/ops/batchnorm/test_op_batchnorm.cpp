@@ -28,6 +28,12 @@
 // 5. The CUDA kernels' launch plan (batchnorm_plan.h), on the CPU: every
 //    value visited once, the partials' slots, the workspace, the grid limits,
 //    for C 1-2048 and M 1-524,288 in both layouts.
+// 6. f16/bf16 activations (f32 parameters and statistics): the CPU's
+//    widen-compute-round path against the f64 reference on the widened
+//    inputs, every epilogue, both layouts, both CPU paths; the mixed dtypes
+//    the contract refuses; on a GPU, the CUDA kernels in f16/bf16 against the
+//    CPU's path and CUDA's refusal of f64. Bounds derived in the slots and in
+//    tests/engine/low_precision.h.
 // GPU rows QSKIP with the reason where there is no device.
 // The family's test, beside its code (docs/architecture.md, "Op families").
 #include <QtTest>
@@ -47,6 +53,7 @@
 #include "engine/ops/batchnorm/batchnorm_plan.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gradcheck.h"
+#include "tests/engine/low_precision.h"
 #include "tests/engine/tensor_helpers.h"
 
 using namespace tb;
@@ -127,6 +134,76 @@ Comparison check_output(const Target& t, const std::string& kind, const std::str
   return compare(ref, got, 1e-6, mean ? 1e-7 : 0.0, what, false, "fp32");
 }
 
+
+// ------------------------------------------------------------ CUDA against the CPU
+
+// The inputs of a CUDA-against-CPU comparison, host, NCHW: the activations x,
+// dy and the residual in the dtype under test (f16/bf16: f32 values rounded),
+// the per-channel vectors f32. Drawn in this order from `seed`.
+struct BnInputs {
+  Tensor x, dy, res, gamma, beta, rm_init, rv_init, dg_old, db_old;
+};
+BnInputs random_bn_inputs(const BnCase& c, uint64_t seed, DType dt) {
+  std::mt19937_64 rng(seed);
+  const int64_t C = c.shape[1], HW = c.shape[2] * c.shape[3];
+  BnInputs in;
+  in.x = random_tensor(c.shape, DType::F32, rng, Layout::NCHW, c.lo, c.hi);
+  if (c.channel_offsets)
+    for (int64_t i = 0; i < in.x.numel(); ++i) {
+      const int64_t ch = (i / HW) % C;
+      in.x.data_as<float>()[i] = in.x.data_as<float>()[i] * float(1 + ch) + 0.5f * float(ch);
+    }
+  in.dy = random_tensor(c.shape, DType::F32, rng);
+  in.res = random_tensor(c.shape, DType::F32, rng);
+  in.gamma = random_tensor({C}, DType::F32, rng, Layout::NCHW, 0.5, 1.5);
+  in.beta = random_tensor({C}, DType::F32, rng);
+  in.rm_init = random_tensor({C}, DType::F32, rng);
+  in.rv_init = random_tensor({C}, DType::F32, rng, Layout::NCHW, 0.5, 2.0);
+  in.dg_old = random_tensor({C}, DType::F32, rng);
+  in.db_old = random_tensor({C}, DType::F32, rng);
+  if (dt != DType::F32)
+    for (Tensor* t : {&in.x, &in.dy, &in.res}) *t = lp_of(cpu_reference(), *t, dt);
+  return in;
+}
+
+// One side's outputs, host, in the side's layout.
+struct BnSide {
+  Tensor y, sm, si, rm, rv, ye, dx, dres, dg, db, dg_acc, db_acc;
+};
+
+// One side's forward (train, then eval with the updated statistics) and
+// backward, written and accumulated, on b in layout L with the epilogue
+// (act, residual); dresidual where the forward had a residual (as the layer
+// asks). The backward starts from `saved`'s y, save_mean and save_invstd when
+// given, so both sides share the ReLU mask and statistics and only the
+// backward's own arithmetic is compared.
+BnSide run_bn_side(Backend& b, Layout L, const BnInputs& in, Activation act, bool residual,
+                   const BnSide* saved) {
+  const DType dt = in.x.dtype();
+  const Shape& sh = in.x.shape();
+  const int64_t C = sh[1];
+  const Tensor xd = to_device(b, in.x, L), g = to_device(b, in.gamma), bb = to_device(b, in.beta);
+  const Tensor rd = residual ? to_device(b, in.res, L) : Tensor{};
+  Tensor rm = to_device(b, in.rm_init), rv = to_device(b, in.rv_init);
+  Tensor y = b.empty(sh, dt, L), sm = b.empty({C}, DType::F32), si = b.empty({C}, DType::F32);
+  batchnorm::forward_train(b, xd, g, bb, rm, rv, 0.1f, 1e-5f, y, sm, si, Epilogue{act, rd});
+  Tensor ye = b.empty(sh, dt, L);
+  batchnorm::forward_eval(b, xd, g, bb, rm, rv, 1e-5f, ye, Epilogue{act, rd});
+  BnSide o{to_host(b, y), to_host(b, sm), to_host(b, si), to_host(b, rm), to_host(b, rv),
+           to_host(b, ye)};
+  const BnSide& from = saved ? *saved : o;
+  const Tensor yin = act == Activation::ReLU ? to_device(b, from.y, L) : Tensor{};
+  const Tensor smin = to_device(b, from.sm), siin = to_device(b, from.si);
+  const Tensor dyd = to_device(b, in.dy, L);
+  Tensor dx = b.empty(sh, dt, L), dres = residual ? b.empty(sh, dt, L) : Tensor{};
+  Tensor dg = b.empty({C}, DType::F32), db = b.empty({C}, DType::F32);
+  batchnorm::backward(b, xd, dyd, g, smin, siin, dx, dg, db, false, EpilogueGrad{act, yin, dres});
+  Tensor dga = to_device(b, in.dg_old), dba = to_device(b, in.db_old), dxa = b.empty(sh, dt, L);
+  batchnorm::backward(b, xd, dyd, g, smin, siin, dxa, dga, dba, true, EpilogueGrad{act, yin});
+  o.dx = to_host(b, dx), o.dres = to_host(b, dres), o.dg = to_host(b, dg);
+  o.db = to_host(b, db), o.dg_acc = to_host(b, dga), o.db_acc = to_host(b, dba);
+  return o;
+}
 
 // ------------------------------------------------------------ the CUDA launch plan
 
@@ -411,21 +488,7 @@ class TestOpBatchnorm : public QObject {
     QVERIFY2(plan.slices > 1, qPrintable(QString("one block per channel: %1 slices at %2 SMs")
                                              .arg(plan.slices)
                                              .arg(sm)));
-    std::mt19937_64 rng(57 + uint64_t(C));
-    Tensor x = random_tensor(c.shape, DType::F32, rng, Layout::NCHW, c.lo, c.hi);
-    if (c.channel_offsets)
-      for (int64_t i = 0; i < x.numel(); ++i) {
-        const int64_t ch = (i / HW) % C;
-        x.data_as<float>()[i] = x.data_as<float>()[i] * float(1 + ch) + 0.5f * float(ch);
-      }
-    const Tensor dy = random_tensor(c.shape, DType::F32, rng);
-    const Tensor res = random_tensor(c.shape, DType::F32, rng);
-    const Tensor gamma = random_tensor({C}, DType::F32, rng, Layout::NCHW, 0.5, 1.5);
-    const Tensor beta = random_tensor({C}, DType::F32, rng);
-    const Tensor rm_init = random_tensor({C}, DType::F32, rng);
-    const Tensor rv_init = random_tensor({C}, DType::F32, rng, Layout::NCHW, 0.5, 2.0);
-    const Tensor dg_old = random_tensor({C}, DType::F32, rng);
-    const Tensor db_old = random_tensor({C}, DType::F32, rng);
+    const BnInputs in = random_bn_inputs(c, 57 + uint64_t(C), DType::F32);
     CpuBackend& ref = cpu_reference();
     const auto expect = [&](const char* kind, const std::string& what, const Tensor& r,
                             const Tensor& g) {
@@ -436,42 +499,8 @@ class TestOpBatchnorm : public QObject {
       for (bool residual : {false, true}) {
         const std::string ep = std::string(" [") + activation_name(act) +
                                (residual ? " + residual]" : "]");
-        // One side's forward (train, then eval with the updated statistics)
-        // and backward, written and accumulated, from the given saved values.
-        struct Side {
-          Tensor y, sm, si, rm, rv, ye, dx, dres, dg, db, dg_acc, db_acc;
-        };
-        const auto run = [&](Backend& b, Layout L, const Side* saved) {
-          const Tensor xd = to_device(b, x, L), g = to_device(b, gamma), bb = to_device(b, beta);
-          const Tensor rd = residual ? to_device(b, res, L) : Tensor{};
-          Tensor rm = to_device(b, rm_init), rv = to_device(b, rv_init);
-          Tensor y = b.empty(x.shape(), DType::F32, L), sm_ = b.empty({C}, DType::F32),
-                 si = b.empty({C}, DType::F32);
-          batchnorm::forward_train(b, xd, g, bb, rm, rv, 0.1f, 1e-5f, y, sm_, si,
-                                   Epilogue{act, rd});
-          Tensor ye = b.empty(x.shape(), DType::F32, L);
-          batchnorm::forward_eval(b, xd, g, bb, rm, rv, 1e-5f, ye, Epilogue{act, rd});
-          Side o{to_host(b, y), to_host(b, sm_), to_host(b, si), to_host(b, rm), to_host(b, rv),
-                 to_host(b, ye)};
-          const Side& in = saved ? *saved : o;
-          const Tensor yin = to_device(b, in.y, L), smin = to_device(b, in.sm),
-                       siin = to_device(b, in.si), dyd = to_device(b, dy, L);
-          // dresidual where the forward had a residual (as the layer asks).
-          Tensor dx = b.empty(x.shape(), DType::F32, L);
-          Tensor dres = residual ? b.empty(x.shape(), DType::F32, L) : Tensor{};
-          Tensor dg = b.empty({C}, DType::F32), db = b.empty({C}, DType::F32);
-          batchnorm::backward(b, xd, dyd, g, smin, siin, dx, dg, db, false,
-                              EpilogueGrad{act, act == Activation::ReLU ? yin : Tensor{}, dres});
-          Tensor dga = to_device(b, dg_old), dba = to_device(b, db_old);
-          Tensor dxa = b.empty(x.shape(), DType::F32, L);
-          batchnorm::backward(b, xd, dyd, g, smin, siin, dxa, dga, dba, true,
-                              EpilogueGrad{act, act == Activation::ReLU ? yin : Tensor{}});
-          o.dx = to_host(b, dx), o.dres = to_host(b, dres), o.dg = to_host(b, dg);
-          o.db = to_host(b, db), o.dg_acc = to_host(b, dga), o.db_acc = to_host(b, dba);
-          return o;
-        };
-        const Side r = run(ref, Layout::NCHW, nullptr);
-        const Side o = run(be, t.layout, &r);
+        const BnSide r = run_bn_side(ref, Layout::NCHW, in, act, residual, nullptr);
+        const BnSide o = run_bn_side(be, t.layout, in, act, residual, &r);
         expect("y", "train y" + ep, r.y, o.y);
         expect("stat", "save_mean" + ep, r.sm, o.sm);
         expect("stat", "save_invstd" + ep, r.si, o.si);
@@ -487,6 +516,272 @@ class TestOpBatchnorm : public QObject {
         expect("dparam", "dbeta" + ep, r.db, o.db);
         expect("dparam", "accumulated dgamma" + ep, r.dg_acc, o.dg_acc);
         expect("dparam", "accumulated dbeta" + ep, r.db_acc, o.db_acc);
+      }
+    TB_GPU_CATCH
+  }
+
+  // ------------------------------------------------------------ f16 / bf16 activations
+
+  // The CPU's f16/bf16 path against the f64 reference on the widened inputs:
+  // x, dy and the residual rounded to the dtype (lp_of), then read exactly
+  // into f64 (as_f64) for the reference, which normalises with the same f32
+  // parameters in f64 and applies the epilogue after (relu(bn(x) + r)). The
+  // backward of both sides starts from the lp side's saved mean, invstd and
+  // y (ReLU's mask), so only the backward's own arithmetic is compared.
+  // Every epilogue on NCHW (the CPU takes none on NHWC), both layouts, both
+  // CPU paths (fast f32, reference), the backward written and accumulated, the
+  // eval output with the updated running statistics.
+  // Bounds: each f16/bf16 output is the f32 path's value rounded once, and
+  // the f32 path lies within e = 1e-5 of the f64 reference on these O(1)
+  // inputs (batchnorm_matches_reference's bound for y and dx), so
+  // |lp − ref| <= u·|ref| + (1 + u)·e, plus f16's subnormal step
+  // (low_precision.h); the statistics, dgamma and dbeta are f32 outputs of the
+  // f32 path on the same widened values: its bounds, 1e-6 and 1e-4;
+  // dresidual is dy or 0, no arithmetic: exact.
+  void batchnorm_lp_matches_widened_reference_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<bool>("relu");
+    QTest::addColumn<bool>("residual");
+    for (DType dt : {DType::F16, DType::BF16})
+      for (const Target& t : {Target{Impl::CpuFast, Layout::NCHW, dt},
+                              Target{Impl::CpuReference, Layout::NCHW, dt},
+                              Target{Impl::CpuFast, Layout::NHWC, dt}})
+        for (bool relu : {false, true})
+          for (bool residual : {false, true}) {
+            if (t.layout == Layout::NHWC && (relu || residual)) continue;
+            QTest::addRow("%s [%s%s]", t.name().c_str(), relu ? "relu" : "none",
+                          residual ? " + residual" : "")
+                << t << relu << residual;
+          }
+  }
+  void batchnorm_lp_matches_widened_reference() {
+    FETCH_TARGET(t, be);
+    QFETCH(bool, relu);
+    QFETCH(bool, residual);
+    const DType dt = t.dtype;
+    const Layout L = t.layout;
+    const Activation act = relu ? Activation::ReLU : Activation::None;
+    const Shape sh{8, 6, 7, 5};
+    const int64_t C = sh[1];
+    std::mt19937_64 rng(91);
+    CpuBackend& ref = cpu_reference();
+    // Mean 3: the fast path's one-pass variance, as batchnorm_matches_reference.
+    const Tensor x = in_layout(lp_of(ref, random_tensor(sh, DType::F32, rng, Layout::NCHW, 1.0, 5.0), dt), L);
+    const Tensor dy = in_layout(lp_of(ref, random_tensor(sh, DType::F32, rng), dt), L);
+    const Tensor r = residual ? in_layout(lp_of(ref, random_tensor(sh, DType::F32, rng), dt), L)
+                              : Tensor{};
+    const Tensor gamma = random_tensor({C}, DType::F32, rng, Layout::NCHW, 0.5, 1.5);
+    const Tensor beta = random_tensor({C}, DType::F32, rng);
+    const Tensor rm_init = random_tensor({C}, DType::F32, rng);
+    const Tensor rv_init = random_tensor({C}, DType::F32, rng, Layout::NCHW, 0.5, 2.0);
+    const Tensor dg_old = random_tensor({C}, DType::F32, rng);
+    const Tensor db_old = random_tensor({C}, DType::F32, rng);
+
+    // The f16/bf16 side.
+    const auto lp = [&] { return Tensor::empty(sh, dt, Device::cpu(), L); };
+    const auto f32 = [&] { return Tensor::empty({C}, DType::F32); };
+    Tensor y = lp(), ye = lp(), sm = f32(), si = f32(), rm = clone(rm_init), rv = clone(rv_init);
+    batchnorm::forward_train(be, x, gamma, beta, rm, rv, 0.1f, 1e-5f, y, sm, si, Epilogue{act, r});
+    batchnorm::forward_eval(be, x, gamma, beta, rm, rv, 1e-5f, ye, Epilogue{act, r});
+    Tensor dx = lp(), dxa = lp(), dres = residual ? lp() : Tensor{}, dg = f32(), db = f32();
+    Tensor dga = clone(dg_old), dba = clone(db_old);
+    const Tensor mask = relu ? y : Tensor{};
+    batchnorm::backward(be, x, dy, gamma, sm, si, dx, dg, db, false, EpilogueGrad{act, mask, dres});
+    batchnorm::backward(be, x, dy, gamma, sm, si, dxa, dga, dba, true, EpilogueGrad{act, mask});
+
+    // The f64 reference on the same values, NCHW.
+    const auto wide = [](const Tensor& h) { return to_nchw(as_f64(h)); };
+    const auto wide_empty = [&](const Shape& s) { return Tensor::empty(s, DType::F64); };
+    const Tensor xr = wide(x), dyr = wide(dy), rr = wide(r), g64 = wide(gamma), b64 = wide(beta);
+    Tensor yr = wide_empty(sh), yer = wide_empty(sh), smr = wide_empty({C}), sir = wide_empty({C});
+    Tensor rmr = wide(rm_init), rvr = wide(rv_init);
+    batchnorm::forward_train(ref, xr, g64, b64, rmr, rvr, 0.1f, 1e-5f, yr, smr, sir, Epilogue{act, rr});
+    batchnorm::forward_eval(ref, xr, g64, b64, rmr, rvr, 1e-5f, yer, Epilogue{act, rr});
+    const Tensor sm64 = wide(sm), si64 = wide(si), mask64 = wide(mask);
+    Tensor dxr = wide_empty(sh), dxar = wide_empty(sh), dresr = residual ? wide_empty(sh) : Tensor{};
+    Tensor dgr = wide_empty({C}), dbr = wide_empty({C}), dgar = wide(dg_old), dbar = wide(db_old);
+    batchnorm::backward(ref, xr, dyr, g64, sm64, si64, dxr, dgr, dbr, false,
+                        EpilogueGrad{act, mask64, dresr});
+    batchnorm::backward(ref, xr, dyr, g64, sm64, si64, dxar, dgar, dbar, true,
+                        EpilogueGrad{act, mask64});
+
+    const double e = 1e-5;
+    const auto rounded = [&](const char* what, const Tensor& want, const Tensor& got) {
+      QCOMPARE(got.dtype(), dt);
+      const Comparison c = compare_rounded(want, got, dt, 1, e, std::string(what) + " " + t.name());
+      QVERIFY2(c.ok, c.msg.c_str());
+    };
+    const auto f32_within = [&](const char* what, const Tensor& want, const Tensor& got,
+                                double tol) {
+      QCOMPARE(got.dtype(), DType::F32);
+      const double d = max_abs_diff(want, as_f64(got));
+      QVERIFY2(d < tol, qPrintable(QString("%1 %2: max |diff| %3 >= %4")
+                                       .arg(what).arg(t.name().c_str()).arg(d).arg(tol)));
+    };
+    rounded("train y", yr, y);
+    rounded("eval y", yer, ye);
+    f32_within("save_mean", smr, sm, 1e-6);
+    f32_within("save_invstd", sir, si, 1e-6);
+    f32_within("running_mean", rmr, rm, 1e-6);
+    f32_within("running_var", rvr, rv, 1e-6);
+    rounded("dx", dxr, dx);
+    rounded("dx (accumulating call)", dxar, dxa);
+    if (residual) QCOMPARE(max_abs_diff(dresr, to_nchw(as_f64(dres))), 0.0);
+    f32_within("dgamma", dgr, dg, 1e-4);
+    f32_within("dbeta", dbr, db, 1e-4);
+    f32_within("accumulated dgamma", dgar, dga, 1e-4);
+    f32_within("accumulated dbeta", dbar, dba, 1e-4);
+  }
+
+  // The contract's dtypes: f16/bf16 activations all of x's dtype, f32
+  // per-channel vectors; anything else is refused naming the op, the operand
+  // and both dtypes. The CPU takes all four dtypes (Kernels::supports).
+  void batchnorm_lp_refuses_mixed_dtypes() {
+    CpuBackend& be = cpu_fast();
+    const Shape sh{2, 3, 2, 2};
+    const auto act = [&](DType t) { return Tensor::zeros(sh, t); };
+    const Tensor c32 = Tensor::zeros({3}, DType::F32), c16 = Tensor::zeros({3}, DType::BF16);
+    Tensor none;
+    const Tensor xb = act(DType::BF16);
+    Tensor yb = act(DType::BF16), yh = act(DType::F16), y32 = act(DType::F32);
+    const auto expect = [](const QString& m, std::initializer_list<const char*> words) {
+      for (const char* w : words) QVERIFY2(m.contains(w), qPrintable(m + " (missing: " + w + ")"));
+    };
+    expect(qerror_of([&] { batchnorm::forward_eval(be, xb, c32, c32, c32, c32, 1e-5f, yh); }),
+           {"batchnorm_forward_eval", "y", "f16", "bf16"});
+    expect(qerror_of([&] { batchnorm::forward_eval(be, xb, c16, c32, c32, c32, 1e-5f, yb); }),
+           {"batchnorm_forward_eval", "gamma", "bf16", "f32"});
+    expect(qerror_of([&] {
+             Tensor sm = Tensor::zeros({3}, DType::F32), si = Tensor::zeros({3}, DType::BF16);
+             Tensor rm = Tensor::zeros({3}, DType::F32), rv = Tensor::zeros({3}, DType::F32);
+             batchnorm::forward_train(be, xb, c32, c32, rm, rv, 0.1f, 1e-5f, yb, sm, si);
+           }),
+           {"batchnorm_forward_train", "save_invstd", "bf16", "f32"});
+    expect(qerror_of([&] {
+             batchnorm::forward_eval(be, act(DType::F16), c32, c32, c32, c32, 1e-5f, yh,
+                                     Epilogue{Activation::None, xb});
+           }),
+           {"batchnorm_forward_eval", "residual", "bf16", "f16"});
+    // f32 x with f32 vectors and a bf16 output: the output is x's dtype.
+    expect(qerror_of([&] { batchnorm::forward_eval(be, act(DType::F32), c32, c32, c32, c32, 1e-5f, yb); }),
+           {"batchnorm_forward_eval", "y", "bf16", "f32"});
+    Tensor dxb = act(DType::BF16), dx32 = act(DType::F32), dg16 = Tensor::zeros({3}, DType::BF16);
+    expect(qerror_of([&] {
+             batchnorm::backward(be, xb, y32, c32, c32, c32, dxb, none, none, false);
+           }),
+           {"batchnorm_backward", "dy", "f32", "bf16"});
+    expect(qerror_of([&] {
+             batchnorm::backward(be, xb, yb, c32, c32, c32, dx32, none, none, false);
+           }),
+           {"batchnorm_backward", "dx", "f32", "bf16"});
+    expect(qerror_of([&] {
+             batchnorm::backward(be, xb, yb, c32, c32, c32, dxb, dg16, none, false);
+           }),
+           {"batchnorm_backward", "dgamma", "bf16", "f32"});
+    expect(qerror_of([&] {
+             batchnorm::backward(be, xb, yb, c32, c32, c32, dxb, none, none, false,
+                                 EpilogueGrad{Activation::ReLU, yh});
+           }),
+           {"batchnorm_backward", "ReLU", "f16", "bf16"});
+    expect(qerror_of([&] {
+             Tensor yu = act(DType::U8);
+             batchnorm::forward_eval(be, act(DType::U8), c32, c32, c32, c32, 1e-5f, yu);
+           }),
+           {"batchnorm_forward_eval", "u8", "f32, f64, f16 or bf16"});
+    for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16}) {
+      QVERIFY(cpu_fast().kernels<batchnorm::Kernels>().supports(t));
+      QVERIFY(cpu_reference().kernels<batchnorm::Kernels>().supports(t));
+    }
+  }
+
+  // A backend refuses a dtype it lacks, naming the op, the dtype and itself:
+  // the CUDA backend has no f64 batch norm (the CPU has all four).
+  void batchnorm_dtype_refused_by_backend() {
+    NEED_GPU();
+    TB_GPU_TRY
+    Backend& be = cuda_backend();
+    const Shape sh{2, 3, 2, 2};
+    const Tensor x = be.empty(sh, DType::F64), c = be.empty({3}, DType::F64);
+    Tensor y = be.empty(sh, DType::F64);
+    const QString m = qerror_of([&] { batchnorm::forward_eval(be, x, c, c, c, c, 1e-5f, y); });
+    QVERIFY2(m.contains("batchnorm_forward_eval") && m.contains("f64") &&
+                 m.contains(QString::fromStdString(be.name())),
+             qPrintable(m));
+    QVERIFY(!be.kernels<batchnorm::Kernels>().supports(DType::F64));
+    for (DType t : {DType::F32, DType::F16, DType::BF16})
+      QVERIFY(be.kernels<batchnorm::Kernels>().supports(t));
+    TB_GPU_CATCH
+  }
+
+  // The CUDA kernels in f16/bf16, where each channel spans several blocks,
+  // against the CPU's f16/bf16 path (the f32 reference on the widened
+  // inputs, NCHW) from the same rounded inputs: every epilogue, both layouts,
+  // the backward written and accumulated (both sides from the CPU's y, mean
+  // and invstd), the eval output.
+  // Bounds: before rounding, the two sides' f32 values differ by what
+  // batchnorm_cuda_large_matches_reference allows the f32 kernels against the
+  // reference: e = 1e-5 + 1e-5·max|y| (y), e = 1e-5·max|dx| (dx); each side
+  // then rounds once to the dtype: |cuda − cpu| <= 2u/(1 − u)·|cpu| +
+  // (1 + 2u)·e (+ two f16 subnormal steps, low_precision.h). Statistics,
+  // dgamma, dbeta: f32 outputs of f32 arithmetic on the same values, the f32
+  // kernels' bounds (check_output); dresidual: dy or 0, exact.
+  void batchnorm_lp_cuda_matches_cpu_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<BnCase>("c");
+    const BnCase cases[] = {{"32x16x32x32 mean 3", {32, 16, 32, 32}, 1.0, 5.0, false},
+                            {"64x20x9x9", {64, 20, 9, 9}, -2.0, 3.0, false}};
+    for (DType dt : {DType::F16, DType::BF16})
+      for (const Target& t : cuda_targets(dt))
+        for (const BnCase& c : cases) QTest::addRow("%s: %s", t.name().c_str(), c.name) << t << c;
+  }
+  void batchnorm_lp_cuda_matches_cpu() {
+    FETCH_TARGET(t, be);
+    QFETCH(BnCase, c);
+    TB_GPU_TRY
+    const DType dt = t.dtype;
+    const Shape& sh = c.shape;
+    const int64_t C = sh[1];
+    const int sm_count = be.describe().at("multiprocessors").get<int>();
+    QVERIFY(batchnorm::plan_reduce(sh[0], C, sh[2] * sh[3], t.layout == Layout::NHWC, sm_count)
+                .slices > 1);
+    const BnInputs in = random_bn_inputs(c, 83 + uint64_t(C) + uint64_t(dt == DType::BF16), dt);
+    CpuBackend& ref = cpu_reference();
+    const Target f32_target{Impl::Cuda, t.layout, DType::F32};
+    for (Activation act : {Activation::None, Activation::ReLU})
+      for (bool residual : {false, true}) {
+        const std::string ep = std::string(" [") + activation_name(act) +
+                               (residual ? " + residual]" : "]");
+        const BnSide r = run_bn_side(ref, Layout::NCHW, in, act, residual, nullptr);
+        const BnSide o = run_bn_side(be, t.layout, in, act, residual, &r);
+        const auto max_of = [](const Tensor& h) {
+          double m = 0.0;
+          for (int64_t i = 0; i < h.numel(); ++i) m = std::max(m, std::abs(value_at(h, i)));
+          return m;
+        };
+        const auto rounded = [&](const std::string& what, const Tensor& want, const Tensor& got,
+                                 double e) {
+          const Comparison cmp = compare_rounded(want, got, dt, 2, e, what + ep + " " + t.name(),
+                                                 precision_of(dt));
+          QVERIFY2(cmp.ok, cmp.msg.c_str());
+        };
+        const auto f32_output = [&](const char* kind, const std::string& what, const Tensor& want,
+                                    const Tensor& got) {
+          const Comparison cmp = check_output(f32_target, kind, what + ep, want, got);
+          QVERIFY2(cmp.ok, cmp.msg.c_str());
+        };
+        rounded("train y", r.y, o.y, 1e-5 + 1e-5 * max_of(r.y));
+        rounded("eval y", r.ye, o.ye, 1e-5 + 1e-5 * max_of(r.ye));
+        f32_output("stat", "save_mean", r.sm, o.sm);
+        f32_output("stat", "save_invstd", r.si, o.si);
+        f32_output("stat", "running_mean", r.rm, o.rm);
+        f32_output("stat", "running_var (unbiased)", r.rv, o.rv);
+        rounded("dx", r.dx, o.dx, 1e-5 * max_of(r.dx));
+        if (residual)
+          QVERIFY2(max_abs_diff(r.dres, to_nchw(o.dres)) == 0.0, qPrintable(QString::fromStdString("dresidual" + ep)));
+        f32_output("dparam", "dgamma", r.dg, o.dg);
+        f32_output("dparam", "dbeta", r.db, o.db);
+        f32_output("dparam", "accumulated dgamma", r.dg_acc, o.dg_acc);
+        f32_output("dparam", "accumulated dbeta", r.db_acc, o.db_acc);
       }
     TB_GPU_CATCH
   }

@@ -11,7 +11,7 @@ namespace tb::layout {
 namespace {
 
 // narrow (C channels) and wide (Cp >= C) defined, rank 4, on the backend's
-// device, of one dtype (f32 or f64), layout, N, H and W.
+// device, of one dtype (f32, f64, f16 or bf16), layout, N, H and W.
 PadDims check_pad(Device device, const char* op, const Tensor& narrow, const char* narrow_name,
                   const Tensor& wide, const char* wide_name) {
   for (const Tensor* t : {&narrow, &wide}) {
@@ -21,9 +21,11 @@ PadDims check_pad(Device device, const char* op, const Tensor& narrow, const cha
              device.str());
     TB_CHECK(t->rank() == 4, op, ": expected (N, C, H, W), got ", t->describe());
   }
-  TB_CHECK(narrow.dtype() == DType::F32 || narrow.dtype() == DType::F64, op,
-           ": expected f32 or f64, got ", narrow.describe());
-  expect_dtype(wide, narrow.dtype(), op);
+  const DType t = narrow.dtype();
+  TB_CHECK(t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16, op, ": ",
+           narrow_name, " ", narrow.describe(), " must be f32, f64, f16 or bf16");
+  TB_CHECK(wide.dtype() == t, op, ": ", wide_name, " ", wide.describe(), " must have ",
+           narrow_name, "'s dtype ", dtype_name(t));
   TB_CHECK(narrow.layout() == wide.layout(), op, ": ", narrow_name, " ", narrow.describe(),
            " and ", wide_name, " ", wide.describe(), " must share one layout");
   TB_CHECK(narrow.n() == wide.n() && narrow.h() == wide.h() && narrow.w() == wide.w() &&

@@ -8,8 +8,8 @@
 //
 // One thread per element of the output, the flat index decoded in its memory
 // order, so consecutive threads write consecutive addresses in either layout.
-// Elements are moved as raw 4- or 8-byte words (f32 or f64): no arithmetic, so
-// the result equals the CPU's bit for bit.
+// Elements are moved as raw 2-, 4- or 8-byte words (f16/bf16, f32, f64): no
+// arithmetic, so the result equals the CPU's bit for bit.
 // Ran on an H200 (2026-11-26, commit b0014f2, as backend/cuda/pad_channels.cu):
 // test_op_tensor's GPU rows passed. Moved here unchanged; not run on a GPU since.
 #include "engine/backend/cuda/cuda_check.h"
@@ -71,7 +71,10 @@ void launch_pad_channels_forward(const void* x, void* y, int64_t N, int64_t C, i
                                  int64_t HW, int elem_size, bool nhwc, cudaStream_t s) {
   const int64_t total = N * Cp * HW;
   if (total == 0) return;
-  if (elem_size == 4) {
+  if (elem_size == 2) {
+    pad_forward_kernel<uint16_t><<<grid_for(total), kThreads, 0, s>>>(
+        static_cast<const uint16_t*>(x), static_cast<uint16_t*>(y), N, C, Cp, HW, nhwc);
+  } else if (elem_size == 4) {
     pad_forward_kernel<uint32_t><<<grid_for(total), kThreads, 0, s>>>(
         static_cast<const uint32_t*>(x), static_cast<uint32_t*>(y), N, C, Cp, HW, nhwc);
   } else if (elem_size == 8) {
@@ -87,7 +90,10 @@ void launch_pad_channels_backward(const void* dy, void* dx, int64_t N, int64_t C
                                   int64_t HW, int elem_size, bool nhwc, cudaStream_t s) {
   const int64_t total = N * C * HW;
   if (total == 0) return;
-  if (elem_size == 4) {
+  if (elem_size == 2) {
+    pad_backward_kernel<uint16_t><<<grid_for(total), kThreads, 0, s>>>(
+        static_cast<const uint16_t*>(dy), static_cast<uint16_t*>(dx), N, C, Cp, HW, nhwc);
+  } else if (elem_size == 4) {
     pad_backward_kernel<uint32_t><<<grid_for(total), kThreads, 0, s>>>(
         static_cast<const uint32_t*>(dy), static_cast<uint32_t*>(dx), N, C, Cp, HW, nhwc);
   } else if (elem_size == 8) {

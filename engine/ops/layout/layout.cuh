@@ -10,7 +10,7 @@
 
 namespace tb::cuda {
 
-// Channel padding (trick 22), elements of elem_size bytes (4 or 8):
+// Channel padding (trick 22), elements of elem_size bytes (2, 4 or 8):
 // forward  x (N, C, HW) -> y (N, Cp, HW): y[:, :C] = x, y[:, C:] = 0;
 // backward dy (N, Cp, HW) -> dx (N, C, HW): dx = dy[:, :C].
 void launch_pad_channels_forward(const void* x, void* y, int64_t N, int64_t C, int64_t Cp,

@@ -3,7 +3,7 @@
 // of layout.cu on the backend's stream (no host sync).
 // Ran on an H200 (2026-11-26, commit b0014f2, as CudaBackend's methods):
 // test_op_tensor's GPU rows passed. As the family's Kernels (the same
-// launches): not run on a GPU.
+// launches), and with f16/bf16 (2-byte elements): not run on a GPU.
 #include "engine/backend/cuda/cuda_internal.h"
 #include "engine/ops/layout/layout.cuh"
 #include "engine/ops/layout/layout.h"

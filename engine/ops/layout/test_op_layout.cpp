@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // The tensor-layout op family: channel padding (pad_channels_to),
 // layout::pad_channels_forward and pad_channels_backward, on every backend,
-// layout and dtype (f32, f64).
+// layout and dtype (f32, f64, f16, bf16).
 //
 // 1. pad_channels_op: the CPU reference against the definition, element by
 //    element; NHWC gives the same logical tensors as NCHW.
@@ -9,8 +9,8 @@
 //    exact (pure data movement); the zero channels must be written, not left
 //    as they were.
 // 3. The contract's refusals: fewer channels out than in, mixed layouts,
-//    mixed dtypes, N/H/W that differ, undefined and rank-3 operands, an
-//    integer dtype.
+//    mixed dtypes (f16 with bf16 among them), N/H/W that differ, undefined
+//    and rank-3 operands, an integer dtype.
 // GPU rows QSKIP with the reason where there is no device.
 // The family's test, beside its code (docs/architecture.md, "Op families").
 #include <QtTest>
@@ -22,10 +22,21 @@
 #include "engine/core/error.h"
 #include "engine/ops/layout/layout.h"
 #include "tests/engine/device_fixture.h"
+#include "tests/engine/low_precision.h"
 #include "tests/engine/tensor_helpers.h"
 
 using namespace tb;
 using namespace tb::test;
+
+namespace {
+
+// Uniform values in [-1, 1) of dtype t (f16/bf16: f32 values rounded), layout l.
+Tensor random_of(const Shape& s, DType t, std::mt19937_64& rng, Layout l = Layout::NCHW) {
+  if (t == DType::F32 || t == DType::F64) return random_tensor(s, t, rng, l);
+  return in_layout(lp_of(cpu_reference(), random_tensor(s, DType::F32, rng), t), l);
+}
+
+}  // namespace
 
 class TestOpLayout : public QObject {
   Q_OBJECT
@@ -33,10 +44,10 @@ class TestOpLayout : public QObject {
  private slots:
   void pad_channels_op() {
     CpuBackend& be = cpu_reference();
-    for (DType t : {DType::F32, DType::F64}) {
+    for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16}) {
       std::mt19937_64 rng(9);
-      const Tensor x = random_tensor({2, 3, 4, 5}, t, rng);
-      const Tensor dy = random_tensor({2, 8, 4, 5}, t, rng);
+      const Tensor x = random_of({2, 3, 4, 5}, t, rng);
+      const Tensor dy = random_of({2, 8, 4, 5}, t, rng);
       Tensor y0 = Tensor::empty({2, 8, 4, 5}, t), dx0 = like(x, Layout::NCHW);
       layout::pad_channels_forward(be, x, y0);
       layout::pad_channels_backward(be, dy, dx0);
@@ -72,7 +83,7 @@ class TestOpLayout : public QObject {
   // written, not left as they were.
   void pad_channels_matches_reference_data() {
     QTest::addColumn<Target>("target");
-    for (DType t : {DType::F32, DType::F64})
+    for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16})
       for (const Target& tg : {Target{Impl::CpuFast, Layout::NCHW, t}, Target{Impl::CpuFast, Layout::NHWC, t},
                                Target{Impl::Cuda, Layout::NCHW, t}, Target{Impl::Cuda, Layout::NHWC, t}})
         QTest::newRow(tg.name().c_str()) << tg;
@@ -84,14 +95,14 @@ class TestOpLayout : public QObject {
     const Layout l = tg.layout;
     const DType t = tg.dtype;
     std::mt19937_64 rng(13);
-    const Tensor x = random_tensor({3, 3, 5, 7}, t, rng, l);
-    const Tensor dy = random_tensor({3, 8, 5, 7}, t, rng, l);
+    const Tensor x = random_of({3, 3, 5, 7}, t, rng, l);
+    const Tensor dy = random_of({3, 8, 5, 7}, t, rng, l);
     Tensor y0 = like(dy, l), dx0 = like(x, l);
     layout::pad_channels_forward(cpu, x, y0);
     layout::pad_channels_backward(cpu, dy, dx0);
     Tensor xd = to_device(be, x, l), dyd = to_device(be, dy, l);
-    Tensor yd = be.empty(dy.shape(), t, l), dxd = be.empty(x.shape(), t, l);
-    be.fill(yd, 7.0);  // the zero channels must be written, not left as they were
+    // The zero channels must be written, not left as they were: y starts as dy.
+    Tensor yd = to_device(be, dy, l), dxd = be.empty(x.shape(), t, l);
     layout::pad_channels_forward(be, xd, yd);
     layout::pad_channels_backward(be, dyd, dxd);
     EXPECT_SAME(y0, to_host(be, yd), qPrintable(QString::fromStdString("pad forward " + tg.name())));
@@ -125,6 +136,12 @@ class TestOpLayout : public QObject {
       Tensor i32_x = Tensor::empty({2, 3, 4, 4}, DType::I32);
       Tensor i32_y = Tensor::empty({2, 8, 4, 4}, DType::I32);
       QVERIFY_THROWS_EXCEPTION(Error, layout::pad_channels_forward(be, i32_x, i32_y));
+      const Tensor x16 = Tensor::zeros({2, 3, 4, 4}, DType::F16);
+      Tensor y_bf16 = Tensor::zeros({2, 8, 4, 4}, DType::BF16);
+      const QString m = qerror_of([&] { layout::pad_channels_forward(be, x16, y_bf16); });
+      QVERIFY2(m.contains("pad_channels_forward") && m.contains("output y") &&
+                   m.contains("bf16") && m.contains("f16"),
+               qPrintable(m));
       Tensor narrow_dy = Tensor::empty({2, 2, 4, 4}, DType::F32);
       QVERIFY_THROWS_EXCEPTION(Error, layout::pad_channels_backward(be, narrow_dy, dx));
       Tensor nhwc_dx = Tensor::empty({2, 3, 4, 4}, DType::F32, Device::cpu(), Layout::NHWC);

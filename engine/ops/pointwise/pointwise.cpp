@@ -13,8 +13,9 @@ namespace {
 void check_operand(Device device, const Tensor& t, const char* op, const char* what) {
   TB_CHECK(t.defined(), op, ": ", what, " must be defined");
   TB_CHECK(t.device() == device, op, ": ", what, " ", t.describe(), " is not on ", device.str());
-  TB_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64, op, ": expected f32 or f64, got ",
-           t.describe());
+  TB_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64 || t.dtype() == DType::F16 ||
+               t.dtype() == DType::BF16,
+           op, ": ", what, " ", t.describe(), " must be f32, f64, f16 or bf16");
 }
 
 // a and b defined, on the backend's device, of one shape, dtype and rank-4
@@ -23,7 +24,7 @@ void check_pair(Device device, const Tensor& a, const Tensor& b, const char* op)
   check_operand(device, a, op, "first operand");
   check_operand(device, b, op, "second operand");
   TB_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype(), op, ": operands differ: ",
-           a.describe(), " vs ", b.describe());
+           a.describe(), " vs ", b.describe(), " (one shape and dtype)");
   TB_CHECK(a.rank() != 4 || a.layout() == b.layout(), op, ": layouts differ: ", a.describe(),
            " vs ", b.describe());
 }

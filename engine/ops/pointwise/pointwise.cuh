@@ -5,10 +5,13 @@
 // the convolutions, for accumulate); pointwise.cu never sees a Tensor. Each
 // enqueues on `s` and returns at once; each checks its launch (tb::Error on
 // failure). Any rank, n elements; y may alias x, dx may alias dy.
-// T = float or double.
+// T = float, double, __half or __nv_bfloat16 (amp_elements.cuh: f16/bf16
+// computed in float, each output rounded once).
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include "engine/ops/amp/amp_elements.cuh"
 
 namespace tb::cuda {
 

@@ -4,7 +4,10 @@
 // GELU forward and backward, add, accumulate, scale.
 //
 // Shapes    any rank; every operand of one op has the same shape.
-// Dtypes    every operand has the first one's dtype: f32 or f64.
+// Dtypes    every operand has the first one's dtype: f32, f64, f16 or bf16
+//           (every backend takes all four). f16/bf16 (low-precision
+//           activations): each value is read into f32, the op is the f32
+//           op's arithmetic, and each output is rounded once to the dtype.
 // Layouts   elementwise, so any layout, as long as every rank-4 operand has
 //           the same one (never a hidden transpose).
 // Devices   every operand on the backend's device.
@@ -16,14 +19,14 @@
 // gelu_backward  dx = dy·(Φ(x) + x·φ(x)), φ(x) = exp(−x²/2)/√(2π)
 // add            y = a + b
 // accumulate     dst += src
-// scale          t *= alpha (alpha rounded to the dtype)
+// scale          t *= alpha (alpha rounded to the dtype; to f32 for f16/bf16)
 // Every output is written, never accumulated into, except accumulate's and
 // scale's, which update in place.
 // Aliasing  y may alias x (or a, b) and dx may alias dy: each element is read
 //           before it is written and nothing else is touched.
 //
 // Files: pointwise.cpp (the checks and entry points), pointwise_cpu.cpp
-// (reference and fast f32 path), pointwise.cu + pointwise.cuh (CUDA kernels
+// (reference, fast f32 path, f16/bf16 by widen-compute-round), pointwise.cu + pointwise.cuh (CUDA kernels
 // and launchers), pointwise_cuda.cpp (the CUDA backend's Kernels),
 // test_op_activations.cpp. How a family plugs into a backend:
 // engine/ops/registry.h.

@@ -4,6 +4,10 @@
 // long as every operand has the same one. y may alias x and dx may alias dy:
 // every loop reads element i before it writes element i and touches nothing
 // else.
+//
+// f16/bf16: widen-compute-round (amp::widen_compute_round): the inputs
+// widened to f32 exactly, the f32 op below, each output rounded once, as the
+// CUDA kernels do value by value.
 #include <cblas.h>
 
 #include <algorithm>
@@ -12,6 +16,7 @@
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/cpu_features.h"
+#include "engine/ops/amp/amp.h"
 #include "engine/ops/pointwise/pointwise.h"
 
 namespace tb {
@@ -204,7 +209,15 @@ class CpuKernels final : public pointwise::Kernels {
     }                                          \
   } while (0)
 
+// f16/bf16 operands: the f32 kernel METHOD by widen-compute-round (file
+// comment); `reads_out` for the ops that update their output in place.
+#define TB_POINTWISE_LP(lead, out, reads_out, METHOD, ...)                                \
+  if (amp::is_low_precision(lead.dtype()))                                                \
+    return amp::widen_compute_round(                                                      \
+        be_, out, reads_out, [&](auto&&... wide) { METHOD(wide...); }, __VA_ARGS__)
+
 void CpuKernels::relu_forward(const Tensor& x, Tensor& y) {
+  TB_POINTWISE_LP(x, y, false, relu_forward, x);
   const DType dt = x.dtype();
   const int64_t n = x.numel();
 #define ARGS(T) x.data_as<T>(), y.data_as<T>(), n
@@ -213,6 +226,7 @@ void CpuKernels::relu_forward(const Tensor& x, Tensor& y) {
 }
 
 void CpuKernels::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+  TB_POINTWISE_LP(y, dx, false, relu_backward, y, dy);
   const DType dt = y.dtype();
   const int64_t n = y.numel();
 #define ARGS(T) y.data_as<T>(), dy.data_as<T>(), dx.data_as<T>(), n
@@ -221,6 +235,7 @@ void CpuKernels::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
 }
 
 void CpuKernels::gelu_forward(const Tensor& x, Tensor& y) {
+  TB_POINTWISE_LP(x, y, false, gelu_forward, x);
   const DType dt = x.dtype();
   const int64_t n = x.numel();
 #define ARGS(T) x.data_as<T>(), y.data_as<T>(), n
@@ -229,6 +244,7 @@ void CpuKernels::gelu_forward(const Tensor& x, Tensor& y) {
 }
 
 void CpuKernels::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  TB_POINTWISE_LP(x, dx, false, gelu_backward, x, dy);
   const DType dt = x.dtype();
   const int64_t n = x.numel();
 #define ARGS(T) x.data_as<T>(), dy.data_as<T>(), dx.data_as<T>(), n
@@ -241,6 +257,7 @@ void CpuKernels::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
 // add and accumulate: the fast path is the reference loop compiled for the
 // processor's ISA, single-threaded.
 void CpuKernels::add(const Tensor& a, const Tensor& b, Tensor& y) {
+  TB_POINTWISE_LP(a, y, false, add, a, b);
   const DType dt = a.dtype();
   const int64_t n = a.numel();
 #define ARGS(T) a.data_as<T>(), b.data_as<T>(), y.data_as<T>(), n
@@ -254,6 +271,7 @@ void CpuKernels::add(const Tensor& a, const Tensor& b, Tensor& y) {
 }
 
 void CpuKernels::accumulate(const Tensor& src, Tensor& dst) {
+  TB_POINTWISE_LP(src, dst, true, accumulate, src);
   const DType dt = src.dtype();
   const int64_t n = src.numel();
 #define ARGS(T) src.data_as<T>(), dst.data_as<T>(), n
@@ -267,6 +285,8 @@ void CpuKernels::accumulate(const Tensor& src, Tensor& dst) {
 }
 
 void CpuKernels::scale(Tensor& t, double alpha) {
+  if (amp::is_low_precision(t.dtype()))
+    return amp::widen_compute_round(be_, t, true, [&](Tensor& wide) { scale(wide, alpha); });
   if (t.dtype() == DType::F64) {
     double* p = t.data_as<double>();
     for (int64_t i = 0; i < t.numel(); ++i) p[i] *= alpha;
@@ -274,6 +294,8 @@ void CpuKernels::scale(Tensor& t, double alpha) {
   }
   cblas_sscal(static_cast<blasint>(t.numel()), static_cast<float>(alpha), t.data_as<float>(), 1);
 }
+
+#undef TB_POINTWISE_LP
 
 namespace pointwise {
 void register_cpu_kernels() { register_kernels<Kernels, CpuKernels, CpuBackend>(DeviceKind::CPU); }

@@ -13,6 +13,10 @@
 // 3. Values computed by hand (GELU(±1), GELU'(±1), ReLU in place, add,
 //    accumulate) and a shape error.
 // 4. The contract's refusals (pointwise.h), checked once for every backend.
+// 5. f16/bf16 operands: the CPU's widen-compute-round path against the f64
+//    reference on the widened inputs (bounds derived at the slot and in
+//    tests/engine/low_precision.h), mixed dtypes refused, and on a GPU the
+//    CUDA kernels in f16/bf16 against the CPU's path.
 // GPU rows QSKIP with the reason where there is no device.
 // The family's test, beside its code (docs/architecture.md, "Op families").
 #include <QtTest>
@@ -27,6 +31,7 @@
 #include "engine/ops/pointwise/pointwise.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gradcheck.h"
+#include "tests/engine/low_precision.h"
 #include "tests/engine/tensor_helpers.h"
 
 using namespace tb;
@@ -42,6 +47,42 @@ const Target kTargets[] = {
 
 bool exact_target(const Target& t) {
   return !t.on_gpu() && (t.dtype == DType::F64 || t.impl == Impl::CpuReference);
+}
+
+// Every op of the family once on backend `on`, from host inputs x, dy, b (in
+// layout l on `on`), their outputs on the host: 0 relu, 1 relu backward (its
+// mask the relu's y), 2 gelu, 3 gelu backward, 4 add, 5 b += x (accumulate),
+// 6 b *= -0.37 (scale), 7 relu in place.
+constexpr int kOps = 8;
+const char* const kOpNames[kOps] = {"relu_forward", "relu_backward", "gelu_forward",
+                                    "gelu_backward", "add", "accumulate", "scale",
+                                    "relu in place"};
+Tensor run_op(Backend& on, int op, const Tensor& x, const Tensor& dy, const Tensor& b, Layout l) {
+  const Shape& shape = x.shape();
+  const Tensor xi = to_device(on, x, l), dyi = to_device(on, dy, l), bi = to_device(on, b, l);
+  Tensor out = on.empty(shape, x.dtype(), shape.size() == 4 ? l : Layout::NCHW);
+  if (op == 0) pointwise::relu_forward(on, xi, out);
+  if (op == 1) {
+    Tensor y = on.empty(shape, x.dtype(), out.layout());
+    pointwise::relu_forward(on, xi, y);
+    pointwise::relu_backward(on, y, dyi, out);
+  }
+  if (op == 2) pointwise::gelu_forward(on, xi, out);
+  if (op == 3) pointwise::gelu_backward(on, xi, dyi, out);
+  if (op == 4) pointwise::add(on, xi, bi, out);
+  if (op == 5) {
+    out = bi;
+    pointwise::accumulate(on, xi, out);
+  }
+  if (op == 6) {
+    out = bi;
+    pointwise::scale(on, out, -0.37);
+  }
+  if (op == 7) {
+    out = xi;
+    pointwise::relu_forward(on, out, out);
+  }
+  return to_host(on, out);
 }
 
 }  // namespace
@@ -130,6 +171,117 @@ class TestOpActivations : public QObject {
     Tensor rc = like(x, Layout::NCHW);
     pointwise::relu_forward(ref, x, rc);
     EXPECT_CLOSE(rc, to_host(be, inplace), 0, 0, "relu in place " + t.name());
+    TB_GPU_CATCH
+  }
+
+  // ------------------------------------------------------------ f16 / bf16
+
+  // The CPU's f16/bf16 path against the f64 reference on the widened inputs
+  // (x, dy, b rounded to the dtype, read exactly into f64): each output is
+  // the f32 op's value rounded once, so |lp − ref| <= u·|ref| + (1 + u)·e
+  // (+ f16's subnormal step; low_precision.h), e the f32 op's own error
+  // against f64: ReLU (forward, backward, in place) none, so exact (the
+  // rounding of an f16/bf16 value is itself); add and accumulate one f32
+  // rounding, e = 2^-24·max|ref|; scale one, and its alpha rounded to f32:
+  // e = 2·2^-24·max|ref|; GELU the fast path's
+  // 2e-6 absolute on [-4, 4] (pointwise_matches_reference), the reference's
+  // one rounding below it.
+  void pointwise_lp_matches_widened_reference_data() {
+    QTest::addColumn<Target>("target");
+    for (DType dt : {DType::F16, DType::BF16})
+      for (const Target& t : {Target{Impl::CpuFast, Layout::NCHW, dt},
+                              Target{Impl::CpuReference, Layout::NCHW, dt},
+                              Target{Impl::CpuFast, Layout::NHWC, dt}})
+        QTest::newRow(t.name().c_str()) << t;
+  }
+  void pointwise_lp_matches_widened_reference() {
+    FETCH_TARGET(t, be);
+    const DType dt = t.dtype;
+    const Shape shape{4, 3, 17, 19};
+    CpuBackend& ref = cpu_reference();
+    const Tensor x = lp_of(ref, random_tensor(shape, 21, -4.0, 4.0), dt);
+    const Tensor dy = lp_of(ref, random_tensor(shape, 22), dt);
+    const Tensor b = lp_of(ref, random_tensor(shape, 23), dt);
+    const double u32 = std::ldexp(1.0, -24);
+    for (int op = 0; op < kOps; ++op) {
+      const Tensor want = run_op(ref, op, as_f64(x), as_f64(dy), as_f64(b), Layout::NCHW);
+      const Tensor got = run_op(be, op, x, dy, b, t.layout);
+      QCOMPARE(got.dtype(), dt);
+      double mx = 0.0;
+      for (int64_t i = 0; i < want.numel(); ++i) mx = std::max(mx, std::abs(value_at(want, i)));
+      const double e = op == 2 || op == 3    ? 2e-6
+                       : op == 4 || op == 5 ? u32 * mx
+                       : op == 6            ? 2 * u32 * mx
+                                            : 0.0;
+      const std::string what = std::string(kOpNames[op]) + " " + t.name();
+      if (e == 0.0) {
+        QVERIFY2(max_abs_diff(want, as_f64(got)) == 0.0, what.c_str());
+      } else {
+        const Comparison c = compare_rounded(want, got, dt, 1, e, what);
+        QVERIFY2(c.ok, c.msg.c_str());
+      }
+    }
+  }
+
+  // The operands of one op share one dtype: f16 and bf16 mixed with each
+  // other or with f32 are refused naming the op and both operands.
+  void pointwise_lp_refuses_mixed_dtypes() {
+    CpuBackend& be = cpu_fast();
+    const Tensor xb = Tensor::zeros({2, 3}, DType::BF16), xh = Tensor::zeros({2, 3}, DType::F16);
+    Tensor yb = Tensor::zeros({2, 3}, DType::BF16), yh = Tensor::zeros({2, 3}, DType::F16);
+    Tensor y32 = Tensor::zeros({2, 3}, DType::F32);
+    const auto expect = [](const QString& m, std::initializer_list<const char*> words) {
+      for (const char* w : words) QVERIFY2(m.contains(w), qPrintable(m + " (missing: " + w + ")"));
+    };
+    expect(qerror_of([&] { pointwise::relu_forward(be, xb, yh); }), {"relu_forward", "bf16", "f16"});
+    expect(qerror_of([&] { pointwise::add(be, xb, y32, yb); }), {"add", "bf16", "f32"});
+    expect(qerror_of([&] { pointwise::relu_backward(be, xh, xh, yb); }),
+           {"relu_backward", "f16", "bf16"});
+    expect(qerror_of([&] { pointwise::accumulate(be, y32, yh); }), {"accumulate", "f32", "f16"});
+  }
+
+  // The CUDA kernels in f16/bf16 against the CPU's path on the same rounded
+  // inputs. ReLU, add, accumulate and scale compute the same f32 operations
+  // (each correctly rounded on both) and round to nearest even once: the
+  // same bits. GELU: the f32 values differ by what pointwise_matches_reference
+  // allows CUDA's erff/expf, e = 1e-6 + 1e-5·max|ref|, and each side rounds
+  // once: |cuda − cpu| <= 2u/(1 − u)·|cpu| + (1 + 2u)·e (low_precision.h).
+  void pointwise_lp_cuda_matches_cpu_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<Shape>("shape");
+    for (DType dt : {DType::F16, DType::BF16})
+      for (const Target& t : cuda_targets(dt))
+        for (const Shape& s : {Shape{70, 1000}, Shape{4, 3, 17, 19}}) {
+          if (t.layout == Layout::NHWC && s.size() != 4) continue;
+          QTest::addRow("%s: %s", t.name().c_str(), shape_str(s).c_str()) << t << s;
+        }
+  }
+  void pointwise_lp_cuda_matches_cpu() {
+    FETCH_TARGET(t, be);
+    QFETCH(Shape, shape);
+    TB_GPU_TRY
+    const DType dt = t.dtype;
+    CpuBackend& ref = cpu_reference();
+    const uint64_t seed = 31 + uint64_t(dt == DType::BF16);
+    const Tensor x = lp_of(ref, random_tensor(shape, seed, -4.0, 4.0), dt);
+    const Tensor dy = lp_of(ref, random_tensor(shape, seed + 10), dt);
+    const Tensor b = lp_of(ref, random_tensor(shape, seed + 20), dt);
+    for (int op = 0; op < kOps; ++op) {
+      const Tensor want = run_op(ref, op, x, dy, b, Layout::NCHW);
+      const Tensor got = run_op(be, op, x, dy, b, t.layout);
+      const std::string what = std::string(kOpNames[op]) + " " + t.name();
+      if (op == 2 || op == 3) {
+        double mx = 0.0;
+        for (int64_t i = 0; i < want.numel(); ++i) mx = std::max(mx, std::abs(value_at(want, i)));
+        const Comparison c =
+            compare_rounded(want, got, dt, 2, 1e-6 + 1e-5 * mx, what, precision_of(dt));
+        QVERIFY2(c.ok, c.msg.c_str());
+      } else {
+        const double d = max_abs_diff(want, got);
+        QVERIFY2(d == 0.0, qPrintable(QString::fromStdString(what + ": differs by ") +
+                                      QString::number(d)));
+      }
+    }
     TB_GPU_CATCH
   }
 

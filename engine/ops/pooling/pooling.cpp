@@ -49,6 +49,13 @@ GlobalDims check_planes(const char* op, const char* what, const Tensor& t) {
   return {t.n(), t.c(), t.h() * t.w(), t.layout() == Layout::NHWC};
 }
 
+// This backend's kernels, after they said they take dtype t.
+Kernels& kernels_for(Backend& be, DType t, const char* op) {
+  Kernels& k = be.kernels<Kernels>();
+  require_dtype(k.supports(t), be, Kernels::kFamily, t, op);
+  return k;
+}
+
 }  // namespace
 
 void check_max_forward(const PoolGeometry& g, const Tensor& x, const Tensor& y,
@@ -95,33 +102,33 @@ GlobalDims check_global_avg_backward(const Tensor& dy, const Tensor& dx) {
 
 void max_forward(Backend& be, const PoolGeometry& g, const Tensor& x, Tensor& y, Tensor& argmax) {
   check_max_forward(g, x, y, argmax);
-  be.kernels<Kernels>().max_forward(g, x, y, argmax);
+  kernels_for(be, x.dtype(), "maxpool2d_forward").max_forward(g, x, y, argmax);
 }
 
 void max_backward(Backend& be, const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,
                   Tensor& dx) {
   check_max_backward(g, dy, argmax, dx);
-  be.kernels<Kernels>().max_backward(g, dy, argmax, dx);
+  kernels_for(be, dy.dtype(), "maxpool2d_backward").max_backward(g, dy, argmax, dx);
 }
 
 void avg_forward(Backend& be, const PoolGeometry& g, const Tensor& x, Tensor& y) {
   check_avg_forward(g, x, y);
-  be.kernels<Kernels>().avg_forward(g, x, y);
+  kernels_for(be, x.dtype(), "avgpool2d_forward").avg_forward(g, x, y);
 }
 
 void avg_backward(Backend& be, const PoolGeometry& g, const Tensor& dy, Tensor& dx) {
   check_avg_backward(g, dy, dx);
-  be.kernels<Kernels>().avg_backward(g, dy, dx);
+  kernels_for(be, dy.dtype(), "avgpool2d_backward").avg_backward(g, dy, dx);
 }
 
 void global_avg_forward(Backend& be, const Tensor& x, Tensor& y) {
   const GlobalDims d = check_global_avg_forward(x, y);
-  be.kernels<Kernels>().global_avg_forward(d, x, y);
+  kernels_for(be, x.dtype(), "global_avgpool_forward").global_avg_forward(d, x, y);
 }
 
 void global_avg_backward(Backend& be, const Tensor& dy, Tensor& dx) {
   const GlobalDims d = check_global_avg_backward(dy, dx);
-  be.kernels<Kernels>().global_avg_backward(d, dy, dx);
+  kernels_for(be, dx.dtype(), "global_avgpool_backward").global_avg_backward(d, dy, dx);
 }
 
 }  // namespace pooling

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // The pooling family's CUDA kernels and their launchers (pooling.cuh), f32,
+// f16 or bf16 (the element type T: each value loaded into float, each output
+// rounded once, amp_elements.cuh; for float the f32 kernels' arithmetic),
 // NCHW and NHWC; contract in pooling.h, the CPU's in pooling_cpu.cpp:
 //
 //   max:  y[n,c,oh,ow] = max over the window's cells inside the image (padding
@@ -22,6 +24,7 @@
 
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/device_utils.cuh"
+#include "engine/ops/amp/amp_elements.cuh"
 
 namespace tb::cuda {
 
@@ -64,7 +67,8 @@ __device__ __forceinline__ void covering(int64_t i, int64_t kernel, int64_t stri
   if (hi > n_out) hi = n_out;
 }
 
-__global__ void maxpool_forward_kernel(PoolDims d, const float* x, float* y, int32_t* argmax) {
+template <typename T>
+__global__ void maxpool_forward_kernel(PoolDims d, const T* x, T* y, int32_t* argmax) {
   const int64_t total = d.N * d.C * d.H_out * d.W_out;
   for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total;
        j += int64_t(gridDim.x) * blockDim.x) {
@@ -77,17 +81,17 @@ __global__ void maxpool_forward_kernel(PoolDims d, const float* x, float* y, int
       for (int64_t kw = 0; kw < d.kernel; ++kw) {
         const int64_t iw = o.w * d.stride - d.pad + kw;
         if (iw < 0 || iw >= d.W) continue;
-        const float v = x[at(o, d.C, d.H, d.W, ih, iw, d.nhwc)];
+        const float v = to_compute(x[at(o, d.C, d.H, d.W, ih, iw, d.nhwc)]);
         if (arg < 0 || v > best || (isnan(v) && !isnan(best))) best = v, arg = ih * d.W + iw;
       }
     }
-    y[j] = best;
+    y[j] = from_compute<T>(best);
     argmax[j] = int32_t(arg);
   }
 }
 
-__global__ void maxpool_backward_kernel(PoolDims d, const float* dy, const int32_t* argmax,
-                                        float* dx) {
+template <typename T>
+__global__ void maxpool_backward_kernel(PoolDims d, const T* dy, const int32_t* argmax, T* dx) {
   const int64_t total = d.N * d.C * d.H * d.W;
   for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total;
        j += int64_t(gridDim.x) * blockDim.x) {
@@ -100,13 +104,14 @@ __global__ void maxpool_backward_kernel(PoolDims d, const float* dy, const int32
     for (int64_t oh = h0; oh < h1; ++oh)
       for (int64_t ow = w0; ow < w1; ++ow) {
         const int64_t o = at(i, d.C, d.H_out, d.W_out, oh, ow, d.nhwc);
-        if (argmax[o] == me) acc += dy[o];
+        if (argmax[o] == me) acc += to_compute(dy[o]);
       }
-    dx[j] = acc;
+    dx[j] = from_compute<T>(acc);
   }
 }
 
-__global__ void avgpool_forward_kernel(PoolDims d, const float* x, float* y) {
+template <typename T>
+__global__ void avgpool_forward_kernel(PoolDims d, const T* x, T* y) {
   const int64_t total = d.N * d.C * d.H_out * d.W_out;
   const float inv = 1.0f / float(d.kernel * d.kernel);
   for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total;
@@ -118,14 +123,15 @@ __global__ void avgpool_forward_kernel(PoolDims d, const float* x, float* y) {
       if (ih < 0 || ih >= d.H) continue;
       for (int64_t kw = 0; kw < d.kernel; ++kw) {
         const int64_t iw = o.w * d.stride - d.pad + kw;
-        if (iw >= 0 && iw < d.W) acc += x[at(o, d.C, d.H, d.W, ih, iw, d.nhwc)];
+        if (iw >= 0 && iw < d.W) acc += to_compute(x[at(o, d.C, d.H, d.W, ih, iw, d.nhwc)]);
       }
     }
-    y[j] = acc * inv;
+    y[j] = from_compute<T>(acc * inv);
   }
 }
 
-__global__ void avgpool_backward_kernel(PoolDims d, const float* dy, float* dx) {
+template <typename T>
+__global__ void avgpool_backward_kernel(PoolDims d, const T* dy, T* dx) {
   const int64_t total = d.N * d.C * d.H * d.W;
   const float inv = 1.0f / float(d.kernel * d.kernel);
   for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total;
@@ -136,49 +142,53 @@ __global__ void avgpool_backward_kernel(PoolDims d, const float* dy, float* dx) 
     covering(i.w, d.kernel, d.stride, d.pad, d.W_out, w0, w1);
     float acc = 0.0f;
     for (int64_t oh = h0; oh < h1; ++oh)
-      for (int64_t ow = w0; ow < w1; ++ow) acc += dy[at(i, d.C, d.H_out, d.W_out, oh, ow, d.nhwc)];
-    dx[j] = acc * inv;
+      for (int64_t ow = w0; ow < w1; ++ow)
+        acc += to_compute(dy[at(i, d.C, d.H_out, d.W_out, oh, ow, d.nhwc)]);
+    dx[j] = from_compute<T>(acc * inv);
   }
 }
 
 // NCHW: one warp per (n, c) plane of HW contiguous values.
-__global__ void gap_forward_nchw_kernel(const float* x, float* y, int64_t planes, int64_t HW) {
+template <typename T>
+__global__ void gap_forward_nchw_kernel(const T* x, T* y, int64_t planes, int64_t HW) {
   const int64_t p = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (p >= planes) return;
   const int lane = threadIdx.x & 31;
   double acc = 0.0;
-  for (int64_t i = lane; i < HW; i += 32) acc += double(x[p * HW + i]);
+  for (int64_t i = lane; i < HW; i += 32) acc += double(to_compute(x[p * HW + i]));
   acc = warp_sum(acc);
-  if (lane == 0) y[p] = float(acc / double(HW));
+  if (lane == 0) y[p] = from_compute<T>(float(acc / double(HW)));
 }
 
 // NHWC: one thread per (n, c); consecutive threads read consecutive channels.
-__global__ void gap_forward_nhwc_kernel(const float* x, float* y, int64_t N, int64_t C,
-                                        int64_t HW) {
+template <typename T>
+__global__ void gap_forward_nhwc_kernel(const T* x, T* y, int64_t N, int64_t C, int64_t HW) {
   for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < N * C;
        j += int64_t(gridDim.x) * blockDim.x) {
     const int64_t n = j / C, c = j % C;
     double acc = 0.0;
-    for (int64_t i = 0; i < HW; ++i) acc += double(x[(n * HW + i) * C + c]);
-    y[j] = float(acc / double(HW));
+    for (int64_t i = 0; i < HW; ++i) acc += double(to_compute(x[(n * HW + i) * C + c]));
+    y[j] = from_compute<T>(float(acc / double(HW)));
   }
 }
 
 // dx[n,c,i] = dy[n,c] / HW
-__global__ void gap_backward_kernel(const float* dy, float* dx, int64_t N, int64_t C, int64_t HW,
+template <typename T>
+__global__ void gap_backward_kernel(const T* dy, T* dx, int64_t N, int64_t C, int64_t HW,
                                     bool nhwc) {
   const float inv = float(1.0 / double(HW));
   const int64_t total = N * C * HW;
   for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total;
        j += int64_t(gridDim.x) * blockDim.x) {
     const int64_t nc = nhwc ? (j / (HW * C)) * C + j % C : j / HW;
-    dx[j] = dy[nc] * inv;
+    dx[j] = from_compute<T>(to_compute(dy[nc]) * inv);
   }
 }
 
 }  // namespace
 
-void launch_maxpool_forward(const PoolDims& d, const float* x, float* y, int32_t* argmax,
+template <typename T>
+void launch_maxpool_forward(const PoolDims& d, const T* x, T* y, int32_t* argmax,
                             cudaStream_t s) {
   const int64_t total = d.N * d.C * d.H_out * d.W_out;
   if (total <= 0) return;
@@ -186,7 +196,8 @@ void launch_maxpool_forward(const PoolDims& d, const float* x, float* y, int32_t
   TB_CUDA_LAUNCH_CHECK("maxpool_forward_kernel");
 }
 
-void launch_maxpool_backward(const PoolDims& d, const float* dy, const int32_t* argmax, float* dx,
+template <typename T>
+void launch_maxpool_backward(const PoolDims& d, const T* dy, const int32_t* argmax, T* dx,
                              cudaStream_t s) {
   const int64_t total = d.N * d.C * d.H * d.W;
   if (total <= 0) return;
@@ -194,40 +205,59 @@ void launch_maxpool_backward(const PoolDims& d, const float* dy, const int32_t* 
   TB_CUDA_LAUNCH_CHECK("maxpool_backward_kernel");
 }
 
-void launch_avgpool_forward(const PoolDims& d, const float* x, float* y, cudaStream_t s) {
+template <typename T>
+void launch_avgpool_forward(const PoolDims& d, const T* x, T* y, cudaStream_t s) {
   const int64_t total = d.N * d.C * d.H_out * d.W_out;
   if (total <= 0) return;
   avgpool_forward_kernel<<<grid_for(total), kThreads, 0, s>>>(d, x, y);
   TB_CUDA_LAUNCH_CHECK("avgpool_forward_kernel");
 }
 
-void launch_avgpool_backward(const PoolDims& d, const float* dy, float* dx, cudaStream_t s) {
+template <typename T>
+void launch_avgpool_backward(const PoolDims& d, const T* dy, T* dx, cudaStream_t s) {
   const int64_t total = d.N * d.C * d.H * d.W;
   if (total <= 0) return;
   avgpool_backward_kernel<<<grid_for(total), kThreads, 0, s>>>(d, dy, dx);
   TB_CUDA_LAUNCH_CHECK("avgpool_backward_kernel");
 }
 
-void launch_global_avgpool_forward(const float* x, float* y, int64_t N, int64_t C, int64_t HW,
-                                   bool nhwc, cudaStream_t s) {
+template <typename T>
+void launch_global_avgpool_forward(const T* x, T* y, int64_t N, int64_t C, int64_t HW, bool nhwc,
+                                   cudaStream_t s) {
   if (N * C <= 0) return;
   if (nhwc) {
-    gap_forward_nhwc_kernel<<<grid_for(N * C), kThreads, 0, s>>>(x, y, N, C, HW);
+    gap_forward_nhwc_kernel<T><<<grid_for(N * C), kThreads, 0, s>>>(x, y, N, C, HW);
     TB_CUDA_LAUNCH_CHECK("gap_forward_nhwc_kernel");
   } else {
     const int64_t warps = kThreads / 32;
     const unsigned blocks = unsigned((N * C + warps - 1) / warps);
-    gap_forward_nchw_kernel<<<blocks, kThreads, 0, s>>>(x, y, N * C, HW);
+    gap_forward_nchw_kernel<T><<<blocks, kThreads, 0, s>>>(x, y, N * C, HW);
     TB_CUDA_LAUNCH_CHECK("gap_forward_nchw_kernel");
   }
 }
 
-void launch_global_avgpool_backward(const float* dy, float* dx, int64_t N, int64_t C, int64_t HW,
+template <typename T>
+void launch_global_avgpool_backward(const T* dy, T* dx, int64_t N, int64_t C, int64_t HW,
                                     bool nhwc, cudaStream_t s) {
   const int64_t total = N * C * HW;
   if (total <= 0) return;
   gap_backward_kernel<<<grid_for(total), kThreads, 0, s>>>(dy, dx, N, C, HW, nhwc);
   TB_CUDA_LAUNCH_CHECK("gap_backward_kernel");
 }
+
+#define TB_INSTANTIATE(T)                                                                        \
+  template void launch_maxpool_forward<T>(const PoolDims&, const T*, T*, int32_t*, cudaStream_t); \
+  template void launch_maxpool_backward<T>(const PoolDims&, const T*, const int32_t*, T*,         \
+                                           cudaStream_t);                                         \
+  template void launch_avgpool_forward<T>(const PoolDims&, const T*, T*, cudaStream_t);           \
+  template void launch_avgpool_backward<T>(const PoolDims&, const T*, T*, cudaStream_t);          \
+  template void launch_global_avgpool_forward<T>(const T*, T*, int64_t, int64_t, int64_t, bool,   \
+                                                 cudaStream_t);                                   \
+  template void launch_global_avgpool_backward<T>(const T*, T*, int64_t, int64_t, int64_t, bool,  \
+                                                  cudaStream_t);
+TB_INSTANTIATE(float)
+TB_INSTANTIATE(__half)
+TB_INSTANTIATE(__nv_bfloat16)
+#undef TB_INSTANTIATE
 
 }  // namespace tb::cuda

@@ -7,8 +7,13 @@
 // Shapes    window ops: x, dx (N, C, H, W); y, dy, argmax (N, C, H_out, W_out)
 //           from a PoolGeometry (kernel × kernel windows, stride, padding,
 //           2·pad ≤ kernel). Global: x, dx (N, C, H, W); y, dy (N, C).
-// Dtypes    x, y, dx, dy share one: f32 or f64 on the CPU, f32 on CUDA;
-//           argmax is i32.
+// Dtypes    dtype as data: x, y, dx, dy share one, f32, f64, f16 or bf16;
+//           argmax is i32. f16/bf16 (low-precision activations): each value
+//           is read into f32, the sums are the f32 op's (float windows, the
+//           global mean's double), each output is rounded once to the dtype.
+//           A backend that lacks the dtype says so (Kernels::supports) and the
+//           entry point refuses it naming the op, the dtype and the backend:
+//           the cpu takes all four, cuda f32, f16 and bf16.
 // Layouts   NCHW or NHWC, one for every rank-4 operand (never a hidden
 //           transpose); argmax too.
 // Devices   every operand on the first operand's device, the backend's own.
@@ -29,7 +34,8 @@
 // Aliasing  the outputs are written whole and must not overlap an input.
 //
 // Files: pooling.cpp (PoolGeometry, the checks and entry points),
-// pooling_cpu.cpp (reference and fast f32 paths), pooling.cu + pooling.cuh
+// pooling_cpu.cpp (reference, fast f32 paths, f16/bf16 by
+// widen-compute-round), pooling.cu + pooling.cuh
 // (CUDA kernels and launchers), pooling_cuda.cpp (the CUDA backend's
 // Kernels), test_op_pooling.cpp. How a family plugs into a backend:
 // engine/ops/registry.h.
@@ -56,7 +62,8 @@ struct PoolGeometry {
 
 namespace pooling {
 
-// Entry points: the contract's checks (below), then this backend's kernels.
+// Entry points: the contract's checks (below), then this backend's kernels
+// for the operands' dtype.
 void max_forward(Backend& be, const PoolGeometry& g, const Tensor& x, Tensor& y, Tensor& argmax);
 void max_backward(Backend& be, const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,
                   Tensor& dx);
@@ -72,11 +79,13 @@ struct GlobalDims {
 };
 
 // What a backend implements, called with arguments that passed the
-// contract's checks. Each checks what it adds (its device, its dtypes) and
-// names the op in its errors.
+// contract's checks and with a dtype it supports. Each checks what it adds
+// (its device) and names the op in its errors.
 class Kernels : public OpKernels {
  public:
   static constexpr const char* kFamily = "pooling";
+  // Whether this backend pools x, y, dx, dy of dtype t.
+  virtual bool supports(DType t) const = 0;
   virtual void max_forward(const PoolGeometry& g, const Tensor& x, Tensor& y,
                            Tensor& argmax) = 0;
   virtual void max_backward(const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,

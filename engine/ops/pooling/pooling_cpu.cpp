@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // The CPU backend's pooling Kernels (contract: pooling.h), NCHW and NHWC.
-// What the CPU adds to the contract: host tensors, f32 or f64.
+// What the CPU adds to the contract: host tensors.
 //
 // reference<T>: per-cell bounds checks, every element addressed through offset4,
 // so NHWC runs the same arithmetic in the same order as NCHW (f64,
@@ -12,6 +12,8 @@
 // pooling 2x2/stride 2 (the usual one) has an SSE2 path without branches.
 // With OpenMP, max pooling splits the N*C planes across the backend's threads
 // (each plane is read and written by one thread: no effect on the values).
+// f16/bf16: widen-compute-round (amp::widen_compute_round): the f32 paths on
+// the widened values, each output rounded once, as the CUDA kernels do.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -23,6 +25,7 @@
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/dispatch.h"
 #include "engine/core/error.h"
+#include "engine/ops/amp/amp.h"
 #include "engine/ops/pooling/pooling.h"
 
 namespace tb {
@@ -354,16 +357,18 @@ void global_avgpool_backward_nhwc(int64_t N, int64_t C, int64_t HW, const T* dy,
 }
 
 // The first operand (the others passed the contract's checks against it):
-// on the host, f32 or f64.
+// on the host.
 void check_cpu(const char* op, const Tensor& lead) {
   TB_CHECK(lead.device().is_cpu(), op, ": ", lead.describe(), " given to the cpu backend");
-  TB_CHECK(lead.dtype() == DType::F32 || lead.dtype() == DType::F64, op,
-           ": the cpu backend supports f32 and f64, got ", lead.describe());
 }
 
 class CpuKernels final : public pooling::Kernels {
  public:
   explicit CpuKernels(CpuBackend& be) : be_(be) {}
+
+  bool supports(DType t) const override {
+    return t == DType::F32 || t == DType::F64 || amp::is_low_precision(t);
+  }
 
   void max_forward(const PoolGeometry& g, const Tensor& x, Tensor& y, Tensor& argmax) override;
   void max_backward(const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,
@@ -389,6 +394,9 @@ class CpuKernels final : public pooling::Kernels {
 
 void CpuKernels::max_forward(const PoolGeometry& g, const Tensor& x, Tensor& y, Tensor& argmax) {
   check_cpu("maxpool2d_forward", x);
+  if (amp::is_low_precision(x.dtype()))
+    return amp::widen_compute_round(
+        be_, y, false, [&](const Tensor& xw, Tensor& yw) { max_forward(g, xw, yw, argmax); }, x);
   if (fast_path(x))
     return maxpool_forward_fast(g, x.data_as<float>(), y.data_as<float>(),
                                 argmax.data_as<int32_t>(), be_.threads());
@@ -402,6 +410,10 @@ void CpuKernels::max_forward(const PoolGeometry& g, const Tensor& x, Tensor& y, 
 void CpuKernels::max_backward(const PoolGeometry& g, const Tensor& dy, const Tensor& argmax,
                               Tensor& dx) {
   check_cpu("maxpool2d_backward", dy);
+  if (amp::is_low_precision(dy.dtype()))
+    return amp::widen_compute_round(
+        be_, dx, false, [&](const Tensor& dyw, Tensor& dxw) { max_backward(g, dyw, argmax, dxw); },
+        dy);
   by_dtype(dy, [&](auto z) {
     using T = decltype(z);
     if (dy.layout() == Layout::NHWC)
@@ -414,6 +426,9 @@ void CpuKernels::max_backward(const PoolGeometry& g, const Tensor& dy, const Ten
 
 void CpuKernels::avg_forward(const PoolGeometry& g, const Tensor& x, Tensor& y) {
   check_cpu("avgpool2d_forward", x);
+  if (amp::is_low_precision(x.dtype()))
+    return amp::widen_compute_round(
+        be_, y, false, [&](const Tensor& xw, Tensor& yw) { avg_forward(g, xw, yw); }, x);
   if (fast_path(x)) return avgpool_forward_fast(g, x.data_as<float>(), y.data_as<float>());
   by_dtype(x, [&](auto z) {
     using T = decltype(z);
@@ -423,6 +438,9 @@ void CpuKernels::avg_forward(const PoolGeometry& g, const Tensor& x, Tensor& y) 
 
 void CpuKernels::avg_backward(const PoolGeometry& g, const Tensor& dy, Tensor& dx) {
   check_cpu("avgpool2d_backward", dy);
+  if (amp::is_low_precision(dy.dtype()))
+    return amp::widen_compute_round(
+        be_, dx, false, [&](const Tensor& dyw, Tensor& dxw) { avg_backward(g, dyw, dxw); }, dy);
   if (fast_path(dy)) return avgpool_backward_fast(g, dy.data_as<float>(), dx.data_as<float>());
   by_dtype(dy, [&](auto z) {
     using T = decltype(z);
@@ -432,6 +450,9 @@ void CpuKernels::avg_backward(const PoolGeometry& g, const Tensor& dy, Tensor& d
 
 void CpuKernels::global_avg_forward(const pooling::GlobalDims& d, const Tensor& x, Tensor& y) {
   check_cpu("global_avgpool_forward", x);
+  if (amp::is_low_precision(x.dtype()))
+    return amp::widen_compute_round(
+        be_, y, false, [&](const Tensor& xw, Tensor& yw) { global_avg_forward(d, xw, yw); }, x);
   by_dtype(x, [&](auto z) {
     using T = decltype(z);
     if (d.nhwc)
@@ -443,6 +464,10 @@ void CpuKernels::global_avg_forward(const pooling::GlobalDims& d, const Tensor& 
 
 void CpuKernels::global_avg_backward(const pooling::GlobalDims& d, const Tensor& dy, Tensor& dx) {
   check_cpu("global_avgpool_backward", dx);
+  if (amp::is_low_precision(dy.dtype()))
+    return amp::widen_compute_round(
+        be_, dx, false, [&](const Tensor& dyw, Tensor& dxw) { global_avg_backward(d, dyw, dxw); },
+        dy);
   by_dtype(dy, [&](auto z) {
     using T = decltype(z);
     if (d.nhwc)

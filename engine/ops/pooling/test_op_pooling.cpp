@@ -15,6 +15,10 @@
 //    (global y / dx).
 // 3. Hand-computed values (ties, padding never winning, count_include_pad,
 //    overlapping windows), NaN propagation, the layers' shapes and errors.
+// 4. f16/bf16: the CPU's widen-compute-round path against the f64 reference
+//    on the widened inputs, both layouts, both CPU paths; on a GPU the CUDA
+//    kernels in f16/bf16 against the CPU's path and CUDA's refusal of f64.
+//    Bounds derived at the slots and in tests/engine/low_precision.h.
 // GPU rows QSKIP with the reason where there is no device.
 #include <QtTest>
 
@@ -23,6 +27,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
@@ -31,6 +36,7 @@
 #include "engine/ops/pooling/pooling.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gradcheck.h"
+#include "tests/engine/low_precision.h"
 #include "tests/engine/tensor_helpers.h"
 
 using namespace tb;
@@ -88,6 +94,37 @@ Comparison check_output(const Target& t, const std::string& kind, const std::str
   if (kind == "gy") return compare(ref, got, 1e-6, 1e-7, what, false, "fp32");
   return compare(ref, got, 1e-6, 0, what, false, "fp32");  // gdx
 }
+
+// Every pooling op once on backend b from host inputs (NCHW; moved to layout
+// l on b): max (y, argmax, dx from dy), average (y, dx), global (y, dx from
+// gdy). Host outputs, in l.
+struct PoolOut {
+  Tensor my, am, mdx, ay, adx, gy, gdx;
+};
+PoolOut run_pool(Backend& b, const PoolGeometry& g, const Tensor& x, const Tensor& dy,
+                 const Tensor& gdy, Layout l) {
+  const DType dt = x.dtype();
+  const Tensor xd = to_device(b, x, l), dyd = to_device(b, dy, l), gdyd = to_device(b, gdy);
+  Tensor my = b.empty(g.output_shape(), dt, l), am = b.empty(g.output_shape(), DType::I32, l);
+  Tensor mdx = b.empty(g.input_shape(), dt, l), ay = b.empty(g.output_shape(), dt, l);
+  Tensor adx = b.empty(g.input_shape(), dt, l), gy = b.empty({g.N, g.C}, dt);
+  Tensor gdx = b.empty(g.input_shape(), dt, l);
+  pooling::max_forward(b, g, xd, my, am);
+  pooling::max_backward(b, g, dyd, am, mdx);
+  pooling::avg_forward(b, g, xd, ay);
+  pooling::avg_backward(b, g, dyd, adx);
+  pooling::global_avg_forward(b, xd, gy);
+  pooling::global_avg_backward(b, gdyd, gdx);
+  return {to_host(b, my),  to_host(b, am),  to_host(b, mdx), to_host(b, ay),
+          to_host(b, adx), to_host(b, gy), to_host(b, gdx)};
+}
+
+// The cases of the f16/bf16 slots: plain, overlapping with padding, overlapping.
+const PoolCase kLpCases[] = {
+    {"2/2/0", 2, 5, 9, 8, 2, 2, 0},
+    {"3/2/1 overlapping", 2, 5, 9, 8, 3, 2, 1},
+    {"k3s1p1 overlap 13x11", 3, 5, 13, 11, 3, 1, 1},
+};
 
 }  // namespace
 
@@ -176,39 +213,17 @@ class TestOpPooling : public QObject {
     const Tensor dy = random_tensor(g.output_shape(), dt, rng);
     const Tensor gdy = random_tensor({c.N, c.C}, dt, rng);
 
-    // The oracle: the reference kernels, NCHW.
-    CpuBackend& ref = cpu_reference();
-    Tensor my0 = like(dy, Layout::NCHW), am0 = Tensor::empty(g.output_shape(), DType::I32);
-    Tensor mdx0 = like(x, Layout::NCHW), ay0 = like(dy, Layout::NCHW), adx0 = like(x, Layout::NCHW);
-    Tensor gy0 = like(gdy, Layout::NCHW), gdx0 = like(x, Layout::NCHW);
-    pooling::max_forward(ref, g, x, my0, am0);
-    pooling::max_backward(ref, g, dy, am0, mdx0);
-    pooling::avg_forward(ref, g, x, ay0);
-    pooling::avg_backward(ref, g, dy, adx0);
-    pooling::global_avg_forward(ref, x, gy0);
-    pooling::global_avg_backward(ref, gdy, gdx0);
-
-    // The target.
-    const Tensor xd = to_device(be, x, L), dyd = to_device(be, dy, L);
-    Tensor my = be.empty(g.output_shape(), dt, L), am = be.empty(g.output_shape(), DType::I32, L);
-    Tensor mdx = be.empty(g.input_shape(), dt, L);
-    pooling::max_forward(be, g, xd, my, am);
-    pooling::max_backward(be, g, dyd, am, mdx);
-    Tensor ay = be.empty(g.output_shape(), dt, L), adx = be.empty(g.input_shape(), dt, L);
-    pooling::avg_forward(be, g, xd, ay);
-    pooling::avg_backward(be, g, dyd, adx);
-    Tensor gy = be.empty({c.N, c.C}, dt), gdx = be.empty(g.input_shape(), dt, L);
-    pooling::global_avg_forward(be, xd, gy);
-    pooling::global_avg_backward(be, to_device(be, gdy), gdx);
-
-    EXPECT_OUTPUT(t, "max", "maxpool y", my0, to_host(be, my));
+    // The oracle: the reference kernels, NCHW; then the target.
+    const PoolOut r = run_pool(cpu_reference(), g, x, dy, gdy, Layout::NCHW);
+    const PoolOut o = run_pool(be, g, x, dy, gdy, L);
+    EXPECT_OUTPUT(t, "max", "maxpool y", r.my, o.my);
     // argmax: the (H, W) plane index in both layouts (as pooling.cu defines it).
-    EXPECT_OUTPUT(t, "max", "maxpool argmax", am0, to_host(be, am));
-    EXPECT_OUTPUT(t, "maxdx", "maxpool dx", mdx0, to_host(be, mdx));
-    EXPECT_OUTPUT(t, "avg", "avgpool y", ay0, to_host(be, ay));
-    EXPECT_OUTPUT(t, "avg", "avgpool dx", adx0, to_host(be, adx));
-    EXPECT_OUTPUT(t, "gy", "global avgpool y", gy0, to_host(be, gy));
-    EXPECT_OUTPUT(t, "gdx", "global avgpool dx", gdx0, to_host(be, gdx));
+    EXPECT_OUTPUT(t, "max", "maxpool argmax", r.am, o.am);
+    EXPECT_OUTPUT(t, "maxdx", "maxpool dx", r.mdx, o.mdx);
+    EXPECT_OUTPUT(t, "avg", "avgpool y", r.ay, o.ay);
+    EXPECT_OUTPUT(t, "avg", "avgpool dx", r.adx, o.adx);
+    EXPECT_OUTPUT(t, "gy", "global avgpool y", r.gy, o.gy);
+    EXPECT_OUTPUT(t, "gdx", "global avgpool dx", r.gdx, o.gdx);
     TB_GPU_CATCH
   }
 
@@ -418,6 +433,136 @@ class TestOpPooling : public QObject {
     QVERIFY2(m.contains("[2, 4]") && m.contains("[2, 3]"), qPrintable(m));
   }
 
+  // ------------------------------------------------------------ f16 / bf16
+
+  // The CPU's f16/bf16 path against the f64 reference on the widened inputs
+  // (x, dy, gdy in [-1, 1) rounded to the dtype, read exactly into f64). Max
+  // pooling's y and argmax: a maximum of f16/bf16 values is one of them, and
+  // both sides see the same values: exact. The other outputs are the f32
+  // path's value rounded once: |lp − ref| <= u·|ref| + (1 + u)·e (+ f16's
+  // subnormal step, low_precision.h), e the f32 path's own error: a sum of n
+  // <= k² terms of magnitude <= 1 (n − 1 roundings of at most the sum's
+  // Σ|terms|), scaled by 1/k² (its rounding and the product's: 2), i.e.
+  // e <= (k² + 1)·2^-24 for the windows, and the global mean's double sum
+  // then one rounding of 1/HW and one of the product, e <= 2·2^-24:
+  // e = (k² + 2)·2^-24 covers every output.
+  void pool_lp_matches_widened_reference_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<PoolCase>("c");
+    for (DType dt : {DType::F16, DType::BF16})
+      for (const Target& t : {Target{Impl::CpuFast, Layout::NCHW, dt},
+                              Target{Impl::CpuReference, Layout::NCHW, dt},
+                              Target{Impl::CpuFast, Layout::NHWC, dt}})
+        for (const PoolCase& c : kLpCases)
+          QTest::addRow("%s: %s", t.name().c_str(), c.name) << t << c;
+  }
+  void pool_lp_matches_widened_reference() {
+    FETCH_TARGET(t, be);
+    QFETCH(PoolCase, c);
+    const DType dt = t.dtype;
+    const auto g = PoolGeometry::make(c.N, c.C, c.H, c.W, c.k, c.s, c.p);
+    CpuBackend& ref = cpu_reference();
+    std::mt19937_64 rng(52 + uint64_t(c.k * 10 + c.s));
+    const Tensor x = lp_of(ref, random_tensor(g.input_shape(), DType::F32, rng), dt);
+    const Tensor dy = lp_of(ref, random_tensor(g.output_shape(), DType::F32, rng), dt);
+    const Tensor gdy = lp_of(ref, random_tensor({c.N, c.C}, DType::F32, rng), dt);
+    const PoolOut r = run_pool(ref, g, as_f64(x), as_f64(dy), as_f64(gdy), Layout::NCHW);
+    const PoolOut o = run_pool(be, g, x, dy, gdy, t.layout);
+    QVERIFY2(max_abs_diff(r.my, as_f64(o.my)) == 0.0, "max y");
+    QVERIFY2(max_abs_diff(r.am, o.am) == 0.0, "argmax");
+    const double e = double(c.k * c.k + 2) * std::ldexp(1.0, -24);
+    for (auto [want, got, what] :
+         {std::tuple{r.mdx, o.mdx, "max dx"}, std::tuple{r.ay, o.ay, "avg y"},
+          std::tuple{r.adx, o.adx, "avg dx"}, std::tuple{r.gy, o.gy, "global y"},
+          std::tuple{r.gdx, o.gdx, "global dx"}}) {
+      QCOMPARE(got.dtype(), dt);
+      const Comparison cmp = compare_rounded(want, got, dt, 1, e, std::string(what) + " " + t.name());
+      QVERIFY2(cmp.ok, cmp.msg.c_str());
+    }
+  }
+
+  // The CUDA kernels in f16/bf16 against the CPU's path on the same rounded
+  // inputs. Max pooling (y, argmax, and dx: the same f32 sums in the same
+  // window order, pool_matches_reference's exact CUDA rows) gives the same
+  // bits. Average and global pooling: the f32 values differ by at most what
+  // pool_matches_reference allows the f32 kernels, e = 1e-7 + 1e-5·max|ref|,
+  // and each side rounds once: |cuda − cpu| <= 2u/(1 − u)·|cpu| + (1 + 2u)·e
+  // (low_precision.h).
+  void pool_lp_cuda_matches_cpu_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<PoolCase>("c");
+    for (DType dt : {DType::F16, DType::BF16})
+      for (const Target& t : cuda_targets(dt))
+        for (const PoolCase& c : kLpCases)
+          QTest::addRow("%s: %s", t.name().c_str(), c.name) << t << c;
+  }
+  void pool_lp_cuda_matches_cpu() {
+    FETCH_TARGET(t, be);
+    QFETCH(PoolCase, c);
+    TB_GPU_TRY
+    const DType dt = t.dtype;
+    const auto g = PoolGeometry::make(c.N, c.C, c.H, c.W, c.k, c.s, c.p);
+    CpuBackend& ref = cpu_reference();
+    std::mt19937_64 rng(67 + uint64_t(c.k * 10 + c.s) + uint64_t(dt == DType::BF16));
+    const Tensor x = lp_of(ref, random_tensor(g.input_shape(), DType::F32, rng), dt);
+    const Tensor dy = lp_of(ref, random_tensor(g.output_shape(), DType::F32, rng), dt);
+    const Tensor gdy = lp_of(ref, random_tensor({c.N, c.C}, DType::F32, rng), dt);
+    const PoolOut r = run_pool(ref, g, x, dy, gdy, Layout::NCHW);
+    const PoolOut o = run_pool(be, g, x, dy, gdy, t.layout);
+    for (auto [want, got, what] : {std::tuple{r.my, o.my, "max y"}, std::tuple{r.am, o.am, "argmax"},
+                                   std::tuple{r.mdx, o.mdx, "max dx"}}) {
+      const double d = max_abs_diff(want, got);
+      QVERIFY2(d == 0.0, qPrintable(QString("%1 %2: differs by %3").arg(what).arg(t.name().c_str()).arg(d)));
+    }
+    for (auto [want, got, what] :
+         {std::tuple{r.ay, o.ay, "avg y"}, std::tuple{r.adx, o.adx, "avg dx"},
+          std::tuple{r.gy, o.gy, "global y"}, std::tuple{r.gdx, o.gdx, "global dx"}}) {
+      double mx = 0.0;
+      for (int64_t i = 0; i < want.numel(); ++i) mx = std::max(mx, std::abs(value_at(want, i)));
+      const Comparison cmp = compare_rounded(want, got, dt, 2, 1e-7 + 1e-5 * mx,
+                                             std::string(what) + " " + t.name(), precision_of(dt));
+      QVERIFY2(cmp.ok, cmp.msg.c_str());
+    }
+    TB_GPU_CATCH
+  }
+
+  // The contract's dtypes: x, y, dx, dy share one (f16 with bf16 or f32
+  // refused naming the op, the operand and the dtypes); the CPU takes all
+  // four; the CUDA backend refuses f64 naming the op, the dtype and itself.
+  void pool_lp_dtype_checks() {
+    CpuBackend& cpu = cpu_fast();
+    const auto g = PoolGeometry::make(1, 2, 4, 4, 2, 2, 0);
+    const Tensor xh = Tensor::zeros(g.input_shape(), DType::F16);
+    Tensor yb = Tensor::zeros(g.output_shape(), DType::BF16);
+    Tensor am = Tensor::zeros(g.output_shape(), DType::I32);
+    QString m = qerror_of([&] { pooling::max_forward(cpu, g, xh, yb, am); });
+    QVERIFY2(m.contains("maxpool2d_forward") && m.contains("output y") && m.contains("bf16") &&
+                 m.contains("f16"),
+             qPrintable(m));
+    Tensor dx32 = Tensor::zeros(g.input_shape(), DType::F32);
+    m = qerror_of([&] { pooling::avg_backward(cpu, g, yb, dx32); });
+    QVERIFY2(m.contains("avgpool2d_backward") && m.contains("dx") && m.contains("bf16"),
+             qPrintable(m));
+    for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16})
+      QVERIFY(cpu.kernels<pooling::Kernels>().supports(t));
+  }
+  void pool_dtype_refused_by_backend() {
+    NEED_GPU();
+    TB_GPU_TRY
+    Backend& be = cuda_backend();
+    const auto g = PoolGeometry::make(1, 2, 4, 4, 2, 2, 0);
+    const Tensor x = be.empty(g.input_shape(), DType::F64);
+    Tensor y = be.empty(g.output_shape(), DType::F64);
+    const QString m = qerror_of([&] { pooling::avg_forward(be, g, x, y); });
+    QVERIFY2(m.contains("avgpool2d_forward") && m.contains("f64") &&
+                 m.contains(QString::fromStdString(be.name())),
+             qPrintable(m));
+    for (DType t : {DType::F32, DType::F16, DType::BF16})
+      QVERIFY(be.kernels<pooling::Kernels>().supports(t));
+    QVERIFY(!be.kernels<pooling::Kernels>().supports(DType::F64));
+    TB_GPU_CATCH
+  }
+
   // The contract's checks (pooling.cpp, one copy for every backend) name the
   // op and the operand that breaks it: a dtype, an argmax that is not i32, a
   // layout differing from x's, a global-pooling input that is not rank 4.
@@ -445,7 +590,9 @@ class TestOpPooling : public QObject {
       Tensor i32 = Tensor::zeros(g.input_shape(), DType::I32);
       Tensor yi = Tensor::zeros(g.output_shape(), DType::I32);
       m = qerror_of([&] { pooling::avg_forward(be, g, i32, yi); });
-      QVERIFY2(m.contains("cpu backend supports f32 and f64"), qPrintable(m));
+      // The CPU's kernels take f32, f64, f16 and bf16 (Kernels::supports).
+      QVERIFY2(m.contains("avgpool2d_forward") && m.contains("i32") && m.contains("cpu"),
+               qPrintable(m));
     }
   }
 };
