@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Trains fmnist-cnn for the same number of steps in Trainbench (CPU backend)
-and in PyTorch (CPU), several batch sizes, and writes one result JSON with the
-machine (processor model and flags), the load average around each run,
-versions, Trainbench's CPU convolution paths (the run's kernel_paths) and the
-date. With --repeats N each batch size alternates the two N times and reports
-the median of the runs' medians (every run is kept). Usage:
+"""Trains fmnist-cnn (or resnet18-cifar, --model) for the same number of steps
+in Trainbench (CPU backend) and in PyTorch (CPU), several batch sizes, and
+writes one result JSON with the machine (lscpu's model and flags), versions,
+date, the load average around each measurement, the peak RSS of each side's
+process and Trainbench's CPU convolution paths (the run's kernel_paths). With --repeats N each batch size is measured N times,
+Trainbench and PyTorch interleaved, and the medians are compared. Usage:
 
     bench/cpu_vs_pytorch.py --engine build/bin/trainbench-engine \
-        --output bench/results/cpu-fmnist-cnn.json --batches 64,128 --repeats 3
+        --output bench/results/cpu-fmnist-cnn.json
+    bench/cpu_vs_pytorch.py --engine build/bin/trainbench-engine --model resnet18-cifar \
+        --batches 64 --steps 20 --warmup 3 --output bench/results/cpu-resnet18.json
 """
 import argparse
 import datetime
@@ -23,38 +25,53 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def cpuinfo_field(name):
+def cpu_model():
     with open("/proc/cpuinfo") as f:
         for line in f:
-            if line.split(":", 1)[0].strip() == name:
+            if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
-    return None
+    return platform.processor()
 
 
-def cpu_model():
-    return cpuinfo_field("model name") or platform.processor()
-
-
-# The flags that decide which kernels the libraries pick (OpenBLAS, oneDNN, PyTorch).
-SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512dq", "avx512bw", "avx512vl",
-              "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
-
-
-def cpu_flags():
-    flags = set((cpuinfo_field("flags") or "").split())
-    return [f for f in SIMD_FLAGS if f in flags]
+def lscpu():
+    """lscpu's fields (model name, vendor, flags, ...) as a dict, or why not."""
+    try:
+        out = subprocess.run(["lscpu"], check=True, capture_output=True, text=True).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        return {"error": str(e)}
+    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    return {k.strip(): v.strip() for k, v in fields.items()}
 
 
 def load_average():
     return os.getloadavg()[0]
 
 
-def trainbench(engine, batch, steps, warmup, threads, db):
-    run = subprocess.run(
+def run_with_peak_rss(cmd, env=None):
+    """Runs cmd to its end; returns (stdout, the process's peak RSS in bytes,
+    from its own rusage: wait4's ru_maxrss). Raises CalledProcessError."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
+    if p.returncode != 0:
+        raise subprocess.CalledProcessError(p.returncode, cmd, stdout, stderr)
+    return stdout, usage.ru_maxrss * 1024  # KiB on Linux
+
+
+# The data each model trains on here: Fashion-MNIST on disk, else synthetic
+# images of the model's input shape (no CIFAR-10 on the benchmark machines).
+ENGINE_DATA = {"fmnist-cnn": [], "resnet18-cifar": ["--dataset", "synthetic"]}
+
+
+def trainbench(engine, batch, steps, warmup, threads, db, model="fmnist-cnn"):
+    _, peak_rss = run_with_peak_rss(
         [engine, "run", "--db", db, "--quiet", "--device", "cpu", "--batch-size", str(batch),
          "--steps", str(warmup + steps), "--test-limit", "1000", "--seed", "0",
-         "--name", f"bench b{batch}"],
-        check=True, capture_output=True, text=True,
+         "--model", model, *ENGINE_DATA[model], "--name", f"bench {model} b{batch}"],
         env=dict(os.environ, OPENBLAS_NUM_THREADS=str(threads)))
     runs = json.loads(subprocess.run([engine, "list", "--db", db, "--json"], check=True,
                                      capture_output=True, text=True).stdout)
@@ -68,7 +85,9 @@ def trainbench(engine, batch, steps, warmup, threads, db):
     total = statistics.median(step[s] for s in timed)
     env = data["environment"]
     return {"framework": "trainbench", "version": env.get("engine_version"),
+            "cpu_isa": env.get("cpu_isa"), "peak_rss_bytes": peak_rss,
             "run_id": run_id, "batch_size": batch, "steps": steps,
+            # Which CPU convolution path each shape ran (docs/cpu-conv-paths.md).
             "onednn": env.get("onednn"), "cpu_conv_setting": os.environ.get("TRAINBENCH_CPU_CONV", "auto"),
             "kernel_paths": env.get("kernel_paths"),
             "median_step_ms": compute, "median_step_ms_with_data": total,
@@ -76,11 +95,33 @@ def trainbench(engine, batch, steps, warmup, threads, db):
             "final_test_accuracy": data["summary"].get("final_test_accuracy")}
 
 
-def pytorch(batch, steps, warmup, threads, python):
-    out = subprocess.run([python, os.path.join(HERE, "torch_fmnist_cnn.py"), "--batch-size",
-                          str(batch), "--steps", str(steps), "--warmup", str(warmup), "--threads",
-                          str(threads)], check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+def pytorch(batch, steps, warmup, threads, python, model="fmnist-cnn"):
+    if model == "fmnist-cnn":
+        cmd = [python, os.path.join(HERE, "torch_fmnist_cnn.py"), "--threads", str(threads)]
+    else:  # the baseline recipe: the engine's defaults (torch_train_step.py's docstring)
+        cmd = [python, os.path.join(HERE, "torch_train_step.py"), "--device", "cpu", "--model",
+               model, "--data", "synthetic", "--recipe", "baseline"]
+    out, peak_rss = run_with_peak_rss(
+        cmd + ["--batch-size", str(batch), "--steps", str(steps), "--warmup", str(warmup)],
+        env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+    return dict(json.loads(out), peak_rss_bytes=peak_rss)
+
+
+def median_row(batch, tbs, pts, loads):
+    """One batch size over its repeats: every repeat's figures and the medians."""
+    tb_ms = statistics.median(t["median_step_ms"] for t in tbs)
+    pt_ms = statistics.median(p["median_step_ms"] for p in pts)
+    return {"batch_size": batch, "trainbench": tbs[-1], "pytorch": pts[-1],
+            "speedup_vs_pytorch": pt_ms / tb_ms,
+            "repeats": {"trainbench_median_step_ms": [t["median_step_ms"] for t in tbs],
+                        "pytorch_median_step_ms": [p["median_step_ms"] for p in pts],
+                        "trainbench_peak_rss_bytes": [t["peak_rss_bytes"] for t in tbs],
+                        "pytorch_peak_rss_bytes": [p["peak_rss_bytes"] for p in pts],
+                        "load_average_1min": loads,
+                        "trainbench_median_ms": tb_ms, "pytorch_median_ms": pt_ms,
+                        "rss_ratio_trainbench_over_pytorch": statistics.median(
+                            t["peak_rss_bytes"] for t in tbs) / statistics.median(
+                                p["peak_rss_bytes"] for p in pts)}}
 
 
 def main():
@@ -92,50 +133,48 @@ def main():
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--python", default="/usr/bin/python3", help="a Python with torch")
+    p.add_argument("--model", default="fmnist-cnn", choices=sorted(ENGINE_DATA))
     p.add_argument("--repeats", type=int, default=1,
-                   help="runs of each framework per batch size, alternating; the result is the "
-                        "median of the runs' medians")
+                   help="measure each batch size this many times, the two sides interleaved")
     a = p.parse_args()
     rows = []
+    load_before = load_average()
     with tempfile.TemporaryDirectory() as tmp:
         db = os.path.join(tmp, "bench.db")
         for b in [int(x) for x in a.batches.split(",")]:
-            tbs, pts = [], []
-            for _ in range(a.repeats):
-                load = load_average()
-                tbs.append(trainbench(a.engine, b, a.steps, a.warmup, a.threads, db))
-                tbs[-1]["load_average_before"] = load
-                load = load_average()
-                pts.append(pytorch(b, a.steps, a.warmup, a.threads, a.python))
-                pts[-1]["load_average_before"] = load
-                print(f"batch {b}: trainbench {tbs[-1]['median_step_ms']:.2f} ms/step, "
-                      f"pytorch {pts[-1]['median_step_ms']:.2f} ms/step (load {load:.2f})",
-                      file=sys.stderr)
-            tb_ms = statistics.median(r["median_step_ms"] for r in tbs)
-            pt_ms = statistics.median(r["median_step_ms"] for r in pts)
-            row = {"batch_size": b, "trainbench_median_step_ms": tb_ms,
-                   "pytorch_median_step_ms": pt_ms, "speedup_vs_pytorch": pt_ms / tb_ms}
-            if a.repeats == 1:
-                row.update({"trainbench": tbs[0], "pytorch": pts[0]})
-            else:
-                row.update({"trainbench_runs": tbs, "pytorch_runs": pts})
-            rows.append(row)
-            print(f"batch {b}: median of {a.repeats}: trainbench {tb_ms:.2f} ms/step, "
-                  f"pytorch {pt_ms:.2f} ms/step, ratio {pt_ms / tb_ms:.2f}x", file=sys.stderr)
-    first = rows[0] if rows else {}
-    torch_version = (first.get("pytorch") or (first.get("pytorch_runs") or [{}])[0]).get("version")
+            tbs, pts, loads = [], [], []
+            for r in range(a.repeats):
+                loads.append(load_average())
+                tbs.append(trainbench(a.engine, b, a.steps, a.warmup, a.threads, db, a.model))
+                pts.append(pytorch(b, a.steps, a.warmup, a.threads, a.python, a.model))
+                print(f"{a.model} batch {b} repeat {r + 1}/{a.repeats} (load {loads[-1]:.2f}): "
+                      f"trainbench {tbs[-1]['median_step_ms']:.2f} ms/step "
+                      f"({tbs[-1]['peak_rss_bytes'] / 2**20:.0f} MiB), "
+                      f"pytorch {pts[-1]['median_step_ms']:.2f} ms/step "
+                      f"({pts[-1]['peak_rss_bytes'] / 2**20:.0f} MiB)", file=sys.stderr)
+            rows.append(median_row(b, tbs, pts, loads))
+            print(f"batch {b}: ratio {rows[-1]['speedup_vs_pytorch']:.2f}x (medians)",
+                  file=sys.stderr)
+    torch_version = rows[0]["pytorch"]["version"] if rows else None
+    cpu = lscpu()
     result = {
-        "benchmark": "fmnist-cnn training step on the CPU, Trainbench vs PyTorch",
+        "benchmark": f"{a.model} training step on the CPU, Trainbench vs PyTorch",
         "what": "median over timed steps of forward+backward+optimizer (data loading excluded on "
                 "both sides; Trainbench's time with its own data loading is also given)",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": {"cpu": cpu_model(), "vendor": cpuinfo_field("vendor_id"),
-                   "family": cpuinfo_field("cpu family"), "model": cpuinfo_field("model"),
-                   "flags": cpu_flags(), "cores": os.cpu_count(), "threads_used": a.threads,
-                   "kernel": platform.release()},
+        "device": {"cpu": cpu_model(), "cores": os.cpu_count(), "threads_used": a.threads,
+                   "kernel": platform.release(), "vendor": cpu.get("Vendor ID"),
+                   "cpu_family": cpu.get("CPU family"), "cpu_model": cpu.get("Model"),
+                   "hypervisor": cpu.get("Hypervisor vendor"),
+                   "flags": cpu.get("Flags", "").split()},
+        "model": a.model,
+        "peak_rss": "each side's process, from its own rusage (ru_maxrss): the engine's whole "
+                    "run (data, evaluation, the peaks probe when not cached) and PyTorch's "
+                    "script (its data held as float32 for fmnist-cnn)",
         "versions": {"pytorch": torch_version, "python": platform.python_version()},
         "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
-        "load_average_at_end": load_average(), "results": rows}
+        "load_average": {"before": load_before, "after": load_average()},
+        "results": rows}
     os.makedirs(os.path.dirname(os.path.abspath(a.output)), exist_ok=True)
     with open(a.output, "w") as f:
         json.dump(result, f, indent=2)

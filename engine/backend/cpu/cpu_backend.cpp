@@ -14,6 +14,7 @@
 #include <fstream>
 #include <thread>
 
+#include "engine/core/cpu_features.h"
 #include "engine/core/error.h"
 
 namespace tb {
@@ -21,6 +22,7 @@ namespace tb {
 CpuBackend::CpuBackend(const BackendOptions& options) : options_(options) {
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   threads_ = options.threads > 0 ? options.threads : hw;
+  cpu_isa();  // decided here: a TRAINBENCH_CPU_ISA this processor cannot run fails now
 #ifdef _OPENMP
   // The fast kernels split their work across threads_ OpenMP threads and call
   // single-threaded GEMMs: OpenBLAS's own pool, next to ours, would spin-wait
@@ -55,6 +57,9 @@ nlohmann::json CpuBackend::describe() const {
                       {"device_name", host_name()},
                       {"threads", threads_},
                       {"kernels", options_.reference ? "reference" : "fast"},
+                      // The copy of the fast loops that runs (engine/core/cpu_features.h).
+                      {"cpu_isa", cpu_isa_name(cpu_isa())},
+                      {"cpu_isa_source", cpu_isa_source()},
                       {"openblas", openblas_get_config()}};
 #ifdef TRAINBENCH_HAVE_ONEDNN
   const dnnl_version_t* v = dnnl_version();

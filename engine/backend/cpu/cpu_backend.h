@@ -5,7 +5,8 @@
 // already moved in engine/ops/<family>/) with a plain reference implementation
 // (templated on float/double: the test oracle, used for f64 and when
 // options.reference is set) beside the fast f32 path (OpenBLAS GEMM,
-// vectorisable loops, OpenMP threads).
+// vectorisable loops compiled for the processor's widest instruction set,
+// engine/core/cpu_features.h; OpenMP threads).
 #include <functional>
 #include <map>
 #include <mutex>

@@ -19,7 +19,9 @@
 // ReLU mask into its two sweeps. Without an epilogue it is the same code (no
 // residual, no ReLU), and each element's arithmetic is the unfused ops' in the
 // same order, so on x86-64 (no FMA contraction) fused and unfused models give
-// the same bits; the tests still ask only for a stated tolerance.
+// the same bits; the tests still ask only for a stated tolerance. Each
+// channel's work is compiled for the baseline, AVX2 and AVX-512, and the copy
+// for this processor runs (engine/core/cpu_features.h): the same bits in each.
 //
 // f16/bf16 (low-precision activations): widen-compute-round. x, dy, the
 // residual and the ReLU mask's y are widened to f32 exactly (amp::widened),
@@ -28,12 +30,11 @@
 // (amp::round_into), which is what the CUDA kernels do value by value.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/cpu_features.h"
 #include "engine/core/dispatch.h"
 #include "engine/core/error.h"
 #include "engine/ops/amp/amp.h"
@@ -152,57 +153,42 @@ void for_each_channel(const BnDims& d, [[maybe_unused]] int threads, F&& f) {
   for (int64_t c = 0; c < d.C; ++c) f(c);
 }
 
-#if defined(__SSE2__)
-// Eight floats widened to four pairs of doubles, lanes (0,1) (2,3) (4,5) (6,7).
-inline void widen8(const float* p, __m128d& v0, __m128d& v1, __m128d& v2, __m128d& v3) {
-  const __m128 lo = _mm_loadu_ps(p), hi = _mm_loadu_ps(p + 4);
-  v0 = _mm_cvtps_pd(lo);
-  v1 = _mm_cvtps_pd(_mm_movehl_ps(lo, lo));
-  v2 = _mm_cvtps_pd(hi);
-  v3 = _mm_cvtps_pd(_mm_movehl_ps(hi, hi));
-}
-#endif
-
-// s += Σ g, sx += Σ g·x over [0, n). The SSE2 loop keeps lane l on elements
-// i+l exactly like the plain loop (GCC leaves that one scalar: cvtss2sd/addsd
-// per element), so both give the same bits.
-void sum_dot(const float* g, const float* x, int64_t n, double& s, double& sx) {
-  double a[kLanes] = {}, b[kLanes] = {};
+// s += Σ g, sx += Σ g·x over [0, n) in kLanes double lanes: lane l sums
+// elements i+l, then the lanes are added in order, whatever the ISA (so every
+// copy gives the same bits; a single serial sum would neither vectorise nor
+// keep up with the loads). The lanes are kLanes / (kVecBytes / 8) vectors of
+// the copy's register size (GCC's and Clang's vector extensions): four SSE2
+// pairs, or two quadruples in the AVX2 and AVX-512 copies.
+template <int kVecBytes>
+inline void sum_dot(const float* g, const float* x, int64_t n, double& s, double& sx) {
+  constexpr int kPerVec = kVecBytes / 8;  // doubles a register holds
+  constexpr int kVecs = kLanes / kPerVec;
+  static_assert(kVecs * kPerVec == kLanes, "whole registers of lanes");
+  using F64v = typename CpuVec<kVecBytes>::F64;
+  using F32v = typename CpuVec<kVecBytes>::F32Half;
+  F64v a[kVecs] = {}, b[kVecs] = {};
   int64_t i = 0;
-#if defined(__SSE2__)
-  {
-    __m128d a0 = _mm_setzero_pd(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-    for (; i + kLanes <= n; i += kLanes) {
-      __m128d v0, v1, v2, v3, w0, w1, w2, w3;
-      widen8(g + i, v0, v1, v2, v3);
-      widen8(x + i, w0, w1, w2, w3);
-      a0 = _mm_add_pd(a0, v0), a1 = _mm_add_pd(a1, v1);
-      a2 = _mm_add_pd(a2, v2), a3 = _mm_add_pd(a3, v3);
-      b0 = _mm_add_pd(b0, _mm_mul_pd(v0, w0)), b1 = _mm_add_pd(b1, _mm_mul_pd(v1, w1));
-      b2 = _mm_add_pd(b2, _mm_mul_pd(v2, w2)), b3 = _mm_add_pd(b3, _mm_mul_pd(v3, w3));
-    }
-    _mm_storeu_pd(a, a0), _mm_storeu_pd(a + 2, a1), _mm_storeu_pd(a + 4, a2);
-    _mm_storeu_pd(a + 6, a3);
-    _mm_storeu_pd(b, b0), _mm_storeu_pd(b + 2, b1), _mm_storeu_pd(b + 4, b2);
-    _mm_storeu_pd(b + 6, b3);
-  }
-#else
   for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) {
-      const double v = g[i + l];
-      a[l] += v;
-      b[l] += v * double(x[i + l]);
+    for (int j = 0; j < kVecs; ++j) {
+      F32v gf, xf;
+      std::memcpy(&gf, g + i + j * kPerVec, sizeof gf);
+      std::memcpy(&xf, x + i + j * kPerVec, sizeof xf);
+      const F64v v = __builtin_convertvector(gf, F64v), w = __builtin_convertvector(xf, F64v);
+      a[j] += v;
+      b[j] += v * w;
     }
-#endif
   for (; i < n; ++i) {
-    a[0] += g[i];
-    b[0] += double(g[i]) * double(x[i]);
+    a[0][0] += g[i];
+    b[0][0] += double(g[i]) * double(x[i]);
   }
-  for (int l = 0; l < kLanes; ++l) s += a[l], sx += b[l];
+  for (int l = 0; l < kLanes; ++l) s += a[l / kPerVec][l % kPerVec], sx += b[l / kPerVec][l % kPerVec];
 }
 
 // s += Σ x, s2 += Σ x²: the same lanes and order as sum_dot(x, x).
-void sum_sumsq(const float* x, int64_t n, double& s, double& s2) { sum_dot(x, x, n, s, s2); }
+template <int kVecBytes>
+inline void sum_sumsq(const float* x, int64_t n, double& s, double& s2) {
+  sum_dot<kVecBytes>(x, x, n, s, s2);
+}
 
 // One channel's rows: y = act(x·scale + shift [+ r]); r null: no residual.
 inline void apply_rows(const BnDims& d, int64_t c, const float* x, const float* r, bool relu,
@@ -230,101 +216,137 @@ inline void apply_rows(const BnDims& d, int64_t c, const float* x, const float* 
   }
 }
 
+// The operands of the fast f32 path (one struct, so the per-ISA copies below
+// take one argument besides the channel).
+struct F32Args {
+  BnDims d{};
+  const float* x = nullptr;
+  const float* y = nullptr;  // backward: the forward's output, for the ReLU mask
+  const float* dy = nullptr;
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+  const float* r = nullptr;  // forward: the residual added before the ReLU (null: none)
+  bool relu = false;
+  float* rmean = nullptr;  // running statistics: updated (training), read (evaluation)
+  float* rvar = nullptr;
+  double momentum = 0.0, eps = 0.0;
+  float* out = nullptr;      // forward: y; backward: dx (null: not wanted)
+  float* smean = nullptr;    // saved statistics: written (training), read (backward)
+  float* sinvstd = nullptr;
+  float* dres = nullptr;     // backward: the residual's gradient dz (null: not wanted)
+  float* dgamma = nullptr;
+  float* dbeta = nullptr;
+  bool accumulate = false;
+};
+
 // One read of x for the statistics: Σx and Σx² in double, whose cancellation in
 // E[x²] − E[x]² stays below f32 resolution unless |mean|/std exceeds ~10^4;
 // then y = act(x·scale + shift [+ r]) with per-channel constants over
 // contiguous HW rows.
-void bn_train_f32(const BnDims& d, const float* x, const float* gamma, const float* beta,
-                  const float* r, bool relu, float* rmean, float* rvar, double momentum,
-                  double eps, float* y, float* smean, float* sinvstd,
-                  int threads) {
+template <int kVecBytes>
+inline void bn_train_channel_body(const F32Args& a, int64_t c) {
+  const BnDims& d = a.d;
   const double M = double(d.M());
-  for_each_channel(d, threads, [&](int64_t c) {
-    double s = 0.0, s2 = 0.0;
-    for (int64_t n = 0; n < d.N; ++n) sum_sumsq(x + at(d, n, c, 0), d.HW, s, s2);
-    const double mean = s / M;
-    const double var = std::max(s2 / M - mean * mean, 0.0);
-    const double invstd = 1.0 / std::sqrt(var + eps);
-    const float scale = float(double(gamma[c]) * invstd);
-    const float shift = float(double(beta[c]) - mean * double(gamma[c]) * invstd);
-    apply_rows(d, c, x, r, relu, scale, shift, y);
-    const double unbiased = d.M() > 1 ? var * M / (M - 1.0) : var;
-    rmean[c] = float((1.0 - momentum) * rmean[c] + momentum * mean);
-    rvar[c] = float((1.0 - momentum) * rvar[c] + momentum * unbiased);
-    smean[c] = float(mean);
-    sinvstd[c] = float(invstd);
-  });
+  double s = 0.0, s2 = 0.0;
+  for (int64_t n = 0; n < d.N; ++n) sum_sumsq<kVecBytes>(a.x + at(d, n, c, 0), d.HW, s, s2);
+  const double mean = s / M;
+  const double var = std::max(s2 / M - mean * mean, 0.0);
+  const double invstd = 1.0 / std::sqrt(var + a.eps);
+  const float scale = float(double(a.gamma[c]) * invstd);
+  const float shift = float(double(a.beta[c]) - mean * double(a.gamma[c]) * invstd);
+  apply_rows(d, c, a.x, a.r, a.relu, scale, shift, a.out);
+  const double unbiased = d.M() > 1 ? var * M / (M - 1.0) : var;
+  a.rmean[c] = float((1.0 - a.momentum) * a.rmean[c] + a.momentum * mean);
+  a.rvar[c] = float((1.0 - a.momentum) * a.rvar[c] + a.momentum * unbiased);
+  a.smean[c] = float(mean);
+  a.sinvstd[c] = float(invstd);
 }
 
-void bn_eval_f32(const BnDims& d, const float* x, const float* gamma, const float* beta,
-                 const float* r, bool relu, const float* rmean, const float* rvar, double eps,
-                 float* y, int threads) {
-  for_each_channel(d, threads, [&](int64_t c) {
-    const double invstd = 1.0 / std::sqrt(double(rvar[c]) + eps);
-    const float scale = float(double(gamma[c]) * invstd);
-    const float shift = float(double(beta[c]) - double(rmean[c]) * double(gamma[c]) * invstd);
-    apply_rows(d, c, x, r, relu, scale, shift, y);
-  });
+inline void bn_eval_channel_body(const F32Args& a, int64_t c) {
+  const double invstd = 1.0 / std::sqrt(double(a.rvar[c]) + a.eps);
+  const float scale = float(double(a.gamma[c]) * invstd);
+  const float shift =
+      float(double(a.beta[c]) - double(a.rmean[c]) * double(a.gamma[c]) * invstd);
+  apply_rows(a.d, c, a.x, a.r, a.relu, scale, shift, a.out);
 }
 
 // Sweep 1 per channel: dz = dy, or its ReLU mask row by row (into dres when
 // wanted, else a row of scratch), then Σdz and Σdz·x in one pass; with
 // Σdz·x̂ = invstd·(Σdz·x − μ·Σdz). Sweep 2: dx = dz·a + x·b + c0 with
-// per-channel constants, dz recomputed from y and dy.
-void bn_backward_f32(const BnDims& d, const float* x, const float* y, const float* dy,
-                     const float* gamma, const float* smean, const float* sinvstd, bool relu,
-                     float* dx, float* dres, float* dgamma, float* dbeta, bool accumulate,
-                     int threads) {
+// per-channel constants, dz recomputed from y and dy. scratch: HW floats when
+// relu and no dres.
+template <int kVecBytes>
+inline void bn_backward_channel_body(const F32Args& a, int64_t c, float* scratch) {
+  const BnDims& d = a.d;
   const double M = double(d.M());
-  for_each_channel(d, threads, [&](int64_t c) {
-    std::vector<float> scratch(relu && !dres ? size_t(d.HW) : 0);
-    const double mean = smean[c], invstd = sinvstd[c];
-    double sdy = 0.0, sdyx = 0.0;
+  const double mean = a.smean[c], invstd = a.sinvstd[c];
+  double sdy = 0.0, sdyx = 0.0;
+  for (int64_t n = 0; n < d.N; ++n) {
+    const float* gr = a.dy + at(d, n, c, 0);
+    const float* xr = a.x + at(d, n, c, 0);
+    const float* dz = gr;
+    if (a.relu) {
+      const float* yr = a.y + at(d, n, c, 0);
+      float* mz = a.dres ? a.dres + at(d, n, c, 0) : scratch;
+      // gr[i] loaded unconditionally: a conditional load keeps GCC from
+      // vectorizing the select (the unfused relu_backward is SIMD).
+      for (int64_t i = 0; i < d.HW; ++i) {
+        const float g = gr[i];
+        mz[i] = yr[i] > 0.0f ? g : 0.0f;
+      }
+      dz = mz;
+    } else if (a.dres) {
+      std::copy_n(gr, d.HW, a.dres + at(d, n, c, 0));
+    }
+    sum_dot<kVecBytes>(dz, xr, d.HW, sdy, sdyx);
+  }
+  const double sdyxh = invstd * (sdyx - mean * sdy);
+  if (a.out) {
+    // dx = γ·invstd·dz − γ·invstd/M·(Σdz + x̂·Σdz·x̂), x̂ = (x − μ)·invstd
+    const double g = double(a.gamma[c]) * invstd;
+    const double kx = -g / M * sdyxh * invstd;  // coefficient of x
+    const float ka = float(g);
+    const float kb = float(kx);
+    const float c0 = float(-g / M * sdy - kx * mean);
     for (int64_t n = 0; n < d.N; ++n) {
-      const float* gr = dy + at(d, n, c, 0);
-      const float* xr = x + at(d, n, c, 0);
-      const float* dz = gr;
-      if (relu) {
-        const float* yr = y + at(d, n, c, 0);
-        float* mz = dres ? dres + at(d, n, c, 0) : scratch.data();
-        // gr[i] loaded unconditionally: a conditional load keeps GCC from
-        // vectorizing the select (the unfused relu_backward is SIMD).
+      const float* xr = a.x + at(d, n, c, 0);
+      const float* gr = a.dy + at(d, n, c, 0);
+      float* out = a.out + at(d, n, c, 0);
+      if (a.relu) {
+        const float* yr = a.y + at(d, n, c, 0);
         for (int64_t i = 0; i < d.HW; ++i) {
-          const float g = gr[i];
-          mz[i] = yr[i] > 0.0f ? g : 0.0f;
+          const float gi = gr[i];
+          const float dz = yr[i] > 0.0f ? gi : 0.0f;
+          out[i] = dz * ka + xr[i] * kb + c0;
         }
-        dz = mz;
-      } else if (dres) {
-        std::copy_n(gr, d.HW, dres + at(d, n, c, 0));
-      }
-      sum_dot(dz, xr, d.HW, sdy, sdyx);
-    }
-    const double sdyxh = invstd * (sdyx - mean * sdy);
-    if (dx) {
-      // dx = γ·invstd·dz − γ·invstd/M·(Σdz + x̂·Σdz·x̂), x̂ = (x − μ)·invstd
-      const double g = double(gamma[c]) * invstd;
-      const double kx = -g / M * sdyxh * invstd;  // coefficient of x
-      const float a = float(g);
-      const float b = float(kx);
-      const float c0 = float(-g / M * sdy - kx * mean);
-      for (int64_t n = 0; n < d.N; ++n) {
-        const float* xr = x + at(d, n, c, 0);
-        const float* gr = dy + at(d, n, c, 0);
-        float* out = dx + at(d, n, c, 0);
-        if (relu) {
-          const float* yr = y + at(d, n, c, 0);
-          for (int64_t i = 0; i < d.HW; ++i) {
-            const float g = gr[i];
-            const float dz = yr[i] > 0.0f ? g : 0.0f;
-            out[i] = dz * a + xr[i] * b + c0;
-          }
-        } else {
-          for (int64_t i = 0; i < d.HW; ++i) out[i] = gr[i] * a + xr[i] * b + c0;
-        }
+      } else {
+        for (int64_t i = 0; i < d.HW; ++i) out[i] = gr[i] * ka + xr[i] * kb + c0;
       }
     }
-    if (dgamma) dgamma[c] = float(accumulate ? dgamma[c] + sdyxh : sdyxh);
-    if (dbeta) dbeta[c] = float(accumulate ? dbeta[c] + sdy : sdy);
+  }
+  if (a.dgamma) a.dgamma[c] = float(a.accumulate ? a.dgamma[c] + sdyxh : sdyxh);
+  if (a.dbeta) a.dbeta[c] = float(a.accumulate ? a.dbeta[c] + sdy : sdy);
+}
+
+// Each channel's work compiled for the processor's widest ISA (cpu_features.h).
+TB_CPU_KERNEL_BY_WIDTH(void, bn_train_channel, (const F32Args& a, int64_t c), (a, c),
+                       bn_train_channel_body)
+TB_CPU_KERNEL(void, bn_eval_channel, (const F32Args& a, int64_t c), (a, c), bn_eval_channel_body)
+TB_CPU_KERNEL_BY_WIDTH(void, bn_backward_channel, (const F32Args& a, int64_t c, float* scratch),
+                       (a, c, scratch), bn_backward_channel_body)
+
+void bn_train_f32(const F32Args& a, int threads) {
+  for_each_channel(a.d, threads, [&](int64_t c) { bn_train_channel(a, c); });
+}
+
+void bn_eval_f32(const F32Args& a, int threads) {
+  for_each_channel(a.d, threads, [&](int64_t c) { bn_eval_channel(a, c); });
+}
+
+void bn_backward_f32(const F32Args& a, int threads) {
+  for_each_channel(a.d, threads, [&](int64_t c) {
+    std::vector<float> scratch(a.relu && !a.dres ? size_t(a.d.HW) : 0);
+    bn_backward_channel(a, c, scratch.data());
   });
 }
 
@@ -391,10 +413,12 @@ void CpuKernels::forward_train(const BnDims& d, const Tensor& x, const Tensor& g
     apply_epilogue_reference(be_, epilogue, y);
     return;
   }
-  bn_train_f32(d, x.data_as<float>(), gamma.data_as<float>(), beta.data_as<float>(),
-               ptr_or_null<float>(epilogue.residual), epilogue.act == Activation::ReLU,
-               running_mean.data_as<float>(), running_var.data_as<float>(), momentum, eps,
-               y.data_as<float>(), save_mean.data_as<float>(), save_invstd.data_as<float>(),
+  bn_train_f32({.d = d, .x = x.data_as<float>(), .gamma = gamma.data_as<float>(),
+                .beta = beta.data_as<float>(), .r = ptr_or_null<float>(epilogue.residual),
+                .relu = epilogue.act == Activation::ReLU,
+                .rmean = running_mean.data_as<float>(), .rvar = running_var.data_as<float>(),
+                .momentum = momentum, .eps = eps, .out = y.data_as<float>(),
+                .smean = save_mean.data_as<float>(), .sinvstd = save_invstd.data_as<float>()},
                be_.threads());
 }
 
@@ -419,10 +443,13 @@ void CpuKernels::forward_eval(const BnDims& d, const Tensor& x, const Tensor& ga
     apply_epilogue_reference(be_, epilogue, y);
     return;
   }
-  bn_eval_f32(d, x.data_as<float>(), gamma.data_as<float>(), beta.data_as<float>(),
-              ptr_or_null<float>(epilogue.residual), epilogue.act == Activation::ReLU,
-              running_mean.data_as<float>(), running_var.data_as<float>(), eps,
-              y.data_as<float>(), be_.threads());
+  bn_eval_f32({.d = d, .x = x.data_as<float>(), .gamma = gamma.data_as<float>(),
+               .beta = beta.data_as<float>(), .r = ptr_or_null<float>(epilogue.residual),
+               .relu = epilogue.act == Activation::ReLU,
+               .rmean = running_mean.data_as<float>(),
+               .rvar = running_var.data_as<float>(), .eps = eps,
+               .out = y.data_as<float>()},
+              be_.threads());
 }
 
 void CpuKernels::backward(const BnDims& d, const Tensor& x, const Tensor& dy, const Tensor& gamma,
@@ -460,11 +487,15 @@ void CpuKernels::backward(const BnDims& d, const Tensor& x, const Tensor& dy, co
     });
     return;
   }
-  bn_backward_f32(d, x.data_as<float>(), relu ? epilogue.y.data_as<float>() : nullptr,
-                  dy.data_as<float>(), gamma.data_as<float>(), save_mean.data_as<float>(),
-                  save_invstd.data_as<float>(), relu, ptr_or_null<float>(dx),
-                  ptr_or_null<float>(epilogue.dresidual), ptr_or_null<float>(dgamma),
-                  ptr_or_null<float>(dbeta), accumulate, be_.threads());
+  bn_backward_f32({.d = d, .x = x.data_as<float>(),
+                   .y = relu ? epilogue.y.data_as<float>() : nullptr, .dy = dy.data_as<float>(),
+                   .gamma = gamma.data_as<float>(), .relu = relu, .out = ptr_or_null<float>(dx),
+                   .smean = save_mean.data_as<float>(),
+                   .sinvstd = save_invstd.data_as<float>(),
+                   .dres = ptr_or_null<float>(epilogue.dresidual),
+                   .dgamma = ptr_or_null<float>(dgamma), .dbeta = ptr_or_null<float>(dbeta),
+                   .accumulate = accumulate},
+                  be_.threads());
 }
 
 namespace batchnorm {

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/cpu_features.h"
 #include "engine/core/error.h"
 #include "engine/ops/amp/amp.h"
 #include "engine/ops/conv/conv.h"
@@ -162,7 +163,7 @@ inline void zero_wrapped_columns(float* row0, int64_t Wo, int64_t oh_lo, int64_t
 
 // col (Kc, L) with L = B*P, row r = (ci*K + kh)*K + kw, column b*P + oh*Wo + ow,
 // from x (B, Cin, H, W). Writes every cell (zeros for padding).
-void im2col(const ConvGeometry& g, const float* x, int64_t B, float* col) {
+inline void im2col_body(const ConvGeometry& g, const float* x, int64_t B, float* col) {
   const int64_t K = g.KH, s = g.stride, p = g.pad, Ho = g.H_out, Wo = g.W_out;
   const int64_t P = Ho * Wo, L = B * P;
   for (int64_t b = 0; b < B; ++b)
@@ -211,7 +212,7 @@ void im2col(const ConvGeometry& g, const float* x, int64_t B, float* col) {
 
 // dx (B, Cin, H, W) = sum of col cells onto the input pixels they came from
 // (the adjoint of im2col). dx is overwritten; col is clobbered.
-void col2im(const ConvGeometry& g, float* col, int64_t B, float* dx) {
+inline void col2im_body(const ConvGeometry& g, float* col, int64_t B, float* dx) {
   const int64_t K = g.KH, s = g.stride, p = g.pad, Ho = g.H_out, Wo = g.W_out;
   const int64_t P = Ho * Wo, L = B * P;
   std::fill_n(dx, B * g.C_in * g.H * g.W, 0.0f);
@@ -249,6 +250,13 @@ void col2im(const ConvGeometry& g, float* col, int64_t B, float* dx) {
       }
     }
 }
+
+// im2col and col2im compiled for the processor's widest ISA
+// (engine/core/cpu_features.h: the same bits in every copy).
+TB_CPU_KERNEL(void, im2col, (const ConvGeometry& g, const float* x, int64_t B, float* col),
+              (g, x, B, col), im2col_body)
+TB_CPU_KERNEL(void, col2im, (const ConvGeometry& g, float* col, int64_t B, float* dx),
+              (g, col, B, dx), col2im_body)
 
 // Images per chunk. The column buffer (Kc, B*P) and the GEMM output (Cout, B*P)
 // are written and read straight back, so they should stay in the L2 cache

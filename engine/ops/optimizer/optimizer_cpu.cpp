@@ -24,7 +24,8 @@
 // same order (norms accumulate element by element into the same per-slot double),
 // so their results are bit-identical. The kernels are templated on T: f64 (and
 // options.reference) is the plain reference, f32 the fast path; the loops have
-// loop-invariant branches only, which the compiler unswitches and vectorises.
+// loop-invariant branches only, which the compiler unswitches and vectorises
+// (the f32 elementwise kernels at the width of the processor's widest ISA).
 // With OpenMP the fused pass spreads the chunks of elementwise passes across
 // threads; norm passes stay serial so their sums keep one order.
 // Under AMP the host reads found_inf from the scaler state (on the host here)
@@ -34,6 +35,7 @@
 #include <vector>
 
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/cpu_features.h"
 #include "engine/core/error.h"
 #include "engine/ops/optimizer/optimizer.h"
 
@@ -215,6 +217,24 @@ void lamb_apply(const Ptrs<T>& r, const Consts& k, double trust) {
     r.p[i] -= step * lamb_u(r.s1[i], r.s2[i], r.p[i], ibc1, ibc2, eps, wd);
 }
 
+// The elementwise kernels for f32 compiled for the processor's widest ISA
+// (engine/core/cpu_features.h: the same bits in every copy); f64, the
+// reference, runs the plain template. The norm passes stay plain: each adds
+// into one double in element order, which no vector width may change.
+#define TB_OPTIMIZER_ISA(kernel, params, args)                          \
+  TB_CPU_KERNEL(void, kernel##_isa, params(float), args, kernel<float>) \
+  void kernel##_isa params(double) { kernel<double> args; }
+#define TB_PARAMS(T) (const Ptrs<T>& r, const Consts& k)
+#define TB_PARAMS_TRUST(T) (const Ptrs<T>& r, const Consts& k, double trust)
+TB_OPTIMIZER_ISA(sgd_kernel, TB_PARAMS, (r, k))
+TB_OPTIMIZER_ISA(adamw_kernel, TB_PARAMS, (r, k))
+TB_OPTIMIZER_ISA(rmsprop_kernel, TB_PARAMS, (r, k))
+TB_OPTIMIZER_ISA(lars_kernel, TB_PARAMS_TRUST, (r, k, trust))
+TB_OPTIMIZER_ISA(lamb_apply, TB_PARAMS_TRUST, (r, k, trust))
+#undef TB_PARAMS_TRUST
+#undef TB_PARAMS
+#undef TB_OPTIMIZER_ISA
+
 // ---------------------------------------------------------------- drivers
 
 constexpr int64_t kChunk = 1 << 16;  // elements per chunk of the fused pass
@@ -265,26 +285,26 @@ void run_step(const OptimizerStep& step, const std::vector<Ptrs<T>>& slots, bool
 
   switch (step.kind) {
     case OptimizerKind::SGD:
-      for_each_elementwise([&](size_t, const Ptrs<T>& r) { sgd_kernel(r, k); });
+      for_each_elementwise([&](size_t, const Ptrs<T>& r) { sgd_kernel_isa(r, k); });
       break;
     case OptimizerKind::AdamW:
-      for_each_elementwise([&](size_t, const Ptrs<T>& r) { adamw_kernel(r, k); });
+      for_each_elementwise([&](size_t, const Ptrs<T>& r) { adamw_kernel_isa(r, k); });
       break;
     case OptimizerKind::RMSProp:
-      for_each_elementwise([&](size_t, const Ptrs<T>& r) { rmsprop_kernel(r, k); });
+      for_each_elementwise([&](size_t, const Ptrs<T>& r) { rmsprop_kernel_isa(r, k); });
       break;
     case OptimizerKind::LARS: {
       std::vector<double> pp(S, 0.0), gg(S, 0.0), trust(S, 1.0);
       for_each([&](size_t s, const Ptrs<T>& r) { lars_norms(r, k, pp[s], gg[s]); });
       for (size_t s = 0; s < S; ++s) trust[s] = lars_trust(k, slots[s].decay, pp[s], gg[s]);
-      for_each_elementwise([&](size_t s, const Ptrs<T>& r) { lars_kernel(r, k, trust[s]); });
+      for_each_elementwise([&](size_t s, const Ptrs<T>& r) { lars_kernel_isa(r, k, trust[s]); });
       break;
     }
     case OptimizerKind::LAMB: {
       std::vector<double> pp(S, 0.0), uu(S, 0.0), trust(S, 1.0);
       for_each([&](size_t s, const Ptrs<T>& r) { lamb_moments(r, k, pp[s], uu[s]); });
       for (size_t s = 0; s < S; ++s) trust[s] = lamb_trust(pp[s], uu[s]);
-      for_each_elementwise([&](size_t s, const Ptrs<T>& r) { lamb_apply(r, k, trust[s]); });
+      for_each_elementwise([&](size_t s, const Ptrs<T>& r) { lamb_apply_isa(r, k, trust[s]); });
       break;
     }
   }

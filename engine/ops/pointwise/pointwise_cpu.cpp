@@ -10,12 +10,12 @@
 // CUDA kernels do value by value.
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
+#include <cstring>
 
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/cpu_features.h"
 #include "engine/ops/amp/amp.h"
 #include "engine/ops/pointwise/pointwise.h"
 
@@ -29,15 +29,29 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2π)
 // ---------------------------------------------------------------- reference
 // Plain loops in T (float or double): the test oracle.
 
+// The reference loops are also the fast path's bodies for add and accumulate
+// and its tails for ReLU (below, compiled for the processor's ISA). The
+// selects read both operands unconditionally (a conditional load would keep
+// the compiler from vectorising them). TB_IVDEP: y may alias x and dx may
+// alias dy; without it the compiler's overlap check sends the in-place case to
+// its scalar loop.
 template <typename T>
 void relu_forward_ref(const T* x, T* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
+  TB_IVDEP
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = x[i];
+    y[i] = v > T(0) ? v : T(0);
+  }
 }
 
 // dx = dy * (y > 0): y is the forward output (so the layer may drop x).
 template <typename T>
 void relu_backward_ref(const T* y, const T* dy, T* dx, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > T(0) ? dy[i] : T(0);
+  TB_IVDEP
+  for (int64_t i = 0; i < n; ++i) {
+    const T g = dy[i];
+    dx[i] = y[i] > T(0) ? g : T(0);
+  }
 }
 
 // GELU(x) = x·Φ(x) = x/2·(1 + erf(x/√2))
@@ -62,18 +76,23 @@ void gelu_backward_ref(const T* x, const T* dy, T* dx, int64_t n) {
 
 template <typename T>
 void add_ref(const T* a, const T* b, T* y, int64_t n) {
+  TB_IVDEP
   for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
 }
 
 template <typename T>
 void accumulate_ref(const T* src, T* dst, int64_t n) {
+  TB_IVDEP
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
 // ---------------------------------------------------------------- fast f32
-// Branch-free loops (ReLU vectorises); GELU in float arithmetic
-// (erff/expf) instead of the reference's double. With OpenMP the range is split
-// across the backend's threads (elementwise: no effect on the values).
+// ReLU (a bit mask), add and accumulate (the reference loops) compiled for the
+// processor's widest ISA (engine/core/cpu_features.h: the same bits in every
+// copy); GELU
+// in float arithmetic (erff/expf) instead of the reference's double. With
+// OpenMP the range is split across the backend's threads (elementwise: no
+// effect on the values).
 
 constexpr int64_t kParallelMin = 1 << 16;  // elements below which threads cost more
 
@@ -84,44 +103,59 @@ constexpr int64_t kParallelMin = 1 << 16;  // elements below which threads cost 
 #define TB_PARALLEL_FOR
 #endif
 
-// ReLU as a bit mask: (v > 0) & v. Same values as the reference's select for
-// every input (NaN and -0 give +0). Written with SSE2 because y may alias x and
-// dx may alias dy: the compiler's overlap check would send the in-place case
-// to its scalar loop, which branches on the sign and mispredicts on half the
-// elements. Each block reads all its inputs before it writes.
-void relu_forward_f32(const float* x, float* y, int64_t n, [[maybe_unused]] int threads) {
-  const int64_t nv = n & ~int64_t(7);
-  TB_PARALLEL_FOR
-  for (int64_t i = 0; i < nv; i += 8) {
-#if defined(__SSE2__)
-    const __m128 z = _mm_setzero_ps();
-    const __m128 a = _mm_loadu_ps(x + i), b = _mm_loadu_ps(x + i + 4);
-    _mm_storeu_ps(y + i, _mm_and_ps(_mm_cmpgt_ps(a, z), a));
-    _mm_storeu_ps(y + i + 4, _mm_and_ps(_mm_cmpgt_ps(b, z), b));
-#else
-    for (int64_t j = i; j < i + 8; ++j) y[j] = x[j] > 0.0f ? x[j] : 0.0f;
-#endif
+// out = m > 0 ? v : 0 as a bit mask, (m > 0) & v: ReLU's forward is
+// (x, x, y), its backward (y, dy, dx). The reference's values for every input
+// (NaN and -0 give +0), two registers of the copy's width an iteration (one
+// is too few to keep the loads busy; the compiler does not unroll vector
+// loops by itself), each block read in full before it is written (out may
+// alias m and v). The tail is the reference loop.
+template <int kVecBytes>
+inline void relu_mask_vec(const float* m, const float* v, float* out, int64_t n) {
+  using F = typename CpuVec<kVecBytes>::F32;
+  using I = typename CpuVec<kVecBytes>::I32;
+  constexpr int64_t kPer = kVecBytes / 4;
+  const F zero = {};
+  int64_t i = 0;
+  for (; i + 2 * kPer <= n; i += 2 * kPer) {
+    F ma, mb, va, vb;
+    std::memcpy(&ma, m + i, sizeof ma);
+    std::memcpy(&mb, m + i + kPer, sizeof mb);
+    std::memcpy(&va, v + i, sizeof va);
+    std::memcpy(&vb, v + i + kPer, sizeof vb);
+    va = F(I(ma > zero) & I(va));
+    vb = F(I(mb > zero) & I(vb));
+    std::memcpy(out + i, &va, sizeof va);
+    std::memcpy(out + i + kPer, &vb, sizeof vb);
   }
-  for (int64_t i = nv; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  relu_backward_ref(m + i, v + i, out + i, n - i);
 }
 
-void relu_backward_f32(const float* y, const float* dy, float* dx, int64_t n,
-                       [[maybe_unused]] int threads) {
-  const int64_t nv = n & ~int64_t(7);
+// Compiled for the processor's widest ISA (engine/core/cpu_features.h).
+TB_CPU_KERNEL_BY_WIDTH(void, relu_mask_isa, (const float* m, const float* v, float* out, int64_t n),
+                       (m, v, out, n), relu_mask_vec)
+TB_CPU_KERNEL(void, add_isa, (const float* a, const float* b, float* y, int64_t n), (a, b, y, n),
+              add_ref<float>)
+TB_CPU_KERNEL(void, accumulate_isa, (const float* src, float* dst, int64_t n), (src, dst, n),
+              accumulate_ref<float>)
+
+// ReLU in spans of kSpan elements, each one call of this ISA's copy (the
+// threads split the spans).
+constexpr int64_t kSpan = 1 << 12;
+
+void relu_mask_f32(const float* m, const float* v, float* out, int64_t n,
+                   [[maybe_unused]] int threads) {
+  const int64_t spans = (n + kSpan - 1) / kSpan;
   TB_PARALLEL_FOR
-  for (int64_t i = 0; i < nv; i += 8) {
-#if defined(__SSE2__)
-    const __m128 z = _mm_setzero_ps();
-    const __m128 m0 = _mm_cmpgt_ps(_mm_loadu_ps(y + i), z);
-    const __m128 m1 = _mm_cmpgt_ps(_mm_loadu_ps(y + i + 4), z);
-    const __m128 g0 = _mm_loadu_ps(dy + i), g1 = _mm_loadu_ps(dy + i + 4);
-    _mm_storeu_ps(dx + i, _mm_and_ps(m0, g0));
-    _mm_storeu_ps(dx + i + 4, _mm_and_ps(m1, g1));
-#else
-    for (int64_t j = i; j < i + 8; ++j) dx[j] = y[j] > 0.0f ? dy[j] : 0.0f;
-#endif
-  }
-  for (int64_t i = nv; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  for (int64_t s = 0; s < spans; ++s)
+    relu_mask_isa(m + s * kSpan, v + s * kSpan, out + s * kSpan, std::min(kSpan, n - s * kSpan));
+}
+
+void relu_forward_f32(const float* x, float* y, int64_t n, int threads) {
+  relu_mask_f32(x, x, y, n, threads);
+}
+
+void relu_backward_f32(const float* y, const float* dy, float* dx, int64_t n, int threads) {
+  relu_mask_f32(y, dy, dx, n, threads);
 }
 
 void gelu_forward_f32(const float* x, float* y, int64_t n, [[maybe_unused]] int threads) {
@@ -220,21 +254,34 @@ void CpuKernels::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
 
 #undef TB_POINTWISE_DISPATCH
 
-// add and accumulate: the reference loop is already the fast loop.
+// add and accumulate: the fast path is the reference loop compiled for the
+// processor's ISA, single-threaded.
 void CpuKernels::add(const Tensor& a, const Tensor& b, Tensor& y) {
   TB_POINTWISE_LP(a, y, false, add, a, b);
-  if (a.dtype() == DType::F64)
-    add_ref(a.data_as<double>(), b.data_as<double>(), y.data_as<double>(), a.numel());
+  const DType dt = a.dtype();
+  const int64_t n = a.numel();
+#define ARGS(T) a.data_as<T>(), b.data_as<T>(), y.data_as<T>(), n
+  if (dt == DType::F64)
+    add_ref(ARGS(double));
+  else if (be_.use_reference(dt))
+    add_ref(ARGS(float));
   else
-    add_ref(a.data_as<float>(), b.data_as<float>(), y.data_as<float>(), a.numel());
+    add_isa(ARGS(float));
+#undef ARGS
 }
 
 void CpuKernels::accumulate(const Tensor& src, Tensor& dst) {
   TB_POINTWISE_LP(src, dst, true, accumulate, src);
-  if (src.dtype() == DType::F64)
-    accumulate_ref(src.data_as<double>(), dst.data_as<double>(), src.numel());
+  const DType dt = src.dtype();
+  const int64_t n = src.numel();
+#define ARGS(T) src.data_as<T>(), dst.data_as<T>(), n
+  if (dt == DType::F64)
+    accumulate_ref(ARGS(double));
+  else if (be_.use_reference(dt))
+    accumulate_ref(ARGS(float));
   else
-    accumulate_ref(src.data_as<float>(), dst.data_as<float>(), src.numel());
+    accumulate_isa(ARGS(float));
+#undef ARGS
 }
 
 void CpuKernels::scale(Tensor& t, double alpha) {
