@@ -124,6 +124,19 @@ def median_row(batch, tbs, pts, loads):
                                 p["peak_rss_bytes"] for p in pts)}}
 
 
+def source_commit():
+    """The commit the benchmarked tree is at, "+dirty" when it has changes (or why not known)."""
+    git = ["git", "-C", HERE]
+    try:
+        head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], check=True,
+                              capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"], check=True,
+                               capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"unknown ({e})"
+    return head + ("+dirty" if dirty else "")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--engine", required=True)
@@ -172,6 +185,7 @@ def main():
                     "run (data, evaluation, the peaks probe when not cached) and PyTorch's "
                     "script (its data held as float32 for fmnist-cnn)",
         "versions": {"pytorch": torch_version, "python": platform.python_version()},
+        "commit": source_commit(),
         "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
         "load_average": {"before": load_before, "after": load_average()},
         "results": rows}
