@@ -118,7 +118,8 @@ QVariant LayerProfileModel::headerData(int section, Qt::Orientation orientation,
                              "a lower bound of what the memory moved");
       case RooflinePct: return tr("The share of the attainable rate at the row's arithmetic intensity: of the "
                                   "bandwidth when memory-bound, of the FMA rate when compute-bound (the peaks "
-                                  "probed once on this machine)");
+                                  "probed once on this machine). Above 100 %: the row's tensors came from the "
+                                  "caches, faster than the probed memory bandwidth, which is the roof");
       case Bound: return tr("memory below the ridge point (peak FLOP/s over bandwidth), compute above it");
     }
   }
