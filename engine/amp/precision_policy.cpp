@@ -5,7 +5,8 @@
 
 namespace tb {
 
-PrecisionPolicy PrecisionPolicy::from_config(const std::string& amp) {
+PrecisionPolicy PrecisionPolicy::from_config(const std::string& amp,
+                                             const std::string& activations) {
   PrecisionPolicy p;
   if (amp == "off" || amp.empty())
     p.mode = AmpMode::Off;
@@ -15,7 +16,9 @@ PrecisionPolicy PrecisionPolicy::from_config(const std::string& amp) {
     p.mode = AmpMode::BF16;
   else
     TB_FAIL("amp: expected off, fp16 or bf16, got '", amp, "'");
-  if (p.enabled()) p.activations = AmpActivations::LowPrecision;
+  TB_CHECK(activations == "low" || activations == "f32",
+           "amp_activations: expected low or f32, got '", activations, "'");
+  if (p.enabled() && activations == "low") p.activations = AmpActivations::LowPrecision;
   return p;
 }
 

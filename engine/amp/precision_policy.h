@@ -23,33 +23,23 @@
 //     model's output layer writes the logits in f32 for the loss (as
 //     autocast runs cross-entropy in f32), and turns the f32 dlogits' input
 //     gradient back into the activations' dtype.
-//   AmpActivations::F32  the earlier form, kept selectable until a GPU run
-//     confirms the other: f32 between layers, every conv and linear casting
-//     its input to f16/bf16 and writing f32. fp16's 5-bit exponent underflows small gradients, hence the dynamic
-// loss scaler (loss_scaler.h); bf16 has fp32's exponent range and needs none.
+//   AmpActivations::F32  the earlier form: f32 between layers, every conv
+//     and linear casting its input to f16/bf16 and writing f32. Kept
+//     selectable (the `amp_activations` setting, "f32") until a GPU run has
+//     measured and confirmed the other form against it in one call.
+// fp16's 5-bit exponent underflows small gradients, hence the dynamic loss
+// scaler (loss_scaler.h); bf16 has fp32's exponent range and needs none.
 //
-// Status. What this stage gives: with Context::amp enabled, Conv2d and Linear
-// cast their f32 input and their f32 master weight to f16/bf16 at every
-// forward (the weight copy is refreshed after each optimizer step that way,
-// eval included) and call conv::forward/backward (engine/ops/conv) with those
-// f16/bf16 operands, or linear::forward/backward (engine/ops/linear) likewise:
-// f16/bf16 inputs,
-// products summed in fp32, f32 outputs and f32 master gradients. On the GPU
-// that is Tensor Core math (cuDNN graphs with f16/bf16 IO, cublasGemmEx with
-// CUBLAS_COMPUTE_32F). The trainer drives the loss scaler for fp16 as
-// loss_scaler.h describes. The CPU backend has the same ops as a slow
-// reference (inputs widened, f32 kernels), so `amp` stays a cuda-only trick.
-// A run's policy (from_config, the `amp` setting) keeps activations in
-// f16/bf16 (AmpActivations::LowPrecision, above): the families they
-// flow through take f16/bf16 tensors (batch norm with f32 parameters and
-// statistics, pointwise, pooling, channel padding: each value read into f32,
-// each output rounded once; their contracts say so). The CUDA side of the
-// f32 form ran on an H200 (2026-11-26, commit b0014f2): AMP training reached
-// its accuracy; the low-precision form has not run on a GPU. With
-// AmpActivations::F32 (what a policy made in code has unless it asks, kept
-// selectable until a GPU run has confirmed the other form) activations
-// between layers stay f32 and each conv/linear keeps a low-precision copy of
-// its input for backward.
+// Conv2d and Linear cast their f32 master weight to f16/bf16 at every forward
+// (so the copy follows each optimizer step, eval included) and call
+// conv::/linear::forward/backward (engine/ops/conv, engine/ops/linear) with
+// f16/bf16 operands: products summed in f32, f32 master gradients. On the GPU
+// that is Tensor Core math (cuDNN graphs with f16/bf16 IO, cuBLAS(Lt) with
+// CUBLAS_COMPUTE_32F). The CPU backend has the same ops as a slow reference
+// (inputs widened, f32 kernels), so `amp` stays a cuda-only trick. The CUDA
+// side of the f32-activation form ran on an H200 (2026-11-26, commit
+// b0014f2: AMP training reached its accuracy); the low-precision form has not
+// run on a GPU.
 #include <string>
 
 #include "engine/core/dtype.h"
@@ -66,9 +56,11 @@ struct PrecisionPolicy {
   AmpMode mode = AmpMode::Off;
   AmpActivations activations = AmpActivations::F32;
 
-  // From the config's amp value: "off", "fp16" or "bf16" (throws tb::Error
-  // otherwise); under amp with low-precision activations.
-  static PrecisionPolicy from_config(const std::string& amp);
+  // From the config's amp value ("off", "fp16" or "bf16") and its
+  // amp_activations ("low": f16/bf16 between layers, or "f32"); throws
+  // tb::Error naming the setting on any other value.
+  static PrecisionPolicy from_config(const std::string& amp,
+                                     const std::string& activations = "low");
 
   bool enabled() const { return mode != AmpMode::Off; }
   // The low-precision storage dtype (F32 when off).

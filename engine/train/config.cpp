@@ -281,6 +281,14 @@ std::vector<ConfigKey> make_table() {
            "Mixed precision with fp32 master weights (fp16 with dynamic loss scaling)")
           .trick(1).needs(&C::low_precision)
           .label("Mixed precision"),
+      text("amp_activations", &R::amp_activations, "low", {"low", "f32"}, "precision",
+           "Under amp, the activations between layers: low keeps them in fp16/bf16 as "
+           "PyTorch's autocast does; f32 keeps them in fp32 and casts around every "
+           "convolution and linear layer (the earlier form, for comparison)")
+          .trick(1).needs(&C::low_precision)
+          .label("Activations under mixed precision")
+          .labels({{"low", "fp16/bf16 (as autocast)"}, {"f32", "fp32, cast at each conv/linear"}})
+          .applies_when("amp", {"fp16", "bf16"}),
       integer("pad_channels_to", &R::pad_channels_to, 0, 0, 128, "precision",
               "Pad channel counts to a multiple of this (8 suits Tensor Cores; 0: off)")
           .trick(22).needs(&C::tensor_core_alignment)

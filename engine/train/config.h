@@ -56,7 +56,7 @@ struct RunConfig {
   bool ladder_accuracy;
 
   // tricks
-  std::string amp, parallel;
+  std::string amp, amp_activations, parallel;
   int64_t workers, accumulation_steps, pad_channels_to;
   bool pin_memory, non_blocking, h2d_uint8, cudnn_benchmark,
        channels_last, grad_set_to_none, conv_bias_before_bn,

@@ -130,7 +130,7 @@ RunPlan resolve_tricks(const RunConfig& c, const BackendCapabilities& caps, cons
   p.pad_channels_to = p.applied("pad_channels_to") ? c.pad_channels_to : 0;
   p.fuse_pointwise = on("fuse_pointwise", c.fuse_pointwise);
   p.device_side_init = on("device_side_init", c.device_side_init);
-  const PrecisionPolicy amp = PrecisionPolicy::from_config(c.amp);
+  const PrecisionPolicy amp = PrecisionPolicy::from_config(c.amp, c.amp_activations);
   if (p.applied("amp") || ctx.amp_on_cpu_for_test) p.precision = amp;
   p.cuda_graphs = on("cuda_graphs", c.cuda_graphs);
   p.ddp = c.parallel == "ddp" && p.applied("parallel");

@@ -298,6 +298,16 @@ class TestOpAmp : public QObject {
     PrecisionPolicy f32_form = bf;
     f32_form.activations = AmpActivations::F32;  // the earlier form, still selectable
     QCOMPARE(f32_form.activation_dtype(), DType::F32);
+    // ... through the amp_activations setting; any other value names the setting.
+    QCOMPARE(PrecisionPolicy::from_config("bf16", "f32").activation_dtype(), DType::F32);
+    QCOMPARE(PrecisionPolicy::from_config("fp16", "low").activation_dtype(), DType::F16);
+    QCOMPARE(PrecisionPolicy::from_config("off", "low").activation_dtype(), DType::F32);
+    try {
+      PrecisionPolicy::from_config("bf16", "half");
+      QFAIL("amp_activations = half was accepted");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find("amp_activations") != std::string::npos, e.what());
+    }
   }
 
 
