@@ -24,6 +24,8 @@
 #         memcheck   compute-sanitizer memcheck on the backend's kernel slots
 #         kernels    the kernel names of short fp32/fp16/bf16/channels-last
 #                    resnet18 runs (trainbench-engine trace) -> kernel-names.tsv
+#         layers     the per-layer table of resnet18-cifar b512 bf16
+#                    channels-last (trainbench-engine layers --json)
 #         accuracy   fmnist-cnn 3 epochs; resnet18-cifar on Fashion-MNIST padded
 #                    to 32x32, 20 epochs or as many as fit
 #         bench      bench/gpu_vs_pytorch.py on the target rows (resnet18-cifar
@@ -32,7 +34,8 @@
 #         racecheck  compute-sanitizer racecheck, with what is left
 #       $OUT gets (at most 8 files): gpu-check-summary.json,
 #       gpu-check-logs.tar.gz (every log, kernel-names.tsv, the accuracy and
-#       benchmark JSON), kernel-names.tsv, gpu-accuracy.json, gpu-vs-pytorch.json.
+#       benchmark JSON), kernel-names.tsv, layers-resnet18-b512-bf16.json,
+#       gpu-accuracy.json, gpu-vs-pytorch.json.
 #       stdout: one line per stage and the first lines of every failure.
 #       GPU_CHECK_SECONDS (default 450) is the whole budget; GPU_CHECK_STAGES
 #       (e.g. "probe,suites") runs only those; RESNET_EPOCHS fixes the epochs.
@@ -622,7 +625,7 @@ sanitize() {
 kernels_stage() {
   local t0 budget c
   t0=$(now)
-  budget=$(stage_budget kernels 25 290)
+  budget=$(stage_budget kernels 25 315)
   local dest=$logs/kernel-names.tsv
   rm -f "$dest"
   local configs=("fp32|" "fp16|--amp fp16" "bf16|--amp bf16" "fp32-channels-last|--set channels_last=true"
@@ -648,6 +651,32 @@ kernels_stage() {
   [[ -f $dest ]] && cp "$dest" "$out/kernel-names.tsv"
   say "   $(wc -l <"$dest" 2>/dev/null || echo 0) kernel rows in kernel-names.tsv"
   stage_done kernels ok "$t0" "[${results%,}]"
+}
+
+# The per-layer table of the speed issue's workload (issue 27): resnet18-cifar
+# b512 bf16 channels-last, the per-layer profile sampled every 10 steps
+# (CUDA events per layer scope; on CUDA only with cupti_sampling or the
+# profiler, and not with cuda_graphs), read back with `layers --json`.
+layers_stage() {
+  local t0 budget
+  t0=$(now)
+  budget=$(stage_budget layers 25 290)
+  (( budget >= 10 )) || { skip_stage layers "out of time"; return; }
+  local name=layers-resnet18-b512-bf16 db=$work/layers.db batch=512 steps=41
+  [[ $dev == cpu ]] && batch=8 steps=21  # the dry run: plumbing only
+  if timeout -k 5 "$budget" "$root/bin/trainbench-engine" run --db "$db" --quiet --device "$dev" \
+       --dataset synthetic --model resnet18-cifar --set 'synthetic_shape=[3,32,32]' \
+       --set synthetic_size=8192 --test-limit 512 -b "$batch" --steps "$steps" --amp bf16 \
+       --set channels_last=true --set cupti_sampling=true --set measure_every=10 \
+       >"$logs/$name.log" 2>&1 &&
+     timeout -k 5 30 "$root/bin/trainbench-engine" --db "$db" layers 1 --json \
+       >"$logs/$name.json" 2>>"$logs/$name.log"; then
+    cp "$logs/$name.json" "$out/$name.json"
+    say "   $name.json: $(grep -c '"layer"' "$logs/$name.json") rows"
+    stage_done layers ok "$t0"
+  else
+    stage_done layers "failed: $(tail -n 1 "$logs/$name.log" | tr -d '"\\' | cut -c1-200)" "$t0"
+  fi
 }
 
 accuracy_stage() {
@@ -744,7 +773,7 @@ run_all() {
   local st
   # The check, then the accuracy runs and the side-by-side target rows; the
   # race check last, with whatever they leave.
-  for st in suites memcheck kernels accuracy bench racecheck; do
+  for st in suites memcheck kernels layers accuracy bench racecheck; do
     stage_wanted "$st" || continue
     if (( have_gpu == 0 )) && [[ $st != suites ]]; then skip_stage "$st" "no GPU"; continue; fi
     case $st in
@@ -754,6 +783,7 @@ run_all() {
         local b; b=$(stage_budget racecheck 60 0)
         if (( b >= 30 )); then sanitize racecheck "$b"; else skip_stage racecheck "out of time"; fi ;;
       kernels) kernels_stage ;;
+      layers) layers_stage ;;
       accuracy) accuracy_stage ;;
       bench) bench_stage ;;
     esac
