@@ -662,12 +662,12 @@ layers_stage() {
   t0=$(now)
   budget=$(stage_budget layers 25 290)
   (( budget >= 10 )) || { skip_stage layers "out of time"; return; }
-  local name=layers-resnet18-b512-bf16 db=$work/layers.db batch=512 steps=41
-  [[ $dev == cpu ]] && batch=8 steps=21  # the dry run: plumbing only
+  local name=layers-resnet18-b512-bf16 db=$work/layers.db batch=512 steps=41 every=10 tests=512
+  [[ $dev == cpu ]] && batch=8 steps=11 every=5 tests=16  # the dry run: plumbing only
   if timeout -k 5 "$budget" "$root/bin/trainbench-engine" run --db "$db" --quiet --device "$dev" \
        --dataset synthetic --model resnet18-cifar --set 'synthetic_shape=[3,32,32]' \
-       --set synthetic_size=8192 --test-limit 512 -b "$batch" --steps "$steps" --amp bf16 \
-       --set channels_last=true --set cupti_sampling=true --set measure_every=10 \
+       --set synthetic_size=8192 --test-limit "$tests" -b "$batch" --steps "$steps" --amp bf16 \
+       --set channels_last=true --set cupti_sampling=true --set measure_every="$every" \
        >"$logs/$name.log" 2>&1 &&
      timeout -k 5 30 "$root/bin/trainbench-engine" --db "$db" layers 1 --json \
        >"$logs/$name.json" 2>>"$logs/$name.log"; then
