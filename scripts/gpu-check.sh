@@ -8,7 +8,8 @@
 #       (default: build, the CUDA build; it must hold sm_90 code) and packs
 #       build-gpu/: trainbench-gpu.tar.xz (binaries, the non-CUDA libraries
 #       they need here: Qt6Core/Qt6Test, ICU, OpenBLAS ...; the list of GPU
-#       slots) and fashion-mnist/*.gz. Fails when build-gpu/ plus the working
+#       slots) and fashion-mnist.tar.xz (the four IDX files, xz: 4 MiB less
+#       than Debian's .gz). Fails when build-gpu/ plus the working
 #       tree would exceed the device tool's 64 MiB.
 #   scripts/gpu-check.sh run                 there (carry build-gpu)
 #       ONE device call of at most 8 minutes (GPU_CHECK_SECONDS, default 450,
@@ -58,7 +59,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
 stage_dir=build-gpu
 tarball=$stage_dir/trainbench-gpu.tar.xz
-data_dir=$stage_dir/fashion-mnist
+data_pack=$stage_dir/fashion-mnist.tar.xz
 limit_bytes=$((64 << 20))
 # The suites with GPU slots, fastest and most basic first: the device, the op
 # families (test_op_*: typed slots whose CUDA rows run here; their CPU rows run
@@ -127,7 +128,7 @@ stage() {
     echo "$src/bin/trainbench-engine links libdnnl: reconfigure with -DTRAINBENCH_ONEDNN=OFF" >&2; exit 2; }
 
   local pack=$stage_dir/pack
-  rm -rf "$stage_dir" && mkdir -p "$pack/bin" "$pack/lib" "$data_dir"
+  rm -rf "$stage_dir" && mkdir -p "$pack/bin" "$pack/lib"
   : >"$pack/gpu-slots.txt"
   for s in "${suites[@]}"; do
     # Every listed slot must exist in the binary (Qt Test's -functions).
@@ -160,17 +161,22 @@ stage() {
   echo "== packing (xz -9, a few minutes on two cores)"
   tar -C "$pack" -cf - MANIFEST gpu-slots.txt lib bin | xz -9 -T1 >"$tarball" || exit 1
   rm -rf "$pack"
-  local f
+  # Fashion-MNIST as raw IDX files in one xz stream (26 MiB, Debian's .gz
+  # 30 MiB): the loader reads them as they are once unpacked there.
+  local f raw=$stage_dir/fashion-mnist
+  mkdir -p "$raw"
   for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
     [[ -f /usr/share/datasets/fashion-mnist/$f.gz ]] || {
       echo "no Fashion-MNIST here (scripts/setup.sh installs it): the accuracy stage needs it" >&2; exit 2; }
-    cp "/usr/share/datasets/fashion-mnist/$f.gz" "$data_dir/"  # the loader reads .gz
+    gzip -dc "/usr/share/datasets/fashion-mnist/$f.gz" >"$raw/$f" || exit 1
   done
+  tar -C "$raw" -cf - . | xz -9e -T2 >"$data_pack" || exit 1
+  rm -rf "$raw"
   local staged tree
   staged=$(du -sb "$stage_dir" | cut -f1)
   tree=$(tree_bytes)
   echo "staged: $stage_dir $(numfmt --to=iec-i "$staged")B ($tarball $(numfmt --to=iec-i "$(stat -c %s "$tarball")")B," \
-       "data $(du -sb "$data_dir" | cut -f1 | numfmt --to=iec-i)B) + working tree $(numfmt --to=iec-i "$tree")B" \
+       "data $(stat -c %s "$data_pack" | numfmt --to=iec-i)B) + working tree $(numfmt --to=iec-i "$tree")B" \
        "= $(numfmt --to=iec-i $((staged + tree)))B of 64MiB"
   (( staged + tree <= limit_bytes )) || { echo "too large for the device tool (64 MiB)" >&2; exit 1; }
 }
@@ -181,6 +187,7 @@ root=${GPU_CHECK_ROOT:-/tmp/trainbench-gpu}
 out=${OUT:-$here/$stage_dir/out}
 # Outside $OUT: at most 8 files come back, so the logs travel as one tarball.
 logs=$root/logs
+fashion_dir=$root/fashion-mnist  # the carried Fashion-MNIST, unpacked
 work=$root/work
 t_start=$(date +%s)
 total=${GPU_CHECK_SECONDS:-450}
@@ -208,12 +215,18 @@ cuda_lib_dirs() {
 unpack() {
   [[ -f $tarball ]] || { echo "no $tarball: run 'scripts/gpu-check.sh stage' here first and carry $stage_dir" >&2; exit 2; }
   rm -rf "$root" && mkdir -p "$root" "$work" "$logs"
-  if command -v xz >/dev/null; then
-    xz -dc "$tarball" | tar -C "$root" -xf - || exit 2
-  else
-    python3 -c 'import lzma, sys, tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1])).extractall(sys.argv[2])' \
-      "$tarball" "$root" || exit 2
-  fi
+  mkdir -p "$fashion_dir"
+  local pair
+  for pair in "$tarball|$root" "$data_pack|$fashion_dir"; do
+    if [[ ! -f ${pair%%|*} ]]; then
+      echo "no ${pair%%|*}: run 'scripts/gpu-check.sh stage' here again" >&2; exit 2
+    elif command -v xz >/dev/null; then
+      xz -dc "${pair%%|*}" | tar -C "${pair#*|}" -xf - || exit 2
+    else
+      python3 -c 'import lzma, sys, tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1])).extractall(sys.argv[2])' \
+        "${pair%%|*}" "${pair#*|}" || exit 2
+    fi
+  done
   # The packed libstdc++ (from the build machine) is a fallback only: the
   # device's own is newer, and cuDNN/cuBLAS may need its newer symbols.
   local sys_stdcxx need
@@ -230,7 +243,7 @@ unpack() {
   export QT_QPA_PLATFORM=offscreen
   # The suites' training slots read Fashion-MNIST (tests/engine/run_fixture.h);
   # the GPU machine has only the copy carried here.
-  export TB_TEST_FASHION_MNIST_DIR="$here/$data_dir"
+  export TB_TEST_FASHION_MNIST_DIR="$fashion_dir"
   unset TRAINBENCH_CUPTI
 }
 
@@ -683,8 +696,8 @@ accuracy_stage() {
   local t0 budget
   t0=$(now)
   budget=$(stage_budget accuracy 150 140)
-  local data=$here/$data_dir
-  [[ -f $data/train-images-idx3-ubyte.gz ]] || { skip_stage accuracy "no Fashion-MNIST in $data_dir"; return; }
+  local data=$fashion_dir
+  [[ -f $data/train-images-idx3-ubyte ]] || { skip_stage accuracy "no Fashion-MNIST in $data"; return; }
   local db=$work/accuracy.db
   # fmnist-cnn, 3 epochs, its default recipe (the CPU reached 0.916; the H200
   # 0.9136 in 11 s on 2026-11-26).
@@ -750,7 +763,7 @@ bench_stage() {
   [[ $dev != cuda ]] && scale=0.03
   PYTHONUNBUFFERED=1 timeout -k 5 "$budget" python3 bench/gpu_vs_pytorch.py --quick --device "$dev" \
     --steps 30 --warmup 10 --budget "$(( budget - 10 ))" --only "$rows" --batch-scale "$scale" \
-    --data-dir "$here/$data_dir" \
+    --data-dir "$fashion_dir" \
     --engine "$root/bin/trainbench-engine" --output "$out/gpu-vs-pytorch.json" >"$logs/bench.log" 2>&1
   local st=$?
   [[ -f $out/gpu-vs-pytorch.json ]] && cp "$out/gpu-vs-pytorch.json" "$logs/"
@@ -897,7 +910,7 @@ bench_check() {
   mkdir -p "$out"
   rm -f "$out"/bench-summary.json "$out"/bench-logs.tar.gz "$out"/gpu-vs-pytorch.json \
     "$out"/gpu-truth.json "$out"/gpu-ladder.json
-  local bin=$root/bin data=$here/$data_dir py=python3
+  local bin=$root/bin data=$fashion_dir py=python3
   if [[ -n ${GPU_BENCH_BIN:-} ]]; then  # binaries built here (a dry run without staging)
     bin=$(cd "$GPU_BENCH_BIN" && pwd)
     rm -rf "$root" && mkdir -p "$logs" "$work"
