@@ -222,6 +222,10 @@ class TestSetupPage : public QObject {
   // the tricks).
   void everyAppliesWhenOfTheTableIsHonoured() {
     MainWindow window(dir_.filePath(QStringLiteral("runs.db")));
+    // As on a two-GPU machine: every trick available, so that only applies_when
+    // decides (on the CPU a cuda-only trick such as amp_activations is
+    // disabled whatever amp says).
+    window.trickPanel()->setDeviceContext(QStringLiteral("cuda"), 2);
     int checked = 0;
     for (const tb::ConfigKey& k : tb::config_schema()) {
       if (k.applies_key.empty()) continue;
