@@ -565,13 +565,9 @@ class CpuKernels final : public Kernels {
   //   y (N,Cout,Ho,Wo) f32, or lp: the f32 sum + b rounded once on store
   void forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
                   Tensor& y) override {
-    if (y.dtype() == DType::F32) {
-      forward(g, widened(x), widened(w), b, y);
-      return;
-    }
-    Tensor y32 = f32_like(y);
-    forward(g, widened(x), widened(w), b, y32);
-    amp::cast(be_, y32, y);
+    Tensor y32 = amp::f32_scratch(be_, y);  // y itself when f32
+    forward(g, amp::widened(be_, x), amp::widened(be_, w), b, y32);
+    amp::round_into(be_, y32, y);
   }
 
   // f32 activations:
@@ -582,16 +578,16 @@ class CpuKernels final : public Kernels {
   //   three; dx's f32 sum rounded once to lp; dw, db f32 (+)=.
   void backward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& dy,
                    Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override {
-    const Tensor xf = widened(x), wf = widened(w);
+    const Tensor xf = amp::widened(be_, x), wf = amp::widened(be_, w);
     if (dy.dtype() != DType::F32) {
-      Tensor dx32 = dx.defined() ? f32_like(dx) : Tensor{};
-      backward(g, xf, wf, widened(dy), dx32, dw, db, accumulate);
-      if (dx.defined()) amp::cast(be_, dx32, dx);
+      Tensor dx32 = amp::f32_scratch(be_, dx);
+      backward(g, xf, wf, amp::widened(be_, dy), dx32, dw, db, accumulate);
+      amp::round_into(be_, dx32, dx);
       return;
     }
     Tensor dy_lp = Tensor::empty(dy.shape(), x.dtype(), Device::cpu(), dy.layout());
     amp::cast(be_, dy, dy_lp);
-    const Tensor dyr = widened(dy_lp);
+    const Tensor dyr = amp::widened(be_, dy_lp);
     Tensor none;
     if (dx.defined() || dw.defined()) backward(g, xf, wf, dyr, dx, dw, none, accumulate);
     if (db.defined()) {
@@ -601,12 +597,6 @@ class CpuKernels final : public Kernels {
   }
 
  private:
-  Tensor widened(const Tensor& lp) { return amp::cast_to(be_, lp, DType::F32); }
-  // An f32 buffer of t's shape and layout: the sum before its one rounding.
-  static Tensor f32_like(const Tensor& t) {
-    return Tensor::empty(t.shape(), DType::F32, Device::cpu(), t.layout());
-  }
-
   static std::string key_of(const char* op, const ConvGeometry& g, ConvLayouts l,
                             unsigned outputs) {
     return detail::concat(op, " ", g.N, " ", g.C_in, " ", g.H, " ", g.W, " ", g.C_out, " ", g.KH,

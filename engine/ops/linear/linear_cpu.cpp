@@ -209,7 +209,6 @@ class CpuKernels final : public linear::Kernels {
   void forward_lp(const Dims& d, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
   void backward_lp(const Dims& d, const Tensor& x, const Tensor& w, const Tensor& dy,
                    Tensor& dx, Tensor& dw, Tensor& db, bool accumulate);
-  Tensor widened(const Tensor& lp) { return amp::cast_to(be_, lp, DType::F32); }
 
   CpuBackend& be_;
 };
@@ -298,28 +297,24 @@ void CpuKernels::forward_act(const Dims& d, const Tensor& x, const Tensor& w, co
 
 void CpuKernels::forward_lp(const Dims& d, const Tensor& x, const Tensor& w, const Tensor& b,
                             Tensor& y) {
-  if (!d.lp_activations) {
-    forward_plain(d, widened(x), widened(w), b, y);
-    return;
-  }
-  Tensor y32 = Tensor::empty(y.shape(), DType::F32);  // rounded once into y
-  forward_plain(d, widened(x), widened(w), b, y32);
-  amp::cast(be_, y32, y);
+  Tensor y32 = amp::f32_scratch(be_, y);  // y itself when f32, else rounded once into y
+  forward_plain(d, amp::widened(be_, x), amp::widened(be_, w), b, y32);
+  amp::round_into(be_, y32, y);
 }
 
 void CpuKernels::backward_lp(const Dims& d, const Tensor& x, const Tensor& w, const Tensor& dy,
                              Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) {
-  const Tensor xf = widened(x), wf = widened(w);
+  const Tensor xf = amp::widened(be_, x), wf = amp::widened(be_, w);
   if (d.lp_activations) {  // dy as it is for all three; dx rounded once
-    Tensor dx32 = dx.defined() ? Tensor::empty(dx.shape(), DType::F32) : Tensor{};
-    backward_plain(d, xf, wf, widened(dy), dx32, dw, db, accumulate);
-    if (dx.defined()) amp::cast(be_, dx32, dx);
+    Tensor dx32 = amp::f32_scratch(be_, dx);
+    backward_plain(d, xf, wf, amp::widened(be_, dy), dx32, dw, db, accumulate);
+    amp::round_into(be_, dx32, dx);
     return;
   }
   Tensor dy_lp = Tensor::empty(dy.shape(), x.dtype());
   amp::cast(be_, dy, dy_lp);
   Tensor none;
-  backward_plain(d, xf, wf, widened(dy_lp), dx, dw, none, accumulate);
+  backward_plain(d, xf, wf, amp::widened(be_, dy_lp), dx, dw, none, accumulate);
   if (db.defined()) {
     Tensor no_dx, no_dw;
     backward_plain(d, xf, wf, dy, no_dx, no_dw, db, accumulate);
