@@ -107,7 +107,7 @@ json model_work_json(const ModelDef& def, Backend& cpu) {
   return {{"input_shape", def.input_shape}, {"classes", classes}, {"batch", 1},
           {"forward", int64_t(forward)}, {"train", int64_t(train)},  // whole FLOPs
           {"convention", "fwd + weight grad + input grad of every conv/linear (no input grad "
-                         "for the first layer); BN, pointwise, loss excluded"},
+                         "where no earlier layer has parameters); BN, pointwise, loss excluded"},
           {"layers", layers}};
 }
 

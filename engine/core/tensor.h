@@ -86,6 +86,9 @@ class Tensor {
   Tensor rows(int64_t begin, int64_t end) const;
 
   std::string describe() const;  // "f32[64, 1, 28, 28] NCHW cpu"
+  // How many Tensors (views included) share this one's block; 0 for wrapped
+  // memory. What a pool reads to tell a block nobody else holds.
+  long holders() const { return storage_.use_count(); }
 
  private:
   std::shared_ptr<void> storage_;  // owner of the block (null for wrapped memory)

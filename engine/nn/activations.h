@@ -16,9 +16,10 @@ class ReLU : public Layer {
   Shape setup(const Shape& in, ParamRegistry&) override { return in; }
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy, bool need_dx) override;
+  void release_saved() override { y_ = {}; }
 
  private:
-  Tensor y_, dx_;
+  Tensor y_;  // the output: backward's mask
 };
 
 class GELU : public Layer {
@@ -28,9 +29,10 @@ class GELU : public Layer {
   Shape setup(const Shape& in, ParamRegistry&) override { return in; }
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy, bool need_dx) override;
+  void release_saved() override { x_ = {}; }
 
  private:
-  Tensor x_, y_, dx_;
+  Tensor x_;
 };
 
 }  // namespace tb

@@ -22,15 +22,14 @@ void AmpOperands::check_backward(const Context& ctx, DType lp, const std::string
            " without a forward under the same policy");
 }
 
-Tensor& AmpOperands::op_dx(Context& ctx, Tensor& dx, const Tensor& in, const Tensor& dy) {
-  Tensor& buf = in.dtype() == dy.dtype() ? dx : op_dx_;
-  return ensure_buffer(ctx, buf, in.shape(), dy.dtype(), in.layout());
+Tensor AmpOperands::op_dx(Context& ctx, const Tensor& in, const Tensor& dy) {
+  return transient_buffer(ctx, in.shape(), dy.dtype(), in.layout());
 }
 
-Tensor AmpOperands::input_grad(Context& ctx, Tensor& dx, const Tensor& in,
-                               const Tensor& written) {
+Tensor AmpOperands::input_grad(Context& ctx, const Tensor& in, const Tensor& written) {
   if (written.dtype() == in.dtype()) return written;
-  amp::cast(ctx.backend, written, ensure_buffer(ctx, dx, in.shape(), in.dtype(), in.layout()));
+  Tensor dx = transient_buffer(ctx, in.shape(), in.dtype(), in.layout());
+  amp::cast(ctx.backend, written, dx);
   return dx;
 }
 

@@ -24,18 +24,21 @@ class AmpOperands {
   void prepare(Context& ctx, const Tensor& x, const Tensor& master_weight, DType lp);
   const Tensor& x() const { return x_; }
   const Tensor& weight() const { return weight_; }
+  // Drops x (the layer's input itself, or the view of cast_x): the layer's
+  // release_saved. The casts' buffers stay for the next pass.
+  void release() { x_ = {}; }
   // Throws naming `layer` unless the last forward ran under ctx's policy.
   void check_backward(const Context& ctx, DType lp, const std::string& layer) const;
-  // The buffer the op writes dx into, for dy and the layer's input `in`:
-  // `dx` itself (shape and layout of in, dy's dtype) when in has dy's dtype,
-  // else this object's scratch.
-  Tensor& op_dx(Context& ctx, Tensor& dx, const Tensor& in, const Tensor& dy);
+  // The buffer the op writes dx into, for dy and the layer's input `in`: a
+  // transient buffer of in's shape and layout in dy's dtype.
+  Tensor op_dx(Context& ctx, const Tensor& in, const Tensor& dy);
   // After the op wrote `written` (what op_dx returned): the layer's input
-  // gradient in in's dtype (written itself, or cast from it into dx).
-  Tensor input_grad(Context& ctx, Tensor& dx, const Tensor& in, const Tensor& written);
+  // gradient in in's dtype (written itself, or cast from it into a
+  // transient buffer).
+  Tensor input_grad(Context& ctx, const Tensor& in, const Tensor& written);
 
  private:
-  Tensor x_, cast_x_, weight_, op_dx_;
+  Tensor x_, cast_x_, weight_;
 };
 
 }  // namespace tb

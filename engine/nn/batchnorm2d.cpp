@@ -41,7 +41,7 @@ Tensor BatchNorm2d::forward_residual(Context& ctx, const Tensor& x, const Tensor
            ", H, W) input, got ", x.describe());
   Backend& be = ctx.backend;
   const Epilogue epilogue{act_, residual};
-  Tensor& y = ensure_buffer(ctx, y_, x.shape(), x.dtype(), x.layout());
+  Tensor y = transient_buffer(ctx, x.shape(), x.dtype(), x.layout());
   if (ctx.training && ctx.sync_batchnorm) {
     TB_CHECK(!epilogue.active(), "batchnorm2d ", name(),
              ": sync_batchnorm synchronises the layer without an epilogue; this one has ",
@@ -57,7 +57,8 @@ Tensor BatchNorm2d::forward_residual(Context& ctx, const Tensor& x, const Tensor
   } else {
     batchnorm::forward_eval(be, x, gamma_, beta_, running_mean_, running_var_, eps_, y, epilogue);
   }
-  x_ = x;
+  x_ = x;  // eval too: a backward in eval mode reads it (backward_plain)
+  y_ = epilogue.active() ? y : Tensor{};
   forward_was_training_ = ctx.training;
   forward_had_epilogue_ = epilogue.active();
   return y;
@@ -93,7 +94,7 @@ Tensor BatchNorm2d::backward_plain(Context& ctx, const Tensor& dy, bool need_dx)
   Backend& be = ctx.backend;
   Tensor none;
   if (forward_was_training_) {
-    Tensor dx = need_dx ? ensure_buffer(ctx, dx_, x_.shape(), x_.dtype(), x_.layout()) : none;
+    Tensor dx = need_dx ? transient_buffer(ctx, x_.shape(), x_.dtype(), x_.layout()) : none;
     batchnorm::backward(be, x_, dy, gamma_, save_mean_, save_invstd_, dx, dgamma_, dbeta_,
                           ctx.accumulate_grads);
     return dx;
@@ -103,7 +104,7 @@ Tensor BatchNorm2d::backward_plain(Context& ctx, const Tensor& dy, bool need_dx)
   batchnorm::backward(be, x_, dy, gamma_, running_mean_, invstd, none, dgamma_, dbeta_,
                         ctx.accumulate_grads);
   if (!need_dx) return none;
-  Tensor& dx = ensure_buffer(ctx, dx_, x_.shape(), x_.dtype(), x_.layout());
+  Tensor dx = transient_buffer(ctx, x_.shape(), x_.dtype(), x_.layout());
   batchnorm::forward_eval(be, dy, gamma_, zeros_, zeros_, running_var_, eps_, dx);
   return dx;
 }
@@ -117,8 +118,8 @@ Tensor BatchNorm2d::backward_epilogue(Context& ctx, const Tensor& dy, bool need_
   Tensor none;
   if (forward_was_training_) {
     Tensor dres =
-        dresidual ? ensure_buffer(ctx, dres_, x_.shape(), x_.dtype(), x_.layout()) : none;
-    Tensor dx = need_dx ? ensure_buffer(ctx, dx_, x_.shape(), x_.dtype(), x_.layout()) : none;
+        dresidual ? transient_buffer(ctx, x_.shape(), x_.dtype(), x_.layout()) : none;
+    Tensor dx = need_dx ? transient_buffer(ctx, x_.shape(), x_.dtype(), x_.layout()) : none;
     batchnorm::backward(be, x_, dy, gamma_, save_mean_, save_invstd_, dx, dgamma_, dbeta_,
                           ctx.accumulate_grads, EpilogueGrad{act_, y_, dres});
     if (dresidual) *dresidual = dres;
@@ -126,12 +127,12 @@ Tensor BatchNorm2d::backward_epilogue(Context& ctx, const Tensor& dy, bool need_
   }
   ensure_eval_helpers(ctx);
   Tensor invstd = eval_invstd_.reshaped({C_});
-  Tensor dz = ensure_buffer(ctx, dres_, x_.shape(), x_.dtype(), x_.layout());
+  Tensor dz = transient_buffer(ctx, x_.shape(), x_.dtype(), x_.layout());
   batchnorm::backward(be, x_, dy, gamma_, running_mean_, invstd, none, dgamma_, dbeta_,
                         ctx.accumulate_grads, EpilogueGrad{act_, y_, dz});
   if (dresidual) *dresidual = dz;
   if (!need_dx) return none;
-  Tensor& dx = ensure_buffer(ctx, dx_, x_.shape(), x_.dtype(), x_.layout());
+  Tensor dx = transient_buffer(ctx, x_.shape(), x_.dtype(), x_.layout());
   batchnorm::forward_eval(be, dz, gamma_, zeros_, zeros_, running_var_, eps_, dx);
   return dx;
 }
@@ -250,8 +251,8 @@ Tensor BatchNorm2d::backward_synced(Context& ctx, const Tensor& dy, bool need_dx
   }
   channels_to_device(be, g2.data(), host, sync_a_);  // γ₂
   channels_to_device(be, b2.data(), host, sync_b_);  // β₂
-  Tensor& dx = ensure_buffer(ctx, dx_, x_.shape(), x_.dtype(), x_.layout());
-  Tensor& term = ensure_buffer(ctx, sync_term_, x_.shape(), x_.dtype(), x_.layout());
+  Tensor dx = transient_buffer(ctx, x_.shape(), x_.dtype(), x_.layout());
+  Tensor term = transient_buffer(ctx, x_.shape(), x_.dtype(), x_.layout());
   batchnorm::forward_eval(be, x_, sync_a_, sync_b_, sync_mean_, sync_var_, eps_, term);
   be.fill(sync_b_, 0.0);
   Tensor zero_mean = sync_b_;

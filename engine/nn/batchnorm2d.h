@@ -40,11 +40,12 @@ class BatchNorm2d : public Layer {
   Tensor backward(Context& ctx, const Tensor& dy, bool need_dx) override {
     return backward_residual(ctx, dy, need_dx, nullptr);
   }
+  void release_saved() override { x_ = {}, y_ = {}; }
 
   // y = act(BN(x) + residual); an undefined residual means none.
   Tensor forward_residual(Context& ctx, const Tensor& x, const Tensor& residual);
   // Returns dx (undefined unless need_dx); when dresidual is given it receives
-  // dL/d(residual), a buffer owned by this layer (valid until its next backward).
+  // dL/d(residual), a transient buffer (layer.h).
   Tensor backward_residual(Context& ctx, const Tensor& dy, bool need_dx, Tensor* dresidual);
 
   // A residual block's fused tail (trick 11) adds the shortcut in its epilogue.
@@ -71,13 +72,14 @@ class BatchNorm2d : public Layer {
   Tensor gamma_, beta_, dgamma_, dbeta_;  // views into the parameter/gradient blocks
   Tensor running_mean_, running_var_;     // views into the buffer block
   Tensor x_;                              // input kept for backward
+  Tensor y_;                              // output kept for the epilogue's mask
   bool forward_was_training_ = true;
   bool forward_had_epilogue_ = false;
-  Tensor y_, dx_, dres_, save_mean_, save_invstd_;  // reused work buffers
+  Tensor save_mean_, save_invstd_;  // reused work buffers
   Tensor ones_, zeros_, eval_invstd_;        // eval-mode backward helpers
   // sync_batchnorm: the global mean and biased variance (C), the global
   // element count, and the work tensors of the synced backward
-  Tensor sync_mean_, sync_var_, sync_a_, sync_b_, sync_term_;
+  Tensor sync_mean_, sync_var_, sync_a_, sync_b_;
   double sync_count_ = 0;
 };
 

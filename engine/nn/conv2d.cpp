@@ -52,7 +52,7 @@ ConvGeometry Conv2d::geometry(const Tensor& x) const {
 //   op's two f16/bf16 forms).
 Tensor Conv2d::forward(Context& ctx, const Tensor& x) {
   const ConvGeometry g = geometry(x);
-  Tensor& y = ensure_buffer(ctx, y_, g.output_shape(), output_dtype(ctx), ctx.layout);
+  Tensor y = transient_buffer(ctx, g.output_shape(), output_dtype(ctx), ctx.layout);
   if (ctx.amp.enabled()) {
     TB_CHECK(ctx.dtype == DType::F32, "conv2d ", name(), ": mixed precision (amp ", ctx.amp.name(),
              ") needs f32 activations, got ", dtype_name(ctx.dtype));
@@ -71,16 +71,16 @@ Tensor Conv2d::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   const ConvGeometry g = geometry(x_);
   if (!ctx.amp.enabled()) {
     Tensor dx;
-    if (need_dx) dx = ensure_buffer(ctx, dx_, g.input_shape(), x_.dtype(), x_.layout());
+    if (need_dx) dx = transient_buffer(ctx, g.input_shape(), x_.dtype(), x_.layout());
     conv::backward(ctx.backend, g, x_, weight_, dy, dx, weight_grad_, bias_grad_,
                    ctx.accumulate_grads);
     return dx;
   }
   lp_.check_backward(ctx, ctx.amp.dtype_for(AmpOp::Conv), "conv2d " + name());
-  Tensor dx = need_dx ? lp_.op_dx(ctx, dx_, x_, dy) : Tensor{};
+  Tensor dx = need_dx ? lp_.op_dx(ctx, x_, dy) : Tensor{};
   conv::backward(ctx.backend, g, lp_.x(), lp_.weight(), dy, dx, weight_grad_, bias_grad_,
                  ctx.accumulate_grads);
-  return need_dx ? lp_.input_grad(ctx, dx_, x_, dx) : Tensor{};
+  return need_dx ? lp_.input_grad(ctx, x_, dx) : Tensor{};
 }
 
 }  // namespace tb

@@ -23,6 +23,10 @@ class Conv2d : public Layer {
   Shape setup(const Shape& in, ParamRegistry& reg) override;
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy, bool need_dx) override;
+  void release_saved() override {
+    x_ = {};
+    lp_.release();
+  }
 
   int64_t in_channels() const { return in_channels_; }
   int64_t out_channels() const { return out_channels_; }
@@ -38,7 +42,6 @@ class Conv2d : public Layer {
   bool has_bias_;
   Tensor weight_, weight_grad_, bias_, bias_grad_;
   Tensor x_;       // input kept for backward (training only)
-  Tensor y_, dx_;  // reused output buffers
   AmpOperands lp_;  // under AMP: the f16/bf16 x and weight the op ran on
 };
 

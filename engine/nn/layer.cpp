@@ -33,7 +33,9 @@ Tensor forward_layer(Context& ctx, Layer& layer, const Tensor& x) {
 
 Tensor backward_layer(Context& ctx, Layer& layer, const Tensor& dy, bool need_dx) {
   LayerScope scope(ctx, layer, LayerPass::Backward, dy.rank() > 0 ? dy.dim(0) : 1, need_dx);
-  return layer.backward(ctx, dy, need_dx);
+  Tensor dx = layer.backward(ctx, dy, need_dx);
+  layer.release_saved();
+  return dx;
 }
 
 Tensor& ensure_buffer(Context& ctx, Tensor& buf, const Shape& shape, DType dtype, Layout layout) {
@@ -46,17 +48,14 @@ Tensor& ensure_buffer(Context& ctx, Tensor& buf, const Shape& shape, DType dtype
   return buf;
 }
 
-int64_t BufferCensus::bytes() const {
-  int64_t n = 0;
-  for (const auto& [member, t] : buffers) n += int64_t(t.nbytes());
-  return n;
-}
-
-int64_t BufferCensus::bytes_of(DType d) const {
-  int64_t n = 0;
-  for (const auto& [member, t] : buffers)
-    if (t.dtype() == d) n += int64_t(t.nbytes());
-  return n;
+Tensor transient_buffer(Context& ctx, const Shape& shape, DType dtype, Layout layout) {
+  Tensor t = ctx.transients->take(ctx.backend, shape, dtype, layout);
+  // The census keeps non-owning views: a copy of a block would hold it.
+  if (ctx.census)
+    ctx.transients->for_each_block([&](const Tensor& b) {
+      ctx.census->transients[&b] = Tensor::wrap(b.data(), b.shape(), b.dtype(), b.device());
+    });
+  return t;
 }
 
 }  // namespace tb

@@ -12,6 +12,7 @@
 #include "engine/amp/precision_policy.h"
 #include "engine/backend/backend.h"
 #include "engine/core/tensor.h"
+#include "engine/nn/buffers.h"
 
 namespace tb {
 
@@ -30,15 +31,6 @@ class LayerScopes {
   virtual void exit() = 0;
 };
 
-// The layers' buffers as ensure_buffer handed them out, keyed by the layer's
-// member, so a buffer reallocated counts once at its latest size: what a
-// test or a memory plan reads to see what the activations cost.
-struct BufferCensus {
-  std::map<const Tensor*, Tensor> buffers;
-  int64_t bytes() const;
-  int64_t bytes_of(DType t) const;  // in buffers of dtype t
-};
-
 // What one forward/backward pass runs with.
 struct Context {
   Backend& backend;
@@ -53,6 +45,9 @@ struct Context {
   // activations between layers are amp.activation_dtype() (f32, or f16/bf16
   // with AmpActivations::LowPrecision: precision_policy.h).
   PrecisionPolicy amp{};
+  // Where the pass's short-lived buffers come from (buffers.h); copies of a
+  // Context share it.
+  std::shared_ptr<TransientBuffers> transients = std::make_shared<TransientBuffers>();
   // Where the layers' buffers are counted (null: nowhere).
   BufferCensus* census = nullptr;
 
@@ -145,6 +140,12 @@ class Layer {
   // Given dL/dy, writes or accumulates parameter gradients (ctx.accumulate_grads)
   // and returns dL/dx, or an undefined Tensor when need_dx is false.
   virtual Tensor backward(Context& ctx, const Tensor& dy, bool need_dx) = 0;
+  // Drops what the last forward kept for backward (its input, its output for
+  // a mask, max-pool's argmax), so their transient blocks (buffers.h) serve
+  // the rest of the pass: backward_layer calls it once the layer's backward
+  // is done, Model::forward before a new pass. A composite layer releases
+  // its children too. Backward without a forward since is then an error.
+  virtual void release_saved() {}
 
  private:
   std::string name_;
@@ -171,13 +172,21 @@ class LayerScope {
 };
 
 // layer.forward / layer.backward inside ctx.scopes' scope for that layer (the
-// only way a walk over layers calls them, so every layer is timed where it runs).
+// only way a walk over layers calls them, so every layer is timed where it
+// runs); backward_layer then releases what the layer saved (release_saved).
 Tensor forward_layer(Context& ctx, Layer& layer, const Tensor& x);
 Tensor backward_layer(Context& ctx, Layer& layer, const Tensor& dy, bool need_dx);
 
-// (Re)allocates buf on ctx's device when its shape, dtype or layout differ,
-// so steady-state steps allocate nothing.
+// A buffer the layer keeps from pass to pass (per-channel statistics, the
+// low-precision copy of a weight): (re)allocates buf on ctx's device when
+// its shape, dtype or layout differ, so steady-state steps allocate nothing.
 Tensor& ensure_buffer(Context& ctx, Tensor& buf, const Shape& shape, DType dtype,
                       Layout layout = Layout::NCHW);
+// A buffer for part of one pass (an activation until the backward that reads
+// it, an input gradient, a block's inner gradient), from ctx.transients: free
+// again once the last Tensor viewing it is gone, so hold it no longer than
+// its reader needs it.
+Tensor transient_buffer(Context& ctx, const Shape& shape, DType dtype,
+                        Layout layout = Layout::NCHW);
 
 }  // namespace tb

@@ -207,7 +207,8 @@ void add_rows(const Layer& l, const std::string& prefix, WorkQuery q, bool need_
 std::vector<LayerWorkRow> model_work(const Model& model, WorkQuery q) {
   std::vector<LayerWorkRow> rows;
   const auto& layers = model.layers();
-  for (size_t i = 0; i < layers.size(); ++i) add_rows(*layers[i], "", q, i > 0, rows);
+  for (size_t i = 0; i < layers.size(); ++i)
+    add_rows(*layers[i], "", q, model.input_grad_needed(i), rows);
   return rows;
 }
 

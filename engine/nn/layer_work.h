@@ -50,7 +50,7 @@ Work layer_work(const Layer& layer, const WorkQuery& q);
 // One row per layer, nested layers included (parent before its children), in
 // forward order: name ("layer1.0.conv1"), kind and the work of one forward
 // and one backward at `q`'s batch and dtypes. need_dx follows the model's
-// walk: the first top-level layer's backward computes no input gradient.
+// walk (Model::input_grad_needed). The model must be built.
 struct LayerWorkRow {
   std::string name, kind;
   Work forward, backward;

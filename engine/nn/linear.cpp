@@ -44,11 +44,11 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
            in_features_, "), got ", x.describe());
   const Shape out{x.dim(0), out_features_};
   const DType out_dtype = output_dtype(ctx);
-  Tensor& y = ensure_buffer(ctx, y_, out, out_dtype);
+  Tensor y = transient_buffer(ctx, out, out_dtype);
   const bool amp = ctx.amp.enabled() && (act_ == Activation::None || out_dtype != DType::F32);
+  Tensor pre;  // the pre-activation, when there is an activation
   if (act_ != Activation::None && !amp) {
-    Tensor pre;
-    if (act_ == Activation::GELU) pre = ensure_buffer(ctx, pre_, out, ctx.dtype);
+    if (act_ == Activation::GELU) pre = transient_buffer(ctx, out, ctx.dtype);
     linear::forward(ctx.backend, x, weight_, bias_, y, Epilogue{act_, {}, pre});
   } else if (amp) {
     TB_CHECK(ctx.dtype == DType::F32, "linear ", name(), ": mixed precision (amp ", ctx.amp.name(),
@@ -57,7 +57,7 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
     if (act_ == Activation::None) {
       linear::forward(ctx.backend, lp_.x(), lp_.weight(), bias_, y);
     } else {
-      Tensor& pre = ensure_buffer(ctx, pre_, out, out_dtype);
+      pre = transient_buffer(ctx, out, out_dtype);
       linear::forward(ctx.backend, lp_.x(), lp_.weight(), bias_, pre);
       if (act_ == Activation::ReLU)
         pointwise::relu_forward(ctx.backend, pre, y);
@@ -68,6 +68,8 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
     linear::forward(ctx.backend, x, weight_, bias_, y);
   }
   x_ = ctx.training ? x : Tensor{};
+  y_ = ctx.training ? y : Tensor{};
+  pre_ = ctx.training && act_ == Activation::GELU ? pre : Tensor{};  // GELU's backward reads it
   return y;
 }
 
@@ -77,8 +79,8 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   const bool amp = ctx.amp.enabled() && (act_ == Activation::None || y_.dtype() != DType::F32);
   if (act_ != Activation::None && !amp) {
     Tensor dx;
-    if (need_dx) dx = ensure_buffer(ctx, dx_, x_.shape(), x_.dtype());
-    Tensor& dz = ensure_buffer(ctx, dz_, y_.shape(), ctx.dtype);
+    if (need_dx) dx = transient_buffer(ctx, x_.shape(), x_.dtype());
+    Tensor dz = transient_buffer(ctx, y_.shape(), ctx.dtype);
     const Tensor pre = act_ == Activation::GELU ? pre_ : Tensor{};
     linear::backward(ctx.backend, x_, weight_, dy, dx, weight_grad_, bias_grad_,
                      ctx.accumulate_grads, EpilogueGrad{act_, y_, {}, pre, dz});
@@ -86,7 +88,7 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   }
   if (!amp) {
     Tensor dx;
-    if (need_dx) dx = ensure_buffer(ctx, dx_, x_.shape(), x_.dtype());
+    if (need_dx) dx = transient_buffer(ctx, x_.shape(), x_.dtype());
     linear::backward(ctx.backend, x_, weight_, dy, dx, weight_grad_, bias_grad_,
                      ctx.accumulate_grads);
     return dx;
@@ -94,16 +96,16 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   lp_.check_backward(ctx, ctx.amp.dtype_for(AmpOp::Linear), "linear " + name());
   Tensor dz = dy;
   if (act_ != Activation::None) {  // the activation's gradient, then the GEMMs from it
-    dz = ensure_buffer(ctx, dz_, y_.shape(), dy.dtype());
+    dz = transient_buffer(ctx, y_.shape(), dy.dtype());
     if (act_ == Activation::ReLU)
       pointwise::relu_backward(ctx.backend, y_, dy, dz);
     else
       pointwise::gelu_backward(ctx.backend, pre_, dy, dz);
   }
-  Tensor dx = need_dx ? lp_.op_dx(ctx, dx_, x_, dz) : Tensor{};
+  Tensor dx = need_dx ? lp_.op_dx(ctx, x_, dz) : Tensor{};
   linear::backward(ctx.backend, lp_.x(), lp_.weight(), dz, dx, weight_grad_, bias_grad_,
                    ctx.accumulate_grads);
-  return need_dx ? lp_.input_grad(ctx, dx_, x_, dx) : Tensor{};
+  return need_dx ? lp_.input_grad(ctx, x_, dx) : Tensor{};
 }
 
 }  // namespace tb

@@ -37,6 +37,10 @@ class Linear : public Layer {
   Shape setup(const Shape& in, ParamRegistry& reg) override;
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy, bool need_dx) override;
+  void release_saved() override {
+    x_ = {}, y_ = {}, pre_ = {};
+    lp_.release();
+  }
 
   int64_t in_features() const { return in_features_; }
   int64_t out_features() const { return out_features_; }
@@ -48,9 +52,9 @@ class Linear : public Layer {
   bool has_bias_;
   Activation act_ = Activation::None;
   Tensor weight_, weight_grad_, bias_, bias_grad_;
-  Tensor x_;       // input kept for backward (training only)
-  Tensor y_, dx_;  // reused output buffers
-  Tensor pre_, dz_;  // the epilogue's buffers: pre_ for GELU, dz_ with an activation
+  Tensor x_;    // input kept for backward (training only)
+  Tensor y_;    // output: the activation's mask, and which form ran (its dtype)
+  Tensor pre_;  // the epilogue's pre-activation, for GELU
   AmpOperands lp_;  // under AMP: the f16/bf16 x and weight the op ran on
 };
 

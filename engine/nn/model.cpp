@@ -121,15 +121,20 @@ void Model::build(Backend& backend, uint64_t seed, DType dtype, Layout weight_la
 
 Tensor Model::forward(Context& ctx, const Tensor& x) {
   TB_CHECK(built_, "model ", name_, ": forward before build()");
+  release_saved();
   Tensor h = x;
   for (auto& layer : layers_) h = forward_layer(ctx, *layer, h);
   return h;
 }
 
+void Model::release_saved() {
+  for (auto& layer : layers_) layer->release_saved();
+}
+
 void Model::backward(Context& ctx, const Tensor& dlogits) {
   Tensor g = dlogits;
   for (size_t i = layers_.size(); i-- > 0;)
-    g = backward_layer(ctx, *layers_[i], g, /*need_dx=*/i > 0);
+    g = backward_layer(ctx, *layers_[i], g, input_grad_needed(i));
 }
 
 }  // namespace tb

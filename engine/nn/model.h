@@ -54,8 +54,12 @@ class Model {
   int64_t init_upload_bytes() const { return init_upload_bytes_; }  // copied by build()
   int64_t init_device_bytes() const { return init_device_bytes_; }  // filled on the device
 
-  Tensor forward(Context& ctx, const Tensor& x);  // logits (N, num_classes)
+  // Logits (N, num_classes). Releases what the last pass's layers saved
+  // first, so a new pass (or an evaluation) reuses their transient blocks.
+  Tensor forward(Context& ctx, const Tensor& x);
   void backward(Context& ctx, const Tensor& dlogits);
+  // Every layer's release_saved (layer.h).
+  void release_saved();
 
   const std::string& name() const { return name_; }
   const Shape& input_shape() const { return input_shape_; }
@@ -71,6 +75,12 @@ class Model {
   // Backward writes them from the end of the block towards its start, which
   // is what ddp's gradient buckets follow.
   const std::vector<int64_t>& layer_grad_offsets() const { return layer_offsets_; }
+  // Whether layer i's backward computes its input gradient: only when a layer
+  // before it has parameters (a gradient to pass it on to). Not for the
+  // first layer, nor for the first layer with parameters after a
+  // parameter-free start (channel padding, a flatten): its input gradient
+  // would be written and dropped.
+  bool input_grad_needed(size_t i) const { return layer_offsets_.at(i) > 0; }
   bool built() const { return built_; }
 
  private:

@@ -24,7 +24,7 @@ Shape PadChannels::setup(const Shape& in, ParamRegistry&) {
 Tensor PadChannels::forward(Context& ctx, const Tensor& x) {
   TB_CHECK(x.rank() == 4 && x.c() == in_channels_, "pad_channels ", name(), ": expected input (N, ",
            in_channels_, ", H, W), got ", x.describe());
-  Tensor& y = ensure_buffer(ctx, y_, {x.n(), out_channels_, x.h(), x.w()}, x.dtype(), x.layout());
+  Tensor y = transient_buffer(ctx, {x.n(), out_channels_, x.h(), x.w()}, x.dtype(), x.layout());
   layout::pad_channels_forward(ctx.backend, x, y);
   in_shape_ = x.shape();
   in_layout_ = x.layout();
@@ -34,7 +34,7 @@ Tensor PadChannels::forward(Context& ctx, const Tensor& x) {
 Tensor PadChannels::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   TB_CHECK(!in_shape_.empty(), "pad_channels ", name(), ": backward without a forward");
   if (!need_dx) return {};  // the usual case: the first layer, no parameters
-  Tensor& dx = ensure_buffer(ctx, dx_, in_shape_, dy.dtype(), in_layout_);
+  Tensor dx = transient_buffer(ctx, in_shape_, dy.dtype(), in_layout_);
   layout::pad_channels_backward(ctx.backend, dy, dx);
   return dx;
 }

@@ -32,7 +32,6 @@ class PadChannels : public Layer {
   int64_t in_channels_ = 0, out_channels_ = 0;
   Shape in_shape_;
   Layout in_layout_ = Layout::NCHW;
-  Tensor y_, dx_;
 };
 
 }  // namespace tb

@@ -29,18 +29,19 @@ Shape MaxPool2d::setup(const Shape& in, ParamRegistry&) {
 
 Tensor MaxPool2d::forward(Context& ctx, const Tensor& x) {
   const PoolGeometry g = pool_geometry("maxpool2d", name(), x.shape(), kernel_, stride_, pad_);
-  Tensor& y = ensure_buffer(ctx, y_, g.output_shape(), output_dtype(ctx), ctx.layout);
-  Tensor& argmax = ensure_buffer(ctx, argmax_, g.output_shape(), DType::I32, ctx.layout);
+  Tensor y = transient_buffer(ctx, g.output_shape(), output_dtype(ctx), ctx.layout);
+  Tensor argmax = transient_buffer(ctx, g.output_shape(), DType::I32, ctx.layout);
   pooling::max_forward(ctx.backend, g, x, y, argmax);
   g_ = g;
   have_forward_ = ctx.training;
+  argmax_ = ctx.training ? argmax : Tensor{};
   return y;
 }
 
 Tensor MaxPool2d::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   TB_CHECK(have_forward_, "maxpool2d ", name(), ": backward without a training forward");
   if (!need_dx) return {};
-  Tensor& dx = ensure_buffer(ctx, dx_, g_.input_shape(), ctx.activation_dtype(), ctx.layout);
+  Tensor dx = transient_buffer(ctx, g_.input_shape(), ctx.activation_dtype(), ctx.layout);
   pooling::max_backward(ctx.backend, g_, dy, argmax_, dx);
   return dx;
 }
@@ -58,7 +59,7 @@ Shape AvgPool2d::setup(const Shape& in, ParamRegistry&) {
 
 Tensor AvgPool2d::forward(Context& ctx, const Tensor& x) {
   const PoolGeometry g = pool_geometry("avgpool2d", name(), x.shape(), kernel_, stride_, pad_);
-  Tensor& y = ensure_buffer(ctx, y_, g.output_shape(), output_dtype(ctx), ctx.layout);
+  Tensor y = transient_buffer(ctx, g.output_shape(), output_dtype(ctx), ctx.layout);
   pooling::avg_forward(ctx.backend, g, x, y);
   g_ = g;
   have_forward_ = ctx.training;
@@ -68,7 +69,7 @@ Tensor AvgPool2d::forward(Context& ctx, const Tensor& x) {
 Tensor AvgPool2d::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   TB_CHECK(have_forward_, "avgpool2d ", name(), ": backward without a training forward");
   if (!need_dx) return {};
-  Tensor& dx = ensure_buffer(ctx, dx_, g_.input_shape(), ctx.activation_dtype(), ctx.layout);
+  Tensor dx = transient_buffer(ctx, g_.input_shape(), ctx.activation_dtype(), ctx.layout);
   pooling::avg_backward(ctx.backend, g_, dy, dx);
   return dx;
 }
@@ -86,7 +87,7 @@ Shape GlobalAvgPool::setup(const Shape& in, ParamRegistry&) {
 Tensor GlobalAvgPool::forward(Context& ctx, const Tensor& x) {
   TB_CHECK(x.rank() == 4, "global_avgpool ", name(), ": input must be (N, C, H, W), got ",
            x.describe());
-  Tensor& y = ensure_buffer(ctx, y_, {x.n(), x.c()}, output_dtype(ctx));
+  Tensor y = transient_buffer(ctx, {x.n(), x.c()}, output_dtype(ctx));
   pooling::global_avg_forward(ctx.backend, x, y);
   in_shape_ = ctx.training ? x.shape() : Shape{};
   in_layout_ = x.layout();
@@ -96,7 +97,7 @@ Tensor GlobalAvgPool::forward(Context& ctx, const Tensor& x) {
 Tensor GlobalAvgPool::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   TB_CHECK(!in_shape_.empty(), "global_avgpool ", name(), ": backward without a training forward");
   if (!need_dx) return {};
-  Tensor& dx = ensure_buffer(ctx, dx_, in_shape_, ctx.activation_dtype(), in_layout_);
+  Tensor dx = transient_buffer(ctx, in_shape_, ctx.activation_dtype(), in_layout_);
   pooling::global_avg_backward(ctx.backend, dy, dx);
   return dx;
 }
@@ -123,7 +124,7 @@ Tensor Flatten::forward(Context& ctx, const Tensor& x) {
   for (int i = 1; i < x.rank(); ++i) f *= x.dim(i);
   if (in_layout_ == Layout::NHWC) {
     // channels-last -> NCHW, explicitly (see pooling.h): logical (C, H, W) features.
-    Tensor& nchw = ensure_buffer(ctx, nchw_, x.shape(), x.dtype(), Layout::NCHW);
+    Tensor nchw = transient_buffer(ctx, x.shape(), x.dtype(), Layout::NCHW);
     ctx.backend.copy(x, nchw);
     return nchw.reshaped({x.dim(0), f});
   }
@@ -138,7 +139,7 @@ Tensor Flatten::backward(Context& ctx, const Tensor& dy, bool need_dx) {
            " does not match the input ", shape_str(in_shape_));
   if (in_layout_ == Layout::NHWC) {
     // NCHW view of dy -> NHWC dx: the inverse of the forward's conversion.
-    Tensor& dx = ensure_buffer(ctx, dx_, in_shape_, dy.dtype(), Layout::NHWC);
+    Tensor dx = transient_buffer(ctx, in_shape_, dy.dtype(), Layout::NHWC);
     ctx.backend.copy(Tensor::view_of(dy, 0, in_shape_, Layout::NCHW), dx);
     return dx;
   }

@@ -19,13 +19,17 @@ class MaxPool2d : public Layer {
   Shape setup(const Shape& in, ParamRegistry& reg) override;
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy, bool need_dx) override;
+  void release_saved() override {
+    argmax_ = {};
+    have_forward_ = false;
+  }
   int64_t kernel() const { return kernel_; }
 
  private:
   int64_t kernel_, stride_, pad_;
   PoolGeometry g_{};  // of the last training forward
   bool have_forward_ = false;
-  Tensor y_, argmax_, dx_;
+  Tensor argmax_;  // of the last training forward
 };
 
 // Average pooling, padded cells counted as zeros (count_include_pad=true).
@@ -42,7 +46,6 @@ class AvgPool2d : public Layer {
   int64_t kernel_, stride_, pad_;
   PoolGeometry g_{};
   bool have_forward_ = false;
-  Tensor y_, dx_;
 };
 
 // Mean over H*W: (N, C, H, W) -> (N, C).
@@ -57,7 +60,6 @@ class GlobalAvgPool : public Layer {
  private:
   Shape in_shape_;
   Layout in_layout_ = Layout::NCHW;
-  Tensor y_, dx_;
 };
 
 // (N, d1, d2, ...) -> (N, d1*d2*...): features in logical (C, H, W) order.
@@ -79,7 +81,6 @@ class Flatten : public Layer {
  private:
   Shape in_shape_;
   Layout in_layout_ = Layout::NCHW;
-  Tensor nchw_, dx_;  // NHWC input only: its NCHW copy, and dx in NHWC
 };
 
 }  // namespace tb

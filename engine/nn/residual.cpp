@@ -47,11 +47,12 @@ Tensor ResidualBlock::forward(Context& ctx, const Tensor& x) {
   Tensor a = x, s = x;
   for (auto& l : main_) a = forward_layer(ctx, *l, a);
   for (auto& l : shortcut_) s = forward_layer(ctx, *l, s);
-  ensure_buffer(ctx, sum_, a.shape(), a.dtype(), a.layout());
-  pointwise::add(ctx.backend, a, s, sum_);
+  Tensor sum = transient_buffer(ctx, a.shape(), a.dtype(), a.layout());
+  pointwise::add(ctx.backend, a, s, sum);
   // In place: the backward needs only y.
-  if (relu_after_) pointwise::relu_forward(ctx.backend, sum_, sum_);
-  return sum_;
+  if (relu_after_) pointwise::relu_forward(ctx.backend, sum, sum);
+  sum_ = ctx.training && relu_after_ ? sum : Tensor{};
+  return sum;
 }
 
 Tensor ResidualBlock::backward(Context& ctx, const Tensor& dy, bool need_dx) {
@@ -62,6 +63,7 @@ Tensor ResidualBlock::backward(Context& ctx, const Tensor& dy, bool need_dx) {
       const bool tail_dx = need_dx || main_.size() > 1;
       LayerScope scope(ctx, *tail_, LayerPass::Backward, dy.dim(0), tail_dx);
       g_main = tail_->backward_residual(ctx, dy, tail_dx, &dres);
+      tail_->release_saved();
     }
     for (size_t i = main_.size() - 1; i-- > 0;)
       g_main = backward_layer(ctx, *main_[i], g_main, need_dx || i > 0);
@@ -69,15 +71,16 @@ Tensor ResidualBlock::backward(Context& ctx, const Tensor& dy, bool need_dx) {
     for (size_t i = shortcut_.size(); i-- > 0;)
       g_short = backward_layer(ctx, *shortcut_[i], g_short, need_dx || i > 0);
     if (!need_dx) return Tensor{};
-    ensure_buffer(ctx, dx_, g_main.shape(), g_main.dtype(), g_main.layout());
-    pointwise::add(ctx.backend, g_main, g_short, dx_);
-    return dx_;
+    Tensor dx = transient_buffer(ctx, g_main.shape(), g_main.dtype(), g_main.layout());
+    pointwise::add(ctx.backend, g_main, g_short, dx);
+    return dx;
   }
+  TB_CHECK(!relu_after_ || sum_.defined(), "residual block ", name(),
+           ": backward without a training forward");
   Tensor dz = dy;
   if (relu_after_) {
-    ensure_buffer(ctx, dsum_, dy.shape(), dy.dtype(), dy.layout());
-    pointwise::relu_backward(ctx.backend, sum_, dy, dsum_);
-    dz = dsum_;
+    dz = transient_buffer(ctx, dy.shape(), dy.dtype(), dy.layout());
+    pointwise::relu_backward(ctx.backend, sum_, dy, dz);
   }
   Tensor g_main = dz;
   for (size_t i = main_.size(); i-- > 0;)
@@ -86,10 +89,16 @@ Tensor ResidualBlock::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   for (size_t i = shortcut_.size(); i-- > 0;)
     g_short = backward_layer(ctx, *shortcut_[i], g_short, need_dx || i > 0);
   if (!need_dx) return Tensor{};
-  // dx = g_main + g_short, into a buffer of our own (g_short may be dz itself).
-  ensure_buffer(ctx, dx_, g_main.shape(), g_main.dtype(), g_main.layout());
-  pointwise::add(ctx.backend, g_main, g_short, dx_);
-  return dx_;
+  // dx = g_main + g_short, into a buffer of its own (g_short may be dz itself).
+  Tensor dx = transient_buffer(ctx, g_main.shape(), g_main.dtype(), g_main.layout());
+  pointwise::add(ctx.backend, g_main, g_short, dx);
+  return dx;
+}
+
+void ResidualBlock::release_saved() {
+  sum_ = {};
+  for (auto& l : main_) l->release_saved();
+  for (auto& l : shortcut_) l->release_saved();
 }
 
 std::vector<const Layer*> ResidualBlock::children() const {

@@ -28,6 +28,7 @@ class ResidualBlock final : public Layer {
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy, bool need_dx) override;
   std::vector<const Layer*> children() const override;  // main path, then shortcut
+  void release_saved() override;
   bool relu_after() const { return relu_after_; }
   bool fused_tail() const { return tail_ != nullptr; }
   bool has_shortcut() const { return !shortcut_.empty(); }
@@ -36,7 +37,7 @@ class ResidualBlock final : public Layer {
   LayerList main_, shortcut_;
   bool relu_after_;
   BatchNorm2d* tail_ = nullptr;  // main_.back() when fused
-  Tensor sum_, dsum_, dx_;
+  Tensor sum_;  // z = a + s (rectified in place): backward's mask
 };
 
 // The usual CIFAR ResNet basic block: conv3x3(stride)-BN-ReLU-conv3x3-BN, plus a

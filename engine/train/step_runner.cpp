@@ -38,7 +38,6 @@ struct StepContext {
   Tensor& stats;       // the device's loss-sum and correct-count accumulator
   ChromeTrace* trace;  // per-layer spans when tracing
   DataParallel* ddp = nullptr;  // ddp: gradients all-reduced in buckets during backward
-  Tensor dlogits = {};
   // dp: the replicas, and the step contexts of replicas 1..n-1 (replica 0 is
   // this one). A replica's gradients are never zero-filled: its first
   // micro-batch writes them.
@@ -55,6 +54,7 @@ constexpr int kGraphWarmup = 3;  // eager steps before the first capture (cuda_g
 // With a trace, every layer's forward is a span.
 Tensor forward(StepContext& s, const Tensor& x, int64_t step) {
   if (!s.c.anomaly_check && !s.trace) return s.model.forward(s.ctx, x);
+  s.model.release_saved();  // as Model::forward does
   Tensor h = x;
   for (const auto& layer : s.model.layers()) {
     {
@@ -79,7 +79,7 @@ void backward(StepContext& s, const Tensor& dlogits, GradientBuckets* buckets) {
   for (size_t i = layers.size(); i-- > 0;) {
     {
       TraceSpan span(s.trace, layers[i]->name(), "backward");
-      g = backward_layer(s.ctx, *layers[i], g, /*need_dx=*/i > 0);
+      g = backward_layer(s.ctx, *layers[i], g, s.model.input_grad_needed(i));
     }
     if (buckets) buckets->layer_done(i);
   }
@@ -91,19 +91,19 @@ void backward(StepContext& s, const Tensor& dlogits, GradientBuckets* buckets) {
 void forward_backward(StepContext& s, const Tensor& x, const Tensor& y, int64_t k, int64_t K,
                       int64_t step, double share, StepTimer* timer) {
   const RunConfig& c = s.c;
-  Tensor* dlogits = nullptr;
+  Tensor dlogits;  // transient: dead once the last layer's backward has read it
   {
     std::optional<PhaseScope> ps;
     if (timer) ps.emplace(*timer, Phase::Forward);
     Tensor logits = forward(s, x, step);
-    dlogits = &ensure_buffer(s.ctx, s.dlogits, logits.shape(), logits.dtype());
+    dlogits = transient_buffer(s.ctx, logits.shape(), logits.dtype());
     // The loss is divided by K so K micro-batches sum to one big batch's
     // gradient, and by the ranks so the all-reduced sum is their mean.
     const int64_t world = s.ddp ? s.ddp->size() : 1;
     loss::softmax_cross_entropy(s.be, logits, y, static_cast<float>(c.label_smoothing),
                                 static_cast<float>(share) / static_cast<float>(K * world),
-                                *dlogits, s.stats);
-    if (s.scaler) s.scaler->scale_grad(*dlogits);  // dlogits *= loss scale, on the device
+                                dlogits, s.stats);
+    if (s.scaler) s.scaler->scale_grad(dlogits);  // dlogits *= loss scale, on the device
   }
   std::optional<PhaseScope> ps;
   if (timer) ps.emplace(*timer, Phase::Backward);
@@ -113,7 +113,7 @@ void forward_backward(StepContext& s, const Tensor& x, const Tensor& y, int64_t 
   // one's backward sends the buckets.
   GradientBuckets* buckets = s.ddp && k + 1 == K ? &s.ddp->buckets() : nullptr;
   if (buckets) buckets->begin_step();
-  backward(s, *dlogits, buckets);
+  backward(s, dlogits, buckets);
   if (buckets) buckets->finish();  // the block holds the mean gradient of every rank's batch
 }
 
@@ -225,6 +225,8 @@ StepRunner::StepRunner(const RunSetup& setup, Tensor& stats, InputStager& stager
 StepRunner::~StepRunner() = default;
 
 void StepRunner::run(int64_t step, double lr, const StageNext& stage_next, json& metrics) {
+  const TransientBuffers& transients = *primary_->ctx.transients;
+  const int64_t made = transients.allocations();
   if (graphs_ && graphs_->ready()) {
     graph_step(*primary_, *graphs_, stager_, step, lr, stage_next, metrics);
   } else {
@@ -232,6 +234,9 @@ void StepRunner::run(int64_t step, double lr, const StageNext& stage_next, json&
                [&] { stager_.consumed(); }, metrics);
     if (graphs_) graphs_->eager_step_done();
   }
+  // A step in which the transient buffers made a block may have given back
+  // one a graph addresses (buffers.h): capture again after an eager step.
+  if (graphs_ && transients.allocations() != made) graphs_->invalidate(1);
 }
 
 void StepRunner::invalidate_graphs() {

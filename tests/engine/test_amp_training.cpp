@@ -105,6 +105,7 @@ Pass model_pass(Backend &be, const std::string &model, const Shape &in, uint64_t
 struct CensusPass {
   Tensor logits, grads;  // host copies
   BufferCensus census;
+  int64_t peak_live = 0;  // the transient blocks' (TransientBuffers::peak_live_bytes)
 };
 CensusPass census_pass(Backend &be, Model &m, const PrecisionPolicy &policy, const Tensor &x,
                        const Tensor &dlogits) {
@@ -115,6 +116,7 @@ CensusPass census_pass(Backend &be, Model &m, const PrecisionPolicy &policy, con
   p.logits = to_host_nchw(be, m.forward(ctx, to_device(be, x)));
   m.backward(ctx, to_device(be, dlogits));
   p.grads = to_host_nchw(be, m.grad_block());
+  p.peak_live = ctx.transients->peak_live_bytes();
   return p;
 }
 
@@ -633,15 +635,17 @@ class TestAmpTraining : public QObject {
     QVERIFY(l_end < 0.25 * l.loss.front());
   }
 
-  // The layers' buffers of one model, run once with f32 activations (amp
-  // off) and once with bf16 ones, the same layer members both times: every
-  // activation-sized float buffer (leading dimension N) of the f32 run is
-  // bf16 in the lp run, half its bytes, but the logits (f32 for the loss)
-  // and the f32 batch's gradient where a layer is asked for it; integer
-  // buffers (max-pool's argmax) are unchanged. Extra in the lp run:
-  // the first low-precision layer's copy of the f32 batch, the logits
-  // layer's f32 input gradient before its cast, and the bf16 weight copies
-  // (not activation-sized). So activation memory ≈ half of the f32 run's.
+  // The activation memory of one model, run once with f32 activations (amp
+  // off) and once with bf16 ones. Every activation and activation gradient
+  // is a transient block (buffers.h), asked for in the same order with the
+  // same shapes and lifetimes in both runs, in bf16 instead of f32 in the lp
+  // run but for the logits (f32 for the loss) and the logits layer's f32
+  // input gradient before its cast; max-pool's i32 argmax is the same. So at
+  // any moment the lp run holds half the f32 run's bytes, give or take its
+  // f32 blocks and the argmax (which does not halve): the most held at once
+  // (peak live), doubled, is within twice the f32 bytes plus the i32 bytes
+  // of the f32 run's. What layers keep besides: the first
+  // low-precision layer's bf16 copy of the f32 batch and the weight copies.
   void lowPrecisionActivationBuffersAreHalf_data() {
     QTest::addColumn<QString>("model");
     QTest::addColumn<QList<qint64>>("dims");
@@ -653,7 +657,7 @@ class TestAmpTraining : public QObject {
     QFETCH(QString, model);
     QFETCH(QList<qint64>, dims);
     const Shape img(dims.begin(), dims.end());
-    const int64_t N = 6;  // no layer of these models has 6 channels or features
+    const int64_t N = 6;
     std::unique_ptr<Model> m = make_model(model.toStdString(), img, 10);
     m->build(cpu, 8);
     Shape xs = img;
@@ -662,42 +666,34 @@ class TestAmpTraining : public QObject {
     PrecisionPolicy off;
     const CensusPass f = census_pass(cpu, *m, off, x, dl);
     const CensusPass l = census_pass(cpu, *m, bf16_policy(AmpActivations::LowPrecision), x, dl);
-    auto activation = [&](const Tensor &t) { return t.rank() >= 2 && t.dim(0) == N; };
-    int64_t f_bytes = 0, kept = 0, l_bytes = 0, extra = 0, halved = 0;
-    for (const auto &[member, t] : f.census.buffers)
-      if (activation(t)) f_bytes += int64_t(t.nbytes());
-    const int64_t features = x.numel() / N;
-    for (const auto &[member, t] : l.census.buffers) {
-      if (!activation(t)) continue;
-      l_bytes += int64_t(t.nbytes());
-      const auto in_f32 = f.census.buffers.find(member);
-      if (in_f32 == f.census.buffers.end()) {  // the batch's copy, the logits layer's dx
-        extra += int64_t(t.nbytes());
-        continue;
-      }
-      const Tensor &ft = in_f32->second;
-      if (ft.dtype() == DType::I32) {
-        QCOMPARE(t.dtype(), DType::I32);
-        kept += int64_t(t.nbytes());
-      } else if (t.dtype() == DType::F32) {
-        // The logits, or the gradient of the f32 batch (the model asks every
-        // layer after the first for dx, even past a flatten).
-        QVERIFY2(t.shape() == (Shape{N, 10}) || t.numel() == N * features, t.describe().c_str());
-        kept += int64_t(t.nbytes());
-      } else {
-        QCOMPARE(t.dtype(), DType::BF16);
-        QCOMPARE(int64_t(t.nbytes()) * 2, int64_t(ft.nbytes()));
-        ++halved;
-      }
-    }
-    const double ratio = double(l_bytes) / double(f_bytes);
-    qInfo("%s: activation buffers f32 %lld B, bf16 %lld B (ratio %.3f; %lld B of batch copy and "
-          "logits-layer dx), %lld buffers halved",
-          qPrintable(model), (long long)f_bytes, (long long)l_bytes, ratio, (long long)extra,
-          (long long)halved);
-    QVERIFY(halved > 0);
-    // Every f32 buffer is there, halved, but the kept ones; plus the extras.
-    QCOMPARE(l_bytes, (f_bytes - kept) / 2 + kept + extra);
+    auto transient = [](const CensusPass &p, DType t) {
+      int64_t n = 0;
+      for (const auto &[block, b] : p.census.transients)
+        if (b.dtype() == t) n += int64_t(b.nbytes());
+      return n;
+    };
+    const int64_t l_f32 = transient(l, DType::F32);
+    const int64_t logits_in = m->layers().back()->input_shape()[1];
+    qInfo("%s: transient blocks f32 run %lld B (peak live %lld B), bf16 run %lld B bf16 + %lld B "
+          "f32 (peak live %lld B), i32 %lld / %lld B",
+          qPrintable(model), (long long)transient(f, DType::F32), (long long)f.peak_live,
+          (long long)transient(l, DType::BF16), (long long)l_f32, (long long)l.peak_live,
+          (long long)transient(f, DType::I32), (long long)transient(l, DType::I32));
+    QCOMPARE(transient(f, DType::BF16), int64_t(0));
+    QVERIFY(transient(l, DType::BF16) > 0);
+    QCOMPARE(transient(l, DType::I32), transient(f, DType::I32));
+    // The lp run's f32 blocks: the logits and the logits layer's input
+    // gradient before its cast, one block each.
+    QCOMPARE(l_f32, N * 10 * 4 + N * logits_in * 4);
+    QVERIFY2(std::abs(2 * l.peak_live - f.peak_live) <= 2 * l_f32 + transient(l, DType::I32),
+             qPrintable(QString("peak live: f32 run %1 B, bf16 run %2 B")
+                            .arg(f.peak_live).arg(l.peak_live)));
+    // Kept by layers in the lp run and not in the f32 one: the batch's bf16
+    // copy (activation-sized) and the bf16 weight copies.
+    int64_t batch_copy = 0;
+    for (const auto &[member, t] : l.census.buffers)
+      if (t.rank() >= 2 && t.dim(0) == N) batch_copy += int64_t(t.nbytes());
+    QCOMPARE(batch_copy, x.numel() * 2);
   }
 
   // ------------------------------------------------------------ training loop
