@@ -3,8 +3,6 @@
 // only when oneDNN was found (engine/CMakeLists.txt).
 #include "engine/ops/conv/conv_onednn.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
@@ -16,6 +14,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "engine/core/error.h"
+#include "engine/ops/onednn_threads.h"
 
 namespace tb::conv::onednn {
 
@@ -24,16 +23,7 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 
-// oneDNN reads omp_get_max_threads() when it makes a primitive (its kernels'
-// work split) and when it runs one: both happen inside this guard.
-class OmpThreads {
- public:
-  explicit OmpThreads(int n) : prev_(omp_get_max_threads()) { omp_set_num_threads(n); }
-  ~OmpThreads() { omp_set_num_threads(prev_); }
-
- private:
-  int prev_;
-};
+using tb::onednn::OmpThreads;
 
 Tag act_tag(Layout l) { return l == Layout::NHWC ? Tag::nhwc : Tag::nchw; }
 Tag filt_tag(Layout l) { return l == Layout::NHWC ? Tag::ohwi : Tag::oihw; }
