@@ -37,29 +37,16 @@
 #include "engine/ops/batchnorm/batchnorm.h"
 #include "engine/ops/pooling/pooling.h"
 #include "engine/ops/pooling/pooling_cpu.h"
+#include "bench/cpu_timing.h"
 
 using namespace tb;
+using tb::bench::load_average;
+using tb::bench::median;
+using tb::bench::random_f32;
 using dnnl::memory;
 using Tag = memory::format_tag;
 
 namespace {
-
-Tensor random_tensor(const Shape& s, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
-  Tensor t = Tensor::empty(s, DType::F32);
-  std::uniform_real_distribution<float> u(lo, hi);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = u(rng);
-  return t;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-double load_average() {
-  double l[1] = {0};
-  return getloadavg(l, 1) == 1 ? l[0] : -1.0;
-}
 
 memory mem(const memory::desc& d, const dnnl::engine& eng, const Tensor& t) {
   return memory(d, eng, t.data_as<float>());
@@ -118,9 +105,9 @@ int main(int argc, char** argv) {
       {128, 32, 28, 28}, {128, 64, 14, 14}};
   for (const auto& [N, C, H, W] : bn_shapes) {
     const Shape xs{N, C, H, W};
-    const Tensor x = random_tensor(xs, rng), dy = random_tensor(xs, rng);
-    const Tensor gamma = random_tensor({C}, rng, 0.5f, 1.5f), beta = random_tensor({C}, rng);
-    Tensor rmean = Tensor::empty({C}, DType::F32), rvar = random_tensor({C}, rng, 0.5f, 1.5f);
+    const Tensor x = random_f32(xs, rng), dy = random_f32(xs, rng);
+    const Tensor gamma = random_f32({C}, rng, 0.5f, 1.5f), beta = random_f32({C}, rng);
+    Tensor rmean = Tensor::empty({C}, DType::F32), rvar = random_f32({C}, rng, 0.5f, 1.5f);
     Tensor y = Tensor::empty(xs, DType::F32), dx = Tensor::empty(xs, DType::F32);
     Tensor smean = Tensor::empty({C}, DType::F32), sinvstd = Tensor::empty({C}, DType::F32);
     Tensor dgamma = Tensor::empty({C}, DType::F32), dbeta = Tensor::empty({C}, DType::F32);
@@ -234,7 +221,7 @@ int main(int argc, char** argv) {
                             {"avg", 128, 32, 28, 28, 2, 2}, {"avg", 64, 512, 4, 4, 4, 4}}) {
     const bool max = p.kind[0] == 'm';
     const PoolGeometry g = PoolGeometry::make(p.N, p.C, p.H, p.W, p.k, p.stride, 0);
-    const Tensor x = random_tensor(g.input_shape(), rng), dy = random_tensor(g.output_shape(), rng);
+    const Tensor x = random_f32(g.input_shape(), rng), dy = random_f32(g.output_shape(), rng);
     Tensor y = Tensor::empty(g.output_shape(), DType::F32), dx = Tensor::empty(g.input_shape(), DType::F32);
     Tensor argmax = Tensor::empty(g.output_shape(), DType::I32);
     const memory::desc xd({p.N, p.C, p.H, p.W}, f32, Tag::nchw),
