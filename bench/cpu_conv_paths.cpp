@@ -24,8 +24,12 @@
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/ops/conv/conv.h"
 #include "engine/ops/conv/conv_cpu_paths.h"
+#include "bench/cpu_timing.h"
 
 using namespace tb;
+using tb::bench::load_average;
+using tb::bench::median;
+using tb::bench::random_f32;
 
 namespace {
 
@@ -33,18 +37,6 @@ struct Shape4 {
   int64_t N, C_in, H, W, C_out, k, stride, pad;
   bool dx;  // the first layer's input needs no gradient
 };
-
-Tensor random_tensor(const Shape& s, std::mt19937& rng) {
-  Tensor t = Tensor::empty(s, DType::F32);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = u(rng);
-  return t;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 // The process's OS threads (/proc/self/status): OpenMP's pool shows here, so
 // --threads 1 staying at 1 shows that neither oneDNN nor our kernels started more.
@@ -57,11 +49,6 @@ int process_threads() {
     if (std::sscanf(line, "Threads: %d", &n) == 1) break;
   std::fclose(f);
   return n;
-}
-
-double load_average() {
-  double l[1] = {0};
-  return getloadavg(l, 1) == 1 ? l[0] : -1.0;
 }
 
 }  // namespace
@@ -108,8 +95,8 @@ int main(int argc, char** argv) {
   using Clock = std::chrono::steady_clock;
   for (const Shape4& s : shapes) {
     const auto g = ConvGeometry::make(s.N, s.C_in, s.H, s.W, s.C_out, s.k, s.stride, s.pad);
-    const Tensor x = random_tensor(g.input_shape(), rng), w = random_tensor(g.weight_shape(), rng);
-    const Tensor b = random_tensor({g.C_out}, rng), dy = random_tensor(g.output_shape(), rng);
+    const Tensor x = random_f32(g.input_shape(), rng), w = random_f32(g.weight_shape(), rng);
+    const Tensor b = random_f32({g.C_out}, rng), dy = random_f32(g.output_shape(), rng);
     Tensor y = Tensor::empty(g.output_shape(), DType::F32);
     Tensor dx = s.dx ? Tensor::empty(g.input_shape(), DType::F32) : Tensor{};
     Tensor dw = Tensor::empty(g.weight_shape(), DType::F32), db = Tensor::empty({g.C_out}, DType::F32);

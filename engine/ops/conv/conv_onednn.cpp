@@ -3,16 +3,18 @@
 // only when oneDNN was found (engine/CMakeLists.txt).
 #include "engine/ops/conv/conv_onednn.h"
 
-#include <omp.h>
-
+#include <algorithm>
+#include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <new>
 #include <unordered_map>
 #include <oneapi/dnnl/dnnl.hpp>
-#include <vector>
 
 #include "engine/core/error.h"
+#include "engine/ops/onednn_threads.h"
 
 namespace tb::conv::onednn {
 
@@ -21,52 +23,116 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 
-// oneDNN reads omp_get_max_threads() when it makes a primitive (its kernels'
-// work split) and when it runs one: both happen inside this guard.
-class OmpThreads {
- public:
-  explicit OmpThreads(int n) : prev_(omp_get_max_threads()) { omp_set_num_threads(n); }
-  ~OmpThreads() { omp_set_num_threads(prev_); }
-
- private:
-  int prev_;
-};
+using tb::onednn::OmpThreads;
 
 Tag act_tag(Layout l) { return l == Layout::NHWC ? Tag::nhwc : Tag::nchw; }
 Tag filt_tag(Layout l) { return l == Layout::NHWC ? Tag::ohwi : Tag::oihw; }
 
+// Scratch is carved from one area (Arena) per backend: a call's pieces at
+// offsets handed out in order, each aligned as oneDNN aligns its own buffers.
+constexpr size_t kAlign = 64;
+size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+class Carve {
+ public:
+  size_t take(size_t bytes) {
+    const size_t at = end_;
+    end_ += aligned(bytes);
+    return at;
+  }
+  size_t end() const { return end_; }
+
+ private:
+  size_t end_ = 0;
+};
+
+// A primitive's scratchpad (scratchpad_mode::user: its piece of the area
+// instead of a buffer oneDNN keeps per primitive).
+struct Scratchpad {
+  memory::desc desc;
+  size_t offset = 0;
+
+  void init(const memory::desc& d, Carve& c) {
+    desc = d;
+    if (desc.get_size() > 0) offset = c.take(desc.get_size());
+  }
+  void add_to(std::unordered_map<int, memory>& args, const dnnl::engine& eng,
+              std::byte* area) const {
+    if (desc.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(desc, eng, area + offset));
+  }
+};
+
 // One operand of a primitive: the caller's memory (`user`) and the layout the
-// primitive chose (`inner`); when they differ, a scratch buffer of the inner
-// layout and the reorder between the two.
+// primitive chose (`inner`); when they differ, a piece of the area in the
+// inner layout and the reorder between the two.
 struct Operand {
   memory::desc user, inner;
-  memory scratch;
+  size_t offset = 0;
   dnnl::reorder reorder;  // user -> inner for inputs, inner -> user for outputs
+  Scratchpad reorder_pad;
 
-  void init(const dnnl::engine& eng, const memory::desc& u, const memory::desc& in, bool input) {
+  void init(const dnnl::engine& eng, const dnnl::primitive_attr& attr, const memory::desc& u,
+            const memory::desc& in, bool input, Carve& c) {
     user = u;
     inner = in;
     if (user == inner) return;
-    scratch = memory(inner, eng);
-    reorder = input ? dnnl::reorder(dnnl::reorder::primitive_desc(eng, user, eng, inner))
-                    : dnnl::reorder(dnnl::reorder::primitive_desc(eng, inner, eng, user));
+    offset = c.take(inner.get_size());
+    const auto pd = input ? dnnl::reorder::primitive_desc(eng, user, eng, inner, attr)
+                          : dnnl::reorder::primitive_desc(eng, inner, eng, user, attr);
+    reorder = dnnl::reorder(pd);
+    reorder_pad.init(pd.scratchpad_desc(), c);
   }
   // The memory the primitive reads: the caller's, or its reordered copy.
-  memory input(const dnnl::engine& eng, dnnl::stream& s, const float* p) {
+  memory input(const dnnl::engine& eng, dnnl::stream& s, std::byte* area, const float* p) {
     memory m(user, eng, const_cast<float*>(p));
     if (user == inner) return m;
-    reorder.execute(s, {{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, scratch}});
-    return scratch;
+    memory copy = scratch(eng, area);
+    run_reorder(eng, s, area, m, copy);
+    return copy;
   }
   // The memory the primitive writes; finish() moves it to p when it is scratch.
-  memory output(const dnnl::engine& eng, float* p) {
-    return user == inner ? memory(user, eng, p) : scratch;
+  memory output(const dnnl::engine& eng, std::byte* area, float* p) {
+    return user == inner ? memory(user, eng, p) : scratch(eng, area);
   }
-  void finish(const dnnl::engine& eng, dnnl::stream& s, float* p) {
+  void finish(const dnnl::engine& eng, dnnl::stream& s, std::byte* area, float* p) {
     if (user == inner) return;
-    memory m(user, eng, p);
-    reorder.execute(s, {{DNNL_ARG_FROM, scratch}, {DNNL_ARG_TO, m}});
+    run_reorder(eng, s, area, scratch(eng, area), memory(user, eng, p));
   }
+
+ private:
+  memory scratch(const dnnl::engine& eng, std::byte* area) const {
+    return memory(inner, eng, area + offset);
+  }
+  void run_reorder(const dnnl::engine& eng, dnnl::stream& s, std::byte* area, const memory& from,
+                   const memory& to) {
+    std::unordered_map<int, memory> args{{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    reorder_pad.add_to(args, eng, area);
+    reorder.execute(s, args);
+  }
+};
+
+// The scratch of every call of a backend: grown to the largest call's need,
+// never per shape (the calls run one at a time, under State::mutex).
+class Arena {
+ public:
+  std::byte* reserve(size_t bytes) {
+    if (bytes > size_) {
+      buffer_.reset();  // before the larger one: the two are never held at once
+      size_ = 0;
+      buffer_.reset(static_cast<std::byte*>(std::aligned_alloc(kAlign, aligned(bytes))));
+      if (!buffer_) throw std::bad_alloc();
+      size_ = aligned(bytes);
+    }
+    return buffer_.get();
+  }
+  size_t size() const { return size_; }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::byte, Free> buffer_;
+  size_t size_ = 0;
 };
 
 void add_into(float* dst, const float* src, size_t n) {
@@ -83,27 +149,38 @@ bool has_direct_kernels() {
 struct Convolutions::State {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{eng};
+  dnnl::primitive_attr attr = [] {
+    dnnl::primitive_attr a;
+    a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return a;
+  }();
 
   // The forward of one (shape, layouts, form, bias, threads).
   struct Forward {
     dnnl::convolution_forward prim;
+    Scratchpad pad;
     Operand x, w, y;
     memory::desc b;
+    size_t need = 0;  // bytes of the area a call uses
     std::string impl;
   };
-  // The backward of one (shape, layouts, form, which outputs, threads).
+  // The backward of one (shape, layouts, form, which outputs, threads): the
+  // data part runs to its end before the weights part, so both carve from the
+  // area's start.
   struct Backward {
     dnnl::convolution_backward_data data;        // when dx is wanted
     dnnl::convolution_backward_weights weights;  // when dw or db is wanted
+    Scratchpad data_pad, weights_pad;
     Operand dy_data, w, dx;                       // of `data`
     Operand x, dy_weights, dw;                    // of `weights`
     memory::desc db;
-    std::vector<float> dw_part, db_part;  // accumulate, and dw when only db is wanted
+    size_t data_need = 0, weights_need = 0;  // bytes; the parts (below) follow weights_need
     std::string impl;
   };
-  std::mutex mutex;  // the maps; a backend's convolutions run one at a time
+  std::mutex mutex;  // the maps and the area; a backend's convolutions run one at a time
   std::map<std::string, Forward> forwards;
   std::map<std::string, Backward> backwards;
+  Arena area;
 
   struct Descs {
     memory::desc x, w, b, y, x_any, w_any, y_any;
@@ -133,7 +210,7 @@ struct Convolutions::State {
         dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
                                         dnnl::algorithm::convolution_direct, d.x_any, d.w_any,
                                         d.b, d.y_any, d.stride, d.pad_l, d.pad_r),
-        eng);
+        attr, eng);
   }
 };
 
@@ -174,22 +251,27 @@ const std::string& Convolutions::forward(const ConvGeometry& g, Layouts l, Activ
       const State::Descs d = State::descs(g, l, a, b != nullptr);
       const auto pd = s_->forward_pd(d);
       State::Forward f;
+      Carve c;
       f.prim = dnnl::convolution_forward(pd);
-      f.x.init(eng, d.x, pd.src_desc(), true);
-      f.w.init(eng, d.w, pd.weights_desc(), true);
-      f.y.init(eng, d.y, pd.dst_desc(), false);
+      f.pad.init(pd.scratchpad_desc(), c);
+      f.x.init(eng, s_->attr, d.x, pd.src_desc(), true, c);
+      f.w.init(eng, s_->attr, d.w, pd.weights_desc(), true, c);
+      f.y.init(eng, s_->attr, d.y, pd.dst_desc(), false, c);
       f.b = d.b;
+      f.need = c.end();
       f.impl = pd.impl_info_str();
       it = s_->forwards.emplace(key, std::move(f)).first;
     }
     State::Forward& f = it->second;
     auto& s = s_->stream;
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, f.x.input(eng, s, x)},
-                                         {DNNL_ARG_WEIGHTS, f.w.input(eng, s, w)},
-                                         {DNNL_ARG_DST, f.y.output(eng, y)}};
+    std::byte* area = s_->area.reserve(f.need);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, f.x.input(eng, s, area, x)},
+                                         {DNNL_ARG_WEIGHTS, f.w.input(eng, s, area, w)},
+                                         {DNNL_ARG_DST, f.y.output(eng, area, y)}};
     if (b) args.emplace(DNNL_ARG_BIAS, memory(f.b, eng, const_cast<float*>(b)));
+    f.pad.add_to(args, eng, area);
     f.prim.execute(s, args);
-    f.y.finish(eng, s, y);
+    f.y.finish(eng, s, area, y);
     s.wait();
     return f.impl;
   } catch (const dnnl::error& e) {
@@ -206,6 +288,7 @@ const std::string& Convolutions::backward(const ConvGeometry& g, Layouts l, Acti
   OmpThreads omp(threads);
   try {
     auto& eng = s_->eng;
+    const auto& attr = s_->attr;
     const bool want_w = dw || db;
     const unsigned outputs = (dx ? 1u : 0u) | (dw ? 2u : 0u) | (db ? 4u : 0u);
     const std::string key = key_of("bwd", g, l, a, threads, outputs);
@@ -220,11 +303,14 @@ const std::string& Convolutions::backward(const ConvGeometry& g, Layouts l, Acti
         const dnnl::convolution_backward_data::primitive_desc pd(
             dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, d.x_any,
                                                   d.w_any, d.y_any, d.stride, d.pad_l, d.pad_r),
-            eng, fwd);
+            attr, eng, fwd);
+        Carve c;
         bw.data = dnnl::convolution_backward_data(pd);
-        bw.dy_data.init(eng, d.y, pd.diff_dst_desc(), true);
-        bw.w.init(eng, d.w, pd.weights_desc(), true);
-        bw.dx.init(eng, d.x, pd.diff_src_desc(), false);
+        bw.data_pad.init(pd.scratchpad_desc(), c);
+        bw.dy_data.init(eng, attr, d.y, pd.diff_dst_desc(), true, c);
+        bw.w.init(eng, attr, d.w, pd.weights_desc(), true, c);
+        bw.dx.init(eng, attr, d.x, pd.diff_src_desc(), false, c);
+        bw.data_need = c.end();
         impl = std::string("data ") + pd.impl_info_str();
       }
       if (want_w) {
@@ -232,12 +318,15 @@ const std::string& Convolutions::backward(const ConvGeometry& g, Layouts l, Acti
             dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct,
                                                      d.x_any, d.w_any, d.b, d.y_any, d.stride,
                                                      d.pad_l, d.pad_r),
-            eng, fwd);
+            attr, eng, fwd);
+        Carve c;
         bw.weights = dnnl::convolution_backward_weights(pd);
-        bw.x.init(eng, d.x, pd.src_desc(), true);
-        bw.dy_weights.init(eng, d.y, pd.diff_dst_desc(), true);
-        bw.dw.init(eng, d.w, pd.diff_weights_desc(), false);
+        bw.weights_pad.init(pd.scratchpad_desc(), c);
+        bw.x.init(eng, attr, d.x, pd.src_desc(), true, c);
+        bw.dy_weights.init(eng, attr, d.y, pd.diff_dst_desc(), true, c);
+        bw.dw.init(eng, attr, d.w, pd.diff_weights_desc(), false, c);
         bw.db = d.b;
+        bw.weights_need = c.end();
         impl += std::string(impl.empty() ? "" : ", ") + "weights " + pd.impl_info_str();
       }
       bw.impl = impl;
@@ -245,24 +334,36 @@ const std::string& Convolutions::backward(const ConvGeometry& g, Layouts l, Acti
     }
     State::Backward& bw = it->second;
     auto& s = s_->stream;
+    // dw and db land in the caller's tensors, or in parts to add (accumulate)
+    // or to drop (dw not wanted), carved after the weights part's scratch.
+    const size_t nw = size_t(g.C_out * g.C_in * g.KH * g.KW), nb = size_t(g.C_out);
+    Carve parts;
+    parts.take(bw.weights_need);
+    const bool dw_part = want_w && (!dw || accumulate), db_part = db && accumulate;
+    const size_t dw_at = dw_part ? parts.take(nw * sizeof(float)) : 0;
+    const size_t db_at = db_part ? parts.take(nb * sizeof(float)) : 0;
+    std::byte* area = s_->area.reserve(std::max(bw.data_need, parts.end()));
     if (dx) {
-      bw.data.execute(s, {{DNNL_ARG_DIFF_DST, bw.dy_data.input(eng, s, dy)},
-                          {DNNL_ARG_WEIGHTS, bw.w.input(eng, s, w)},
-                          {DNNL_ARG_DIFF_SRC, bw.dx.output(eng, dx)}});
-      bw.dx.finish(eng, s, dx);
+      std::unordered_map<int, memory> args{
+          {DNNL_ARG_DIFF_DST, bw.dy_data.input(eng, s, area, dy)},
+          {DNNL_ARG_WEIGHTS, bw.w.input(eng, s, area, w)},
+          {DNNL_ARG_DIFF_SRC, bw.dx.output(eng, area, dx)}};
+      bw.data_pad.add_to(args, eng, area);
+      bw.data.execute(s, args);
+      bw.dx.finish(eng, s, area, dx);
+      s.wait();  // before the weights part reuses the area
     }
     if (want_w) {
-      // dw and db land in the caller's tensors, or in parts to add (accumulate)
-      // or to drop (dw not wanted).
-      const size_t nw = size_t(g.C_out * g.C_in * g.KH * g.KW), nb = size_t(g.C_out);
-      float* dw_out = dw && !accumulate ? dw : (bw.dw_part.resize(nw), bw.dw_part.data());
-      float* db_out = db && accumulate ? (bw.db_part.resize(nb), bw.db_part.data()) : db;
-      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, bw.x.input(eng, s, x)},
-                                           {DNNL_ARG_DIFF_DST, bw.dy_weights.input(eng, s, dy)},
-                                           {DNNL_ARG_DIFF_WEIGHTS, bw.dw.output(eng, dw_out)}};
+      float* dw_out = dw_part ? reinterpret_cast<float*>(area + dw_at) : dw;
+      float* db_out = db_part ? reinterpret_cast<float*>(area + db_at) : db;
+      std::unordered_map<int, memory> args{
+          {DNNL_ARG_SRC, bw.x.input(eng, s, area, x)},
+          {DNNL_ARG_DIFF_DST, bw.dy_weights.input(eng, s, area, dy)},
+          {DNNL_ARG_DIFF_WEIGHTS, bw.dw.output(eng, area, dw_out)}};
       if (db) args.emplace(DNNL_ARG_DIFF_BIAS, memory(bw.db, eng, db_out));
+      bw.weights_pad.add_to(args, eng, area);
       bw.weights.execute(s, args);
-      bw.dw.finish(eng, s, dw_out);
+      bw.dw.finish(eng, s, area, dw_out);
       s.wait();
       if (dw && accumulate) add_into(dw, dw_out, nw);
       if (db && accumulate) add_into(db, db_out, nb);
@@ -272,6 +373,11 @@ const std::string& Convolutions::backward(const ConvGeometry& g, Layouts l, Acti
   } catch (const dnnl::error& e) {
     fail(op, g, e);
   }
+}
+
+size_t Convolutions::scratch_bytes() const {
+  std::lock_guard lock(s_->mutex);
+  return s_->area.size();
 }
 
 }  // namespace tb::conv::onednn

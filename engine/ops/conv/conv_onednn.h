@@ -18,6 +18,12 @@
 //   convolutions do; the caller's tensors keep their layout.
 // The filters are always reordered into the layout oneDNN picks (small).
 //
+// Scratch: those reordered copies, the primitives' own scratchpads
+// (scratchpad_mode::user) and accumulate's parts are pieces of one area per
+// object, grown to the largest single call's need and shared by every shape
+// (the calls run one at a time): resnet18-cifar at batch 64 holds 32 MiB
+// where one buffer per shape and operand held 520 MiB.
+//
 // Threads: oneDNN here runs on OpenMP (Debian's libdnnl2 links libgomp, the
 // runtime our own kernels use), with omp_get_max_threads() threads; every
 // call sets it to `threads` for its duration, so oneDNN uses the backend's
@@ -43,7 +49,7 @@ struct Layouts {
 bool has_direct_kernels();
 
 // The primitives of one backend, made on the first call of each (op, shape,
-// layouts, form, threads) and kept.
+// layouts, form, threads) and kept; their scratch area is shared.
 class Convolutions {
  public:
   Convolutions();
@@ -60,6 +66,10 @@ class Convolutions {
   const std::string& backward(const ConvGeometry& g, Layouts l, Activations a, int threads,
                               const float* x, const float* w, const float* dy, float* dx,
                               float* dw, float* db, bool accumulate);
+
+  // The bytes of scratch this object holds between calls: the area, the
+  // largest need of one call so far.
+  size_t scratch_bytes() const;
 
  private:
   struct State;

@@ -977,6 +977,54 @@ class TestOpConv : public QObject {
              qPrintable(env_bad));
   }
 
+  // oneDNN's scratch (the copies of the operands in its layouts, its
+  // primitives' scratchpads, accumulate's parts) is one area that every shape
+  // shares, a backend's convolutions running one at a time: after two shapes
+  // it holds the larger one's need, not the sum; and a shape run on scratch
+  // another shape wrote gives the bits it gives alone.
+  void onednn_scratch_shared_across_shapes() {
+#ifndef TRAINBENCH_HAVE_ONEDNN
+    QSKIP("this build has no oneDNN");
+#else
+    if (!conv::onednn::has_direct_kernels())
+      QSKIP("oneDNN's direct kernels do not run on this CPU: its plain layouts need no scratch");
+    struct Out {
+      std::vector<float> y, dx, dw, db;
+    };
+    // Forward, backward writing, backward adding (accumulate's parts).
+    auto run = [](conv::onednn::Convolutions& c, const ConvGeometry& g, uint64_t seed) {
+      const auto [x, w, b, dy] = random_operands(g, seed);
+      Out o{std::vector<float>(size_t(dy.numel())), std::vector<float>(size_t(x.numel())),
+            std::vector<float>(size_t(w.numel())), std::vector<float>(size_t(g.C_out))};
+      const conv::onednn::Layouts l;
+      const auto blocked = conv::onednn::Activations::Blocked;
+      c.forward(g, l, blocked, 2, x.data_as<float>(), w.data_as<float>(), b.data_as<float>(),
+                o.y.data());
+      for (bool accumulate : {false, true})
+        c.backward(g, l, blocked, 2, x.data_as<float>(), w.data_as<float>(), dy.data_as<float>(),
+                   o.dx.data(), o.dw.data(), o.db.data(), accumulate);
+      return o;
+    };
+    // b's channels (20 -> 36) are padded to whole blocks in oneDNN's
+    // layout: the padding lands on area a's values left, which must not leak.
+    const auto ga = ConvGeometry::make(4, 16, 16, 16, 16, 3, 1, 1);
+    const auto gb = ConvGeometry::make(4, 20, 8, 8, 36, 3, 2, 1);
+    conv::onednn::Convolutions alone_a, alone_b, both;
+    const Out a = run(alone_a, ga, 1), b = run(alone_b, gb, 2);
+    const size_t need_a = alone_a.scratch_bytes(), need_b = alone_b.scratch_bytes();
+    QVERIFY2(need_a > 0 && need_b > 0, "the blocked form reorders into scratch");
+    run(both, ga, 1);
+    const Out b_after_a = run(both, gb, 2), a_after_b = run(both, ga, 1);
+    QCOMPARE(both.scratch_bytes(), std::max(need_a, need_b));
+    for (auto [got, want] : {std::pair{&a_after_b, &a}, std::pair{&b_after_a, &b}}) {
+      QVERIFY(got->y == want->y);
+      QVERIFY(got->dx == want->dx);
+      QVERIFY(got->dw == want->dw);
+      QVERIFY(got->db == want->db);
+    }
+#endif
+  }
+
   void conv_plan_key() {
     using namespace tb::cuda;
     ConvPlanKey a;

@@ -35,7 +35,9 @@
 //
 // Files: pooling.cpp (PoolGeometry, the checks and entry points),
 // pooling_cpu.cpp (reference, fast f32 paths, f16/bf16 by
-// widen-compute-round), pooling.cu + pooling.cuh
+// widen-compute-round; pooling_cpu.h: the average pooling's path choice),
+// pooling_onednn.h/.cpp (oneDNN's average pooling, builds with oneDNN),
+// pooling.cu + pooling.cuh
 // (CUDA kernels and launchers), pooling_cuda.cpp (the CUDA backend's
 // Kernels), test_op_pooling.cpp. How a family plugs into a backend:
 // engine/ops/registry.h.

@@ -12,11 +12,18 @@
 // pooling 2x2/stride 2 (the usual one) has an SSE2 path without branches.
 // With OpenMP, max pooling splits the N*C planes across the backend's threads
 // (each plane is read and written by one thread: no effect on the values).
+// oneDNN (builds with oneDNN): f32 NCHW average pooling where its JIT kernel
+// takes the shape (pooling_cpu.h says how the path is chosen and recorded).
 // f16/bf16: widen-compute-round (amp::widen_compute_round): the f32 paths on
 // the widened values, each output rounded once, as the CUDA kernels do.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include <nlohmann/json.hpp>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -27,6 +34,10 @@
 #include "engine/core/error.h"
 #include "engine/ops/amp/amp.h"
 #include "engine/ops/pooling/pooling.h"
+#include "engine/ops/pooling/pooling_cpu.h"
+#ifdef TRAINBENCH_HAVE_ONEDNN
+#include "engine/ops/pooling/pooling_onednn.h"
+#endif
 
 namespace tb {
 
@@ -364,7 +375,26 @@ void check_cpu(const char* op, const Tensor& lead) {
 
 class CpuKernels final : public pooling::Kernels {
  public:
-  explicit CpuKernels(CpuBackend& be) : be_(be) {}
+  explicit CpuKernels(CpuBackend& be) : be_(be) {
+    be_.report_kernel_paths(kFamily, [this] {
+      std::lock_guard lock(avg_mutex_);
+      return avg_records_;
+    });
+  }
+
+  // pooling_cpu.h's set_cpu_avg_pool_path.
+  void set_avg_setting(const std::string& value) {
+    TB_CHECK(value == "auto" || value == "fast" || value == "onednn",
+             "set_cpu_avg_pool_path: expected auto, fast or onednn, got '", value, "'");
+#ifndef TRAINBENCH_HAVE_ONEDNN
+    TB_CHECK(value != "onednn", "set_cpu_avg_pool_path=onednn: this build has no oneDNN "
+                                "(configured with TRAINBENCH_ONEDNN=OFF, or libdnnl-dev was missing)");
+#endif
+    std::lock_guard lock(avg_mutex_);
+    avg_setting_ = value;
+    avg_onednn_.clear();
+    avg_records_ = nlohmann::json::object();
+  }
 
   bool supports(DType t) const override {
     return t == DType::F32 || t == DType::F64 || amp::is_low_precision(t);
@@ -385,7 +415,39 @@ class CpuKernels final : public pooling::Kernels {
     return !be_.use_reference(t.dtype()) && t.layout() == Layout::NCHW;
   }
 
+  // Whether the f32 NCHW average pooling's forward (or backward) of g takes
+  // oneDNN (pooling_cpu.h), chosen on the first call of each and recorded.
+  bool avg_on_onednn(bool forward, const PoolGeometry& g) {
+    const std::string shape = detail::concat(forward ? "avg forward" : "avg backward", " N", g.N, " ", g.C, "x", g.H, "x", g.W, " k",
+                                             g.kernel, " s", g.stride, " p", g.pad, " NCHW");
+    std::lock_guard lock(avg_mutex_);
+    if (auto it = avg_onednn_.find(shape); it != avg_onednn_.end()) return it->second;
+    bool onednn = false;
+    nlohmann::json rec = {{"chosen_by", avg_setting_ == "auto" ? "rule" : "setting"}};
+#ifdef TRAINBENCH_HAVE_ONEDNN
+    if (avg_setting_ != "fast" && g.N == 0) rec["chosen_by"] = "oneDNN refuses empty tensors";
+    if (avg_setting_ != "fast" && g.N > 0) {
+      const auto& both = avg_pools_.implementations(g, be_.threads());
+      const std::string& impl = forward ? both.forward : both.backward;
+      const bool refused = pooling::onednn::is_refused(impl);
+      onednn = avg_setting_ == "onednn" ? !refused : pooling::onednn::is_jit(impl);
+      rec["onednn_implementation"] = impl;
+      if (!onednn) rec["chosen_by"] = refused ? "oneDNN refuses this shape" : "oneDNN has no JIT kernel for it";
+    }
+#endif
+    rec["path"] = onednn ? "onednn" : "fast";
+    avg_records_[shape] = std::move(rec);
+    return avg_onednn_[shape] = onednn;
+  }
+
   CpuBackend& be_;
+  std::mutex avg_mutex_;  // the setting and the choices
+  std::string avg_setting_ = "auto";
+  std::map<std::string, bool> avg_onednn_;  // shape -> takes oneDNN
+  nlohmann::json avg_records_ = nlohmann::json::object();
+#ifdef TRAINBENCH_HAVE_ONEDNN
+  pooling::onednn::AvgPools avg_pools_;
+#endif
 };
 
 }  // namespace
@@ -429,7 +491,14 @@ void CpuKernels::avg_forward(const PoolGeometry& g, const Tensor& x, Tensor& y) 
   if (amp::is_low_precision(x.dtype()))
     return amp::widen_compute_round(
         be_, y, false, [&](const Tensor& xw, Tensor& yw) { avg_forward(g, xw, yw); }, x);
-  if (fast_path(x)) return avgpool_forward_fast(g, x.data_as<float>(), y.data_as<float>());
+  if (fast_path(x)) {
+    if (avg_on_onednn(true, g)) {
+#ifdef TRAINBENCH_HAVE_ONEDNN
+      return avg_pools_.forward(g, be_.threads(), x.data_as<float>(), y.data_as<float>());
+#endif
+    }
+    return avgpool_forward_fast(g, x.data_as<float>(), y.data_as<float>());
+  }
   by_dtype(x, [&](auto z) {
     using T = decltype(z);
     avgpool_forward_ref<T>(g, x.layout(), x.data_as<T>(), y.data_as<T>());
@@ -441,7 +510,14 @@ void CpuKernels::avg_backward(const PoolGeometry& g, const Tensor& dy, Tensor& d
   if (amp::is_low_precision(dy.dtype()))
     return amp::widen_compute_round(
         be_, dx, false, [&](const Tensor& dyw, Tensor& dxw) { avg_backward(g, dyw, dxw); }, dy);
-  if (fast_path(dy)) return avgpool_backward_fast(g, dy.data_as<float>(), dx.data_as<float>());
+  if (fast_path(dy)) {
+    if (avg_on_onednn(false, g)) {
+#ifdef TRAINBENCH_HAVE_ONEDNN
+      return avg_pools_.backward(g, be_.threads(), dy.data_as<float>(), dx.data_as<float>());
+#endif
+    }
+    return avgpool_backward_fast(g, dy.data_as<float>(), dx.data_as<float>());
+  }
   by_dtype(dy, [&](auto z) {
     using T = decltype(z);
     avgpool_backward_ref<T>(g, dy.layout(), dy.data_as<T>(), dx.data_as<T>());
@@ -479,6 +555,10 @@ void CpuKernels::global_avg_backward(const pooling::GlobalDims& d, const Tensor&
 
 namespace pooling {
 void register_cpu_kernels() { register_kernels<Kernels, CpuKernels, CpuBackend>(DeviceKind::CPU); }
+
+void set_cpu_avg_pool_path(CpuBackend& be, const std::string& setting) {
+  static_cast<CpuKernels&>(be.kernels<Kernels>()).set_avg_setting(setting);
+}
 }  // namespace pooling
 
 }  // namespace tb

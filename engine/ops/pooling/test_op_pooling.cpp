@@ -28,12 +28,20 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
 #include "engine/nn/model.h"
 #include "engine/nn/pooling.h"
 #include "engine/ops/pooling/pooling.h"
+#include "engine/ops/pooling/pooling_cpu.h"
+#ifdef TRAINBENCH_HAVE_ONEDNN
+#include "engine/ops/pooling/pooling_onednn.h"
+#endif
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gradcheck.h"
 #include "tests/engine/low_precision.h"
@@ -254,6 +262,98 @@ class TestOpPooling : public QObject {
       QVERIFY(nans >= 3);
       QCOMPARE(a_r.data_as<int32_t>()[1], 3);  // plane 0, output (0, 1) holds x[0, 3]
     }
+  }
+
+  // The f32 NCHW average pooling's CPU paths (pooling_cpu.h), each forced
+  // on every case against the reference: fast (our loops) within kFastTol
+  // scaled, as the fast target; onednn elementwise within
+  // (2k² + 1)·u·(the same pooling of |x|, of |dy|), u = 2^-24: both sides sum
+  // the same ≤ k² cells (a recursive sum of m terms errs by at most
+  // (m − 1)·u·Σ|terms|), then scale (ours a product by the rounded 1/k²: 2u;
+  // oneDNN's a division: u), so 2(k² − 1) + 3 roundings of Σ|x|/k² in all;
+  // the backward sums at most k² shares dy/k² per cell alike. auto takes
+  // onednn exactly where oneDNN names a JIT kernel, and every choice is
+  // recorded; bad settings are refused by name.
+  void avg_pool_cpu_paths() {
+    const double u = std::ldexp(1.0, -24);
+    std::vector<std::string> paths{"fast"};
+#ifdef TRAINBENCH_HAVE_ONEDNN
+    paths.push_back("onednn");
+#endif
+    CpuBackend& ref = cpu_reference();
+    auto abs_of = [](const Tensor& t) {
+      Tensor a = clone(t);
+      for (int64_t i = 0; i < a.numel(); ++i) a.data_as<float>()[i] = std::abs(a.data_as<float>()[i]);
+      return a;
+    };
+    auto record_of = [](CpuBackend& be, const std::string& key) {
+      const nlohmann::json rec = be.describe()["kernel_paths"]["pooling"];
+      return rec.contains(key) ? rec[key] : nlohmann::json();
+    };
+    for (const std::string& path : paths) {
+      CpuBackend be(BackendOptions{.threads = 2});
+      pooling::set_cpu_avg_pool_path(be, path);
+      for (const PoolCase& c : kCases) {
+        const auto g = PoolGeometry::make(c.N, c.C, c.H, c.W, c.k, c.s, c.p);
+        std::mt19937_64 rng(31 + uint64_t(c.N * 1000 + c.W * 100 + c.k * 10 + c.s));
+        const Tensor x = random_tensor(g.input_shape(), DType::F32, rng);
+        const Tensor dy = random_tensor(g.output_shape(), DType::F32, rng);
+        auto pool = [&](Backend& b, const Tensor& xi, const Tensor& dyi) {
+          Tensor y = Tensor::empty(g.output_shape(), DType::F32);
+          Tensor dx = Tensor::empty(g.input_shape(), DType::F32);
+          pooling::avg_forward(b, g, xi, y);
+          pooling::avg_backward(b, g, dyi, dx);
+          return std::pair{y, dx};
+        };
+        const auto [y, dx] = pool(be, x, dy);
+        const auto [ry, rdx] = pool(ref, x, dy);
+        const auto [ay, adx] = pool(ref, abs_of(x), abs_of(dy));
+        const std::string name = std::string(c.name) + " " + path;
+        const std::string key = detail::concat("avg forward N", c.N, " ", c.C, "x", c.H, "x", c.W,
+                                               " k", c.k, " s", c.s, " p", c.p, " NCHW");
+        const nlohmann::json rec = record_of(be, key);
+        QVERIFY2(rec.is_object(), (name + ": no record " + key).c_str());
+        if (path == "fast" || rec["path"] != "onednn") {
+          // forced onednn on a shape oneDNN refuses: fast, and the record says why
+          QVERIFY2(path == "fast" || rec["chosen_by"] == "oneDNN refuses this shape", rec.dump().c_str());
+          for (auto [r, got] : {std::pair{ry, y}, std::pair{rdx, dx}})
+            QVERIFY2(scaled_diff(r, got) < kFastTol, name.c_str());
+          continue;
+        }
+        QCOMPARE(rec["chosen_by"].get<std::string>(), std::string("setting"));
+        const double per_sum = double(2 * c.k * c.k + 1) * u;
+        for (auto [r, got, a, what] : {std::tuple{ry, y, ay, "y"}, std::tuple{rdx, dx, adx, "dx"}})
+          for (int64_t i = 0; i < r.numel(); ++i) {
+            const double d = std::abs(double(got.data_as<float>()[i]) - r.data_as<float>()[i]);
+            const double bound = per_sum * a.data_as<float>()[i];
+            QVERIFY2(d <= bound, qPrintable(QString("%1 %2[%3]: differs by %4, bound %5")
+                                                .arg(QString::fromStdString(name)).arg(what)
+                                                .arg(i).arg(d).arg(bound)));
+          }
+      }
+    }
+    // auto: oneDNN exactly where it names a JIT kernel.
+    CpuBackend be(BackendOptions{.threads = 2});
+    const auto g = PoolGeometry::make(4, 32, 28, 28, 2, 2, 0);
+    std::mt19937_64 rng(32);
+    const Tensor x = random_tensor(g.input_shape(), DType::F32, rng);
+    Tensor y = Tensor::empty(g.output_shape(), DType::F32);
+    pooling::avg_forward(be, g, x, y);
+    const nlohmann::json rec = record_of(be, "avg forward N4 32x28x28 k2 s2 p0 NCHW");
+    QVERIFY2(rec.is_object(), be.describe().dump().c_str());
+#ifdef TRAINBENCH_HAVE_ONEDNN
+    const std::string impl = rec["onednn_implementation"].get<std::string>();
+    QCOMPARE(rec["path"].get<std::string>(),
+             std::string(pooling::onednn::is_jit(impl) ? "onednn" : "fast"));
+    QVERIFY(pooling::onednn::is_jit("jit:avx512_core") && !pooling::onednn::is_jit("simple_nchw:any"));
+#else
+    QCOMPARE(rec["path"].get<std::string>(), std::string("fast"));
+    const QString no = qerror_of([&] { pooling::set_cpu_avg_pool_path(be, "onednn"); });
+    QVERIFY2(no.contains("no oneDNN"), qPrintable(no));
+#endif
+    QCOMPARE(rec["chosen_by"].get<std::string>(), std::string("rule"));
+    const QString bad = qerror_of([&] { pooling::set_cpu_avg_pool_path(be, "fastest"); });
+    QVERIFY2(bad.contains("set_cpu_avg_pool_path") && bad.contains("'fastest'"), qPrintable(bad));
   }
 
   // The same planted NaNs on the GPU (pooling.cu's isnan branch is reached by no
