@@ -66,7 +66,7 @@ limit_bytes=$((64 << 20))
 # too, in seconds), then whole models and trainer runs.
 suites=(test_cuda_backend test_op_tensor test_op_layout test_op_activations test_op_loss
         test_op_pooling test_op_linear test_op_batchnorm test_op_conv test_op_optim test_op_amp
-        test_op_fused test_op_augment test_models test_channels_last test_amp_training
+        test_op_fused test_op_augment test_models test_memory_plan test_channels_last test_amp_training
         test_device_data test_cuda_graphs test_staging test_tensor_pipe test_dp)
 
 # Libraries the GPU machine provides itself (driver, CUDA, glibc): never packed.
