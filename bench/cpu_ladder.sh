@@ -30,11 +30,17 @@ trap 'kill $SAMPLER 2>/dev/null || true' EXIT
 
 kill $SAMPLER 2>/dev/null || true
 /usr/bin/python3 - "$OUT/$NAME.json" "$LOAD" <<'EOF'
-import json, os, sys
+import json, os, subprocess, sys
 path, load = sys.argv[1], sys.argv[2]
 doc = json.load(open(path))
 doc["environment"] = {k: os.environ[k] for k in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS") if k in os.environ}
 doc["load_samples"] = [l.split() for l in open(load) if l.strip()]  # [time, 1, 5, 15 min load]
+# The source the engine was built from: the commit, and whether the tree had
+# uncommitted changes (a dirty figure says so).
+def git(*args):
+    return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
+doc["commit"] = git("rev-parse", "HEAD") or None
+doc["tree_clean"] = git("status", "--porcelain", "--untracked-files=no") == "" if doc["commit"] else None
 json.dump(doc, open(path, "w"), indent=2)
 print("wrote", path, "with", len(doc["load_samples"]), "load samples")
 EOF
