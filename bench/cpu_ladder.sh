@@ -36,11 +36,13 @@ doc = json.load(open(path))
 doc["environment"] = {k: os.environ[k] for k in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS") if k in os.environ}
 doc["load_samples"] = [l.split() for l in open(load) if l.strip()]  # [time, 1, 5, 15 min load]
 # The source the engine was built from: the commit, and whether the tree had
-# uncommitted changes (a dirty figure says so).
+# uncommitted changes besides this ladder's own result files.
 def git(*args):
     return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
 doc["commit"] = git("rev-parse", "HEAD") or None
-doc["tree_clean"] = git("status", "--porcelain", "--untracked-files=no") == "" if doc["commit"] else None
+ours = {os.path.normpath(path[:-len(".json")] + ext) for ext in (".json", ".md", ".csv")}
+changed = [l[3:] for l in git("status", "--porcelain", "--untracked-files=no").splitlines()]
+doc["tree_clean"] = all(os.path.normpath(f) in ours for f in changed) if doc["commit"] else None
 json.dump(doc, open(path, "w"), indent=2)
 print("wrote", path, "with", len(doc["load_samples"]), "load samples")
 EOF
