@@ -37,8 +37,8 @@ doc["environment"] = {k: os.environ[k] for k in ("OMP_WAIT_POLICY", "OMP_NUM_THR
 doc["load_samples"] = [l.split() for l in open(load) if l.strip()]  # [time, 1, 5, 15 min load]
 # The source the engine was built from: the commit, and whether the tree had
 # uncommitted changes besides this ladder's own result files.
-def git(*args):
-    return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
+def git(*args):  # porcelain lines start with a space: strip the newlines only
+    return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip("\n")
 doc["commit"] = git("rev-parse", "HEAD") or None
 ours = {os.path.normpath(path[:-len(".json")] + ext) for ext in (".json", ".md", ".csv")}
 changed = [l[3:] for l in git("status", "--porcelain", "--untracked-files=no").splitlines()]
