@@ -508,9 +508,18 @@ void RunDashboard::showResult(const QJsonObject& summary) {
          tr("Training samples per second at the median step time."));
   const double peak = number(summary, "peak_memory_bytes");
   const QString kind = summary.value(QLatin1String("peak_memory_kind")).toString();
+  QString peakTip = kind == QLatin1String("host_peak_rss") ? tr("Peak resident memory of the engine process (CPU run).")
+                                                          : tr("Peak memory allocated on the device.");
+  const double activations = number(summary, "activation_memory_bytes");
+  const double live = number(summary, "activation_peak_live_bytes");
+  if (!std::isnan(activations) && !std::isnan(live))
+    peakTip += QLatin1Char('\n') +
+               tr("Of it, activations and their gradients: %1 MiB, at most %2 MiB of them in use at once "
+                  "(each is freed at its last use and its memory reused; bigger batches grow this part).")
+                   .arg(activations / (1024.0 * 1024.0), 0, 'f', 0)
+                   .arg(live / (1024.0 * 1024.0), 0, 'f', 0);
   figure(3, std::isnan(peak) ? QStringLiteral("—") : tr("%1 MiB").arg(peak / (1024.0 * 1024.0), 0, 'f', 0),
-         kind == QLatin1String("host_peak_rss") ? tr("Peak resident memory of the engine process (CPU run).")
-                                                : tr("Peak memory allocated on the device."));
+         peakTip);
   double wall = number(summary, "total_time_s");
   if (std::isnan(wall)) wall = followedRun_.wallSeconds;
   figure(4, formatDuration(wall), tr("From the start of the run to its end, %n step(s).", nullptr, int(steps)));

@@ -244,6 +244,11 @@ void StepRunner::invalidate_graphs() {
 }
 
 void StepRunner::write_summary(json& summary) const {
+  // Where the activations went (buffers.h): the pool's blocks, and the most
+  // of them in use at once (what a perfect plan would hold).
+  const TransientBuffers& transients = *primary_->ctx.transients;
+  summary["activation_memory_bytes"] = transients.bytes();
+  summary["activation_peak_live_bytes"] = transients.peak_live_bytes();
   if (!graphs_) return;
   summary["cuda_graph_captures"] = graphs_->captures();
   summary["cuda_graph_replays"] = graphs_->replays();

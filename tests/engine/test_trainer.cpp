@@ -80,6 +80,19 @@ class TestTrainer : public QObject {
     QCOMPARE(o.summary["total_steps"].get<int64_t>(), int64_t(6));
   }
 
+  // The summary says how much memory the activations took (the memory
+  // plan's pool): fmnist-cnn at batch 32 keeps block1's convolution output
+  // for its batch norm (32 channels × 28 × 28 f32 a sample, 3.2 MB a batch)
+  // among others, so at least that was live at once, and the pool holds at
+  // least what was live.
+  void summaryCountsActivationMemory() {
+    Outcome o = train({});
+    const int64_t held = o.summary["activation_memory_bytes"].get<int64_t>();
+    const int64_t live = o.summary["activation_peak_live_bytes"].get<int64_t>();
+    QVERIFY2(live >= 32 * 32 * 28 * 28 * 4 && held >= live,
+             qPrintable(QString("held %1 B, live %2 B").arg(held).arg(live)));
+  }
+
   void sameSeedIsBitIdentical() {
     Outcome a = train({}), b = train({});
     QCOMPARE(a.losses, b.losses);

@@ -41,6 +41,8 @@ QJsonObject finishedSummary() {
           {"median_step_time_ms", 30.8},
           {"samples_per_s", 16605.0},
           {"peak_memory_bytes", 512.0 * 1024 * 1024},
+          {"activation_memory_bytes", 300.0 * 1024 * 1024},
+          {"activation_peak_live_bytes", 260.0 * 1024 * 1024},
           {"final_test_accuracy", 0.8937},
           {"total_time_s", 123.0}};
 }
@@ -88,6 +90,9 @@ class TestRunDashboard : public QObject {
     QVERIFY2(!tip.contains(QLatin1String("Mixed precision")), qPrintable(tip));  // asked for, not applied
     QVERIFY2(!tip.contains(QLatin1String("CUDA graphs")), qPrintable(tip));      // the baseline's value
     QVERIFY2(result.contains(QLatin1String("13")), qPrintable(result));
+    // The peak's tooltip says how much of it the activations were.
+    QVERIFY2(tip.contains(QLatin1String("activations and their gradients: 300 MiB, at most 260 MiB")),
+             qPrintable(tip));
 
     const QString table = tricksTabText(d);
     QVERIFY2(!table.contains(QLatin1String("batch_size")) && !table.contains(QLatin1String("true")) &&
