@@ -15,8 +15,10 @@ using json = nlohmann::json;
 
 DataParallel::DataParallel(std::unique_ptr<Communicator> comm, Backend& backend, Model& model,
                            const DataParallelOptions& options)
-    : comm_(std::move(comm)), backend_(backend), model_(model), options_(options) {
+    : comm_(std::move(comm)), model_(model), options_(options) {
   TB_CHECK(model_.built(), "ddp: the model must be built before its gradients are bucketed");
+  TB_CHECK(model_.grad_block().device() == backend.device(), "ddp: the gradients are on ",
+           model_.grad_block().device().str(), ", this rank's backend on ", backend.device().str());
   TB_CHECK(model_.grad_block().dtype() == DType::F32, "ddp: gradients must be f32, got ",
            model_.grad_block().describe());
   buckets_ = std::make_unique<GradientBuckets>(*comm_, model_.grad_block(),

@@ -64,7 +64,6 @@ class DataParallel {
 
  private:
   std::unique_ptr<Communicator> comm_;
-  Backend& backend_;
   Model& model_;
   DataParallelOptions options_;
   std::unique_ptr<GradientBuckets> buckets_;
