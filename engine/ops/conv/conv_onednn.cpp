@@ -6,10 +6,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <new>
 #include <unordered_map>
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -112,27 +110,22 @@ struct Operand {
 };
 
 // The scratch of every call of a backend: grown to the largest call's need,
-// never per shape (the calls run one at a time, under State::mutex).
+// never per shape (the calls run one at a time, under State::mutex). Host
+// memory from the CPU allocator (64-byte aligned, kAlign; an out-of-memory
+// error names the bytes).
 class Arena {
  public:
   std::byte* reserve(size_t bytes) {
-    if (bytes > size_) {
-      buffer_.reset();  // before the larger one: the two are never held at once
-      size_ = 0;
-      buffer_.reset(static_cast<std::byte*>(std::aligned_alloc(kAlign, aligned(bytes))));
-      if (!buffer_) throw std::bad_alloc();
-      size_ = aligned(bytes);
+    if (bytes > size()) {
+      buffer_ = Tensor{};  // before the larger one: the two are never held at once
+      buffer_ = Tensor::empty({int64_t(aligned(bytes))}, DType::U8);
     }
-    return buffer_.get();
+    return static_cast<std::byte*>(buffer_.data());
   }
-  size_t size() const { return size_; }
+  size_t size() const { return buffer_.defined() ? buffer_.nbytes() : 0; }
 
  private:
-  struct Free {
-    void operator()(std::byte* p) const { std::free(p); }
-  };
-  std::unique_ptr<std::byte, Free> buffer_;
-  size_t size_ = 0;
+  Tensor buffer_;
 };
 
 void add_into(float* dst, const float* src, size_t n) {
