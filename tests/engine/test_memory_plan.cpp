@@ -48,7 +48,7 @@ struct Pass {
   BufferCensus census;
   int64_t requested = 0;  // bytes asked of the pool in this pass
 };
-Pass run_pass(Backend& be, Model& m, Context& ctx, const Tensor& x, const Tensor& dlogits) {
+Pass run_pass(Model& m, Context& ctx, const Tensor& x, const Tensor& dlogits) {
   Pass p;
   ctx.census = &p.census;
   const int64_t before = ctx.transients->requested_bytes();
@@ -57,7 +57,6 @@ Pass run_pass(Backend& be, Model& m, Context& ctx, const Tensor& x, const Tensor
   p.requested = ctx.transients->requested_bytes() - before;
   p.grads = clone(m.grad_block());
   ctx.census = nullptr;
-  (void)be;
   return p;
 }
 
@@ -184,10 +183,10 @@ class TestMemoryPlan : public QObject {
     Context ctx{cpu};
     ctx.layout = layout;
     if (all_tricks) ctx.amp = PrecisionPolicy::from_config("bf16");
-    const Pass first = run_pass(cpu, *m, ctx, x, dl);
+    const Pass first = run_pass(*m, ctx, x, dl);
     const int64_t made = ctx.transients->allocations();
-    const Pass second = run_pass(cpu, *m, ctx, x, dl);
-    const Pass third = run_pass(cpu, *m, ctx, x, dl);
+    const Pass second = run_pass(*m, ctx, x, dl);
+    const Pass third = run_pass(*m, ctx, x, dl);
     QCOMPARE(ctx.transients->allocations(), made);
     QCOMPARE(third.requested, first.requested);
     QVERIFY(bitwise_equal(first.grads, second.grads));
