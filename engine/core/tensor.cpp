@@ -136,6 +136,24 @@ Tensor Tensor::view_of(const Tensor& base, int64_t element_offset, const Shape& 
   return t;
 }
 
+Tensor Tensor::region_of(const Tensor& base, int64_t byte_offset, const Shape& shape,
+                         DType dtype) {
+  TB_CHECK(base.defined(), "region of an undefined tensor");
+  const int64_t bytes = shape_numel(shape) * int64_t(dtype_size(dtype));
+  TB_CHECK(byte_offset >= 0 && byte_offset % int64_t(dtype_size(dtype)) == 0 &&
+               byte_offset + bytes <= int64_t(base.nbytes()),
+           "region ", dtype_name(dtype), shape_str(shape), " at byte ", byte_offset,
+           " does not fit in ", base.describe());
+  Tensor t;
+  t.data_ = static_cast<char*>(base.data_) + byte_offset;
+  // An owner of its own whose deleter holds base's: the region's holders are its views.
+  t.storage_ = std::shared_ptr<void>(t.data_, [keep = base.storage_](void*) {});
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.device_ = base.device_;
+  return t;
+}
+
 Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, Device device, Layout layout) {
   Tensor t;
   t.data_ = data;

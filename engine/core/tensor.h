@@ -57,6 +57,11 @@ class Tensor {
   // A view of `shape` starting `element_offset` elements into `base` (contiguous).
   static Tensor view_of(const Tensor& base, int64_t element_offset, const Shape& shape,
                         Layout layout = Layout::NCHW);
+  // Bytes [byte_offset, byte_offset + numel(shape) * size(dtype)) of `base`
+  // as a tensor with holders of its own: it keeps base's block alive, but
+  // its views count in its holders() and not in base's (a pool's region of
+  // one block, TransientBuffers). byte_offset must suit dtype's alignment.
+  static Tensor region_of(const Tensor& base, int64_t byte_offset, const Shape& shape, DType dtype);
   // A non-owning view of caller memory (the caller keeps it alive).
   static Tensor wrap(void* data, const Shape& shape, DType dtype, Device device = Device::cpu(),
                      Layout layout = Layout::NCHW);

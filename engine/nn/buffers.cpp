@@ -5,56 +5,111 @@
 
 namespace tb {
 
+TransientBuffers::Arena& TransientBuffers::arena_for(const Device& device) {
+  for (Arena& a : arenas_)
+    if (a.device == device) return a;
+  arenas_.push_back(Arena{device, {}, 0, {}, {}});
+  return arenas_.back();
+}
+
+void TransientBuffers::give_back(Arena& a, int64_t offset, int64_t bytes) {
+  auto next = a.free.lower_bound(offset);
+  if (next != a.free.end() && offset + bytes == next->first) {
+    bytes += next->second;
+    next = a.free.erase(next);
+  }
+  if (next != a.free.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == offset) {
+      prev->second += bytes;
+      return;
+    }
+  }
+  a.free.emplace(offset, bytes);
+}
+
+int64_t TransientBuffers::place(Arena& a, int64_t bytes) {
+  auto best = a.free.end();
+  for (auto f = a.free.begin(); f != a.free.end(); ++f)
+    if (f->second >= bytes && (best == a.free.end() || f->second < best->second)) best = f;
+  if (best != a.free.end()) {
+    const auto [offset, have] = *best;
+    a.free.erase(best);
+    if (have > bytes) a.free.emplace(offset + bytes, have - bytes);
+    return offset;
+  }
+  // None fits: the end of the extent, grown from the free range that ends it.
+  int64_t offset = a.extent;
+  if (!a.free.empty()) {
+    auto last = std::prev(a.free.end());
+    if (last->first + last->second == a.extent) {
+      offset = last->first;
+      a.free.erase(last);
+    }
+  }
+  a.extent = offset + bytes;
+  return offset;
+}
+
 Tensor TransientBuffers::take(Backend& backend, const Shape& shape, DType dtype, Layout layout) {
   const int64_t n = shape_numel(shape);
   const int64_t want = n * int64_t(dtype_size(dtype));
-  const Device device = backend.device();
+  const int64_t bytes = std::max<int64_t>((want + kAlignment - 1) / kAlignment, 1) * kAlignment;
   std::lock_guard<std::mutex> lock(mutex_);
   requested_bytes_ += want;
-  // The smallest free block that fits; failing that, the largest free one
-  // that does not, which the new block replaces.
-  auto best = blocks_.end(), too_small = blocks_.end();
-  int64_t live = want;
-  for (auto b = blocks_.begin(); b != blocks_.end(); ++b) {
-    const Tensor& t = b->block;
-    // holders() == 1: the pool's own reference is the only one left.
-    if (t.holders() != 1) {
-      live += b->taken_bytes;
+  Arena& a = arena_for(backend.device());
+  // Regions nobody views any more go back (holders() == 1: the pool's own).
+  int64_t live = bytes;
+  for (size_t i = 0; i < a.live.size();) {
+    Region& r = a.live[i];
+    if (r.handle.holders() == 1) {
+      give_back(a, r.offset, r.bytes);
+      r = std::move(a.live.back());
+      a.live.pop_back();
       continue;
     }
-    if (t.dtype() != dtype || t.device() != device) continue;
-    if (t.numel() >= n) {
-      if (best == blocks_.end() || t.numel() < best->block.numel()) best = b;
-    } else if (too_small == blocks_.end() || t.numel() > too_small->block.numel()) {
-      too_small = b;
-    }
+    live += r.bytes;
+    ++i;
   }
-  if (best == blocks_.end()) {
-    Tensor block = backend.empty({std::max<int64_t>(n, 1)}, dtype);
-    if (too_small != blocks_.end()) {
-      too_small->block = std::move(block);
-      best = too_small;
-    } else {
-      blocks_.push_back({std::move(block), 0});
-      best = std::prev(blocks_.end());
-    }
+  // Nothing alive (a pass begins): replace the block by one that holds the extent.
+  if (a.live.empty() && a.extent > int64_t(a.block.nbytes())) {
+    a.block = Tensor{};  // first, so the old and the new are never both held
+    a.block = backend.empty({a.extent}, DType::U8);
     ++allocations_;
   }
-  best->taken_bytes = want;
   peak_live_bytes_ = std::max(peak_live_bytes_, live);
-  return Tensor::view_of(best->block, 0, shape, shape.size() == 4 ? layout : Layout::NCHW);
+  const int64_t offset = place(a, bytes);
+  Region r{offset, bytes, {}, offset + bytes > int64_t(a.block.nbytes())};
+  if (r.overflow) {
+    r.handle = backend.empty({std::max<int64_t>(n, 1)}, dtype);
+    ++allocations_;
+  } else {
+    r.handle = Tensor::region_of(a.block, offset, {std::max<int64_t>(n, 1)}, dtype);
+  }
+  Tensor t = Tensor::view_of(r.handle, 0, shape, shape.size() == 4 ? layout : Layout::NCHW);
+  a.live.push_back(std::move(r));
+  return t;
 }
 
 int64_t TransientBuffers::bytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
   int64_t n = 0;
-  for (const Block& b : blocks_) n += int64_t(b.block.nbytes());
+  for (const Arena& a : arenas_) {
+    n += int64_t(a.block.nbytes());
+    for (const Region& r : a.live)
+      if (r.overflow) n += int64_t(r.handle.nbytes());
+  }
   return n;
 }
 
 int64_t TransientBuffers::blocks() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return int64_t(blocks_.size());
+  int64_t n = 0;
+  for (const Arena& a : arenas_) {
+    n += a.block.defined() ? 1 : 0;
+    for (const Region& r : a.live) n += r.overflow ? 1 : 0;
+  }
+  return n;
 }
 
 int64_t TransientBuffers::allocations() const {
@@ -72,6 +127,13 @@ int64_t TransientBuffers::peak_live_bytes() const {
   return peak_live_bytes_;
 }
 
+int64_t TransientBuffers::extent(const Device& device) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const Arena& a : arenas_)
+    if (a.device == device) return a.extent;
+  return 0;
+}
+
 int64_t BufferCensus::bytes() const {
   int64_t n = 0;
   for (const auto& [member, t] : buffers) n += int64_t(t.nbytes());
@@ -80,15 +142,15 @@ int64_t BufferCensus::bytes() const {
 
 int64_t BufferCensus::bytes_of(DType d) const {
   int64_t n = 0;
-  for (const auto* m : {&buffers, &transients})
-    for (const auto& [member, t] : *m)
-      if (t.dtype() == d) n += int64_t(t.nbytes());
+  for (const auto& [member, t] : buffers)
+    if (t.dtype() == d) n += int64_t(t.nbytes());
+  if (auto it = transients.find(d); it != transients.end()) n += it->second;
   return n;
 }
 
 int64_t BufferCensus::transient_bytes() const {
   int64_t n = 0;
-  for (const auto& [block, t] : transients) n += int64_t(t.nbytes());
+  for (const auto& [dtype, b] : transients) n += b;
   return n;
 }
 

@@ -50,11 +50,7 @@ Tensor& ensure_buffer(Context& ctx, Tensor& buf, const Shape& shape, DType dtype
 
 Tensor transient_buffer(Context& ctx, const Shape& shape, DType dtype, Layout layout) {
   Tensor t = ctx.transients->take(ctx.backend, shape, dtype, layout);
-  // The census keeps non-owning views: a copy of a block would hold it.
-  if (ctx.census)
-    ctx.transients->for_each_block([&](const Tensor& b) {
-      ctx.census->transients[&b] = Tensor::wrap(b.data(), b.shape(), b.dtype(), b.device());
-    });
+  if (ctx.census) ctx.census->transients[dtype] += int64_t(t.nbytes());
   return t;
 }
 

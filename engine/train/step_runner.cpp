@@ -234,8 +234,8 @@ void StepRunner::run(int64_t step, double lr, const StageNext& stage_next, json&
                [&] { stager_.consumed(); }, metrics);
     if (graphs_) graphs_->eager_step_done();
   }
-  // A step in which the transient buffers made a block may have given back
-  // one a graph addresses (buffers.h): capture again after an eager step.
+  // A step in which the transient buffers allocated may have moved memory a
+  // graph addresses (buffers.h): capture again after an eager step.
   if (graphs_ && transients.allocations() != made) graphs_->invalidate(1);
 }
 
@@ -244,11 +244,13 @@ void StepRunner::invalidate_graphs() {
 }
 
 void StepRunner::write_summary(json& summary) const {
-  // Where the activations went (buffers.h): the pool's blocks, and the most
-  // of them in use at once (what a perfect plan would hold).
+  // Where the activations went (buffers.h): what the pool holds, the most
+  // bytes in use at once (what a perfect plan would hold), and how often it
+  // allocated (a steady step: never).
   const TransientBuffers& transients = *primary_->ctx.transients;
   summary["activation_memory_bytes"] = transients.bytes();
   summary["activation_peak_live_bytes"] = transients.peak_live_bytes();
+  summary["activation_allocations"] = transients.allocations();
   if (!graphs_) return;
   summary["cuda_graph_captures"] = graphs_->captures();
   summary["cuda_graph_replays"] = graphs_->replays();

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // The model's memory plan (engine/nn/buffers.h): what a backward writes for
-// part of one pass (input gradients, a block's inner gradients) comes from
-// TransientBuffers, whose blocks are handed out again once nobody holds them;
-// and no layer computes an input gradient nobody reads.
+// part of one pass (activations, what a backward keeps of them, input
+// gradients, a block's inner gradients) comes from TransientBuffers, whose
+// regions of one block are handed out again once nobody holds them; and no
+// layer computes an input gradient nobody reads.
 #include <QtTest>
 
 #include <algorithm>
@@ -67,55 +68,75 @@ class TestMemoryPlan : public QObject {
   CpuBackend cpu{BackendOptions{}};
 
  private slots:
-  // The pool's rules: a block someone holds is never handed out; a freed
-  // one is, the smallest free one that fits, of the same dtype; a request
-  // no free block fits makes a new one.
-  void poolHandsOutOnlyFreeBlocks() {
+  // The pool's rules (buffers.h): a region someone holds, through any view,
+  // is never handed out; a free range is, the smallest that fits, whatever
+  // the dtype; neighbours given back merge; what finds no free range extends
+  // the arena, in a block of its own until a request finds nothing alive and
+  // the arena's block is made to hold the whole extent.
+  void poolHandsOutOnlyFreeRegions() {
+    constexpr int64_t A = TransientBuffers::kAlignment;
     TransientBuffers pool;
-    Tensor a = pool.take(cpu, {4, 8}, DType::F32, Layout::NCHW);
-    Tensor b = pool.take(cpu, {4, 8}, DType::F32, Layout::NCHW);
+    auto take = [&](int64_t bytes, DType t = DType::F32) {
+      return pool.take(cpu, {bytes / int64_t(dtype_size(t))}, t, Layout::NCHW);
+    };
+    // A first pass: no block yet, so each region is one of its own.
+    Tensor a = take(4 * A), b = take(A / 2);
     QVERIFY(a.data() != b.data());
     QCOMPARE(pool.allocations(), int64_t(2));
-    void* a_block = a.data();
-    a = Tensor{};  // freed: the next request of its size gets it back
-    Tensor c = pool.take(cpu, {2, 16}, DType::F32, Layout::NCHW);
-    QCOMPARE(c.data(), a_block);
-    QCOMPARE(c.shape(), (Shape{2, 16}));
-    QCOMPARE(pool.allocations(), int64_t(2));
-    // A view keeps its block held too.
-    Tensor view = c.reshaped({32});
-    c = Tensor{};
-    Tensor d = pool.take(cpu, {32}, DType::F32, Layout::NCHW);
-    QVERIFY(d.data() != a_block);
+    QCOMPARE(pool.extent(cpu.device()), 5 * A);  // b rounded up to the alignment
+    a = Tensor{}, b = Tensor{};
+    // Nothing alive: the block is made, as large as the extent, and the
+    // request takes its start.
+    Tensor c = take(A);
     QCOMPARE(pool.allocations(), int64_t(3));
-    // Another dtype never shares a block.
-    view = Tensor{}, b = Tensor{}, d = Tensor{};
-    Tensor h = pool.take(cpu, {32}, DType::BF16, Layout::NCHW);
-    QCOMPARE(h.dtype(), DType::BF16);
-    QCOMPARE(pool.blocks(), int64_t(4));
-    // A larger request never takes a smaller block: its new block replaces
-    // a free one that is too small (three f32 blocks of 32 are free).
-    Tensor big = pool.take(cpu, {64}, DType::F32, Layout::NCHW);
+    QCOMPARE(pool.blocks(), int64_t(1));
+    QCOMPARE(pool.bytes(), 5 * A);
+    char* base = static_cast<char*>(c.data());
+    // Taken in order from the free range after c; every region aligned.
+    Tensor d = take(A, DType::BF16), e = take(2 * A);
+    QCOMPARE(static_cast<char*>(d.data()), base + A);
+    QCOMPARE(static_cast<char*>(e.data()), base + 2 * A);
+    QCOMPARE(d.dtype(), DType::BF16);
+    // A view keeps its region held: c's range stays taken.
+    Tensor view = c.reshaped({A / 4});
+    c = Tensor{};
+    Tensor f = take(A);
+    QCOMPARE(static_cast<char*>(f.data()), base + 4 * A);
+    QCOMPARE(pool.allocations(), int64_t(3));
+    // Given back, c's range goes to another dtype.
+    view = Tensor{};
+    Tensor g = take(A / 2, DType::I32);
+    QCOMPARE(static_cast<char*>(g.data()), base);
+    QCOMPARE(g.dtype(), DType::I32);
+    // Best fit: of the free ranges 1 A (d's) and 2 A (e's), a request of 1 A
+    // takes d's, one of 2 A then e's.
+    d = Tensor{}, e = Tensor{};
+    g = Tensor{};  // g's range merges with d's and e's: one range of 4 A at 0
+    Tensor h = take(A), i = take(A), j = take(2 * A);
+    QCOMPARE(static_cast<char*>(h.data()), base);
+    QCOMPARE(static_cast<char*>(i.data()), base + A);
+    QCOMPARE(static_cast<char*>(j.data()), base + 2 * A);
+    h = Tensor{}, j = Tensor{};  // free: 1 A at 0 and 2 A at 2 A (i between)
+    Tensor k = take(2 * A), l = take(A);
+    QCOMPARE(static_cast<char*>(k.data()), base + 2 * A);
+    QCOMPARE(static_cast<char*>(l.data()), base);
+    // No range fits: the extent grows, in a block of the region's own.
+    Tensor m = take(3 * A);
+    QCOMPARE(pool.extent(cpu.device()), 8 * A);
+    QCOMPARE(pool.allocations(), int64_t(4));
+    QCOMPARE(pool.blocks(), int64_t(2));
+    QVERIFY(m.data() < base || m.data() >= base + 5 * A);
+    // The next request that finds nothing alive makes the block hold all of it.
+    f = Tensor{}, i = Tensor{}, k = Tensor{}, l = Tensor{}, m = Tensor{};
+    Tensor n = take(8 * A);
     QCOMPARE(pool.allocations(), int64_t(5));
-    QCOMPARE(pool.blocks(), int64_t(4));
-    QCOMPARE(pool.bytes(), int64_t((64 + 32 + 32) * 4 + 32 * 2));
-    // Of two free blocks that fit, the smaller: a small request leaves the big block free.
-    big = Tensor{};
-    Tensor small = pool.take(cpu, {8}, DType::F32, Layout::NCHW);
-    Tensor big_again = pool.take(cpu, {64}, DType::F32, Layout::NCHW);
-    QCOMPARE(pool.allocations(), int64_t(5));
-    // The last free f32 block (32) is replaced; then none is free at all,
-    // and a new block joins the others.
-    Tensor more = pool.take(cpu, {64}, DType::F32, Layout::NCHW);
-    QCOMPARE(pool.blocks(), int64_t(4));
-    Tensor more2 = pool.take(cpu, {64}, DType::F32, Layout::NCHW);
-    QCOMPARE(pool.blocks(), int64_t(5));
-    QCOMPARE(pool.allocations(), int64_t(7));
-    QVERIFY(more.data() != big_again.data() && more2.data() != more.data());
-    // Rank-4 requests keep their layout.
-    small = Tensor{};
+    QCOMPARE(pool.bytes(), 8 * A);
+    QCOMPARE(pool.blocks(), int64_t(1));
+    // Rank-4 requests keep their layout; the most alive at once is counted.
+    n = Tensor{};
     Tensor nhwc = pool.take(cpu, {1, 2, 2, 2}, DType::F32, Layout::NHWC);
     QCOMPARE(nhwc.layout(), Layout::NHWC);
+    QCOMPARE(pool.peak_live_bytes(), 8 * A);
   }
 
   // Residual blocks hold the most gradients at once (the block's dy, the
@@ -143,9 +164,10 @@ class TestMemoryPlan : public QObject {
 
   // A whole model's pass: every activation and gradient comes from the
   // pool, saved activations are given up as the backward passes them, and
-  // gradients take their blocks. A second and a third pass on the same batch
-  // allocate nothing and give the same gradients bit for bit (so no block was
-  // handed out while live, and a captured graph would see the same blocks).
+  // gradients take their ranges. The second pass begins by making the one
+  // block; the third allocates nothing, and all three give the same
+  // gradients bit for bit (so no range was handed out while live, and a
+  // captured graph would see the same addresses).
   void modelPassReusesBlocks_data() {
     QTest::addColumn<QString>("model");
     QTest::addColumn<QList<qint64>>("dims");
@@ -184,25 +206,28 @@ class TestMemoryPlan : public QObject {
     ctx.layout = layout;
     if (all_tricks) ctx.amp = PrecisionPolicy::from_config("bf16");
     const Pass first = run_pass(*m, ctx, x, dl);
+    const Pass second = run_pass(*m, ctx, x, dl);  // begins by making the block
     const int64_t made = ctx.transients->allocations();
-    const Pass second = run_pass(*m, ctx, x, dl);
     const Pass third = run_pass(*m, ctx, x, dl);
     QCOMPARE(ctx.transients->allocations(), made);
+    QCOMPARE(ctx.transients->blocks(), int64_t(1));
     QCOMPARE(third.requested, first.requested);
     QVERIFY(bitwise_equal(first.grads, second.grads));
     QVERIFY(bitwise_equal(first.grads, third.grads));
 
-    const int64_t held = third.census.transient_bytes(), live = ctx.transients->peak_live_bytes();
-    qInfo("%s: transient blocks %lld B (%lld blocks), at most %lld B live at once, %lld B "
-          "requested in a pass; kept by layers %lld B",
-          QTest::currentDataTag(), (long long)held,
-          (long long)ctx.transients->blocks(), (long long)live, (long long)third.requested,
-          (long long)(third.census.bytes() - held));
-    // Best fit's loss to mismatched sizes, against the least any plan could
-    // hold: measured 1 % (mlp), 31 % (fmnist-cnn: a pooled output takes the
-    // freed block of the convolution before it), 14 % (resnet18-cifar); a
-    // guard of 40 %, not a derived bound.
-    QVERIFY2(held <= live * 7 / 5, qPrintable(QString("%1 B held, %2 B live").arg(held).arg(live)));
+    const int64_t held = ctx.transients->bytes(), live = ctx.transients->peak_live_bytes();
+    qInfo("%s: transient block %lld B, at most %lld B live at once, %lld B requested in a "
+          "pass; kept by layers %lld B",
+          QTest::currentDataTag(), (long long)held, (long long)live, (long long)third.requested,
+          (long long)(third.census.bytes() - third.census.transient_bytes()));
+    // Online best fit can leave a range too small for a later request and
+    // place it higher, so the block may exceed the most alive at once:
+    // measured 0 on mlp, fmnist-cnn, resnet18-cifar and its channels-last
+    // bf16 form, 24,832 B (0.09 %) on the fused one (best fit over whole
+    // blocks lost 1 %, 31 %, 14 %, 14 %, 14 %); a guard of 1 %, not a
+    // derived bound.
+    QVERIFY2(held <= live + live / 100,
+             qPrintable(QString("%1 B held, %2 B live").arg(held).arg(live)));
     QVERIFY2(held < third.requested, qPrintable(QString("%1 B held").arg(held)));
   }
 
@@ -245,11 +270,12 @@ class TestMemoryPlan : public QObject {
 
   // On the GPU: the all-tricks resnet18-cifar (channels-last, padded to 8,
   // no conv bias, fused BN+ReLU(+add), bf16 activations) at batch 64. After
-  // the first pass the pool makes no block, and the device's allocator
-  // allocates nothing either, cuDNN's and cuBLAS's workspaces included: its
-  // allocated bytes and cudaMalloc count after the third pass are the second
-  // pass's. The peak and the pool's figures are printed for bench/NOTES.md
-  // (attempt 5's prediction: ≈ 2.42 MB a sample live).
+  // the second pass (which makes the pool's block) the pool makes nothing,
+  // and the device's allocator allocates nothing either, cuDNN's and
+  // cuBLAS's workspaces included: its allocated bytes and cudaMalloc count
+  // after the third pass are the second pass's. The peak and the pool's
+  // figures are printed for bench/NOTES.md (attempt 5's prediction: ≈ 2.42
+  // MB a sample live, and the block as large).
   void cuda_steady_pass_allocates_nothing() {
     NEED_GPU();
     TB_GPU_TRY
@@ -274,13 +300,13 @@ class TestMemoryPlan : public QObject {
     };
     const DeviceMemoryStats before = mem->stats(false);
     pass();
-    const int64_t made = ctx.transients->allocations();
     pass();
+    const int64_t made = ctx.transients->allocations();
     const DeviceMemoryStats second = mem->stats(false);
     mem->reset_peak();
     pass();
     const DeviceMemoryStats third = mem->stats(false);
-    qInfo("resnet18-cifar all tricks bf16, batch %lld: pool %lld B in %lld blocks, at most %lld B "
+    qInfo("resnet18-cifar all tricks bf16, batch %lld: pool %lld B in %lld block(s), at most %lld B "
           "live at once (%.3f MB a sample); device allocated before %lld B, after %lld B, peak "
           "of a steady pass %lld B, %lld cudaMalloc calls",
           (long long)N, (long long)ctx.transients->bytes(), (long long)ctx.transients->blocks(),

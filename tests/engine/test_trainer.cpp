@@ -93,6 +93,19 @@ class TestTrainer : public QObject {
              qPrintable(QString("held %1 B, live %2 B").arg(held).arg(live)));
   }
 
+  // The pool's steady state over a real loop (buffers.h): every step begins
+  // with nothing alive, so the pool allocates in the first two steps (the
+  // first pass's regions, then its block) and the end-of-run evaluation,
+  // never again: a run twice as long allocates as often. A step that held a
+  // transient across the step boundary would allocate every step (and under
+  // CUDA graphs capture every step).
+  void activationPoolAllocatesOnlyAtTheStart() {
+    const Outcome six = train({}), twelve = train({{"max_steps", 12}});
+    const int64_t a6 = six.summary["activation_allocations"].get<int64_t>();
+    const int64_t a12 = twelve.summary["activation_allocations"].get<int64_t>();
+    QVERIFY2(a6 > 0 && a12 == a6, qPrintable(QString("%1 and %2 allocations").arg(a6).arg(a12)));
+  }
+
   void sameSeedIsBitIdentical() {
     Outcome a = train({}), b = train({});
     QCOMPARE(a.losses, b.losses);
