@@ -7,6 +7,7 @@
 namespace tb {
 
 void AmpOperands::prepare(Context& ctx, const Tensor& x, const Tensor& master_weight, DType lp) {
+  in_dtype_ = x.dtype();
   if (x.dtype() == lp) {
     x_ = x;
   } else {
@@ -22,13 +23,13 @@ void AmpOperands::check_backward(const Context& ctx, DType lp, const std::string
            " without a forward under the same policy");
 }
 
-Tensor AmpOperands::op_dx(Context& ctx, const Tensor& in, const Tensor& dy) {
-  return transient_buffer(ctx, in.shape(), dy.dtype(), in.layout());
+Tensor AmpOperands::op_dx(Context& ctx, const Tensor& dy) {
+  return transient_buffer(ctx, x_.shape(), dy.dtype(), x_.layout());
 }
 
-Tensor AmpOperands::input_grad(Context& ctx, const Tensor& in, const Tensor& written) {
-  if (written.dtype() == in.dtype()) return written;
-  Tensor dx = transient_buffer(ctx, in.shape(), in.dtype(), in.layout());
+Tensor AmpOperands::input_grad(Context& ctx, const Tensor& written) {
+  if (written.dtype() == in_dtype_) return written;
+  Tensor dx = transient_buffer(ctx, x_.shape(), in_dtype_, x_.layout());
   amp::cast(ctx.backend, written, dx);
   return dx;
 }

@@ -13,6 +13,9 @@
 //             batch, whose dx is rarely wanted) and at the model's output
 //             layer (f32 dlogits, lp input): there the op writes into op_dx
 //             and input_grad casts it over.
+// The layer keeps x() for its backward and not its input: where they
+// differ, the f32 input is read by nothing after the cast (the stem's padded
+// batch, 4 bytes a value, freed at once).
 #include "engine/nn/layer.h"
 
 namespace tb {
@@ -25,20 +28,22 @@ class AmpOperands {
   const Tensor& x() const { return x_; }
   const Tensor& weight() const { return weight_; }
   // Drops x (the layer's input itself, or the view of cast_x): the layer's
-  // release_saved. The casts' buffers stay for the next pass.
+  // release_saved, and its forward in eval mode. The casts' buffers stay for
+  // the next pass.
   void release() { x_ = {}; }
   // Throws naming `layer` unless the last forward ran under ctx's policy.
   void check_backward(const Context& ctx, DType lp, const std::string& layer) const;
-  // The buffer the op writes dx into, for dy and the layer's input `in`: a
-  // transient buffer of in's shape and layout in dy's dtype.
-  Tensor op_dx(Context& ctx, const Tensor& in, const Tensor& dy);
+  // The buffer the op writes dx into, for dy: a transient buffer of the
+  // input's shape and layout in dy's dtype.
+  Tensor op_dx(Context& ctx, const Tensor& dy);
   // After the op wrote `written` (what op_dx returned): the layer's input
-  // gradient in in's dtype (written itself, or cast from it into a
+  // gradient in the input's dtype (written itself, or cast from it into a
   // transient buffer).
-  Tensor input_grad(Context& ctx, const Tensor& in, const Tensor& written);
+  Tensor input_grad(Context& ctx, const Tensor& written);
 
  private:
   Tensor x_, cast_x_, weight_;
+  DType in_dtype_ = DType::F32;  // the layer's input's (x_ has its shape and layout)
 };
 
 }  // namespace tb

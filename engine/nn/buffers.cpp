@@ -74,6 +74,9 @@ Tensor TransientBuffers::take(Backend& backend, const Shape& shape, DType dtype,
   // Nothing alive (a pass begins): replace the block by one that holds the extent.
   if (a.live.empty() && a.extent > int64_t(a.block.nbytes())) {
     a.block = Tensor{};  // first, so the old and the new are never both held
+    // The regions that overflowed were blocks of their own, now free in the
+    // device allocator's cache: back to the driver, or it would hold both.
+    if (DeviceMemory* m = backend.memory()) m->empty_cache();
     a.block = backend.empty({a.extent}, DType::U8);
     ++allocations_;
   }

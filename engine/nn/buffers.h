@@ -29,15 +29,18 @@ namespace tb {
 // the arena's extent, which grows. A region placed beyond the block gets a
 // block of its own for its life (an overflow), and the first request that
 // finds no region alive (a pass begins) replaces the block by one as large
-// as the extent. So the first pass allocates as it goes, like a caching
-// allocator, the second starts with one block holding every offset the
-// first used, and since the same requests in the same order from the same
-// free ranges get the same offsets, a steady pass allocates nothing (CUDA
-// graphs see the same addresses). Counted over whole models
-// (test_memory_plan), the extent is the most bytes alive at once: offsets
-// reuse what best fit over whole blocks left between a large block and a
-// smaller request (14 % of resnet18-cifar's activations, 31 % of
-// fmnist-cnn's), and every dtype shares the one block.
+// as the extent, after asking the device's allocator to give its cached
+// blocks back (the first pass's among them), so the device never holds
+// both. So the first pass allocates as it goes, like a caching allocator,
+// the second starts with one block holding every offset the first used,
+// and since the same requests in the same order from the same free ranges
+// get the same offsets, a steady pass allocates nothing (CUDA graphs see
+// the same addresses). Counted over whole models (test_memory_plan), the
+// extent is the most bytes alive at once (but for mlp's +14 %: online, no
+// rule foresees the rest of a pass): offsets reuse what best fit over whole
+// blocks left between a large block and a smaller request (14 % of
+// resnet18-cifar's activations, 31 % of fmnist-cnn's), and every dtype
+// shares the one block.
 //
 // A block replaced or an overflow made may move what a CUDA graph captured
 // before addresses (graphs.cpp: buffers allocated before a capture are used

@@ -58,18 +58,24 @@ Tensor Conv2d::forward(Context& ctx, const Tensor& x) {
              ") needs f32 activations, got ", dtype_name(ctx.dtype));
     lp_.prepare(ctx, x, weight_, ctx.amp.dtype_for(AmpOp::Conv));
     conv::forward(ctx.backend, g, lp_.x(), lp_.weight(), bias_, y);
+    if (!ctx.training) lp_.release();  // the backward reads lp_.x(), not x
+    x_ = {};
   } else {
     conv::forward(ctx.backend, g, x, weight_, bias_, y);
+    x_ = ctx.training ? x : Tensor{};
+    lp_.release();
   }
-  x_ = ctx.training ? x : Tensor{};
   return y;
 }
 
 // dx in the input's dtype; weight and bias gradients f32 (the masters').
 Tensor Conv2d::backward(Context& ctx, const Tensor& dy, bool need_dx) {
-  TB_CHECK(x_.defined(), "conv2d ", name(), ": backward without a training forward");
-  const ConvGeometry g = geometry(x_);
+  TB_CHECK(x_.defined() || lp_.x().defined(), "conv2d ", name(),
+           ": backward without a training forward");
   if (!ctx.amp.enabled()) {
+    TB_CHECK(x_.defined(), "conv2d ", name(), ": backward without amp after a forward under amp ",
+             ctx.amp.name());
+    const ConvGeometry g = geometry(x_);
     Tensor dx;
     if (need_dx) dx = transient_buffer(ctx, g.input_shape(), x_.dtype(), x_.layout());
     conv::backward(ctx.backend, g, x_, weight_, dy, dx, weight_grad_, bias_grad_,
@@ -77,10 +83,11 @@ Tensor Conv2d::backward(Context& ctx, const Tensor& dy, bool need_dx) {
     return dx;
   }
   lp_.check_backward(ctx, ctx.amp.dtype_for(AmpOp::Conv), "conv2d " + name());
-  Tensor dx = need_dx ? lp_.op_dx(ctx, x_, dy) : Tensor{};
+  const ConvGeometry g = geometry(lp_.x());
+  Tensor dx = need_dx ? lp_.op_dx(ctx, dy) : Tensor{};
   conv::backward(ctx.backend, g, lp_.x(), lp_.weight(), dy, dx, weight_grad_, bias_grad_,
                  ctx.accumulate_grads);
-  return need_dx ? lp_.input_grad(ctx, x_, dx) : Tensor{};
+  return need_dx ? lp_.input_grad(ctx, dx) : Tensor{};
 }
 
 }  // namespace tb

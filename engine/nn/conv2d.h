@@ -41,8 +41,8 @@ class Conv2d : public Layer {
   int64_t in_channels_ = 0, out_channels_, kernel_, stride_, pad_;
   bool has_bias_;
   Tensor weight_, weight_grad_, bias_, bias_grad_;
-  Tensor x_;       // input kept for backward (training only)
-  AmpOperands lp_;  // under AMP: the f16/bf16 x and weight the op ran on
+  Tensor x_;       // input kept for backward (training without AMP)
+  AmpOperands lp_;  // under AMP: the f16/bf16 x (kept for backward instead) and weight
 };
 
 }  // namespace tb

@@ -67,16 +67,21 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
   } else {
     linear::forward(ctx.backend, x, weight_, bias_, y);
   }
-  x_ = ctx.training ? x : Tensor{};
-  y_ = ctx.training ? y : Tensor{};
-  pre_ = ctx.training && act_ == Activation::GELU ? pre : Tensor{};  // GELU's backward reads it
+  // Kept for backward: x without AMP (with it, lp_.x()), y for the
+  // activation's mask, the pre-activation for GELU's.
+  x_ = ctx.training && !amp ? x : Tensor{};
+  if (!amp || !ctx.training) lp_.release();
+  y_ = ctx.training && act_ != Activation::None ? y : Tensor{};
+  pre_ = ctx.training && act_ == Activation::GELU ? pre : Tensor{};
+  trained_ = ctx.training;
+  amp_ = amp;
   return y;
 }
 
 // dx in the input's dtype; weight and bias gradients f32 (the masters').
 Tensor Linear::backward(Context& ctx, const Tensor& dy, bool need_dx) {
-  TB_CHECK(x_.defined(), "linear ", name(), ": backward without a training forward");
-  const bool amp = ctx.amp.enabled() && (act_ == Activation::None || y_.dtype() != DType::F32);
+  TB_CHECK(trained_, "linear ", name(), ": backward without a training forward");
+  const bool amp = amp_;  // the form the forward ran
   if (act_ != Activation::None && !amp) {
     Tensor dx;
     if (need_dx) dx = transient_buffer(ctx, x_.shape(), x_.dtype());
@@ -96,16 +101,16 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   lp_.check_backward(ctx, ctx.amp.dtype_for(AmpOp::Linear), "linear " + name());
   Tensor dz = dy;
   if (act_ != Activation::None) {  // the activation's gradient, then the GEMMs from it
-    dz = transient_buffer(ctx, y_.shape(), dy.dtype());
+    dz = transient_buffer(ctx, dy.shape(), dy.dtype());
     if (act_ == Activation::ReLU)
       pointwise::relu_backward(ctx.backend, y_, dy, dz);
     else
       pointwise::gelu_backward(ctx.backend, pre_, dy, dz);
   }
-  Tensor dx = need_dx ? lp_.op_dx(ctx, x_, dz) : Tensor{};
+  Tensor dx = need_dx ? lp_.op_dx(ctx, dz) : Tensor{};
   linear::backward(ctx.backend, lp_.x(), lp_.weight(), dz, dx, weight_grad_, bias_grad_,
                    ctx.accumulate_grads);
-  return need_dx ? lp_.input_grad(ctx, x_, dx) : Tensor{};
+  return need_dx ? lp_.input_grad(ctx, dx) : Tensor{};
 }
 
 }  // namespace tb

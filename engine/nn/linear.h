@@ -40,6 +40,7 @@ class Linear : public Layer {
   void release_saved() override {
     x_ = {}, y_ = {}, pre_ = {};
     lp_.release();
+    trained_ = false;
   }
 
   int64_t in_features() const { return in_features_; }
@@ -52,10 +53,12 @@ class Linear : public Layer {
   bool has_bias_;
   Activation act_ = Activation::None;
   Tensor weight_, weight_grad_, bias_, bias_grad_;
-  Tensor x_;    // input kept for backward (training only)
-  Tensor y_;    // output: the activation's mask, and which form ran (its dtype)
+  Tensor x_;    // input kept for backward (training without AMP)
+  Tensor y_;    // output: the activation's mask (with an activation only)
   Tensor pre_;  // the epilogue's pre-activation, for GELU
-  AmpOperands lp_;  // under AMP: the f16/bf16 x and weight the op ran on
+  AmpOperands lp_;  // under AMP: the f16/bf16 x (kept for backward instead) and weight
+  bool trained_ = false;  // the last forward trained and its saved state is held
+  bool amp_ = false;      // which form the last forward ran (the f16/bf16 one or f32)
 };
 
 }  // namespace tb

@@ -86,6 +86,9 @@ inline Tensor to_nchw(const Tensor& t) { return in_layout(t, Layout::NCHW); }
 // Uniform in [lo, hi), f32 or f64, from `rng` in logical order; never exactly 0.
 inline Tensor random_tensor(const Shape& s, DType t, std::mt19937_64& rng,
                             Layout l = Layout::NCHW, double lo = -1.0, double hi = 1.0) {
+  // Another dtype would be written as f32 past its end (lp_of in low_precision.h casts).
+  TB_CHECK(t == DType::F32 || t == DType::F64, "random_tensor makes f32 or f64, not ",
+           dtype_name(t));
   std::uniform_real_distribution<double> dist(lo, hi);
   Tensor x = Tensor::empty(s, t);
   for (int64_t i = 0; i < x.numel(); ++i) {

@@ -26,6 +26,7 @@
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gpu_slot.h"
 #include "tests/engine/gradcheck.h"
+#include "tests/engine/low_precision.h"
 #include "tests/engine/tensor_helpers.h"
 
 using namespace tb;
@@ -173,23 +174,25 @@ class TestMemoryPlan : public QObject {
     QTest::addColumn<QList<qint64>>("dims");
     QTest::addColumn<bool>("fused");
     QTest::addColumn<bool>("all_tricks");  // channels-last, padded to 8, no conv bias, bf16
-    QTest::newRow("mlp") << QString("mlp") << QList<qint64>{1, 8, 8} << false << false;
+    QTest::addColumn<int>("waste_percent");  // the block above the live peak (see below)
+    QTest::newRow("mlp") << QString("mlp") << QList<qint64>{1, 8, 8} << false << false << 15;
     QTest::newRow("fmnist-cnn") << QString("fmnist-cnn") << QList<qint64>{1, 28, 28} << false
-                                << false;
+                                << false << 1;
     QTest::newRow("resnet18-cifar") << QString("resnet18-cifar") << QList<qint64>{3, 32, 32}
-                                    << false << false;
+                                    << false << false << 1;
     QTest::newRow("resnet18-cifar fused") << QString("resnet18-cifar")
-                                          << QList<qint64>{3, 32, 32} << true << false;
+                                          << QList<qint64>{3, 32, 32} << true << false << 1;
     // The GPU's all-tricks model but for the fusion (the CPU fuses on NCHW
     // only; fused or not holds the same at once, as the rows above show).
     QTest::newRow("resnet18-cifar channels-last bf16")
-        << QString("resnet18-cifar") << QList<qint64>{3, 32, 32} << false << true;
+        << QString("resnet18-cifar") << QList<qint64>{3, 32, 32} << false << true << 1;
   }
   void modelPassReusesBlocks() {
     QFETCH(QString, model);
     QFETCH(QList<qint64>, dims);
     QFETCH(bool, fused);
     QFETCH(bool, all_tricks);
+    QFETCH(int, waste_percent);
     const Shape img(dims.begin(), dims.end());
     const int64_t N = 6;
     ModelOptions options;
@@ -221,14 +224,48 @@ class TestMemoryPlan : public QObject {
           QTest::currentDataTag(), (long long)held, (long long)live, (long long)third.requested,
           (long long)(third.census.bytes() - third.census.transient_bytes()));
     // Online best fit can leave a range too small for a later request and
-    // place it higher, so the block may exceed the most alive at once:
-    // measured 0 on mlp, fmnist-cnn, resnet18-cifar and its channels-last
-    // bf16 form, 24,832 B (0.09 %) on the fused one (best fit over whole
-    // blocks lost 1 %, 31 %, 14 %, 14 %, 14 %); a guard of 1 %, not a
-    // derived bound.
-    QVERIFY2(held <= live + live / 100,
+    // place it higher, so the block may exceed the most alive at once.
+    // Measured: 0 on fmnist-cnn, resnet18-cifar and its channels-last bf16
+    // form, 24,576 B (0.09 %) on the fused one; on mlp 3,072 B (14 %: its
+    // 6 KB gradient finds two free 3 KB ranges apart, which no rule without
+    // knowing the rest of the pass avoids; first, last and worst fit do the
+    // same). Best fit over whole blocks, before, lost 31 %, 14 %, 14 %, 14 %
+    // and 1 %. Guards (1 %, mlp 15 %) from those figures, not derived bounds.
+    QVERIFY2(held <= live + live * waste_percent / 100,
              qPrintable(QString("%1 B held, %2 B live").arg(held).arg(live)));
     QVERIFY2(held < third.requested, qPrintable(QString("%1 B held").arg(held)));
+  }
+
+  // What a layer keeps is what its backward reads. Under AMP a convolution
+  // or linear layer reads its f16/bf16 operand, so an f32 input (the
+  // model's batch, or the padded stem's input: 4 bytes a value) is not
+  // kept once cast; nor is a linear layer's output without an activation
+  // (the next layer keeps what it needs of it). In eval mode nothing is
+  // kept. The gradients are those of a layer that kept everything (the
+  // same ops on the same operands), checked by test_amp_training.
+  void layersKeepOnlyWhatTheirBackwardReads() {
+    Model m("conv-fc", {3, 6, 6}, 10);
+    Layer& conv = m.emplace<Conv2d>("conv", 4, 3, 1, 1, true);
+    m.emplace<Flatten>("flatten");
+    Layer& fc = m.emplace<Linear>("fc", 10);
+    m.build(cpu, 3);
+    for (const bool training : {true, false}) {
+      Context ctx{cpu};
+      ctx.training = training;
+      ctx.amp = PrecisionPolicy::from_config("bf16");
+      const Tensor x = random_tensor({2, 3, 6, 6}, 61), v = random_tensor({2, 144}, 62);
+      Tensor y = conv.forward(ctx, x), z = fc.forward(ctx, v);
+      QCOMPARE(x.holders(), long(1));
+      QCOMPARE(v.holders(), long(1));
+      QCOMPARE(z.holders(), long(2));  // z and the pool's handle: fc kept nothing of it
+      if (training) {
+        conv.backward(ctx, lp_of(cpu, random_tensor({2, 4, 6, 6}, 63), DType::BF16), true);
+        fc.backward(ctx, random_tensor({2, 10}, 64), true);
+      } else {
+        QVERIFY_THROWS_EXCEPTION(Error, conv.backward(ctx, y, true));
+      }
+      conv.release_saved(), fc.release_saved();
+    }
   }
 
   // Only a layer with a parameter before it needs its input gradient:
