@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "engine/core/tensor.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -75,6 +79,13 @@ class CpuAllocator final : public Allocator {
     return p;
   }
   void deallocate(void* ptr, size_t) override { std::free(ptr); }
+  // glibc keeps freed blocks below its (self-raising) mmap threshold in the
+  // heap, resident; malloc_trim hands their pages back.
+  void release_free() override {
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+  }
 };
 
 CpuAllocator g_cpu_allocator;

@@ -34,6 +34,10 @@ class Allocator {
     (void)device;
     return allocate(bytes);
   }
+  // Memory given back to this allocator and kept for reuse (a caching
+  // allocator's free blocks, the C heap's freed pages) goes back to the
+  // system: before one large allocation replaces many freed smaller ones.
+  virtual void release_free() {}
 };
 Allocator& allocator_for(const Device& d);  // throws tb::Error if none is registered
 void register_allocator(DeviceKind kind, Allocator* allocator);

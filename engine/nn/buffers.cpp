@@ -75,8 +75,9 @@ Tensor TransientBuffers::take(Backend& backend, const Shape& shape, DType dtype,
   if (a.live.empty() && a.extent > int64_t(a.block.nbytes())) {
     a.block = Tensor{};  // first, so the old and the new are never both held
     // The regions that overflowed were blocks of their own, now free in the
-    // device allocator's cache: back to the driver, or it would hold both.
-    if (DeviceMemory* m = backend.memory()) m->empty_cache();
+    // allocator's cache (the device's, the C heap): back to the system, or
+    // the process would hold both.
+    allocator_for(a.device).release_free();
     a.block = backend.empty({a.extent}, DType::U8);
     ++allocations_;
   }

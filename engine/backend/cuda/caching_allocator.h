@@ -125,6 +125,7 @@ class CachingAllocator final : public Allocator {
   // switched for the cudaMalloc and put back.
   void* allocate_for(const Device& device, size_t bytes) override;
   void deallocate(void* ptr, size_t bytes) override;
+  void release_free() override { empty_cache(); }
 
   // The stream (cudaStream_t as void*) new allocations on the calling
   // thread's current device are tagged with. One per device, so that threads
