@@ -82,13 +82,12 @@ Tensor TransientBuffers::take(Backend& backend, const Shape& shape, DType dtype,
     ++allocations_;
   }
   peak_live_bytes_ = std::max(peak_live_bytes_, live);
-  const int64_t offset = place(a, bytes);
-  Region r{offset, bytes, {}, offset + bytes > int64_t(a.block.nbytes())};
-  if (r.overflow) {
+  Region r{place(a, bytes), bytes, {}};
+  if (a.overflows(r)) {
     r.handle = backend.empty({std::max<int64_t>(n, 1)}, dtype);
     ++allocations_;
   } else {
-    r.handle = Tensor::region_of(a.block, offset, {std::max<int64_t>(n, 1)}, dtype);
+    r.handle = Tensor::region_of(a.block, r.offset, {std::max<int64_t>(n, 1)}, dtype);
   }
   Tensor t = Tensor::view_of(r.handle, 0, shape, shape.size() == 4 ? layout : Layout::NCHW);
   a.live.push_back(std::move(r));
@@ -101,7 +100,7 @@ int64_t TransientBuffers::bytes() const {
   for (const Arena& a : arenas_) {
     n += int64_t(a.block.nbytes());
     for (const Region& r : a.live)
-      if (r.overflow) n += int64_t(r.handle.nbytes());
+      if (a.overflows(r)) n += int64_t(r.handle.nbytes());
   }
   return n;
 }
@@ -111,7 +110,7 @@ int64_t TransientBuffers::blocks() const {
   int64_t n = 0;
   for (const Arena& a : arenas_) {
     n += a.block.defined() ? 1 : 0;
-    for (const Region& r : a.live) n += r.overflow ? 1 : 0;
+    for (const Region& r : a.live) n += a.overflows(r) ? 1 : 0;
   }
   return n;
 }

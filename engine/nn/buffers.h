@@ -67,7 +67,6 @@ class TransientBuffers {
   struct Region {
     int64_t offset, bytes;
     Tensor handle;  // the region (or its overflow block): holders() == 1 once given up
-    bool overflow;
   };
   struct Arena {
     Device device;
@@ -75,6 +74,9 @@ class TransientBuffers {
     int64_t extent = 0;
     std::map<int64_t, int64_t> free;  // offset -> bytes, below extent, neighbours merged
     std::vector<Region> live;
+    // Beyond the block: a block of its own. (The block is replaced only with
+    // nothing alive, so every live region was placed against this one.)
+    bool overflows(const Region& r) const { return r.offset + r.bytes > int64_t(block.nbytes()); }
   };
   Arena& arena_for(const Device& device);
   void give_back(Arena& a, int64_t offset, int64_t bytes);

@@ -73,15 +73,14 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
   if (!amp || !ctx.training) lp_.release();
   y_ = ctx.training && act_ != Activation::None ? y : Tensor{};
   pre_ = ctx.training && act_ == Activation::GELU ? pre : Tensor{};
-  trained_ = ctx.training;
-  amp_ = amp;
   return y;
 }
 
 // dx in the input's dtype; weight and bias gradients f32 (the masters').
 Tensor Linear::backward(Context& ctx, const Tensor& dy, bool need_dx) {
-  TB_CHECK(trained_, "linear ", name(), ": backward without a training forward");
-  const bool amp = amp_;  // the form the forward ran
+  TB_CHECK(x_.defined() || lp_.x().defined(), "linear ", name(),
+           ": backward without a training forward");
+  const bool amp = lp_.x().defined();  // the form the forward ran: it kept the f16/bf16 x
   if (act_ != Activation::None && !amp) {
     Tensor dx;
     if (need_dx) dx = transient_buffer(ctx, x_.shape(), x_.dtype());

@@ -40,7 +40,6 @@ class Linear : public Layer {
   void release_saved() override {
     x_ = {}, y_ = {}, pre_ = {};
     lp_.release();
-    trained_ = false;
   }
 
   int64_t in_features() const { return in_features_; }
@@ -57,8 +56,6 @@ class Linear : public Layer {
   Tensor y_;    // output: the activation's mask (with an activation only)
   Tensor pre_;  // the epilogue's pre-activation, for GELU
   AmpOperands lp_;  // under AMP: the f16/bf16 x (kept for backward instead) and weight
-  bool trained_ = false;  // the last forward trained and its saved state is held
-  bool amp_ = false;      // which form the last forward ran (the f16/bf16 one or f32)
 };
 
 }  // namespace tb
