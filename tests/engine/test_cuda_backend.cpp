@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -44,14 +45,21 @@ thread_local int capture_mode = 0;  // 0 = global, the runtime's default
 thread_local int current_device = 0;  // cudaSetDevice is per thread
 std::vector<int> modes_at_malloc;   // the calling thread's mode at each cudaMalloc
 std::vector<int> devices_at_malloc;  // the calling thread's device at each cudaMalloc
-int exchanges = 0, frees = 0, fail_next = 0;
+std::map<uintptr_t, size_t> outstanding;  // cudaMalloc'd and not yet freed: start -> bytes
+int exchanges = 0, frees = 0, fail_next = 0, bad_frees = 0;
 uintptr_t next_address = 0x10000000;
 void reset() {
   capture_mode = 0;
   modes_at_malloc.clear();
   devices_at_malloc.clear();
+  outstanding.clear();
   current_device = 0;
-  exchanges = frees = fail_next = 0;
+  exchanges = frees = fail_next = bad_frees = 0;
+}
+size_t outstanding_bytes() {
+  size_t sum = 0;
+  for (const auto& [start, bytes] : outstanding) sum += bytes;
+  return sum;
 }
 tb::cuda::AllocatorRuntime runtime() {
   tb::cuda::AllocatorRuntime rt;
@@ -63,10 +71,15 @@ tb::cuda::AllocatorRuntime runtime() {
       return tb::cuda::kCudaErrorMemoryAllocation;
     }
     *p = reinterpret_cast<void*>(next_address);
-    next_address += bytes;
+    outstanding[next_address] = bytes;
+    next_address += bytes;  // segments back to back: adjacent, never merged
     return tb::cuda::kCudaSuccess;
   };
-  rt.free = [](void*) { return ++frees, tb::cuda::kCudaSuccess; };
+  rt.free = [](void* p) {
+    // Only what cudaMalloc returned, once (cudaErrorInvalidValue otherwise).
+    if (outstanding.erase(reinterpret_cast<uintptr_t>(p)) == 0) return ++bad_frees, 1;
+    return ++frees, tb::cuda::kCudaSuccess;
+  };
   rt.get_device = [](int* d) { return *d = current_device, tb::cuda::kCudaSuccess; };
   rt.set_device = [](int d) { return current_device = d, tb::cuda::kCudaSuccess; };
   rt.mem_get_info = [](size_t* f, size_t* t) {
@@ -100,17 +113,198 @@ class TestCudaBackend : public QObject {
     QCOMPARE(round_size(513), size_t(1024));
     QCOMPARE(round_size(1000 * 1000), size_t(1000448));  // 1954 · 512
     QCOMPARE(round_size(kSmallLimit), kSmallLimit);
-    QCOMPARE(round_size(kSmallLimit + 1), size_t(2) << 20);
-    QCOMPARE(round_size((size_t(2) << 20) + 1), size_t(4) << 20);
-    QCOMPARE(round_size(size_t(7) << 20), size_t(8) << 20);
+    QCOMPARE(round_size(kSmallLimit + 1), kSmallLimit + 512);
     QVERIFY(is_small(round_size(kSmallLimit)));
     QVERIFY(!is_small(round_size(kSmallLimit + 1)));
+    // Small blocks come from 2 MiB segments, large ones from their own, in 2 MiB steps.
+    QCOMPARE(segment_size(512), size_t(2) << 20);
+    QCOMPARE(segment_size(kSmallLimit), size_t(2) << 20);
+    QCOMPARE(segment_size(kSmallLimit + 512), size_t(2) << 20);
+    QCOMPARE(segment_size((size_t(2) << 20) + 512), size_t(4) << 20);
+    QCOMPARE(segment_size(size_t(7) << 20), size_t(8) << 20);
+    // The rest of a taken block is a block of its own: small 512 B or more,
+    // large more than 1 MiB.
+    QVERIFY(splits_off_rest(2048, 1536));
+    QVERIFY(!splits_off_rest(2048, 2048));
+    QVERIFY(!splits_off_rest(size_t(8) << 20, (size_t(7) << 20)));
+    QVERIFY(splits_off_rest(size_t(8) << 20, (size_t(7) << 20) - 512));
     for (size_t b : {size_t(3), size_t(4097), size_t(123457), size_t(3) << 21, size_t(99999999)}) {
       const size_t r = round_size(b);
       QVERIFY(r >= b);
-      QVERIFY(r % (is_small(r) ? kSmallRound : kLargeRound) == 0);
-      QVERIFY(r - b < (is_small(r) ? kSmallRound : kLargeRound));
+      QVERIFY(r % kBlockRound == 0);
+      QVERIFY(r - b < kBlockRound);
+      QVERIFY(segment_size(r) >= r);
+      QVERIFY(segment_size(r) % kLargeRound == 0);
     }
+  }
+
+  // Blocks are cut from free ones and merge back (fake runtime, no GPU): a
+  // freed 8 MiB tensor holds two 3 MiB ones without a cudaMalloc, the bytes
+  // allocated are theirs (not 8 MiB twice), and once both are freed the
+  // segment is whole again and empty_cache gives it back. Small requests share
+  // one 2 MiB segment; adjacent segments never merge; a graph's kept stream
+  // keeps its free segments.
+  void allocatorSplitsAndMerges() {
+#ifdef TRAINBENCH_HAVE_CUDA
+    using namespace tb::cuda;
+    namespace fr = fake_runtime;
+    fr::reset();
+    CachingAllocator a(fr::runtime());
+    int stream = 0;
+    a.set_current_stream(&stream);
+    const size_t MiB = size_t(1) << 20;
+    char* big = static_cast<char*>(a.allocate(8 * MiB));
+    QCOMPARE(a.stats().allocated_bytes, 8 * MiB);
+    a.deallocate(big, 8 * MiB);
+    void* b = a.allocate(3 * MiB);
+    void* c = a.allocate(3 * MiB);
+    QVERIFY(b == big);
+    QVERIFY(c == big + 3 * MiB);
+    QCOMPARE(a.stats().cuda_malloc_count, int64_t(1));
+    QCOMPARE(a.stats().allocated_bytes, 6 * MiB);
+    QCOMPARE(a.stats().reserved_bytes, 8 * MiB);
+    QCOMPARE(a.stats().splits, int64_t(2));
+    QCOMPARE(a.stats().cached_blocks, int64_t(1));  // the last 2 MiB
+    // 1.5 MiB fits the 2 MiB rest; what is left (0.5 MiB) stays with it.
+    void* d = a.allocate(3 * MiB / 2);
+    QVERIFY(d == big + 6 * MiB);
+    QCOMPARE(a.stats().allocated_bytes, 8 * MiB);
+    QCOMPARE(a.stats().cached_blocks, int64_t(0));
+    a.empty_cache();  // nothing wholly free
+    QCOMPARE(fr::frees, 0);
+    a.deallocate(b, 3 * MiB);
+    a.deallocate(d, 3 * MiB / 2);
+    QCOMPARE(a.stats().cached_blocks, int64_t(2));  // b's and d's, apart
+    a.empty_cache();
+    QCOMPARE(fr::frees, 0);
+    a.deallocate(c, 3 * MiB);  // merges with both: the segment is whole
+    QCOMPARE(a.stats().cached_blocks, int64_t(1));
+    QVERIFY(a.allocate(8 * MiB) == big);  // whole again: one block of 8 MiB
+    a.deallocate(big, 8 * MiB);
+
+    // Small requests: one 2 MiB segment, blocks side by side.
+    char* s1 = static_cast<char*>(a.allocate(1000));
+    void* s2 = a.allocate(1);
+    QVERIFY(s2 == s1 + 1024);
+    QCOMPARE(a.stats().segments, int64_t(2));
+    QCOMPARE(a.stats().reserved_bytes, 10 * MiB);
+    QCOMPARE(a.stats().allocated_bytes, size_t(1536));
+    a.deallocate(s1, 1000);
+    a.deallocate(s2, 1);
+    // Two segments side by side in the address space stay two.
+    a.empty_cache();
+    QCOMPARE(fr::frees, 2);
+    QCOMPARE(a.stats().reserved_bytes, size_t(0));
+    void* x = a.allocate(4 * MiB);
+    void* y = a.allocate(4 * MiB);
+    QVERIFY(static_cast<char*>(y) == static_cast<char*>(x) + 4 * MiB);
+    a.deallocate(x, 4 * MiB);
+    a.deallocate(y, 4 * MiB);
+    QCOMPARE(a.stats().cached_blocks, int64_t(2));
+    QVERIFY(a.allocate(8 * MiB) != x);  // no 8 MiB block across the two
+    QCOMPARE(a.stats().segments, int64_t(3));
+
+    // A kept (graph) stream's free segments survive empty_cache.
+    int graph_stream = 0;
+    a.set_current_stream(&graph_stream);
+    void* g = a.allocate(4 * MiB);
+    a.deallocate(g, 4 * MiB);
+    a.keep_stream_pool(&graph_stream);
+    const int frees_before = fr::frees;
+    a.empty_cache();
+    QCOMPARE(fr::frees, frees_before + 2);  // x's and y's segments, not g's
+    QVERIFY(fr::outstanding.count(reinterpret_cast<uintptr_t>(g)) == 1);
+    QCOMPARE(fr::bad_frees, 0);
+#else
+    QSKIP("this build has no CUDA backend (the allocator is compiled with it)");
+#endif
+  }
+
+  // Random requests of every size on two streams, freed in random order, with
+  // empty_cache now and then (fake runtime, no GPU): live blocks never overlap
+  // and lie in segments the runtime handed out and has not taken back; the
+  // statistics match what is alive (allocated at most 1 MiB above the rounded
+  // requests a large block); when everything is freed every segment is whole
+  // again and empty_cache gives all of them back, each exactly once.
+  void allocatorRandomRequestsKeepItsInvariants() {
+#ifdef TRAINBENCH_HAVE_CUDA
+    using namespace tb::cuda;
+    namespace fr = fake_runtime;
+    fr::reset();
+    CachingAllocator a(fr::runtime());
+    int streams[2] = {0, 0};
+    std::mt19937_64 rng(20261126);
+    struct Live {
+      uintptr_t start;
+      size_t bytes;
+      int stream;
+    };
+    std::vector<Live> live;
+    auto check = [&] {
+      const auto st = a.stats();
+      std::map<uintptr_t, size_t> ranges;  // start -> rounded size
+      size_t requested = 0, rounded = 0;
+      int64_t large = 0;
+      for (const Live& l : live) {
+        const size_t r = round_size(l.bytes);
+        QVERIFY2(ranges.emplace(l.start, r).second, "two live blocks at one address");
+        requested += l.bytes;
+        rounded += r;
+        large += is_small(r) ? 0 : 1;
+        auto seg = fr::outstanding.upper_bound(l.start);
+        QVERIFY(seg != fr::outstanding.begin());
+        --seg;
+        QVERIFY2(l.start + r <= seg->first + seg->second, "a block beyond its segment");
+      }
+      uintptr_t end = 0;
+      for (const auto& [start, r] : ranges) {
+        QVERIFY2(start >= end, "live blocks overlap");
+        end = start + r;
+      }
+      QCOMPARE(st.requested_bytes, requested);
+      QCOMPARE(st.live_blocks, int64_t(live.size()));
+      QVERIFY(st.allocated_bytes >= rounded);
+      QVERIFY(st.allocated_bytes <= rounded + size_t(large) * kSmallLimit);
+      QCOMPARE(st.reserved_bytes, fr::outstanding_bytes());
+      QCOMPARE(st.segments, int64_t(fr::outstanding.size()));
+      QVERIFY(st.peak_allocated_bytes >= st.allocated_bytes);
+    };
+    // Sizes over five decades, as a model's tensors are.
+    std::uniform_real_distribution<double> log_size(0.0, 7.7);  // 1 B .. 50 MB
+    for (int i = 0; i < 4000; ++i) {
+      const int which = int(rng() % 2);
+      a.set_current_stream(&streams[which]);
+      if (live.empty() || rng() % 100 < 55) {
+        const size_t bytes = size_t(std::pow(10.0, log_size(rng)));
+        void* p = a.allocate(bytes);
+        live.push_back({reinterpret_cast<uintptr_t>(p), bytes, which});
+      } else {
+        const size_t k = rng() % live.size();
+        a.deallocate(reinterpret_cast<void*>(live[k].start), live[k].bytes);
+        live[k] = live.back();
+        live.pop_back();
+      }
+      if (i % 500 == 499) a.empty_cache();
+      if (i % 50 == 0) check();
+      if (QTest::currentTestFailed()) return;  // check() reports from a lambda
+    }
+    check();
+    for (const Live& l : live) a.deallocate(reinterpret_cast<void*>(l.start), l.bytes);
+    live.clear();
+    check();
+    QCOMPARE(a.stats().allocated_bytes, size_t(0));
+    QVERIFY(a.stats().splits > 0);
+    QVERIFY(a.stats().cache_hits > 0);
+    a.empty_cache();
+    QCOMPARE(a.stats().reserved_bytes, size_t(0));
+    QCOMPARE(a.stats().segments, int64_t(0));
+    QCOMPARE(a.stats().cached_blocks, int64_t(0));
+    QVERIFY(fr::outstanding.empty());
+    QCOMPARE(int64_t(fr::frees), a.stats().cuda_malloc_count);
+    QCOMPARE(fr::bad_frees, 0);
+#else
+    QSKIP("this build has no CUDA backend (the allocator is compiled with it)");
+#endif
   }
 
   // The allocator's bookkeeping against a fake runtime (no GPU): while a CUDA
@@ -302,7 +496,7 @@ class TestCudaBackend : public QObject {
     a.empty_cache();
     a.reset_peak();
     const auto s0 = a.stats();
-    const size_t big = (size_t(5) << 20) + 3;  // rounds to 6 MiB
+    const size_t big = (size_t(5) << 20) + 3;  // a 6 MiB segment; the rest stays with it
     {
       Tensor t = gpu->empty({int64_t(big)}, DType::U8);
       const auto s1 = a.stats();
@@ -325,8 +519,8 @@ class TestCudaBackend : public QObject {
     gpu->synchronize();
     a.empty_cache();
     const auto s4 = a.stats();
-    QCOMPARE(s4.cached_blocks, int64_t(0));
-    QCOMPARE(s4.reserved_bytes, s0.reserved_bytes);  // the 6 MiB block went back
+    QCOMPARE(s4.cached_blocks, s0.cached_blocks);  // left: free parts of segments in use
+    QCOMPARE(s4.reserved_bytes, s0.reserved_bytes);  // the 6 MiB segment went back
     QVERIFY(s4.cuda_free_count > s2.cuda_free_count);
 #endif
     TB_GPU_CATCH

@@ -61,7 +61,11 @@ CachingAllocator& CachingAllocator::instance() {
   return *a;
 }
 
-CachingAllocator::~CachingAllocator() = default;
+CachingAllocator::~CachingAllocator() {
+  for (auto& [key, list] : free_)
+    for (Block* b : list) delete b;
+  for (auto& [ptr, b] : live_) delete b;
+}
 
 void CachingAllocator::set_capturing(bool on) {
   std::lock_guard lock(mutex_);
@@ -97,7 +101,7 @@ void CachingAllocator::inject_malloc_failures(int count) {
   fail_next_ = count;
 }
 
-void* CachingAllocator::malloc_or_throw(size_t rounded, size_t requested, int device) {
+void* CachingAllocator::malloc_or_throw(size_t bytes, size_t requested, int device) {
   void* p = nullptr;
   // Inside a capture one attempt only: releasing cached blocks means cudaFree.
   const int attempts = capturing_ ? 1 : 2;
@@ -106,15 +110,15 @@ void* CachingAllocator::malloc_or_throw(size_t rounded, size_t requested, int de
     if (fail_next_ > 0) {
       --fail_next_;
       e = kCudaErrorMemoryAllocation;
-    } else if (reserved_limit_ > 0 && stats_.reserved_bytes + rounded > reserved_limit_) {
+    } else if (reserved_limit_ > 0 && stats_.reserved_bytes + bytes > reserved_limit_) {
       e = kCudaErrorMemoryAllocation;
     } else {
       const RelaxedCaptureMode relaxed(rt_.exchange_capture_mode, capturing_);
-      e = rt_.malloc(&p, rounded);
+      e = rt_.malloc(&p, bytes);
     }
     if (e == kCudaSuccess) {
       ++stats_.cuda_malloc_count;
-      stats_.reserved_bytes += rounded;
+      stats_.reserved_bytes += bytes;
       stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
       return p;
     }
@@ -122,7 +126,7 @@ void* CachingAllocator::malloc_or_throw(size_t rounded, size_t requested, int de
       throw_cuda_error(cudaError_t(e), "cudaMalloc", __FILE__, __LINE__, requested);
     (void)rt_.clear_last_error();  // clear the sticky-free allocation error
     if (attempt + 1 < attempts) {
-      // Give the cached blocks back to the driver and try once more.
+      // Give the wholly free segments back to the driver and try once more.
       ++stats_.oom_retries;
       release_cached();
     }
@@ -132,7 +136,7 @@ void* CachingAllocator::malloc_or_throw(size_t rounded, size_t requested, int de
   (void)rt_.clear_last_error();
   throw OutOfMemory(
       detail::concat("cuda:", device, ": out of memory allocating ", mib(requested),
-                     " (rounded to ", rounded, " bytes); allocated by tensors ",
+                     " (a segment of ", bytes, " bytes); allocated by tensors ",
                      mib(stats_.allocated_bytes), ", reserved by the caching allocator ",
                      mib(stats_.reserved_bytes), ", device free ", mib(free_b), " of ",
                      mib(total_b),
@@ -161,38 +165,73 @@ void* CachingAllocator::allocate_for(const Device& device, size_t bytes) {
   return p;
 }
 
+CachingAllocator::Block* CachingAllocator::take_free(FreeList& pool, size_t rounded) {
+  Block probe;
+  probe.size = rounded;
+  const auto it = pool.lower_bound(&probe);  // the smallest that fits, lowest address first
+  if (it == pool.end()) return nullptr;
+  Block* b = *it;
+  pool.erase(it);
+  --stats_.cached_blocks;
+  split(b, rounded, pool);
+  return b;
+}
+
+void CachingAllocator::split(Block* b, size_t rounded, FreeList& pool) {
+  if (!splits_off_rest(b->size, rounded)) return;
+  Block* rest = new Block(*b);
+  rest->ptr = static_cast<char*>(b->ptr) + rounded;
+  rest->size = b->size - rounded;
+  rest->prev = b;
+  if (rest->next) rest->next->prev = rest;
+  b->next = rest;
+  b->size = rounded;
+  pool.insert(rest);
+  ++stats_.cached_blocks;
+  ++stats_.splits;
+}
+
 void* CachingAllocator::allocate(size_t bytes) {
   const size_t rounded = round_size(bytes);
   int device = 0;
   TB_CUDA_CHECK(cudaError_t(rt_.get_device(&device)));
   std::lock_guard lock(mutex_);
-  const bool small = is_small(rounded);
-  Block b;
-  void* const stream = stream_of(device);
-  auto pool = free_.find(PoolKey{device, stream, small});
-  if (pool != free_.end()) {
-    auto it = pool->second.lower_bound(rounded);
-    // Large blocks are not split: refuse one more than twice the size asked.
-    if (it != pool->second.end() && (small ? it->first == rounded : it->first <= 2 * rounded)) {
-      b = it->second;
-      pool->second.erase(it);
-      --stats_.cached_blocks;
-      ++stats_.cache_hits;
-    }
+  const PoolKey key{device, stream_of(device), is_small(rounded)};
+  Block* b = take_free(free_[key], rounded);
+  if (b) {
+    ++stats_.cache_hits;
+  } else {
+    const size_t seg = segment_size(rounded);
+    void* p = malloc_or_throw(seg, bytes, device);  // may release (and drop) pools
+    ++stats_.segments;
+    b = new Block{p, seg, 0, key.stream, device, key.small, false, nullptr, nullptr};
+    split(b, rounded, free_[key]);
   }
-  if (!b.ptr) {
-    b.ptr = malloc_or_throw(rounded, bytes, device);
-    b.size = rounded;
-    b.stream = stream;
-    b.device = device;
-  }
-  b.requested = bytes;
-  live_[b.ptr] = b;
+  b->allocated = true;
+  b->requested = bytes;
+  live_[b->ptr] = b;
   ++stats_.live_blocks;
-  stats_.allocated_bytes += b.size;
+  stats_.allocated_bytes += b->size;
   stats_.requested_bytes += bytes;
   stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
-  return b.ptr;
+  return b->ptr;
+}
+
+// b (free, not in a pool) takes in its free neighbour, which leaves the pool.
+void CachingAllocator::absorb(Block* b, Block* neighbour, FreeList& pool) {
+  if (!neighbour || neighbour->allocated) return;
+  pool.erase(neighbour);
+  --stats_.cached_blocks;
+  if (neighbour == b->prev) {
+    b->ptr = neighbour->ptr;
+    b->prev = neighbour->prev;
+    if (b->prev) b->prev->next = b;
+  } else {
+    b->next = neighbour->next;
+    if (b->next) b->next->prev = b;
+  }
+  b->size += neighbour->size;
+  delete neighbour;
 }
 
 void CachingAllocator::deallocate(void* ptr, size_t) {
@@ -200,12 +239,17 @@ void CachingAllocator::deallocate(void* ptr, size_t) {
   std::lock_guard lock(mutex_);
   auto it = live_.find(ptr);
   if (it == live_.end()) return;  // not ours (should not happen); never free blindly
-  Block b = it->second;
+  Block* b = it->second;
   live_.erase(it);
   --stats_.live_blocks;
-  stats_.allocated_bytes -= b.size;
-  stats_.requested_bytes -= b.requested;
-  free_[PoolKey{b.device, b.stream, is_small(b.size)}].emplace(b.size, b);
+  stats_.allocated_bytes -= b->size;
+  stats_.requested_bytes -= b->requested;
+  b->allocated = false;
+  b->requested = 0;
+  FreeList& pool = free_[key_of(*b)];
+  absorb(b, b->prev, pool);
+  absorb(b, b->next, pool);
+  pool.insert(b);
   ++stats_.cached_blocks;
 }
 
@@ -225,15 +269,22 @@ void CachingAllocator::release_cached() {
   for (auto& [key, list] : free_) {
     if (key.stream != nullptr && key.stream == kept_stream_) continue;  // a graph pool
     if (key.device != current) TB_CUDA_CHECK(cudaError_t(rt_.set_device(key.device)));
-    for (auto& [size, b] : list) {
+    for (auto it = list.begin(); it != list.end();) {
+      Block* b = *it;
+      if (!b->whole_segment()) {  // part of a segment another block still uses
+        ++it;
+        continue;
+      }
       // cudaFree waits for the device, so queued kernels that used the block finish first.
-      const int e = rt_.free(b.ptr);
+      const int e = rt_.free(b->ptr);
       if (e != kCudaSuccess) throw_cuda_error(cudaError_t(e), "cudaFree", __FILE__, __LINE__);
       ++stats_.cuda_free_count;
-      stats_.reserved_bytes -= size;
+      stats_.reserved_bytes -= b->size;
+      --stats_.segments;
       --stats_.cached_blocks;
+      it = list.erase(it);
+      delete b;
     }
-    list.clear();
     if (key.device != current) TB_CUDA_CHECK(cudaError_t(rt_.set_device(current)));
   }
   std::erase_if(free_, [](const auto& kv) { return kv.second.empty(); });

@@ -2,20 +2,29 @@
 #pragma once
 // A caching device allocator, in the spirit of PyTorch's: cudaMalloc and
 // cudaFree synchronise the device and cost tens of microseconds, so freed
-// blocks are kept and handed out again.
+// memory is kept and handed out again.
 //
-// - Size classes: requests up to kSmallLimit (1 MiB) round up to a multiple of
-//   512 B (small pool); larger ones to a multiple of 2 MiB (large pool). Each
-//   pool keeps its free blocks per stream, ordered by size; a request takes the
-//   smallest free block of its pool that fits (large: at most twice the rounded
-//   size, so one huge block does not serve a small request). No splitting yet.
-// - Stream-aware: a block remembers the stream current when it was allocated
-//   and is reused only for that stream. Work on one stream runs in order, so a
+// - Segments and blocks: each cudaMalloc is a segment; a segment is cut into
+//   blocks in address order. A request is rounded up to a multiple of 512 B
+//   and takes the smallest free block of its pool that fits (best fit); what
+//   is left of that block becomes a free block of its own when it is worth
+//   one (small pool: 512 B or more; large pool: more than 1 MiB, so large
+//   blocks do not crumble into pieces no large request fits). A freed block
+//   merges with free neighbours of its segment. So a large block freed by one
+//   tensor serves several smaller ones, and the bytes allocated stay at what
+//   is alive (the memory plan's first pass, before TransientBuffers makes its
+//   one block, allocates and frees every activation as it goes).
+// - Pools: requests up to kSmallLimit (1 MiB) come from 2 MiB segments of the
+//   small pool; larger ones from segments of their own, rounded up to 2 MiB,
+//   in the large pool. The pools are per device and stream.
+// - Stream-aware: a segment remembers the stream current when it was made and
+//   its blocks are handed out only for that stream. Work on one stream runs in order, so a
 //   block freed on the host while its last kernel is still queued can be handed
 //   to the next kernel of the same stream without waiting. A tensor used on a
 //   second stream would need an event (record_stream); nothing does that yet.
-// - On cudaMalloc failure: free every cached block (empty_cache) and retry once,
-//   then throw tb::OutOfMemory naming the bytes asked for and the statistics.
+// - On cudaMalloc failure: free every wholly free segment (empty_cache) and
+//   retry once, then throw tb::OutOfMemory naming the bytes asked for and the
+//   statistics. A segment part of which is in use stays (as in PyTorch).
 // - CUDA graph capture (graphs.cpp): the capture runs in thread-local mode, in
 //   which cudaMalloc on the capturing thread is "potentially unsafe" and would
 //   invalidate it. Between set_capturing(true) and (false), every cudaMalloc
@@ -32,9 +41,10 @@
 // AllocatorRuntime, so the bookkeeping is tested without a GPU.
 #include <cstddef>
 #include <cstdint>
-#include <map>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -43,9 +53,9 @@
 namespace tb::cuda {
 
 struct AllocatorStats {
-  size_t allocated_bytes = 0;       // in live blocks (rounded sizes)
+  size_t allocated_bytes = 0;       // in live blocks (their sizes: 512 B multiples)
   size_t requested_bytes = 0;       // in live blocks, as asked
-  size_t reserved_bytes = 0;        // held from cudaMalloc (live + cached)
+  size_t reserved_bytes = 0;        // in segments held from cudaMalloc (live + cached)
   size_t peak_allocated_bytes = 0;  // since start or reset_peak()
   size_t peak_reserved_bytes = 0;
   int64_t cuda_malloc_count = 0;  // cudaMalloc calls that succeeded
@@ -53,7 +63,9 @@ struct AllocatorStats {
   int64_t cache_hits = 0;   // allocations served from the cache
   int64_t oom_retries = 0;  // cudaMalloc failures followed by empty_cache + retry
   int64_t live_blocks = 0;
-  int64_t cached_blocks = 0;
+  int64_t cached_blocks = 0;  // free blocks, whole segments or parts of one
+  int64_t segments = 0;       // cudaMalloc'd ranges held
+  int64_t splits = 0;         // blocks cut from a larger free block
 };
 
 // The CUDA runtime calls the allocator makes; return values are cudaError_t
@@ -92,17 +104,27 @@ class RelaxedCaptureMode {
   int previous_ = 0;
 };
 
-constexpr size_t kSmallLimit = size_t(1) << 20;  // 1 MiB
-constexpr size_t kSmallRound = 512;
-constexpr size_t kLargeRound = size_t(2) << 20;  // 2 MiB
+constexpr size_t kSmallLimit = size_t(1) << 20;    // 1 MiB: largest small request
+constexpr size_t kBlockRound = 512;                // every block a multiple of this
+constexpr size_t kSmallSegment = size_t(2) << 20;  // the small pool's cudaMalloc size
+constexpr size_t kLargeRound = size_t(2) << 20;    // large segments: multiples of this
 
-// The size class of a request: 0 B asks for one small block (a valid pointer).
+// A request's block size: 0 B asks for one block (a valid pointer).
 inline size_t round_size(size_t bytes) {
-  if (bytes <= kSmallLimit)
-    return (bytes == 0 ? 1 : (bytes + kSmallRound - 1) / kSmallRound) * kSmallRound;
-  return (bytes + kLargeRound - 1) / kLargeRound * kLargeRound;
+  return (bytes == 0 ? 1 : (bytes + kBlockRound - 1) / kBlockRound) * kBlockRound;
 }
 inline bool is_small(size_t rounded) { return rounded <= kSmallLimit; }
+// The cudaMalloc a block of `rounded` bytes comes from when no free block fits.
+inline size_t segment_size(size_t rounded) {
+  return is_small(rounded) ? kSmallSegment
+                           : (rounded + kLargeRound - 1) / kLargeRound * kLargeRound;
+}
+// Whether a free block of `block` bytes taken for `rounded` leaves a block of
+// its own (the rest stays with the taken block otherwise).
+inline bool splits_off_rest(size_t block, size_t rounded) {
+  const size_t rest = block - rounded;
+  return is_small(rounded) ? rest >= kBlockRound : rest > kSmallLimit;
+}
 
 // The largest power of two, at most `cap` (a power of two), that divides p's
 // address: the byte alignment a library may be promised for p. Blocks from
@@ -118,7 +140,9 @@ inline uint32_t address_alignment(const void* p, uint32_t cap) {
 class CachingAllocator final : public Allocator {
  public:
   explicit CachingAllocator(AllocatorRuntime runtime = cuda_allocator_runtime());
-  ~CachingAllocator() override;  // leaks cached blocks on purpose if the driver is gone
+  // Gives no memory back to the driver (it may be gone at exit): the segments
+  // stay reserved, only the bookkeeping is freed.
+  ~CachingAllocator() override;
 
   void* allocate(size_t bytes) override;  // on the current stream of this device
   // On `device` (and its current stream); the thread's current device is
@@ -134,11 +158,11 @@ class CachingAllocator final : public Allocator {
   void set_current_stream(void* stream);
   void* current_stream() const;  // of the calling thread's current device
 
-  void empty_cache();  // cudaFree every cached (free) block
+  void empty_cache();  // cudaFree every wholly free segment
   void reset_peak();   // peaks := current values
   AllocatorStats stats() const;
 
-  // cuda_graphs (trick 24): the free blocks of `stream`'s pools stay reserved
+  // cuda_graphs (trick 24): the free segments of `stream`'s pools stay reserved
   // through empty_cache (and the OOM retry), because captured graphs still
   // address them: they are the graphs' private pool. nullptr: none kept.
   void keep_stream_pool(void* stream);
@@ -160,14 +184,27 @@ class CachingAllocator final : public Allocator {
   static CachingAllocator& instance();
 
  private:
+  // A piece of a segment. The blocks of one segment are a list in address
+  // order (prev/next); a segment wholly free is one block with neither.
   struct Block {
     void* ptr = nullptr;
-    size_t size = 0;       // rounded
-    size_t requested = 0;  // while live
+    size_t size = 0;       // a multiple of kBlockRound
+    size_t requested = 0;  // while allocated
     void* stream = nullptr;
     int device = 0;
+    bool small = false;  // the pool its segment belongs to
+    bool allocated = false;
+    Block* prev = nullptr;
+    Block* next = nullptr;
+    bool whole_segment() const { return !prev && !next; }
   };
-  using FreeList = std::multimap<size_t, Block>;  // by size
+  struct BySizeThenAddress {
+    bool operator()(const Block* a, const Block* b) const {
+      if (a->size != b->size) return a->size < b->size;
+      return std::less<void*>()(a->ptr, b->ptr);
+    }
+  };
+  using FreeList = std::set<Block*, BySizeThenAddress>;
   struct PoolKey {
     int device;
     void* stream;
@@ -179,17 +216,21 @@ class CachingAllocator final : public Allocator {
       return std::hash<void*>()(k.stream) ^ (size_t(k.device) << 1) ^ size_t(k.small);
     }
   };
+  static PoolKey key_of(const Block& b) { return PoolKey{b.device, b.stream, b.small}; }
 
-  void* malloc_or_throw(size_t rounded, size_t requested, int device);  // lock held
-  void release_cached();                                                // lock held
-  void* stream_of(int device) const;                                    // lock held
+  void* malloc_or_throw(size_t bytes, size_t requested, int device);  // lock held
+  Block* take_free(FreeList& pool, size_t rounded);                  // lock held
+  void split(Block* b, size_t rounded, FreeList& pool);              // lock held
+  void absorb(Block* b, Block* neighbour, FreeList& pool);           // lock held
+  void release_cached();                                             // lock held
+  void* stream_of(int device) const;                                 // lock held
 
   AllocatorRuntime rt_;
   mutable std::mutex mutex_;
   std::unordered_map<int, void*> streams_;  // the current stream of each device
   bool capturing_ = false;
   std::unordered_map<PoolKey, FreeList, PoolKeyHash> free_;
-  std::unordered_map<void*, Block> live_;
+  std::unordered_map<void*, Block*> live_;  // owns the allocated blocks; free_ the free ones
   AllocatorStats stats_;
   int fail_next_ = 0;
   size_t reserved_limit_ = 0;
