@@ -4,6 +4,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <string>
 
@@ -18,16 +20,33 @@ int64_t status_kib(const char* field) {
     if (line.rfind(prefix, 0) == 0) return std::stoll(line.substr(prefix.size()));
   return 0;
 }
-}  // namespace
+// The peak before the last measurement run outside the peak (0: none since
+// the last restart).
+std::atomic<int64_t> peak_before_measurement{0};
 
-int64_t process_rss_bytes() { return status_kib("VmRSS") * 1024; }
-int64_t process_peak_rss_bytes() { return status_kib("VmHWM") * 1024; }
-
-bool reset_process_peak_rss() {
+bool clear_peak_rss() {
   std::ofstream out("/proc/self/clear_refs");
   out << "5";  // 5: reset the peak resident set size (Linux 4.0)
   out.flush();
   return out.good();
+}
+}  // namespace
+
+int64_t process_rss_bytes() { return status_kib("VmRSS") * 1024; }
+int64_t process_peak_rss_bytes() {
+  return std::max(status_kib("VmHWM") * 1024, peak_before_measurement.load());
+}
+
+bool reset_process_peak_rss() {
+  peak_before_measurement = 0;
+  return clear_peak_rss();
+}
+
+void run_outside_peak_rss(const std::function<void()>& measurement) {
+  const int64_t before = process_peak_rss_bytes();
+  measurement();
+  if (clear_peak_rss())
+    peak_before_measurement = std::max(peak_before_measurement.load(), before);
 }
 
 double process_cpu_seconds() {
