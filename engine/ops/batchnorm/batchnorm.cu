@@ -48,6 +48,7 @@
 #include "engine/ops/batchnorm/batchnorm.cuh"
 
 #include "engine/backend/cuda/cuda_check.h"
+#include "engine/backend/cuda/kernels.h"  // launch_fill (memory.cu)
 #include "engine/core/error.h"
 #include "engine/ops/amp/amp_elements.cuh"
 
@@ -315,7 +316,13 @@ void launch_backward_t(const ReducePlan& p, const T* x, const T* y, const T* dy,
                        const float* gamma, const float* save_mean, const float* save_invstd, T* dx,
                        T* dres, float* dgamma, float* dbeta, bool accumulate, double* work,
                        cudaStream_t s) {
-  if (p.empty()) return;
+  if (p.empty()) {  // M = 0: dβ and dγ are the empty sums, written as the CPU writes them
+    if (!accumulate) {
+      if (dgamma) launch_fill(dgamma, p.C, 4, 0, s);
+      if (dbeta) launch_fill(dbeta, p.C, 4, 0, s);
+    }
+    return;
+  }
   bn_backward_reduce_kernel<T, kRelu><<<grid_of(p), block_of(p), 0, s>>>(
       p, x, y, dy, save_mean, save_invstd, dres, partials_of(work));
   TB_CUDA_LAUNCH_CHECK("bn_backward_reduce_kernel");

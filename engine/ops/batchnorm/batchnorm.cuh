@@ -9,7 +9,8 @@
 //   HW, nhwc, the device's SM count) gives the shape, the memory order and the
 //   grid; per-channel vectors (C), f32 for every T; `work` holds
 //   plan.workspace_bytes of device scratch (the reductions' partial sums). An
-//   empty plan launches nothing.
+//   empty plan launches nothing, but for backward's dgamma and dbeta, which
+//   are written as the empty sums (0) unless accumulating.
 // The epilogue: y = act(γ·(x−μ)·invstd + β [+ r]) in one sweep, r null: no
 // residual, relu false: none (the plain op: the same kernels).
 #include <cuda_runtime_api.h>

@@ -20,7 +20,8 @@
 //    channel spans several blocks, every epilogue, accumulate on and off
 //    (tolerances derived at the slot).
 // 3. Eval backward against its closed form, gradient accumulation through the
-//    layer, the running statistics by hand, mixed layouts refused.
+//    layer, the running statistics by hand, mixed layouts refused, an empty
+//    batch's backward (dgamma, dbeta: the empty sums) on every target.
 // 4. The epilogue's limits: GELU refused, the CPU's epilogue on NHWC refused,
 //    the ReLU-epilogue layer named and parametrised as the plain one,
 //    sync_batchnorm refused with an epilogue. The epilogue's values (residual
@@ -382,6 +383,39 @@ class TestOpBatchnorm : public QObject {
     EXPECT_OUTPUT(t, "dparam", "accumulated dgamma", r.dg_acc, o.dg_acc);
     EXPECT_OUTPUT(t, "dparam", "accumulated dbeta", r.db_acc, o.db_acc);
     EXPECT_OUTPUT(t, "y", "eval y", r.ye, o.ye);
+    TB_GPU_CATCH
+  }
+
+  // An empty batch (M = 0, which backward allows; sync_batchnorm's rank with
+  // no samples gets here): dγ and dβ are the empty sums, written as 0 and
+  // left as they were when accumulating, on every target.
+  void batchnorm_backward_of_an_empty_batch_data() {
+    QTest::addColumn<Target>("target");
+    for (const Target& t : kTargets) QTest::addRow("%s", t.name().c_str()) << t;
+  }
+  void batchnorm_backward_of_an_empty_batch() {
+    FETCH_TARGET(t, be);
+    TB_GPU_TRY
+    const DType dt = t.dtype;
+    const int64_t C = 3;
+    std::mt19937_64 rng(5);
+    const Shape sh{0, C, 4, 4};
+    const Tensor x = to_device(be, random_tensor(sh, dt, rng), t.layout);
+    const Tensor dy = to_device(be, random_tensor(sh, dt, rng), t.layout);
+    const Tensor gamma = to_device(be, random_tensor({C}, dt, rng));
+    const Tensor stat = to_device(be, random_tensor({C}, dt, rng, Layout::NCHW, 0.5, 1.5));
+    const Tensor old = random_tensor({C}, dt, rng, Layout::NCHW, 1.0, 2.0);
+    Tensor dx = be.empty(sh, dt, t.layout);
+    for (bool accumulate : {false, true}) {
+      Tensor dg = to_device(be, old), db = to_device(be, old);
+      batchnorm::backward(be, x, dy, gamma, stat, stat, dx, dg, db, accumulate);
+      const Tensor hg = to_host(be, dg), hb = to_host(be, db);
+      for (int64_t c = 0; c < C; ++c) {
+        const double want = accumulate ? value_at(old, c) : 0.0;
+        QCOMPARE(value_at(hg, c), want);
+        QCOMPARE(value_at(hb, c), want);
+      }
+    }
     TB_GPU_CATCH
   }
 
