@@ -14,6 +14,7 @@
 #include <QVBoxLayout>
 
 #include "data_check.h"
+#include "engine/data/dataset.h"
 #include "palette_colors.h"
 #include "run_config.h"
 #include "setting_controls.h"
@@ -23,7 +24,6 @@ namespace {
 const QString kDevice = QStringLiteral("device");
 const QString kDataset = QStringLiteral("dataset");
 const QString kDataDir = QStringLiteral("data_dir");
-const QString kFashionMnistDir = QStringLiteral("/usr/share/datasets/fashion-mnist");
 
 // Teaching texts beside the table's one-line help (the tricks' live in tricks.json).
 QString teaching(const QString& key) {
@@ -134,7 +134,8 @@ void ConfigPanel::settingChanged(const QString& key) {
     // Fashion-MNIST is no CIFAR-10 folder.
     auto* folder = qobject_cast<QLineEdit*>(controls_.value(kDataDir));
     const QString ds = dataset();
-    if (folder && ds == QLatin1String("fashion-mnist")) folder->setText(kFashionMnistDir);
+    const QString fallback = QString::fromStdString(tb::default_data_dir(ds.toStdString()));
+    if (folder && !fallback.isEmpty()) folder->setText(fallback);
     else if (folder && ds == QLatin1String("cifar10") && folder->text().contains(QLatin1String("fashion"))) folder->clear();
   }
   updateApplicability();

@@ -92,6 +92,12 @@ std::string string_field(const json& spec, const char* field, const char* fallba
   return v.get<std::string>();
 }
 
+// The spec's "path", else the data set's default folder (none: an error naming the field).
+std::string folder_of(const json& spec, const std::string& name) {
+  const std::string fallback = default_data_dir(name);
+  return string_field(spec, "path", fallback.empty() ? nullptr : fallback.c_str());
+}
+
 int64_t int_field(const json& spec, const char* field, int64_t fallback, int64_t min, int64_t max) {
   if (!spec.contains(field)) return fallback;
   const json& v = spec[field];
@@ -113,6 +119,10 @@ constexpr int64_t kBig = int64_t(1) << 40;
 
 }  // namespace
 
+std::string default_data_dir(const std::string& dataset) {
+  return dataset == "fashion-mnist" ? kFashionMnistDefaultDir : "";
+}
+
 std::unique_ptr<Dataset> open_dataset(const nlohmann::json& spec, const std::string& split) {
   TB_CHECK(spec.is_object(), "dataset spec must be a JSON object, got ", spec.dump());
   TB_CHECK(split == "train" || split == "test", "dataset: unknown split '", split,
@@ -123,12 +133,11 @@ std::unique_ptr<Dataset> open_dataset(const nlohmann::json& spec, const std::str
   std::unique_ptr<Dataset> ds;
   if (name == "fashion-mnist" || name == "mnist") {
     check_fields(spec, name, {"name", "path", "limit"});
-    const char* default_dir = name == "fashion-mnist" ? kFashionMnistDefaultDir : nullptr;
-    const std::string dir = string_field(spec, "path", default_dir);
+    const std::string dir = folder_of(spec, name);
     ds = name == "fashion-mnist" ? open_fashion_mnist(dir, split) : open_mnist(dir, split);
   } else if (name == "cifar10") {
     check_fields(spec, name, {"name", "path", "limit"});
-    ds = open_cifar10(string_field(spec, "path", nullptr), split);
+    ds = open_cifar10(folder_of(spec, name), split);
   } else if (name == "synthetic") {
     check_fields(spec, name,
                  {"name", "shape", "classes", "size", "test_size", "seed", "noise", "limit"});
@@ -176,10 +185,8 @@ std::vector<std::string> check_dataset_files(const nlohmann::json& spec) {
     TB_CHECK(spec.is_object() && spec.contains("name"), "dataset spec: missing field 'name' in ",
              spec.dump());
     const std::string name = string_field(spec, "name", nullptr);
-    if (name == "fashion-mnist" || name == "mnist")
-      return check_mnist_folder(
-          string_field(spec, "path", name == "fashion-mnist" ? kFashionMnistDefaultDir : nullptr), name);
-    if (name == "cifar10") return check_cifar10_folder(string_field(spec, "path", nullptr));
+    if (name == "fashion-mnist" || name == "mnist") return check_mnist_folder(folder_of(spec, name), name);
+    if (name == "cifar10") return check_cifar10_folder(folder_of(spec, name));
     if (name == "synthetic") return {};
     unknown_dataset(name);
   } catch (const Error& e) {

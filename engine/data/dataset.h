@@ -73,6 +73,10 @@ class SubsetDataset : public Dataset {
   bool is_prefix_ = false;  // only for name()
 };
 
+// The folder a data set is read from when the configuration names none: the
+// installed Debian package's for Fashion-MNIST, none (empty) for the others.
+std::string default_data_dir(const std::string& dataset);
+
 // Opens a data set from a run configuration's "dataset" object, e.g.
 //   {"name":"fashion-mnist","path":"/usr/share/datasets/fashion-mnist","limit":1000}
 //   {"name":"mnist","path":"/data/mnist"}

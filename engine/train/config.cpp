@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "engine/core/error.h"
+#include "engine/data/dataset.h"
 #include "engine/nn/models.h"
 #include "engine/ladder/rungs.h"
 
@@ -159,7 +160,8 @@ std::vector<ConfigKey> make_table() {
                    {"cifar10", "CIFAR-10 (binary folder)"},
                    {"synthetic", "Synthetic images"}}),
       text("data_dir", &R::data_dir, "", {}, "data",
-           "Folder of the data set files (default: /usr/share/datasets/fashion-mnist)")
+           "Folder of the data set files (default for fashion-mnist: " +
+               default_data_dir("fashion-mnist") + ")")
           .label("Folder")
           .applies_when("dataset", {"fashion-mnist", "mnist", "cifar10"}),
       integer("train_limit", &R::train_limit, 0, 0, big, "data",
@@ -626,6 +628,10 @@ json validate_config(const json& overrides, const std::string& source) {
   const json checked = check_config_keys(overrides, source);  // named: items() of a temporary would dangle
   for (const auto& item : checked.items()) c[item.key()] = item.value();
   // Cross-key rules.
+  // The folder a run reads is stored with it: runs that name it and runs that
+  // leave it to the default compare as the same.
+  if (c["data_dir"].get<std::string>().empty())
+    c["data_dir"] = default_data_dir(c["dataset"].get<std::string>());
   TB_CHECK(c["epochs"].get<int64_t>() > 0 || c["max_steps"].get<int64_t>() > 0, source,
            ": epochs and max_steps are both 0; nothing would run");
   const auto& shape = c["synthetic_shape"];

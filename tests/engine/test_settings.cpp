@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/data/dataset.h"
 #include "engine/ladder/rungs.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/schedule.h"
@@ -78,6 +79,25 @@ class TestSettings : public QObject {
     for (const ConfigKey& k : config_schema())
       QVERIFY2(field_value(c, k.field) == k.default_value, k.key.c_str());
     QCOMPARE(c.values, default_config());
+  }
+
+  // The folder a run reads is stored with it: a run that leaves data_dir to
+  // the default and one that names the default folder (the workbench fills
+  // it in) have the same configuration, so Compare does not list data_dir as
+  // a difference between them; a data set without a default folder keeps an
+  // empty one (open_dataset then says the folder is missing).
+  void dataFolderIsStoredResolved() {
+    const json left_out = validate_config(json::object(), "test");
+    const std::string folder = default_data_dir("fashion-mnist");
+    QVERIFY(!folder.empty());
+    QCOMPARE(left_out["data_dir"].get<std::string>(), folder);
+    QCOMPARE(validate_config({{"data_dir", folder}}, "test"), left_out);
+    QCOMPARE(validate_config({{"data_dir", "/data/fm"}}, "test")["data_dir"].get<std::string>(),
+             std::string("/data/fm"));
+    QCOMPARE(validate_config({{"dataset", "mnist"}}, "test")["data_dir"].get<std::string>(),
+             std::string());
+    QCOMPARE(validate_config({{"dataset", "synthetic"}}, "test")["data_dir"].get<std::string>(),
+             std::string());
   }
 
   void schemaCarriesGroupsAndCapabilities() {
