@@ -10,7 +10,7 @@
 
 #include "engine/store/run_store.h"
 #include "parallel_launch.h"
-#include "run_summary.h"
+#include "run_config.h"
 
 namespace {
 constexpr int kLastLines = 30;
@@ -39,7 +39,7 @@ EngineProcess::~EngineProcess() {
 }
 
 QString EngineProcess::name() const {
-  return RunSummary::shownName(config_.value(QLatin1String("name")).toString());
+  return RunConfig::runName(config_);
 }
 
 void EngineProcess::start() {

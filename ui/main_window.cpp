@@ -38,6 +38,7 @@
 #include "plot_export_dialog.h"
 #include "preset_library.h"
 #include "run_config.h"
+#include "engine/data/dataset.h"
 #include "run_dashboard.h"
 #include "run_history_model.h"
 #include "run_history_view.h"
@@ -453,18 +454,17 @@ void MainWindow::onEngineInfo() {
   engineStatus_->setToolTip(engineInfo_->enginePath());
   if (!engineInfo_->defaults().isEmpty()) {
     engineDefaults_ = engineInfo_->defaults();
-    // First start: begin from the engine's own defaults (keeping a name and
-    // the Fashion-MNIST folder so the first run works as it is).
+    // First start: begin from the engine's own defaults, with the data set's
+    // folder shown (an empty name: the engine names the run by model and batch).
     if (!hadSavedConfig_) {
       // Values the user (or a preset, or --config) already changed stay.
       const QJsonObject current = currentConfig(), builtIn = RunConfig::defaults();
       QJsonObject start = RunConfig::merged(current, engineDefaults_);
       for (auto it = current.begin(); it != current.end(); ++it)
         if (builtIn.value(it.key()) != it.value()) start.insert(it.key(), it.value());
-      if (start.value(QLatin1String("name")).toString().isEmpty()) start.insert(QStringLiteral("name"), QStringLiteral("run"));
-      if (start.value(QLatin1String("data_dir")).toString().isEmpty() &&
-          start.value(QLatin1String("dataset")).toString() == QLatin1String("fashion-mnist"))
-        start.insert(QStringLiteral("data_dir"), QStringLiteral("/usr/share/datasets/fashion-mnist"));
+      if (start.value(QLatin1String("data_dir")).toString().isEmpty())
+        start.insert(QStringLiteral("data_dir"), QString::fromStdString(tb::default_data_dir(
+                                                     start.value(QLatin1String("dataset")).toString().toStdString())));
       setConfig(start);
     }
   }
@@ -491,7 +491,7 @@ void MainWindow::launchNow() {
 void MainWindow::addToQueue() {
   if (!dataReady()) return;
   queue_->enqueue(currentConfig());
-  statusBar()->showMessage(tr("Queued: %1").arg(currentConfig().value(QLatin1String("name")).toString()), 5000);
+  statusBar()->showMessage(tr("Queued: %1").arg(RunConfig::runName(currentConfig())), 5000);
 }
 
 bool MainWindow::queueLadder() {
@@ -634,9 +634,8 @@ void MainWindow::updateQueueList() {
   }
   int position = 1;
   for (const QJsonObject& c : queue_->pending()) {
-    auto* item = new QListWidgetItem(QStringLiteral("%1. %2").arg(position++).arg(c.value(QLatin1String("name")).toString()),
-                                     queueList_);
-    item->setToolTip(tr("Waiting: %1").arg(c.value(QLatin1String("name")).toString()));
+    auto* item = new QListWidgetItem(QStringLiteral("%1. %2").arg(position++).arg(RunConfig::runName(c)), queueList_);
+    item->setToolTip(tr("Waiting: %1").arg(RunConfig::runName(c)));
   }
   stopButton_->setEnabled(current != nullptr);
   killButton_->setEnabled(current != nullptr);
@@ -708,7 +707,7 @@ void MainWindow::saveConfigDialog() {
   const QString path = QFileDialog::getSaveFileName(
       this, tr("Save configuration"),
       settings.value(QStringLiteral("config/folder"), QDir::homePath()).toString() + QLatin1Char('/') +
-          currentConfig().value(QLatin1String("name")).toString() + QStringLiteral(".json"),
+          RunConfig::runName(currentConfig()) + QStringLiteral(".json"),
       tr("Run configuration (*.json)"));
   if (path.isEmpty()) return;
   settings.setValue(QStringLiteral("config/folder"), QFileInfo(path).absolutePath());

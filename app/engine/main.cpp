@@ -326,7 +326,7 @@ int cmd_run(const RunArgs& a) {
   }
   RunConfig config = RunConfig::from_json(validated);
   if (config.name.empty()) {
-    config.name = config.model + " b" + std::to_string(config.batch_size);
+    config.name = default_run_name(config.model, config.batch_size);
     config.values["name"] = config.name;
   }
 

@@ -108,7 +108,9 @@ std::vector<ConfigKey> make_table() {
   const double big = 1e12;
   const std::vector<Row> rows = {
       // --- the run
-      text("name", &R::name, "", {}, "run", "Run name shown in the history (default: model and date)")
+      text("name", &R::name, "", {}, "run",
+           "Run name shown in the history (default: model and batch size, e.g. " +
+               default_run_name("fmnist-cnn", 64) + ")")
           .label("Name"),
       text("model", &R::model, "fmnist-cnn", model_names(), "run", "Model architecture")
           .label("Model")
@@ -601,6 +603,10 @@ json default_config() {
   json c = json::object();
   for (const auto& k : config_schema()) c[k.key] = k.default_value;
   return c;
+}
+
+std::string default_run_name(const std::string& model, int64_t batch_size) {
+  return model + " b" + std::to_string(batch_size);
 }
 
 json check_config_entry(const std::string& key, const json& value, const std::string& source) {

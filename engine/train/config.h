@@ -129,6 +129,9 @@ const ConfigKey* find_config_key(const std::string& key);  // nullptr when unkno
 //  "models": [{name, label, input_shape, min_image_size}] (engine/nn/models.h)}
 nlohmann::json config_schema_json();
 nlohmann::json default_config();
+// The name of a run whose configuration gives none: its model and batch size,
+// e.g. "fmnist-cnn b64" (the history, the tabs and the plots' legends show it).
+std::string default_run_name(const std::string& model, int64_t batch_size);
 
 // One key and its value alone: the key is in the table, the value of its type,
 // range and choices. Returns the value as validate_config stores it; throws

@@ -370,6 +370,31 @@ class TestEngineRuns : public QObject {
     QVERIFY(!std::isnan(model.runs().first().finalAccuracy));
   }
 
+  // A run without a name is named by the engine (model and batch size); the
+  // workbench shows the same name in the queue and the run's tab before the
+  // engine reports it, from the same rule (tb::default_run_name). It used to
+  // name every run "run".
+  void unnamedRunIsNamedByModelAndBatch() {
+    if (!QFileInfo(QStringLiteral(TRAINBENCH_ENGINE_BIN)).isExecutable())
+      QSKIP("trainbench-engine was not built (" TRAINBENCH_ENGINE_BIN ")");
+    if (!QFileInfo::exists(QStringLiteral("/usr/share/datasets/fashion-mnist")))
+      QSKIP("Fashion-MNIST is not installed (package dataset-fashion-mnist)");
+    QJsonObject c = shortRealConfig(QString(), 3);
+    QCOMPARE(RunConfig::runName(c), QStringLiteral("fmnist-cnn b64"));
+    c.insert(QStringLiteral("name"), QStringLiteral("  "));
+    QCOMPARE(RunConfig::runName(c), QStringLiteral("fmnist-cnn b64"));
+    MainWindow window(db_);
+    window.setEnginePath(QStringLiteral(TRAINBENCH_ENGINE_BIN));
+    window.setConfig(shortRealConfig(QString(), 3));
+    window.launchNow();
+    QVERIFY(window.runQueue()->current());
+    QCOMPARE(window.runQueue()->current()->name(), QStringLiteral("fmnist-cnn b64"));
+    const Ended end = waitForEnd(window.runQueue(), 180000);
+    QVERIFY2(end.status == QLatin1String("finished"), qPrintable(end.status + QLatin1Char(' ') + end.message));
+    QCOMPARE(QString::fromStdString(storedRun(db_, end.process->runId()).name), QStringLiteral("fmnist-cnn b64"));
+    QCOMPARE(window.dashboards()->tabText(0), QStringLiteral("fmnist-cnn b64 (#%1)").arg(end.process->runId()));
+  }
+
   // A run that fails before training (here: no data folder) is one attempt
   // and one row in the store, failed, with the engine's reason in words.
   void realEngineFailingBeforeTrainingIsStoredOnce() {
@@ -403,7 +428,8 @@ class TestEngineRuns : public QObject {
 
   // Issue 26, item 9: a run the engine refused named the temporary file the
   // workbench wrote ("/tmp/trainbench-config-XXXX.json: ..."), and an
-  // unnamed run read "Run '' failed" and "(#9)".
+  // unnamed run read "Run '' failed" and "(#9)". An unnamed run is shown by
+  // the name the engine would give it (model and batch size).
   void engineRefusalNamesNoTemporaryFile() {
     if (!QFileInfo(QStringLiteral(TRAINBENCH_ENGINE_BIN)).isExecutable())
       QSKIP("trainbench-engine was not built (" TRAINBENCH_ENGINE_BIN ")");
@@ -419,9 +445,9 @@ class TestEngineRuns : public QObject {
     QVERIFY2(!d->failureReason().contains(QLatin1String("trainbench-config-")), qPrintable(d->failureReason()));
     QVERIFY2(d->failureReason().contains(QLatin1String("the run's configuration")), qPrintable(d->failureReason()));
     const QString message = window.statusBar()->currentMessage();
-    QVERIFY2(message.startsWith(QLatin1String("Run 'unnamed run' failed")), qPrintable(message));
+    QVERIFY2(message.startsWith(QLatin1String("Run 'fmnist-cnn b64' failed")), qPrintable(message));
     QVERIFY2(!message.contains(QLatin1String("trainbench-config-")), qPrintable(message));
-    QVERIFY2(window.dashboards()->tabText(0).startsWith(QLatin1String("unnamed run")),
+    QVERIFY2(window.dashboards()->tabText(0).startsWith(QLatin1String("fmnist-cnn b64")),
              qPrintable(window.dashboards()->tabText(0)));
   }
 
