@@ -32,6 +32,7 @@ const QColor kCurveColors[] = {QColor(31, 119, 180), QColor(255, 127, 14), QColo
 LivePlot::LivePlot(const QString& title, const QString& yLabel, QWidget* parent)
     : QWidget(parent), title_(title), yLabel_(yLabel) {
   plot_ = PlotStyle::addTitledPlot(this, title_, 220);
+  plot_->setPlottingHint(QCP::phFastPolylines, true);
   plot_->yAxis->setLabel(yLabel_);
   plot_->xAxis->setLabel(xAxisTitle(xAxis_));
   plot_->legend->setVisible(true);
@@ -278,6 +279,8 @@ void LivePlot::setLogScale(bool on) {
 
 void LivePlot::refresh() { redraw(); }
 
+double LivePlot::lastDrawMs() const { return plot_->replotTime(false); }
+
 void LivePlot::resetView() {
   follow_ = true;
   redraw();
@@ -424,11 +427,19 @@ bool LivePlot::dataRange(double* xMin, double* xMax) const {
 }
 
 void LivePlot::redraw() {
-  // Plots on a hidden tab of a shown window wait until they are shown.
-  if (window()->isVisible() && !isVisible()) {
+  // Plots on a hidden tab of a shown window, or scrolled out of its view,
+  // wait until they are seen: a live run's dashboard refreshes four times a
+  // second, and on a machine whose cores the engine fills every plot drawn
+  // is time taken from its step.
+  // (The plot's region: this widget's own is empty, its opaque children cover it.)
+  if (window()->isVisible() && (!isVisible() || plot_->visibleRegion().isEmpty())) {
     redrawPending_ = true;
     return;
   }
+  draw();
+}
+
+void LivePlot::draw() {
   redrawPending_ = false;
   redrawing_ = true;
   double lo = 0, hi = 1;
@@ -716,7 +727,10 @@ bool LivePlot::trackerVisible() const { return trackerLabel_->visible(); }
 
 bool LivePlot::eventFilter(QObject* watched, QEvent* event) {
   if (watched == plot_) {
-    if (event->type() == QEvent::MouseMove) {
+    if (event->type() == QEvent::Paint && redrawPending_) {
+      // Scrolled into view: drawn right after this (stale) frame.
+      QMetaObject::invokeMethod(this, [this] { if (redrawPending_) redraw(); }, Qt::QueuedConnection);
+    } else if (event->type() == QEvent::MouseMove) {
       const QPointF p = static_cast<QMouseEvent*>(event)->position();
       updateTracker(p.x(), p.y());
     } else if (event->type() == QEvent::Leave) {
@@ -797,6 +811,7 @@ void LivePlot::showContextMenu(const QPoint& pos) {
 }
 
 bool LivePlot::exportImage(const QString& path, int width, int height, QString* error) {
+  if (redrawPending_) draw();  // a plot out of view has not drawn its latest data
   const bool trackerWasVisible = trackerLabel_->visible(), legendWasVisible = plot_->legend->visible();
   trackerLine_->setVisible(false);
   trackerLabel_->setVisible(false);

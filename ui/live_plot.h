@@ -100,6 +100,11 @@ class LivePlot : public QWidget {
   // Text the hover tracker shows for data x (tests use it too).
   QString trackerText(double x) const;
   bool trackerVisible() const;
+  // A redraw waits until the plot is seen (a hidden tab, scrolled out of view).
+  bool redrawPending() const { return redrawPending_; }
+  // How long the plot's last drawing took, in ms (QCustomPlot's replot: the
+  // curves rasterised into its buffers; the redraw itself only queues it).
+  double lastDrawMs() const;
 
   bool exportImage(const QString& path, int width = 1200, int height = 700, QString* error = nullptr);
   bool exportCsv(const QString& path, QString* error = nullptr) const;
@@ -133,7 +138,8 @@ class LivePlot : public QWidget {
   void updateEma(Curve& c);
   QVector<double> displayValues(const Curve& c, int n) const;  // scaled, smoothed if on
   void rebuildGraphs();
-  void redraw();
+  void redraw();  // draw() when the plot can be seen, else later, when it can
+  void draw();
   void applyPalette();
   void updateTracker(double pixelX, double pixelY);
   void showContextMenu(const QPoint& pos);

@@ -5,6 +5,8 @@
 #include <QComboBox>
 #include <QDateTime>
 #include <QDir>
+#include <QElapsedTimer>
+#include <QLoggingCategory>
 #include <QEvent>
 #include <QFileDialog>
 #include <QFrame>
@@ -805,7 +807,18 @@ void RunDashboard::ensurePanels() {
   for (Panel& p : panels_) attachCurves(p);
 }
 
+// QT_LOGGING_RULES="trainbench.refresh.debug=true": each live refresh's cost.
+Q_LOGGING_CATEGORY(lcRefresh, "trainbench.refresh", QtWarningMsg)
+
+int RunDashboard::refreshIntervalMs(double cost_ms) {
+  return int(std::clamp(std::ceil(cost_ms / kLiveViewShare), 250.0, 5000.0));
+}
+
+int RunDashboard::refreshInterval() const { return refreshTimer_->interval(); }
+
 void RunDashboard::refreshNow() {
+  QElapsedTimer cost;
+  cost.start();
   dirty_ = false;
   updateBreakdownView();
   ensurePanels();
@@ -823,6 +836,13 @@ void RunDashboard::refreshNow() {
     p.plot->refresh();
   }
   updateHeader();
+  // The plots draw after this returns (queued replots): their last drawings
+  // stand for this refresh's.
+  double cost_ms = double(cost.nsecsElapsed()) / 1e6;
+  for (const Panel& p : panels_)
+    if (p.plot && !p.plot->redrawPending()) cost_ms += p.plot->lastDrawMs();
+  refreshTimer_->setInterval(refreshIntervalMs(cost_ms));
+  qCDebug(lcRefresh, "refresh: %.1f ms, next in %d ms", cost_ms, refreshTimer_->interval());
 }
 
 int RunDashboard::exportPlots(const QString& folder, QString* error) {

@@ -85,6 +85,13 @@ class RunDashboard : public QWidget {
   // A series name as a plot title and its unit: "data_wait_ms" -> "Data wait", "ms".
   static QPair<QString, QString> readableName(const QString& series);
   void refreshNow();  // redraw all plots (normally done a few times a second)
+  // How often a live run's plots are redrawn after a redraw that took
+  // cost_ms: four times a second at most, and never more than
+  // kLiveViewShare of the wall clock (the engine fills the cores of a small
+  // machine, so the workbench's drawing is time taken from its steps).
+  static constexpr double kLiveViewShare = 0.02;
+  static int refreshIntervalMs(double cost_ms);
+  int refreshInterval() const;  // the current one
   // The tabs under the plots (tricks applied, engine log); the window adds the advisor there.
   QTabWidget* bottomTabs() const { return bottom_; }
   // Every plot as PNG, SVG and PDF into folder, named after the run (and its

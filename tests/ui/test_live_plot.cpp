@@ -3,6 +3,9 @@
 // million points, smoothing, log scale, hover tracker, stacked breakdown,
 // and exports (PNG, SVG, PDF, CSV) that are real files of their type.
 #include <QElapsedTimer>
+#include <QScrollArea>
+#include <QScrollBar>
+#include <QVBoxLayout>
 #include <QFile>
 #include <QStandardPaths>
 #include <QTemporaryDir>
@@ -118,6 +121,49 @@ class TestLivePlot : public QObject {
     // All data again, with a little room at the ends (at most 2 %).
     QVERIFY(plot.customPlot()->xAxis->range().contains(1.0) && plot.customPlot()->xAxis->range().contains(1000000.0));
     QVERIFY(plot.customPlot()->xAxis->range().upper <= 1000000.0 * 1.02);
+  }
+
+  // A plot scrolled out of a shown window's view waits to be drawn until it
+  // is seen (a live run's dashboard refreshes a few times a second; on a
+  // 2-core machine every plot drawn is time taken from the engine's step),
+  // and draws as soon as it is scrolled into view.
+  void plotsOutOfViewDrawWhenSeen() {
+    SeriesPoints s = makeSeries(500, noisy);
+    QScrollArea area;
+    area.resize(600, 300);
+    auto* canvas = new QWidget;
+    auto* column = new QVBoxLayout(canvas);
+    auto* seen = new LivePlot(QStringLiteral("Seen"), QStringLiteral("ms"));
+    auto* below = new LivePlot(QStringLiteral("Below"), QStringLiteral("ms"));
+    for (LivePlot* p : {seen, below}) {
+      p->setMinimumHeight(400);
+      column->addWidget(p);
+    }
+    area.setWidget(canvas);
+    area.setWidgetResizable(true);
+    area.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&area));
+    seen->addCurve(QStringLiteral("a"), &s);
+    below->addCurve(QStringLiteral("b"), &s);
+    seen->refresh();
+    below->refresh();
+    QVERIFY(!seen->redrawPending());
+    QVERIFY(seen->displayedPointCount() > 0);
+    QVERIFY(below->redrawPending());
+    QCOMPARE(below->displayedPointCount(), 0);
+    area.verticalScrollBar()->setValue(area.verticalScrollBar()->maximum());
+    QTRY_VERIFY(!below->redrawPending());
+    QVERIFY(below->displayedPointCount() > 0);
+    // Out of view again: a new point waits, and an export draws it first.
+    area.verticalScrollBar()->setValue(0);
+    QTRY_VERIFY(below->visibleRegion().isEmpty() || below->customPlot()->visibleRegion().isEmpty());
+    s.append(501, 0.501, 5.0, 1.7e9 + 5.0, 1000.0);
+    below->refresh();
+    QVERIFY(below->redrawPending());
+    QTemporaryDir dir;
+    QVERIFY(below->exportImage(dir.filePath(QStringLiteral("below.png")), 400, 300));
+    QVERIFY(!below->redrawPending());
+    QVERIFY(below->customPlot()->yAxis->range().contains(1000.0));
   }
 
   void seriesAxesAreExactAndGrow() {
