@@ -26,6 +26,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "engine/ladder/ladder.h"
 #include "engine/ladder/ladder_table.h"
 #include "engine/ladder/rungs.h"
 #include "engine/store/run_store.h"
@@ -65,6 +66,12 @@ QString measurementText(const json& table) {
 }
 }  // namespace
 
+namespace {
+// The rung list's items keep their title and tooltip beside what is shown.
+constexpr int kTitleRole = Qt::UserRole + 1;
+constexpr int kToolTipRole = Qt::UserRole + 2;
+}  // namespace
+
 LadderView::LadderView(QWidget* parent) : QWidget(parent) {
   auto* outer = new QHBoxLayout(this);
   auto* splitter = new QSplitter(Qt::Horizontal, this);
@@ -88,6 +95,8 @@ LadderView::LadderView(QWidget* parent) : QWidget(parent) {
     item->setToolTip(tr("%1: sets %2%3")
                          .arg(qs(r.id), qs(r.changes(tb::default_config()).dump()),
                               r.changes_results ? tr(" (changes the numbers: gets an accuracy run)") : QString()));
+    item->setData(kTitleRole, item->text());
+    item->setData(kToolTipRole, item->toolTip());
   }
   rungLayout->addWidget(rungs_);
   leftLayout->addWidget(rungBox, 1);
@@ -224,6 +233,48 @@ void LadderView::followBaseline(const QJsonObject& config, const QString& source
   baseline_ = config;
   baselineSource_ = source;
   showBaseline();
+  markRungs();
+}
+
+void LadderView::setDeviceBackend(const QString& backend) {
+  deviceBackend_ = backend;
+  markRungs();
+}
+
+void LadderView::markRungs() {
+  skipReasons_.clear();
+  nlohmann::json base;
+  try {
+    base = tb::validate_config(nlohmann::json::parse(QJsonDocument(baseline_).toJson().toStdString()),
+                               "the ladder's baseline");
+  } catch (const std::exception&) {
+    base = nullptr;  // the engine names what is wrong when the ladder starts
+  }
+  // A baseline on the CPU stays there; otherwise the machine's backend.
+  const QString device = baseline_.value(QLatin1String("device")).toString();
+  const std::string on = device == QLatin1String("cpu") || deviceBackend_ == QLatin1String("cpu") ? "cpu" : "cuda:0";
+  for (int i = 0; i < rungs_->count(); ++i) {
+    QListWidgetItem* item = rungs_->item(i);
+    const QString id = item->data(Qt::UserRole).toString();
+    const tb::RungDef* def = tb::find_rung(id.toStdString());
+    QString reason;
+    if (def && base.is_object() && !deviceBackend_.isEmpty()) {
+      try {
+        reason = QString::fromStdString(tb::why_skipped(*def, base, on));
+      } catch (const std::exception& e) {
+        reason = QString::fromUtf8(e.what());
+      }
+    }
+    skipReasons_.insert(id, reason);
+    const QString title = item->data(kTitleRole).toString(), tip = item->data(kToolTipRole).toString();
+    item->setText(reason.isEmpty() ? title : tr("%1 (skipped here)").arg(title));
+    item->setToolTip(reason.isEmpty() ? tip
+                                      : tr("%1\nSkipped on %2: %3. The ladder records it as skipped and runs nothing "
+                                           "for it.")
+                                            .arg(tip, QString::fromStdString(on), reason));
+    item->setForeground(reason.isEmpty() ? palette().brush(QPalette::Active, QPalette::Text)
+                                         : palette().brush(QPalette::Disabled, QPalette::Text));
+  }
 }
 
 void LadderView::showBaseline() {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 #include <QJsonObject>
+#include <QMap>
 #include <QProcess>
 #include <QWidget>
 
@@ -51,6 +52,11 @@ class LadderView : public QWidget {
   QCustomPlot* chart() const { return chart_; }
   QCustomPlot* accuracyPlot() const { return accuracy_; }
   QListWidget* rungList() const { return rungs_; }
+  // The backend the machine's runs use ("cpu", "cuda"; the Set-up page's
+  // device): rungs that would do nothing there are marked, with the engine's
+  // reason, before a ladder starts (it records them as skipped).
+  void setDeviceBackend(const QString& backend);
+  QString rungSkipReason(const QString& id) const { return skipReasons_.value(id); }  // "" when it runs
 
   bool exportCsv(const QString& path) const;
   bool exportMarkdown(const QString& path) const;  // with the chart as PATH.png beside it
@@ -68,6 +74,7 @@ class LadderView : public QWidget {
   QString tableHtml() const;
 
   void showBaseline();
+  void markRungs();
 
   QString databasePath_, enginePath_, configFile_;
   QJsonObject baseline_;
@@ -78,6 +85,8 @@ class LadderView : public QWidget {
   qint64 ladderId_ = 0;
   nlohmann::json table_;
   QListWidget* rungs_ = nullptr;
+  QString deviceBackend_;
+  QMap<QString, QString> skipReasons_;
   QList<QWidget*> settings_;
   QComboBox* ladders_ = nullptr;
   QPushButton *start_ = nullptr, *stop_ = nullptr;

@@ -421,7 +421,10 @@ void MainWindow::updateConfigPreview() {
   preview_->setPlainText(QString::fromUtf8(QJsonDocument(currentConfig()).toJson(QJsonDocument::Indented)));
 }
 
-void MainWindow::updateDeviceContext() { tricks_->setDeviceContext(config_->deviceBackend(), config_->gpuCount()); }
+void MainWindow::updateDeviceContext() {
+  tricks_->setDeviceContext(config_->deviceBackend(), config_->gpuCount());
+  if (ladder_) ladder_->setDeviceBackend(config_->deviceBackend());
+}
 
 void MainWindow::setDatabasePath(const QString& path) {
   databasePath_ = path;

@@ -30,8 +30,8 @@ json merged(json base, const json& changes) {
   return base;
 }
 
-// Why rung `def` does nothing on `device` on top of `base`, or "" when it
-// changes at least one trick that is applied there.
+}  // namespace
+
 std::string why_skipped(const RungDef& def, const json& base, const std::string& device) {
   const json changes = def.changes(base);
   const json config = validate_config(merged(base, changes), "ladder rung '" + def.id + "'");
@@ -46,8 +46,6 @@ std::string why_skipped(const RungDef& def, const json& base, const std::string&
   }
   return changed ? reason : "already in the baseline";
 }
-
-}  // namespace
 
 json LadderPlan::to_json() const {
   json rs = json::array();

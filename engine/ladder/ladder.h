@@ -27,6 +27,7 @@ namespace tb {
 class EventSink;
 class RunStore;
 class StoreSink;
+struct RungDef;
 
 struct PlannedRung {
   int index = 0;               // 0: the baseline
@@ -51,6 +52,13 @@ struct LadderPlan {
 
   nlohmann::json to_json() const;  // the ladder record's spec
 };
+
+// Why rung `def` does nothing on `device` ("cpu", "cuda:0") on top of the
+// validated configuration `base`: the first trick it changes and why that is
+// not applied there, or "already in the baseline"; "" when it changes at least
+// one trick that is applied. The plan records it; the Ladder page shows it
+// before a ladder starts.
+std::string why_skipped(const RungDef& def, const nlohmann::json& base, const std::string& device);
 
 // The plan for a validated configuration (its ladder_* keys say the rungs,
 // mode, repeats and steps) on `device` ("auto" is resolved by the caller:

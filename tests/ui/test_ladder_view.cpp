@@ -19,9 +19,12 @@
 
 #include "advisor_panel.h"
 #include "engine/backend/backend.h"
+#include "engine/ladder/ladder.h"
+#include "engine/ladder/rungs.h"
 #include "engine/store/run_store.h"
 #include "engine/train/config.h"
 #include "ladder_view.h"
+#include "run_config.h"
 #include "main_window.h"
 #include "run_summary.h"
 #include "compare_summary_model.h"
@@ -89,6 +92,42 @@ class TestLadderView : public QObject {
     for (int i = 0; i < view.rungList()->count(); ++i) checked += view.rungList()->item(i)->checkState() == Qt::Checked;
     QCOMPARE(checked, 1);
     QCOMPARE(view.rungList()->count(), 10);  // the engine's catalogue
+  }
+
+  // On a machine without a GPU the rungs that need one are marked before the
+  // ladder starts, with the engine's own reason (tb::why_skipped, which the
+  // ladder's plan records): a teacher's laptop showed ten checked rungs, six
+  // of which the ladder then skipped. With a GPU none is marked.
+  void rungsThisMachineSkipsAreMarked() {
+    LadderView view;
+    view.followBaseline(RunConfig::defaults(), QStringLiteral("test"));
+    view.setDeviceBackend(QStringLiteral("cpu"));
+    QListWidgetItem* amp = nullptr;
+    QListWidgetItem* batch = nullptr;
+    for (int i = 0; i < view.rungList()->count(); ++i) {
+      QListWidgetItem* item = view.rungList()->item(i);
+      if (item->data(Qt::UserRole).toString() == QLatin1String("amp")) amp = item;
+      if (item->data(Qt::UserRole).toString() == QLatin1String("batch_x4")) batch = item;
+    }
+    QVERIFY(amp && batch);
+    const QString why = view.rungSkipReason(QStringLiteral("amp"));
+    QVERIFY2(why.startsWith(QLatin1String("amp: ")) && why.contains(QLatin1String("cpu")), qPrintable(why));
+    QVERIFY2(amp->text().contains(QLatin1String("skipped here")), qPrintable(amp->text()));
+    QVERIFY2(amp->toolTip().contains(why), qPrintable(amp->toolTip()));
+    QCOMPARE(view.rungSkipReason(QStringLiteral("batch_x4")), QString());
+    QVERIFY(!batch->text().contains(QLatin1String("skipped")));
+    for (const char* id : {"h2d_uint8", "pinned", "channels_last", "cudnn_benchmark", "cuda_graphs"})
+      QVERIFY2(!view.rungSkipReason(QString::fromLatin1(id)).isEmpty(), id);
+    // The engine's plan for the same baseline skips the same rungs.
+    json config = tb::validate_config(json::object(), "test");
+    std::string all;
+    for (const tb::RungDef& r : tb::rung_catalogue()) all += (all.empty() ? "" : ",") + r.id;
+    config["ladder_rungs"] = all;
+    for (const tb::PlannedRung& r : tb::plan_ladder(config, "cpu").rungs)
+      if (!r.id.empty()) QCOMPARE(view.rungSkipReason(QString::fromStdString(r.id)).isEmpty(), r.skipped.empty());
+    view.setDeviceBackend(QStringLiteral("cuda"));
+    QVERIFY(view.rungSkipReason(QStringLiteral("amp")).isEmpty());
+    QCOMPARE(amp->text(), QString::fromStdString(tb::find_rung("amp")->title));
   }
 
   void runsTheEnginesLadder() {
