@@ -10,7 +10,7 @@
 
 #include "engine/store/run_store.h"
 #include "parallel_launch.h"
-#include "run_config.h"
+#include "run_summary.h"
 
 namespace {
 constexpr int kLastLines = 30;
@@ -39,7 +39,7 @@ EngineProcess::~EngineProcess() {
 }
 
 QString EngineProcess::name() const {
-  return RunConfig::runName(config_);
+  return RunSummary::nameOf(config_);
 }
 
 void EngineProcess::start() {

@@ -494,7 +494,7 @@ void MainWindow::launchNow() {
 void MainWindow::addToQueue() {
   if (!dataReady()) return;
   queue_->enqueue(currentConfig());
-  statusBar()->showMessage(tr("Queued: %1").arg(RunConfig::runName(currentConfig())), 5000);
+  statusBar()->showMessage(tr("Queued: %1").arg(RunSummary::nameOf(currentConfig())), 5000);
 }
 
 bool MainWindow::queueLadder() {
@@ -637,8 +637,8 @@ void MainWindow::updateQueueList() {
   }
   int position = 1;
   for (const QJsonObject& c : queue_->pending()) {
-    auto* item = new QListWidgetItem(QStringLiteral("%1. %2").arg(position++).arg(RunConfig::runName(c)), queueList_);
-    item->setToolTip(tr("Waiting: %1").arg(RunConfig::runName(c)));
+    auto* item = new QListWidgetItem(QStringLiteral("%1. %2").arg(position++).arg(RunSummary::nameOf(c)), queueList_);
+    item->setToolTip(tr("Waiting: %1").arg(RunSummary::nameOf(c)));
   }
   stopButton_->setEnabled(current != nullptr);
   killButton_->setEnabled(current != nullptr);
@@ -710,7 +710,7 @@ void MainWindow::saveConfigDialog() {
   const QString path = QFileDialog::getSaveFileName(
       this, tr("Save configuration"),
       settings.value(QStringLiteral("config/folder"), QDir::homePath()).toString() + QLatin1Char('/') +
-          RunConfig::runName(currentConfig()) + QStringLiteral(".json"),
+          RunSummary::nameOf(currentConfig()) + QStringLiteral(".json"),
       tr("Run configuration (*.json)"));
   if (path.isEmpty()) return;
   settings.setValue(QStringLiteral("config/folder"), QFileInfo(path).absolutePath());

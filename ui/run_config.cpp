@@ -88,14 +88,6 @@ QString valueText(const QJsonValue& v) {
   }
 }
 
-QString runName(const QJsonObject& config) {
-  const QString name = config.value(QLatin1String("name")).toString().trimmed();
-  if (!name.isEmpty()) return name;
-  return QString::fromStdString(tb::default_run_name(
-      config.value(QLatin1String("model")).toString().toStdString(),
-      config.value(QLatin1String("batch_size")).toInteger()));
-}
-
 bool save(const QJsonObject& config, const QString& path, QString* error) {
   QSaveFile f(path);
   if (!f.open(QIODevice::WriteOnly)) {

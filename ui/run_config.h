@@ -33,10 +33,6 @@ struct Checked {
 // source prefixes the messages (a file name, "saved settings").
 Checked check(const QJsonObject& overrides, const QString& source, const QJsonObject& base = defaults());
 
-// The run's name, or the name the engine gives a run without one
-// (tb::default_run_name: model and batch size).
-QString runName(const QJsonObject& config);
-
 // Read/write a configuration file; on failure return false and set *error.
 bool save(const QJsonObject& config, const QString& path, QString* error);
 bool load(const QString& path, QJsonObject* config, QString* error);

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/train/config.h"
+
 namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -36,6 +38,13 @@ QJsonObject RunSummary::toQt(const nlohmann::json& json) {
 
 QString RunSummary::shownName(const QString& name) {
   return name.trimmed().isEmpty() ? QObject::tr("unnamed run") : name;
+}
+
+QString RunSummary::nameOf(const QJsonObject& config) {
+  const QString name = config.value(QLatin1String("name")).toString().trimmed();
+  if (!name.isEmpty()) return name;
+  return QString::fromStdString(tb::default_run_name(config.value(QLatin1String("model")).toString().toStdString(),
+                                                     config.value(QLatin1String("batch_size")).toInteger()));
 }
 
 RunSummary RunSummary::fromRecord(const tb::RunRecord& r) {

@@ -24,6 +24,9 @@ struct RunSummary {
   static RunSummary fromRecord(const tb::RunRecord& record);
   // A run's name as tabs and messages show it ("unnamed run" for "").
   static QString shownName(const QString& name);
+  // A configuration's run name, or the one the engine gives a run without
+  // one (tb::default_run_name: model and batch size).
+  static QString nameOf(const QJsonObject& config);
   static QJsonObject toQt(const nlohmann::json& json);  // object or {}
   bool isTerminal() const;  // finished, failed, stopped, interrupted: nothing more will be written
 };

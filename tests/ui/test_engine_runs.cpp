@@ -380,9 +380,9 @@ class TestEngineRuns : public QObject {
     if (!QFileInfo::exists(QStringLiteral("/usr/share/datasets/fashion-mnist")))
       QSKIP("Fashion-MNIST is not installed (package dataset-fashion-mnist)");
     QJsonObject c = shortRealConfig(QString(), 3);
-    QCOMPARE(RunConfig::runName(c), QStringLiteral("fmnist-cnn b64"));
+    QCOMPARE(RunSummary::nameOf(c), QStringLiteral("fmnist-cnn b64"));
     c.insert(QStringLiteral("name"), QStringLiteral("  "));
-    QCOMPARE(RunConfig::runName(c), QStringLiteral("fmnist-cnn b64"));
+    QCOMPARE(RunSummary::nameOf(c), QStringLiteral("fmnist-cnn b64"));
     MainWindow window(db_);
     window.setEnginePath(QStringLiteral(TRAINBENCH_ENGINE_BIN));
     window.setConfig(shortRealConfig(QString(), 3));
