@@ -17,6 +17,7 @@
 #include "engine/data/dataset.h"
 #include "palette_colors.h"
 #include "run_config.h"
+#include "run_summary.h"
 #include "setting_controls.h"
 #include "trick_catalog.h"
 
@@ -161,6 +162,9 @@ void ConfigPanel::updateApplicability() {
     showApplicability(it.value(), labels_.value(it.key()), reason);
     if (QWidget* row = rows_.value(it.key()); row != it.value()) row->setEnabled(reason.isEmpty());
   }
+  // An empty name: the engine names the run by model and batch size.
+  if (auto* name = qobject_cast<QLineEdit*>(controls_.value(QStringLiteral("name"))))
+    name->setPlaceholderText(tr("%1 (when left empty)").arg(RunSummary::nameOf(config())));
 }
 
 void ConfigPanel::setOtherValues(const QJsonObject& values) {

@@ -248,6 +248,26 @@ class TestSetupPage : public QObject {
 
   // Issue 12: the data folder is checked before launch, in words, next to
   // the data-set control, and a run against a broken folder is not started.
+  // An empty name field says what the engine will name the run (model and
+  // batch size), and follows the model and batch chosen.
+  void emptyNameShowsTheEnginesName() {
+    MainWindow window(dir_.filePath(QStringLiteral("names.db")));
+    ConfigPanel* panel = window.configPanel();
+    auto* name = qobject_cast<QLineEdit*>(panel->control(QStringLiteral("name")));
+    QVERIFY(name);
+    QJsonObject c = window.currentConfig();
+    c.insert(QStringLiteral("name"), QString());
+    c.insert(QStringLiteral("model"), QStringLiteral("fmnist-cnn"));
+    c.insert(QStringLiteral("batch_size"), 64);
+    window.setConfig(c);
+    QCOMPARE(name->text(), QString());
+    QVERIFY2(name->placeholderText().startsWith(QLatin1String("fmnist-cnn b64")), qPrintable(name->placeholderText()));
+    c.insert(QStringLiteral("model"), QStringLiteral("mlp"));
+    c.insert(QStringLiteral("batch_size"), 256);
+    window.setConfig(c);
+    QVERIFY2(name->placeholderText().startsWith(QLatin1String("mlp b256")), qPrintable(name->placeholderText()));
+  }
+
   void dataFolderIsCheckedBeforeLaunch() {
     MainWindow window(dir_.filePath(QStringLiteral("launch.db")));
     ConfigPanel* panel = window.configPanel();
