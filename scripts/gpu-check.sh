@@ -439,9 +439,12 @@ def cmd_kernels(trace_json, config, dest):
     print(json.dumps({"config": config, "distinct_kernels": len(kern),
                       "tensor_core_time_share": (tc / total) if total else None}))
 
-def cmd_preset_config(preset_json, dest, *sets):
-    """A run configuration: a preset's overrides, then key=value pairs (JSON values)."""
-    c = dict(json.load(open(preset_json))["overrides"])
+def cmd_all_tricks_config(bench_dir, dest, *sets):
+    """A run configuration: the "All tricks" preset's overrides as the benchmarks
+    read them (bench/engine_run.py), then key=value pairs (JSON values)."""
+    sys.path.insert(0, bench_dir)
+    import engine_run
+    c = dict(engine_run.preset_overrides(engine_run.ALL_TRICKS_PRESET))
     for kv in sets:
         k, v = kv.split("=", 1)
         c[k] = json.loads(v)
@@ -759,7 +762,7 @@ step_kernels_stage() {
   local name=step-kernels-resnet18-b512-all-tricks db=$work/step-kernels.db batch=512 tests=512
   [[ $dev == cpu ]] && batch=8 tests=16  # the dry run: plumbing only
   local config=$work/$name-config.json
-  py preset_config "$here/resources/presets/01_all_tricks.json" "$config" cuda_graphs=false \
+  py all_tricks_config "$here/bench" "$config" cuda_graphs=false \
     "device=\"$dev\"" >"$logs/$name.log" 2>&1
   if timeout -k 5 "$budget" "$root/bin/trainbench-engine" run --db "$db" --quiet --config "$config" \
        --dataset synthetic --model resnet18-cifar --set 'synthetic_shape=[3,32,32]' \

@@ -31,6 +31,7 @@
 #include "engine/ladder/rungs.h"
 #include "engine/store/run_store.h"
 #include "engine/train/config.h"
+#include "run_config.h"
 #include "setting_controls.h"
 #include "trick_catalog.h"
 
@@ -245,8 +246,7 @@ void LadderView::markRungs() {
   skipReasons_.clear();
   nlohmann::json base;
   try {
-    base = tb::validate_config(nlohmann::json::parse(QJsonDocument(baseline_).toJson().toStdString()),
-                               "the ladder's baseline");
+    base = RunConfig::validated(baseline_, tr("the ladder's baseline"));
   } catch (const std::exception&) {
     base = nullptr;  // the engine names what is wrong when the ladder starts
   }

@@ -34,6 +34,13 @@ QJsonValue fromEngine(const nlohmann::json& value) {
 }
 }  // namespace
 
+nlohmann::json validated(const QJsonObject& config, const QString& source) {
+  QJsonObject known;
+  for (auto it = config.begin(); it != config.end(); ++it)
+    if (tb::find_config_key(it.key().toStdString())) known.insert(it.key(), it.value());
+  return tb::validate_config(toEngine(known), source.toStdString());
+}
+
 Checked check(const QJsonObject& overrides, const QString& source, const QJsonObject& base) {
   Checked out;
   const std::string where = source.toStdString();
@@ -45,11 +52,8 @@ Checked check(const QJsonObject& overrides, const QString& source, const QJsonOb
     }
   }
   // The rules between keys (epochs and max_steps both 0...) on what would be used.
-  QJsonObject whole;
-  for (auto it = base.begin(); it != base.end(); ++it)
-    if (tb::find_config_key(it.key().toStdString())) whole.insert(it.key(), it.value());
   try {
-    tb::validate_config(toEngine(merged(whole, out.accepted)), where);
+    (void)validated(merged(base, out.accepted), source);
   } catch (const std::exception& e) {
     out.refused << QString::fromUtf8(e.what());
     out.accepted = {};

@@ -3,6 +3,7 @@
 #include <QJsonObject>
 #include <QString>
 #include <QStringList>
+#include <nlohmann/json.hpp>
 
 // Helpers for the flat run-configuration JSON object the engine reads.
 namespace RunConfig {
@@ -32,6 +33,10 @@ struct Checked {
 };
 // source prefixes the messages (a file name, "saved settings").
 Checked check(const QJsonObject& overrides, const QString& source, const QJsonObject& base = defaults());
+
+// The configuration as the engine validates it (tb::validate_config), of the
+// keys its settings table has; throws the engine's error naming what is wrong.
+nlohmann::json validated(const QJsonObject& config, const QString& source);
 
 // Read/write a configuration file; on failure return false and set *error.
 bool save(const QJsonObject& config, const QString& path, QString* error);

@@ -6,7 +6,6 @@
 #include <QDateTime>
 #include <QDir>
 #include <QElapsedTimer>
-#include <QLoggingCategory>
 #include <QEvent>
 #include <QFileDialog>
 #include <QFrame>
@@ -15,6 +14,7 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QLabel>
+#include <QLoggingCategory>
 #include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QPushButton>
