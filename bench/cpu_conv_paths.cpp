@@ -10,6 +10,8 @@
 //
 //   trainbench-cpu-conv-paths --batch 64 --threads 2 --rounds 30
 //   trainbench-cpu-conv-paths --shape 64,64,32,32,64,3,1,1   (N,Cin,H,W,Cout,k,stride,pad)
+//   trainbench-cpu-conv-paths --layout nhwc   (activations and filters channels-last,
+//                                              as the channels_last trick stores them)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -56,12 +58,20 @@ int process_threads() {
 int main(int argc, char** argv) {
   int64_t batch = 64;
   int threads = 2, rounds = 30;
+  Layout layout = Layout::NCHW;
   std::vector<Shape4> shapes;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--batch") batch = std::stoll(v);
     else if (a == "--threads") threads = std::stoi(v);
     else if (a == "--rounds") rounds = std::stoi(v);
+    else if (a == "--layout") {
+      if (v != "nchw" && v != "nhwc") {
+        std::fprintf(stderr, "--layout: expected nchw or nhwc, got '%s'\n", v.c_str());
+        return 2;
+      }
+      layout = v == "nhwc" ? Layout::NHWC : Layout::NCHW;
+    }
     else if (a == "--shape") {
       Shape4 s{};
       if (std::sscanf(v.c_str(), "%ld,%ld,%ld,%ld,%ld,%ld,%ld,%ld", &s.N, &s.C_in, &s.H, &s.W,
@@ -72,7 +82,7 @@ int main(int argc, char** argv) {
       s.dx = true;
       shapes.push_back(s);
     } else {
-      std::fprintf(stderr, "unknown option %s (--batch, --threads, --rounds, --shape)\n", a.c_str());
+      std::fprintf(stderr, "unknown option %s (--batch, --threads, --rounds, --shape, --layout)\n", a.c_str());
       return 2;
     }
   }
@@ -89,17 +99,21 @@ int main(int argc, char** argv) {
     conv::set_cpu_conv_path(*backends.back(), p);
   }
   const double load_before = load_average();
-  nlohmann::json out = {{"threads", threads}, {"rounds", rounds},
+  nlohmann::json out = {{"threads", threads}, {"rounds", rounds}, {"layout", layout_name(layout)},
                         {"cpu", CpuBackend::host_name()}, {"results", nlohmann::json::array()}};
   std::mt19937 rng(1);
   using Clock = std::chrono::steady_clock;
   for (const Shape4& s : shapes) {
     const auto g = ConvGeometry::make(s.N, s.C_in, s.H, s.W, s.C_out, s.k, s.stride, s.pad);
-    const Tensor x = random_f32(g.input_shape(), rng), w = random_f32(g.weight_shape(), rng);
-    const Tensor b = random_f32({g.C_out}, rng), dy = random_f32(g.output_shape(), rng);
-    Tensor y = Tensor::empty(g.output_shape(), DType::F32);
-    Tensor dx = s.dx ? Tensor::empty(g.input_shape(), DType::F32) : Tensor{};
-    Tensor dw = Tensor::empty(g.weight_shape(), DType::F32), db = Tensor::empty({g.C_out}, DType::F32);
+    // Random values need no reordering: the same numbers read as `layout`.
+    auto in_layout = [&](const Tensor& t) { return Tensor::view_of(t, 0, t.shape(), layout); };
+    const Tensor x = in_layout(random_f32(g.input_shape(), rng));
+    const Tensor w = in_layout(random_f32(g.weight_shape(), rng));
+    const Tensor b = random_f32({g.C_out}, rng), dy = in_layout(random_f32(g.output_shape(), rng));
+    Tensor y = Tensor::empty(g.output_shape(), DType::F32, Device::cpu(), layout);
+    Tensor dx = s.dx ? Tensor::empty(g.input_shape(), DType::F32, Device::cpu(), layout) : Tensor{};
+    Tensor dw = Tensor::empty(g.weight_shape(), DType::F32, Device::cpu(), layout);
+    Tensor db = Tensor::empty({g.C_out}, DType::F32);
     for (const char* op : {"forward", "backward"}) {
       auto run = [&](Backend& be) {
         if (op[0] == 'f') conv::forward(be, g, x, w, b, y);

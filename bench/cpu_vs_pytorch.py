@@ -5,7 +5,10 @@ in Trainbench (CPU backend) and in PyTorch (CPU), several batch sizes, and
 writes one result JSON with the machine (lscpu's model and flags), versions,
 date, the load average around each measurement, the peak RSS of each side's
 process and Trainbench's CPU convolution paths (the run's kernel_paths). With --repeats N each batch size is measured N times,
-Trainbench and PyTorch interleaved, and the medians are compared. Usage:
+Trainbench and PyTorch interleaved, and the medians are compared. With
+--max-isa avx2 both sides run as on a processor without AVX-512 (most
+laptops): each library that picks its kernels at run time is told so by its
+own environment variable (MAX_ISA_ENVIRONMENT), and the result records them. Usage:
 
     bench/cpu_vs_pytorch.py --engine build/bin/trainbench-engine \
         --output bench/results/cpu-fmnist-cnn.json
@@ -41,6 +44,16 @@ def lscpu():
         return {"error": str(e)}
     fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
     return {k.strip(): v.strip() for k, v in fields.items()}
+
+
+# What each library reads to cap the instruction set it picks at run time:
+# oneDNN (both sides' convolutions: PyTorch 1.13 on Debian links the same
+# libdnnl), OpenBLAS's DYNAMIC_ARCH core, PyTorch's own kernels, and the
+# engine's loops (engine/core/cpu_features.h).
+MAX_ISA_ENVIRONMENT = {
+    "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "OPENBLAS_CORETYPE": "Haswell",
+             "ATEN_CPU_CAPABILITY": "avx2", "TRAINBENCH_CPU_ISA": "avx2"},
+}
 
 
 def load_average():
@@ -149,7 +162,11 @@ def main():
     p.add_argument("--model", default="fmnist-cnn", choices=sorted(ENGINE_DATA))
     p.add_argument("--repeats", type=int, default=1,
                    help="measure each batch size this many times, the two sides interleaved")
+    p.add_argument("--max-isa", choices=sorted(MAX_ISA_ENVIRONMENT),
+                   help="run both sides as on a processor with at most this instruction set")
     a = p.parse_args()
+    isa_environment = MAX_ISA_ENVIRONMENT.get(a.max_isa, {})
+    os.environ.update(isa_environment)  # both sides' processes inherit it
     rows = []
     load_before = load_average()
     with tempfile.TemporaryDirectory() as tmp:
@@ -186,6 +203,7 @@ def main():
                     "script (its data held as float32 for fmnist-cnn)",
         "versions": {"pytorch": torch_version, "python": platform.python_version()},
         "commit": source_commit(),
+        "max_isa": {"requested": a.max_isa, "environment": isa_environment} if a.max_isa else None,
         "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
         "load_average": {"before": load_before, "after": load_average()},
         "results": rows}
