@@ -84,7 +84,8 @@ def trainbench(engine, batch, steps, warmup, threads, db, model="fmnist-cnn"):
     _, peak_rss = run_with_peak_rss(
         [engine, "run", "--db", db, "--quiet", "--device", "cpu", "--batch-size", str(batch),
          "--steps", str(warmup + steps), "--test-limit", "1000", "--seed", "0",
-         "--model", model, *ENGINE_DATA[model], "--name", f"bench {model} b{batch}"],
+         "--model", model, *ENGINE_DATA[model], "--name", f"bench {model} b{batch}",
+         "--set", f"cpu_threads={threads}"],
         env=dict(os.environ, OPENBLAS_NUM_THREADS=str(threads)))
     runs = json.loads(subprocess.run([engine, "list", "--db", db, "--json"], check=True,
                                      capture_output=True, text=True).stdout)
@@ -98,7 +99,8 @@ def trainbench(engine, batch, steps, warmup, threads, db, model="fmnist-cnn"):
     total = statistics.median(step[s] for s in timed)
     env = data["environment"]
     return {"framework": "trainbench", "version": env.get("engine_version"),
-            "cpu_isa": env.get("cpu_isa"), "peak_rss_bytes": peak_rss,
+            "cpu_isa": env.get("cpu_isa"), "threads": env.get("threads"),
+            "peak_rss_bytes": peak_rss,
             "run_id": run_id, "batch_size": batch, "steps": steps,
             # Which CPU convolution path each shape ran (docs/cpu-conv-paths.md).
             "onednn": env.get("onednn"), "cpu_conv_setting": os.environ.get("TRAINBENCH_CPU_CONV", "auto"),

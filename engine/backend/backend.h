@@ -175,7 +175,8 @@ class GraphCapture {
 
 struct BackendOptions {
   bool reference = false;      // cpu: the plain reference kernels (the test oracle)
-  int threads = 0;             // cpu: 0 = all cores
+  int threads = 0;             // cpu: 0 = the CPUs this process may use (core/cpu_threads.h)
+  int local_ranks = 1;         // cpu: processes of the run on this machine, sharing its CPUs
   bool deterministic = false;  // cuda: deterministic algorithms only
   bool cudnn_benchmark = false;
 };

@@ -14,6 +14,7 @@
 namespace tb {
 
 struct BackendCapabilities {
+  bool host_kernel_threads = false;   // cpu_threads: the kernels run on this process's threads
   bool pinned_host_memory = false;    // pin_memory: page-locked loader buffers (staging())
   bool async_upload = false;          // non_blocking: copies on a copy stream
   bool device_normalize_u8 = false;   // h2d_uint8: u8 batches normalised on the device

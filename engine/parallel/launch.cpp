@@ -51,12 +51,16 @@ LaunchInfo launch_from_environment() {
   const char* rank = first_env({"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}, &rank_name);
   const char* size = first_env({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, &size_name);
   const char* local = first_env({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}, &local_name);
+  const char* local_size_name = nullptr;
+  const char* local_size =
+      first_env({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}, &local_size_name);
   if (rank && size) {
     l.launcher = LaunchInfo::Launcher::Mpi;
   } else {
     rank = first_env({"RANK", "SLURM_PROCID"}, &rank_name);
     size = first_env({"WORLD_SIZE", "SLURM_NTASKS"}, &size_name);
     local = first_env({"LOCAL_RANK", "SLURM_LOCALID"}, &local_name);
+    local_size = first_env({"LOCAL_WORLD_SIZE"}, &local_size_name);  // torchrun
     // SLURM's variables alone are every job step's; they mean a data-parallel
     // launch only with a rendezvous address beside them.
     const bool slurm_only = rank_name && std::string(rank_name) == "SLURM_PROCID";
@@ -66,6 +70,7 @@ LaunchInfo launch_from_environment() {
   l.rank = env_int(rank_name, rank, 0);
   l.world_size = env_int(size_name, size, 1);
   l.local_rank = local ? env_int(local_name, local, 0) : 0;
+  l.local_size = local_size ? env_int(local_size_name, local_size, 1) : 1;
   TB_CHECK(l.rank < l.world_size, "launch: ", rank_name, "=", l.rank, " is not below ", size_name,
            "=", l.world_size);
   if (const char* a = env("MASTER_ADDR")) l.master_addr = a;

@@ -21,6 +21,7 @@ struct LaunchInfo {
   enum class Launcher { None, Mpi, Env };
   Launcher launcher = Launcher::None;
   int rank = 0, world_size = 1, local_rank = 0;
+  int local_size = 1;  // this launch's processes on this machine
   std::string master_addr;  // Env launches: where rank 0 listens (NCCL id rendezvous)
   // MASTER_PORT; MASTER_PORT + 1 under torchrun (TORCHELASTIC_USE_AGENT_STORE=True:
   // its agent's store holds MASTER_PORT); TRAINBENCH_RENDEZVOUS_PORT overrides both.

@@ -118,6 +118,13 @@ std::vector<ConfigKey> make_table() {
       text("device", &R::device, "auto", {}, "run",
            "auto (a GPU when one works, else the CPU), cpu, cuda or cuda:N")
           .label("Device"),
+      integer("cpu_threads", &R::cpu_threads, 0, 0, 4096, "run",
+              "Threads of the CPU backend's kernels (0: as many as the CPUs this process may "
+              "use: its affinity mask, its cgroup's CPU quota and OMP_NUM_THREADS, whichever "
+              "is smallest)")
+          .label("CPU threads")
+          .zero_means("all it may use")
+          .needs(&C::host_kernel_threads),
       integer("epochs", &R::epochs, 1, 0, 100000, "run", "Passes over the training set")
           .label("Epochs"),
       integer("max_steps", &R::max_steps, 0, 0, big, "run",
@@ -556,7 +563,10 @@ json check_value(const ConfigKey& k, const json& v, const std::string& source) {
 }  // namespace
 
 std::string ConfigKey::backends() const {
-  return needs == nullptr || capabilities_of(DeviceKind::CPU).*needs ? "all" : "cuda";
+  if (needs == nullptr) return "all";
+  const bool cpu = capabilities_of(DeviceKind::CPU).*needs;
+  const bool cuda = capabilities_of(DeviceKind::CUDA).*needs;
+  return cpu && cuda ? "all" : cpu ? "cpu" : "cuda";
 }
 
 const std::vector<ConfigGroup>& config_groups() { return groups(); }

@@ -29,6 +29,7 @@ struct RunConfig {
   nlohmann::json values;  // the full validated object, stored with the run
 
   std::string name, model, dataset, data_dir, device;
+  int64_t cpu_threads;
   int64_t train_limit, test_limit;
   std::vector<int64_t> synthetic_shape;
   int64_t synthetic_size;
@@ -115,7 +116,7 @@ struct ConfigKey {
   std::string applies_key;
   nlohmann::json applies_values = nlohmann::json::array();
 
-  // "all" when the CPU backend honours it (every backend does), else "cuda".
+  // "all" when every backend honours it, else the one that does ("cpu", "cuda").
   std::string backends() const;
 };
 

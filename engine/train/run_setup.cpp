@@ -55,6 +55,7 @@ TransformOptions transform_for(const RunConfig& c, const Dataset& ds, bool train
 
 BackendOptions backend_options(const RunConfig& c) {
   BackendOptions bo;
+  bo.threads = static_cast<int>(c.cpu_threads);
   bo.deterministic = c.deterministic;
   bo.cudnn_benchmark = c.cudnn_benchmark;
   return bo;
@@ -181,7 +182,9 @@ RunSetup::RunSetup(const RunConfig& c, const SetupOptions& options,
 
   // --- the backend, and every trick decided once from what it reports
   std::string note;
-  backend = make_backend(device_for_rank(c.device, launch), backend_options(c), &note);
+  BackendOptions bo = backend_options(c);
+  bo.local_ranks = launch.local_size;
+  backend = make_backend(device_for_rank(c.device, launch), bo, &note);
   Backend& be = *backend;
   if (!note.empty()) log("info", note);
   plan = resolve_tricks(c, be.capabilities(), be.device(),

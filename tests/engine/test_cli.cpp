@@ -143,6 +143,39 @@ class TestCli : public QObject {
     QCOMPARE(QString::fromStdString(store.integrity_check()), QString("ok"));
   }
 
+  // The CPU backend's threads: the cpu_threads setting, else what the
+  // process may use (OMP_NUM_THREADS here), recorded with what decided it.
+  void cpuThreadsAreRecordedWithTheirSource() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("threads.db");
+    const QStringList run{"run", "--db", db, "--device", "cpu", "--train-limit", "128",
+                          "--test-limit", "64", "--steps", "2", "--quiet"};
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("OMP_NUM_THREADS", "1");
+    Result r = engine(run + QStringList{"--set", "cpu_threads=3"}, 300000, env);
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    r = engine(run, 300000, env);
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    tb::RunStore store(db.toStdString(), tb::RunStore::Mode::ReadOnly);
+    const auto runs = store.list_runs();  // by id
+    QCOMPARE(runs.size(), size_t(2));
+    const json set = store.get_run(runs[0].id)->environment;
+    QCOMPARE(set["threads"].get<int>(), 3);
+    QCOMPARE(set["threads_source"].get<std::string>(), std::string("cpu_threads setting"));
+    const json omp = store.get_run(runs[1].id)->environment;
+    QCOMPARE(omp["threads"].get<int>(), 1);
+    const std::string source = omp["threads_source"].get<std::string>();
+    // OMP_NUM_THREADS decides unless the process may use one CPU anyway.
+    QVERIFY2(source.rfind("OMP_NUM_THREADS (1 of ", 0) == 0 || source.find("(1 CPUs)") != std::string::npos,
+             source.c_str());
+
+    env.insert("OMP_NUM_THREADS", "many");
+    r = engine({"run", "--db", dir.filePath("bad.db"), "--device", "cpu", "--steps", "1", "--quiet"},
+               300000, env);
+    QCOMPARE(r.code, 1);
+    QVERIFY2(r.err.contains("OMP_NUM_THREADS='many'"), qPrintable(r.err));
+  }
+
   void compareShowsARealDifference() {
     Result r = engine({"run", "--db", db_, "--device", "cpu", "--train-limit", "2560",
                        "--test-limit", "200", "--batch-size", "256", "--steps", "8", "--quiet",

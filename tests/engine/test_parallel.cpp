@@ -73,7 +73,8 @@ const char* const kLaunchVars[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE
                                    "PMI_SIZE", "MPI_LOCALRANKID", "RANK", "WORLD_SIZE",
                                    "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
                                    "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE",
-                                   "TRAINBENCH_RENDEZVOUS_PORT"};
+                                   "TRAINBENCH_RENDEZVOUS_PORT", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                   "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE"};
 
 // A free loopback port (bound, read, released: another process could take
 // it in between, which a test on one machine does not meet in practice).
@@ -350,6 +351,9 @@ class TestParallel : public QObject {
     QVERIFY(l.launcher == LaunchInfo::Launcher::Mpi);
     QCOMPARE(l.rank, 1);
     QCOMPARE(l.world_size, 4);
+    QCOMPARE(l.local_size, 1);  // not said: this process alone on its machine
+    set_env("OMPI_COMM_WORLD_LOCAL_SIZE", "2");
+    QCOMPARE(launch_from_environment().local_size, 2);
     QCOMPARE(launch_rank(), 1);
     init();
     set_env("RANK", "2");
@@ -361,6 +365,8 @@ class TestParallel : public QObject {
     QVERIFY(l.launcher == LaunchInfo::Launcher::Env);
     QCOMPARE(l.rank, 2);
     QCOMPARE(l.master_port, 29500);
+    set_env("LOCAL_WORLD_SIZE", "3");  // torchrun's
+    QCOMPARE(launch_from_environment().local_size, 3);
     // torchrun's agent store holds MASTER_PORT: the rendezvous takes the next.
     set_env("TORCHELASTIC_USE_AGENT_STORE", "True");
     QCOMPARE(launch_from_environment().master_port, 29501);

@@ -114,10 +114,13 @@ class TestSettings : public QObject {
       QVERIFY2(groups.count(k["group"].get<std::string>()), k.dump().c_str());
       const ConfigKey* key = find_config_key(k["key"].get<std::string>());
       QVERIFY(key);
-      // "all" exactly when the CPU backend reports what the key needs.
+      // "all" exactly when both backends report what the key needs, else the one that does.
       const bool cpu = !key->needs || CpuBackend().capabilities().*(key->needs);
-      QCOMPARE(k["backends"].get<std::string>(), std::string(cpu ? "all" : "cuda"));
+      const bool cuda = !key->needs || capabilities_of(DeviceKind::CUDA).*(key->needs);
+      QVERIFY2(cpu || cuda, k.dump().c_str());
+      QCOMPARE(k["backends"].get<std::string>(), std::string(cpu && cuda ? "all" : cpu ? "cpu" : "cuda"));
     }
+    QCOMPARE(find_config_key("cpu_threads")->backends(), std::string("cpu"));
     // ddp runs over processes (MPI on the CPU), so parallel needs no second device.
     QCOMPARE(find_config_key("parallel")->min_devices, 1);
     QVERIFY(find_config_key("no_such_key") == nullptr);

@@ -12,16 +12,22 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <thread>
 
 #include "engine/core/cpu_features.h"
+#include "engine/core/cpu_threads.h"
 #include "engine/core/error.h"
 
 namespace tb {
 
 CpuBackend::CpuBackend(const BackendOptions& options) : options_(options) {
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads_ = options.threads > 0 ? options.threads : hw;
+  if (options.threads > 0) {
+    threads_ = options.threads;
+    threads_source_ = "cpu_threads setting";
+  } else {
+    const CpuThreadCount c = default_cpu_threads(options.local_ranks);
+    threads_ = c.threads;
+    threads_source_ = c.source;
+  }
   cpu_isa();  // decided here: a TRAINBENCH_CPU_ISA this processor cannot run fails now
 #ifdef _OPENMP
   // The fast kernels split their work across threads_ OpenMP threads and call
@@ -56,6 +62,7 @@ nlohmann::json CpuBackend::describe() const {
                       {"device", "cpu"},
                       {"device_name", host_name()},
                       {"threads", threads_},
+                      {"threads_source", threads_source_},
                       {"kernels", options_.reference ? "reference" : "fast"},
                       // The copy of the fast loops that runs (engine/core/cpu_features.h).
                       {"cpu_isa", cpu_isa_name(cpu_isa())},

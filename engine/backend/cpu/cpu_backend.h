@@ -30,10 +30,11 @@ class CpuBackend final : public Backend {
   // pinned memory, cuDNN, Tensor Cores and a caching allocator have no
   // counterpart here.
 #ifdef TRAINBENCH_HAVE_MPI
-  static constexpr BackendCapabilities kCapabilities{.fused_pointwise = true,
-                                                     .process_parallel = true};
+  static constexpr BackendCapabilities kCapabilities{
+      .host_kernel_threads = true, .fused_pointwise = true, .process_parallel = true};
 #else
-  static constexpr BackendCapabilities kCapabilities{.fused_pointwise = true};
+  static constexpr BackendCapabilities kCapabilities{.host_kernel_threads = true,
+                                                     .fused_pointwise = true};
 #endif
   BackendCapabilities capabilities() const override { return kCapabilities; }
 
@@ -53,6 +54,7 @@ class CpuBackend final : public Backend {
  private:
   BackendOptions options_;
   int threads_ = 1;
+  std::string threads_source_;  // what decided threads_ (engine/core/cpu_threads.h)
   mutable std::mutex reports_mutex_;
   std::map<std::string, std::function<nlohmann::json()>> kernel_path_reports_;
 };

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// How many threads the CPU backend's kernels run on when the run does not
+// say (the `cpu_threads` setting, 0): the CPUs this process may run on, not
+// the machine's. A container limited to 2 CPUs of 64, `taskset -c 0`, or an
+// mpirun rank bound to one core that starts one thread per machine CPU runs
+// many threads per CPU, and every short parallel region then waits a time
+// slice for its last thread (bench/NOTES.md, issue 28: an order of magnitude).
+//
+// The count is the smallest of
+//   - the process's affinity mask (taskset, numactl, a container's cpuset,
+//     mpirun's binding);
+//   - its CPU quota, rounded up (cgroup v2 cpu.max of its group and the
+//     groups above: docker --cpus, systemd's CPUQuota);
+//   - OMP_NUM_THREADS when set (its first level), as every OpenMP program,
+//     PyTorch's CPU side among them, reads it;
+//   - with several processes of one run on this machine (ddp on the CPU),
+//     its share of the machine's CPUs, unless the launcher bound each to CPUs
+//     of its own (mpirun binds 2 processes to a core each, more to a socket:
+//     4 ranks on 8 cores would otherwise run 32 threads).
+// The run's environment records the count and what decided it.
+#include <string>
+
+namespace tb {
+
+struct CpuThreadCount {
+  int threads = 1;
+  // What decided it: "affinity mask", "cgroup cpu.max", "OMP_NUM_THREADS"
+  // or "cpu_threads setting", with the figures each source gave.
+  std::string source;
+};
+
+// The count for this process now. Throws tb::Error naming OMP_NUM_THREADS
+// and its value when it is set but not a positive whole number.
+// `local_ranks`: the processes of this run on this machine (1: just this one).
+CpuThreadCount default_cpu_threads(int local_ranks = 1);
+
+// The pieces, for tests and for default_cpu_threads:
+// Threads a cgroup v2 cpu.max line allows ("max 100000": no limit, 0;
+// "150000 100000": 1.5 CPUs, 2). 0 for a line it cannot read.
+int threads_allowed_by_cpu_max(const std::string& cpu_max);
+// OMP_NUM_THREADS's first level ("4" or "4,2": 4); 0 when unset or empty.
+// Throws tb::Error naming the variable and the value otherwise.
+int threads_from_omp_num_threads(const char* value);
+// The smallest quota on the path of a cgroup v2 group ("/user.slice/x")
+// under the cgroup file system's root (`root`, "/sys/fs/cgroup"), itself
+// and every group above it; 0 when none sets one.
+int threads_allowed_by_cgroup(const std::string& root, const std::string& group);
+// One of `local_ranks` processes that may each use `threads` of the
+// machine's `machine_cpus`: `threads` when the processes' CPUs can be
+// disjoint (threads * local_ranks <= machine_cpus), else its share,
+// machine_cpus / local_ranks (at least 1, at most threads).
+int threads_for_local_rank(int threads, int local_ranks, int machine_cpus);
+
+}  // namespace tb
