@@ -563,10 +563,11 @@ json check_value(const ConfigKey& k, const json& v, const std::string& source) {
 }  // namespace
 
 std::string ConfigKey::backends() const {
-  if (needs == nullptr) return "all";
-  const bool cpu = capabilities_of(DeviceKind::CPU).*needs;
-  const bool cuda = capabilities_of(DeviceKind::CUDA).*needs;
-  return cpu && cuda ? "all" : cpu ? "cpu" : "cuda";
+  // The CUDA backend honours every capability the CPU backend has, but its
+  // build may lack a library (NCCL: parallel still has dp there), so its own
+  // set does not decide "all"; threads of host kernels are the CPU's alone.
+  if (needs == &BackendCapabilities::host_kernel_threads) return "cpu";
+  return needs == nullptr || capabilities_of(DeviceKind::CPU).*needs ? "all" : "cuda";
 }
 
 const std::vector<ConfigGroup>& config_groups() { return groups(); }

@@ -116,7 +116,8 @@ struct ConfigKey {
   std::string applies_key;
   nlohmann::json applies_values = nlohmann::json::array();
 
-  // "all" when every backend honours it, else the one that does ("cpu", "cuda").
+  // "all" when the CPU backend honours it (the CUDA backend honours all it
+  // does), "cpu" for the host kernels' threads, else "cuda".
   std::string backends() const;
 };
 
