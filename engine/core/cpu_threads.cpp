@@ -82,19 +82,15 @@ CpuThreadCount default_cpu_threads(int local_ranks) {
     c.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     c.source = "the machine's CPUs (" + std::to_string(c.threads) + ")";
   }
+  // Each later source may only lower the count; the source says what did.
+  auto cap = [&c](int n, const std::string& what) {
+    if (n <= 0 || n >= c.threads) return;
+    c.source = what + " (" + std::to_string(n) + " of " + std::to_string(c.threads) + " CPUs)";
+    c.threads = n;
+  };
   const std::string group = own_cgroup();
-  if (const int quota = group.empty() ? 0 : threads_allowed_by_cgroup("/sys/fs/cgroup", group);
-      quota > 0 && quota < c.threads) {
-    c.source = "cgroup cpu.max (" + std::to_string(quota) + " of " + std::to_string(c.threads) +
-               " CPUs)";
-    c.threads = quota;
-  }
-  if (const int omp = threads_from_omp_num_threads(std::getenv("OMP_NUM_THREADS"));
-      omp > 0 && omp < c.threads) {
-    c.source = "OMP_NUM_THREADS (" + std::to_string(omp) + " of " + std::to_string(c.threads) +
-               " CPUs)";
-    c.threads = omp;
-  }
+  cap(group.empty() ? 0 : threads_allowed_by_cgroup("/sys/fs/cgroup", group), "cgroup cpu.max");
+  cap(threads_from_omp_num_threads(std::getenv("OMP_NUM_THREADS")), "OMP_NUM_THREADS");
   const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (const int share = threads_for_local_rank(c.threads, local_ranks, machine);
       share < c.threads) {
