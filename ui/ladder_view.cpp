@@ -65,9 +65,7 @@ QString measurementText(const json& table) {
       .arg(measured == 1 ? LadderView::tr("1 measured step") : LadderView::tr("%1 measured steps").arg(measured))
       .arg(warmup == 1 ? LadderView::tr("1 warm-up step") : LadderView::tr("%1 warm-up steps").arg(warmup));
 }
-}  // namespace
 
-namespace {
 // The rung list's items keep their title and tooltip beside what is shown.
 constexpr int kTitleRole = Qt::UserRole + 1;
 constexpr int kToolTipRole = Qt::UserRole + 2;
