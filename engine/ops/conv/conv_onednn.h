@@ -15,7 +15,8 @@
 //   AVX2/AVX-512 kernels; NCHW its own im2col + GEMM);
 // - Blocked: oneDNN picks its layout (nChw16c on AVX-512) and the activations
 //   are reordered into scratch and back on every call, as PyTorch's CPU
-//   convolutions do; the caller's tensors keep their layout.
+//   convolutions do (but dy once per backward, shared by its data and
+//   weights parts); the caller's tensors keep their layout.
 // The filters are always reordered into the layout oneDNN picks (small).
 //
 // Scratch: those reordered copies, the primitives' own scratchpads
