@@ -14,6 +14,12 @@ own environment variable (MAX_ISA_ENVIRONMENT), and the result records them. Usa
         --output bench/results/cpu-fmnist-cnn.json
     bench/cpu_vs_pytorch.py --engine build/bin/trainbench-engine --model resnet18-cifar \
         --batches 64 --steps 20 --warmup 3 --output bench/results/cpu-resnet18.json
+
+Both sides take as many threads as the CPUs the process may use (taskset) unless
+--threads says; --data-dir gives both Fashion-MNIST's files (.gz or raw), --commit
+the engine's commit where the tree is no git checkout (scripts/device-cpu-bench.sh
+runs it so on the lent device machine's processor). The result is rewritten after
+every batch size ("complete" says whether all were measured).
 """
 import argparse
 import datetime
@@ -80,11 +86,25 @@ def run_with_peak_rss(cmd, env=None):
 ENGINE_DATA = {"fmnist-cnn": [], "resnet18-cifar": ["--dataset", "synthetic"]}
 
 
-def trainbench(engine, batch, steps, warmup, threads, db, model="fmnist-cnn"):
+def layer_kinds_ms(profile):
+    """The engine's per-layer profile summed by phase and kind ("backward conv2d": ms),
+    largest first: where a step's time went, kept so that a one-off run on another
+    machine can be read without running it again."""
+    sums = {}
+    for r in (profile or {}).get("rows", []):
+        key = f"{r['phase']} {r['kind']}".strip()
+        sums[key] = sums.get(key, 0.0) + r["time_ms"]
+    return dict(sorted(((k, round(v, 3)) for k, v in sums.items()), key=lambda kv: -kv[1]))
+
+
+def trainbench(engine, batch, steps, warmup, threads, db, model="fmnist-cnn", data_dir=None):
+    data = list(ENGINE_DATA[model])
+    if data_dir and not data:
+        data = ["--set", f"data_dir={data_dir}"]
     _, peak_rss = run_with_peak_rss(
         [engine, "run", "--db", db, "--quiet", "--device", "cpu", "--batch-size", str(batch),
          "--steps", str(warmup + steps), "--test-limit", "1000", "--seed", "0",
-         "--model", model, *ENGINE_DATA[model], "--name", f"bench {model} b{batch}",
+         "--model", model, *data, "--name", f"bench {model} b{batch}",
          "--set", f"cpu_threads={threads}"],
         env=dict(os.environ, OPENBLAS_NUM_THREADS=str(threads)))
     runs = json.loads(subprocess.run([engine, "list", "--db", db, "--json"], check=True,
@@ -107,12 +127,15 @@ def trainbench(engine, batch, steps, warmup, threads, db, model="fmnist-cnn"):
             "kernel_paths": env.get("kernel_paths"),
             "median_step_ms": compute, "median_step_ms_with_data": total,
             "samples_per_s": batch * 1e3 / compute,
+            "layer_kinds_ms": layer_kinds_ms(data.get("layer_profile")),
             "final_test_accuracy": data["summary"].get("final_test_accuracy")}
 
 
-def pytorch(batch, steps, warmup, threads, python, model="fmnist-cnn"):
+def pytorch(batch, steps, warmup, threads, python, model="fmnist-cnn", data_dir=None):
     if model == "fmnist-cnn":
         cmd = [python, os.path.join(HERE, "torch_fmnist_cnn.py"), "--threads", str(threads)]
+        if data_dir:
+            cmd += ["--data-dir", data_dir]
     else:  # the baseline recipe: the engine's defaults (torch_train_step.py's docstring)
         cmd = [python, os.path.join(HERE, "torch_train_step.py"), "--device", "cpu", "--model",
                model, "--data", "synthetic", "--recipe", "baseline"]
@@ -152,6 +175,57 @@ def source_commit():
     return head + ("+dirty" if dirty else "")
 
 
+def allowed_cpus():
+    """The CPUs this process may run on, and each one's SMT siblings (the
+    logical CPUs of its core, from sysfs; absent where sysfs does not say)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    siblings = {}
+    for c in cpus:
+        try:
+            with open(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list") as f:
+                siblings[str(c)] = f.read().strip()
+        except OSError:
+            pass
+    return cpus, siblings
+
+
+def write_result(a, rows, planned, isa_environment, load_before):
+    """The result JSON as it stands: written after every batch size, so that a run cut
+    short (a device call's time limit) keeps the rows it finished ("complete": false)."""
+    torch_version = rows[0]["pytorch"]["version"] if rows else None
+    cpu = lscpu()
+    cpus, siblings = allowed_cpus()
+    result = {
+        "benchmark": f"{a.model} training step on the CPU, Trainbench vs PyTorch",
+        "what": "median over timed steps of forward+backward+optimizer (data loading excluded on "
+                "both sides; Trainbench's time with its own data loading is also given)",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": {"cpu": cpu_model(), "cores": os.cpu_count(), "threads_used": a.threads,
+                   "cpus_allowed": cpus, "smt_siblings": siblings,
+                   "threads_per_core": cpu.get("Thread(s) per core"),
+                   "kernel": platform.release(), "vendor": cpu.get("Vendor ID"),
+                   "cpu_family": cpu.get("CPU family"), "cpu_model": cpu.get("Model"),
+                   "hypervisor": cpu.get("Hypervisor vendor"),
+                   "flags": cpu.get("Flags", "").split()},
+        "model": a.model,
+        "peak_rss": "each side's process, from its own rusage (ru_maxrss): the engine's whole "
+                    "run (data, evaluation, the peaks probe when not cached) and PyTorch's "
+                    "script (its data held as float32 for fmnist-cnn)",
+        "versions": {"pytorch": torch_version, "python": platform.python_version()},
+        "commit": a.commit or source_commit(),
+        "max_isa": {"requested": a.max_isa, "environment": isa_environment} if a.max_isa else None,
+        "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
+        "load_average": {"before": load_before, "after": load_average()},
+        "complete": len(rows) == planned,
+        "results": rows}
+    os.makedirs(os.path.dirname(os.path.abspath(a.output)), exist_ok=True)
+    tmp = a.output + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, a.output)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--engine", required=True)
@@ -159,7 +233,12 @@ def main():
     p.add_argument("--batches", default="64,256")
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                   help="both sides' threads (default: the CPUs this process may use)")
+    p.add_argument("--data-dir", help="Fashion-MNIST's IDX files, .gz or raw (default: each "
+                   "side's own, /usr/share/datasets/fashion-mnist)")
+    p.add_argument("--commit", help="the engine's source commit, where this tree is no git "
+                   "checkout (default: this tree's HEAD)")
     p.add_argument("--python", default="/usr/bin/python3", help="a Python with torch")
     p.add_argument("--model", default="fmnist-cnn", choices=sorted(ENGINE_DATA))
     p.add_argument("--repeats", type=int, default=1,
@@ -170,49 +249,27 @@ def main():
     isa_environment = MAX_ISA_ENVIRONMENT.get(a.max_isa, {})
     os.environ.update(isa_environment)  # both sides' processes inherit it
     rows = []
+    batches = [int(x) for x in a.batches.split(",")]
     load_before = load_average()
     with tempfile.TemporaryDirectory() as tmp:
         db = os.path.join(tmp, "bench.db")
-        for b in [int(x) for x in a.batches.split(",")]:
+        for b in batches:
             tbs, pts, loads = [], [], []
             for r in range(a.repeats):
                 loads.append(load_average())
-                tbs.append(trainbench(a.engine, b, a.steps, a.warmup, a.threads, db, a.model))
-                pts.append(pytorch(b, a.steps, a.warmup, a.threads, a.python, a.model))
+                tbs.append(trainbench(a.engine, b, a.steps, a.warmup, a.threads, db, a.model,
+                                      a.data_dir))
+                pts.append(pytorch(b, a.steps, a.warmup, a.threads, a.python, a.model,
+                                   a.data_dir))
                 print(f"{a.model} batch {b} repeat {r + 1}/{a.repeats} (load {loads[-1]:.2f}): "
                       f"trainbench {tbs[-1]['median_step_ms']:.2f} ms/step "
                       f"({tbs[-1]['peak_rss_bytes'] / 2**20:.0f} MiB), "
                       f"pytorch {pts[-1]['median_step_ms']:.2f} ms/step "
                       f"({pts[-1]['peak_rss_bytes'] / 2**20:.0f} MiB)", file=sys.stderr)
             rows.append(median_row(b, tbs, pts, loads))
+            write_result(a, rows, len(batches), isa_environment, load_before)
             print(f"batch {b}: ratio {rows[-1]['speedup_vs_pytorch']:.2f}x (medians)",
                   file=sys.stderr)
-    torch_version = rows[0]["pytorch"]["version"] if rows else None
-    cpu = lscpu()
-    result = {
-        "benchmark": f"{a.model} training step on the CPU, Trainbench vs PyTorch",
-        "what": "median over timed steps of forward+backward+optimizer (data loading excluded on "
-                "both sides; Trainbench's time with its own data loading is also given)",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": {"cpu": cpu_model(), "cores": os.cpu_count(), "threads_used": a.threads,
-                   "kernel": platform.release(), "vendor": cpu.get("Vendor ID"),
-                   "cpu_family": cpu.get("CPU family"), "cpu_model": cpu.get("Model"),
-                   "hypervisor": cpu.get("Hypervisor vendor"),
-                   "flags": cpu.get("Flags", "").split()},
-        "model": a.model,
-        "peak_rss": "each side's process, from its own rusage (ru_maxrss): the engine's whole "
-                    "run (data, evaluation, the peaks probe when not cached) and PyTorch's "
-                    "script (its data held as float32 for fmnist-cnn)",
-        "versions": {"pytorch": torch_version, "python": platform.python_version()},
-        "commit": source_commit(),
-        "max_isa": {"requested": a.max_isa, "environment": isa_environment} if a.max_isa else None,
-        "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
-        "load_average": {"before": load_before, "after": load_average()},
-        "results": rows}
-    os.makedirs(os.path.dirname(os.path.abspath(a.output)), exist_ok=True)
-    with open(a.output, "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
 
 
 if __name__ == "__main__":

@@ -23,16 +23,24 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_models  # noqa: E402
 
 
+def read_idx(path):
+    """An IDX file's bytes: path + ".gz" (Debian's package), else path as it is
+    (the raw files scripts/gpu-check.sh and device-cpu-bench.sh carry)."""
+    if os.path.exists(path + ".gz"):
+        with gzip.open(path + ".gz", "rb") as f:
+            return f.read()
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def read_idx_images(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
+    data = read_idx(path)
     n, h, w = int.from_bytes(data[4:8], "big"), int.from_bytes(data[8:12], "big"), int.from_bytes(data[12:16], "big")
     return np.frombuffer(data, dtype=np.uint8, offset=16).reshape(n, 1, h, w)
 
 
 def read_idx_labels(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
+    data = read_idx(path)
     return np.frombuffer(data, dtype=np.uint8, offset=8).astype(np.int64)
 
 
@@ -47,8 +55,8 @@ def main():
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    x = read_idx_images(f"{a.data_dir}/train-images-idx3-ubyte.gz")
-    y = read_idx_labels(f"{a.data_dir}/train-labels-idx1-ubyte.gz")
+    x = read_idx_images(f"{a.data_dir}/train-images-idx3-ubyte")
+    y = read_idx_labels(f"{a.data_dir}/train-labels-idx1-ubyte")
     x = (torch.from_numpy(x.astype(np.float32)) / 255.0 - 0.2860) / 0.3530
     y = torch.from_numpy(y)
     net = bench_models.fmnist_cnn(1, 10)

@@ -63,7 +63,9 @@ cd "$here"
 stage_dir=build-gpu
 tarball=$stage_dir/trainbench-gpu.tar.xz
 data_pack=$stage_dir/fashion-mnist.tar.xz
-limit_bytes=$((64 << 20))
+# is_system_lib, pack_binaries, tree_bytes, prefer_system_libstdcxx, unpack_xz,
+# device_limit_bytes.
+source "$here/scripts/device-pack.sh"
 # The suites with GPU slots, fastest and most basic first: the device, the op
 # families (test_op_*: typed slots whose CUDA rows run here; their CPU rows run
 # too, in seconds), then whole models and trainer runs.
@@ -71,17 +73,6 @@ suites=(test_cuda_backend test_op_tensor test_op_layout test_op_activations test
         test_op_pooling test_op_linear test_op_batchnorm test_op_conv test_op_optim test_op_amp
         test_op_fused test_op_augment test_models test_memory_plan test_channels_last test_amp_training
         test_device_data test_cuda_graphs test_staging test_tensor_pipe test_dp)
-
-# Libraries the GPU machine provides itself (driver, CUDA, glibc): never packed.
-is_system_lib() {
-  case "$(basename "$1")" in
-    libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libgcc_s.so*|linux-vdso*) return 0 ;;
-    libcuda.so*|libcudart*|libcublas*|libcudnn*|libnvrtc*|libnvidia*|libnvJitLink*|libcupti*|libnvperf*) return 0 ;;
-    # NCCL (218 MB, over the device tool's 64 MiB alone): the image's pip nvidia-nccl-cu13 has it.
-    libnccl.so*) return 0 ;;
-  esac
-  return 1
-}
 
 # A suite's source: tests/engine/<suite>.cpp, or an op family's test beside
 # its code, engine/ops/<family>/<suite>.cpp (docs/architecture.md).
@@ -98,12 +89,6 @@ suite_source() {
 gpu_slots() {
   awk '/^  void [A-Za-z0-9_]+\(\) \{/ { name = $2; sub(/\(\).*/, "", name) }
        /TB_GPU_TRY/ && name != "" { print name; name = "" }' "$(suite_source "$1")"
-}
-
-# Bytes the device tool would send: tracked and untracked-not-ignored files.
-tree_bytes() {
-  git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -L -c %s 2>/dev/null |
-    awk '{s += $1} END {print s + 0}'
 }
 
 stage() {
@@ -147,13 +132,9 @@ stage() {
   done
   echo "GPU slots: $(wc -l <"$pack/gpu-slots.txt") in ${#suites[@]} suites"
 
-  local b lib
-  for b in trainbench-engine trainbench-step-truth "${suites[@]}"; do
-    cp "$src/bin/$b" "$pack/bin/"
-    ldd "$src/bin/$b" | awk '/=> \//{print $3}' | while read -r lib; do
-      is_system_lib "$lib" || cp -L -n "$lib" "$pack/lib/"
-    done
-  done
+  local b bins=()
+  for b in trainbench-engine trainbench-step-truth "${suites[@]}"; do bins+=("$src/bin/$b"); done
+  pack_binaries "$pack" "${bins[@]}" || exit 1
   {
     echo "commit $(git rev-parse HEAD)$(git diff --quiet HEAD || echo ' (with uncommitted changes)')"
     echo "staged $(date -u +%FT%TZ) from $src (device code: $(grep -o 'generate-code=arch=compute_[0-9]*,code=[^ ]*' "$src/build.ninja" | sort -u | paste -sd' ' -))"
@@ -181,7 +162,7 @@ stage() {
   echo "staged: $stage_dir $(numfmt --to=iec-i "$staged")B ($tarball $(numfmt --to=iec-i "$(stat -c %s "$tarball")")B," \
        "data $(stat -c %s "$data_pack" | numfmt --to=iec-i)B) + working tree $(numfmt --to=iec-i "$tree")B" \
        "= $(numfmt --to=iec-i $((staged + tree)))B of 64MiB"
-  (( staged + tree <= limit_bytes )) || { echo "too large for the device tool (64 MiB)" >&2; exit 1; }
+  (( staged + tree <= device_limit_bytes )) || { echo "too large for the device tool (64 MiB)" >&2; exit 1; }
 }
 
 # ---------------------------------------------------------------- on the GPU machine
@@ -223,23 +204,11 @@ unpack() {
   for pair in "$tarball|$root" "$data_pack|$fashion_dir"; do
     if [[ ! -f ${pair%%|*} ]]; then
       echo "no ${pair%%|*}: run 'scripts/gpu-check.sh stage' here again" >&2; exit 2
-    elif command -v xz >/dev/null; then
-      xz -dc "${pair%%|*}" | tar -C "${pair#*|}" -xf - || exit 2
     else
-      python3 -c 'import lzma, sys, tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1])).extractall(sys.argv[2])' \
-        "${pair%%|*}" "${pair#*|}" || exit 2
+      unpack_xz "${pair%%|*}" "${pair#*|}" || exit 2
     fi
   done
-  # The packed libstdc++ (from the build machine) is a fallback only: the
-  # device's own is newer, and cuDNN/cuBLAS may need its newer symbols.
-  local sys_stdcxx need
-  sys_stdcxx=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 .*x86-64/{p=$NF} END{print p}' || true)
-  if [[ -n "$sys_stdcxx" && -f "$root/lib/libstdc++.so.6" ]]; then
-    need=$(grep -ao 'GLIBCXX_3\.4\.[0-9]*' "$root/lib/libstdc++.so.6" | sort -V | tail -n 1 || true)
-    if [[ -n "$need" ]] && grep -aqx "$need" <(grep -ao 'GLIBCXX_3\.4\.[0-9]*' "$sys_stdcxx"); then
-      rm -f "$root/lib/libstdc++.so.6"
-    fi
-  fi
+  prefer_system_libstdcxx "$root/lib"
   local dirs
   dirs=$(cuda_lib_dirs | paste -sd: - || true)
   export LD_LIBRARY_PATH="$root/lib${dirs:+:$dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
