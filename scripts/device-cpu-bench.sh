@@ -27,13 +27,12 @@ set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
-# is_system_lib, pack_binaries, tree_bytes, prefer_system_libstdcxx, unpack_xz,
-# device_limit_bytes.
+# pack_binaries, pack_fashion_mnist, check_device_size, prefer_system_libstdcxx,
+# unpack_xz.
 source "$here/scripts/device-pack.sh"
 stage_dir=build-cpu-bench
 tarball=$stage_dir/trainbench-cpu.tar.xz
 data_pack=$stage_dir/fashion-mnist.tar.xz
-fashion_files=(train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte)
 
 stage() {
   local src=${1:-build-deb}
@@ -60,21 +59,8 @@ stage() {
   echo "== packing (xz -9)"
   tar -C "$pack" -cf - MANIFEST lib bin | xz -9 -T2 >"$tarball" || exit 1
   rm -rf "$pack"
-  local f raw=$stage_dir/fashion-mnist
-  mkdir -p "$raw"
-  for f in "${fashion_files[@]}"; do
-    [[ -f /usr/share/datasets/fashion-mnist/$f.gz ]] || {
-      echo "no Fashion-MNIST here (scripts/setup.sh installs it)" >&2; exit 2; }
-    gzip -dc "/usr/share/datasets/fashion-mnist/$f.gz" >"$raw/$f" || exit 1
-  done
-  tar -C "$raw" -cf - . | xz -9e -T2 >"$data_pack" || exit 1
-  rm -rf "$raw"
-  local staged tree
-  staged=$(du -sb "$stage_dir" | cut -f1)
-  tree=$(tree_bytes)
-  echo "staged: $stage_dir $(numfmt --to=iec-i "$staged")B + working tree $(numfmt --to=iec-i "$tree")B" \
-       "= $(numfmt --to=iec-i $((staged + tree)))B of 64MiB"
-  (( staged + tree <= device_limit_bytes )) || { echo "too large for the device tool (64 MiB)" >&2; exit 1; }
+  pack_fashion_mnist "$data_pack" "both sides train on it" || exit $?
+  check_device_size "$stage_dir" || exit 1
 }
 
 # Two CPUs of this process's mask on different cores (SMT siblings only when

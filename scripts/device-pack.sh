@@ -31,6 +31,33 @@ pack_binaries() {
   done
 }
 
+# Fashion-MNIST as raw IDX files in one xz stream at PACK (26 MiB, Debian's
+# .gz 30 MiB): the engine's loader and bench/torch_fmnist_cnn.py read them as
+# they are once unpacked there. WHY says what needs it, for the error.
+pack_fashion_mnist() {
+  local pack=$1 why=$2 f raw
+  raw=$(dirname "$pack")/fashion-mnist
+  mkdir -p "$raw"
+  for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+    [[ -f /usr/share/datasets/fashion-mnist/$f.gz ]] || {
+      echo "no Fashion-MNIST here (scripts/setup.sh installs it): $why" >&2; return 2; }
+    gzip -dc "/usr/share/datasets/fashion-mnist/$f.gz" >"$raw/$f" || return 1
+  done
+  tar -C "$raw" -cf - . | xz -9e -T2 >"$pack" || return 1
+  rm -rf "$raw"
+}
+
+# Says what DIR and the working tree weigh against the tool's 64 MiB; fails past it.
+check_device_size() {
+  local dir=$1 staged tree
+  staged=$(du -sb "$dir" | cut -f1)
+  tree=$(tree_bytes)
+  echo "staged: $dir $(numfmt --to=iec-i "$staged")B ($(cd "$dir" && for f in *; do
+         printf '%s %sB, ' "$f" "$(numfmt --to=iec-i "$(stat -c %s "$f")")"; done | sed 's/, $//'))" \
+       "+ working tree $(numfmt --to=iec-i "$tree")B = $(numfmt --to=iec-i $((staged + tree)))B of 64MiB"
+  (( staged + tree <= device_limit_bytes )) || { echo "too large for the device tool (64 MiB)" >&2; return 1; }
+}
+
 # Bytes the device tool would send: tracked and untracked-not-ignored files.
 tree_bytes() {
   git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -L -c %s 2>/dev/null |

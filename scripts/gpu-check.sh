@@ -63,8 +63,8 @@ cd "$here"
 stage_dir=build-gpu
 tarball=$stage_dir/trainbench-gpu.tar.xz
 data_pack=$stage_dir/fashion-mnist.tar.xz
-# is_system_lib, pack_binaries, tree_bytes, prefer_system_libstdcxx, unpack_xz,
-# device_limit_bytes.
+# is_system_lib, pack_binaries, pack_fashion_mnist, check_device_size,
+# prefer_system_libstdcxx, unpack_xz.
 source "$here/scripts/device-pack.sh"
 # The suites with GPU slots, fastest and most basic first: the device, the op
 # families (test_op_*: typed slots whose CUDA rows run here; their CPU rows run
@@ -145,24 +145,8 @@ stage() {
   echo "== packing (xz -9, a few minutes on two cores)"
   tar -C "$pack" -cf - MANIFEST gpu-slots.txt lib bin | xz -9 -T1 >"$tarball" || exit 1
   rm -rf "$pack"
-  # Fashion-MNIST as raw IDX files in one xz stream (26 MiB, Debian's .gz
-  # 30 MiB): the loader reads them as they are once unpacked there.
-  local f raw=$stage_dir/fashion-mnist
-  mkdir -p "$raw"
-  for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
-    [[ -f /usr/share/datasets/fashion-mnist/$f.gz ]] || {
-      echo "no Fashion-MNIST here (scripts/setup.sh installs it): the accuracy stage needs it" >&2; exit 2; }
-    gzip -dc "/usr/share/datasets/fashion-mnist/$f.gz" >"$raw/$f" || exit 1
-  done
-  tar -C "$raw" -cf - . | xz -9e -T2 >"$data_pack" || exit 1
-  rm -rf "$raw"
-  local staged tree
-  staged=$(du -sb "$stage_dir" | cut -f1)
-  tree=$(tree_bytes)
-  echo "staged: $stage_dir $(numfmt --to=iec-i "$staged")B ($tarball $(numfmt --to=iec-i "$(stat -c %s "$tarball")")B," \
-       "data $(stat -c %s "$data_pack" | numfmt --to=iec-i)B) + working tree $(numfmt --to=iec-i "$tree")B" \
-       "= $(numfmt --to=iec-i $((staged + tree)))B of 64MiB"
-  (( staged + tree <= device_limit_bytes )) || { echo "too large for the device tool (64 MiB)" >&2; exit 1; }
+  pack_fashion_mnist "$data_pack" "the accuracy stage needs it" || exit $?
+  check_device_size "$stage_dir" || exit 1
 }
 
 # ---------------------------------------------------------------- on the GPU machine
