@@ -16,7 +16,11 @@
 #       One call of at most DEVICE_CPU_SECONDS (default 270; give the call
 #       timeout_s=300): fmnist-cnn b64,b128 then resnet18-cifar b64, each side's
 #       threads = the 2 CPUs chosen (two cores, not SMT siblings, where the
-#       topology allows; DEVICE_CPUS="a,b" picks them), interleaved repeats.
+#       topology allows; DEVICE_CPUS="a,b" picks them, e.g. two SMT siblings,
+#       as a 2-vCPU cloud machine has), interleaved repeats; DEVICE_CPU_ARGS
+#       adds options to both models' bench/cpu_vs_pytorch.py (e.g.
+#       "--threads 1": one thread per core on siblings). With either set the
+#       file names end in -cpus<a>-<b> so the default run's are not overwritten.
 #       $OUT gets cpu-fmnist-cnn-vs-pytorch-<cpu>-<date>.json,
 #       cpu-resnet18-cifar-vs-pytorch-<cpu>-<date>.json and device-cpu-bench.log;
 #       <cpu> names the vendor, family and model (lscpu) since a VM's model
@@ -123,6 +127,8 @@ run() {
   slug=$(cpu_slug)
   date=$(date -u +%F)
   commit=$(awk '/^commit /{print $2}' "$root/MANIFEST")
+  local variant=""
+  [[ -n ${DEVICE_CPUS:-}${DEVICE_CPU_ARGS:-} ]] && variant="-cpus${cpus//,/-}${DEVICE_CPU_ARGS:+-args}"
   {
     echo "== $(date -u +%FT%TZ) engine: $(cat "$root/MANIFEST" | paste -sd' ' -)"
     echo "== CPUs used: $cpus (of $(nproc --all)); PyTorch: $("$py" -c 'import torch; print(torch.__version__, torch.backends.mkldnn.is_available())')"
@@ -142,11 +148,12 @@ run() {
     if (( budget < 30 )); then
       echo "$model: skipped, $left s left"; rc=1; return
     fi
-    local file=$out/cpu-$model-vs-pytorch-$slug-$date.json
+    local file=$out/cpu-$model-vs-pytorch-$slug-$date$variant.json
     echo "== $model (at most $budget s)" >>"$log"
     timeout "$budget" taskset -c "$cpus" "$py" bench/cpu_vs_pytorch.py \
       --engine "$root/bin/trainbench-engine" --python "$py" --commit "$commit" \
-      --data-dir "$root/fashion-mnist" --model "$model" --output "$file" "$@" >>"$log" 2>&1
+      --data-dir "$root/fashion-mnist" --model "$model" --output "$file" "$@" \
+      ${DEVICE_CPU_ARGS:-} >>"$log" 2>&1
     local r=$?
     if (( r == 0 )); then
       python3 -c 'import json, sys
@@ -168,5 +175,5 @@ print(sys.argv[2] + ": " + ", ".join("b%d %.2fx (ours %.2f ms, PyTorch %.2f ms, 
 case ${1:-} in
   stage) shift; stage "$@" ;;
   run) run ;;
-  *) sed -n '3,27p' "$0" >&2; exit 2 ;;
+  *) awk 'NR >= 3 && /^#/ { print } /^set -uo/ { exit }' "$0" >&2; exit 2 ;;
 esac

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
-// The CPU backend. Each op family not yet moved lives in its own file
-// (optimizer.cpp, memory.cpp; the families
-// already moved in engine/ops/<family>/) with a plain reference implementation
-// (templated on float/double: the test oracle, used for f64 and when
-// options.reference is set) beside the fast f32 path (OpenBLAS GEMM,
-// vectorisable loops compiled for the processor's widest instruction set,
-// engine/core/cpu_features.h; OpenMP threads).
+// The CPU backend: identity, fill and copy here (cpu_backend.cpp); every op
+// family's CPU kernels live with the family in engine/ops/<family>/, each a
+// plain reference implementation (templated on float/double: the test oracle,
+// used for f64 and when options.reference is set) beside the fast f32 path
+// (oneDNN or OpenBLAS where they win, vectorisable loops compiled for the
+// processor's widest instruction set, engine/core/cpu_features.h; OpenMP
+// threads, engine/core/cpu_threads.h).
 #include <functional>
 #include <map>
 #include <mutex>
