@@ -97,10 +97,13 @@ def layer_kinds_ms(profile):
     return dict(sorted(((k, round(v, 3)) for k, v in sums.items()), key=lambda kv: -kv[1]))
 
 
-def trainbench(engine, batch, steps, warmup, threads, db, model="fmnist-cnn", data_dir=None):
+def trainbench(engine, batch, steps, warmup, threads, db, model="fmnist-cnn", data_dir=None,
+               measure_every=None):
     data = list(ENGINE_DATA[model])
     if data_dir and not data:
         data = ["--set", f"data_dir={data_dir}"]
+    if measure_every:  # the layer profile samples steps N+1, 2N+1, ...
+        data += ["--set", f"measure_every={measure_every}"]
     _, peak_rss = run_with_peak_rss(
         [engine, "run", "--db", db, "--quiet", "--device", "cpu", "--batch-size", str(batch),
          "--steps", str(warmup + steps), "--test-limit", "1000", "--seed", "0",
@@ -131,7 +134,8 @@ def trainbench(engine, batch, steps, warmup, threads, db, model="fmnist-cnn", da
             "final_test_accuracy": data["summary"].get("final_test_accuracy")}
 
 
-def pytorch(batch, steps, warmup, threads, python, model="fmnist-cnn", data_dir=None):
+def pytorch(batch, steps, warmup, threads, python, model="fmnist-cnn", data_dir=None,
+            profile_steps=0):
     if model == "fmnist-cnn":
         cmd = [python, os.path.join(HERE, "torch_fmnist_cnn.py"), "--threads", str(threads)]
         if data_dir:
@@ -139,6 +143,8 @@ def pytorch(batch, steps, warmup, threads, python, model="fmnist-cnn", data_dir=
     else:  # the baseline recipe: the engine's defaults (torch_train_step.py's docstring)
         cmd = [python, os.path.join(HERE, "torch_train_step.py"), "--device", "cpu", "--model",
                model, "--data", "synthetic", "--recipe", "baseline"]
+    if profile_steps > 0:
+        cmd += ["--profile-steps", str(profile_steps)]
     out, peak_rss = run_with_peak_rss(
         cmd + ["--batch-size", str(batch), "--steps", str(steps), "--warmup", str(warmup)],
         env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
@@ -215,6 +221,7 @@ def write_result(a, rows, planned, isa_environment, load_before):
         "commit": a.commit or source_commit(),
         "max_isa": {"requested": a.max_isa, "environment": isa_environment} if a.max_isa else None,
         "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
+        "engine_measure_every": a.engine_measure_every,
         "load_average": {"before": load_before, "after": load_average()},
         "complete": len(rows) == planned,
         "results": rows}
@@ -237,6 +244,13 @@ def main():
                    help="both sides' threads (default: the CPUs this process may use)")
     p.add_argument("--data-dir", help="Fashion-MNIST's IDX files, .gz or raw (default: each "
                    "side's own, /usr/share/datasets/fashion-mnist)")
+    p.add_argument("--pytorch-profile-steps", type=int, default=0,
+                   help="in the last repeat, this many more PyTorch steps under torch.profiler "
+                        "after the timed ones: its time per op (op_profile), beside the "
+                        "engine's per-layer figures (layer_kinds_ms)")
+    p.add_argument("--engine-measure-every", type=int,
+                   help="the engine's measure_every (default its own, 20): its layer profile "
+                        "samples steps N+1, 2N+1, ..., so a run of 20 steps or fewer needs less")
     p.add_argument("--commit", help="the engine's source commit, where this tree is no git "
                    "checkout (default: this tree's HEAD)")
     p.add_argument("--python", default="/usr/bin/python3", help="a Python with torch")
@@ -258,9 +272,10 @@ def main():
             for r in range(a.repeats):
                 loads.append(load_average())
                 tbs.append(trainbench(a.engine, b, a.steps, a.warmup, a.threads, db, a.model,
-                                      a.data_dir))
+                                      a.data_dir, a.engine_measure_every))
+                last = r == a.repeats - 1
                 pts.append(pytorch(b, a.steps, a.warmup, a.threads, a.python, a.model,
-                                   a.data_dir))
+                                   a.data_dir, a.pytorch_profile_steps if last else 0))
                 print(f"{a.model} batch {b} repeat {r + 1}/{a.repeats} (load {loads[-1]:.2f}): "
                       f"trainbench {tbs[-1]['median_step_ms']:.2f} ms/step "
                       f"({tbs[-1]['peak_rss_bytes'] / 2**20:.0f} MiB), "

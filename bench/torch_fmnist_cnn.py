@@ -21,6 +21,7 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_models  # noqa: E402
+import torch_op_profile  # noqa: E402
 
 
 def read_idx(path):
@@ -51,6 +52,9 @@ def main():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="after the timed steps, this many more under torch.profiler "
+                        "(torch_op_profile.py): self CPU ms per op per step")
     a = p.parse_args()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
@@ -63,23 +67,34 @@ def main():
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
     loss_fn = nn.CrossEntropyLoss()
     perm = torch.randperm(x.shape[0])
-    times = []
-    for step in range(a.warmup + a.steps):
+    def batch(step):
         idx = perm[(step * a.batch_size) % (x.shape[0] - a.batch_size):][: a.batch_size]
-        xb, yb = x[idx], y[idx]
-        t0 = time.perf_counter()
+        return x[idx], y[idx]
+
+    def train_step(xb, yb):
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(net(xb), yb)
         loss.backward()
         opt.step()
+        return loss
+
+    times = []
+    for step in range(a.warmup + a.steps):
+        xb, yb = batch(step)
+        t0 = time.perf_counter()
+        loss = train_step(xb, yb)
         t1 = time.perf_counter()
         if step >= a.warmup:
             times.append((t1 - t0) * 1e3)
     med = statistics.median(times)
-    print(json.dumps({
-        "framework": "pytorch", "version": torch.__version__, "threads": torch.get_num_threads(),
-        "batch_size": a.batch_size, "steps": a.steps, "median_step_ms": med,
-        "samples_per_s": a.batch_size * 1e3 / med, "final_loss": float(loss)}))
+    r = {"framework": "pytorch", "version": torch.__version__, "threads": torch.get_num_threads(),
+         "batch_size": a.batch_size, "steps": a.steps, "median_step_ms": med,
+         "samples_per_s": a.batch_size * 1e3 / med, "final_loss": float(loss)}
+    if a.profile_steps > 0:
+        first = a.warmup + a.steps
+        r["op_profile"] = torch_op_profile.op_ms_per_step(
+            lambda i: train_step(*batch(first + i)), a.profile_steps)
+    print(json.dumps(r))
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_models  # noqa: E402
+import torch_op_profile  # noqa: E402
 
 MEAN, STD = 0.5, 0.25  # normalisation of the uint8 pixels (the values do not change the speed)
 
@@ -92,6 +93,9 @@ def main():
                    help="override the recipe's cudnn.benchmark (truth.py memory: off, as its engine run)")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="after the timed steps, this many more under torch.profiler "
+                        "(torch_op_profile.py; on the CPU): self CPU ms per op per step")
     a = p.parse_args()
 
     dev = torch.device(a.device)
@@ -214,6 +218,10 @@ def main():
                   "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
                   "reserved_end_bytes": torch.cuda.memory_reserved(),
                   "device_used_delta_bytes": (total - free) - used_before})
+    if a.profile_steps > 0 and not cuda:
+        first = a.warmup + n
+        r["op_profile"] = torch_op_profile.op_ms_per_step(lambda i: step(first + i),
+                                                          a.profile_steps)
     if not (final_loss == final_loss and abs(final_loss) < 1e6):
         r["error"] = f"loss is not finite: {final_loss}"
     print(json.dumps(r))

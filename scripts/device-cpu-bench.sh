@@ -166,8 +166,9 @@ print(sys.argv[2] + ": " + ", ".join("b%d %.2fx (ours %.2f ms, PyTorch %.2f ms, 
       echo "$model: failed or out of time (exit $r); the log's tail:"; tail -n 5 "$log"; rc=1
     fi
   }
-  bench fmnist-cnn 120 --batches 64,128 --steps 100 --warmup 20 --repeats 3
-  bench resnet18-cifar 150 --batches 64 --steps 10 --warmup 3 --repeats 3
+  bench fmnist-cnn 120 --batches 64,128 --steps 100 --warmup 20 --repeats 3 --pytorch-profile-steps 10
+  bench resnet18-cifar 150 --batches 64 --steps 10 --warmup 3 --repeats 3 --pytorch-profile-steps 2 \
+    --engine-measure-every 5
   echo "done in $(( $(date +%s) - t_start )) s; files in $out"
   return $rc
 }
