@@ -24,6 +24,15 @@ int threads_allowed_by_cpu_max(const std::string& cpu_max) {
   return static_cast<int>((q + period - 1) / period);
 }
 
+int threads_allowed_by_cfs_quota(const std::string& quota_us, const std::string& period_us) {
+  char* end = nullptr;
+  const long long q = std::strtoll(quota_us.c_str(), &end, 10);
+  if (end == quota_us.c_str() || q <= 0) return 0;  // -1: no quota
+  const long long p = std::strtoll(period_us.c_str(), &end, 10);
+  if (end == period_us.c_str() || p <= 0) return 0;
+  return static_cast<int>((q + p - 1) / p);
+}
+
 int threads_from_omp_num_threads(const char* value) {
   if (!value || !*value) return 0;
   const std::string v(value);
@@ -36,16 +45,17 @@ int threads_from_omp_num_threads(const char* value) {
   return static_cast<int>(n);
 }
 
-int threads_allowed_by_cgroup(const std::string& root, const std::string& group) {
+namespace {
+
+// The smallest quota `quota_of(directory)` gives on the way from `group` up
+// to the hierarchy's root (0: none).
+template <typename QuotaOf>
+int smallest_quota_up_from(const std::string& root, const std::string& group, QuotaOf quota_of) {
   int allowed = 0;
   std::string g = group;
   while (true) {
-    std::ifstream in(root + (g == "/" ? "" : g) + "/cpu.max");
-    std::string line;
-    if (in && std::getline(in, line)) {
-      const int n = threads_allowed_by_cpu_max(line);
-      if (n > 0) allowed = allowed > 0 ? std::min(allowed, n) : n;
-    }
+    const int n = quota_of(root + (g == "/" ? "" : g));
+    if (n > 0) allowed = allowed > 0 ? std::min(allowed, n) : n;
     if (g.empty() || g == "/") break;
     const auto slash = g.rfind('/');
     g = slash == 0 || slash == std::string::npos ? "/" : g.substr(0, slash);
@@ -53,12 +63,19 @@ int threads_allowed_by_cgroup(const std::string& root, const std::string& group)
   return allowed;
 }
 
-int threads_for_local_rank(int threads, int local_ranks, int machine_cpus) {
-  if (local_ranks <= 1 || static_cast<long>(threads) * local_ranks <= machine_cpus) return threads;
-  return std::clamp(machine_cpus / local_ranks, 1, threads);
+std::string first_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (in) std::getline(in, line);
+  return line;
 }
 
-namespace {
+std::string whole_file(const char* path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 // The cgroup v2 group of this process ("0::/path" in /proc/self/cgroup), or
 // "" under cgroup v1 or when it cannot be read.
@@ -71,6 +88,65 @@ std::string own_cgroup() {
 }
 
 }  // namespace
+
+int threads_allowed_by_cgroup(const std::string& root, const std::string& group) {
+  return smallest_quota_up_from(root, group, [](const std::string& dir) {
+    return threads_allowed_by_cpu_max(first_line(dir + "/cpu.max"));
+  });
+}
+
+int threads_allowed_by_cgroup_v1(const std::string& root, const std::string& group) {
+  return smallest_quota_up_from(root, group, [](const std::string& dir) {
+    return threads_allowed_by_cfs_quota(first_line(dir + "/cpu.cfs_quota_us"),
+                                        first_line(dir + "/cpu.cfs_period_us"));
+  });
+}
+
+CgroupV1Cpu cgroup_v1_cpu(const std::string& mountinfo, const std::string& proc_self_cgroup) {
+  auto has_cpu = [](const std::string& list) {  // "cpu,cpuacct" or "rw,cpu,cpuacct"
+    std::istringstream items(list);
+    for (std::string item; std::getline(items, item, ',');)
+      if (item == "cpu") return true;
+    return false;
+  };
+  CgroupV1Cpu c;
+  std::string mount_root;
+  std::istringstream mounts(mountinfo);
+  for (std::string line; std::getline(mounts, line);) {
+    // "36 35 0:30 <root> <mount point> <options> [optional...] - cgroup <source> <super options>"
+    const auto dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::istringstream before(line.substr(0, dash)), after(line.substr(dash + 3));
+    std::string id, parent, dev, root, point, fstype, source, super;
+    if (!(before >> id >> parent >> dev >> root >> point) || !(after >> fstype >> source >> super))
+      continue;
+    if (fstype == "cgroup" && has_cpu(super)) {
+      c.mount = point;
+      mount_root = root;
+      break;
+    }
+  }
+  if (c.mount.empty()) return c;
+  std::istringstream groups(proc_self_cgroup);
+  for (std::string line; std::getline(groups, line);) {
+    const auto a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos || !has_cpu(line.substr(a + 1, b - a - 1))) continue;
+    const std::string path = line.substr(b + 1);
+    // The mount shows the group at mount_root (a container's view): below it.
+    const bool below = mount_root != "/" && path.rfind(mount_root, 0) == 0 &&
+                       (path.size() == mount_root.size() || path[mount_root.size()] == '/');
+    c.group = !below ? path : path.size() == mount_root.size() ? std::string(1, '/')
+                                                               : path.substr(mount_root.size());
+    return c;
+  }
+  c.mount.clear();  // mounted, but this process is in no group of it
+  return c;
+}
+
+int threads_for_local_rank(int threads, int local_ranks, int machine_cpus) {
+  if (local_ranks <= 1 || static_cast<long>(threads) * local_ranks <= machine_cpus) return threads;
+  return std::clamp(machine_cpus / local_ranks, 1, threads);
+}
 
 CpuThreadCount default_cpu_threads(int local_ranks) {
   CpuThreadCount c;
@@ -88,8 +164,13 @@ CpuThreadCount default_cpu_threads(int local_ranks) {
     c.source = what + " (" + std::to_string(n) + " of " + std::to_string(c.threads) + " CPUs)";
     c.threads = n;
   };
-  const std::string group = own_cgroup();
-  cap(group.empty() ? 0 : threads_allowed_by_cgroup("/sys/fs/cgroup", group), "cgroup cpu.max");
+  // Both hierarchies: a hybrid host has the cpu controller on v1 beside v2.
+  if (const std::string group = own_cgroup(); !group.empty())
+    cap(threads_allowed_by_cgroup("/sys/fs/cgroup", group), "cgroup cpu.max");
+  if (const CgroupV1Cpu v1 = cgroup_v1_cpu(whole_file("/proc/self/mountinfo"),
+                                           whole_file("/proc/self/cgroup"));
+      !v1.mount.empty())
+    cap(threads_allowed_by_cgroup_v1(v1.mount, v1.group), "cgroup v1 cpu.cfs_quota_us");
   cap(threads_from_omp_num_threads(std::getenv("OMP_NUM_THREADS")), "OMP_NUM_THREADS");
   const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (const int share = threads_for_local_rank(c.threads, local_ranks, machine);

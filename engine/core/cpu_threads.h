@@ -10,8 +10,10 @@
 // The count is the smallest of
 //   - the process's affinity mask (taskset, numactl, a container's cpuset,
 //     mpirun's binding);
-//   - its CPU quota, rounded up (cgroup v2 cpu.max of its group and the
-//     groups above: docker --cpus, systemd's CPUQuota);
+//   - its CPU quota, rounded up (docker --cpus, systemd's CPUQuota): cgroup
+//     v2's cpu.max of its group and the groups above, or on a cgroup v1 host
+//     (older Docker hosts) the cpu controller's cpu.cfs_quota_us over
+//     cpu.cfs_period_us, the same way;
 //   - OMP_NUM_THREADS when set (its first level), as every OpenMP program,
 //     PyTorch's CPU side among them, reads it;
 //   - with several processes of one run on this machine (ddp on the CPU),
@@ -25,8 +27,9 @@ namespace tb {
 
 struct CpuThreadCount {
   int threads = 1;
-  // What decided it: "affinity mask", "cgroup cpu.max", "OMP_NUM_THREADS"
-  // or "cpu_threads setting", with the figures each source gave.
+  // What decided it: "affinity mask", "cgroup cpu.max", "cgroup v1
+  // cpu.cfs_quota_us", "OMP_NUM_THREADS" or "cpu_threads setting", with the
+  // figures each source gave.
   std::string source;
 };
 
@@ -39,6 +42,21 @@ CpuThreadCount default_cpu_threads(int local_ranks = 1);
 // Threads a cgroup v2 cpu.max line allows ("max 100000": no limit, 0;
 // "150000 100000": 1.5 CPUs, 2). 0 for a line it cannot read.
 int threads_allowed_by_cpu_max(const std::string& cpu_max);
+// Threads a cgroup v1 quota allows: cpu.cfs_quota_us over cpu.cfs_period_us,
+// rounded up ("-1": no limit, 0). 0 for values it cannot read.
+int threads_allowed_by_cfs_quota(const std::string& quota_us, const std::string& period_us);
+// The cgroup v1 cpu controller of this process: where it is mounted and the
+// process's group below that mount, from /proc/self/mountinfo's text and
+// /proc/self/cgroup's ("4:cpu,cpuacct:/docker/abc"). A mount that shows a
+// group (its root field, as a container's does) takes that prefix off the
+// path. Empty `mount` when the controller is not mounted or not listed.
+struct CgroupV1Cpu {
+  std::string mount, group;
+};
+CgroupV1Cpu cgroup_v1_cpu(const std::string& mountinfo, const std::string& proc_self_cgroup);
+// threads_allowed_by_cgroup's walk over cgroup v1 quota files under the cpu
+// controller's mount `root`.
+int threads_allowed_by_cgroup_v1(const std::string& root, const std::string& group);
 // OMP_NUM_THREADS's first level ("4" or "4,2": 4); 0 when unset or empty.
 // Throws tb::Error naming the variable and the value otherwise.
 int threads_from_omp_num_threads(const char* value);

@@ -119,6 +119,70 @@ class TestCpuThreads : public QObject {
     QCOMPARE(threads_allowed_by_cgroup(r, "/elsewhere"), 0);
   }
 
+  // cgroup v1 (older Docker hosts): cpu.cfs_quota_us over cpu.cfs_period_us.
+  void cfsQuotasGiveWholeCpus() {
+    QCOMPARE(threads_allowed_by_cfs_quota("-1", "100000"), 0);  // no quota
+    QCOMPARE(threads_allowed_by_cfs_quota("200000\n", "100000\n"), 2);
+    QCOMPARE(threads_allowed_by_cfs_quota("150000", "100000"), 2);
+    QCOMPARE(threads_allowed_by_cfs_quota("50000", "100000"), 1);
+    QCOMPARE(threads_allowed_by_cfs_quota("", "100000"), 0);
+    QCOMPARE(threads_allowed_by_cfs_quota("200000", ""), 0);
+    QCOMPARE(threads_allowed_by_cfs_quota("200000", "0"), 0);
+  }
+
+  void cgroupV1QuotasAboveTheGroupCount() {
+    QTemporaryDir root;
+    QVERIFY(root.isValid());
+    QVERIFY(QDir(root.path()).mkpath("docker/abc"));
+    write(root.filePath("cpu.cfs_quota_us"), "-1\n");
+    write(root.filePath("cpu.cfs_period_us"), "100000\n");
+    write(root.filePath("docker/cpu.cfs_quota_us"), "-1\n");
+    write(root.filePath("docker/cpu.cfs_period_us"), "100000\n");
+    const std::string r = root.path().toStdString();
+    QCOMPARE(threads_allowed_by_cgroup_v1(r, "/docker/abc"), 0);  // abc has no files
+    write(root.filePath("docker/abc/cpu.cfs_quota_us"), "250000\n");  // docker --cpus 2.5
+    write(root.filePath("docker/abc/cpu.cfs_period_us"), "100000\n");
+    QCOMPARE(threads_allowed_by_cgroup_v1(r, "/docker/abc"), 3);
+    write(root.filePath("docker/cpu.cfs_quota_us"), "100000\n");
+    QCOMPARE(threads_allowed_by_cgroup_v1(r, "/docker/abc"), 1);
+    QCOMPARE(threads_allowed_by_cgroup_v1(r, "/"), 0);
+  }
+
+  // Where the cpu controller is mounted and this process's group below it,
+  // on a host (the mount shows the hierarchy's root) and in a container (it
+  // shows the container's group, which /proc/self/cgroup names in full).
+  void cgroupV1CpuControllerIsFound() {
+    const std::string host_mounts =
+        "25 24 0:22 / /sys/fs/cgroup ro,nosuid shared:9 - tmpfs tmpfs ro,mode=755\n"
+        "30 25 0:26 / /sys/fs/cgroup/memory rw,nosuid shared:12 - cgroup cgroup rw,memory\n"
+        "31 25 0:27 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid shared:13 - cgroup cgroup "
+        "rw,cpu,cpuacct\n";
+    const std::string groups = "12:memory:/user.slice\n4:cpu,cpuacct:/user.slice/job\n0::/\n";
+    CgroupV1Cpu c = cgroup_v1_cpu(host_mounts, groups);
+    QCOMPARE(c.mount, std::string("/sys/fs/cgroup/cpu,cpuacct"));
+    QCOMPARE(c.group, std::string("/user.slice/job"));
+
+    const std::string container_mounts =
+        "700 690 0:27 /docker/abc /sys/fs/cgroup/cpu,cpuacct ro,nosuid - cgroup cgroup "
+        "rw,cpuacct,cpu\n";
+    c = cgroup_v1_cpu(container_mounts, "4:cpuacct,cpu:/docker/abc\n");
+    QCOMPARE(c.mount, std::string("/sys/fs/cgroup/cpu,cpuacct"));
+    QCOMPARE(c.group, std::string("/"));
+    c = cgroup_v1_cpu(container_mounts, "4:cpuacct,cpu:/docker/abc/inner\n");
+    QCOMPARE(c.group, std::string("/inner"));
+    c = cgroup_v1_cpu(container_mounts, "4:cpuacct,cpu:/docker/abcdef\n");  // not below it
+    QCOMPARE(c.group, std::string("/docker/abcdef"));
+
+    // cgroup v2 only (this machine's kind), or "cpuset" (not "cpu"): none.
+    QVERIFY(cgroup_v1_cpu("40 1 0:35 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", "0::/\n")
+                .mount.empty());
+    QVERIFY(cgroup_v1_cpu("31 25 0:27 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset\n",
+                          "3:cpuset:/\n")
+                .mount.empty());
+    // Mounted, but the process is listed in no group of it.
+    QVERIFY(cgroup_v1_cpu(host_mounts, "12:memory:/user.slice\n").mount.empty());
+  }
+
   // taskset -c 0 (or a container's cpuset) leaves one CPU: one thread, not
   // the machine's count.
   void affinityMaskDecides() {
