@@ -7,6 +7,11 @@
 #
 #   bench/cpu_ladder.sh [build/bin/trainbench-engine] [bench/results]
 #
+# The committed table uses the engine as the .deb ships it
+# (build-deb/bin/trainbench-engine: no CUDA, scripts/check-package.sh builds
+# it): a CUDA build's process also holds the CUDA libraries (~180 MiB of the
+# peak memory column). The result records which binary ran.
+#
 # OMP_WAIT_POLICY=passive: on an oversubscribed machine OpenMP threads that
 # spin at barriers wait for a descheduled partner; passive waiting keeps the
 # measurement about the step, not about the spinning. Recorded in the result.
@@ -29,10 +34,13 @@ trap 'kill $SAMPLER 2>/dev/null || true' EXIT
   --json "$OUT/$NAME.json" --markdown "$OUT/$NAME.md" --csv "$OUT/$NAME.csv"
 
 kill $SAMPLER 2>/dev/null || true
-/usr/bin/python3 - "$OUT/$NAME.json" "$LOAD" <<'EOF'
+/usr/bin/python3 - "$OUT/$NAME.json" "$LOAD" "$ENGINE" <<'EOF'
 import json, os, subprocess, sys
-path, load = sys.argv[1], sys.argv[2]
+path, load, engine = sys.argv[1], sys.argv[2], sys.argv[3]
 doc = json.load(open(path))
+libs = subprocess.run(["ldd", engine], capture_output=True, text=True).stdout
+doc["engine_binary"] = {"path": engine, "links_cuda": "libcudart" in libs or "libcudnn" in libs,
+                        "links_onednn": "libdnnl" in libs}
 doc["environment"] = {k: os.environ[k] for k in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS") if k in os.environ}
 doc["load_samples"] = [l.split() for l in open(load) if l.strip()]  # [time, 1, 5, 15 min load]
 # The source the engine was built from: the commit, and whether the tree had
