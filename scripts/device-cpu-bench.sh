@@ -155,14 +155,15 @@ run() {
       --data-dir "$root/fashion-mnist" --model "$model" --output "$file" "$@" \
       ${DEVICE_CPU_ARGS:-} >>"$log" 2>&1
     local r=$?
-    if (( r == 0 )); then
-      python3 -c 'import json, sys
+    # The rows it finished, also when it was cut short (the file is rewritten per row).
+    [[ -f $file ]] && python3 -c 'import json, sys
 d = json.load(open(sys.argv[1]))
-print(sys.argv[2] + ": " + ", ".join("b%d %.2fx (ours %.2f ms, PyTorch %.2f ms, RSS %.2fx)" % (
+print(sys.argv[2] + ("" if d.get("complete") else " (incomplete)") + ": " + ", ".join(
+    "b%d %.2fx (ours %.2f ms, PyTorch %.2f ms, RSS %.2fx)" % (
     r["batch_size"], r["speedup_vs_pytorch"], r["repeats"]["trainbench_median_ms"],
     r["repeats"]["pytorch_median_ms"], r["repeats"]["rss_ratio_trainbench_over_pytorch"])
     for r in d["results"]))' "$file" "$model"
-    else
+    if (( r != 0 )); then
       echo "$model: failed or out of time (exit $r); the log's tail:"; tail -n 5 "$log"; rc=1
     fi
   }
