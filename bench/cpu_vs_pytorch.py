@@ -99,15 +99,15 @@ def layer_kinds_ms(profile):
 
 def trainbench(engine, batch, steps, warmup, threads, db, model="fmnist-cnn", data_dir=None,
                measure_every=None):
-    data = list(ENGINE_DATA[model])
-    if data_dir and not data:
-        data = ["--set", f"data_dir={data_dir}"]
+    args = list(ENGINE_DATA[model])
+    if data_dir and not args:
+        args = ["--set", f"data_dir={data_dir}"]
     if measure_every:  # the layer profile samples steps N+1, 2N+1, ...
-        data += ["--set", f"measure_every={measure_every}"]
+        args += ["--set", f"measure_every={measure_every}"]
     _, peak_rss = run_with_peak_rss(
         [engine, "run", "--db", db, "--quiet", "--device", "cpu", "--batch-size", str(batch),
          "--steps", str(warmup + steps), "--test-limit", "1000", "--seed", "0",
-         "--model", model, *data, "--name", f"bench {model} b{batch}",
+         "--model", model, *args, "--name", f"bench {model} b{batch}",
          "--set", f"cpu_threads={threads}"],
         env=dict(os.environ, OPENBLAS_NUM_THREADS=str(threads)))
     runs = json.loads(subprocess.run([engine, "list", "--db", db, "--json"], check=True,
@@ -195,30 +195,35 @@ def allowed_cpus():
     return cpus, siblings
 
 
-def write_result(a, rows, planned, isa_environment, load_before):
+def device_record(threads):
+    """The machine, read once a run: lscpu's fields, the CPUs used and their siblings."""
+    cpu = lscpu()
+    cpus, siblings = allowed_cpus()
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "threads_used": threads,
+            "cpus_allowed": cpus, "smt_siblings": siblings,
+            "threads_per_core": cpu.get("Thread(s) per core"),
+            "kernel": platform.release(), "vendor": cpu.get("Vendor ID"),
+            "cpu_family": cpu.get("CPU family"), "cpu_model": cpu.get("Model"),
+            "hypervisor": cpu.get("Hypervisor vendor"),
+            "flags": cpu.get("Flags", "").split()}
+
+
+def write_result(a, rows, planned, device, commit, isa_environment, load_before):
     """The result JSON as it stands: written after every batch size, so that a run cut
     short (a device call's time limit) keeps the rows it finished ("complete": false)."""
     torch_version = rows[0]["pytorch"]["version"] if rows else None
-    cpu = lscpu()
-    cpus, siblings = allowed_cpus()
     result = {
         "benchmark": f"{a.model} training step on the CPU, Trainbench vs PyTorch",
         "what": "median over timed steps of forward+backward+optimizer (data loading excluded on "
                 "both sides; Trainbench's time with its own data loading is also given)",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": {"cpu": cpu_model(), "cores": os.cpu_count(), "threads_used": a.threads,
-                   "cpus_allowed": cpus, "smt_siblings": siblings,
-                   "threads_per_core": cpu.get("Thread(s) per core"),
-                   "kernel": platform.release(), "vendor": cpu.get("Vendor ID"),
-                   "cpu_family": cpu.get("CPU family"), "cpu_model": cpu.get("Model"),
-                   "hypervisor": cpu.get("Hypervisor vendor"),
-                   "flags": cpu.get("Flags", "").split()},
+        "device": device,
         "model": a.model,
         "peak_rss": "each side's process, from its own rusage (ru_maxrss): the engine's whole "
                     "run (data, evaluation, the peaks probe when not cached) and PyTorch's "
                     "script (its data held as float32 for fmnist-cnn)",
         "versions": {"pytorch": torch_version, "python": platform.python_version()},
-        "commit": a.commit or source_commit(),
+        "commit": commit,
         "max_isa": {"requested": a.max_isa, "environment": isa_environment} if a.max_isa else None,
         "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
         "engine_measure_every": a.engine_measure_every,
@@ -264,6 +269,7 @@ def main():
     os.environ.update(isa_environment)  # both sides' processes inherit it
     rows = []
     batches = [int(x) for x in a.batches.split(",")]
+    device, commit = device_record(a.threads), a.commit or source_commit()
     load_before = load_average()
     with tempfile.TemporaryDirectory() as tmp:
         db = os.path.join(tmp, "bench.db")
@@ -282,7 +288,7 @@ def main():
                       f"pytorch {pts[-1]['median_step_ms']:.2f} ms/step "
                       f"({pts[-1]['peak_rss_bytes'] / 2**20:.0f} MiB)", file=sys.stderr)
             rows.append(median_row(b, tbs, pts, loads))
-            write_result(a, rows, len(batches), isa_environment, load_before)
+            write_result(a, rows, len(batches), device, commit, isa_environment, load_before)
             print(f"batch {b}: ratio {rows[-1]['speedup_vs_pytorch']:.2f}x (medians)",
                   file=sys.stderr)
 

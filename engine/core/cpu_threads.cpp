@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -13,24 +14,26 @@
 
 namespace tb {
 
-int threads_allowed_by_cpu_max(const std::string& cpu_max) {
-  std::istringstream in(cpu_max);
-  std::string quota;
-  long long period = 0;
-  if (!(in >> quota >> period) || period <= 0 || quota == "max") return 0;
-  char* end = nullptr;
-  const long long q = std::strtoll(quota.c_str(), &end, 10);
-  if (end == quota.c_str() || *end != '\0' || q <= 0) return 0;
-  return static_cast<int>((q + period - 1) / period);
+int threads_allowed_by_cfs_quota(const std::string& quota_us, const std::string& period_us) {
+  // A whole number, then nothing but white space (a file's newline); else 0.
+  auto whole = [](const std::string& text) {
+    char* end = nullptr;
+    const long long n = std::strtoll(text.c_str(), &end, 10);
+    if (end == text.c_str()) return 0LL;
+    for (; *end; ++end)
+      if (!std::isspace(static_cast<unsigned char>(*end))) return 0LL;
+    return n;
+  };
+  const long long q = whole(quota_us), p = whole(period_us);
+  if (q <= 0 || p <= 0) return 0;  // -1: no quota
+  return static_cast<int>((q + p - 1) / p);
 }
 
-int threads_allowed_by_cfs_quota(const std::string& quota_us, const std::string& period_us) {
-  char* end = nullptr;
-  const long long q = std::strtoll(quota_us.c_str(), &end, 10);
-  if (end == quota_us.c_str() || q <= 0) return 0;  // -1: no quota
-  const long long p = std::strtoll(period_us.c_str(), &end, 10);
-  if (end == period_us.c_str() || p <= 0) return 0;
-  return static_cast<int>((q + p - 1) / p);
+int threads_allowed_by_cpu_max(const std::string& cpu_max) {
+  std::istringstream in(cpu_max);
+  std::string quota, period;
+  if (!(in >> quota >> period)) return 0;
+  return threads_allowed_by_cfs_quota(quota, period);  // "max": not a number, no quota
 }
 
 int threads_from_omp_num_threads(const char* value) {
@@ -77,12 +80,11 @@ std::string whole_file(const char* path) {
   return text.str();
 }
 
-// The cgroup v2 group of this process ("0::/path" in /proc/self/cgroup), or
-// "" under cgroup v1 or when it cannot be read.
-std::string own_cgroup() {
-  std::ifstream in("/proc/self/cgroup");
-  std::string line;
-  while (std::getline(in, line))
+// The cgroup v2 group in /proc/self/cgroup's text ("0::/path"), or "" under
+// cgroup v1 or when it cannot be read.
+std::string cgroup_v2_group(const std::string& proc_self_cgroup) {
+  std::istringstream in(proc_self_cgroup);
+  for (std::string line; std::getline(in, line);)
     if (line.rfind("0::", 0) == 0) return line.substr(3);
   return {};
 }
@@ -165,10 +167,10 @@ CpuThreadCount default_cpu_threads(int local_ranks) {
     c.threads = n;
   };
   // Both hierarchies: a hybrid host has the cpu controller on v1 beside v2.
-  if (const std::string group = own_cgroup(); !group.empty())
+  const std::string groups = whole_file("/proc/self/cgroup");
+  if (const std::string group = cgroup_v2_group(groups); !group.empty())
     cap(threads_allowed_by_cgroup("/sys/fs/cgroup", group), "cgroup cpu.max");
-  if (const CgroupV1Cpu v1 = cgroup_v1_cpu(whole_file("/proc/self/mountinfo"),
-                                           whole_file("/proc/self/cgroup"));
+  if (const CgroupV1Cpu v1 = cgroup_v1_cpu(whole_file("/proc/self/mountinfo"), groups);
       !v1.mount.empty())
     cap(threads_allowed_by_cgroup_v1(v1.mount, v1.group), "cgroup v1 cpu.cfs_quota_us");
   cap(threads_from_omp_num_threads(std::getenv("OMP_NUM_THREADS")), "OMP_NUM_THREADS");
