@@ -26,6 +26,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -134,6 +135,99 @@ def trainbench(engine, batch, steps, warmup, threads, db, model="fmnist-cnn", da
             "final_test_accuracy": data["summary"].get("final_test_accuracy")}
 
 
+ONEDNN_WARMUP_STEPS = 3
+
+
+def onednn_activation_reorder(descs, problem, batch):
+    """Whether a reorder line moves activations (4-D, the batch first, neither side
+    blocked on dim 0 as filters are: "abcd" <-> "aBcd16b") rather than filters."""
+    dims = problem.split("x")
+    tags = re.findall(r"blocked:(\w+)", descs)
+    return (len(dims) == 4 and dims[0] == str(batch) and tags
+            and not any("A" in t for t in tags))
+
+
+def onednn_primitives(engine, batch, steps, threads, db, model="fmnist-cnn", data_dir=None):
+    """Where the engine's oneDNN time goes, from a run of its own under ONEDNN_VERBOSE=1
+    (never a timed one): onednn_steps over ONEDNN_WARMUP_STEPS + steps + 1 steps (the
+    last, with the evaluation after it, is left out)."""
+    args = list(ENGINE_DATA[model])
+    if data_dir and not args:
+        args = ["--set", f"data_dir={data_dir}"]
+    out, _ = run_with_peak_rss(
+        [engine, "run", "--db", db, "--quiet", "--device", "cpu", "--batch-size", str(batch),
+         "--steps", str(ONEDNN_WARMUP_STEPS + steps + 1), "--test-limit", "1", "--seed", "0",
+         "--model", model, *args, "--name", f"onednn verbose {model} b{batch}",
+         "--set", f"cpu_threads={threads}"],
+        env=dict(os.environ, ONEDNN_VERBOSE="1"))
+    return onednn_steps(out.splitlines(), batch, ONEDNN_WARMUP_STEPS, steps)
+
+
+def onednn_steps(verbose_lines, batch, warmup, steps):
+    """oneDNN's verbose execution lines summed by kind a step: each primitive's time as
+    oneDNN measures it around its execution, over `steps` training steps after `warmup`.
+    A step starts at each execution of its first forward convolution; lines of another
+    batch size (evaluation) are left out, and the filter reorders, which name no batch,
+    go to the step they follow (so the step after the last kept one must have been run).
+    Reorders of activations (blocked <-> plain between layers) are counted apart from the
+    filters' and with the bytes they read: what a blocked layout kept between layers
+    would save."""
+    step_lines, first, impls = [], None, {}
+    for line in verbose_lines:
+        if not line.startswith(("onednn_verbose,", "dnnl_verbose,")):
+            continue
+        f = line.split(",")
+        # oneDNN 2.x: onednn_verbose,exec,cpu,<kind>,<impl>,<prop>,<memory descs>,...;
+        # 3.x puts "v1,primitive," (and a timestamp where asked) before "exec".
+        if "exec" not in f[1:4]:
+            continue
+        i = f.index("exec", 1)
+        try:
+            kind, impl, prop, descs = f[i + 2], f[i + 3], f[i + 4], f[i + 5]
+            problem, ms = f[-2], float(f[-1])
+        except (IndexError, ValueError):
+            continue
+        if kind == "reorder":
+            if "x" not in problem:
+                continue
+            key = ("reorder activations" if onednn_activation_reorder(descs, problem, batch)
+                   else "reorder filters")
+        else:
+            m = re.match(r"(?:\w+:)?mb(\d+)", problem)
+            if not m or int(m.group(1)) != batch:
+                continue  # evaluation's batch
+            key = f"{kind} {prop}"
+            if first is None and kind == "convolution" and prop.startswith("forward"):
+                first = problem
+            if problem == first and prop.startswith("forward"):
+                step_lines.append([])
+        if step_lines:
+            step_lines[-1].append((key, ms, problem if key == "reorder activations" else None))
+            impls.setdefault(key, set()).add(impl)
+    kept = step_lines[warmup:warmup + steps]
+    if len(kept) < steps or len(step_lines) <= warmup + steps:
+        return {"error": f"{len(step_lines)} steps seen in oneDNN's verbose output, "
+                         f"{warmup + steps + 1} wanted"}
+    ms, calls, reorder_bytes = {}, {}, 0
+    for step in kept:
+        for key, t, problem in step:
+            ms[key] = ms.get(key, 0.0) + t
+            calls[key] = calls.get(key, 0) + 1
+            if problem:
+                n = 1
+                for d in problem.split("x"):
+                    n *= int(d)
+                reorder_bytes += 4 * n  # f32 read (and as many written)
+    k = len(kept)
+    return {"steps": k,
+            "how": "ONEDNN_VERBOSE=1, a run of its own; oneDNN's time around each execution",
+            "ms_per_step": dict(sorted(((key, round(v / k, 3)) for key, v in ms.items()),
+                                       key=lambda kv: -kv[1])),
+            "calls_per_step": {key: calls[key] / k for key in sorted(calls)},
+            "implementations": {key: sorted(v) for key, v in sorted(impls.items())},
+            "activation_reorder_mb_read_per_step": round(reorder_bytes / k / 1e6, 2)}
+
+
 def pytorch(batch, steps, warmup, threads, python, model="fmnist-cnn", data_dir=None,
             profile_steps=0):
     if model == "fmnist-cnn":
@@ -149,6 +243,24 @@ def pytorch(batch, steps, warmup, threads, python, model="fmnist-cnn", data_dir=
         cmd + ["--batch-size", str(batch), "--steps", str(steps), "--warmup", str(warmup)],
         env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
     return dict(json.loads(out), peak_rss_bytes=peak_rss)
+
+
+def pytorch_onednn_primitives(batch, steps, threads, python, model="fmnist-cnn", data_dir=None):
+    """PyTorch's oneDNN time a step by primitive kind, as onednn_primitives has the
+    engine's: its script once more under ONEDNN_VERBOSE=1 (its convolutions are oneDNN's;
+    batch norm, pooling and the rest are its own and do not show)."""
+    if model == "fmnist-cnn":
+        cmd = [python, os.path.join(HERE, "torch_fmnist_cnn.py"), "--threads", str(threads)]
+        if data_dir:
+            cmd += ["--data-dir", data_dir]
+    else:
+        cmd = [python, os.path.join(HERE, "torch_train_step.py"), "--device", "cpu", "--model",
+               model, "--data", "synthetic", "--recipe", "baseline"]
+    out, _ = run_with_peak_rss(
+        cmd + ["--batch-size", str(batch), "--steps", str(steps + 1),
+               "--warmup", str(ONEDNN_WARMUP_STEPS)],
+        env=dict(os.environ, OMP_NUM_THREADS=str(threads), ONEDNN_VERBOSE="1"))
+    return onednn_steps(out.splitlines(), batch, ONEDNN_WARMUP_STEPS, steps)
 
 
 def median_row(batch, tbs, pts, loads):
@@ -227,6 +339,7 @@ def write_result(a, rows, planned, device, commit, isa_environment, load_before)
         "max_isa": {"requested": a.max_isa, "environment": isa_environment} if a.max_isa else None,
         "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
         "engine_measure_every": a.engine_measure_every,
+        "onednn_verbose_steps": a.onednn_verbose_steps,
         "load_average": {"before": load_before, "after": load_average()},
         "complete": len(rows) == planned,
         "results": rows}
@@ -253,6 +366,10 @@ def main():
                    help="in the last repeat, this many more PyTorch steps under torch.profiler "
                         "after the timed ones: its time per op (op_profile), beside the "
                         "engine's per-layer figures (layer_kinds_ms)")
+    p.add_argument("--onednn-verbose-steps", type=int, default=0,
+                   help="after the repeats, one more run of each side under ONEDNN_VERBOSE=1: "
+                        "its oneDNN time a step by primitive kind over this many steps "
+                        "(onednn_primitives; activation reorders apart)")
     p.add_argument("--engine-measure-every", type=int,
                    help="the engine's measure_every (default its own, 20): its layer profile "
                         "samples steps N+1, 2N+1, ..., so a run of 20 steps or fewer needs less")
@@ -289,6 +406,12 @@ def main():
                       f"({pts[-1]['peak_rss_bytes'] / 2**20:.0f} MiB)", file=sys.stderr)
             rows.append(median_row(b, tbs, pts, loads))
             write_result(a, rows, len(batches), device, commit, isa_environment, load_before)
+            if a.onednn_verbose_steps > 0:  # after the row is written: a cut-short run keeps it
+                rows[-1]["trainbench"]["onednn_primitives"] = onednn_primitives(
+                    a.engine, b, a.onednn_verbose_steps, a.threads, db, a.model, a.data_dir)
+                rows[-1]["pytorch"]["onednn_primitives"] = pytorch_onednn_primitives(
+                    b, a.onednn_verbose_steps, a.threads, a.python, a.model, a.data_dir)
+                write_result(a, rows, len(batches), device, commit, isa_environment, load_before)
             print(f"batch {b}: ratio {rows[-1]['speedup_vs_pytorch']:.2f}x (medians)",
                   file=sys.stderr)
 
