@@ -125,13 +125,22 @@ def outside_mean_ms(r):
     return st["outside_sum_ms"] / n if n else None
 
 
+# The cost check's workloads: the GPU's (resnet18-cifar all tricks) and the CPU's
+# (fmnist-cnn's defaults: resnet18-cifar's second-long CPU step would take the
+# check's runs a quarter of an hour and tell the same).
+COST_CONFIGS = {"resnet18-cifar": ("resnet18-cifar bf16 channels-last (tricks, eager)",
+                                   RESNET_TRICKS),
+                "fmnist-cnn": ("fmnist-cnn fp32 defaults", STEP_CONFIGS[2][1])}
+
+
 def part_cost(a, res):
     batches = [64] if a.quick else [64, 512]
     # 100 timed steps a run (with measure_every 20, five sampled steps a run).
     steps, warmup = min(a.steps, 100), min(a.warmup, 20)
+    model_name, model_cfg = COST_CONFIGS[a.cost_model]
     out = []
     for b in batches:
-        cfg = dict(RESNET_TRICKS, batch_size=b)
+        cfg = dict(model_cfg, batch_size=b)
         means = {m: [] for m in COST_MODES}
         errors = []
         for rep in range(a.repeats):
@@ -139,6 +148,7 @@ def part_cost(a, res):
                 r = harness(a, cfg, COST_MODES[mode], steps=steps, warmup=warmup)
                 m = outside_mean_ms(r)
                 (means[mode].append(m) if m else errors.append({mode: r.get("error")}))
+                res.setdefault("environment", r.get("environment"))
         for mode in COSTLIER_MODES:
             r = harness(a, cfg, COST_MODES[mode], steps=steps, warmup=warmup)
             m = outside_mean_ms(r)
@@ -158,7 +168,7 @@ def part_cost(a, res):
             "default_cost_pct", "cupti_sampling_cost_pct", "profiler_cost_pct",
             "off_spread_pct")}}), flush=True)
         out.append(row)
-    return {"date": now(), "model": "resnet18-cifar bf16 channels-last (tricks, eager)",
+    return {"date": now(), "model": model_name,
             "clock": "outside (trainbench-step-truth): mean step time over the timed steps",
             "modes": {"off": "TRAINBENCH_MEASURE=off semantics (step total only) and CUPTI off "
                              "(no census, no tensor pipe counters); the sampled memory and "
@@ -254,6 +264,8 @@ def main():
     p.add_argument("--warmup", type=int, default=30)
     p.add_argument("--repeats", type=int, default=2, help="cost: runs per mode and batch")
     p.add_argument("--run-timeout", type=float, default=120)
+    p.add_argument("--cost-model", choices=sorted(COST_CONFIGS), default="resnet18-cifar",
+                   help="cost: the workload (fmnist-cnn for the CPU backend)")
     p.add_argument("--quick", action="store_true", help="the first configuration of each part only")
     p.add_argument("--batch-scale", type=float, default=1.0, help="CPU smoke runs only")
     p.add_argument("--ncu", default="", help="tensor-pipe-vs-ncu.json from scripts/gpu-check.sh ncu")
