@@ -19,7 +19,8 @@ Both sides take as many threads as the CPUs the process may use (taskset) unless
 --threads says; --data-dir gives both Fashion-MNIST's files (.gz or raw), --commit
 the engine's commit where the tree is no git checkout (scripts/device-cpu-bench.sh
 runs it so on the lent device machine's processor). The result is rewritten after
-every batch size ("complete" says whether all were measured).
+every repeat ("complete" says whether all were measured; a row's "repeats_done" how
+many of its repeats).
 """
 import argparse
 import datetime
@@ -268,7 +269,7 @@ def median_row(batch, tbs, pts, loads):
     tb_ms = statistics.median(t["median_step_ms"] for t in tbs)
     pt_ms = statistics.median(p["median_step_ms"] for p in pts)
     return {"batch_size": batch, "trainbench": tbs[-1], "pytorch": pts[-1],
-            "speedup_vs_pytorch": pt_ms / tb_ms,
+            "speedup_vs_pytorch": pt_ms / tb_ms, "repeats_done": len(tbs),
             "repeats": {"trainbench_median_step_ms": [t["median_step_ms"] for t in tbs],
                         "pytorch_median_step_ms": [p["median_step_ms"] for p in pts],
                         "trainbench_peak_rss_bytes": [t["peak_rss_bytes"] for t in tbs],
@@ -341,7 +342,7 @@ def write_result(a, rows, planned, device, commit, isa_environment, load_before)
         "engine_measure_every": a.engine_measure_every,
         "onednn_verbose_steps": a.onednn_verbose_steps,
         "load_average": {"before": load_before, "after": load_average()},
-        "complete": len(rows) == planned,
+        "complete": len(rows) == planned and all(r["repeats_done"] == a.repeats for r in rows),
         "results": rows}
     os.makedirs(os.path.dirname(os.path.abspath(a.output)), exist_ok=True)
     tmp = a.output + ".tmp"
@@ -404,6 +405,9 @@ def main():
                       f"({tbs[-1]['peak_rss_bytes'] / 2**20:.0f} MiB), "
                       f"pytorch {pts[-1]['median_step_ms']:.2f} ms/step "
                       f"({pts[-1]['peak_rss_bytes'] / 2**20:.0f} MiB)", file=sys.stderr)
+                if not last:  # the repeats so far, kept if the run is cut short
+                    write_result(a, rows + [median_row(b, tbs, pts, loads)], len(batches),
+                                 device, commit, isa_environment, load_before)
             rows.append(median_row(b, tbs, pts, loads))
             write_result(a, rows, len(batches), device, commit, isa_environment, load_before)
             if a.onednn_verbose_steps > 0:  # after the row is written: a cut-short run keeps it

@@ -150,19 +150,21 @@ run() {
     fi
     local file=$out/cpu-$model-vs-pytorch-$slug-$date$variant.json
     echo "== $model (at most $budget s)" >>"$log"
+    local t0=$(date +%s)
     timeout "$budget" taskset -c "$cpus" "$py" bench/cpu_vs_pytorch.py \
       --engine "$root/bin/trainbench-engine" --python "$py" --commit "$commit" \
       --data-dir "$root/fashion-mnist" --model "$model" --output "$file" "$@" \
       ${DEVICE_CPU_ARGS:-} >>"$log" 2>&1
     local r=$?
-    # The rows it finished, also when it was cut short (the file is rewritten per row).
+    echo "== $model: $(( $(date +%s) - t0 )) s, exit $r" >>"$log"
+    # The rows it finished, also when it was cut short (the file is rewritten per repeat).
     [[ -f $file ]] && python3 -c 'import json, sys
 d = json.load(open(sys.argv[1]))
-print(sys.argv[2] + ("" if d.get("complete") else " (incomplete)") + ": " + ", ".join(
-    "b%d %.2fx (ours %.2f ms, PyTorch %.2f ms, RSS %.2fx)" % (
+print(sys.argv[2] + ("" if d.get("complete") else " (incomplete)") + " in " + sys.argv[3] + " s: " + ", ".join(
+    "b%d %.2fx (ours %.2f ms, PyTorch %.2f ms, RSS %.2fx, %d repeats)" % (
     r["batch_size"], r["speedup_vs_pytorch"], r["repeats"]["trainbench_median_ms"],
-    r["repeats"]["pytorch_median_ms"], r["repeats"]["rss_ratio_trainbench_over_pytorch"])
-    for r in d["results"]))' "$file" "$model"
+    r["repeats"]["pytorch_median_ms"], r["repeats"]["rss_ratio_trainbench_over_pytorch"],
+    r.get("repeats_done", 0)) for r in d["results"]))' "$file" "$model" "$(( $(date +%s) - t0 ))"
     if (( r != 0 )); then
       echo "$model: failed or out of time (exit $r); the log's tail:"; tail -n 5 "$log"; rc=1
     fi
