@@ -173,7 +173,7 @@ print(sys.argv[2] + ("" if d.get("complete") else " (incomplete)") + " in " + sy
   # (convolution kernels against the activation reorders between layers).
   bench fmnist-cnn 120 --batches 64,128 --steps 100 --warmup 20 --repeats 3 --pytorch-profile-steps 10 \
     --onednn-verbose-steps 10
-  bench resnet18-cifar 150 --batches 64 --steps 10 --warmup 3 --repeats 3 --pytorch-profile-steps 2 \
+  bench resnet18-cifar 180 --batches 64 --steps 10 --warmup 3 --repeats 3 --pytorch-profile-steps 2 \
     --engine-measure-every 5 --onednn-verbose-steps 1
   echo "done in $(( $(date +%s) - t_start )) s; files in $out"
   return $rc
