@@ -26,7 +26,7 @@ cuda_lib=${CUDA_LIB:-/usr/local/cuda/lib64}
 }
 python3 -m venv "$venv"
 pip="$venv/bin/pip"
-"$pip" install --quiet --no-deps "torch==$torch_version"
+"$pip" install --quiet --no-warn-conflicts --no-deps "torch==$torch_version"
 # What the wheel's own metadata pins, for the libraries the toolkit does not give.
 pinned() {
   "$venv/bin/python" - "$1" <<'EOF'
@@ -41,12 +41,12 @@ else:
 EOF
 }
 for lib in nvidia-nccl-cu13 nvidia-cusparselt-cu13 nvidia-nvshmem-cu13; do
-  "$pip" install --quiet --no-deps "$(pinned $lib)"
+  "$pip" install --quiet --no-warn-conflicts --no-deps "$(pinned $lib)"
 done
 # cuFile: the cu13 name is a source package that does not build here; the
 # plain wheel holds the same libcufile.so.0.
-"$pip" install --quiet --no-deps nvidia-cufile
-"$pip" install --quiet numpy typing_extensions sympy filelock jinja2 networkx fsspec
+"$pip" install --quiet --no-warn-conflicts --no-deps nvidia-cufile
+"$pip" install --quiet --no-warn-conflicts numpy typing_extensions sympy filelock jinja2 networkx fsspec
 
 libs=$(find "$venv" \( -name 'libnccl.so.2' -o -name 'libcusparseLt.so.0' \
   -o -name 'libnvshmem_host.so.3' -o -name 'libcufile.so.0' \) -exec dirname {} \; |
