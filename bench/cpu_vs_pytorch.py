@@ -99,19 +99,26 @@ def layer_kinds_ms(profile):
     return dict(sorted(((k, round(v, 3)) for k, v in sums.items()), key=lambda kv: -kv[1]))
 
 
-def trainbench(engine, batch, steps, warmup, threads, db, model="fmnist-cnn", data_dir=None,
-               measure_every=None):
+def engine_cmd(engine, db, model, batch, total_steps, test_limit, threads, data_dir, name,
+               extra=()):
+    """`trainbench-engine run` on the CPU backend for one model, batch and data."""
     args = list(ENGINE_DATA[model])
     if data_dir and not args:
         args = ["--set", f"data_dir={data_dir}"]
-    if measure_every:  # the layer profile samples steps N+1, 2N+1, ...
-        args += ["--set", f"measure_every={measure_every}"]
+    return [engine, "run", "--db", db, "--quiet", "--device", "cpu", "--batch-size", str(batch),
+            "--steps", str(total_steps), "--test-limit", str(test_limit), "--seed", "0",
+            "--model", model, *args, *extra, "--name", name, "--set", f"cpu_threads={threads}"]
+
+
+def trainbench(engine, batch, steps, warmup, threads, db, model="fmnist-cnn", data_dir=None,
+               measure_every=None, env=None):
+    """One timed engine run; env: more environment for the engine (engine_ab.py's libraries)."""
+    # The layer profile samples steps N+1, 2N+1, ...
+    extra = ["--set", f"measure_every={measure_every}"] if measure_every else []
     _, peak_rss = run_with_peak_rss(
-        [engine, "run", "--db", db, "--quiet", "--device", "cpu", "--batch-size", str(batch),
-         "--steps", str(warmup + steps), "--test-limit", "1000", "--seed", "0",
-         "--model", model, *args, "--name", f"bench {model} b{batch}",
-         "--set", f"cpu_threads={threads}"],
-        env=dict(os.environ, OPENBLAS_NUM_THREADS=str(threads)))
+        engine_cmd(engine, db, model, batch, warmup + steps, 1000, threads, data_dir,
+                   f"bench {model} b{batch}", extra),
+        env=dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), **(env or {})))
     runs = json.loads(subprocess.run([engine, "list", "--db", db, "--json"], check=True,
                                      capture_output=True, text=True).stdout)
     run_id = max(r["id"] for r in runs)
@@ -152,14 +159,9 @@ def onednn_primitives(engine, batch, steps, threads, db, model="fmnist-cnn", dat
     """Where the engine's oneDNN time goes, from a run of its own under ONEDNN_VERBOSE=1
     (never a timed one): onednn_steps over ONEDNN_WARMUP_STEPS + steps + 1 steps (the
     last, with the evaluation after it, is left out)."""
-    args = list(ENGINE_DATA[model])
-    if data_dir and not args:
-        args = ["--set", f"data_dir={data_dir}"]
     out, _ = run_with_peak_rss(
-        [engine, "run", "--db", db, "--quiet", "--device", "cpu", "--batch-size", str(batch),
-         "--steps", str(ONEDNN_WARMUP_STEPS + steps + 1), "--test-limit", "1", "--seed", "0",
-         "--model", model, *args, "--name", f"onednn verbose {model} b{batch}",
-         "--set", f"cpu_threads={threads}"],
+        engine_cmd(engine, db, model, batch, ONEDNN_WARMUP_STEPS + steps + 1, 1, threads,
+                   data_dir, f"onednn verbose {model} b{batch}"),
         env=dict(os.environ, ONEDNN_VERBOSE="1"))
     return onednn_steps(out.splitlines(), batch, ONEDNN_WARMUP_STEPS, steps)
 
@@ -206,7 +208,7 @@ def onednn_steps(verbose_lines, batch, warmup, steps):
             step_lines[-1].append((key, ms, problem if key == "reorder activations" else None))
             impls.setdefault(key, set()).add(impl)
     kept = step_lines[warmup:warmup + steps]
-    if len(kept) < steps or len(step_lines) <= warmup + steps:
+    if len(step_lines) <= warmup + steps:
         return {"error": f"{len(step_lines)} steps seen in oneDNN's verbose output, "
                          f"{warmup + steps + 1} wanted"}
     ms, calls, reorder_bytes = {}, {}, 0
@@ -229,15 +231,19 @@ def onednn_steps(verbose_lines, batch, warmup, steps):
             "activation_reorder_mb_read_per_step": round(reorder_bytes / k / 1e6, 2)}
 
 
-def pytorch(batch, steps, warmup, threads, python, model="fmnist-cnn", data_dir=None,
-            profile_steps=0):
+def pytorch_cmd(threads, python, model, data_dir):
+    """The PyTorch side's script for the model, less its batch and step counts."""
     if model == "fmnist-cnn":
         cmd = [python, os.path.join(HERE, "torch_fmnist_cnn.py"), "--threads", str(threads)]
-        if data_dir:
-            cmd += ["--data-dir", data_dir]
-    else:  # the baseline recipe: the engine's defaults (torch_train_step.py's docstring)
-        cmd = [python, os.path.join(HERE, "torch_train_step.py"), "--device", "cpu", "--model",
-               model, "--data", "synthetic", "--recipe", "baseline"]
+        return cmd + ["--data-dir", data_dir] if data_dir else cmd
+    # the baseline recipe: the engine's defaults (torch_train_step.py's docstring)
+    return [python, os.path.join(HERE, "torch_train_step.py"), "--device", "cpu", "--model",
+            model, "--data", "synthetic", "--recipe", "baseline"]
+
+
+def pytorch(batch, steps, warmup, threads, python, model="fmnist-cnn", data_dir=None,
+            profile_steps=0):
+    cmd = pytorch_cmd(threads, python, model, data_dir)
     if profile_steps > 0:
         cmd += ["--profile-steps", str(profile_steps)]
     out, peak_rss = run_with_peak_rss(
@@ -250,16 +256,10 @@ def pytorch_onednn_primitives(batch, steps, threads, python, model="fmnist-cnn",
     """PyTorch's oneDNN time a step by primitive kind, as onednn_primitives has the
     engine's: its script once more under ONEDNN_VERBOSE=1 (its convolutions are oneDNN's;
     batch norm, pooling and the rest are its own and do not show)."""
-    if model == "fmnist-cnn":
-        cmd = [python, os.path.join(HERE, "torch_fmnist_cnn.py"), "--threads", str(threads)]
-        if data_dir:
-            cmd += ["--data-dir", data_dir]
-    else:
-        cmd = [python, os.path.join(HERE, "torch_train_step.py"), "--device", "cpu", "--model",
-               model, "--data", "synthetic", "--recipe", "baseline"]
     out, _ = run_with_peak_rss(
-        cmd + ["--batch-size", str(batch), "--steps", str(steps + 1),
-               "--warmup", str(ONEDNN_WARMUP_STEPS)],
+        pytorch_cmd(threads, python, model, data_dir)
+        + ["--batch-size", str(batch), "--steps", str(steps + 1),
+           "--warmup", str(ONEDNN_WARMUP_STEPS)],
         env=dict(os.environ, OMP_NUM_THREADS=str(threads), ONEDNN_VERBOSE="1"))
     return onednn_steps(out.splitlines(), batch, ONEDNN_WARMUP_STEPS, steps)
 
@@ -322,8 +322,8 @@ def device_record(threads):
 
 
 def write_result(a, rows, planned, device, commit, isa_environment, load_before):
-    """The result JSON as it stands: written after every batch size, so that a run cut
-    short (a device call's time limit) keeps the rows it finished ("complete": false)."""
+    """The result JSON as it stands: written after every repeat, so that a run cut short
+    (a device call's time limit) keeps what it finished ("complete": false)."""
     torch_version = rows[0]["pytorch"]["version"] if rows else None
     result = {
         "benchmark": f"{a.model} training step on the CPU, Trainbench vs PyTorch",

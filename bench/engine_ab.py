@@ -26,17 +26,10 @@ import cpu_vs_pytorch as cvp  # noqa: E402
 
 
 def run_one(engine, lib, a, db):
-    saved = os.environ.get("LD_LIBRARY_PATH")
-    if lib:
-        os.environ["LD_LIBRARY_PATH"] = lib + (":" + saved if saved else "")
-    try:
-        return cvp.trainbench(engine, a.batch, a.steps, a.warmup, a.threads, db, a.model,
-                              measure_every=a.measure_every)
-    finally:
-        if saved is None:
-            os.environ.pop("LD_LIBRARY_PATH", None)
-        else:
-            os.environ["LD_LIBRARY_PATH"] = saved
+    env = {"LD_LIBRARY_PATH": ":".join(filter(None, [lib, os.environ.get("LD_LIBRARY_PATH")]))} \
+        if lib else None
+    return cvp.trainbench(engine, a.batch, a.steps, a.warmup, a.threads, db, a.model,
+                          measure_every=a.measure_every, env=env)
 
 
 def main():
