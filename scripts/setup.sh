@@ -9,8 +9,11 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git
   # engine dependencies
   libsqlite3-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libopenblas-dev
-  # oneDNN: the CPU convolutions' third path (TRAINBENCH_ONEDNN, engine/ops/conv/conv_onednn.h)
-  libdnnl-dev
+  # oneDNN: the CPU convolutions' third path (TRAINBENCH_ONEDNN, engine/ops/conv/conv_onednn.h);
+  # Debian's is built with an OpenCL GPU runtime, so its CMake package asks for
+  # OpenCL's headers and library, which libdnnl-dev does not pull in: without
+  # them the configure fails (seen on a fresh Debian 12 machine, 2026-11-27)
+  libdnnl-dev ocl-icd-opencl-dev
   # data parallel (parallel: ddp): Open MPI starts and wires the processes and is the
   # CPU transport (the CUDA transport, NCCL, comes with the CUDA toolkit)
   libopenmpi-dev openmpi-bin
