@@ -50,7 +50,27 @@ Device parse_device(const std::string& s) {
   TB_FAIL("invalid device '", s, "' (expected auto, cpu, cuda or cuda:N)");
 }
 
-const char* layout_name(Layout l) { return l == Layout::NCHW ? "NCHW" : "NHWC"; }
+const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::NHWC: return "NHWC";
+    case Layout::NCHW16C: return "nChw16c";
+    case Layout::NCHW: break;
+  }
+  return "NCHW";
+}
+
+namespace {
+
+// NCHW16C: rank 4, whole channel blocks, host memory (tensor.h).
+void check_layout(const Shape& shape, const Device& device, Layout layout) {
+  if (layout != Layout::NCHW16C) return;
+  TB_CHECK(shape.size() == 4 && shape[1] % kLayoutBlock == 0, "layout nChw16c needs a rank-4 "
+           "shape with channels a multiple of ", kLayoutBlock, ", got ", shape_str(shape));
+  TB_CHECK(device.is_cpu(), "layout nChw16c is the cpu backend's alone; ", shape_str(shape),
+           " asked for on ", device.str());
+}
+
+}  // namespace
 
 std::string shape_str(const Shape& s) {
   std::ostringstream os;
@@ -126,6 +146,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, Layout layo
 Tensor Tensor::empty_with(Allocator& allocator, const Shape& shape, DType dtype, Device device,
                           Layout layout) {
   for (int64_t d : shape) TB_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
+  check_layout(shape, device, layout);
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
@@ -152,6 +173,7 @@ Tensor Tensor::view_of(const Tensor& base, int64_t element_offset, const Shape& 
   TB_CHECK(element_offset >= 0 && element_offset + shape_numel(shape) <= base.numel(),
            "view ", shape_str(shape), " at offset ", element_offset, " exceeds ",
            base.describe());
+  check_layout(shape, base.device_, layout);
   Tensor t = base;
   t.data_ = static_cast<char*>(base.data_) + element_offset * dtype_size(base.dtype_);
   t.shape_ = shape;
@@ -178,6 +200,7 @@ Tensor Tensor::region_of(const Tensor& base, int64_t byte_offset, const Shape& s
 }
 
 Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, Device device, Layout layout) {
+  check_layout(shape, device, layout);
   Tensor t;
   t.data_ = data;
   t.shape_ = shape;
@@ -191,6 +214,11 @@ Tensor Tensor::reshaped(const Shape& shape) const {
   TB_CHECK(shape_numel(shape) == numel(), "cannot reshape ", describe(), " to ",
            shape_str(shape));
   Tensor t = *this;
+  if (layout_ == Layout::NCHW16C && shape != shape_) {
+    TB_CHECK(h() * w() == 1, "cannot reshape ", describe(), " to ", shape_str(shape),
+             ": its memory is not NCHW's (convert it with Backend::copy first)");
+    t.layout_ = Layout::NCHW;
+  }
   t.shape_ = shape;
   if (shape.size() != 4) t.layout_ = Layout::NCHW;
   return t;

@@ -13,7 +13,14 @@ namespace tb {
 // Physical order of a rank-4 tensor. The logical shape is always (N, C, H, W);
 // layout says how those elements lie in memory. Tensors of other ranks are
 // plain row-major and their layout is NCHW by convention.
-enum class Layout { NCHW, NHWC };
+// NCHW16C is oneDNN's nChw16c: channels in blocks of 16, each block an
+// (H, W, 16) run per image, so (n, c, h, w) lies at
+// (((n·C/16 + c/16)·H + h)·W + w)·16 + c mod 16. The CPU backend's blocked
+// activations (cpu_layout): its convolutions read and write them with no
+// reorder. C must be a multiple of 16, and only host tensors take it (the
+// CUDA backend has no kernels for it: Tensor refuses it on a device).
+enum class Layout { NCHW, NHWC, NCHW16C };
+inline constexpr int64_t kLayoutBlock = 16;  // NCHW16C's channels a block
 const char* layout_name(Layout l);
 
 using Shape = std::vector<int64_t>;
@@ -89,7 +96,9 @@ class Tensor {
   int64_t h() const { return dim(2); }
   int64_t w() const { return dim(3); }
 
-  // Same data, new logical shape (contiguous, element count unchanged).
+  // Same data, new logical shape (contiguous, element count unchanged). A
+  // blocked (NCHW16C) tensor keeps its shape, or has H = W = 1, where its
+  // memory is NCHW's (a flatten after global pooling); else it throws.
   Tensor reshaped(const Shape& shape) const;
   // Rows [begin, end) of the leading dimension.
   Tensor rows(int64_t begin, int64_t end) const;
@@ -111,7 +120,14 @@ class Tensor {
 // Element offset of logical (n, c, h, w) in a rank-4 tensor of the given layout.
 inline int64_t offset4(Layout l, int64_t C, int64_t H, int64_t W, int64_t n, int64_t c, int64_t h,
                        int64_t w) {
-  return l == Layout::NCHW ? ((n * C + c) * H + h) * W + w : ((n * H + h) * W + w) * C + c;
+  switch (l) {
+    case Layout::NHWC: return ((n * H + h) * W + w) * C + c;
+    case Layout::NCHW16C:
+      return (((n * (C / kLayoutBlock) + c / kLayoutBlock) * H + h) * W + w) * kLayoutBlock +
+             c % kLayoutBlock;
+    case Layout::NCHW: break;
+  }
+  return ((n * C + c) * H + h) * W + w;
 }
 
 // Throws tb::Error naming `what` unless t has the expected shape/dtype.

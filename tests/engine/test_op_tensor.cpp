@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Tensor ops with no arithmetic to speak of, on every backend, layout and dtype:
 // copies (host <-> device, f32 <-> f64, layout conversion on the way), fills
-// of every dtype, the layouts' strides and the sum of squares (clipping's and
+// of every dtype, the layouts' strides, the CPU's blocked nChw16c layout (its
+// conversions, what Tensor refuses) and the sum of squares (clipping's and
 // the census' reduction). Channel padding (pad_channels_to) is the layout
 // family's: engine/ops/layout/test_op_layout.cpp.
 //
@@ -12,6 +13,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "engine/backend/cpu/cpu_backend.h"
@@ -120,6 +122,59 @@ class TestOpTensor : public QObject {
     TB_GPU_CATCH
   }
 
+
+  // The CPU's blocked layout (nChw16c): offset4 as oneDNN lays it out, the
+  // CPU copy's conversions both ways (f32 threaded, f64, i32) bit for bit and
+  // at the places offset4 names, and what Tensor refuses.
+  void blocked_layout_conversion() {
+    // (n, c, h, w) = (1, 17, 2, 3) of (N, 32, 4, 5): block 1, lane 1.
+    QCOMPARE(offset4(Layout::NCHW16C, 32, 4, 5, 1, 17, 2, 3),
+             int64_t((((1 * 2 + 1) * 4 + 2) * 5 + 3) * 16 + 1));
+    CpuBackend& cpu = cpu_fast();
+    for (Shape s : {Shape{8, 32, 16, 16}, Shape{2, 16, 3, 5}, Shape{1, 48, 1, 1}}) {
+      for (DType t : {DType::F32, DType::F64, DType::I32}) {
+        Tensor h = Tensor::empty(s, t);
+        for (int64_t i = 0; i < int64_t(h.nbytes()); ++i)
+          static_cast<unsigned char*>(h.data())[i] = static_cast<unsigned char>(i * 7 + i / 251);
+        Tensor b = Tensor::empty(s, t, Device::cpu(), Layout::NCHW16C);
+        cpu.copy(h, b);
+        const size_t es = dtype_size(t);
+        for (int64_t n = 0; n < s[0]; ++n)
+          for (int64_t c = 0; c < s[1]; ++c)
+            for (int64_t y = 0; y < s[2]; ++y)
+              for (int64_t x = 0; x < s[3]; ++x)
+                QVERIFY(std::memcmp(static_cast<char*>(b.data()) +
+                                        offset4(Layout::NCHW16C, s[1], s[2], s[3], n, c, y, x) * es,
+                                    static_cast<char*>(h.data()) +
+                                        offset4(Layout::NCHW, s[1], s[2], s[3], n, c, y, x) * es,
+                                    es) == 0);
+        Tensor back = Tensor::empty(s, t);
+        cpu.copy(b, back);
+        QVERIFY2(bitwise_equal(h, back), (shape_str(s) + " " + dtype_name(t)).c_str());
+      }
+    }
+    auto refused = [](const std::function<void()>& f, const char* what) {
+      try {
+        f();
+      } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains(what), e.what());
+        return;
+      }
+      QFAIL(qPrintable(QString("accepted: ") + what));
+    };
+    refused([] { Tensor::empty({2, 24, 3, 3}, DType::F32, Device::cpu(), Layout::NCHW16C); },
+            "multiple of 16");
+    refused([] { Tensor::empty({2, 32}, DType::F32, Device::cpu(), Layout::NCHW16C); },
+            "rank-4");
+    refused([] {
+      Tensor::empty_with(allocator_for(Device::cpu()), {2, 16, 3, 3}, DType::F32,
+                         Device::cuda(0), Layout::NCHW16C);
+    }, "cpu backend's alone");
+    const Tensor b = Tensor::empty({2, 16, 3, 3}, DType::F32, Device::cpu(), Layout::NCHW16C);
+    refused([&] { b.reshaped({2, 144}); }, "not NCHW's");
+    const Tensor p = Tensor::empty({2, 16, 1, 1}, DType::F32, Device::cpu(), Layout::NCHW16C);
+    QCOMPARE(p.reshaped({2, 16}).layout(), Layout::NCHW);  // 1x1: the same memory as NCHW
+  }
 
   void layout_strides() {
     int64_t s[4];

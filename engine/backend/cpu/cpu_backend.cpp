@@ -57,6 +57,23 @@ std::string CpuBackend::name() const {
          std::to_string(threads_) + " threads)";
 }
 
+bool cpu_has_onednn() {
+#ifdef TRAINBENCH_HAVE_ONEDNN
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool onednn_blocks_of_16() {
+#ifdef TRAINBENCH_HAVE_ONEDNN
+  const auto want = static_cast<unsigned>(dnnl_cpu_isa_avx512_core);
+  return (static_cast<unsigned>(dnnl_get_effective_cpu_isa()) & want) == want;
+#else
+  return false;
+#endif
+}
+
 nlohmann::json CpuBackend::describe() const {
   nlohmann::json d = {{"backend", "cpu"},
                       {"device", "cpu"},
@@ -93,10 +110,38 @@ void fill_typed(Tensor& t, double value) {
   std::fill_n(t.data_as<T>(), t.numel(), static_cast<T>(value));
 }
 
+// nChw16c <-> NCHW of one element type: run (n, b) of the blocked tensor is
+// HW vectors of channels 16b .. 16b+15, each a plane HW apart in NCHW.
+// Runs split over `threads` (a model's Flatten converts every step).
+template <typename T>
+void convert_blocked(const Tensor& src, Tensor& dst, [[maybe_unused]] int threads) {
+  const int64_t N = src.n(), B = src.c() / kLayoutBlock, HW = src.h() * src.w();
+  const bool to_blocked = dst.layout() == Layout::NCHW16C;
+  const T* s = src.data_as<T>();
+  T* d = dst.data_as<T>();
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads) if (src.numel() >= (1 << 16))
+#endif
+  for (int64_t r = 0; r < N * B; ++r) {
+    const int64_t run = r * HW * kLayoutBlock;  // the run's first element, in both layouts
+    for (int64_t l = 0; l < kLayoutBlock; ++l)
+      for (int64_t i = 0; i < HW; ++i) {
+        if (to_blocked)
+          d[run + i * kLayoutBlock + l] = s[run + l * HW + i];
+        else
+          d[run + l * HW + i] = s[run + i * kLayoutBlock + l];
+      }
+  }
+}
+
 // dst (layout L_dst) <- src (layout L_src), same logical (N,C,H,W), element size es.
-void convert_layout(const Tensor& src, Tensor& dst) {
+void convert_layout(const Tensor& src, Tensor& dst, int threads) {
   const int64_t N = src.n(), C = src.c(), H = src.h(), W = src.w();
   const size_t es = dtype_size(src.dtype());
+  const bool nchw_blocked = (src.layout() == Layout::NCHW && dst.layout() == Layout::NCHW16C) ||
+                            (src.layout() == Layout::NCHW16C && dst.layout() == Layout::NCHW);
+  if (nchw_blocked && es == 4) return convert_blocked<uint32_t>(src, dst, threads);
+  if (nchw_blocked && es == 8) return convert_blocked<uint64_t>(src, dst, threads);
   const char* s = static_cast<const char*>(src.data());
   char* d = static_cast<char*>(dst.data());
   for (int64_t n = 0; n < N; ++n)
@@ -129,7 +174,7 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
            dst.describe());
   if (src.dtype() == dst.dtype()) {
     if (src.rank() == 4 && src.layout() != dst.layout()) {
-      convert_layout(src, dst);
+      convert_layout(src, dst, threads_);
     } else if (src.data() != dst.data()) {
       std::memmove(dst.data(), src.data(), src.nbytes());
     }

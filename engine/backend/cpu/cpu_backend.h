@@ -16,6 +16,13 @@
 
 namespace tb {
 
+// Whether this build's oneDNN runs its convolutions on 16-channel blocks here
+// (AVX-512: nChw16c is the layout it picks), where the blocked activations
+// (cpu_layout auto) need no reorder at all.
+bool onednn_blocks_of_16();
+// Whether this build has oneDNN (TRAINBENCH_ONEDNN).
+bool cpu_has_onednn();
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& options = {});
