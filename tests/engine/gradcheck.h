@@ -29,7 +29,10 @@ inline double rel_error(double analytic, double numeric) {
 }
 
 // `training` selects train/eval behaviour (e.g. BatchNorm2d batch vs running statistics).
-// `layout`: memory order of rank-4 activations and weights (NHWC: channels-last).
+// `layout`: memory order of rank-4 activations and weights (NHWC: channels-last);
+// NCHW16C (the CPU's blocked activations) is for activations only: the weights
+// stay NCHW, and an input whose channels are not whole blocks stays NCHW (as a
+// model's input does).
 inline GradCheckResult gradcheck_layer(std::unique_ptr<Layer> layer, const Shape& input_shape,
                                        uint64_t seed, bool training = true, double h = 1e-6,
                                        Layout layout = Layout::NCHW) {
@@ -38,7 +41,7 @@ inline GradCheckResult gradcheck_layer(std::unique_ptr<Layer> layer, const Shape
   Model model("gradcheck", per_sample, 0);
   const std::string layer_name = layer->name();
   model.add(std::move(layer));
-  model.build(be, seed, DType::F64, layout);
+  model.build(be, seed, DType::F64, layout == Layout::NCHW16C ? Layout::NCHW : layout);
   Context ctx{be};
   ctx.training = training;
   ctx.dtype = DType::F64;
@@ -46,8 +49,9 @@ inline GradCheckResult gradcheck_layer(std::unique_ptr<Layer> layer, const Shape
 
   std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
   std::uniform_real_distribution<double> dist(-1.0, 1.0);
-  Tensor x = Tensor::empty(input_shape, DType::F64, Device::cpu(),
-                           input_shape.size() == 4 ? layout : Layout::NCHW);
+  Layout in_layout = input_shape.size() == 4 ? layout : Layout::NCHW;
+  if (in_layout == Layout::NCHW16C && input_shape[1] % kLayoutBlock != 0) in_layout = Layout::NCHW;
+  Tensor x = Tensor::empty(input_shape, DType::F64, Device::cpu(), in_layout);
   for (int64_t i = 0; i < x.numel(); ++i) x.data_as<double>()[i] = dist(rng);
 
   Tensor y0 = model.forward(ctx, x);

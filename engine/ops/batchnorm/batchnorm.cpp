@@ -18,7 +18,8 @@ Dims check_x(const Tensor& x, const char* op) {
   TB_CHECK(x.rank() == 4, op, ": expected a rank-4 (N, C, H, W) input, got ", x.describe());
   TB_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64 || low_precision(x.dtype()), op,
            ": x ", x.describe(), " must be f32, f64, f16 or bf16");
-  return {x.n(), x.c(), x.h() * x.w(), x.layout() == Layout::NHWC};
+  return {x.n(), x.c(), x.h() * x.w(), x.layout() == Layout::NHWC,
+          x.layout() == Layout::NCHW16C};
 }
 
 // The dtype of the per-channel vectors for x: x's own, f32 for f16/bf16 x.

@@ -21,7 +21,8 @@
 //           entry point refuses it naming the op, the dtype and the backend:
 //           the cpu takes all four, cuda f32, f16 and bf16.
 // Layouts   NCHW or NHWC, one for every rank-4 operand (never a hidden
-//           transpose). With an active epilogue the CPU takes NCHW only.
+//           transpose); the CPU also nChw16c (its blocked activations). With
+//           an active epilogue the CPU takes NCHW and nChw16c.
 // Devices   every operand on x's device, the backend's own.
 //
 // train     μ = Σx/M, σ² = Σ(x−μ)²/M (biased), invstd = 1/sqrt(σ² + eps);
@@ -72,6 +73,7 @@ void backward(Backend& be, const Tensor& x, const Tensor& dy, const Tensor& gamm
 struct Dims {
   int64_t N, C, HW;
   bool nhwc;
+  bool blocked = false;  // nChw16c (tensor.h): the CPU's blocked activations
   int64_t M() const { return N * HW; }
 };
 

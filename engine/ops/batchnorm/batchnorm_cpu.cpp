@@ -23,6 +23,13 @@
 // channel's work is compiled for the baseline, AVX2 and AVX-512, and the copy
 // for this processor runs (engine/core/cpu_features.h): the same bits in each.
 //
+// blocked f32 (nChw16c, the CPU's blocked activations): the same sweeps on
+// 16 channels at once, image by image, each thread a slice of whole channel
+// blocks; each channel's sums run over its values in (n, i) order, one serial
+// double sum per channel (the lanes of one vector), so every ISA copy gives
+// the same bits; they differ from NCHW's (whose rows are summed in 8 lanes)
+// by summation order only, and the tests compare with a derived tolerance.
+//
 // f16/bf16 (low-precision activations): widen-compute-round. x, dy, the
 // residual and the ReLU mask's y are widened to f32 exactly (amp::widened),
 // the f32 path above runs on them with the f32 parameters and statistics, and
@@ -48,17 +55,20 @@ namespace {
 using BnDims = batchnorm::Dims;
 
 // What the CPU backend adds to the contract: host tensors, and an epilogue on
-// NCHW only (the fast path's rows; NHWC is the reference's).
+// NCHW and nChw16c only (the fast paths' layouts; NHWC is the reference's).
 void check_cpu(const Tensor& x, bool epilogue, const char* op) {
   TB_CHECK(x.device().is_cpu(), op, ": cpu backend given ", x.describe());
-  TB_CHECK(!epilogue || x.layout() == Layout::NCHW, op,
-           ": the cpu backend takes an epilogue (fuse_pointwise) on NCHW only, got ",
+  TB_CHECK(!epilogue || x.layout() != Layout::NHWC, op,
+           ": the cpu backend takes an epilogue (fuse_pointwise) on NCHW and nChw16c only, got ",
            layout_name(x.layout()), " (", x.describe(), ")");
 }
 
 // Element (n, c, i) of the tensor seen as (N, C, HW), i = h*W + w; in NHWC
-// memory that is (N, HW, C).
+// memory that is (N, HW, C), in nChw16c (N, C/16, HW, 16).
 inline int64_t at(const BnDims& d, int64_t n, int64_t c, int64_t i) {
+  if (d.blocked)
+    return ((n * (d.C / kLayoutBlock) + c / kLayoutBlock) * d.HW + i) * kLayoutBlock +
+           c % kLayoutBlock;
   return d.nhwc ? (n * d.HW + i) * d.C + c : (n * d.C + c) * d.HW + i;
 }
 
@@ -152,14 +162,16 @@ constexpr int64_t kParallelMin = 1 << 15;  // elements below which threads cost 
 constexpr int kLanes = 8;
 
 // f(c0, c1) for slices covering the channels; with OpenMP, one per thread.
+// Blocked (nChw16c) dims: the units are channel blocks, f(b0, b1).
 template <typename F>
 void for_each_slice(const BnDims& d, [[maybe_unused]] int threads, F&& f) {
+  const int64_t units = d.blocked ? d.C / kLayoutBlock : d.C;
 #ifdef _OPENMP
-  const int parts = d.M() * d.C >= kParallelMin ? int(std::min<int64_t>(threads, d.C)) : 1;
+  const int parts = d.M() * d.C >= kParallelMin ? int(std::min<int64_t>(threads, units)) : 1;
 #pragma omp parallel for schedule(static, 1) num_threads(parts) if (parts > 1)
-  for (int p = 0; p < parts; ++p) f(d.C * p / parts, d.C * (p + 1) / parts);
+  for (int p = 0; p < parts; ++p) f(units * p / parts, units * (p + 1) / parts);
 #else
-  f(int64_t(0), d.C);
+  f(int64_t(0), units);
 #endif
 }
 
@@ -360,6 +372,155 @@ inline void bn_backward_slice_body(const F32Args& a, int64_t c0, int64_t c1) {
     }
 }
 
+// ---------------------------------------------------------------- blocked f32
+// nChw16c: a slice is channel blocks [b0, b1) (16 channels each); (n, b) is
+// one contiguous run of HW vectors of 16 channels. Sums per channel in
+// double, one serial sum a channel (file comment).
+constexpr int64_t kB = kLayoutBlock;
+
+// s[l] += Σ_i g[i·16 + l], sx[l] += Σ_i g[i·16 + l]·x[i·16 + l] over one run.
+inline void run_sum_dot(const float* g, const float* x, int64_t HW, double* s, double* sx) {
+  double a[kB], b[kB];
+  for (int l = 0; l < kB; ++l) a[l] = s[l], b[l] = sx[l];
+  for (int64_t i = 0; i < HW; ++i)
+    for (int l = 0; l < kB; ++l) {
+      const double v = g[i * kB + l];
+      a[l] += v;
+      b[l] += v * double(x[i * kB + l]);
+    }
+  for (int l = 0; l < kB; ++l) s[l] = a[l], sx[l] = b[l];
+}
+
+// One run: out = act(x·scale[l] + shift[l] [+ r]).
+inline void run_apply(const float* x, const float* r, bool relu, const float* scale,
+                      const float* shift, float* out, int64_t HW) {
+  for (int64_t i = 0; i < HW; ++i)
+    for (int l = 0; l < kB; ++l) {
+      float v = x[i * kB + l] * scale[l] + shift[l];
+      if (r) v = v + r[i * kB + l];
+      out[i * kB + l] = relu ? (v > 0.0f ? v : 0.0f) : v;
+    }
+}
+
+inline int64_t run_at(const BnDims& d, int64_t n, int64_t b) {
+  return (n * (d.C / kB) + b) * d.HW * kB;
+}
+
+inline void blocked_apply(const F32Args& a, int64_t b0, int64_t b1, const float* scale,
+                          const float* shift) {
+  const BnDims& d = a.d;
+  for (int64_t n = 0; n < d.N; ++n)
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t at0 = run_at(d, n, b);
+      run_apply(a.x + at0, a.r ? a.r + at0 : nullptr, a.relu, scale + (b - b0) * kB,
+                shift + (b - b0) * kB, a.out + at0, d.HW);
+    }
+}
+
+// As bn_train_slice_body, on channel blocks [b0, b1).
+inline void bn_train_blocked_body(const F32Args& a, int64_t b0, int64_t b1) {
+  const BnDims& d = a.d;
+  const int64_t k = (b1 - b0) * kB, c0 = b0 * kB;
+  const double M = double(d.M());
+  std::vector<double> s(size_t(k), 0.0), s2(size_t(k), 0.0);
+  for (int64_t n = 0; n < d.N; ++n)
+    for (int64_t b = b0; b < b1; ++b) {
+      const float* xr = a.x + run_at(d, n, b);
+      run_sum_dot(xr, xr, d.HW, &s[size_t((b - b0) * kB)], &s2[size_t((b - b0) * kB)]);
+    }
+  std::vector<float> scale(static_cast<size_t>(k)), shift(static_cast<size_t>(k));
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t c = c0 + j;
+    const double mean = s[j] / M;
+    const double var = std::max(s2[j] / M - mean * mean, 0.0);
+    const double invstd = 1.0 / std::sqrt(var + a.eps);
+    scale[j] = float(double(a.gamma[c]) * invstd);
+    shift[j] = float(double(a.beta[c]) - mean * double(a.gamma[c]) * invstd);
+    const double unbiased = d.M() > 1 ? var * M / (M - 1.0) : var;
+    a.rmean[c] = float((1.0 - a.momentum) * a.rmean[c] + a.momentum * mean);
+    a.rvar[c] = float((1.0 - a.momentum) * a.rvar[c] + a.momentum * unbiased);
+    a.smean[c] = float(mean);
+    a.sinvstd[c] = float(invstd);
+  }
+  blocked_apply(a, b0, b1, scale.data(), shift.data());
+}
+
+inline void bn_eval_blocked_body(const F32Args& a, int64_t b0, int64_t b1) {
+  const int64_t k = (b1 - b0) * kB, c0 = b0 * kB;
+  std::vector<float> scale(static_cast<size_t>(k)), shift(static_cast<size_t>(k));
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t c = c0 + j;
+    const double invstd = 1.0 / std::sqrt(double(a.rvar[c]) + a.eps);
+    scale[j] = float(double(a.gamma[c]) * invstd);
+    shift[j] = float(double(a.beta[c]) - double(a.rmean[c]) * double(a.gamma[c]) * invstd);
+  }
+  blocked_apply(a, b0, b1, scale.data(), shift.data());
+}
+
+// As bn_backward_slice_body: sweep 1 forms dz (dy or its ReLU mask, into
+// dres when wanted) and its two sums, sweep 2 writes dx.
+inline void bn_backward_blocked_body(const F32Args& a, int64_t b0, int64_t b1) {
+  const BnDims& d = a.d;
+  const int64_t k = (b1 - b0) * kB, c0 = b0 * kB;
+  const double M = double(d.M());
+  std::vector<double> sdy(size_t(k), 0.0), sdyx(size_t(k), 0.0);
+  std::vector<float> scratch(a.relu && !a.dres ? size_t(d.HW * kB) : 0);
+  for (int64_t n = 0; n < d.N; ++n)
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t at0 = run_at(d, n, b);
+      const float* dz = a.dy + at0;
+      if (a.relu) {
+        const float* yr = a.y + at0;
+        float* mz = a.dres ? a.dres + at0 : scratch.data();
+        for (int64_t i = 0; i < d.HW * kB; ++i) {
+          const float g = a.dy[at0 + i];
+          mz[i] = yr[i] > 0.0f ? g : 0.0f;
+        }
+        dz = mz;
+      } else if (a.dres) {
+        std::copy_n(a.dy + at0, d.HW * kB, a.dres + at0);
+      }
+      run_sum_dot(dz, a.x + at0, d.HW, &sdy[size_t((b - b0) * kB)], &sdyx[size_t((b - b0) * kB)]);
+    }
+  std::vector<float> ka(static_cast<size_t>(k)), kb(static_cast<size_t>(k)), kc(static_cast<size_t>(k));
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t c = c0 + j;
+    const double mean = a.smean[c], invstd = a.sinvstd[c];
+    const double sdyxh = invstd * (sdyx[j] - mean * sdy[j]);
+    const double g = double(a.gamma[c]) * invstd;
+    const double kx = -g / M * sdyxh * invstd;
+    ka[j] = float(g);
+    kb[j] = float(kx);
+    kc[j] = float(-g / M * sdy[j] - kx * mean);
+    if (a.dgamma) a.dgamma[c] = float(a.accumulate ? a.dgamma[c] + sdyxh : sdyxh);
+    if (a.dbeta) a.dbeta[c] = float(a.accumulate ? a.dbeta[c] + sdy[j] : sdy[j]);
+  }
+  if (!a.out) return;
+  for (int64_t n = 0; n < d.N; ++n)
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t at0 = run_at(d, n, b);
+      const float* xr = a.x + at0;
+      const float* gr = a.dy + at0;
+      const float* yr = a.relu ? a.y + at0 : nullptr;
+      float* out = a.out + at0;
+      const float *fa = &ka[size_t((b - b0) * kB)], *fb = &kb[size_t((b - b0) * kB)],
+                  *f0 = &kc[size_t((b - b0) * kB)];
+      for (int64_t i = 0; i < d.HW; ++i)
+        for (int l = 0; l < kB; ++l) {
+          const float gi = gr[i * kB + l];
+          const float dz = yr ? (yr[i * kB + l] > 0.0f ? gi : 0.0f) : gi;
+          out[i * kB + l] = dz * fa[l] + xr[i * kB + l] * fb[l] + f0[l];
+        }
+    }
+}
+
+TB_CPU_KERNEL(void, bn_train_blocked, (const F32Args& a, int64_t b0, int64_t b1), (a, b0, b1),
+              bn_train_blocked_body)
+TB_CPU_KERNEL(void, bn_eval_blocked, (const F32Args& a, int64_t b0, int64_t b1), (a, b0, b1),
+              bn_eval_blocked_body)
+TB_CPU_KERNEL(void, bn_backward_blocked, (const F32Args& a, int64_t b0, int64_t b1),
+              (a, b0, b1), bn_backward_blocked_body)
+
 // Each slice's work compiled for the processor's widest ISA (cpu_features.h).
 TB_CPU_KERNEL_BY_WIDTH(void, bn_train_slice, (const F32Args& a, int64_t c0, int64_t c1),
                        (a, c0, c1), bn_train_slice_body)
@@ -369,15 +530,21 @@ TB_CPU_KERNEL_BY_WIDTH(void, bn_backward_slice, (const F32Args& a, int64_t c0, i
                        (a, c0, c1), bn_backward_slice_body)
 
 void bn_train_f32(const F32Args& a, int threads) {
-  for_each_slice(a.d, threads, [&](int64_t c0, int64_t c1) { bn_train_slice(a, c0, c1); });
+  for_each_slice(a.d, threads, [&](int64_t u0, int64_t u1) {
+    a.d.blocked ? bn_train_blocked(a, u0, u1) : bn_train_slice(a, u0, u1);
+  });
 }
 
 void bn_eval_f32(const F32Args& a, int threads) {
-  for_each_slice(a.d, threads, [&](int64_t c0, int64_t c1) { bn_eval_slice(a, c0, c1); });
+  for_each_slice(a.d, threads, [&](int64_t u0, int64_t u1) {
+    a.d.blocked ? bn_eval_blocked(a, u0, u1) : bn_eval_slice(a, u0, u1);
+  });
 }
 
 void bn_backward_f32(const F32Args& a, int threads) {
-  for_each_slice(a.d, threads, [&](int64_t c0, int64_t c1) { bn_backward_slice(a, c0, c1); });
+  for_each_slice(a.d, threads, [&](int64_t u0, int64_t u1) {
+    a.d.blocked ? bn_backward_blocked(a, u0, u1) : bn_backward_slice(a, u0, u1);
+  });
 }
 
 template <typename T>
@@ -503,7 +670,8 @@ void CpuKernels::backward(const BnDims& d, const Tensor& x, const Tensor& dy, co
     // or dy, into dresidual when wanted.
     Tensor dz = dy;
     if (epilogue.active()) {
-      dz = epilogue.dresidual.defined() ? epilogue.dresidual : Tensor::empty(x.shape(), x.dtype());
+      dz = epilogue.dresidual.defined() ? epilogue.dresidual
+                                           : Tensor::empty(x.shape(), x.dtype(), Device::cpu(), x.layout());
       if (relu)
         pointwise::relu_backward(be_, epilogue.y, dy, dz);
       else

@@ -4,12 +4,14 @@
 // the BatchNorm2d layer, on every backend, layout and dtype.
 //
 // 1. Gradients against central finite differences, f64 on the reference
-//    backend (gradcheck.h), train and eval, NCHW and NHWC.
+//    backend (gradcheck.h), train and eval, NCHW, NHWC and the CPU's blocked
+//    nChw16c.
 // 2. batchnorm_matches_reference, one body over targets x shapes: y,
 //    save_mean, save_invstd, running mean and (unbiased) variance, dx, dgamma,
 //    dbeta (written, and accumulated onto earlier values) and the eval output
 //    with the updated running statistics, against the reference kernels in
-//    NCHW. Bit-identical on the exact CPU targets (f64, NHWC: the reference
+//    NCHW; the blocked nChw16c targets on the shapes with whole 16-channel
+//    blocks. Bit-identical on the exact CPU targets (f64, NHWC: the reference
 //    visits the same elements in the same order); the fast NCHW f32 path
 //    (one-pass Σx, Σx² statistics, threads) within absolute 1e-5 (y, dx, eval
 //    y), 1e-6 (statistics) and 1e-4 (dgamma, dbeta: sums of thousands of
@@ -74,6 +76,10 @@ const BnCase kCases[] = {
     {"16x8x16x16 mean 3", {16, 8, 16, 16}, 1.0, 5.0, false},
     {"3x6x5x4 channel offsets", {3, 6, 5, 4}, -1.0, 1.0, true},
     {"6x7x9x5", {6, 7, 9, 5}, -2.0, 3.0, false},
+    // Whole 16-channel blocks, for the CPU's blocked layout (nChw16c) too:
+    // two blocks on one thread, and three blocks split over threads.
+    {"4x32x7x5 channel offsets", {4, 32, 7, 5}, -1.0, 1.0, true},
+    {"8x48x12x10 mean 3", {8, 48, 12, 10}, 1.0, 5.0, false},
 };
 
 const Target kTargets[] = {
@@ -81,7 +87,14 @@ const Target kTargets[] = {
     {Impl::CpuReference, Layout::NHWC, DType::F32}, {Impl::CpuReference, Layout::NHWC, DType::F64},
     {Impl::CpuFast, Layout::NHWC, DType::F32},      {Impl::CpuFast, Layout::NHWC, DType::F64},
     {Impl::Cuda, Layout::NCHW, DType::F32},         {Impl::Cuda, Layout::NHWC, DType::F32},
+    {Impl::CpuReference, Layout::NCHW16C, DType::F32}, {Impl::CpuFast, Layout::NCHW16C, DType::F64},
+    {Impl::CpuFast, Layout::NCHW16C, DType::F32},
 };
+
+// Whether a target's layout can hold C channels (nChw16c: whole blocks).
+bool holds(const Target& t, int64_t C) {
+  return t.layout != Layout::NCHW16C || C % kLayoutBlock == 0;
+}
 
 bool exact_target(const Target& t) {
   return !t.on_gpu() &&
@@ -319,6 +332,11 @@ class TestOpBatchnorm : public QObject {
     for (Layout l : {Layout::NCHW, Layout::NHWC})
       for (const R& r : rows)
         QTest::addRow("%s %s", r.name, layout_name(l)) << r.training << r.shape << r.seed << r.tol << l;
+    // The blocked layout's indexing (one block, and two).
+    QTest::addRow("train 2x16x3x2 nChw16c") << true << Shape{2, 16, 3, 2} << uint64_t(9) << 1e-5
+                                            << Layout::NCHW16C;
+    QTest::addRow("eval 2x32x2x2 nChw16c") << false << Shape{2, 32, 2, 2} << uint64_t(10) << 1e-5
+                                           << Layout::NCHW16C;
   }
   void gradcheck_batchnorm() {
     QFETCH(bool, training);
@@ -342,7 +360,8 @@ class TestOpBatchnorm : public QObject {
     QTest::addColumn<Target>("target");
     QTest::addColumn<BnCase>("c");
     for (const Target& t : kTargets)
-      for (const BnCase& c : kCases) QTest::addRow("%s: %s", t.name().c_str(), c.name) << t << c;
+      for (const BnCase& c : kCases)
+        if (holds(t, c.shape[1])) QTest::addRow("%s: %s", t.name().c_str(), c.name) << t << c;
   }
   void batchnorm_matches_reference() {
     FETCH_TARGET(t, be);
@@ -397,7 +416,7 @@ class TestOpBatchnorm : public QObject {
     FETCH_TARGET(t, be);
     TB_GPU_TRY
     const DType dt = t.dtype;
-    const int64_t C = 3;
+    const int64_t C = holds(t, 3) ? 3 : kLayoutBlock;
     std::mt19937_64 rng(5);
     const Shape sh{0, C, 4, 4};
     const Tensor x = to_device(be, random_tensor(sh, dt, rng), t.layout);

@@ -76,6 +76,12 @@ void check_operand(Device device, const ConvGeometry& g, const char* op, const c
              " ", like->describe(), " must share one layout (layouts are converted only by copy)");
 }
 
+// Whether the output side (y or dy) is the CPU's blocked activations starting
+// at this convolution: x NCHW, out nChw16c (conv.h), where the two differ.
+bool starts_blocked(const Tensor& x, const Tensor& out) {
+  return x.layout() == Layout::NCHW && out.defined() && out.layout() == Layout::NCHW16C;
+}
+
 // The activations' dtype that `t` (y or dy) says: its own when the form
 // allows it, else what x alone says (the check that follows names the
 // mismatch).
@@ -101,7 +107,7 @@ void check_forward(Device device, const ConvGeometry& g, const Tensor& x, const 
   const Dtypes d = check_x(device, g, x, w, op);
   if (b.defined()) check_operand(device, g, op, "bias", b, d.params, Shape{g.C_out}, x);
   check_operand(device, g, op, "output y", y, activation_dtype(d, y, x, op, "output y"),
-                g.output_shape(), x, &x, "input x");
+                g.output_shape(), x, starts_blocked(x, y) ? &y : &x, "input x");
 }
 
 void check_backward(Device device, const ConvGeometry& g, const Tensor& x, const Tensor& w,
@@ -110,7 +116,8 @@ void check_backward(Device device, const ConvGeometry& g, const Tensor& x, const
   const Dtypes d = check_x(device, g, x, w, op);
   // dy picks the activations' form; dx follows it.
   const DType act = activation_dtype(d, dy, x, op, "gradient dy");
-  check_operand(device, g, op, "gradient dy", dy, act, g.output_shape(), x, &x, "input x");
+  check_operand(device, g, op, "gradient dy", dy, act, g.output_shape(), x,
+                starts_blocked(x, dy) ? &dy : &x, "input x");
   if (dx.defined()) check_operand(device, g, op, "dx", dx, act, g.input_shape(), x, &x, "input x");
   if (dw.defined()) check_operand(device, g, op, "dw", dw, d.params, g.weight_shape(), x, &w, "weight");
   if (db.defined()) check_operand(device, g, op, "db", db, d.params, Shape{g.C_out}, x);

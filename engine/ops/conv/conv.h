@@ -28,8 +28,11 @@
 //           A backend that lacks x's dtype says so (Kernels::supports) and the
 //           entry point refuses it naming the op, the dtype and the backend:
 //           the cpu takes all four, cuda f32, f16 and bf16.
-// Layouts   activations (x, y, dx, dy) share one layout, NCHW or NHWC; the
-//           filters (w, dw) have their own (NCHW = KCRS, NHWC = KRSC as
+// Layouts   activations (x, y, dx, dy) share one layout, NCHW or NHWC, or on
+//           the CPU nChw16c (its blocked activations), except that y and dy
+//           may be nChw16c where x and dx are NCHW (where the blocked layout
+//           starts: a model's first convolution, C_in not a multiple of 16);
+//           the filters (w, dw) have their own (NCHW = KCRS, NHWC = KRSC as
 //           cuDNN's channels-last filters). Any pairing is accepted and
 //           nothing is transposed behind the caller's back.
 // Devices   every operand on the backend's device.

@@ -60,9 +60,11 @@ namespace {
 
 // ---------------------------------------------------------------- reference
 
-// Memory orders of the operands: activations (x, y, dx, dy) and filters (w, dw).
+// Memory orders of the operands: the input side (x, dx), the filters (w, dw)
+// and the output side (y, dy): out is act's but where the CPU's blocked
+// activations start (x NCHW, y nChw16c: conv.h).
 struct ConvLayouts {
-  Layout act = Layout::NCHW, filt = Layout::NCHW;
+  Layout act = Layout::NCHW, filt = Layout::NCHW, out = Layout::NCHW;
 };
 
 template <typename T>
@@ -82,7 +84,7 @@ void conv_forward_ref(const ConvGeometry& g, ConvLayouts l, const T* x, const T*
                 acc += w[offset4(l.filt, g.C_in, K, K, co, ci, kh, kw)] *
                        x[offset4(l.act, g.C_in, g.H, g.W, n, ci, ih, iw)];
               }
-          y[offset4(l.act, g.C_out, g.H_out, g.W_out, n, co, oh, ow)] = acc;
+          y[offset4(l.out, g.C_out, g.H_out, g.W_out, n, co, oh, ow)] = acc;
         }
 }
 
@@ -99,7 +101,7 @@ void conv_backward_ref(const ConvGeometry& g, ConvLayouts l, const T* x, const T
     for (int64_t co = 0; co < g.C_out; ++co)
       for (int64_t oh = 0; oh < g.H_out; ++oh)
         for (int64_t ow = 0; ow < g.W_out; ++ow) {
-          const T d = dy[offset4(l.act, g.C_out, g.H_out, g.W_out, n, co, oh, ow)];
+          const T d = dy[offset4(l.out, g.C_out, g.H_out, g.W_out, n, co, oh, ow)];
           gb[co] += d;
           for (int64_t ci = 0; ci < g.C_in; ++ci)
             for (int64_t kh = 0; kh < K; ++kh)
@@ -470,6 +472,7 @@ std::string shape_name(const char* op, const ConvGeometry& g, ConvLayouts l, uns
   std::string s = detail::concat(op, " N", g.N, " ", g.C_in, "x", g.H, "x", g.W, " -> ", g.C_out,
                                  " k", g.KH, " s", g.stride, " p", g.pad, " ",
                                  layout_name(l.act), "/", l.filt == Layout::NHWC ? "KRSC" : "KCRS");
+  if (l.out != l.act) s += detail::concat(" -> ", layout_name(l.out));
   if (outputs & 8u) s += " bias";
   if (outputs & 7u) {
     s += " (";
@@ -502,7 +505,7 @@ class CpuKernels final : public Kernels {
   void forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
                Tensor& y) override {
     check_square(g, "conv2d_forward");
-    const ConvLayouts l{x.layout(), w.layout()};
+    const ConvLayouts l{x.layout(), w.layout(), y.layout()};
     if (x.dtype() == DType::F64) {
       conv_forward_ref<double>(g, l, x.data_as<double>(), w.data_as<double>(),
                                ptr_or_null<double>(b), y.data_as<double>());
@@ -524,7 +527,7 @@ class CpuKernels final : public Kernels {
                 Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) override {
     check_square(g, "conv2d_backward");
     auto out = [](Tensor& t) { return t.defined() ? t.data() : nullptr; };
-    const ConvLayouts l{x.layout(), w.layout()};
+    const ConvLayouts l{x.layout(), w.layout(), dy.layout()};
     if (x.dtype() == DType::F64) {
       conv_backward_ref<double>(g, l, x.data_as<double>(), w.data_as<double>(),
                                 dy.data_as<double>(), static_cast<double*>(out(dx)),
@@ -600,14 +603,16 @@ class CpuKernels final : public Kernels {
   static std::string key_of(const char* op, const ConvGeometry& g, ConvLayouts l,
                             unsigned outputs) {
     return detail::concat(op, " ", g.N, " ", g.C_in, " ", g.H, " ", g.W, " ", g.C_out, " ", g.KH,
-                          " ", g.stride, " ", g.pad, " ", int(l.act), int(l.filt), " ", outputs);
+                          " ", g.stride, " ", g.pad, " ", int(l.act), int(l.filt), int(l.out),
+                          " ", outputs);
   }
 
   // Whether path p can convolve this problem.
   static bool can_take(CpuConvPath p, const ConvGeometry& g, ConvLayouts l) {
     switch (p) {
       case CpuConvPath::Reference: return true;
-      case CpuConvPath::Blas: return l.act == Layout::NCHW && l.filt == Layout::NCHW;
+      case CpuConvPath::Blas:
+        return l.act == Layout::NCHW && l.out == Layout::NCHW && l.filt == Layout::NCHW;
       case CpuConvPath::OneDnn:
       case CpuConvPath::OneDnnBlocked: return g.N > 0;  // oneDNN refuses empty tensors
     }
@@ -653,6 +658,9 @@ class CpuKernels final : public Kernels {
 
   // auto's rule (conv_cpu_paths.h).
   CpuConvPath by_rule(const ConvGeometry& g, ConvLayouts l) const {
+    // Blocked activations are oneDNN's layout: its kernels read them as they are.
+    if (kHaveOneDnn && g.N > 0 && (l.act == Layout::NCHW16C || l.out == Layout::NCHW16C))
+      return CpuConvPath::OneDnnBlocked;
     const bool nchw = can_take(CpuConvPath::Blas, g, l);
     if (onednn_direct_ && g.N > 0) return nchw ? CpuConvPath::OneDnnBlocked : CpuConvPath::OneDnn;
     return nchw ? CpuConvPath::Blas : CpuConvPath::Reference;
@@ -667,7 +675,7 @@ class CpuKernels final : public Kernels {
       case CpuConvPath::OneDnnBlocked:
 #ifdef TRAINBENCH_HAVE_ONEDNN
         choices_.note_implementation(
-            key, onednn_.forward(g, {l.act, l.filt}, form(p), be_.threads(), x, w, b, y));
+            key, onednn_.forward(g, {l.act, l.filt, l.out}, form(p), be_.threads(), x, w, b, y));
         return;
 #endif
         break;
@@ -688,7 +696,7 @@ class CpuKernels final : public Kernels {
       case CpuConvPath::OneDnn:
       case CpuConvPath::OneDnnBlocked:
 #ifdef TRAINBENCH_HAVE_ONEDNN
-        choices_.note_implementation(key, onednn_.backward(g, {l.act, l.filt}, form(p),
+        choices_.note_implementation(key, onednn_.backward(g, {l.act, l.filt, l.out}, form(p),
                                                            be_.threads(), x, w, dy, dx, dw, db,
                                                            accumulate));
         return;

@@ -23,7 +23,14 @@ using Tag = memory::format_tag;
 
 using tb::onednn::OmpThreads;
 
-Tag act_tag(Layout l) { return l == Layout::NHWC ? Tag::nhwc : Tag::nchw; }
+Tag act_tag(Layout l) {
+  switch (l) {
+    case Layout::NHWC: return Tag::nhwc;
+    case Layout::NCHW16C: return Tag::nChw16c;
+    case Layout::NCHW: break;
+  }
+  return Tag::nchw;
+}
 Tag filt_tag(Layout l) { return l == Layout::NHWC ? Tag::ohwi : Tag::oihw; }
 
 // Scratch is carved from one area (Arena) per backend: a call's pieces at
@@ -191,17 +198,17 @@ struct Convolutions::State {
     const memory::dims xd{g.N, g.C_in, g.H, g.W}, wd{g.C_out, g.C_in, g.KH, g.KW},
         yd{g.N, g.C_out, g.H_out, g.W_out};
     const auto f32 = memory::data_type::f32;
-    const Tag act_inner = a == Activations::Blocked ? Tag::any : act_tag(l.act);
+    const bool any = a == Activations::Blocked;
     // Right padding as oneDNN counts it: what the last window reads past the edge.
     const int64_t pr_h = (g.H_out - 1) * g.stride + g.KH - g.H - g.pad;
     const int64_t pr_w = (g.W_out - 1) * g.stride + g.KW - g.W - g.pad;
     return {memory::desc(xd, f32, act_tag(l.act)),
             memory::desc(wd, f32, filt_tag(l.filt)),
             bias ? memory::desc({g.C_out}, f32, Tag::x) : memory::desc(),
-            memory::desc(yd, f32, act_tag(l.act)),
-            memory::desc(xd, f32, act_inner),
+            memory::desc(yd, f32, act_tag(l.out)),
+            memory::desc(xd, f32, any ? Tag::any : act_tag(l.act)),
             memory::desc(wd, f32, Tag::any),
-            memory::desc(yd, f32, act_inner),
+            memory::desc(yd, f32, any ? Tag::any : act_tag(l.out)),
             {g.stride, g.stride},
             {g.pad, g.pad},
             {pr_h, pr_w}};
@@ -220,10 +227,10 @@ namespace {
 std::string key_of(const char* op, const ConvGeometry& g, Layouts l, Activations a, int threads,
                    unsigned outputs) {
   char k[200];
-  std::snprintf(k, sizeof k, "%s %lld %lld %lld %lld %lld %lld %lld %lld %d%d%d %d %u", op,
+  std::snprintf(k, sizeof k, "%s %lld %lld %lld %lld %lld %lld %lld %lld %d%d%d%d %d %u", op,
                 (long long)g.N, (long long)g.C_in, (long long)g.H, (long long)g.W,
                 (long long)g.C_out, (long long)g.KH, (long long)g.stride, (long long)g.pad,
-                int(l.act), int(l.filt), int(a), threads, outputs);
+                int(l.act), int(l.filt), int(l.out), int(a), threads, outputs);
   return k;
 }
 

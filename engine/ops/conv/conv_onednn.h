@@ -5,7 +5,7 @@
 // when oneDNN was found (TRAINBENCH_ONEDNN; conv_onednn.cpp joins the library
 // only then): check TRAINBENCH_HAVE_ONEDNN before calling.
 //
-// Same contract as conv.h's f32 op: activations NCHW or NHWC as given,
+// Same contract as conv.h's f32 op: activations NCHW, NHWC or nChw16c as given,
 // filters KCRS or KRSC, dx written, dw and db written or added (oneDNN
 // writes: `accumulate` goes through a scratch copy and one add, so it adds
 // exactly what accumulate=false writes).
@@ -16,7 +16,9 @@
 // - Blocked: oneDNN picks its layout (nChw16c on AVX-512) and the activations
 //   are reordered into scratch and back on every call, as PyTorch's CPU
 //   convolutions do (but dy once per backward, shared by its data and
-//   weights parts); the caller's tensors keep their layout.
+//   weights parts); the caller's tensors keep their layout. Given nChw16c
+//   activations (the CPU's blocked layout) and picking the same, no reorder
+//   runs at all.
 // The filters are always reordered into the layout oneDNN picks (small).
 //
 // Scratch: those reordered copies, the primitives' own scratchpads
@@ -40,9 +42,10 @@ namespace tb::conv::onednn {
 
 enum class Activations { AsGiven, Blocked };
 
-// The layouts of one problem: activations (x, y, dx, dy) and filters (w, dw).
+// The layouts of one problem: the input side (x, dx), the filters (w, dw) and
+// the output side (y, dy; act's unless blocked activations start here).
 struct Layouts {
-  Layout act = Layout::NCHW, filt = Layout::NCHW;
+  Layout act = Layout::NCHW, filt = Layout::NCHW, out = Layout::NCHW;
 };
 
 // Whether oneDNN's direct (JIT) convolution kernels run on this CPU (AVX2 or

@@ -348,6 +348,13 @@ class TestOpConv : public QObject {
       for (const G& s : shapes)
         QTest::addRow("%s %s", s.name, layout_name(l))
             << s.cin << s.cout << s.k << s.stride << s.pad << s.bias << s.h << s.w << s.seed << l;
+    // The CPU's blocked activations: where they start (x NCHW, 1 channel) and
+    // between two blocked tensors.
+    const G blocked[] = {{"k3 s1 p1 bias 1->16", 1, 16, 3, 1, 1, true, 5, 4, 12},
+                         {"k3 s2 p1 nobias 16->16", 16, 16, 3, 2, 1, false, 5, 4, 12}};
+    for (const G& s : blocked)
+      QTest::addRow("%s nChw16c", s.name) << s.cin << s.cout << s.k << s.stride << s.pad << s.bias
+                                          << s.h << s.w << s.seed << Layout::NCHW16C;
   }
   void gradcheck_conv() {
     QFETCH(int64_t, cin);
@@ -557,6 +564,100 @@ class TestOpConv : public QObject {
   // nearest (u) with as much again for an engine that rounds a split
   // reduction's partials (cuDNN does not document its epilogue). Activations
   // and filters in the target's layout.
+  // The CPU's blocked activations (nChw16c): where they start (x, dx NCHW;
+  // y, dy blocked) and between blocked tensors, on the fast backend (oneDNN
+  // reads them as they are, auto's rule; without oneDNN the reference) within
+  // kFastTol scaled of the NCHW reference, and on the reference backend and in
+  // f64 bit for bit (the reference adds the same terms in the same order,
+  // only the addresses differ). Accumulation adds onto old dw and db.
+  void conv_blocked_matches_reference_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<ConvCase>("c");
+    const ConvCase cases[] = {
+        {"fmnist conv1 1->32 starts blocked", 3, 1, 28, 28, 32, 3, 1, 1, true},
+        {"fmnist conv2 32->64", 2, 32, 14, 14, 64, 3, 1, 1, true},
+        {"3x3 s2 p1 16->32 odd", 2, 16, 9, 7, 32, 3, 2, 1, false},
+        {"1x1 s2 shortcut 16->32", 2, 16, 8, 8, 32, 1, 2, 0, false},
+        {"3 channels -> 16 (CIFAR stem)", 2, 3, 8, 8, 16, 3, 1, 1, true},
+    };
+    for (const Target& t : {Target{Impl::CpuFast, Layout::NCHW16C, DType::F32},
+                            Target{Impl::CpuReference, Layout::NCHW16C, DType::F32},
+                            Target{Impl::CpuFast, Layout::NCHW16C, DType::F64}})
+      for (const ConvCase& c : cases) QTest::addRow("%s: %s", t.name().c_str(), c.name) << t << c;
+  }
+  void conv_blocked_matches_reference() {
+    FETCH_TARGET(t, be);
+    QFETCH(ConvCase, c);
+    const auto g = ConvGeometry::make(c.N, c.C_in, c.H, c.W, c.C_out, c.k, c.stride, c.pad);
+    std::mt19937_64 rng(61 + uint64_t(c.C_in * 100 + c.C_out));
+    const DType dt = t.dtype;
+    const Tensor x = random_tensor(g.input_shape(), dt, rng);
+    const Tensor w = random_tensor(g.weight_shape(), dt, rng);
+    const Tensor b = c.bias ? random_tensor({c.C_out}, dt, rng) : Tensor{};
+    const Tensor dy = random_tensor(g.output_shape(), dt, rng);
+    const Tensor dw_old = random_tensor(g.weight_shape(), dt, rng);
+    const Tensor db_old = random_tensor({c.C_out}, dt, rng);
+    CpuBackend& ref = cpu_reference();
+    Tensor y0 = like(dy, Layout::NCHW), dx0 = like(x, Layout::NCHW), dw0 = like(w, Layout::NCHW);
+    Tensor db0 = Tensor::empty({c.C_out}, dt);
+    conv::forward(ref, g, x, w, b, y0);
+    conv::backward(ref, g, x, w, dy, dx0, dw0, db0, false);
+    Tensor dw0_acc = clone(dw_old), db0_acc = clone(db_old), none;
+    conv::backward(ref, g, x, w, dy, none, dw0_acc, db0_acc, true);
+
+    const Layout xl = c.C_in % kLayoutBlock == 0 ? Layout::NCHW16C : Layout::NCHW;
+    const Tensor xb = in_layout(x, xl), dyb = in_layout(dy, Layout::NCHW16C);
+    Tensor y = like(dy, Layout::NCHW16C), dx = like(x, xl), dw = like(w, Layout::NCHW);
+    Tensor db = Tensor::empty({c.C_out}, dt);
+    Tensor bd = c.bias ? clone(b) : Tensor{};
+    conv::forward(be, g, xb, w, bd, y);
+    conv::backward(be, g, xb, w, dyb, dx, dw, db, false);
+    Tensor dw_acc = clone(dw_old), db_acc = clone(db_old);
+    conv::backward(be, g, xb, w, dyb, none, dw_acc, db_acc, true);
+    const bool exact = dt == DType::F64 || t.impl == Impl::CpuReference;
+    const std::pair<const char*, std::pair<Tensor, Tensor>> outs[] = {
+        {"y", {y0, y}}, {"dx", {dx0, dx}}, {"dw", {dw0, dw}}, {"db", {db0, db}},
+        {"accumulated dw", {dw0_acc, dw_acc}}, {"accumulated db", {db0_acc, db_acc}}};
+    for (const auto& [name, pair] : outs) {
+      const double e = exact ? max_abs_diff(pair.first, pair.second)
+                             : scaled_diff(pair.first, pair.second);
+      QVERIFY2(exact ? e == 0.0 : e < kFastTol,
+               qPrintable(QString("%1 %2: %3 difference %4")
+                              .arg(QString::fromStdString(t.name()), name,
+                                   exact ? "absolute" : "scaled")
+                              .arg(e)));
+    }
+  }
+
+  // Blocked activations meet NCHW only where they start: x NCHW with y
+  // blocked is taken, the other mixtures are refused naming both operands.
+  void conv_blocked_layout_errors() {
+    CpuBackend& be = cpu_fast();
+    const auto g = ConvGeometry::make(1, 16, 4, 4, 16, 3, 1, 1);
+    const Tensor w = Tensor::zeros(g.weight_shape(), DType::F32);
+    auto act = [&](const Shape& s, Layout l) { return Tensor::zeros(s, DType::F32, Device::cpu(), l); };
+    const std::pair<Layout, Layout> refused[] = {{Layout::NCHW16C, Layout::NCHW},
+                                                 {Layout::NHWC, Layout::NCHW16C},
+                                                 {Layout::NCHW16C, Layout::NHWC}};
+    for (const auto& [xl, yl] : refused) {
+      Tensor y = act(g.output_shape(), yl);
+      try {
+        conv::forward(be, g, act(g.input_shape(), xl), w, Tensor{}, y);
+        QFAIL(qPrintable(QString("x %1 with y %2 was accepted").arg(layout_name(xl), layout_name(yl))));
+      } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("must share one layout"), e.what());
+      }
+    }
+    Tensor y = act(g.output_shape(), Layout::NCHW16C);
+    conv::forward(be, g, act(g.input_shape(), Layout::NCHW), w, Tensor{}, y);  // where it starts
+    try {
+      Tensor::empty({1, 3, 4, 4}, DType::F32, Device::cpu(), Layout::NCHW16C);
+      QFAIL("an nChw16c tensor of 3 channels was made");
+    } catch (const Error& e) {
+      QVERIFY2(QString(e.what()).contains("multiple of 16"), e.what());
+    }
+  }
+
   void conv_lp_matches_cpu_data() {
     QTest::addColumn<Target>("target");
     for (DType dt : {DType::F16, DType::BF16})

@@ -28,6 +28,9 @@ PadDims check_pad(Device device, const char* op, const Tensor& narrow, const cha
            narrow_name, "'s dtype ", dtype_name(t));
   TB_CHECK(narrow.layout() == wide.layout(), op, ": ", narrow_name, " ", narrow.describe(),
            " and ", wide_name, " ", wide.describe(), " must share one layout");
+  TB_CHECK(narrow.layout() != Layout::NCHW16C, op, ": ", narrow_name, " ", narrow.describe(),
+           ": channel padding takes NCHW or NHWC (a model's input, before its first "
+           "convolution), not the blocked nChw16c");
   TB_CHECK(narrow.n() == wide.n() && narrow.h() == wide.h() && narrow.w() == wide.w() &&
                wide.c() >= narrow.c(),
            op, ": ", wide_name, " ", wide.describe(), " must be ", narrow_name, " ",

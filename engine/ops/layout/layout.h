@@ -7,7 +7,7 @@
 // Shapes    narrow x, dx (N, C, H, W); wide y, dy (N, Cp, H, W), Cp >= C.
 // Dtypes    one for both operands: f32, f64, f16 or bf16 (every backend takes
 //           all four: the values are moved, never computed on).
-// Layouts   NCHW or NHWC, the same for both operands (never a hidden
+// Layouts   NCHW or NHWC (not nChw16c), the same for both operands (never a hidden
 //           transpose).
 // Devices   both operands on the backend's device.
 //

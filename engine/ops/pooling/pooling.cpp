@@ -46,7 +46,8 @@ void check_operand(const char* op, const char* what, const Tensor& t, const Shap
 GlobalDims check_planes(const char* op, const char* what, const Tensor& t) {
   TB_CHECK(t.defined() && t.rank() == 4, op, ": ", what, " must be (N, C, H, W), got ",
            t.defined() ? t.describe() : std::string("undefined"));
-  return {t.n(), t.c(), t.h() * t.w(), t.layout() == Layout::NHWC};
+  return {t.n(), t.c(), t.h() * t.w(), t.layout() == Layout::NHWC,
+          t.layout() == Layout::NCHW16C};
 }
 
 // This backend's kernels, after they said they take dtype t.

@@ -15,7 +15,8 @@
 //           entry point refuses it naming the op, the dtype and the backend:
 //           the cpu takes all four, cuda f32, f16 and bf16.
 // Layouts   NCHW or NHWC, one for every rank-4 operand (never a hidden
-//           transpose); argmax too.
+//           transpose); argmax too. The CPU also nChw16c (its blocked
+//           activations).
 // Devices   every operand on the first operand's device, the backend's own.
 //
 // max       y = the maximum of the window's cells inside the image (padding
@@ -78,6 +79,7 @@ void global_avg_backward(Backend& be, const Tensor& dy, Tensor& dx);
 struct GlobalDims {
   int64_t N, C, HW;
   bool nhwc;
+  bool blocked = false;  // nChw16c (tensor.h)
 };
 
 // What a backend implements, called with arguments that passed the

@@ -70,6 +70,10 @@ const PoolCase kCases[] = {
     {"3/2/1 overlapping", 2, 5, 9, 8, 3, 2, 1},     {"3/1/1", 2, 5, 9, 8, 3, 1, 1},
     {"k2s2p0 13x11", 3, 5, 13, 11, 2, 2, 0},        {"k3s2p1 13x11", 3, 5, 13, 11, 3, 2, 1},
     {"k3s1p1 overlap 13x11", 3, 5, 13, 11, 3, 1, 1},
+    // Whole 16-channel blocks, for the CPU's blocked nChw16c too (its 2x2
+    // path: odd H and W leave cells no window covers; other windows: the
+    // reference).
+    {"16ch 2/2/0 7x9", 2, 16, 7, 9, 2, 2, 0}, {"32ch 3/2/1 6x5", 2, 32, 6, 5, 3, 2, 1},
 };
 
 const Target kTargets[] = {
@@ -77,7 +81,14 @@ const Target kTargets[] = {
     {Impl::CpuReference, Layout::NHWC, DType::F32}, {Impl::CpuReference, Layout::NHWC, DType::F64},
     {Impl::CpuFast, Layout::NHWC, DType::F32},      {Impl::CpuFast, Layout::NHWC, DType::F64},
     {Impl::Cuda, Layout::NCHW, DType::F32},         {Impl::Cuda, Layout::NHWC, DType::F32},
+    {Impl::CpuReference, Layout::NCHW16C, DType::F32}, {Impl::CpuFast, Layout::NCHW16C, DType::F64},
+    {Impl::CpuFast, Layout::NCHW16C, DType::F32},
 };
+
+// Whether a target's layout can hold C channels (nChw16c: whole blocks).
+bool holds(const Target& t, int64_t C) {
+  return t.layout != Layout::NCHW16C || C % kLayoutBlock == 0;
+}
 
 bool exact_target(const Target& t) {
   return !t.on_gpu() &&
@@ -176,6 +187,14 @@ class TestOpPooling : public QObject {
       for (const R& r : rows)
         QTest::addRow("%s %s", r.name, layout_name(l))
             << QString(r.layer) << r.k << r.s << r.p << r.shape << r.seed << l;
+    // The blocked layout's indexing: one block of 16 channels.
+    const R blocked[] = {{"maxpool 2/2/0 16ch", "max", 2, 2, 0, {2, 16, 6, 5}, 17},
+                         {"maxpool 3/2/1 16ch", "max", 3, 2, 1, {2, 16, 6, 5}, 17},
+                         {"global avgpool 16ch", "gap", 0, 0, 0, {2, 16, 3, 4}, 18},
+                         {"flatten 16ch", "flatten", 0, 0, 0, {2, 16, 3, 2}, 19}};
+    for (const R& r : blocked)
+      QTest::addRow("%s nChw16c", r.name)
+          << QString(r.layer) << r.k << r.s << r.p << r.shape << r.seed << Layout::NCHW16C;
   }
   void gradcheck_pooling() {
     QFETCH(QString, layer);
@@ -207,7 +226,8 @@ class TestOpPooling : public QObject {
     QTest::addColumn<Target>("target");
     QTest::addColumn<PoolCase>("c");
     for (const Target& t : kTargets)
-      for (const PoolCase& c : kCases) QTest::addRow("%s: %s", t.name().c_str(), c.name) << t << c;
+      for (const PoolCase& c : kCases)
+        if (holds(t, c.C)) QTest::addRow("%s: %s", t.name().c_str(), c.name) << t << c;
   }
   void pool_matches_reference() {
     FETCH_TARGET(t, be);
@@ -262,6 +282,45 @@ class TestOpPooling : public QObject {
       QVERIFY(nans >= 3);
       QCOMPARE(a_r.data_as<int32_t>()[1], 3);  // plane 0, output (0, 1) holds x[0, 3]
     }
+  }
+
+  // The blocked 2x2 path (nChw16c, fast f32) with NaNs: the values, argmax
+  // and the backward's dx as the NCHW reference gives them (a NaN wins, the
+  // window's first; the other lanes of the same windows are unaffected).
+  void maxpool_blocked_nan_matches_reference() {
+    std::mt19937_64 rng(27);
+    const auto g = PoolGeometry::make(2, 32, 6, 7, 2, 2, 0);
+    Tensor x = random_tensor(g.input_shape(), DType::F32, rng);
+    float* xp = x.data_as<float>();
+    const int64_t HW = g.H * g.W;
+    xp[0 * HW + 1] = NAN;                  // channel 0, (0, 1): window (0, 0)'s second cell
+    xp[17 * HW + 1 * 7 + 2] = NAN;         // channel 17, row 1: the second block
+    xp[17 * HW + 0 * 7 + 3] = NAN;         // window (0, 1) of channel 17: its first NaN wins
+    xp[(32 + 5) * HW + 5 * 7 + 6] = NAN;   // image 1: the last row and column, no window
+    const Tensor dy = random_tensor(g.output_shape(), DType::F32, rng);
+    Tensor y_r = Tensor::empty(g.output_shape(), DType::F32);
+    Tensor a_r = Tensor::empty(g.output_shape(), DType::I32);
+    Tensor dx_r = Tensor::empty(g.input_shape(), DType::F32);
+    pooling::max_forward(cpu_reference(), g, x, y_r, a_r);
+    pooling::max_backward(cpu_reference(), g, dy, a_r, dx_r);
+    CpuBackend& fast = cpu_fast();
+    const Tensor xb = in_layout(x, Layout::NCHW16C), dyb = in_layout(dy, Layout::NCHW16C);
+    Tensor y_b = like(y_r, Layout::NCHW16C), a_b = like(a_r, Layout::NCHW16C);
+    Tensor dx_b = like(dx_r, Layout::NCHW16C);
+    pooling::max_forward(fast, g, xb, y_b, a_b);
+    pooling::max_backward(fast, g, dyb, a_b, dx_b);
+    const Tensor y = to_nchw(y_b), a = to_nchw(a_b), dx = to_nchw(dx_b);
+    QVERIFY(std::memcmp(a.data(), a_r.data(), a.nbytes()) == 0);
+    int nans = 0;
+    for (int64_t i = 0; i < y.numel(); ++i) {
+      const float f = y.data_as<float>()[i], r = y_r.data_as<float>()[i];
+      QVERIFY2((f != f) == (r != r), qPrintable(QString("y[%1]: %2 against %3").arg(i).arg(f).arg(r)));
+      if (f != f) ++nans;
+      else QCOMPARE(f, r);
+    }
+    QCOMPARE(nans, 2);  // the last NaN lies in no window
+    QCOMPARE(a_r.data_as<int32_t>()[17 * g.H_out * g.W_out + 1], 3);  // (0, 3), before (1, 2)
+    QCOMPARE(max_abs_diff(dx_r, dx), 0.0);
   }
 
   // The f32 NCHW average pooling's CPU paths (pooling_cpu.h), each forced
