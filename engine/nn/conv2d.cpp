@@ -52,7 +52,8 @@ ConvGeometry Conv2d::geometry(const Tensor& x) const {
 //   op's two f16/bf16 forms).
 Tensor Conv2d::forward(Context& ctx, const Tensor& x) {
   const ConvGeometry g = geometry(x);
-  Tensor y = transient_buffer(ctx, g.output_shape(), output_dtype(ctx), ctx.layout);
+  Tensor y = transient_buffer(ctx, g.output_shape(), output_dtype(ctx),
+                              output_layout(ctx, g.C_out));
   if (ctx.amp.enabled()) {
     TB_CHECK(ctx.dtype == DType::F32, "conv2d ", name(), ": mixed precision (amp ", ctx.amp.name(),
              ") needs f32 activations, got ", dtype_name(ctx.dtype));

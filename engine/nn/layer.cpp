@@ -38,6 +38,11 @@ Tensor backward_layer(Context& ctx, Layer& layer, const Tensor& dy, bool need_dx
   return dx;
 }
 
+Layout output_layout(const Context& ctx, int64_t channels) {
+  if (ctx.layout == Layout::NCHW16C && channels % kLayoutBlock != 0) return Layout::NCHW;
+  return ctx.layout;
+}
+
 Tensor& ensure_buffer(Context& ctx, Tensor& buf, const Shape& shape, DType dtype, Layout layout) {
   const Layout want = shape.size() == 4 ? layout : Layout::NCHW;
   if (!buf.defined() || buf.shape() != shape || buf.dtype() != dtype || buf.layout() != want ||

@@ -177,6 +177,12 @@ class LayerScope {
 Tensor forward_layer(Context& ctx, Layer& layer, const Tensor& x);
 Tensor backward_layer(Context& ctx, Layer& layer, const Tensor& dy, bool need_dx);
 
+// The layout of a rank-4 activation of `channels` channels that a layer makes
+// from scratch (a convolution's output): ctx.layout, except that the CPU's
+// blocked activations (NCHW16C) need whole channel blocks, so other counts
+// stay NCHW. Layers that keep their input's shape keep its layout.
+Layout output_layout(const Context& ctx, int64_t channels);
+
 // A buffer the layer keeps from pass to pass (per-channel statistics, the
 // low-precision copy of a weight): (re)allocates buf on ctx's device when
 // its shape, dtype or layout differ, so steady-state steps allocate nothing.

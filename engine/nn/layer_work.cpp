@@ -174,8 +174,8 @@ Work layer_work(const Layer& l, const WorkQuery& q) {
     return {0, in, (in + out) * size_of(q.dtype)};  // a sum (forward) or a spread (backward)
   }
   if (dynamic_cast<const Flatten*>(&l)) {
-    // a view in NCHW; channels-last copies to NCHW and back
-    if (q.layout != Layout::NHWC || l.input_shape().size() != 4 || (!fwd && !q.need_dx)) return {};
+    // a view in NCHW; channels-last and blocked copy to NCHW and back
+    if (q.layout == Layout::NCHW || l.input_shape().size() != 4 || (!fwd && !q.need_dx)) return {};
     return copy_work(in, in, q.dtype);
   }
   if (dynamic_cast<const PadChannels*>(&l)) {

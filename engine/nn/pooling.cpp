@@ -29,8 +29,8 @@ Shape MaxPool2d::setup(const Shape& in, ParamRegistry&) {
 
 Tensor MaxPool2d::forward(Context& ctx, const Tensor& x) {
   const PoolGeometry g = pool_geometry("maxpool2d", name(), x.shape(), kernel_, stride_, pad_);
-  Tensor y = transient_buffer(ctx, g.output_shape(), output_dtype(ctx), ctx.layout);
-  Tensor argmax = transient_buffer(ctx, g.output_shape(), DType::I32, ctx.layout);
+  Tensor y = transient_buffer(ctx, g.output_shape(), output_dtype(ctx), x.layout());
+  Tensor argmax = transient_buffer(ctx, g.output_shape(), DType::I32, x.layout());
   pooling::max_forward(ctx.backend, g, x, y, argmax);
   g_ = g;
   have_forward_ = ctx.training;
@@ -41,7 +41,7 @@ Tensor MaxPool2d::forward(Context& ctx, const Tensor& x) {
 Tensor MaxPool2d::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   TB_CHECK(have_forward_, "maxpool2d ", name(), ": backward without a training forward");
   if (!need_dx) return {};
-  Tensor dx = transient_buffer(ctx, g_.input_shape(), ctx.activation_dtype(), ctx.layout);
+  Tensor dx = transient_buffer(ctx, g_.input_shape(), ctx.activation_dtype(), dy.layout());
   pooling::max_backward(ctx.backend, g_, dy, argmax_, dx);
   return dx;
 }
@@ -59,7 +59,7 @@ Shape AvgPool2d::setup(const Shape& in, ParamRegistry&) {
 
 Tensor AvgPool2d::forward(Context& ctx, const Tensor& x) {
   const PoolGeometry g = pool_geometry("avgpool2d", name(), x.shape(), kernel_, stride_, pad_);
-  Tensor y = transient_buffer(ctx, g.output_shape(), output_dtype(ctx), ctx.layout);
+  Tensor y = transient_buffer(ctx, g.output_shape(), output_dtype(ctx), x.layout());
   pooling::avg_forward(ctx.backend, g, x, y);
   g_ = g;
   have_forward_ = ctx.training;
@@ -69,7 +69,7 @@ Tensor AvgPool2d::forward(Context& ctx, const Tensor& x) {
 Tensor AvgPool2d::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   TB_CHECK(have_forward_, "avgpool2d ", name(), ": backward without a training forward");
   if (!need_dx) return {};
-  Tensor dx = transient_buffer(ctx, g_.input_shape(), ctx.activation_dtype(), ctx.layout);
+  Tensor dx = transient_buffer(ctx, g_.input_shape(), ctx.activation_dtype(), dy.layout());
   pooling::avg_backward(ctx.backend, g_, dy, dx);
   return dx;
 }
@@ -122,8 +122,8 @@ Tensor Flatten::forward(Context& ctx, const Tensor& x) {
   in_layout_ = x.rank() == 4 ? x.layout() : Layout::NCHW;
   int64_t f = 1;
   for (int i = 1; i < x.rank(); ++i) f *= x.dim(i);
-  if (in_layout_ == Layout::NHWC) {
-    // channels-last -> NCHW, explicitly (see pooling.h): logical (C, H, W) features.
+  if (in_layout_ != Layout::NCHW) {
+    // channels-last or blocked -> NCHW, explicitly (see pooling.h): logical (C, H, W) features.
     Tensor nchw = transient_buffer(ctx, x.shape(), x.dtype(), Layout::NCHW);
     ctx.backend.copy(x, nchw);
     return nchw.reshaped({x.dim(0), f});
@@ -137,9 +137,9 @@ Tensor Flatten::backward(Context& ctx, const Tensor& dy, bool need_dx) {
   if (!need_dx) return {};
   TB_CHECK(dy.numel() == shape_numel(in_shape_), "flatten ", name(), ": gradient ", dy.describe(),
            " does not match the input ", shape_str(in_shape_));
-  if (in_layout_ == Layout::NHWC) {
-    // NCHW view of dy -> NHWC dx: the inverse of the forward's conversion.
-    Tensor dx = transient_buffer(ctx, in_shape_, dy.dtype(), Layout::NHWC);
+  if (in_layout_ != Layout::NCHW) {
+    // NCHW view of dy -> dx in the input's layout: the inverse of the forward's conversion.
+    Tensor dx = transient_buffer(ctx, in_shape_, dy.dtype(), in_layout_);
     ctx.backend.copy(Tensor::view_of(dy, 0, in_shape_, Layout::NCHW), dx);
     return dx;
   }

@@ -68,7 +68,8 @@ class GlobalAvgPool : public Layer {
 // NHWC: the one place channels-last meets a dense layer. The input is copied
 // into an NCHW buffer (be.copy, an explicit conversion) so the classifier sees
 // the same features in the same order as in an NCHW model (PyTorch's flatten of
-// a channels_last tensor copies too); backward copies dy back to NHWC.
+// a channels_last tensor copies too); backward copies dy back to NHWC. The
+// CPU's blocked activations (nChw16c) are converted the same way.
 // Models whose head is global pooling never get here.
 class Flatten : public Layer {
  public:

@@ -125,6 +125,18 @@ std::vector<ConfigKey> make_table() {
           .label("CPU threads")
           .zero_means("all it may use")
           .needs(&C::host_kernel_threads),
+      text("cpu_layout", &R::cpu_layout, "auto", {"auto", "nchw", "blocked"}, "run",
+           "Memory order of the CPU backend's activations between layers: blocked keeps "
+           "them in oneDNN's nChw16c (16 channels side by side) from each convolution to "
+           "the next, so no convolution reorders them in and out, and batch norm, ReLU, the "
+           "residual add and pooling work on 16 channels at once; nchw is PyTorch's order. "
+           "auto: blocked where oneDNN has AVX-512 kernels and the run is fp32 without "
+           "channels_last")
+          .label("CPU activation layout")
+          .labels({{"auto", "auto (blocked with AVX-512)"},
+                   {"nchw", "NCHW"},
+                   {"blocked", "blocked (nChw16c)"}})
+          .needs(&C::host_kernel_threads),
       integer("epochs", &R::epochs, 1, 0, 100000, "run", "Passes over the training set")
           .label("Epochs"),
       integer("max_steps", &R::max_steps, 0, 0, big, "run",

@@ -30,6 +30,7 @@ struct RunConfig {
 
   std::string name, model, dataset, data_dir, device;
   int64_t cpu_threads;
+  std::string cpu_layout;
   int64_t train_limit, test_limit;
   std::vector<int64_t> synthetic_shape;
   int64_t synthetic_size;

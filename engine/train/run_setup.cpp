@@ -120,6 +120,9 @@ void log_plan(const RunPlan& plan, const Log& log) {
     if (st["changed"].get<bool>() && !st["applied"].get<bool>())
       log("warning", key + " = " + st["requested"].dump() + " not applied: " +
                          st.value("reason", ""));
+  if (!plan.activation_layout_reason.empty())
+    log("info", std::string("activations ") + layout_name(plan.activation_layout) + " (" +
+                    plan.activation_layout_reason + ")");
   if (plan.precision.enabled() && !plan.applied("amp"))
     log("info", "amp = " + std::string(plan.precision.name()) +
                     " on the cpu through the reference low-precision ops (test hook)");
@@ -235,7 +238,7 @@ RunSetup::RunSetup(const RunConfig& c, const SetupOptions& options,
   if (plan.precision.needs_loss_scaling()) scaler = std::make_unique<LossScaler>(be);
   // --- the step's parts
   ctx = std::make_unique<Context>(Context{be});
-  ctx->layout = plan.layout;
+  ctx->layout = plan.activation_layout;
   ctx->amp = plan.precision;
   if (ddp) ctx->sync_batchnorm = ddp->batchnorm_sync();
   // dp: replicas 1..n-1 on their devices (their step contexts are the StepRunner's).

@@ -153,6 +153,10 @@ json publish_run_started(EventBus& bus, int64_t run_id, const RunSetup& setup) {
   environment["engine_version"] = TRAINBENCH_VERSION;
   environment["compiler"] = __VERSION__;
   environment["peaks"] = device_peaks(be);  // the roofline of the per-layer profile
+  // The activations' memory order between layers (cpu_layout on the CPU).
+  environment["activation_layout"] = layout_name(plan.activation_layout);
+  if (!plan.activation_layout_reason.empty())
+    environment["activation_layout_reason"] = plan.activation_layout_reason;
   bus.publish("run_started", {{"run_id", run_id},
                               {"name", c.name},
                               {"config", c.values},
@@ -324,7 +328,7 @@ TrainResult Trainer::run(int64_t run_id) {
                            .samples_per_step = setup.shape.samples_per_step,
                            .layer_work = {.dtype = setup.ctx->activation_dtype(),
                                           .matmul = plan.precision.dtype_for(AmpOp::Conv),
-                                          .layout = plan.layout}},
+                                          .layout = plan.activation_layout}},
                           bus_);
   StepTimer& timer = telemetry.timer();
   setup.ctx->scopes = telemetry.layer_scopes();  // the sampled steps' per-layer times

@@ -47,6 +47,10 @@ struct RunPlan {
 
   // --- the model
   Layout layout = Layout::NCHW;  // channels_last: NHWC activations and KRSC filters
+  // The activations between layers: layout's, or on the CPU its blocked
+  // nChw16c (cpu_layout; the input and the filters stay in layout's order).
+  Layout activation_layout = Layout::NCHW;
+  std::string activation_layout_reason;  // why, for the run's log
   int64_t pad_channels_to = 0;   // pad_channels_to (0: no padding layer)
   bool fuse_pointwise = false;   // fuse_pointwise: BatchNorm2d and Linear with activation epilogues
   bool device_side_init = false;  // device_side_init: constants filled on the device

@@ -10,6 +10,9 @@
 //    resnet18-cifar (3x8x8, batch 2): same parameters, logits, loss and
 //    parameter gradients (logical order), train and eval forward:
 //    bit-identical (tolerance 0).
+//    The CPU's blocked activations (nChw16c) against NCHW the same way:
+//    bit-identical on the reference backend, within the summation order on
+//    the fast one.
 // 2. make_model's placement of PadChannels, and a padded fmnist-cnn training a
 //    few SGD steps on the CPU in both layouts (finite, decreasing loss; NHWC =
 //    NCHW losses).
@@ -144,6 +147,83 @@ class TestChannelsLast : public QObject {
     // Eval mode (BN on running statistics).
     ca.training = cb.training = false;
     EXPECT_SAME(a->forward(ca, x), b->forward(cb, xn), "eval logits");
+  }
+
+  // The CPU's blocked activations (Context::layout NCHW16C, cpu_layout) on
+  // whole models against NCHW, one seed, with and without fused epilogues:
+  // on the reference backend bit-identical (the reference kernels visit the
+  // same elements in the same order in every layout); on the fast backend
+  // (oneDNN on the blocked tensors, the blocked batch norm and pooling)
+  // within the summation order's differences: the logits and loss within
+  // 1e-4 of their largest magnitude, each parameter gradient within 1e-3 of
+  // its own (batch norm's sums in another order, amplified through the
+  // network's depth; measured 1e-6 to 1e-5). Both: the activations inside are
+  // blocked (the first convolution's output).
+  void model_blocked_matches_nchw_data() {
+    QTest::addColumn<QString>("model");
+    QTest::addColumn<int>("C");
+    QTest::addColumn<int>("HW");
+    QTest::addColumn<int>("batch");
+    QTest::addColumn<bool>("fuse");
+    QTest::addColumn<bool>("reference");
+    for (bool reference : {true, false})
+      for (bool fuse : {false, true}) {
+        const char* be = reference ? "reference" : "fast";
+        QTest::addRow("fmnist-cnn 1x28x28 %s%s", be, fuse ? " fused" : "")
+            << "fmnist-cnn" << 1 << 28 << 4 << fuse << reference;
+        QTest::addRow("resnet18-cifar 3x16x16 %s%s", be, fuse ? " fused" : "")
+            << "resnet18-cifar" << 3 << 16 << 4 << fuse << reference;
+      }
+  }
+  void model_blocked_matches_nchw() {
+    QFETCH(QString, model);
+    QFETCH(int, C);
+    QFETCH(int, HW);
+    QFETCH(int, batch);
+    QFETCH(bool, fuse);
+    QFETCH(bool, reference);
+    const int64_t classes = 10;
+    CpuBackend& be = reference ? cpu_reference() : cpu_fast();
+    ModelOptions mo;
+    mo.fuse_pointwise = fuse;
+    auto a = make_model(model.toStdString(), {C, HW, HW}, classes, mo);
+    auto b = make_model(model.toStdString(), {C, HW, HW}, classes, mo);
+    a->build(be, 42, DType::F32, Layout::NCHW);
+    b->build(be, 42, DType::F32, Layout::NCHW);
+    std::mt19937_64 rng(6);
+    const Tensor x = random_tensor({batch, C, HW, HW}, DType::F32, rng);
+    const Tensor labels = random_labels(batch, classes, rng);
+    Context ca{be}, cb{be};
+    cb.layout = Layout::NCHW16C;
+    const Tensor first = forward_layer(cb, *b->layers().front(), x);
+    QCOMPARE(layout_name(first.layout()), "nChw16c");
+    cb.transients = std::make_shared<TransientBuffers>();
+
+    Tensor la = a->forward(ca, x), lb = b->forward(cb, x);
+    Tensor da = Tensor::empty(la.shape(), DType::F32), db = Tensor::empty(lb.shape(), DType::F32);
+    const double loss_a = loss_and_grad(be, la, labels, da);
+    const double loss_b = loss_and_grad(be, lb, labels, db);
+    QVERIFY(std::isfinite(loss_a));
+    a->backward(ca, da);
+    b->backward(cb, db);
+    auto close = [&](const Tensor& ref, const Tensor& got, double tol, const std::string& what) {
+      const double e = reference ? max_abs_diff(ref, got) : scaled_diff(ref, got);
+      QVERIFY2(reference ? e == 0.0 : e < tol,
+               qPrintable(QString::fromStdString(what) + ": difference " + QString::number(e)));
+    };
+    close(la, lb, 1e-4, "logits");
+    if (reference) QCOMPARE(loss_b, loss_a);
+    else QVERIFY2(std::abs(loss_b - loss_a) < 1e-4 * std::abs(loss_a), qPrintable(QString::number(loss_b - loss_a)));
+    double grad_norm = 0.0;
+    for (size_t i = 0; i < a->params().size(); ++i) {
+      close(a->params()[i].grad, b->params()[i].grad, 1e-3, "grad " + a->params()[i].name);
+      grad_norm += optimizer::sum_squares(be, a->params()[i].grad);
+    }
+    QVERIFY(grad_norm > 0.0);
+    for (size_t i = 0; i < a->buffers().size(); ++i)
+      close(a->buffers()[i].value, b->buffers()[i].value, 1e-4, a->buffers()[i].name);
+    ca.training = cb.training = false;
+    close(a->forward(ca, x), b->forward(cb, x), 1e-4, "eval logits");
   }
 
   // ------------------------------------------------------------ 2. PadChannels

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <thread>
 
+#include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
 #include "engine/metrics/process_memory.h"
 #include "engine/train/config.h"
@@ -26,7 +27,7 @@ namespace {
 
 struct Outcome {
   std::vector<double> losses;
-  json started, summary;
+  json started, summary, finished;
   std::vector<json> warnings;
 };
 
@@ -40,7 +41,8 @@ Outcome train(json overrides) {
   for (const json& e : rec.of("step"))
     if (e["metrics"].contains("loss")) o.losses.push_back(e["metrics"]["loss"].get<double>());
   o.started = rec.of("run_started").at(0);
-  o.summary = rec.of("finished").at(0)["summary"];
+  o.finished = rec.of("finished").at(0);
+  o.summary = o.finished["summary"];
   for (const json& e : rec.of("log"))
     if (e["level"] == "warning") o.warnings.push_back(e);
   return o;
@@ -215,6 +217,31 @@ class TestTrainer : public QObject {
     QCOMPARE(o.warnings.size(), size_t(2));
     QCOMPARE(o.started["parameters"], plain.started["parameters"]);
     QCOMPARE(o.losses, plain.losses);
+  }
+
+  // cpu_layout: the blocked activations (nChw16c) train as NCHW does, within
+  // the summation order of batch norm's sums and oneDNN's kernels (1e-4
+  // relative on the loss over 6 steps); the run's environment says which
+  // layout ran and why; auto follows the processor (blocked with oneDNN's
+  // AVX-512 kernels), and channels_last's NHWC would win over it.
+  void cpuLayoutBlockedTrainsAsNchw() {
+    const Outcome nchw = train({{"cpu_layout", "nchw"}});
+    const Outcome blocked = train({{"cpu_layout", "blocked"}});
+    QCOMPARE(nchw.started["environment"]["activation_layout"].get<std::string>(),
+             std::string("NCHW"));
+    QCOMPARE(blocked.started["environment"]["activation_layout"].get<std::string>(),
+             std::string("nChw16c"));
+    QCOMPARE(blocked.started["environment"]["activation_layout_reason"].get<std::string>(),
+             std::string("cpu_layout blocked"));
+    QCOMPARE(blocked.losses.size(), nchw.losses.size());
+    QVERIFY2(max_rel_diff(blocked.losses, nchw.losses) < 1e-4,
+             qPrintable(QString::number(max_rel_diff(blocked.losses, nchw.losses))));
+    QVERIFY(!blocked.losses.empty());
+    const std::string paths = blocked.finished["kernel_paths"].dump();
+    QVERIFY2(paths.find("nChw16c") != std::string::npos, paths.c_str());
+    const Outcome a = train({{"cpu_layout", "auto"}, {"max_steps", 1}});
+    QCOMPARE(a.started["environment"]["activation_layout"].get<std::string>(),
+             std::string(onednn_blocks_of_16() ? "nChw16c" : "NCHW"));
   }
 
   void readBackEveryNStepsGivesTheSameMeans() {
