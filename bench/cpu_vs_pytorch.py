@@ -111,10 +111,13 @@ def engine_cmd(engine, db, model, batch, total_steps, test_limit, threads, data_
 
 
 def trainbench(engine, batch, steps, warmup, threads, db, model="fmnist-cnn", data_dir=None,
-               measure_every=None, env=None):
-    """One timed engine run; env: more environment for the engine (engine_ab.py's libraries)."""
+               measure_every=None, env=None, settings=()):
+    """One timed engine run; env: more environment for the engine (engine_ab.py's libraries);
+    settings: more KEY=VALUE settings (engine_ab.py's --a-set / --b-set)."""
     # The layer profile samples steps N+1, 2N+1, ...
     extra = ["--set", f"measure_every={measure_every}"] if measure_every else []
+    for kv in settings:
+        extra += ["--set", kv]
     _, peak_rss = run_with_peak_rss(
         engine_cmd(engine, db, model, batch, warmup + steps, 1000, threads, data_dir,
                    f"bench {model} b{batch}", extra),
@@ -137,6 +140,8 @@ def trainbench(engine, batch, steps, warmup, threads, db, model="fmnist-cnn", da
             # Which CPU convolution path each shape ran (docs/cpu-conv-paths.md).
             "onednn": env.get("onednn"), "cpu_conv_setting": os.environ.get("TRAINBENCH_CPU_CONV", "auto"),
             "kernel_paths": env.get("kernel_paths"),
+            # The activations' memory order between layers (cpu_layout).
+            "activation_layout": env.get("activation_layout"),
             "median_step_ms": compute, "median_step_ms_with_data": total,
             "samples_per_s": batch * 1e3 / compute,
             "layer_kinds_ms": layer_kinds_ms(data.get("layer_profile")),
