@@ -256,6 +256,56 @@ struct F32Args {
   bool accumulate = false;
 };
 
+// The per-channel arithmetic both sweeps share (NCHW rows and nChw16c runs),
+// for channels [c0, c1) with their sums at [c − c0].
+
+// Training: mean and variance from Σx and Σx² (double), y = x·scale + shift;
+// the running statistics moved and the saved ones written.
+inline void train_constants(const F32Args& a, int64_t c0, int64_t c1, const double* s,
+                            const double* s2, float* scale, float* shift) {
+  const double M = double(a.d.M());
+  for (int64_t c = c0; c < c1; ++c) {
+    const double mean = s[c - c0] / M;
+    const double var = std::max(s2[c - c0] / M - mean * mean, 0.0);
+    const double invstd = 1.0 / std::sqrt(var + a.eps);
+    scale[c - c0] = float(double(a.gamma[c]) * invstd);
+    shift[c - c0] = float(double(a.beta[c]) - mean * double(a.gamma[c]) * invstd);
+    const double unbiased = a.d.M() > 1 ? var * M / (M - 1.0) : var;
+    a.rmean[c] = float((1.0 - a.momentum) * a.rmean[c] + a.momentum * mean);
+    a.rvar[c] = float((1.0 - a.momentum) * a.rvar[c] + a.momentum * unbiased);
+    a.smean[c] = float(mean);
+    a.sinvstd[c] = float(invstd);
+  }
+}
+
+// Evaluation: y = x·scale + shift with the running statistics.
+inline void eval_constants(const F32Args& a, int64_t c0, int64_t c1, float* scale, float* shift) {
+  for (int64_t c = c0; c < c1; ++c) {
+    const double invstd = 1.0 / std::sqrt(double(a.rvar[c]) + a.eps);
+    scale[c - c0] = float(double(a.gamma[c]) * invstd);
+    shift[c - c0] = float(double(a.beta[c]) - double(a.rmean[c]) * double(a.gamma[c]) * invstd);
+  }
+}
+
+// Backward, from Σdz and Σdz·x (double): dγ and dβ written or added, and
+// dx = dz·ka + x·kb + kc; with Σdz·x̂ = invstd·(Σdz·x − μ·Σdz),
+// dx = γ·invstd·dz − γ·invstd/M·(Σdz + x̂·Σdz·x̂).
+inline void backward_constants(const F32Args& a, int64_t c0, int64_t c1, const double* sdy,
+                               const double* sdyx, float* ka, float* kb, float* kc) {
+  const double M = double(a.d.M());
+  for (int64_t c = c0; c < c1; ++c) {
+    const double mean = a.smean[c], invstd = a.sinvstd[c];
+    const double sdyxh = invstd * (sdyx[c - c0] - mean * sdy[c - c0]);
+    const double g = double(a.gamma[c]) * invstd;
+    const double kx = -g / M * sdyxh * invstd;  // coefficient of x
+    ka[c - c0] = float(g);
+    kb[c - c0] = float(kx);
+    kc[c - c0] = float(-g / M * sdy[c - c0] - kx * mean);
+    if (a.dgamma) a.dgamma[c] = float(a.accumulate ? a.dgamma[c] + sdyxh : sdyxh);
+    if (a.dbeta) a.dbeta[c] = float(a.accumulate ? a.dbeta[c] + sdy[c - c0] : sdy[c - c0]);
+  }
+}
+
 // Per-channel scale and shift of a slice [c0, c1), then every row of it swept
 // image by image: y = act(x·scale + shift [+ r]).
 inline void apply_slice(const F32Args& a, int64_t c0, int64_t c1, const float* scale,
@@ -276,34 +326,18 @@ template <int kVecBytes>
 inline void bn_train_slice_body(const F32Args& a, int64_t c0, int64_t c1) {
   const BnDims& d = a.d;
   const int64_t k = c1 - c0;
-  const double M = double(d.M());
   std::vector<double> s(size_t(k), 0.0), s2(size_t(k), 0.0);
   for (int64_t n = 0; n < d.N; ++n)
     for (int64_t c = c0; c < c1; ++c)
       sum_sumsq<kVecBytes>(a.x + at(d, n, c, 0), d.HW, s[c - c0], s2[c - c0]);
   std::vector<float> scale(static_cast<size_t>(k)), shift(static_cast<size_t>(k));
-  for (int64_t c = c0; c < c1; ++c) {
-    const double mean = s[c - c0] / M;
-    const double var = std::max(s2[c - c0] / M - mean * mean, 0.0);
-    const double invstd = 1.0 / std::sqrt(var + a.eps);
-    scale[c - c0] = float(double(a.gamma[c]) * invstd);
-    shift[c - c0] = float(double(a.beta[c]) - mean * double(a.gamma[c]) * invstd);
-    const double unbiased = d.M() > 1 ? var * M / (M - 1.0) : var;
-    a.rmean[c] = float((1.0 - a.momentum) * a.rmean[c] + a.momentum * mean);
-    a.rvar[c] = float((1.0 - a.momentum) * a.rvar[c] + a.momentum * unbiased);
-    a.smean[c] = float(mean);
-    a.sinvstd[c] = float(invstd);
-  }
+  train_constants(a, c0, c1, s.data(), s2.data(), scale.data(), shift.data());
   apply_slice(a, c0, c1, scale.data(), shift.data());
 }
 
 inline void bn_eval_slice_body(const F32Args& a, int64_t c0, int64_t c1) {
   std::vector<float> scale(static_cast<size_t>(c1 - c0)), shift(static_cast<size_t>(c1 - c0));
-  for (int64_t c = c0; c < c1; ++c) {
-    const double invstd = 1.0 / std::sqrt(double(a.rvar[c]) + a.eps);
-    scale[c - c0] = float(double(a.gamma[c]) * invstd);
-    shift[c - c0] = float(double(a.beta[c]) - double(a.rmean[c]) * double(a.gamma[c]) * invstd);
-  }
+  eval_constants(a, c0, c1, scale.data(), shift.data());
   apply_slice(a, c0, c1, scale.data(), shift.data());
 }
 
@@ -315,7 +349,6 @@ template <int kVecBytes>
 inline void bn_backward_slice_body(const F32Args& a, int64_t c0, int64_t c1) {
   const BnDims& d = a.d;
   const int64_t k = c1 - c0;
-  const double M = double(d.M());
   std::vector<double> sdy(size_t(k), 0.0), sdyx(size_t(k), 0.0);
   std::vector<float> scratch(a.relu && !a.dres ? size_t(d.HW) : 0);
   for (int64_t n = 0; n < d.N; ++n)
@@ -338,19 +371,8 @@ inline void bn_backward_slice_body(const F32Args& a, int64_t c0, int64_t c1) {
       }
       sum_dot<kVecBytes>(dz, a.x + at0, d.HW, sdy[c - c0], sdyx[c - c0]);
     }
-  // dx = γ·invstd·dz − γ·invstd/M·(Σdz + x̂·Σdz·x̂), x̂ = (x − μ)·invstd
   std::vector<float> ka(static_cast<size_t>(k)), kb(static_cast<size_t>(k)), kc(static_cast<size_t>(k));
-  for (int64_t c = c0; c < c1; ++c) {
-    const double mean = a.smean[c], invstd = a.sinvstd[c];
-    const double sdyxh = invstd * (sdyx[c - c0] - mean * sdy[c - c0]);
-    const double g = double(a.gamma[c]) * invstd;
-    const double kx = -g / M * sdyxh * invstd;  // coefficient of x
-    ka[c - c0] = float(g);
-    kb[c - c0] = float(kx);
-    kc[c - c0] = float(-g / M * sdy[c - c0] - kx * mean);
-    if (a.dgamma) a.dgamma[c] = float(a.accumulate ? a.dgamma[c] + sdyxh : sdyxh);
-    if (a.dbeta) a.dbeta[c] = float(a.accumulate ? a.dbeta[c] + sdy[c - c0] : sdy[c - c0]);
-  }
+  backward_constants(a, c0, c1, sdy.data(), sdyx.data(), ka.data(), kb.data(), kc.data());
   if (!a.out) return;
   for (int64_t n = 0; n < d.N; ++n)
     for (int64_t c = c0; c < c1; ++c) {
@@ -421,7 +443,6 @@ inline void blocked_apply(const F32Args& a, int64_t b0, int64_t b1, const float*
 inline void bn_train_blocked_body(const F32Args& a, int64_t b0, int64_t b1) {
   const BnDims& d = a.d;
   const int64_t k = (b1 - b0) * kB, c0 = b0 * kB;
-  const double M = double(d.M());
   std::vector<double> s(size_t(k), 0.0), s2(size_t(k), 0.0);
   for (int64_t n = 0; n < d.N; ++n)
     for (int64_t b = b0; b < b1; ++b) {
@@ -429,31 +450,14 @@ inline void bn_train_blocked_body(const F32Args& a, int64_t b0, int64_t b1) {
       run_sum_dot(xr, xr, d.HW, &s[size_t((b - b0) * kB)], &s2[size_t((b - b0) * kB)]);
     }
   std::vector<float> scale(static_cast<size_t>(k)), shift(static_cast<size_t>(k));
-  for (int64_t j = 0; j < k; ++j) {
-    const int64_t c = c0 + j;
-    const double mean = s[j] / M;
-    const double var = std::max(s2[j] / M - mean * mean, 0.0);
-    const double invstd = 1.0 / std::sqrt(var + a.eps);
-    scale[j] = float(double(a.gamma[c]) * invstd);
-    shift[j] = float(double(a.beta[c]) - mean * double(a.gamma[c]) * invstd);
-    const double unbiased = d.M() > 1 ? var * M / (M - 1.0) : var;
-    a.rmean[c] = float((1.0 - a.momentum) * a.rmean[c] + a.momentum * mean);
-    a.rvar[c] = float((1.0 - a.momentum) * a.rvar[c] + a.momentum * unbiased);
-    a.smean[c] = float(mean);
-    a.sinvstd[c] = float(invstd);
-  }
+  train_constants(a, c0, c0 + k, s.data(), s2.data(), scale.data(), shift.data());
   blocked_apply(a, b0, b1, scale.data(), shift.data());
 }
 
 inline void bn_eval_blocked_body(const F32Args& a, int64_t b0, int64_t b1) {
   const int64_t k = (b1 - b0) * kB, c0 = b0 * kB;
   std::vector<float> scale(static_cast<size_t>(k)), shift(static_cast<size_t>(k));
-  for (int64_t j = 0; j < k; ++j) {
-    const int64_t c = c0 + j;
-    const double invstd = 1.0 / std::sqrt(double(a.rvar[c]) + a.eps);
-    scale[j] = float(double(a.gamma[c]) * invstd);
-    shift[j] = float(double(a.beta[c]) - double(a.rmean[c]) * double(a.gamma[c]) * invstd);
-  }
+  eval_constants(a, c0, c0 + k, scale.data(), shift.data());
   blocked_apply(a, b0, b1, scale.data(), shift.data());
 }
 
@@ -462,7 +466,6 @@ inline void bn_eval_blocked_body(const F32Args& a, int64_t b0, int64_t b1) {
 inline void bn_backward_blocked_body(const F32Args& a, int64_t b0, int64_t b1) {
   const BnDims& d = a.d;
   const int64_t k = (b1 - b0) * kB, c0 = b0 * kB;
-  const double M = double(d.M());
   std::vector<double> sdy(size_t(k), 0.0), sdyx(size_t(k), 0.0);
   std::vector<float> scratch(a.relu && !a.dres ? size_t(d.HW * kB) : 0);
   for (int64_t n = 0; n < d.N; ++n)
@@ -483,18 +486,7 @@ inline void bn_backward_blocked_body(const F32Args& a, int64_t b0, int64_t b1) {
       run_sum_dot(dz, a.x + at0, d.HW, &sdy[size_t((b - b0) * kB)], &sdyx[size_t((b - b0) * kB)]);
     }
   std::vector<float> ka(static_cast<size_t>(k)), kb(static_cast<size_t>(k)), kc(static_cast<size_t>(k));
-  for (int64_t j = 0; j < k; ++j) {
-    const int64_t c = c0 + j;
-    const double mean = a.smean[c], invstd = a.sinvstd[c];
-    const double sdyxh = invstd * (sdyx[j] - mean * sdy[j]);
-    const double g = double(a.gamma[c]) * invstd;
-    const double kx = -g / M * sdyxh * invstd;
-    ka[j] = float(g);
-    kb[j] = float(kx);
-    kc[j] = float(-g / M * sdy[j] - kx * mean);
-    if (a.dgamma) a.dgamma[c] = float(a.accumulate ? a.dgamma[c] + sdyxh : sdyxh);
-    if (a.dbeta) a.dbeta[c] = float(a.accumulate ? a.dbeta[c] + sdy[j] : sdy[j]);
-  }
+  backward_constants(a, c0, c0 + k, sdy.data(), sdyx.data(), ka.data(), kb.data(), kc.data());
   if (!a.out) return;
   for (int64_t n = 0; n < d.N; ++n)
     for (int64_t b = b0; b < b1; ++b) {

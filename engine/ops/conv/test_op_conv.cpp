@@ -135,6 +135,32 @@ std::vector<std::string> cpu_paths() {
   return p;
 }
 
+// A problem's random inputs (drawn from rng in this order) and the reference
+// kernels' outputs on them, NCHW: the oracle the comparing slots share.
+// *_acc: the reference's accumulate=true onto dw_old and db_old.
+struct ConvOracle {
+  Tensor x, w, b, dy, dw_old, db_old;     // b undefined without bias
+  Tensor y, dx, dw, db, dw_acc, db_acc;
+};
+ConvOracle conv_oracle(const ConvGeometry& g, bool bias, DType dt, std::mt19937_64& rng) {
+  ConvOracle o;
+  o.x = random_tensor(g.input_shape(), dt, rng);
+  o.w = random_tensor(g.weight_shape(), dt, rng);
+  o.b = bias ? random_tensor({g.C_out}, dt, rng) : Tensor{};
+  o.dy = random_tensor(g.output_shape(), dt, rng);
+  o.dw_old = random_tensor(g.weight_shape(), dt, rng);
+  o.db_old = random_tensor({g.C_out}, dt, rng);
+  CpuBackend& ref = cpu_reference();
+  o.y = like(o.dy, Layout::NCHW), o.dx = like(o.x, Layout::NCHW), o.dw = like(o.w, Layout::NCHW);
+  o.db = Tensor::empty({g.C_out}, dt);
+  conv::forward(ref, g, o.x, o.w, o.b, o.y);
+  conv::backward(ref, g, o.x, o.w, o.dy, o.dx, o.dw, o.db, false);
+  o.dw_acc = clone(o.dw_old), o.db_acc = clone(o.db_old);
+  Tensor none;
+  conv::backward(ref, g, o.x, o.w, o.dy, none, o.dw_acc, o.db_acc, true);
+  return o;
+}
+
 // A CPU backend (all threads) whose convolutions take `path`, one per path.
 CpuBackend& cpu_path_backend(const std::string& path) {
   static std::map<std::string, std::unique_ptr<CpuBackend>> backends;
@@ -412,21 +438,11 @@ class TestOpConv : public QObject {
     const auto g = ConvGeometry::make(c.N, c.C_in, c.H, c.W, c.C_out, c.k, c.stride, c.pad);
     std::mt19937_64 rng(21 + uint64_t(c.N * 1000 + c.C_in * 100 + c.k * 10 + c.stride));
     const DType dt = t.dtype;
-    const Tensor x = random_tensor(g.input_shape(), dt, rng);
-    const Tensor w = random_tensor(g.weight_shape(), dt, rng);
-    const Tensor b = c.bias ? random_tensor({c.C_out}, dt, rng) : Tensor{};
-    const Tensor dy = random_tensor(g.output_shape(), dt, rng);
-    const Tensor dw_old = random_tensor(g.weight_shape(), dt, rng);
-    const Tensor db_old = random_tensor({c.C_out}, dt, rng);
-
     // The oracle: the reference kernels, NCHW; accumulate=true from dw_old/db_old.
-    CpuBackend& ref = cpu_reference();
-    Tensor y0 = like(dy, Layout::NCHW), dx0 = like(x, Layout::NCHW);
-    Tensor dw0 = like(w, Layout::NCHW), db0 = Tensor::empty({c.C_out}, dt);
-    conv::forward(ref, g, x, w, b, y0);
-    conv::backward(ref, g, x, w, dy, dx0, dw0, db0, false);
-    Tensor dw0_acc = clone(dw_old), db0_acc = clone(db_old), none;
-    conv::backward(ref, g, x, w, dy, none, dw0_acc, db0_acc, true);
+    const ConvOracle o = conv_oracle(g, c.bias, dt, rng);
+    const Tensor &x = o.x, &w = o.w, &b = o.b, &dy = o.dy, &dw_old = o.dw_old, &db_old = o.db_old;
+    const Tensor &y0 = o.y, &dx0 = o.dx, &dw0 = o.dw, &db0 = o.db, &dw0_acc = o.dw_acc,
+                 &db0_acc = o.db_acc;
 
     // The target; with NHWC activations on the CPU both filter layouts.
     std::vector<Layout> filter_layouts{t.layout};
@@ -591,19 +607,8 @@ class TestOpConv : public QObject {
     const auto g = ConvGeometry::make(c.N, c.C_in, c.H, c.W, c.C_out, c.k, c.stride, c.pad);
     std::mt19937_64 rng(61 + uint64_t(c.C_in * 100 + c.C_out));
     const DType dt = t.dtype;
-    const Tensor x = random_tensor(g.input_shape(), dt, rng);
-    const Tensor w = random_tensor(g.weight_shape(), dt, rng);
-    const Tensor b = c.bias ? random_tensor({c.C_out}, dt, rng) : Tensor{};
-    const Tensor dy = random_tensor(g.output_shape(), dt, rng);
-    const Tensor dw_old = random_tensor(g.weight_shape(), dt, rng);
-    const Tensor db_old = random_tensor({c.C_out}, dt, rng);
-    CpuBackend& ref = cpu_reference();
-    Tensor y0 = like(dy, Layout::NCHW), dx0 = like(x, Layout::NCHW), dw0 = like(w, Layout::NCHW);
-    Tensor db0 = Tensor::empty({c.C_out}, dt);
-    conv::forward(ref, g, x, w, b, y0);
-    conv::backward(ref, g, x, w, dy, dx0, dw0, db0, false);
-    Tensor dw0_acc = clone(dw_old), db0_acc = clone(db_old), none;
-    conv::backward(ref, g, x, w, dy, none, dw0_acc, db0_acc, true);
+    const ConvOracle o = conv_oracle(g, c.bias, dt, rng);
+    const Tensor &x = o.x, &w = o.w, &b = o.b, &dy = o.dy;
 
     const Layout xl = c.C_in % kLayoutBlock == 0 ? Layout::NCHW16C : Layout::NCHW;
     const Tensor xb = in_layout(x, xl), dyb = in_layout(dy, Layout::NCHW16C);
@@ -612,12 +617,12 @@ class TestOpConv : public QObject {
     Tensor bd = c.bias ? clone(b) : Tensor{};
     conv::forward(be, g, xb, w, bd, y);
     conv::backward(be, g, xb, w, dyb, dx, dw, db, false);
-    Tensor dw_acc = clone(dw_old), db_acc = clone(db_old);
+    Tensor dw_acc = clone(o.dw_old), db_acc = clone(o.db_old), none;
     conv::backward(be, g, xb, w, dyb, none, dw_acc, db_acc, true);
     const bool exact = dt == DType::F64 || t.impl == Impl::CpuReference;
     const std::pair<const char*, std::pair<Tensor, Tensor>> outs[] = {
-        {"y", {y0, y}}, {"dx", {dx0, dx}}, {"dw", {dw0, dw}}, {"db", {db0, db}},
-        {"accumulated dw", {dw0_acc, dw_acc}}, {"accumulated db", {db0_acc, db_acc}}};
+        {"y", {o.y, y}}, {"dx", {o.dx, dx}}, {"dw", {o.dw, dw}}, {"db", {o.db, db}},
+        {"accumulated dw", {o.dw_acc, dw_acc}}, {"accumulated db", {o.db_acc, db_acc}}};
     for (const auto& [name, pair] : outs) {
       const double e = exact ? max_abs_diff(pair.first, pair.second)
                              : scaled_diff(pair.first, pair.second);
