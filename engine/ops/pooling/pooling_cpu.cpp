@@ -292,55 +292,46 @@ void maxpool_backward(const PoolGeometry& g, const T* dy, const int32_t* argmax,
 // does. The backward takes any window.
 constexpr int64_t kB = kLayoutBlock;
 
-// A window's 16 lanes in four SSE registers (VEX-encoded in the AVX2 and
-// AVX-512 copies), the same instructions as the NCHW path's four outputs at
-// a time. GCC 12 left the lane loops scalar when written lane by lane, and
-// made the comparisons of 64-byte vector-extension types one a lane
-// (6.4 ms against NCHW's 1.05 for fmnist-cnn's b128 pooling; AMD EPYC Zen 4).
+// A window's 16 lanes as 16 / (kVecBytes / 4) vectors of the copy's register
+// width (the compiler's vector extensions: SSE in the baseline, AVX in the
+// AVX2 and AVX-512 copies).
+template <int kVecBytes>
 inline void maxpool_2x2_blocked_body(const PoolGeometry& g, const float* x, float* y,
                                      int32_t* argmax, int64_t r0, int64_t r1) {
+  using F = typename CpuVec<kVecBytes>::F32;
+  using I = typename CpuVec<kVecBytes>::I32;
+  constexpr int kLanes = kVecBytes / 4;
   const int64_t HW = g.H * g.W, P = g.H_out * g.W_out;
   const int32_t W = static_cast<int32_t>(g.W);
   for (int64_t r = r0; r < r1; ++r) {
     const float* xr = x + r * HW * kB;
     for (int64_t oh = 0; oh < g.H_out; ++oh) {
-      bool nan = false;  // a row's windows with a NaN are redone after it
+      I unordered{};  // a row's windows with a NaN are redone after it
       for (int64_t ow = 0; ow < g.W_out; ++ow) {
         const int32_t base = static_cast<int32_t>(2 * oh * W + 2 * ow);
         const float* pa = xr + base * kB;
         const float* pc = pa + W * kB;
         const int64_t o = (r * P + oh * g.W_out + ow) * kB;
-#if defined(__SSE2__)
-        const __m128i k0 = _mm_set1_epi32(base), k1 = _mm_set1_epi32(base + 1),
-                      kW = _mm_set1_epi32(base + W), kW1 = _mm_set1_epi32(base + W + 1);
-        __m128 unordered = _mm_setzero_ps();
-        for (int q = 0; q < kB; q += 4) {
-          const __m128 a = _mm_loadu_ps(pa + q), b = _mm_loadu_ps(pa + kB + q);
-          const __m128 c = _mm_loadu_ps(pc + q), d = _mm_loadu_ps(pc + kB + q);
-          const __m128 m = _mm_max_ps(_mm_max_ps(a, b), _mm_max_ps(c, d));
-          unordered = _mm_or_ps(unordered, _mm_or_ps(_mm_cmpunord_ps(a, b), _mm_cmpunord_ps(c, d)));
-          auto select = [](__m128 eq, __m128i v, __m128i cur) {
-            const __m128i mk = _mm_castps_si128(eq);
-            return _mm_or_si128(_mm_and_si128(mk, v), _mm_andnot_si128(mk, cur));
-          };
-          __m128i arg = kW1;  // lowest priority first
-          arg = select(_mm_cmpeq_ps(c, m), kW, arg);
-          arg = select(_mm_cmpeq_ps(b, m), k1, arg);
-          arg = select(_mm_cmpeq_ps(a, m), k0, arg);
-          _mm_storeu_ps(y + o + q, m);
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(argmax + o + q), arg);
+        for (int q = 0; q < kB; q += kLanes) {
+          F a, b, c, d;
+          std::memcpy(&a, pa + q, sizeof a);
+          std::memcpy(&b, pa + kB + q, sizeof b);
+          std::memcpy(&c, pc + q, sizeof c);
+          std::memcpy(&d, pc + kB + q, sizeof d);
+          // maxps's (x > y ? x : y), as the NCHW path
+          const F ab = a > b ? a : b, cd = c > d ? c : d;
+          const F m = ab > cd ? ab : cd;
+          I arg = I{} + (base + W + 1);  // lowest priority first
+          arg = c == m ? I{} + (base + W) : arg;
+          arg = b == m ? I{} + (base + 1) : arg;
+          arg = a == m ? I{} + base : arg;
+          unordered |= (a != a) | (b != b) | (c != c) | (d != d);
+          std::memcpy(y + o + q, &m, sizeof m);
+          std::memcpy(argmax + o + q, &arg, sizeof arg);
         }
-        nan |= _mm_movemask_ps(unordered) != 0;
-#else
-        for (int l = 0; l < kB; ++l) {
-          const float a = pa[l], b = pa[kB + l], c = pc[l], d = pc[kB + l];
-          const float m = std::max(std::max(a, b), std::max(c, d));
-          y[o + l] = m;
-          argmax[o + l] = base + (a == m ? 0 : b == m ? 1 : c == m ? W : W + 1);
-          nan |= (a != a) || (b != b) || (c != c) || (d != d);
-        }
-#endif
       }
+      bool nan = false;
+      for (int l = 0; l < kLanes; ++l) nan |= unordered[l] != 0;
       if (!nan) continue;
       for (int64_t ow = 0; ow < g.W_out; ++ow) {
         const int32_t base = static_cast<int32_t>(2 * oh * W + 2 * ow);
@@ -380,10 +371,10 @@ inline void maxpool_blocked_backward_body(const PoolGeometry& g, const float* dy
   }
 }
 
-TB_CPU_KERNEL(void, maxpool_2x2_blocked,
-              (const PoolGeometry& g, const float* x, float* y, int32_t* argmax, int64_t r0,
-               int64_t r1),
-              (g, x, y, argmax, r0, r1), maxpool_2x2_blocked_body)
+TB_CPU_KERNEL_BY_WIDTH(void, maxpool_2x2_blocked,
+                       (const PoolGeometry& g, const float* x, float* y, int32_t* argmax,
+                        int64_t r0, int64_t r1),
+                       (g, x, y, argmax, r0, r1), maxpool_2x2_blocked_body)
 TB_CPU_KERNEL(void, maxpool_blocked_backward,
               (const PoolGeometry& g, const float* dy, const int32_t* argmax, float* dx,
                int64_t r0, int64_t r1),
