@@ -21,9 +21,27 @@
 //     of its own (mpirun binds 2 processes to a core each, more to a socket:
 //     4 ranks on 8 cores would otherwise run 32 threads).
 // The run's environment records the count and what decided it.
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 namespace tb {
+
+// f(u0, u1) over [0, units) in contiguous slices, one per thread: at most
+// `threads` of them, and one when the work is too small to be worth threads
+// (`worth_threads` false). A unit's slice does not depend on timing, so
+// per-unit sums (a channel's statistics) do not either.
+template <typename F>
+void for_each_slice(int64_t units, [[maybe_unused]] int threads,
+                    [[maybe_unused]] bool worth_threads, F&& f) {
+#ifdef _OPENMP
+  const int parts = worth_threads ? int(std::min<int64_t>(threads, units)) : 1;
+#pragma omp parallel for schedule(static, 1) num_threads(parts) if (parts > 1)
+  for (int p = 0; p < parts; ++p) f(units * p / parts, units * (p + 1) / parts);
+#else
+  f(int64_t(0), units);
+#endif
+}
 
 struct CpuThreadCount {
   int threads = 1;

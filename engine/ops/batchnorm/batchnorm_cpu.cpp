@@ -42,6 +42,7 @@
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/cpu_features.h"
+#include "engine/core/cpu_threads.h"
 #include "engine/core/dispatch.h"
 #include "engine/core/error.h"
 #include "engine/ops/amp/amp.h"
@@ -66,9 +67,7 @@ void check_cpu(const Tensor& x, bool epilogue, const char* op) {
 // Element (n, c, i) of the tensor seen as (N, C, HW), i = h*W + w; in NHWC
 // memory that is (N, HW, C), in nChw16c (N, C/16, HW, 16).
 inline int64_t at(const BnDims& d, int64_t n, int64_t c, int64_t i) {
-  if (d.blocked)
-    return ((n * (d.C / kLayoutBlock) + c / kLayoutBlock) * d.HW + i) * kLayoutBlock +
-           c % kLayoutBlock;
+  if (d.blocked) return offset4(Layout::NCHW16C, d.C, d.HW, 1, n, c, i, 0);
   return d.nhwc ? (n * d.HW + i) * d.C + c : (n * d.C + c) * d.HW + i;
 }
 
@@ -161,18 +160,11 @@ constexpr int64_t kParallelMin = 1 << 15;  // elements below which threads cost 
 // reorder one serial double sum, but it vectorises independent lanes.
 constexpr int kLanes = 8;
 
-// f(c0, c1) for slices covering the channels; with OpenMP, one per thread.
-// Blocked (nChw16c) dims: the units are channel blocks, f(b0, b1).
+// f(c0, c1) for slices covering the channels, one per thread; blocked
+// (nChw16c) dims slice the channel blocks, f(b0, b1).
 template <typename F>
-void for_each_slice(const BnDims& d, [[maybe_unused]] int threads, F&& f) {
-  const int64_t units = d.blocked ? d.C / kLayoutBlock : d.C;
-#ifdef _OPENMP
-  const int parts = d.M() * d.C >= kParallelMin ? int(std::min<int64_t>(threads, units)) : 1;
-#pragma omp parallel for schedule(static, 1) num_threads(parts) if (parts > 1)
-  for (int p = 0; p < parts; ++p) f(units * p / parts, units * (p + 1) / parts);
-#else
-  f(int64_t(0), units);
-#endif
+void for_each_channel_slice(const BnDims& d, int threads, F&& f) {
+  for_each_slice(d.blocked ? d.C / kLayoutBlock : d.C, threads, d.M() * d.C >= kParallelMin, f);
 }
 
 // s += Σ g, sx += Σ g·x over [0, n) in kLanes double lanes: lane l sums
@@ -522,19 +514,19 @@ TB_CPU_KERNEL_BY_WIDTH(void, bn_backward_slice, (const F32Args& a, int64_t c0, i
                        (a, c0, c1), bn_backward_slice_body)
 
 void bn_train_f32(const F32Args& a, int threads) {
-  for_each_slice(a.d, threads, [&](int64_t u0, int64_t u1) {
+  for_each_channel_slice(a.d, threads, [&](int64_t u0, int64_t u1) {
     a.d.blocked ? bn_train_blocked(a, u0, u1) : bn_train_slice(a, u0, u1);
   });
 }
 
 void bn_eval_f32(const F32Args& a, int threads) {
-  for_each_slice(a.d, threads, [&](int64_t u0, int64_t u1) {
+  for_each_channel_slice(a.d, threads, [&](int64_t u0, int64_t u1) {
     a.d.blocked ? bn_eval_blocked(a, u0, u1) : bn_eval_slice(a, u0, u1);
   });
 }
 
 void bn_backward_f32(const F32Args& a, int threads) {
-  for_each_slice(a.d, threads, [&](int64_t u0, int64_t u1) {
+  for_each_channel_slice(a.d, threads, [&](int64_t u0, int64_t u1) {
     a.d.blocked ? bn_backward_blocked(a, u0, u1) : bn_backward_slice(a, u0, u1);
   });
 }

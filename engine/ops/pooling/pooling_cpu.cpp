@@ -33,6 +33,7 @@
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/cpu_features.h"
+#include "engine/core/cpu_threads.h"
 #include "engine/core/dispatch.h"
 #include "engine/core/error.h"
 #include "engine/ops/amp/amp.h"
@@ -110,6 +111,9 @@ void first_nan(const float* plane, int64_t W, int64_t h0, int64_t h1, int64_t w0
         return;
       }
 }
+
+// The common window: 2x2, stride 2, no padding (both layouts' fast paths).
+bool two_by_two(const PoolGeometry& g) { return g.kernel == 2 && g.stride == 2 && g.pad == 0; }
 
 // One output of a 2x2 window at (r0, r1) + 2*ow: the maximum and the first cell
 // that equals it (ties: first max). NaN-free windows only.
@@ -251,14 +255,13 @@ constexpr int64_t kPlaneChunk = 16;
 
 void maxpool_forward_fast(const PoolGeometry& g, const float* x, float* y, int32_t* argmax,
                           [[maybe_unused]] int threads) {
-  const bool two_by_two = g.kernel == 2 && g.stride == 2 && g.pad == 0;
   const int64_t planes = g.N * g.C, chunks = (planes + kPlaneChunk - 1) / kPlaneChunk;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(threads) if (planes * g.H * g.W >= kParallelMin)
 #endif
   for (int64_t k = 0; k < chunks; ++k) {
     const int64_t nc0 = k * kPlaneChunk, nc1 = std::min(planes, nc0 + kPlaneChunk);
-    if (two_by_two)
+    if (two_by_two(g))
       maxpool_2x2_planes(g, x, y, argmax, nc0, nc1);
     else
       maxpool_planes(g, x, y, argmax, nc0, nc1);
@@ -380,19 +383,10 @@ TB_CPU_KERNEL(void, maxpool_blocked_backward,
                int64_t r0, int64_t r1),
               (g, dy, argmax, dx, r0, r1), maxpool_blocked_backward_body)
 
-bool blocked_2x2(const PoolGeometry& g) { return g.kernel == 2 && g.stride == 2 && g.pad == 0; }
-
 // The runs split across `threads` (one call of the ISA copy per thread).
 template <typename F>
-void for_each_run_slice(const PoolGeometry& g, [[maybe_unused]] int threads, F&& f) {
-  const int64_t runs = g.N * (g.C / kB);
-#ifdef _OPENMP
-  const int parts = g.N * g.C * g.H * g.W >= kParallelMin ? int(std::min<int64_t>(threads, runs)) : 1;
-#pragma omp parallel for schedule(static, 1) num_threads(parts) if (parts > 1)
-  for (int p = 0; p < parts; ++p) f(runs * p / parts, runs * (p + 1) / parts);
-#else
-  f(int64_t(0), runs);
-#endif
+void for_each_run_slice(const PoolGeometry& g, int threads, F&& f) {
+  for_each_slice(g.N * (g.C / kB), threads, g.N * g.C * g.H * g.W >= kParallelMin, f);
 }
 
 // ---------------------------------------------------------------- average pooling
@@ -642,7 +636,7 @@ void CpuKernels::max_forward(const PoolGeometry& g, const Tensor& x, Tensor& y, 
   if (fast_path(x))
     return maxpool_forward_fast(g, x.data_as<float>(), y.data_as<float>(),
                                 argmax.data_as<int32_t>(), be_.threads());
-  if (blocked_fast(x) && blocked_2x2(g))
+  if (blocked_fast(x) && two_by_two(g))
     return for_each_run_slice(g, be_.threads(), [&](int64_t r0, int64_t r1) {
       maxpool_2x2_blocked(g, x.data_as<float>(), y.data_as<float>(), argmax.data_as<int32_t>(),
                           r0, r1);
