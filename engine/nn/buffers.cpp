@@ -78,7 +78,15 @@ Tensor TransientBuffers::take(Backend& backend, const Shape& shape, DType dtype,
     // allocator's cache (the device's, the C heap): back to the system, or
     // the process would hold both.
     allocator_for(a.device).release_free();
-    a.block = backend.empty({a.extent}, DType::U8);
+    try {
+      a.block = backend.empty({a.extent}, DType::U8);
+    } catch (const OutOfMemory& e) {  // the run's largest allocation: say what it is
+      throw OutOfMemory(detail::concat("the activation pool's block (", a.extent,
+                                       " B for the step's activations and gradients, at most ",
+                                       peak_live_bytes_, " B of them live at once so far): ",
+                                       e.what()),
+                        e.requested_bytes);
+    }
     ++allocations_;
   }
   peak_live_bytes_ = std::max(peak_live_bytes_, live);

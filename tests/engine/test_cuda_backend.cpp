@@ -353,6 +353,11 @@ class TestCudaBackend : public QObject {
     QCOMPARE(fr::frees, 0);
     QCOMPARE(fr::capture_mode, 0);
     QCOMPARE(a.stats().oom_retries, int64_t(0));
+    // Nor does an explicit empty_cache (the memory plan replacing its block):
+    // it is deferred, and counted.
+    a.empty_cache();
+    QCOMPARE(fr::frees, 0);
+    QCOMPARE(a.stats().releases_deferred, int64_t(1));
     // Eager again: the OOM retry gives the cached blocks back and succeeds.
     a.set_capturing(false);
     fr::fail_next = 1;
@@ -366,6 +371,13 @@ class TestCudaBackend : public QObject {
     a.deallocate(r, 5 << 20);
     a.deallocate(big, 64 << 20);
     a.deallocate(p, 1000);
+    // A second free of the same pointer changes nothing and is counted.
+    const AllocatorStats once = a.stats();
+    QCOMPARE(once.unknown_frees, int64_t(0));
+    a.deallocate(p, 1000);
+    QCOMPARE(a.stats().unknown_frees, int64_t(1));
+    QCOMPARE(a.stats().allocated_bytes, once.allocated_bytes);
+    QCOMPARE(a.stats().cached_blocks, once.cached_blocks);
 #else
     QSKIP("this build has no CUDA backend (the allocator is compiled with it)");
 #endif

@@ -23,6 +23,7 @@
 #include "tests/engine/run_fixture.h"
 
 #ifdef TRAINBENCH_HAVE_CUDA
+#include "engine/backend/cuda/caching_allocator.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #endif
 
@@ -262,6 +263,7 @@ class TestCudaGraphs : public QObject {
               {"max_steps", 0},       {"epochs", 2},
               {"log_every", 1},       {"optimizer", optimizer.toStdString()},
               {"non_blocking", true}, { "pin_memory", true }};
+    const int64_t unknown_frees = tb::cuda::CachingAllocator::instance().stats().unknown_frees;
     Outcome eager = train(o);
     o["cuda_graphs"] = true;
     Outcome graphs = train(o);
@@ -275,6 +277,8 @@ class TestCudaGraphs : public QObject {
     // (epoch 1: 3 warm-up + 2 captures + 3 replays; epoch 2: 1 eager + 2 + 5).
     QCOMPARE(graphs.summary["cuda_graph_captures"].get<int64_t>(), int64_t(4));
     QCOMPARE(graphs.summary["cuda_graph_replays"].get<int64_t>(), int64_t(8));
+    // No storage was freed twice (the allocator ignores and counts it).
+    QCOMPARE(tb::cuda::CachingAllocator::instance().stats().unknown_frees, unknown_frees);
 #endif
     TB_GPU_CATCH
   }

@@ -29,6 +29,10 @@
 #include "tests/engine/low_precision.h"
 #include "tests/engine/tensor_helpers.h"
 
+#ifdef TRAINBENCH_HAVE_CUDA
+#include "engine/backend/cuda/caching_allocator.h"
+#endif
+
 using namespace tb;
 using namespace tb::test;
 
@@ -370,6 +374,50 @@ class TestMemoryPlan : public QObject {
     QCOMPARE(ctx.transients->allocations(), made);
     QCOMPARE(third.allocated_bytes, second.allocated_bytes);
     QCOMPARE(third.malloc_count, second.malloc_count);
+    TB_GPU_CATCH
+  }
+
+  // On the GPU: when the pool's block (the run's largest allocation) does not
+  // fit, the error says it is the activation pool and how much of it was live,
+  // not only a byte count. The device is made full with the caching
+  // allocator's cap at what the first pass left reserved.
+  void cuda_pool_block_out_of_memory_names_the_pool() {
+    NEED_GPU();
+    TB_GPU_TRY
+#ifdef TRAINBENCH_HAVE_CUDA
+    Backend& be = cuda_backend();
+    DeviceMemory* mem = be.memory();
+    QVERIFY(mem);
+    const int64_t N = 16;
+    std::unique_ptr<Model> m = make_model("resnet18-cifar", {3, 32, 32}, 10, ModelOptions{});
+    m->build(be, 5, DType::F32, Layout::NCHW);
+    const Tensor x = to_device(be, random_tensor({N, 3, 32, 32}, 53));
+    const Tensor dl = to_device(be, random_tensor({N, 10}, 54, -0.1, 0.1));
+    Context ctx{be};
+    auto pass = [&] {
+      m->forward(ctx, x);
+      m->backward(ctx, dl);
+      be.synchronize();
+    };
+    pass();  // the first pass: each region a block of the allocator's own
+    mem->empty_cache();
+    auto& allocator = tb::cuda::CachingAllocator::instance();
+    allocator.set_reserved_limit(allocator.stats().reserved_bytes);
+    struct Uncap {
+      tb::cuda::CachingAllocator& a;
+      ~Uncap() { a.set_reserved_limit(0); }
+    } uncap{allocator};
+    bool thrown = false;
+    try {
+      pass();  // begins by making the block
+    } catch (const OutOfMemory& e) {
+      thrown = true;
+      qInfo("%s", e.what());
+      QVERIFY2(std::string(e.what()).find("activation pool") != std::string::npos, e.what());
+      QVERIFY2(std::string(e.what()).find("limit") != std::string::npos, e.what());
+    }
+    QVERIFY2(thrown, "the second pass made its block under a cap that leaves no room");
+#endif
     TB_GPU_CATCH
   }
 };

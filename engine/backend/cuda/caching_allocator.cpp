@@ -238,7 +238,10 @@ void CachingAllocator::deallocate(void* ptr, size_t) {
   if (!ptr) return;
   std::lock_guard lock(mutex_);
   auto it = live_.find(ptr);
-  if (it == live_.end()) return;  // not ours (should not happen); never free blindly
+  if (it == live_.end()) {  // a double free or not ours: never free blindly
+    ++stats_.unknown_frees;
+    return;
+  }
   Block* b = it->second;
   live_.erase(it);
   --stats_.live_blocks;
@@ -297,6 +300,10 @@ void CachingAllocator::keep_stream_pool(void* stream) {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard lock(mutex_);
+  if (capturing_) {  // cudaFree inside a capture would void it
+    ++stats_.releases_deferred;
+    return;
+  }
   release_cached();
 }
 

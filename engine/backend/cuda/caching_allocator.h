@@ -33,7 +33,8 @@
 //   fails), as PyTorch's allocator does: a graph may use fresh memory as long
 //   as nothing frees it before the replays (the kept pool below). An OOM
 //   during a capture releases nothing (cudaFree is not allowed there) and
-//   throws at once. Other threads (the loaders' cudaHostAlloc) are untouched
+//   throws at once; empty_cache then releases nothing either (counted in
+//   releases_deferred). Other threads (the loaders' cudaHostAlloc) are untouched
 //   by a thread-local capture.
 //
 // This header is plain C++ (streams are void*), so tests and the app can read
@@ -66,6 +67,13 @@ struct AllocatorStats {
   int64_t cached_blocks = 0;  // free blocks, whole segments or parts of one
   int64_t segments = 0;       // cudaMalloc'd ranges held
   int64_t splits = 0;         // blocks cut from a larger free block
+  // deallocate of a pointer that is not a live block of this allocator (a
+  // double free, or someone else's memory): ignored, never freed blindly, and
+  // counted here so a test or the statistics show it (0 in a correct run).
+  int64_t unknown_frees = 0;
+  // empty_cache calls during a capture, which release nothing (cudaFree
+  // would void the capture); the next eager one does.
+  int64_t releases_deferred = 0;
 };
 
 // The CUDA runtime calls the allocator makes; return values are cudaError_t
@@ -158,7 +166,8 @@ class CachingAllocator final : public Allocator {
   void set_current_stream(void* stream);
   void* current_stream() const;  // of the calling thread's current device
 
-  void empty_cache();  // cudaFree every wholly free segment
+  // cudaFree every wholly free segment; nothing while a capture is under way.
+  void empty_cache();
   void reset_peak();   // peaks := current values
   AllocatorStats stats() const;
 

@@ -93,12 +93,18 @@ std::unique_ptr<Backend> make_cuda_backend(int index, const BackendOptions& opti
 namespace {
 void release(CudaBackend::Impl& m) {
   // Best effort: a failing driver must not turn a destructor into a throw.
+  // The allocator's stream is per device and read on the calling thread's
+  // current device: this backend's, not whichever the thread was left on.
+  (void)cudaSetDevice(m.device);
   if (m.stream) (void)cudaStreamSynchronize(m.stream);
+  cuda::release_graphs(m);  // first: it may swap the compute stream back
   // New allocations must not be tagged with a destroyed stream. (Blocks cached
   // for this stream stay in the cache until empty_cache.)
-  if (m.allocator && m.allocator->current_stream() == m.stream)
-    m.allocator->set_current_stream(nullptr);
-  cuda::release_graphs(m);  // first: it may swap the compute stream back
+  try {
+    if (m.allocator && m.allocator->current_stream() == m.stream)
+      m.allocator->set_current_stream(nullptr);
+  } catch (const std::exception&) {  // the driver failing: nothing to untag
+  }
   cuda::release_staging(m);
   cuda::release_peer(m);
   m.opt_consts_dev = Tensor{};

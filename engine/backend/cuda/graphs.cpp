@@ -22,19 +22,22 @@
 // opt_consts_dev, see set_optimizer_constants).
 //
 // Capture mode is thread-local: an unsafe call from the capturing thread (a
-// cudaFree via empty_cache, a synchronous copy, a host read) fails the capture
+// synchronous copy, a host read) fails the capture
 // instead of silently running, while other threads (the data loaders, whose
 // cudaHostAlloc for pinned batches is such a call) are not affected. Global
 // mode would fail the capture on their allocations too. The caching allocator
 // may still grow inside the capture: it is told (set_capturing) and runs its
-// cudaMalloc in relaxed mode (caching_allocator.h). Replays launch on the
+// cudaMalloc in relaxed mode, and defers empty_cache, whose cudaFree would
+// fail the capture (caching_allocator.h). Replays launch on the
 // compute stream, in order with eager work.
 //
 // cuBLAS: cublasSetStream resets the handle's workspace to cuBLAS's own pool,
 // which would then allocate inside the capture; bind_cublas() sets ours again
 // after every stream change.
 //
-// NOTE: written and compiled on a machine without a GPU; NOT yet run on one.
+// Ran on an H200 (2026-11-26, b0014f2: training bit-identical to eager);
+// the capability-object split (f2ecf67) and the cache emptied before a
+// capture are not run on a GPU yet.
 #include "engine/backend/cuda/cuda_internal.h"
 
 namespace tb {
@@ -109,6 +112,11 @@ void CudaBackend::Graphs::begin_capture() {
   // Graph intermediates freed on the host stay in the capture stream's pool;
   // empty_cache must not give them back while a graph addresses them.
   m.allocator->keep_stream_pool(m.capture_stream);
+  // The capture's temporaries (cuDNN workspaces among them) come from the
+  // capture stream's own pool, and inside the capture nothing cached can be
+  // given back: the eager pools' free segments go back to the driver now, or
+  // a run that fits eagerly could run out of memory at its first capture.
+  m.allocator->empty_cache();
   m.eager_stream = m.stream;
   m.capturing = true;
   try {

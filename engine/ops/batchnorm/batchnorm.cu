@@ -164,10 +164,11 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
 }
 
 template <typename T>
-__global__ void bn_stats_finish_kernel(ReducePlan p, const T* __restrict__ x,
-                                       const Sums* __restrict__ partials, float* running_mean,
-                                       float* running_var, double momentum, double eps,
-                                       float* save_mean, float* save_invstd) {
+__global__ void __launch_bounds__(kFinishLanes * kFinishLanes)
+bn_stats_finish_kernel(ReducePlan p, const T* __restrict__ x,
+                       const Sums* __restrict__ partials, float* running_mean,
+                       float* running_var, double momentum, double eps,
+                       float* save_mean, float* save_invstd) {
   const int64_t c = int64_t(blockIdx.x) * kFinishLanes + threadIdx.x;
   const Sums s = finish_sum(p, partials, c);
   if (threadIdx.y != 0 || c >= p.C) return;
@@ -248,9 +249,10 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
 }
 
 // totals[c] = (Σdz, Σdz·x̂); dβ, dγ written or added to (in double, once rounded).
-__global__ void bn_backward_finish_kernel(ReducePlan p, const Sums* __restrict__ partials,
-                                          Sums* __restrict__ totals, float* dgamma, float* dbeta,
-                                          bool accumulate) {
+__global__ void __launch_bounds__(kFinishLanes * kFinishLanes)
+bn_backward_finish_kernel(ReducePlan p, const Sums* __restrict__ partials,
+                          Sums* __restrict__ totals, float* dgamma, float* dbeta,
+                          bool accumulate) {
   const int64_t c = int64_t(blockIdx.x) * kFinishLanes + threadIdx.x;
   const Sums s = finish_sum(p, partials, c);
   if (threadIdx.y != 0 || c >= p.C) return;

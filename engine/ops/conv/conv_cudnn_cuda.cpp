@@ -202,6 +202,21 @@ std::shared_ptr<fe::graph::Graph> build(cudnnHandle_t handle, const ConvPlanKey&
   return g;
 }
 
+// Autotuning synchronises the device (cudaDeviceSynchronize in the frontend):
+// inside a CUDA graph capture that voids the capture, and end_capture's
+// message would name nothing. The warm-up steps before a capture meet every
+// shape the step has, so a plan still untuned here is a bug worth naming.
+void refuse_while_capturing(cudnnHandle_t handle, const ConvPlanKey& k) {
+  cudaStream_t stream = nullptr;
+  if (cudnnGetStream(handle, &stream) != CUDNN_STATUS_SUCCESS) return;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) return;
+  if (status != cudaStreamCaptureStatusNone)
+    TB_FAIL("cudnn: convolution ", k.str(), " has no autotuned plan and a CUDA graph is being "
+            "captured (autotuning synchronises the device, which would void the capture); the "
+            "eager warm-up steps before a capture should have met this shape");
+}
+
 }  // namespace
 
 void ConvPlanCache::run(const ConvPlanKey& shape_key, const void* a, const void* b, void* out,
@@ -209,6 +224,8 @@ void ConvPlanCache::run(const ConvPlanKey& shape_key, const void* a, const void*
   const ConvPlanKey key = with_alignments(shape_key, a, b, out);
   std::unique_lock lock(state_->mutex);
   auto it = state_->plans.find(key);
+  const bool tune = key.benchmark && (it == state_->plans.end() || !it->second.tuned);
+  if (tune) refuse_while_capturing(state_->handle, key);
   if (it == state_->plans.end()) {
     Entry e;
     e.graph = build(state_->handle, key);
@@ -217,7 +234,7 @@ void ConvPlanCache::run(const ConvPlanKey& shape_key, const void* a, const void*
   Entry& e = it->second;
   std::unordered_map<int64_t, void*> pack{
       {kUidA, const_cast<void*>(a)}, {kUidB, const_cast<void*>(b)}, {kUidOut, out}};
-  if (key.benchmark && !e.tuned) {
+  if (tune) {
     // Times every built plan on these very buffers (out is overwritten below).
     const int64_t ws = e.graph->get_autotune_workspace_size();
     void* w = ws > 0 ? workspace(size_t(ws)) : nullptr;
