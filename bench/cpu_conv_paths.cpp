@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // trainbench-cpu-conv-paths: times each f32 path of the CPU convolution
-// (docs/cpu-conv-paths.md: blas, onednn, onednn-blocked, and what auto picks)
+// (docs/cpu-conv-paths.md: blas, onednn, onednn-blocked, onednn-winograd, and what auto picks)
 // on the convolutions of fmnist-cnn (or given shapes), forward and backward
 // (dx dw db, as the trainer asks; the first layer without dx), in interleaved
 // rounds so that other work on a shared machine slows every path alike.
@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> paths{"blas", "auto"};
 #ifdef TRAINBENCH_HAVE_ONEDNN
-  paths.insert(paths.begin() + 1, {"onednn", "onednn-blocked"});
+  paths.insert(paths.begin() + 1, {"onednn", "onednn-blocked", "onednn-winograd"});
 #endif
   std::vector<std::unique_ptr<CpuBackend>> backends;
   for (const std::string& p : paths) {

@@ -608,13 +608,19 @@ class CpuKernels final : public Kernels {
   }
 
   // Whether path p can convolve this problem.
-  static bool can_take(CpuConvPath p, const ConvGeometry& g, ConvLayouts l) {
+  bool can_take(CpuConvPath p, const ConvGeometry& g, ConvLayouts l) {
     switch (p) {
       case CpuConvPath::Reference: return true;
       case CpuConvPath::Blas:
         return l.act == Layout::NCHW && l.out == Layout::NCHW && l.filt == Layout::NCHW;
       case CpuConvPath::OneDnn:
-      case CpuConvPath::OneDnnBlocked: return g.N > 0;  // oneDNN refuses empty tensors
+      case CpuConvPath::OneDnnBlocked:
+      case CpuConvPath::OneDnnWinograd:
+#ifdef TRAINBENCH_HAVE_ONEDNN
+        return onednn_.takes(g, {l.act, l.filt, l.out}, form(p), algorithm(p));
+#else
+        return false;
+#endif
     }
     return false;
   }
@@ -645,7 +651,8 @@ class CpuKernels final : public Kernels {
       case CpuConvSetting::Mode::Timed: break;
     }
     std::vector<CpuConvPath> candidates;
-    for (CpuConvPath p : {CpuConvPath::Blas, CpuConvPath::OneDnn, CpuConvPath::OneDnnBlocked})
+    for (CpuConvPath p : {CpuConvPath::Blas, CpuConvPath::OneDnn, CpuConvPath::OneDnnBlocked,
+                          CpuConvPath::OneDnnWinograd})
       if (kHaveOneDnn || p == CpuConvPath::Blas)
         if (can_take(p, g, l)) candidates.push_back(p);
     if (candidates.size() <= 1) {
@@ -657,12 +664,18 @@ class CpuKernels final : public Kernels {
   }
 
   // auto's rule (conv_cpu_paths.h).
-  CpuConvPath by_rule(const ConvGeometry& g, ConvLayouts l) const {
+  CpuConvPath by_rule(const ConvGeometry& g, ConvLayouts l) {
+    // Winograd where oneDNN has its kernels (about twice as fast as direct:
+    // docs/cpu-conv-paths.md), on its blocked layout like onednn-blocked.
+    const auto blocked = [&] {
+      return can_take(CpuConvPath::OneDnnWinograd, g, l) ? CpuConvPath::OneDnnWinograd
+                                                         : CpuConvPath::OneDnnBlocked;
+    };
     // Blocked activations are oneDNN's layout: its kernels read them as they are.
     if (kHaveOneDnn && g.N > 0 && (l.act == Layout::NCHW16C || l.out == Layout::NCHW16C))
-      return CpuConvPath::OneDnnBlocked;
+      return blocked();
     const bool nchw = can_take(CpuConvPath::Blas, g, l);
-    if (onednn_direct_ && g.N > 0) return nchw ? CpuConvPath::OneDnnBlocked : CpuConvPath::OneDnn;
+    if (onednn_direct_ && g.N > 0) return nchw ? blocked() : CpuConvPath::OneDnn;
     return nchw ? CpuConvPath::Blas : CpuConvPath::Reference;
   }
 
@@ -673,9 +686,10 @@ class CpuKernels final : public Kernels {
       case CpuConvPath::Blas: conv_forward_fast(g, x, w, b, y, be_.threads()); return;
       case CpuConvPath::OneDnn:
       case CpuConvPath::OneDnnBlocked:
+      case CpuConvPath::OneDnnWinograd:
 #ifdef TRAINBENCH_HAVE_ONEDNN
-        choices_.note_implementation(
-            key, onednn_.forward(g, {l.act, l.filt, l.out}, form(p), be_.threads(), x, w, b, y));
+        choices_.note_implementation(key, onednn_.forward(g, {l.act, l.filt, l.out}, form(p),
+                                                          algorithm(p), be_.threads(), x, w, b, y));
         return;
 #endif
         break;
@@ -695,10 +709,11 @@ class CpuKernels final : public Kernels {
         return;
       case CpuConvPath::OneDnn:
       case CpuConvPath::OneDnnBlocked:
+      case CpuConvPath::OneDnnWinograd:
 #ifdef TRAINBENCH_HAVE_ONEDNN
         choices_.note_implementation(key, onednn_.backward(g, {l.act, l.filt, l.out}, form(p),
-                                                           be_.threads(), x, w, dy, dx, dw, db,
-                                                           accumulate));
+                                                           algorithm(p), be_.threads(), x, w, dy,
+                                                           dx, dw, db, accumulate));
         return;
 #endif
         break;
@@ -710,8 +725,11 @@ class CpuKernels final : public Kernels {
   static constexpr bool kHaveOneDnn = true;
   const bool onednn_direct_ = onednn::has_direct_kernels();
   static onednn::Activations form(CpuConvPath p) {
-    return p == CpuConvPath::OneDnnBlocked ? onednn::Activations::Blocked
-                                           : onednn::Activations::AsGiven;
+    return p == CpuConvPath::OneDnn ? onednn::Activations::AsGiven : onednn::Activations::Blocked;
+  }
+  static onednn::Algorithm algorithm(CpuConvPath p) {
+    return p == CpuConvPath::OneDnnWinograd ? onednn::Algorithm::Winograd
+                                            : onednn::Algorithm::Direct;
   }
   onednn::Convolutions onednn_;
 #else

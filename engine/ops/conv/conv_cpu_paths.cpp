@@ -14,11 +14,13 @@ namespace tb::conv {
 namespace {
 
 constexpr CpuConvPath kAllPaths[] = {CpuConvPath::Reference, CpuConvPath::Blas,
-                                     CpuConvPath::OneDnn, CpuConvPath::OneDnnBlocked};
+                                     CpuConvPath::OneDnn, CpuConvPath::OneDnnBlocked,
+                                     CpuConvPath::OneDnnWinograd};
 
 #ifndef TRAINBENCH_HAVE_ONEDNN
 bool is_onednn(CpuConvPath p) {
-  return p == CpuConvPath::OneDnn || p == CpuConvPath::OneDnnBlocked;
+  return p == CpuConvPath::OneDnn || p == CpuConvPath::OneDnnBlocked ||
+         p == CpuConvPath::OneDnnWinograd;
 }
 #endif
 
@@ -30,6 +32,7 @@ const char* path_name(CpuConvPath p) {
     case CpuConvPath::Blas: return "blas";
     case CpuConvPath::OneDnn: return "onednn";
     case CpuConvPath::OneDnnBlocked: return "onednn-blocked";
+    case CpuConvPath::OneDnnWinograd: return "onednn-winograd";
   }
   return "?";
 }
@@ -46,7 +49,9 @@ CpuConvSetting parse_cpu_conv_setting(const std::string& value, const std::strin
 #endif
     return {CpuConvSetting::Mode::Forced, p};
   }
-  TB_FAIL(source, ": expected auto, timed, reference, blas, onednn or onednn-blocked, got '",
+  TB_FAIL(source,
+          ": expected auto, timed, reference, blas, onednn, onednn-blocked or onednn-winograd, "
+          "got '",
           value, "'");
 }
 

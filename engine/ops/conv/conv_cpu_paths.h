@@ -7,19 +7,23 @@
 //   blas            im2col + OpenBLAS GEMM (NCHW activations and filters only)
 //   onednn          oneDNN on the caller's layout (conv_onednn.h)
 //   onednn-blocked  oneDNN on its own blocked layout, reordered in and out
+//   onednn-winograd oneDNN's Winograd F(4x4, 3x3) on its blocked layout
+//                   (3x3, stride 1, channels in 16-blocks, AVX-512 only)
 //
 // The setting, TRAINBENCH_CPU_CONV (or set_cpu_conv_path for tests), is one
 // of those names, `auto` (the default) or `timed`:
 // - auto: a fixed rule, so that a run's numbers do not depend on the
 //   machine's load (the CPU backend is deterministic for a fixed thread count,
 //   run after run): with oneDNN built and its direct kernels available (AVX2
-//   or better: onednn::has_direct_kernels), NCHW takes onednn-blocked and NHWC
-//   onednn; without, NCHW takes blas and NHWC the reference; an empty batch
-//   takes blas or the reference (oneDNN refuses empty tensors). The rule comes
-//   from bench/cpu_conv_paths.cpp's timings (docs/cpu-conv-paths.md).
+//   or better: onednn::has_direct_kernels), NCHW and blocked activations take
+//   onednn-winograd where oneDNN has Winograd kernels for the problem and
+//   onednn-blocked elsewhere, NHWC onednn; without, NCHW takes blas and NHWC
+//   the reference; an empty batch takes blas or the reference (oneDNN refuses
+//   empty tensors). The rule comes from bench/cpu_conv_paths.cpp's timings
+//   (docs/cpu-conv-paths.md).
 // - timed: the first call of each (op, shape, layouts, outputs) runs every
-//   candidate that can take it (blas where the layouts allow, both oneDNN
-//   forms where built; the reference only when nothing else can) once to warm
+//   candidate that can take it (blas where the layouts allow, the oneDNN
+//   paths where built and able; the reference only when nothing else can) once to warm
 //   up, then kTimedRuns rounds of each candidate once, into scratch outputs;
 //   it keeps the one with the smallest minimum, and every later call of that
 //   key runs it. Rounds, so that a burst of other work slows all candidates
@@ -48,7 +52,7 @@ class CpuBackend;
 
 namespace conv {
 
-enum class CpuConvPath { Reference, Blas, OneDnn, OneDnnBlocked };
+enum class CpuConvPath { Reference, Blas, OneDnn, OneDnnBlocked, OneDnnWinograd };
 const char* path_name(CpuConvPath p);
 
 struct CpuConvSetting {

@@ -188,6 +188,7 @@ struct Convolutions::State {
   std::mutex mutex;  // the maps and the area; a backend's convolutions run one at a time
   std::map<std::string, Forward> forwards;
   std::map<std::string, Backward> backwards;
+  std::map<std::string, bool> takes;  // Winograd's answers, per problem
   Arena area;
 
   struct Descs {
@@ -213,24 +214,42 @@ struct Convolutions::State {
             {g.pad, g.pad},
             {pr_h, pr_w}};
   }
-  dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d) {
+  static dnnl::algorithm algorithm(Algorithm alg) {
+    return alg == Algorithm::Winograd ? dnnl::algorithm::convolution_winograd
+                                      : dnnl::algorithm::convolution_direct;
+  }
+  dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d, Algorithm alg) {
     return dnnl::convolution_forward::primitive_desc(
-        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                        dnnl::algorithm::convolution_direct, d.x_any, d.w_any,
-                                        d.b, d.y_any, d.stride, d.pad_l, d.pad_r),
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm(alg),
+                                        d.x_any, d.w_any, d.b, d.y_any, d.stride, d.pad_l,
+                                        d.pad_r),
         attr, eng);
+  }
+  dnnl::convolution_backward_data::primitive_desc data_pd(
+      const Descs& d, Algorithm alg, const dnnl::convolution_forward::primitive_desc& hint) {
+    return dnnl::convolution_backward_data::primitive_desc(
+        dnnl::convolution_backward_data::desc(algorithm(alg), d.x_any, d.w_any, d.y_any,
+                                              d.stride, d.pad_l, d.pad_r),
+        attr, eng, hint);
+  }
+  dnnl::convolution_backward_weights::primitive_desc weights_pd(
+      const Descs& d, Algorithm alg, const dnnl::convolution_forward::primitive_desc& hint) {
+    return dnnl::convolution_backward_weights::primitive_desc(
+        dnnl::convolution_backward_weights::desc(algorithm(alg), d.x_any, d.w_any, d.b, d.y_any,
+                                                 d.stride, d.pad_l, d.pad_r),
+        attr, eng, hint);
   }
 };
 
 namespace {
 
-std::string key_of(const char* op, const ConvGeometry& g, Layouts l, Activations a, int threads,
-                   unsigned outputs) {
+std::string key_of(const char* op, const ConvGeometry& g, Layouts l, Activations a, Algorithm alg,
+                   int threads, unsigned outputs) {
   char k[200];
-  std::snprintf(k, sizeof k, "%s %lld %lld %lld %lld %lld %lld %lld %lld %d%d%d%d %d %u", op,
+  std::snprintf(k, sizeof k, "%s %lld %lld %lld %lld %lld %lld %lld %lld %d%d%d%d%d %d %u", op,
                 (long long)g.N, (long long)g.C_in, (long long)g.H, (long long)g.W,
                 (long long)g.C_out, (long long)g.KH, (long long)g.stride, (long long)g.pad,
-                int(l.act), int(l.filt), int(l.out), int(a), threads, outputs);
+                int(l.act), int(l.filt), int(l.out), int(a), int(alg), threads, outputs);
   return k;
 }
 
@@ -245,19 +264,43 @@ std::string key_of(const char* op, const ConvGeometry& g, Layouts l, Activations
 Convolutions::Convolutions() : s_(std::make_unique<State>()) {}
 Convolutions::~Convolutions() = default;
 
+bool Convolutions::takes(const ConvGeometry& g, Layouts l, Activations a, Algorithm alg) {
+  if (g.N <= 0) return false;  // oneDNN refuses empty tensors
+  if (alg == Algorithm::Direct) return true;
+  // oneDNN pads other channel counts to a block and transforms the padding
+  // too: 1 -> 32 (fmnist-cnn's first layer) ran 8x slower than direct.
+  if (g.C_in % kLayoutBlock != 0 || g.C_out % kLayoutBlock != 0) return false;
+  std::lock_guard lock(s_->mutex);
+  const std::string key = key_of("takes", g, l, a, alg, 0, 0);
+  if (auto it = s_->takes.find(key); it != s_->takes.end()) return it->second;
+  bool ok = true;
+  try {
+    for (bool bias : {false, true}) {
+      const State::Descs d = State::descs(g, l, a, bias);
+      const auto fwd = s_->forward_pd(d, alg);
+      (void)s_->data_pd(d, alg, fwd);
+      (void)s_->weights_pd(d, alg, fwd);
+    }
+  } catch (const dnnl::error&) {  // no kernels for this problem (unimplemented)
+    ok = false;
+  }
+  s_->takes.emplace(key, ok);
+  return ok;
+}
+
 const std::string& Convolutions::forward(const ConvGeometry& g, Layouts l, Activations a,
-                                         int threads, const float* x, const float* w,
-                                         const float* b, float* y) {
+                                         Algorithm alg, int threads, const float* x,
+                                         const float* w, const float* b, float* y) {
   const char* op = "conv2d_forward";
   std::lock_guard lock(s_->mutex);
   OmpThreads omp(threads);
   try {
     auto& eng = s_->eng;
-    const std::string key = key_of("fwd", g, l, a, threads, b != nullptr);
+    const std::string key = key_of("fwd", g, l, a, alg, threads, b != nullptr);
     auto it = s_->forwards.find(key);
     if (it == s_->forwards.end()) {
       const State::Descs d = State::descs(g, l, a, b != nullptr);
-      const auto pd = s_->forward_pd(d);
+      const auto pd = s_->forward_pd(d, alg);
       State::Forward f;
       Carve c;
       f.prim = dnnl::convolution_forward(pd);
@@ -288,9 +331,9 @@ const std::string& Convolutions::forward(const ConvGeometry& g, Layouts l, Activ
 }
 
 const std::string& Convolutions::backward(const ConvGeometry& g, Layouts l, Activations a,
-                                          int threads, const float* x, const float* w,
-                                          const float* dy, float* dx, float* dw, float* db,
-                                          bool accumulate) {
+                                          Algorithm alg, int threads, const float* x,
+                                          const float* w, const float* dy, float* dx, float* dw,
+                                          float* db, bool accumulate) {
   const char* op = "conv2d_backward";
   std::lock_guard lock(s_->mutex);
   OmpThreads omp(threads);
@@ -299,19 +342,16 @@ const std::string& Convolutions::backward(const ConvGeometry& g, Layouts l, Acti
     const auto& attr = s_->attr;
     const bool want_w = dw || db;
     const unsigned outputs = (dx ? 1u : 0u) | (dw ? 2u : 0u) | (db ? 4u : 0u);
-    const std::string key = key_of("bwd", g, l, a, threads, outputs);
+    const std::string key = key_of("bwd", g, l, a, alg, threads, outputs);
     auto it = s_->backwards.find(key);
     if (it == s_->backwards.end()) {
       const State::Descs d = State::descs(g, l, a, db != nullptr);
       // The forward's primitive descriptor is the backward's hint (its layouts).
-      const auto fwd = s_->forward_pd(d);
+      const auto fwd = s_->forward_pd(d, alg);
       State::Backward bw;
       std::string impl;
       if (dx) {
-        const dnnl::convolution_backward_data::primitive_desc pd(
-            dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, d.x_any,
-                                                  d.w_any, d.y_any, d.stride, d.pad_l, d.pad_r),
-            attr, eng, fwd);
+        const auto pd = s_->data_pd(d, alg, fwd);
         Carve c;
         bw.data = dnnl::convolution_backward_data(pd);
         bw.dy_data.init(eng, attr, d.y, pd.diff_dst_desc(), true, c);  // first: at the area's start
@@ -322,11 +362,7 @@ const std::string& Convolutions::backward(const ConvGeometry& g, Layouts l, Acti
         impl = std::string("data ") + pd.impl_info_str();
       }
       if (want_w) {
-        const dnnl::convolution_backward_weights::primitive_desc pd(
-            dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct,
-                                                     d.x_any, d.w_any, d.b, d.y_any, d.stride,
-                                                     d.pad_l, d.pad_r),
-            attr, eng, fwd);
+        const auto pd = s_->weights_pd(d, alg, fwd);
         Carve c;
         bw.weights = dnnl::convolution_backward_weights(pd);
         bw.dy_weights.init(eng, attr, d.y, pd.diff_dst_desc(), true, c);  // first, as dy_data

@@ -21,6 +21,14 @@
 //   runs at all.
 // The filters are always reordered into the layout oneDNN picks (small).
 //
+// Two algorithms: Direct (oneDNN's direct kernels, or its GEMM) and Winograd
+// (F(4x4, 3x3), oneDNN's jit_wino_4x3: 3x3 filters, stride 1, channel counts
+// in whole 16-blocks, AVX-512 only; about twice as fast as direct on the
+// resnet18 and fmnist-cnn 3x3 convolutions, forward, data and weights:
+// docs/cpu-conv-paths.md). Its transforms round more than a direct sum
+// (test_op_conv's onednn-winograd rows bound it); takes() says which
+// problems it has kernels for.
+//
 // Scratch: those reordered copies, the primitives' own scratchpads
 // (scratchpad_mode::user) and accumulate's parts are pieces of one area per
 // object, grown to the largest single call's need and shared by every shape
@@ -41,6 +49,7 @@
 namespace tb::conv::onednn {
 
 enum class Activations { AsGiven, Blocked };
+enum class Algorithm { Direct, Winograd };
 
 // The layouts of one problem: the input side (x, dx), the filters (w, dw) and
 // the output side (y, dy; act's unless blocked activations start here).
@@ -61,15 +70,23 @@ class Convolutions {
   Convolutions(const Convolutions&) = delete;
   Convolutions& operator=(const Convolutions&) = delete;
 
+  // Whether oneDNN has kernels of `alg` for this problem in the form `a`:
+  // forward (with and without bias), data and weights backward. Direct takes
+  // any problem with g.N > 0; Winograd needs both channel counts in whole
+  // 16-blocks (oneDNN would pad the rest and transform the padding), and then
+  // the answer is oneDNN's, asked once per problem and kept.
+  bool takes(const ConvGeometry& g, Layouts l, Activations a, Algorithm alg);
+
   // y = conv(x, w) + b; b may be null. g.N > 0. Returns oneDNN's name of the
   // implementation that ran ("jit:avx512_core", "gemm:jit", ...).
-  const std::string& forward(const ConvGeometry& g, Layouts l, Activations a, int threads,
-                             const float* x, const float* w, const float* b, float* y);
+  const std::string& forward(const ConvGeometry& g, Layouts l, Activations a, Algorithm alg,
+                             int threads, const float* x, const float* w, const float* b,
+                             float* y);
   // dx written; dw, db written or added (accumulate); each may be null. g.N > 0.
   // Returns the implementations that ran ("data gemm:jit, weights gemm:jit").
-  const std::string& backward(const ConvGeometry& g, Layouts l, Activations a, int threads,
-                              const float* x, const float* w, const float* dy, float* dx,
-                              float* dw, float* db, bool accumulate);
+  const std::string& backward(const ConvGeometry& g, Layouts l, Activations a, Algorithm alg,
+                              int threads, const float* x, const float* w, const float* dy,
+                              float* dx, float* dw, float* db, bool accumulate);
 
   // The bytes of scratch this object holds between calls: the area, the
   // largest need of one call so far.
