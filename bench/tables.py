@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The GPU tables of bench/README.md and README.md's headline table, made from
-the committed result JSONs (COMMITTED below; a missing file gives its rows
-with "not run on a GPU yet"). Each table names where it was measured (device,
+"""The GPU tables of bench/README.md, README.md's headline table and its CPU
+table, made from the committed result JSONs (COMMITTED below; a missing GPU
+file gives its rows with "not run on a GPU yet"). Each table names where it was measured (device,
 versions, date, commit: the file's "provenance" object, else what the driver
 wrote).
 
@@ -41,6 +41,16 @@ COMMITTED = {
                  "resnet18-fmnist32-15-epochs-h200-2026-11-26.json"],
     "suites": "gpu-check-summary-h200-2026-11-26.json",
     "cost_cpu": "cpu-truth-cost-fmnist-cnn-amd-25-17-2026-11-27.json",
+    # bench/cpu_vs_pytorch.py (or scripts/device-cpu-bench.sh): the newest
+    # comparison of each processor, instruction-set cap and peer. README.md's
+    # CPU table has a row per (processor, cap, peer); earlier files are listed
+    # in bench/README.md.
+    "cpu_vs": [
+        "cpu-fmnist-cnn-vs-pytorch-amd-25-17-winograd-2026-11-27.json",
+        "cpu-resnet18-cifar-vs-pytorch-amd-25-17-winograd-2026-11-27.json",
+        "cpu-fmnist-cnn-vs-pytorch-2.15-amd-25-17-winograd-2026-11-27.json",
+        "cpu-resnet18-cifar-vs-pytorch-2.15-amd-25-17-winograd-2026-11-27.json",
+    ],
 }
 
 # What a committed cost figure does not say itself, by file.
@@ -56,7 +66,7 @@ COST_NOTES = {
 COSTS_FILE = "resources/measurement/costs.json"
 
 # (file, block): the generated part of a README lies between these markers.
-BLOCKS = [("bench/README.md", "results"), ("README.md", "headline")]
+BLOCKS = [("bench/README.md", "results"), ("README.md", "headline"), ("README.md", "cpu")]
 
 
 def marker(kind, block):
@@ -191,6 +201,70 @@ def headline_table(docs):
     return "\n".join(lines)
 
 
+# issue 28's targets, against the peer at the same threads: fmnist-cnn at
+# batch 64 and 128, resnet18-cifar at batch 64.
+CPU_TARGETS = {("fmnist-cnn", 64): 1.5, ("fmnist-cnn", 128): 1.5, ("resnet18-cifar", 64): 1.0}
+
+
+def cpu_processor(doc):
+    """"AMD EPYC (family 25 model 17), AVX-512" from cpu_vs_pytorch.py's device
+    record; "AVX2 only" where both sides were capped (--max-isa avx2)."""
+    dev = doc.get("device", {})
+    name = dev.get("cpu", "?")
+    if dev.get("cpu_family"):
+        name += f" (family {dev['cpu_family']} model {dev.get('cpu_model', '?')})"
+    cap = (doc.get("max_isa") or {}).get("requested")
+    isa = ("AVX2 only (both sides capped)" if cap == "avx2"
+           else "AVX-512" if "avx512f" in dev.get("flags", []) else "AVX2" if "avx2" in dev.get("flags", [])
+           else "no AVX2")
+    return f"{name}, {isa}"
+
+
+def cpu_table(docs, base="."):
+    """README.md's CPU table: the engine against PyTorch on the CPU, a row per
+    processor, instruction-set cap and peer, each ratio from its file."""
+    rows = {}
+    for d in docs:
+        key = (cpu_processor(d), "PyTorch " + str(d.get("versions", {}).get("pytorch", "?")).split("+")[0])
+        row = rows.setdefault(key, {"cells": {}, "rss": {}, "docs": []})
+        row["docs"].append(d)
+        for r in d.get("results", []):
+            cell = (d.get("model"), r.get("batch_size"))
+            if cell in CPU_TARGETS and isinstance(r.get("speedup_vs_pytorch"), (int, float)):
+                row["cells"][cell] = r
+    head = ["| processor (2 threads) | peer | fmnist-cnn b64 | fmnist-cnn b128 | resnet18-cifar b64 "
+            "| peak RSS, Trainbench / peer | engine, date | files |", "|---|---|---|---|---|---|---|---|"]
+    lines = []
+    for (proc, peer), row in rows.items():
+        cells = []
+        for cell, target in CPU_TARGETS.items():
+            r = row["cells"].get(cell)
+            if not r:
+                cells.append("not measured")
+                continue
+            v = r["speedup_vs_pytorch"]
+            mark = f"**{v:.2f}×**" if v >= target else f"{v:.2f}× (target {target:g}×)"
+            cells.append(mark)
+        rss = []
+        for model in ("fmnist-cnn", "resnet18-cifar"):
+            rs = [r for (m, _), r in row["cells"].items() if m == model]
+            if rs:
+                mib = lambda side: [x[side].get("peak_rss_bytes", 0) / 2**20 for x in rs]  # noqa: E731
+                tb, pt = mib("trainbench"), mib("pytorch")
+                span = lambda v: f"{min(v):.0f}" if round(min(v)) == round(max(v)) else f"{min(v):.0f}–{max(v):.0f}"  # noqa: E731
+                rss.append(f"{model} {span(tb)} / {span(pt)} MiB")
+        commits = sorted({str(d.get("commit", "?"))[:7] for d in row["docs"]})
+        dates = sorted({str(d.get("date", "?"))[:10] for d in row["docs"]})
+        files = ", ".join(f"[{d.get('model')}]({os.path.relpath(d['_file'], base)})"
+                          + ("" if d.get("complete") else " (incomplete: not every repeat ran)")
+                          for d in row["docs"])
+        lines.append(f"| {proc} | {peer} | {' | '.join(cells)} | {'; '.join(rss) or '–'} | "
+                     f"{', '.join(commits)}, {', '.join(dates)} | {files} |")
+    if not lines:
+        return "No CPU comparison committed."
+    return "\n".join(head + lines)
+
+
 def ladder_table(doc, engine):
     head = ("| rung | batch | peak GPU memory (GiB) | step time (ms) | samples/s | vs baseline |\n"
             "|---|---|---|---|---|---|")
@@ -288,7 +362,7 @@ def provenance_note(doc):
     return f"\n\n{note}" if note else ""
 
 
-def render(vs, lad, truth, acc, suites, engine):
+def render(vs, lad, truth, acc, suites, engine, cpu=()):
     """Each block's text, by block name."""
     targets = targets_table(vs)
     results = (
@@ -305,7 +379,7 @@ def render(vs, lad, truth, acc, suites, engine):
           "`cleanupTestCase` not counted), `scripts/gpu-check.sh run`, one call.\n\n"
         + suites_table(suites))
     headline = where(vs, base=".") + (headline_table(vs) if vs else f"Side by side: {NOT_RUN}.")
-    return {"results": results, "headline": headline}
+    return {"results": results, "headline": headline, "cpu": cpu_table(cpu)}
 
 
 def truth_cost_figures(truth, figures):
@@ -386,9 +460,11 @@ def main():
                 print(f"tables.py: {path} does not exist: its rows say '{NOT_RUN}'", file=sys.stderr)
     vs = [d for d in map(load, a.vs or []) if d]
     acc = [d for d in map(load, a.accuracy or []) if d]
-    blocks = render(vs, load(a.ladder), load(a.truth), acc, load(a.suites), a.engine)
+    cpu = [d for d in (load(res(f)) for f in COMMITTED["cpu_vs"]) if d]
+    blocks = render(vs, load(a.ladder), load(a.truth), acc, load(a.suites), a.engine, cpu)
     if not (a.write or a.check):
-        print(blocks["results"] + "\n\n### Headline (README.md)\n\n" + blocks["headline"])
+        print(blocks["results"] + "\n\n### Headline (README.md)\n\n" + blocks["headline"]
+              + "\n\n### CPU (README.md)\n\n" + blocks["cpu"])
         return 0
     stale = []
     costs_path = os.path.join(ROOT, COSTS_FILE)
