@@ -59,8 +59,10 @@ def lscpu():
 # libdnnl), OpenBLAS's DYNAMIC_ARCH core, PyTorch's own kernels, and the
 # engine's loops (engine/core/cpu_features.h).
 MAX_ISA_ENVIRONMENT = {
+    # MKL: the BLAS of PyPI's PyTorch (Debian's links OpenBLAS).
     "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "OPENBLAS_CORETYPE": "Haswell",
-             "ATEN_CPU_CAPABILITY": "avx2", "TRAINBENCH_CPU_ISA": "avx2"},
+             "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+             "TRAINBENCH_CPU_ISA": "avx2"},
 }
 
 

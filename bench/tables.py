@@ -50,6 +50,10 @@ COMMITTED = {
         "cpu-resnet18-cifar-vs-pytorch-amd-25-17-winograd-2026-11-27.json",
         "cpu-fmnist-cnn-vs-pytorch-2.15-amd-25-17-winograd-2026-11-27.json",
         "cpu-resnet18-cifar-vs-pytorch-2.15-amd-25-17-winograd-2026-11-27.json",
+        "cpu-fmnist-cnn-vs-pytorch-amd-25-17-max-avx2-nchw-2026-11-27.json",
+        "cpu-resnet18-cifar-vs-pytorch-amd-25-17-max-avx2-nchw-2026-11-27.json",
+        "cpu-fmnist-cnn-vs-pytorch-2.15-amd-25-17-max-avx2-nchw-2026-11-27.json",
+        "cpu-resnet18-cifar-vs-pytorch-2.15-amd-25-17-max-avx2-nchw-2026-11-27.json",
     ],
 }
 
@@ -253,7 +257,9 @@ def cpu_table(docs, base="."):
                 tb, pt = mib("trainbench"), mib("pytorch")
                 span = lambda v: f"{min(v):.0f}" if round(min(v)) == round(max(v)) else f"{min(v):.0f}–{max(v):.0f}"  # noqa: E731
                 rss.append(f"{model} {span(tb)} / {span(pt)} MiB")
-        commits = sorted({str(d.get("commit", "?"))[:7] for d in row["docs"]})
+        # "+": the tree had changes not committed when it ran (cpu_vs_pytorch.py's own record).
+        commits = sorted({str(d.get("commit", "?")).split("+")[0][:7] + ("+" if "+" in str(d.get("commit")) else "")
+                          for d in row["docs"]})
         dates = sorted({str(d.get("date", "?"))[:10] for d in row["docs"]})
         files = ", ".join(f"[{d.get('model')}]({os.path.relpath(d['_file'], base)})"
                           + ("" if d.get("complete") else " (incomplete: not every repeat ran)")
