@@ -10,6 +10,8 @@
 //
 //   trainbench-cpu-conv-paths --batch 64 --threads 2 --rounds 30
 //   trainbench-cpu-conv-paths --shape 64,64,32,32,64,3,1,1   (N,Cin,H,W,Cout,k,stride,pad)
+//   trainbench-cpu-conv-paths --shape 64,3,32,32,64,3,1,1,0  (a 9th field 0: no dx, as a
+//                                                             model's first layer)
 //   trainbench-cpu-conv-paths --layout nhwc   (activations and filters channels-last,
 //                                              as the channels_last trick stores them)
 #include <algorithm>
@@ -74,12 +76,15 @@ int main(int argc, char** argv) {
     }
     else if (a == "--shape") {
       Shape4 s{};
-      if (std::sscanf(v.c_str(), "%ld,%ld,%ld,%ld,%ld,%ld,%ld,%ld", &s.N, &s.C_in, &s.H, &s.W,
-                      &s.C_out, &s.k, &s.stride, &s.pad) != 8) {
-        std::fprintf(stderr, "--shape: expected N,Cin,H,W,Cout,k,stride,pad, got '%s'\n", v.c_str());
+      long dx = 1;
+      const int got = std::sscanf(v.c_str(), "%ld,%ld,%ld,%ld,%ld,%ld,%ld,%ld,%ld", &s.N, &s.C_in,
+                                  &s.H, &s.W, &s.C_out, &s.k, &s.stride, &s.pad, &dx);
+      if ((got != 8 && got != 9) || (dx != 0 && dx != 1)) {
+        std::fprintf(stderr, "--shape: expected N,Cin,H,W,Cout,k,stride,pad[,dx 0 or 1], got '%s'\n",
+                     v.c_str());
         return 2;
       }
-      s.dx = true;
+      s.dx = dx == 1;
       shapes.push_back(s);
     } else {
       std::fprintf(stderr, "unknown option %s (--batch, --threads, --rounds, --shape, --layout)\n", a.c_str());

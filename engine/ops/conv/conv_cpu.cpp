@@ -644,7 +644,7 @@ class CpuKernels final : public Kernels {
                           " cannot take this shape: reference");
         return CpuConvPath::Reference;
       case CpuConvSetting::Mode::Rule: {
-        const CpuConvPath p = by_rule(g, l);
+        const CpuConvPath p = by_rule(g, l, std::string_view(op) == "backward");
         choices_.note(key, shape(), p, "rule");
         return p;
       }
@@ -664,7 +664,7 @@ class CpuKernels final : public Kernels {
   }
 
   // auto's rule (conv_cpu_paths.h).
-  CpuConvPath by_rule(const ConvGeometry& g, ConvLayouts l) {
+  CpuConvPath by_rule(const ConvGeometry& g, ConvLayouts l, bool backward) {
     // Winograd where oneDNN has its kernels (about twice as fast as direct:
     // docs/cpu-conv-paths.md), on its blocked layout like onednn-blocked.
     const auto blocked = [&] {
@@ -675,6 +675,11 @@ class CpuKernels final : public Kernels {
     if (kHaveOneDnn && g.N > 0 && (l.act == Layout::NCHW16C || l.out == Layout::NCHW16C))
       return blocked();
     const bool nchw = can_take(CpuConvPath::Blas, g, l);
+    // A model's first layer on NCHW activations (1 or 3 image channels):
+    // oneDNN reorders y or dy into its blocks around kernels made for many
+    // channels, where blas's im2col is only a few channels wide.
+    if (nchw && g.C_in < (backward ? kBlasBackwardChannels : kBlasForwardChannels))
+      return CpuConvPath::Blas;
     if (onednn_direct_ && g.N > 0) return nchw ? blocked() : CpuConvPath::OneDnn;
     return nchw ? CpuConvPath::Blas : CpuConvPath::Reference;
   }

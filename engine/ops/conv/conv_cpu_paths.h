@@ -17,7 +17,9 @@
 //   run after run): with oneDNN built and its direct kernels available (AVX2
 //   or better: onednn::has_direct_kernels), NCHW and blocked activations take
 //   onednn-winograd where oneDNN has Winograd kernels for the problem and
-//   onednn-blocked elsewhere, NHWC onednn; without, NCHW takes blas and NHWC
+//   onednn-blocked elsewhere, NHWC onednn, except that a model's first
+//   layer between NCHW tensors takes blas (kBlasForwardChannels,
+//   kBlasBackwardChannels); without, NCHW takes blas and NHWC
 //   the reference; an empty batch takes blas or the reference (oneDNN refuses
 //   empty tensors). The rule comes from bench/cpu_conv_paths.cpp's timings
 //   (docs/cpu-conv-paths.md).
@@ -59,6 +61,15 @@ struct CpuConvSetting {
   enum class Mode { Rule, Timed, Forced } mode = Mode::Rule;
   CpuConvPath path = CpuConvPath::Reference;  // Forced's
 };
+
+// auto takes blas for a model's first layer between NCHW tensors: forward
+// below kBlasForwardChannels input channels, backward below
+// kBlasBackwardChannels (one: grayscale). There oneDNN's kernels, made for
+// channel blocks, and the reorders into them took longer than blas's im2col
+// and GEMM; the backward of 3 channels was faster on oneDNN's
+// (docs/cpu-conv-paths.md, "Few input channels"). 8: an AVX2 channel block.
+inline constexpr int64_t kBlasForwardChannels = 8;
+inline constexpr int64_t kBlasBackwardChannels = 2;
 
 // Throws tb::Error naming `source` and the value for an unknown name, or a
 // oneDNN path in a build without oneDNN.

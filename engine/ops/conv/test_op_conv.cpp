@@ -1063,21 +1063,60 @@ class TestOpConv : public QObject {
       QVERIFY(!probe.takes(g, {}, conv::onednn::Activations::Blocked,
                            conv::onednn::Algorithm::Winograd));
       QCOMPARE(QString::fromStdString(path_of(g)["path"].get<std::string>()),
-               QString("onednn-blocked"));
+               QString(g.C_in < conv::kBlasForwardChannels ? "blas" : "onednn-blocked"));
     }
 #else
     QSKIP("this build has no oneDNN");
 #endif
   }
 
+  // A model's first layer between NCHW tensors takes blas by rule: forward
+  // below kBlasForwardChannels input channels, backward below
+  // kBlasBackwardChannels (else oneDNN's where it has direct kernels); where
+  // it writes blocked activations oneDNN's kernels take it (blas cannot).
+  void cpu_conv_auto_takes_blas_for_a_first_layer() {
+    for (const int64_t c_in : {int64_t(1), int64_t(3), conv::kBlasForwardChannels - 1,
+                               conv::kBlasForwardChannels}) {
+      CpuBackend be(BackendOptions{.threads = 2});
+      const auto g = ConvGeometry::make(4, c_in, 12, 12, 16, 3, 1, 1);
+      const auto [x, w, b, dy] = random_operands(g, 9);
+      Tensor y = like(dy, Layout::NCHW), dw = like(w, Layout::NCHW), none;
+      Tensor db = Tensor::empty({g.C_out}, DType::F32);
+      conv::forward(be, g, x, w, b, y);
+      conv::backward(be, g, x, w, dy, none, dw, db, false);  // a first layer: no dx
+      bool onednn = false;
+#ifdef TRAINBENCH_HAVE_ONEDNN
+      onednn = conv::onednn::has_direct_kernels();
+#endif
+      const nlohmann::json rec = be.describe()["kernel_paths"]["convolution"];
+      const std::string fwd = detail::concat("forward N4 ", c_in, "x12x12 -> 16 k3 s1 p1 NCHW/KCRS bias");
+      const std::string bwd = detail::concat("backward N4 ", c_in, "x12x12 -> 16 k3 s1 p1 NCHW/KCRS (dw db)");
+      QVERIFY2(rec.contains(fwd) && rec.contains(bwd), rec.dump().c_str());
+      const auto want = [&](bool blas) { return blas || !onednn ? "blas" : "onednn-blocked"; };
+      QCOMPARE(rec[fwd]["path"].get<std::string>(), std::string(want(c_in < conv::kBlasForwardChannels)));
+      QCOMPARE(rec[bwd]["path"].get<std::string>(), std::string(want(c_in < conv::kBlasBackwardChannels)));
+      QCOMPARE(rec[fwd]["chosen_by"].get<std::string>(), std::string("rule"));
+      QCOMPARE(rec[bwd]["chosen_by"].get<std::string>(), std::string("rule"));
+      if (!onednn) continue;
+      Tensor yb = like(dy, Layout::NCHW16C);
+      conv::forward(be, g, x, w, b, yb);
+      const nlohmann::json rb = be.describe()["kernel_paths"]["convolution"];
+      const std::string key = detail::concat("forward N4 ", c_in, "x12x12 -> 16 k3 s1 p1 NCHW/KCRS -> nChw16c bias");
+      QVERIFY2(rb.contains(key), rb.dump().c_str());
+      QCOMPARE(rb[key]["path"].get<std::string>(), std::string("onednn-blocked"));
+    }
+  }
+
   void cpu_conv_path_choice_recorded() {
     CpuBackend be(BackendOptions{.threads = 2});
-    const auto g = ConvGeometry::make(4, 3, 10, 10, 8, 3, 1, 1);
+    // 8 input channels: oneDNN's by rule where it has direct kernels (fewer
+    // take blas: cpu_conv_auto_takes_blas_for_a_first_layer).
+    const auto g = ConvGeometry::make(4, conv::kBlasForwardChannels, 10, 10, 8, 3, 1, 1);
     const auto [x, w, b, dy] = random_operands(g, 5);
     Tensor y = like(dy, Layout::NCHW), dx = like(x, Layout::NCHW), dw = like(w, Layout::NCHW);
     Tensor db = Tensor::empty({g.C_out}, DType::F32);
-    const std::string fwd = "forward N4 3x10x10 -> 8 k3 s1 p1 NCHW/KCRS bias";
-    const std::string bwd = "backward N4 3x10x10 -> 8 k3 s1 p1 NCHW/KCRS (dx dw db)";
+    const std::string fwd = "forward N4 8x10x10 -> 8 k3 s1 p1 NCHW/KCRS bias";
+    const std::string bwd = "backward N4 8x10x10 -> 8 k3 s1 p1 NCHW/KCRS (dx dw db)";
     auto record = [&] { return be.describe()["kernel_paths"]["convolution"]; };
     auto str = [](const nlohmann::json& j) { return QString::fromStdString(j.get<std::string>()); };
 
@@ -1131,7 +1170,7 @@ class TestOpConv : public QObject {
     QCOMPARE(int(rec.size()), 2);
     QCOMPARE(str(rec[fwd]["path"]), QString("blas"));
     QCOMPARE(str(rec[fwd]["chosen_by"]), QString("setting"));
-    const nlohmann::json& nhwc = rec["forward N4 3x10x10 -> 8 k3 s1 p1 NHWC/KRSC bias"];
+    const nlohmann::json& nhwc = rec["forward N4 8x10x10 -> 8 k3 s1 p1 NHWC/KRSC bias"];
     QCOMPARE(str(nhwc["path"]), QString("reference"));
     QCOMPARE(str(nhwc["chosen_by"]), QString("setting blas cannot take this shape: reference"));
 
