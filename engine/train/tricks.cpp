@@ -109,17 +109,18 @@ std::string cuda_graphs_blocker(const RunConfig& c) {
 
 namespace {
 
-// cpu_layout (config.cpp) -> the plan's activation layout, after channels_last.
-// Blocked needs f32 activations (the blocked paths are f32; amp on the CPU is a
-// test hook), NCHW otherwise and a host run; auto also needs oneDNN on
-// 16-channel blocks, the only case where it saves every reorder.
+// cpu_layout (config.cpp) -> the plan's activation layout, after channels_last
+// and amp. Blocked needs f32 activations (the blocked paths are f32; amp on the
+// CPU is applied only by a test hook: asked for and not applied, the
+// activations are f32), NCHW otherwise and a host run; auto also needs oneDNN
+// on 16-channel blocks, the only case where it saves every reorder.
 void resolve_cpu_layout(const RunConfig& c, RunPlan& p) {
   p.activation_layout = p.layout;
   if (!p.on_host || c.cpu_layout == "nchw") return;
   const bool asked = c.cpu_layout == "blocked";
   std::string blocker;
   if (p.layout != Layout::NCHW) blocker = "channels_last keeps NHWC";
-  else if (c.amp != "off") blocker = "amp's activations are not f32";
+  else if (p.precision.enabled()) blocker = "amp's activations are not f32";
   else if (!cpu_has_onednn()) blocker = "this build has no oneDNN (its convolutions read it)";
   else if (!asked && !onednn_blocks_of_16()) blocker = "oneDNN has no AVX-512 kernels here";
   if (blocker.empty()) {
@@ -153,12 +154,12 @@ RunPlan resolve_tricks(const RunConfig& c, const BackendCapabilities& caps, cons
   p.gpu_augment = on("gpu_augment", c.gpu_augment);
   p.uint8_upload = on("h2d_uint8", c.h2d_uint8) || p.gpu_augment;
   p.layout = on("channels_last", c.channels_last) ? Layout::NHWC : Layout::NCHW;
+  const PrecisionPolicy amp = PrecisionPolicy::from_config(c.amp, c.amp_activations);
+  if (p.applied("amp") || ctx.amp_on_cpu_for_test) p.precision = amp;
   resolve_cpu_layout(c, p);
   p.pad_channels_to = p.applied("pad_channels_to") ? c.pad_channels_to : 0;
   p.fuse_pointwise = on("fuse_pointwise", c.fuse_pointwise);
   p.device_side_init = on("device_side_init", c.device_side_init);
-  const PrecisionPolicy amp = PrecisionPolicy::from_config(c.amp, c.amp_activations);
-  if (p.applied("amp") || ctx.amp_on_cpu_for_test) p.precision = amp;
   p.cuda_graphs = on("cuda_graphs", c.cuda_graphs);
   p.ddp = c.parallel == "ddp" && p.applied("parallel");
   p.bucket_elements = p.ddp ? static_cast<int64_t>(c.bucket_mb * 1024 * 1024 / 4) : 0;

@@ -214,9 +214,24 @@ class TestChannelsLast : public QObject {
     close(la, lb, 1e-4, "logits");
     if (reference) QCOMPARE(loss_b, loss_a);
     else QVERIFY2(std::abs(loss_b - loss_a) < 1e-4 * std::abs(loss_a), qPrintable(QString::number(loss_b - loss_a)));
+    // A conv bias before batch norm has an exact gradient of 0 (the cuda slot
+    // below says why): the fast paths leave rounding noise there, and the two
+    // layouts' noise differs (the NCHW model's first layer runs on blas, the
+    // blocked one's on oneDNN, which alone writes nChw16c), so on the fast
+    // backend both must be noise against the block's largest gradient.
+    double block_max = 0.0;
+    for (const auto& p : a->params()) block_max = std::max(block_max, max_abs(p.grad));
     double grad_norm = 0.0;
     for (size_t i = 0; i < a->params().size(); ++i) {
-      close(a->params()[i].grad, b->params()[i].grad, 1e-3, "grad " + a->params()[i].name);
+      const std::string& name = a->params()[i].name;
+      if (!reference && conv_bias_before_batchnorm(name)) {
+        const double ea = max_abs(a->params()[i].grad), eb = max_abs(b->params()[i].grad);
+        QVERIFY2(std::max(ea, eb) <= 1e-3 * block_max,
+                 qPrintable(QString("grad %1 is not rounding noise: NCHW %2, blocked %3, block max %4")
+                                .arg(QString::fromStdString(name)).arg(ea).arg(eb).arg(block_max)));
+        continue;
+      }
+      close(a->params()[i].grad, b->params()[i].grad, 1e-3, "grad " + name);
       grad_norm += optimizer::sum_squares(be, a->params()[i].grad);
     }
     QVERIFY(grad_norm > 0.0);

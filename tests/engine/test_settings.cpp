@@ -226,6 +226,28 @@ class TestSettings : public QObject {
     QVERIFY(a.gpu_augment && a.uint8_upload);
   }
 
+  // cpu_layout blocked needs f32 activations: amp asked for on the CPU and
+  // not applied (the CPU has no amp) leaves them f32, so they are blocked as
+  // with amp off; the test hook that applies it keeps them NCHW, saying why.
+  void cpuLayoutFollowsTheAppliedPrecision() {
+    if (!cpu_has_onednn()) QSKIP("this build has no oneDNN: blocked falls back to NCHW");
+    const auto plan = [](const json& settings, bool hook) {
+      return resolve_tricks(RunConfig::from_json(validate_config(settings, "test")),
+                            CpuBackend().capabilities(), Device::cpu(),
+                            {.amp_on_cpu_for_test = hook});
+    };
+    const RunPlan off = plan({{"cpu_layout", "blocked"}}, false);
+    QCOMPARE(layout_name(off.activation_layout), "nChw16c");
+    const RunPlan asked = plan({{"cpu_layout", "blocked"}, {"amp", "fp16"}}, false);
+    QVERIFY(!asked.applied("amp") && !asked.precision.enabled());
+    QCOMPARE(layout_name(asked.activation_layout), "nChw16c");
+    const RunPlan hook = plan({{"cpu_layout", "blocked"}, {"amp", "fp16"}}, true);
+    QVERIFY(hook.precision.enabled());
+    QCOMPARE(layout_name(hook.activation_layout), "NCHW");
+    QVERIFY2(hook.activation_layout_reason.find("amp") != std::string::npos,
+             hook.activation_layout_reason.c_str());
+  }
+
   void optimizerAndScheduleComeFromTheRunConfig() {
     const RunConfig c = RunConfig::from_json(validate_config(
         {{"optimizer", "lamb"}, {"lr", 0.4}, {"momentum", 0.8}, {"nesterov", true},
