@@ -2,13 +2,18 @@
 #include "engine/core/cpu_threads.h"
 
 #include <sched.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "engine/core/error.h"
 
@@ -150,12 +155,40 @@ int threads_for_local_rank(int threads, int local_ranks, int machine_cpus) {
   return std::clamp(machine_cpus / local_ranks, 1, threads);
 }
 
+namespace {
+
+// With OMP_PROC_BIND set, libgomp binds the initial thread to its first place
+// when it loads, before main: this thread's mask is then one place's, and the
+// CPUs the process was given are those of all OpenMP's places (made from the
+// mask it started with). 0 when OpenMP does not bind.
+int cpus_of_openmp_places() {
+#ifdef _OPENMP
+  if (omp_get_proc_bind() == omp_proc_bind_false) return 0;
+  std::set<int> cpus;
+  for (int p = 0; p < omp_get_num_places(); ++p) {
+    std::vector<int> ids(static_cast<size_t>(std::max(0, omp_get_place_num_procs(p))));
+    if (!ids.empty()) omp_get_place_proc_ids(p, ids.data());
+    cpus.insert(ids.begin(), ids.end());
+  }
+  return static_cast<int>(cpus.size());
+#else
+  return 0;
+#endif
+}
+
+}  // namespace
+
 CpuThreadCount default_cpu_threads(int local_ranks) {
   CpuThreadCount c;
   cpu_set_t mask;
   if (sched_getaffinity(0, sizeof mask, &mask) == 0) {
     c.threads = std::max(1, CPU_COUNT(&mask));
     c.source = "affinity mask (" + std::to_string(c.threads) + " CPUs)";
+    if (const int placed = cpus_of_openmp_places(); placed > c.threads) {
+      c.source = "OpenMP places (" + std::to_string(placed) + " CPUs; OMP_PROC_BIND bound this thread to " +
+                 std::to_string(c.threads) + ")";
+      c.threads = placed;
+    }
   } else {  // no mask to read: the machine's CPUs
     c.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     c.source = "the machine's CPUs (" + std::to_string(c.threads) + ")";

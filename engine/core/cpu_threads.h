@@ -9,7 +9,9 @@
 //
 // The count is the smallest of
 //   - the process's affinity mask (taskset, numactl, a container's cpuset,
-//     mpirun's binding);
+//     mpirun's binding); with OMP_PROC_BIND set, the CPUs of OpenMP's places
+//     (libgomp binds this thread to one place before main, so its own mask
+//     would say one CPU, and a run would use one thread of many);
 //   - its CPU quota, rounded up (docker --cpus, systemd's CPUQuota): cgroup
 //     v2's cpu.max of its group and the groups above, or on a cgroup v1 host
 //     (older Docker hosts) the cpu controller's cpu.cfs_quota_us over

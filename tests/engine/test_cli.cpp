@@ -169,6 +169,31 @@ class TestCli : public QObject {
     QVERIFY2(source.rfind("OMP_NUM_THREADS (1 of ", 0) == 0 || source.find("(1 CPUs)") != std::string::npos,
              source.c_str());
 
+    // OMP_PROC_BIND (as PyTorch's CPU tuning guides advise) binds the first
+    // thread to one place before the engine starts: the count stays the
+    // CPUs the process was given, not that one place's.
+    QProcessEnvironment plain = QProcessEnvironment::systemEnvironment();
+    for (const char* k : {"OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES"}) plain.remove(k);
+    QProcessEnvironment bound = plain;
+    bound.insert("OMP_PROC_BIND", "close");
+    bound.insert("OMP_PLACES", "cores");
+    const QString db2 = dir.filePath("bind.db");
+    QVERIFY2((r = engine({"run", "--db", db2, "--device", "cpu", "--train-limit", "128", "--test-limit",
+                          "64", "--steps", "1", "--quiet"}, 300000, plain)).code == 0, qPrintable(r.err));
+    QVERIFY2((r = engine({"run", "--db", db2, "--device", "cpu", "--train-limit", "128", "--test-limit",
+                          "64", "--steps", "1", "--quiet"}, 300000, bound)).code == 0, qPrintable(r.err));
+    {
+      tb::RunStore s2(db2.toStdString(), tb::RunStore::Mode::ReadOnly);
+      const auto both = s2.list_runs();
+      QCOMPARE(both.size(), size_t(2));
+      const json free_env = s2.get_run(both[0].id)->environment;
+      const json bound_env = s2.get_run(both[1].id)->environment;
+      QCOMPARE(bound_env["threads"].get<int>(), free_env["threads"].get<int>());
+      const std::string why = bound_env["threads_source"].get<std::string>();
+      if (free_env["threads"].get<int>() > 1)
+        QVERIFY2(why.rfind("OpenMP places (", 0) == 0 || why.rfind("cgroup", 0) == 0, why.c_str());
+    }
+
     env.insert("OMP_NUM_THREADS", "many");
     r = engine({"run", "--db", dir.filePath("bad.db"), "--device", "cpu", "--steps", "1", "--quiet"},
                300000, env);
