@@ -24,7 +24,9 @@
 #include <QSplitter>
 #include <QTabWidget>
 #include <QTextDocument>
+#include <QHeaderView>
 #include <QTimer>
+#include <QTreeView>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
@@ -33,6 +35,7 @@
 #include "engine/advise/advisor.h"
 #include "engine_owner.h"
 #include "live_plot.h"
+#include "run_environment_model.h"
 #include "palette_colors.h"
 #include "run_config.h"
 #include "store_follower.h"
@@ -169,6 +172,20 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   log_->setReadOnly(true);
   log_->setMaximumBlockCount(5000);
   bottom->addTab(log_, tr("Engine log"));
+  environment_ = new RunEnvironmentModel(this);
+  auto* environmentView = new QTreeView(bottom);
+  environmentView->setObjectName(QStringLiteral("environmentView"));
+  environmentView->setModel(environment_);
+  environmentView->setUniformRowHeights(true);
+  environmentView->setAlternatingRowColors(true);
+  environmentView->header()->setSectionResizeMode(0, QHeaderView::ResizeToContents);
+  const int environmentTab = bottom->addTab(environmentView, tr("Environment"));
+  bottom->setTabToolTip(environmentTab,
+                        tr("Where and how this run ran, as the engine recorded it: the device, the "
+                           "instruction set of its CPU loops, its threads and what decided them, the "
+                           "activation layout and why, library versions, and the kernels each "
+                           "convolution shape ran. Two runs can differ here with the same settings: "
+                           "compare this before their speed."));
   splitter->addWidget(bottom);
   splitter->setStretchFactor(0, 5);
   splitter->setStretchFactor(1, 1);
@@ -566,6 +583,7 @@ void RunDashboard::setRun(const RunSummary& run) {
     emit runNamed(run.name);
   }
   setTricks(run.tricks);
+  environment_->setEnvironment(run.environment);
   const qint64 total = run.summary.value(QLatin1String("total_steps")).toInteger();
   if (total > 0) totalSteps_ = total;
   if (run.isTerminal()) {

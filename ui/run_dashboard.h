@@ -10,6 +10,8 @@
 #include "run_summary.h"
 #include "series_data.h"
 
+class RunEnvironmentModel;
+
 class LivePlot;
 class QComboBox;
 class QCheckBox;
@@ -94,6 +96,7 @@ class RunDashboard : public QWidget {
   int refreshInterval() const;  // the current one
   // The tabs under the plots (tricks applied, engine log); the window adds the advisor there.
   QTabWidget* bottomTabs() const { return bottom_; }
+  const RunEnvironmentModel* environmentModel() const { return environment_; }
   // Every plot as PNG, SVG and PDF into folder, named after the run (and its
   // id), so exports of several runs into one folder never overwrite each
   // other; returns the number of files.
@@ -150,6 +153,7 @@ class RunDashboard : public QWidget {
   QList<QLabel*> resultLabels_;
   QPushButton* stopButton_ = nullptr;
   QLabel* tricks_ = nullptr;
+  RunEnvironmentModel* environment_ = nullptr;  // the Environment tab's rows
   QPlainTextEdit* log_ = nullptr;
   QComboBox* xAxisBox_ = nullptr;
   QSlider* smoothing_ = nullptr;

@@ -6,6 +6,7 @@
 #include <QDir>
 #include <QFileInfo>
 #include <QSplitter>
+#include <QTreeView>
 #include <QTabWidget>
 #include <QTimer>
 
@@ -50,12 +51,13 @@ int main(int argc, char** argv) {
   QCommandLineOption openRun(QStringLiteral("open-run"), QStringLiteral("Open the dashboard of a saved run."), QStringLiteral("ID"));
   QCommandLineOption advisor(QStringLiteral("advisor"), QStringLiteral("With --open-run: show the run's Advisor tab, enlarged."));
   QCommandLineOption layers(QStringLiteral("layers"), QStringLiteral("With --open-run: show the run's Layers tab, enlarged."));
+  QCommandLineOption environment(QStringLiteral("environment"), QStringLiteral("With --open-run: show the run's Environment tab, enlarged and unfolded."));
   QCommandLineOption compare(QStringLiteral("compare"), QStringLiteral("Compare saved runs (comma-separated ids)."), QStringLiteral("IDS"));
   QCommandLineOption compareLayers(QStringLiteral("compare-layers"), QStringLiteral("With --compare: show the first two runs' layers side by side, enlarged."));
   QCommandLineOption screenshot(QStringLiteral("screenshot"), QStringLiteral("Save a picture of the window and quit."), QStringLiteral("FILE"));
   QCommandLineOption delay(QStringLiteral("screenshot-delay"), QStringLiteral("Milliseconds to wait before the screenshot."), QStringLiteral("MS"), QStringLiteral("3000"));
   QCommandLineOption size(QStringLiteral("size"), QStringLiteral("Window size WxH."), QStringLiteral("WxH"));
-  for (const auto& o : {db, engine, config, preset, learn, run, page, openRun, advisor, layers, compare, compareLayers, screenshot, delay, size}) parser.addOption(o);
+  for (const auto& o : {db, engine, config, preset, learn, run, page, openRun, advisor, layers, environment, compare, compareLayers, screenshot, delay, size}) parser.addOption(o);
 
   // --help and --version are answered without a display (QApplication aborts
   // where none is set): a QCoreApplication prints them. Arguments this parse
@@ -111,6 +113,13 @@ int main(int argc, char** argv) {
   if (parser.isSet(advisor)) showBottomTab(QObject::tr("Advisor"), {400, 500});
   // The table and the roofline side by side want the height.
   if (parser.isSet(layers)) showBottomTab(QObject::tr("Layers"), {150, 650});
+  if (parser.isSet(environment)) {
+    showBottomTab(QObject::tr("Environment"), {250, 550});
+    // The rows come when the run's record is read (off the GUI thread).
+    if (auto* d = qobject_cast<RunDashboard*>(window.dashboards()->currentWidget()))
+      if (auto* view = d->findChild<QTreeView*>(QStringLiteral("environmentView")))
+        QObject::connect(view->model(), &QAbstractItemModel::rowsInserted, view, [view] { view->expandAll(); });
+  }
   if (parser.isSet(compare)) {
     QList<qint64> ids;
     for (const QString& id : parser.value(compare).split(QLatin1Char(','), Qt::SkipEmptyParts)) ids << id.toLongLong();

@@ -6,6 +6,7 @@
 // never a raw key or "Applied: true" for a setting left at the baseline; an
 // unnamed or failed run is described in words.
 #include <QFrame>
+#include <QJsonArray>
 #include <QLabel>
 #include <QScrollArea>
 #include <QStandardPaths>
@@ -14,6 +15,7 @@
 #include <QtTest>
 
 #include "run_dashboard.h"
+#include "run_environment_model.h"
 #include "trick_catalog.h"
 
 namespace {
@@ -145,6 +147,53 @@ class TestRunDashboard : public QObject {
     RunDashboard d;
     d.refreshNow();
     QVERIFY(d.refreshInterval() >= 250);
+  }
+
+  // The run's environment is one tab: a key per row, an object's keys as
+  // child rows (the kernel path of each convolution shape), a list of plain
+  // values on one line; a followed run set again keeps its rows.
+  void environmentTabShowsTheRecord() {
+    RunDashboard d;
+    RunSummary run;
+    run.id = 7;
+    run.name = QStringLiteral("fmnist-cnn b64");
+    run.status = QStringLiteral("finished");
+    run.environment = QJsonObject{
+        {"threads", 2},
+        {"threads_source", "affinity mask (2 CPUs)"},
+        {"cpu_isa", "avx2"},
+        {"cpu_flags", QJsonArray{"avx2", "fma"}},
+        {"kernel_paths", QJsonObject{{"convolution", QJsonObject{
+            {"forward N64 1x28x28 -> 32 k3 s1 p1 NCHW/KCRS bias", QJsonObject{{"path", "blas"}, {"chosen_by", "rule"}}}}}}}};
+    d.setRun(run);
+    int tab = -1;
+    for (int i = 0; i < d.bottomTabs()->count(); ++i)
+      if (d.bottomTabs()->tabText(i) == QLatin1String("Environment")) tab = i;
+    QVERIFY(tab >= 0);
+    QVERIFY(!d.bottomTabs()->tabToolTip(tab).isEmpty());
+    const QStandardItemModel* m = d.environmentModel();
+    QCOMPARE(m->rowCount(), 5);
+    auto row = [m](const QModelIndex& parent, const QString& key) {
+      for (int r = 0; r < m->rowCount(parent); ++r)
+        if (m->index(r, 0, parent).data().toString() == key) return m->index(r, 0, parent);
+      return QModelIndex();
+    };
+    auto value = [m](const QModelIndex& key) { return m->index(key.row(), 1, key.parent()).data().toString(); };
+    QCOMPARE(value(row({}, "threads")), QString("2"));
+    QCOMPARE(value(row({}, "threads_source")), QString("affinity mask (2 CPUs)"));
+    QCOMPARE(value(row({}, "cpu_flags")), QString("avx2, fma"));
+    const QModelIndex conv = row(row({}, "kernel_paths"), "convolution");
+    QVERIFY(conv.isValid());
+    const QModelIndex shape = row(conv, "forward N64 1x28x28 -> 32 k3 s1 p1 NCHW/KCRS bias");
+    QVERIFY(shape.isValid());
+    QCOMPARE(value(row(shape, "path")), QString("blas"));
+    // Set again (a followed run's poll): the same items, not rebuilt.
+    const QStandardItem* before = m->item(0);
+    d.setRun(run);
+    QCOMPARE(m->item(0), before);
+    run.environment.insert("activation_layout", "NCHW");
+    d.setRun(run);
+    QCOMPARE(m->rowCount(), 6);
   }
 
   void unnamedFailedRunIsDescribedInWords() {
