@@ -237,17 +237,18 @@ void CompareView::setRuns(const QString& databasePath, const QList<RunSummary>& 
   series_.clear();
   runs_ = runs;
   QStringList names;
-  QList<QJsonObject> configs;
+  QList<QJsonObject> configs, environments;
   {
     const QSignalBlocker block(baseline_);
     baseline_->clear();
     for (const RunSummary& r : runs) {
       names << QStringLiteral("%1 (#%2)").arg(r.name).arg(r.id);
       configs << r.config;
+      environments << r.environmentFacts();
       baseline_->addItem(QStringLiteral("%1 (#%2)").arg(r.name).arg(r.id), r.id);
     }
   }
-  diff_->setRuns(names, configs);
+  diff_->setRuns(names, configs, environments);
   hidden_.clear();
   metricsChosen_ = false;
   metrics_.clear();
@@ -290,10 +291,12 @@ QList<QList<RunSummary>> CompareView::repeatGroups(const QList<RunSummary>& runs
   QList<QList<RunSummary>> groups;
   QStringList keys;
   for (const RunSummary& r : runs) {
+    // Repeats: the same settings (but for name and seed), run in the same place.
     QJsonObject config = r.config;
     config.remove(QStringLiteral("name"));
     config.remove(QStringLiteral("seed"));
-    const QString key = QString::fromUtf8(QJsonDocument(config).toJson(QJsonDocument::Compact));
+    const QString key = QString::fromUtf8(QJsonDocument(config).toJson(QJsonDocument::Compact)) +
+                        QString::fromUtf8(QJsonDocument(r.environmentFacts()).toJson(QJsonDocument::Compact));
     const int i = int(keys.indexOf(key));
     if (i < 0 || config.isEmpty()) {
       keys << key;
@@ -498,7 +501,7 @@ bool CompareView::exportReport(const QString& path, QString* error) {
                .arg(tr("Trainbench comparison"));
     text += QStringLiteral("<h1>%1</h1>\n<p>%2</p>\n").arg(tr("Trainbench comparison"), stamp);
     text += QStringLiteral("<h2>%1</h2>\n").arg(tr("Summary")) + TableExport::toHtml(summary_);
-    text += QStringLiteral("<h2>%1</h2>\n").arg(tr("Configuration keys that differ")) + TableExport::toHtml(diff_);
+    text += QStringLiteral("<h2>%1</h2>\n").arg(tr("Configuration and environment keys that differ")) + TableExport::toHtml(diff_);
     if (layers_->model()->rowCount() > 0)
       text += QStringLiteral("<h2>%1</h2>\n<p>%2</p>\n").arg(tr("Layers, A against B"), layers_->headerText().toHtmlEscaped()) +
               TableExport::toHtml(layers_->model());
@@ -517,7 +520,7 @@ bool CompareView::exportReport(const QString& path, QString* error) {
   } else {
     text = QStringLiteral("# %1\n\n%2\n\n").arg(tr("Trainbench comparison"), stamp);
     text += QStringLiteral("## %1\n\n").arg(tr("Summary")) + TableExport::toMarkdown(summary_);
-    text += QStringLiteral("\n## %1\n\n").arg(tr("Configuration keys that differ")) + TableExport::toMarkdown(diff_);
+    text += QStringLiteral("\n## %1\n\n").arg(tr("Configuration and environment keys that differ")) + TableExport::toMarkdown(diff_);
     if (layers_->model()->rowCount() > 0)
       text += QStringLiteral("\n## %1\n\n%2\n\n").arg(tr("Layers, A against B"), layers_->headerText()) +
               TableExport::toMarkdown(layers_->model());

@@ -6,14 +6,20 @@
 #include <QFont>
 #include <QSet>
 
+#include <algorithm>
+
 #include "run_config.h"
 #include "trick_catalog.h"
 
 ConfigDiffModel::ConfigDiffModel(QObject* parent) : QAbstractTableModel(parent) {}
 
-void ConfigDiffModel::setRuns(const QStringList& names, const QList<QJsonObject>& configs) {
+void ConfigDiffModel::setRuns(const QStringList& names, const QList<QJsonObject>& configs,
+                              const QList<QJsonObject>& environments) {
   names_ = names;
   configs_ = configs;
+  for (int i = 0; i < configs_.size() && i < environments.size(); ++i)
+    for (auto it = environments[i].begin(); it != environments[i].end(); ++it)
+      configs_[i].insert(QLatin1String(kEnvironmentPrefix) + it.key(), it.value());
   rebuild();
 }
 
@@ -33,6 +39,10 @@ void ConfigDiffModel::rebuild() {
     keys_ = QStringList(all.begin(), all.end());
     keys_.sort();
   }
+  // The configuration first, then the environment (both sorted).
+  std::stable_partition(keys_.begin(), keys_.end(), [](const QString& k) {
+    return !k.startsWith(QLatin1String(kEnvironmentPrefix));
+  });
   endResetModel();
 }
 
@@ -46,6 +56,9 @@ QVariant ConfigDiffModel::data(const QModelIndex& index, int role) const {
   if (index.column() == 0) {
     if (role == Qt::DisplayRole) return key;
     if (role == Qt::ToolTipRole) {
+      if (key.startsWith(QLatin1String(kEnvironmentPrefix)))
+        return tr("Recorded by the engine where the run ran, not a setting (the run's Environment tab "
+                  "has all of it): runs that differ here can differ in speed with the same settings.");
       const TrickInfo* t = TrickCatalog::instance().find(key);
       return t ? t->tooltip : QVariant();
     }

@@ -7,13 +7,22 @@
 
 // The configurations of several runs side by side: one row per key, one column
 // per run. With differencesOnly, keys whose value is the same in every run are
-// hidden. Cells that differ from the first run are highlighted.
+// hidden. Cells that differ from the first run are highlighted. After the
+// configuration's keys come the environment's plain entries (where and how
+// each run ran: processor or GPU, instruction set, threads, library
+// versions), as "environment: KEY": runs with the same settings can differ
+// there, and their speed with it. Nested entries (kernel paths, probed peaks)
+// stay in each run's Environment tab.
 class ConfigDiffModel : public QAbstractTableModel {
   Q_OBJECT
  public:
+  static constexpr const char* kEnvironmentPrefix = "environment: ";
+
   explicit ConfigDiffModel(QObject* parent = nullptr);
 
-  void setRuns(const QStringList& names, const QList<QJsonObject>& configs);
+  // environments: each run's RunSummary::environmentFacts().
+  void setRuns(const QStringList& names, const QList<QJsonObject>& configs,
+               const QList<QJsonObject>& environments = {});
   void setDifferencesOnly(bool on);
   bool differencesOnly() const { return differencesOnly_; }
   QStringList shownKeys() const { return keys_; }

@@ -84,3 +84,10 @@ RunSummary RunSummary::fromRecord(const tb::RunRecord& r) {
   if (started.isValid() && finished.isValid()) s.wallSeconds = started.msecsTo(finished) / 1000.0;
   return s;
 }
+
+QJsonObject RunSummary::environmentFacts() const {
+  QJsonObject facts;
+  for (auto it = environment.begin(); it != environment.end(); ++it)
+    if (!it->isObject() && !it->isArray()) facts.insert(it.key(), it.value());
+  return facts;
+}

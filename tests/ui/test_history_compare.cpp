@@ -259,6 +259,30 @@ class TestHistoryCompare : public QObject {
     QCOMPARE(diff.rowCount(), 0);
   }
 
+  // The environments' plain entries follow the configuration as
+  // "environment: KEY" (a laptop's AVX2 against a workstation's AVX-512);
+  // nested ones (probed peaks, kernel paths) are not rows.
+  void diffShowsWhereTheRunsRanAfterTheirSettings() {
+    ConfigDiffModel diff;
+    const QJsonObject a = RunConfig::merged(RunConfig::defaults(), {{"name", "a"}});
+    const QJsonObject b = RunConfig::merged(a, {{"name", "b"}});
+    RunSummary ra, rb;
+    ra.environment = {{"cpu_isa", "avx512"}, {"threads", 2}, {"peaks", QJsonObject{{"bytes_per_s", 2.5e10}}}};
+    rb.environment = {{"cpu_isa", "avx2"}, {"threads", 2}, {"peaks", QJsonObject{{"bytes_per_s", 1.9e10}}}};
+    QCOMPARE(ra.environmentFacts().keys(), (QStringList{"cpu_isa", "threads"}));
+    diff.setRuns({"a", "b"}, {a, b}, {ra.environmentFacts(), rb.environmentFacts()});
+    QCOMPARE(diff.rowCount(), a.size() + 2);
+    QCOMPARE(diff.shownKeys().last(), QStringLiteral("environment: threads"));
+    diff.setDifferencesOnly(true);
+    QCOMPARE(diff.shownKeys(), (QStringList{"name", "environment: cpu_isa"}));
+    QCOMPARE(diff.index(1, 1).data().toString(), QStringLiteral("avx512"));
+    QCOMPARE(diff.index(1, 2).data().toString(), QStringLiteral("avx2"));
+    QVERIFY(diff.index(1, 2).data(Qt::BackgroundRole).isValid());
+    QVERIFY(diff.index(1, 0).data(Qt::ToolTipRole).toString().contains(QLatin1String("Environment tab")));
+    diff.setRuns({"a", "b"}, {a, b});  // runs without a recorded environment: the settings alone
+    QCOMPARE(diff.shownKeys(), (QStringList{"name"}));
+  }
+
   void summarySpeedUpAgainstChosenBaseline() {
     RunHistoryModel model;
     QVERIFY(model.reload(db_));
@@ -361,6 +385,13 @@ class TestHistoryCompare : public QObject {
     QList<RunSummary> runs;
     for (const RunSummary& r : model.runs()) runs << r;
     QCOMPARE(CompareView::repeatGroups(runs).size(), 3);
+    {  // the same settings run in another place (AVX2 against AVX-512) are not repeats
+      QList<RunSummary> placed = runs;
+      for (RunSummary& r : placed) r.environment = {{"cpu_isa", "avx512"}, {"peaks", QJsonObject{{"x", double(r.id)}}}};
+      QCOMPARE(CompareView::repeatGroups(placed).size(), 3);  // nested entries differ: still repeats
+      placed[1].environment.insert("cpu_isa", "avx2");
+      QCOMPARE(CompareView::repeatGroups(placed).size(), 4);
+    }
     CompareView view;
     view.resize(1200, 800);
     QSignalSpy loaded(&view, &CompareView::allLoaded);
