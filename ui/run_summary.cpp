@@ -86,8 +86,6 @@ RunSummary RunSummary::fromRecord(const tb::RunRecord& r) {
 }
 
 QJsonObject RunSummary::environmentFacts() const {
-  QJsonObject facts;
-  for (auto it = environment.begin(); it != environment.end(); ++it)
-    if (!it->isObject() && !it->isArray()) facts.insert(it.key(), it.value());
-  return facts;
+  const QByteArray text = QJsonDocument(environment).toJson(QJsonDocument::Compact);
+  return toQt(tb::environment_facts(nlohmann::json::parse(text.constData(), text.constData() + text.size())));
 }

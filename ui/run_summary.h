@@ -29,10 +29,8 @@ struct RunSummary {
   static QString nameOf(const QJsonObject& config);
   static QJsonObject toQt(const nlohmann::json& json);  // object or {}
   bool isTerminal() const;  // finished, failed, stopped, interrupted: nothing more will be written
-  // Where and how the run ran: the environment's plain entries (processor or
-  // GPU, instruction set, threads and why, activation layout, library
-  // versions); the nested ones (kernel paths, probed peaks, allocator
-  // figures) left out. Runs that differ here are not repeats of each other.
+  // Where and how the run ran (tb::environment_facts): the environment's
+  // plain entries. Runs that differ here are not repeats of each other.
   QJsonObject environmentFacts() const;
 };
 

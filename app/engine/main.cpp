@@ -514,24 +514,37 @@ int cmd_compare(const std::string& db, const std::vector<int64_t>& ids) {
   for (int64_t id : ids) runs.push_back(require_run(store, id));
   for (const auto& r : runs) report_problems(r);
 
-  std::set<std::string> keys;
-  for (const auto& r : runs)
-    for (const auto& [k, v] : r.config.items()) keys.insert(k);
-  std::vector<std::string> header{"key"};
-  for (const auto& r : runs) header.push_back("run " + std::to_string(r.id));
-  Table diff(header);
-  for (const auto& k : keys) {
-    std::vector<std::string> row{k};
-    bool differs = false;
-    for (const auto& r : runs) {
-      row.push_back(r.config.contains(k) ? r.config[k].dump() : "(absent)");
-      if (row.back() != row[1]) differs = true;
+  // The keys of one object per run whose values differ among the runs.
+  auto print_differences = [&runs](const std::vector<json>& objects, const char* title,
+                                   const char* none) {
+    std::set<std::string> keys;
+    for (const json& o : objects)
+      for (const auto& [k, v] : o.items()) keys.insert(k);
+    std::vector<std::string> header{"key"};
+    for (const auto& r : runs) header.push_back("run " + std::to_string(r.id));
+    Table diff(header);
+    for (const auto& k : keys) {
+      std::vector<std::string> row{k};
+      bool differs = false;
+      for (const json& o : objects) {
+        row.push_back(o.contains(k) ? o[k].dump() : "(absent)");
+        if (row.back() != row[1]) differs = true;
+      }
+      if (differs) diff.add(row);
     }
-    if (differs) diff.add(row);
+    std::cout << title << "\n";
+    if (diff.rows() == 0) std::cout << "  (none: " << none << ")\n";
+    else diff.print(std::cout);
+  };
+  std::vector<json> configs, facts;
+  for (const auto& r : runs) {
+    configs.push_back(r.config);
+    facts.push_back(environment_facts(r.environment));
   }
-  std::cout << "configuration (keys that differ)\n";
-  if (diff.rows() == 0) std::cout << "  (none: identical configurations)\n";
-  else diff.print(std::cout);
+  print_differences(configs, "configuration (keys that differ)", "identical configurations");
+  std::cout << "\n";
+  print_differences(facts, "where they ran (environment entries that differ)",
+                    "the same processor or GPU, instruction set, threads and libraries");
 
   std::cout << "\nresults (speed-up vs run " << runs[0].id << ")\n";
   Table t({"run", "name", "device", "batch", "peak memory", "median step ms", "samples/s",
@@ -701,8 +714,9 @@ int engine_main(int argc, char** argv) {
 
   std::vector<std::string> compare_ids;
   CLI::App* compare = app.add_subcommand(
-      "compare", "Compare runs: configuration differences and a results table with speed-ups "
-                 "relative to the first run");
+      "compare", "Compare runs: configuration differences, where they ran (the environment "
+                 "entries that differ: processor or GPU, instruction set, threads, libraries) and "
+                 "a results table with speed-ups relative to the first run");
   compare->add_option("ids", compare_ids, "Two or more run ids")->required()->expected(2, -1);
 
   std::string export_id;

@@ -323,4 +323,12 @@ RunStore::Impl& RunStore::impl() const {
 
 const std::string& RunStore::path() const { return impl().path; }
 
+nlohmann::json environment_facts(const nlohmann::json& environment) {
+  nlohmann::json facts = nlohmann::json::object();
+  if (!environment.is_object()) return facts;
+  for (const auto& [k, v] : environment.items())
+    if (!v.is_object() && !v.is_array()) facts[k] = v;
+  return facts;
+}
+
 }  // namespace tb

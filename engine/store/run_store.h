@@ -59,6 +59,13 @@ struct RunRecord {
   std::vector<std::string> problems;
 };
 
+// Where and how a run ran: its environment's plain entries (processor or GPU,
+// instruction set, threads and why, activation layout, library versions),
+// without the nested ones (kernel paths, probed peaks, allocator figures).
+// Runs that differ here are not repeats of each other, whatever their settings
+// (`compare`, the workbench's Compare page).
+nlohmann::json environment_facts(const nlohmann::json& environment);
+
 // Why a queued or running run's engine is taken as gone, or "" while it may be
 // alive: on this host, its recorded engine pid no longer exists (at once);
 // otherwise its heartbeat (or start) is older than stale_after. Terminal runs: "".

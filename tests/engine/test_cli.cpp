@@ -212,6 +212,27 @@ class TestCli : public QObject {
     QVERIFY(c.out.contains("speed-up"));
     QVERIFY(c.out.contains("1.00x"));  // the first run against itself
     QVERIFY(!c.out.contains("\n  model "));  // equal keys are not listed
+    QVERIFY2(c.out.contains("where they ran (environment entries that differ)"), qPrintable(c.out));
+  }
+
+  // The same settings run in another place (here: the loops' baseline copy
+  // forced) differ in where they ran, not in their configuration.
+  void compareShowsWhereTheRunsRan() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("where.db");
+    const QStringList run{"run", "--db", db, "--device", "cpu", "--train-limit", "128",
+                          "--test-limit", "64", "--steps", "2", "--quiet", "--name", "same"};
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.remove("TRAINBENCH_CPU_ISA");
+    Result r = engine(run, 300000, env);
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    env.insert("TRAINBENCH_CPU_ISA", "default");
+    QVERIFY2((r = engine(run, 300000, env)).code == 0, qPrintable(r.err));
+    const Result c = engine({"compare", "1", "2", "--db", db});
+    QCOMPARE(c.code, 0);
+    QVERIFY2(c.out.contains("(none: identical configurations)"), qPrintable(c.out));
+    QVERIFY2(c.out.contains("\n  cpu_isa_source "), qPrintable(c.out));
+    QVERIFY2(c.out.contains("\"TRAINBENCH_CPU_ISA\""), qPrintable(c.out));
   }
 
   void listShowExport() {
