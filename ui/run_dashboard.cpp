@@ -11,6 +11,7 @@
 #include <QFrame>
 #include <QGridLayout>
 #include <QHBoxLayout>
+#include <QHeaderView>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QLabel>
@@ -24,7 +25,6 @@
 #include <QSplitter>
 #include <QTabWidget>
 #include <QTextDocument>
-#include <QHeaderView>
 #include <QTimer>
 #include <QTreeView>
 #include <QVBoxLayout>
@@ -35,9 +35,9 @@
 #include "engine/advise/advisor.h"
 #include "engine_owner.h"
 #include "live_plot.h"
-#include "run_environment_model.h"
 #include "palette_colors.h"
 #include "run_config.h"
+#include "run_environment_model.h"
 #include "store_follower.h"
 #include "trick_catalog.h"
 

@@ -10,9 +10,8 @@
 #include "run_summary.h"
 #include "series_data.h"
 
-class RunEnvironmentModel;
-
 class LivePlot;
+class RunEnvironmentModel;
 class QComboBox;
 class QCheckBox;
 class QFrame;

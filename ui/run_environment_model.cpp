@@ -48,7 +48,7 @@ RunEnvironmentModel::RunEnvironmentModel(QObject* parent) : QStandardItemModel(p
 }
 
 void RunEnvironmentModel::setEnvironment(const QJsonObject& environment) {
-  if (environment == environment_ && rowCount() > 0) return;
+  if (environment == environment_) return;
   environment_ = environment;
   removeRows(0, rowCount());
   for (auto it = environment.begin(); it != environment.end(); ++it)

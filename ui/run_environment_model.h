@@ -15,7 +15,6 @@ class RunEnvironmentModel : public QStandardItemModel {
   // Rebuilds the rows when the environment differs from the one shown (a
   // followed run is set again at every poll: the tree keeps its state then).
   void setEnvironment(const QJsonObject& environment);
-  const QJsonObject& environment() const { return environment_; }
 
  private:
   QJsonObject environment_;

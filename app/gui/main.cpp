@@ -6,9 +6,9 @@
 #include <QDir>
 #include <QFileInfo>
 #include <QSplitter>
-#include <QTreeView>
 #include <QTabWidget>
 #include <QTimer>
+#include <QTreeView>
 
 #include "compare_view.h"
 #include "engine_locator.h"
