@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "engine/backend/cuda/cuda_internal.h"
+#include "engine/ops/batchnorm/batchnorm_plan.h"
 
 namespace tb {
 
@@ -166,6 +167,16 @@ std::string CudaBackend::name() const {
   return detail::concat("cuda:", index_, " (", p.name, ", sm_", p.major, p.minor, ")");
 }
 
+namespace {
+// What the batch-norm kernels' threads load ahead (batchnorm_plan.h), so runs
+// made to compare TRAINBENCH_CUDA_BN_UNROLL values say which they had.
+std::string batchnorm_unroll() {
+  const int forced = batchnorm::unroll_from_environment();
+  return forced ? detail::concat("forced ", forced, " (TRAINBENCH_CUDA_BN_UNROLL)")
+                : std::string("16 bytes a thread (4 or 8 values)");
+}
+}  // namespace
+
 nlohmann::json CudaBackend::describe() const {
   const Impl& m = *impl_;
   int driver = 0, runtime = 0, cublas_v = 0;
@@ -199,6 +210,7 @@ nlohmann::json CudaBackend::describe() const {
       {"cublaslt", size_t(cublasLtGetVersion())},
       {"deterministic", options_.deterministic},
       {"cudnn_benchmark", options_.cudnn_benchmark},
+      {"batchnorm_unroll", batchnorm_unroll()},
       {"allocator",
        {{"allocated_bytes", st.allocated_bytes},
         {"reserved_bytes", st.reserved_bytes},

@@ -32,6 +32,11 @@
 // value; on sm_80/sm_90 (f64 at half the f32 rate, conversions at 16 a clock
 // per SM) that stays under the memory time of the read (bench/NOTES.md).
 //
+// Each kernel is compiled for 4, 8 and 16 values loaded ahead by a thread;
+// the launch picks one from the bytes that keeps in flight (batchnorm_plan.h's
+// unroll_for: 8 for f16/bf16 statistics and the apply without a residual, 4
+// elsewhere; TRAINBENCH_CUDA_BN_UNROLL forces one for comparison on a GPU).
+//
 // The epilogue is a template argument (ReLU) and a pointer (the residual r, or
 // dres: null = none), so the plain op is the epilogue's kernel with ReLU off
 // and no residual: one kernel for both, the same bits for both.
@@ -46,6 +51,8 @@
 // Not run on a GPU: written for issue 23 and compiled for sm_80 and sm_90; the
 // GPU slots of test_op_batchnorm and test_op_fused are its check.
 #include "engine/ops/batchnorm/batchnorm.cuh"
+
+#include <type_traits>
 
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/kernels.h"  // launch_fill (memory.cu)
@@ -62,9 +69,6 @@ using batchnorm::kBlockThreads;
 using batchnorm::kFinishLanes;
 using batchnorm::ReducePlan;
 
-// Values a thread loads before it uses any (loads in flight per thread).
-constexpr int kUnroll = 4;
-
 // One channel's pair of sums; partials[] and totals[] hold these.
 struct alignas(16) Sums {
   double a = 0.0, b = 0.0;
@@ -77,23 +81,28 @@ __device__ __forceinline__ ChannelWalk thread_walk(const ReducePlan& p) {
 
 // use(offset, load(offset)) for every value of the walk, in order; loads go
 // out kUnroll at a time before their uses, so each thread keeps kUnroll reads
-// in flight.
-template <class Load, class Use>
+// of every stream in flight (batchnorm_plan.h's unroll_for picks kUnroll;
+// the uses, and so the results, come in the same order for each).
+template <int kUnroll, class Load, class Use>
 __device__ __forceinline__ void for_each_value(ChannelWalk w, Load load, Use use) {
   using V = decltype(load(int64_t{}));
   const int64_t n = w.count();
   int64_t k = 0;
   for (; k + kUnroll <= n; k += kUnroll) {
-    int64_t at[kUnroll];
+    // The uses walk the same offsets again (a few integer adds) rather than
+    // keep kUnroll 64-bit offsets in registers.
+    ChannelWalk again = w;
     V v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      at[u] = w.offset;
       v[u] = load(w.offset);
       w.next();
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) use(at[u], v[u]);
+    for (int u = 0; u < kUnroll; ++u) {
+      use(again.offset, v[u]);
+      again.next();
+    }
   }
   for (; k < n; ++k) {
     use(w.offset, load(w.offset));
@@ -144,7 +153,7 @@ __device__ __forceinline__ Sums finish_sum(const ReducePlan& p, const Sums* part
 // ---------------------------------------------------------------- statistics
 
 // partials: Σ(x−k), Σ(x−k)² with k = x at the channel's first value.
-template <typename T>
+template <typename T, int kUnroll>
 __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
     bn_stats_reduce_kernel(ReducePlan p, const T* __restrict__ x, Sums* __restrict__ partials) {
   __shared__ Sums smem[kBlockThreads];
@@ -152,7 +161,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
   Sums s;
   if (w.c < p.C) {
     const double k = to_compute(x[p.first_offset(w.c)]);
-    for_each_value(
+    for_each_value<kUnroll>(
         w, [&](int64_t at) { return to_compute(x[at]); },
         [&](int64_t, float v) {
           const double d = double(v) - k;
@@ -192,7 +201,7 @@ struct XR {
 // y = act(γ·(x − mean)·is + β [+ r]); `invstd_is_var`: eval mode, the vector
 // holds running_var and is = rsqrt(var + eps). y may be x or r (in place):
 // no __restrict__ on them, and each value is read before it is written.
-template <typename T, bool kRelu>
+template <typename T, bool kRelu, int kUnroll>
 __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
     bn_apply_kernel(ReducePlan p, const T* x, const float* __restrict__ gamma,
                     const float* __restrict__ beta, const float* __restrict__ mean_v,
@@ -202,7 +211,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
   if (w.c >= p.C) return;
   const float g = gamma[w.c], b = beta[w.c], mean = mean_v[w.c];
   const float is = invstd_is_var ? rsqrtf(invstd_or_var[w.c] + eps) : invstd_or_var[w.c];
-  for_each_value(
+  for_each_value<kUnroll>(
       w, [&](int64_t at) { return XR{to_compute(x[at]), r ? to_compute(r[at]) : 0.0f}; },
       [&](int64_t at, XR v) {
         float o = g * (v.x - mean) * is + b;
@@ -225,7 +234,7 @@ __device__ __forceinline__ XDz load_x_dz(const T* x, const T* y, const T* dy, in
 }
 
 // partials: Σdz, Σdz·x̂ (dz stored to dres when wanted).
-template <typename T, bool kRelu>
+template <typename T, bool kRelu, int kUnroll>
 __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
     bn_backward_reduce_kernel(ReducePlan p, const T* __restrict__ x, const T* __restrict__ y,
                               const T* __restrict__ dy, const float* __restrict__ mean_v,
@@ -236,7 +245,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
   Sums s;
   if (w.c < p.C) {
     const double mean = mean_v[w.c], invstd = invstd_v[w.c];
-    for_each_value(
+    for_each_value<kUnroll>(
         w, [&](int64_t at) { return load_x_dz<kRelu>(x, y, dy, at); },
         [&](int64_t at, XDz v) {
           if (dres) dres[at] = from_compute<T>(v.dz);  // dy or 0: exact
@@ -261,7 +270,7 @@ bn_backward_finish_kernel(ReducePlan p, const Sums* __restrict__ partials,
   if (dgamma) dgamma[c] = float(accumulate ? double(dgamma[c]) + s.b : s.b);
 }
 
-template <typename T, bool kRelu>
+template <typename T, bool kRelu, int kUnroll>
 __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
     bn_backward_dx_kernel(ReducePlan p, const T* __restrict__ x, const T* __restrict__ y,
                           const T* __restrict__ dy, const float* __restrict__ gamma,
@@ -272,7 +281,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
   const double mean = mean_v[w.c], invstd = invstd_v[w.c], M = double(p.M);
   const double a = double(gamma[w.c]) * invstd / M;
   const Sums t = totals[w.c];
-  for_each_value(
+  for_each_value<kUnroll>(
       w, [&](int64_t at) { return load_x_dz<kRelu>(x, y, dy, at); },
       [&](int64_t at, XDz v) {
         const double xh = (double(v.x) - mean) * invstd;
@@ -286,6 +295,18 @@ dim3 grid_of(const ReducePlan& p) { return dim3(unsigned(p.slices), unsigned(p.t
 dim3 block_of(const ReducePlan& p) { return dim3(unsigned(p.lanes_c), unsigned(p.lanes_m)); }
 dim3 finish_block() { return dim3(kFinishLanes, kFinishLanes); }
 
+// f(std::integral_constant<int, U>) for the plan's unroll U of a kernel that
+// reads `streams` tensors of T (batchnorm_plan.h's unroll_for).
+template <typename T, class F>
+void with_unroll(const ReducePlan& p, int streams, F f) {
+  switch (batchnorm::unroll_for(streams, int(sizeof(T)), p.unroll_forced)) {
+    case 4: f(std::integral_constant<int, 4>{}); return;
+    case 8: f(std::integral_constant<int, 8>{}); return;
+    case 16: f(std::integral_constant<int, 16>{}); return;
+  }
+  TB_FAIL("batch norm: no kernel for that unroll");  // unroll_for returns one of kUnrolls
+}
+
 Sums* partials_of(double* work) { return reinterpret_cast<Sums*>(work); }
 Sums* totals_of(const ReducePlan& p, double* work) { return partials_of(work) + p.totals_at(); }
 
@@ -293,7 +314,9 @@ template <typename T>
 void launch_stats(const ReducePlan& p, const T* x, float* running_mean, float* running_var,
                   float momentum, float eps, float* save_mean, float* save_invstd, double* work,
                   cudaStream_t s) {
-  bn_stats_reduce_kernel<T><<<grid_of(p), block_of(p), 0, s>>>(p, x, partials_of(work));
+  with_unroll<T>(p, 1, [&](auto u) {
+    bn_stats_reduce_kernel<T, u()><<<grid_of(p), block_of(p), 0, s>>>(p, x, partials_of(work));
+  });
   TB_CUDA_LAUNCH_CHECK("bn_stats_reduce_kernel");
   bn_stats_finish_kernel<T><<<unsigned(p.finish_blocks), finish_block(), 0, s>>>(
       p, x, partials_of(work), running_mean, running_var, momentum, eps, save_mean, save_invstd);
@@ -304,12 +327,14 @@ template <typename T>
 void launch_apply(const ReducePlan& p, const T* x, const float* gamma, const float* beta,
                   const float* mean, const float* invstd_or_var, bool invstd_is_var, float eps,
                   const T* r, bool relu, T* y, cudaStream_t s) {
-  if (relu)
-    bn_apply_kernel<T, true><<<grid_of(p), block_of(p), 0, s>>>(
-        p, x, gamma, beta, mean, invstd_or_var, invstd_is_var, eps, r, y);
-  else
-    bn_apply_kernel<T, false><<<grid_of(p), block_of(p), 0, s>>>(
-        p, x, gamma, beta, mean, invstd_or_var, invstd_is_var, eps, r, y);
+  with_unroll<T>(p, r ? 2 : 1, [&](auto u) {
+    if (relu)
+      bn_apply_kernel<T, true, u()><<<grid_of(p), block_of(p), 0, s>>>(
+          p, x, gamma, beta, mean, invstd_or_var, invstd_is_var, eps, r, y);
+    else
+      bn_apply_kernel<T, false, u()><<<grid_of(p), block_of(p), 0, s>>>(
+          p, x, gamma, beta, mean, invstd_or_var, invstd_is_var, eps, r, y);
+  });
   TB_CUDA_LAUNCH_CHECK("bn_apply_kernel");
 }
 
@@ -325,15 +350,21 @@ void launch_backward_t(const ReducePlan& p, const T* x, const T* y, const T* dy,
     }
     return;
   }
-  bn_backward_reduce_kernel<T, kRelu><<<grid_of(p), block_of(p), 0, s>>>(
-      p, x, y, dy, save_mean, save_invstd, dres, partials_of(work));
+  // x and dy, and y for the ReLU mask.
+  const int streams = kRelu ? 3 : 2;
+  with_unroll<T>(p, streams, [&](auto u) {
+    bn_backward_reduce_kernel<T, kRelu, u()><<<grid_of(p), block_of(p), 0, s>>>(
+        p, x, y, dy, save_mean, save_invstd, dres, partials_of(work));
+  });
   TB_CUDA_LAUNCH_CHECK("bn_backward_reduce_kernel");
   bn_backward_finish_kernel<<<unsigned(p.finish_blocks), finish_block(), 0, s>>>(
       p, partials_of(work), totals_of(p, work), dgamma, dbeta, accumulate);
   TB_CUDA_LAUNCH_CHECK("bn_backward_finish_kernel");
   if (!dx) return;
-  bn_backward_dx_kernel<T, kRelu><<<grid_of(p), block_of(p), 0, s>>>(
-      p, x, y, dy, gamma, save_mean, save_invstd, totals_of(p, work), dx);
+  with_unroll<T>(p, streams, [&](auto u) {
+    bn_backward_dx_kernel<T, kRelu, u()><<<grid_of(p), block_of(p), 0, s>>>(
+        p, x, y, dy, gamma, save_mean, save_invstd, totals_of(p, work), dx);
+  });
   TB_CUDA_LAUNCH_CHECK("bn_backward_dx_kernel");
 }
 

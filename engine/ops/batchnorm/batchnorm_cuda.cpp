@@ -24,9 +24,12 @@ T* act_ptr(const Tensor& t) {
   return t.defined() ? static_cast<T*>(t.data()) : nullptr;
 }
 
-// The kernels' grid for this device (batchnorm_plan.h).
+// The kernels' grid for this device and their loads in flight (batchnorm_plan.h).
 batchnorm::ReducePlan plan_for(const CudaBackend::Impl& m, const Dims& d) {
-  return batchnorm::plan_reduce(d.N, d.C, d.HW, d.nhwc, m.prop.multiProcessorCount);
+  batchnorm::ReducePlan p =
+      batchnorm::plan_reduce(d.N, d.C, d.HW, d.nhwc, m.prop.multiProcessorCount);
+  p.unroll_forced = batchnorm::unroll_from_environment();
+  return p;
 }
 
 class CudaKernels final : public batchnorm::Kernels {

@@ -4,6 +4,8 @@
 #include "engine/ops/batchnorm/batchnorm_plan.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "engine/core/error.h"
 
@@ -46,6 +48,29 @@ ReducePlan plan_reduce(int64_t N, int64_t C, int64_t HW, bool nhwc, int sm_count
   p.finish_blocks = ceil_div(C, kFinishLanes);
   p.workspace_bytes = size_t(p.slices * C + C) * 2 * sizeof(double);
   return p;
+}
+
+int unroll_for(int streams, int element_bytes, int forced) {
+  if (forced != 0) {
+    TB_CHECK(std::find(std::begin(kUnrolls), std::end(kUnrolls), forced) != std::end(kUnrolls),
+             "batch norm launch plan: unroll ", forced, " is not 4, 8 or 16");
+    return forced;
+  }
+  TB_CHECK(streams > 0 && element_bytes > 0, "batch norm launch plan: ", streams,
+           " streams of ", element_bytes, "-byte values");
+  for (int u : kUnrolls)
+    if (u * streams * element_bytes >= kBytesInFlight) return u;
+  return kUnrolls[std::size(kUnrolls) - 1];
+}
+
+int unroll_from_environment() {
+  const char* v = std::getenv("TRAINBENCH_CUDA_BN_UNROLL");
+  if (!v || !*v) return 0;
+  const std::string s(v);
+  for (int u : kUnrolls)
+    if (s == std::to_string(u)) return u;
+  TB_FAIL("TRAINBENCH_CUDA_BN_UNROLL=", s, ": expected 4, 8 or 16 (values a batch-norm "
+          "kernel's thread loads ahead), or unset for the rule");
 }
 
 }  // namespace tb::batchnorm

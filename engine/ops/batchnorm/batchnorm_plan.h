@@ -16,6 +16,8 @@
 // floats of a row (coalesced) and lanes_m rows at once. NCHW: lanes_c = 1 and
 // 256 threads along m, which is contiguous inside each HW plane; the walk
 // steps across planes with additions only (no division per value).
+// Loads in flight: a thread issues the loads of `unroll` values of every
+// stream it reads before it uses any (unroll_for, below).
 // Reductions: each block folds its threads into one (Σa, Σb) pair per channel,
 // partials[s·C + c]; a finish kernel adds a channel's slices in a fixed order
 // (kFinishLanes channels × kFinishLanes slice lanes a block), so a result does
@@ -40,6 +42,14 @@ inline constexpr int kMinValuesPerThread = 16;
 inline constexpr int kFinishLanes = 32;
 // CUDA's grid limit in y (x allows 2^31 − 1).
 inline constexpr int64_t kMaxGridY = 65535;
+// The values a thread may load ahead (batchnorm.cu has a kernel for each).
+inline constexpr int kUnrolls[] = {4, 8, 16};
+// The bytes a thread should have in flight. Memory's latency under load
+// (≈ 0.6 µs) times an H100/H200's bandwidth (3.4-4.8 TB/s) is ≈ 2-3 MB in
+// flight, ≈ 20 KB an SM over 132 SMs: 16 B for each of the kBlocksPerSm ·
+// kBlockThreads = 1024 threads an SM. Four 2-byte values (bf16 statistics,
+// one stream) are 8 B, half of that.
+inline constexpr int kBytesInFlight = 16;
 
 struct ReducePlan {
   int64_t M = 0, C = 0, HW = 0;
@@ -49,6 +59,7 @@ struct ReducePlan {
   int64_t tiles = 0;                         // grid.y
   int64_t rows_per_slice = 0;                // a multiple of lanes_m
   int64_t finish_blocks = 0;                 // the finish kernel's grid: channels / kFinishLanes
+  int unroll_forced = 0;  // 0: unroll_for's rule; else every kernel's (unroll_from_environment)
   // Workspace, doubles in pairs: partials (slices·C pairs, pair s·C + c),
   // then the per-channel totals (C pairs, pair totals_at() + c).
   size_t workspace_bytes = 0;
@@ -64,6 +75,19 @@ struct ReducePlan {
 // (M or C zero) gets an empty() plan, launched as nothing. Throws tb::Error
 // when a dimension is negative or the channels exceed the grid's y limit.
 ReducePlan plan_reduce(int64_t N, int64_t C, int64_t HW, bool nhwc, int sm_count);
+
+// The values a thread loads ahead in a kernel that reads `streams` tensors
+// of `element_bytes` each: `forced` when it is not 0, else the fewest of
+// kUnrolls whose loads reach kBytesInFlight (4 for f32 and for every kernel
+// reading two or more f16/bf16 tensors; 8 for f16/bf16 statistics and the
+// apply without a residual). The order in which a thread uses its values does
+// not depend on it, so neither do the results' bits.
+int unroll_for(int streams, int element_bytes, int forced);
+
+// TRAINBENCH_CUDA_BN_UNROLL: unset or empty gives 0 (the rule); 4, 8 or 16
+// forces that for every kernel (to compare them on a GPU); anything else is
+// an error naming the variable and its value.
+int unroll_from_environment();
 
 // The values one thread visits, in order, and where each lies in memory
 // (offset of element (n, c, i) in the NCHW or NHWC tensor).

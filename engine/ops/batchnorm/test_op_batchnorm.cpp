@@ -30,7 +30,9 @@
 //    add, ReLU) against the unfused ops are test_op_fused's bn_act_* slots.
 // 5. The CUDA kernels' launch plan (batchnorm_plan.h), on the CPU: every
 //    value visited once, the partials' slots, the workspace, the grid limits,
-//    for C 1-2048 and M 1-524,288 in both layouts.
+//    for C 1-2048 and M 1-524,288 in both layouts; the values a thread loads
+//    ahead (the rule, TRAINBENCH_CUDA_BN_UNROLL), and on a GPU the same bits
+//    with 4, 8 and 16 (batchnorm_cuda_unroll_keeps_bits).
 // 6. f16/bf16 activations (f32 parameters and statistics): the CPU's
 //    widen-compute-round path against the f64 reference on the widened
 //    inputs, every epilogue, both layouts, both CPU paths; the mixed dtypes
@@ -498,6 +500,29 @@ class TestOpBatchnorm : public QObject {
   }
 
 
+  // How many values a kernel's thread loads ahead: the fewest of 4, 8, 16
+  // that keep kBytesInFlight (16 B) of loads in flight, or the forced one;
+  // TRAINBENCH_CUDA_BN_UNROLL sets that and names itself when it is wrong.
+  void reduce_plan_unroll_rule() {
+    using batchnorm::unroll_for;
+    QCOMPARE(unroll_for(1, 4, 0), 4);   // f32 statistics
+    QCOMPARE(unroll_for(1, 2, 0), 8);   // bf16 statistics, apply without residual
+    QCOMPARE(unroll_for(2, 2, 0), 4);   // bf16 apply with residual
+    QCOMPARE(unroll_for(3, 2, 0), 4);   // bf16 backward with the ReLU mask
+    QCOMPARE(unroll_for(1, 1, 0), 16);  // one byte a value: as far as the kernels go
+    QCOMPARE(unroll_for(3, 4, 8), 8);   // forced
+    QVERIFY(qerror_of([] { unroll_for(1, 2, 5); }).contains("unroll 5"));
+    qunsetenv("TRAINBENCH_CUDA_BN_UNROLL");
+    QCOMPARE(batchnorm::unroll_from_environment(), 0);
+    qputenv("TRAINBENCH_CUDA_BN_UNROLL", "16");
+    QCOMPARE(batchnorm::unroll_from_environment(), 16);
+    qputenv("TRAINBENCH_CUDA_BN_UNROLL", "6");
+    const QString bad = qerror_of([] { batchnorm::unroll_from_environment(); });
+    qunsetenv("TRAINBENCH_CUDA_BN_UNROLL");
+    QVERIFY2(bad.contains("TRAINBENCH_CUDA_BN_UNROLL=6") && bad.contains("4, 8 or 16"),
+             qPrintable(bad));
+  }
+
   // ------------------------------------------------------------ CUDA at several blocks a channel
 
   // The CUDA kernels where the launch plan gives each channel several blocks
@@ -570,6 +595,52 @@ class TestOpBatchnorm : public QObject {
         expect("dparam", "accumulated dgamma" + ep, r.dg_acc, o.dg_acc);
         expect("dparam", "accumulated dbeta" + ep, r.db_acc, o.db_acc);
       }
+    TB_GPU_CATCH
+  }
+
+  // The CUDA kernels with 4, 8 and 16 values loaded ahead a thread
+  // (TRAINBENCH_CUDA_BN_UNROLL): a thread uses its values in the same order
+  // whatever it loads ahead, so every output has the same bits as with 4;
+  // f32 and bf16, both layouts, the fused epilogue and the plain op.
+  void batchnorm_cuda_unroll_keeps_bits_data() {
+    QTest::addColumn<Target>("target");
+    for (DType dt : {DType::F32, DType::BF16})
+      for (Layout l : {Layout::NCHW, Layout::NHWC}) {
+        const Target t{Impl::Cuda, l, dt};
+        QTest::addRow("%s", t.name().c_str()) << t;
+      }
+  }
+  void batchnorm_cuda_unroll_keeps_bits() {
+    FETCH_TARGET(t, be);
+    TB_GPU_TRY
+    // HW = 81: the NCHW walks wrap mid-plane; 20 of 32 NHWC channel lanes busy.
+    const BnCase c{"64x20x9x9 channel offsets", {64, 20, 9, 9}, -1.0, 1.0, true};
+    const BnInputs in = random_bn_inputs(c, 91, t.dtype);
+    struct Unset {
+      ~Unset() { qunsetenv("TRAINBENCH_CUDA_BN_UNROLL"); }
+    } unset;
+    for (bool fused : {false, true}) {
+      const Activation act = fused ? Activation::ReLU : Activation::None;
+      std::vector<Tensor> first;
+      for (int u : batchnorm::kUnrolls) {
+        qputenv("TRAINBENCH_CUDA_BN_UNROLL", QByteArray::number(u));
+        const BnSide o = run_bn_side(be, t.layout, in, act, fused, nullptr);
+        std::vector<Tensor> outs{o.y,  o.sm, o.si, o.rm,     o.rv,    o.ye,
+                                 o.dx, o.dg, o.db, o.dg_acc, o.db_acc};
+        if (fused) outs.push_back(o.dres);
+        if (first.empty()) {
+          first = outs;
+          continue;
+        }
+        for (size_t k = 0; k < outs.size(); ++k)
+          QVERIFY2(bitwise_equal(first[k], outs[k]),
+                   qPrintable(QString("%1, unroll %2: output %3 differs from unroll 4 by %4")
+                                  .arg(fused ? "relu + residual" : "plain")
+                                  .arg(u)
+                                  .arg(k)
+                                  .arg(max_abs_diff(first[k], outs[k]))));
+      }
+    }
     TB_GPU_CATCH
   }
 
