@@ -116,8 +116,14 @@ class RunListReader::Worker : public QObject {
     QString error;
     QList<RunSummary> runs;
     try {
-      if (!QFileInfo::exists(path)) connection_->reset();  // not written yet (or removed): no runs
-      else if (const tb::RunStore* store = connection_->get()) runs = listRuns(*store);
+      if (!QFileInfo::exists(path)) {  // not written yet (or removed): no runs
+        connection_->reset();
+        // ... and none ever: the engine stores a run only in a folder that exists.
+        const QString folder = QFileInfo(path).absolutePath();
+        if (!QFileInfo(folder).isDir())
+          error = QStringLiteral("the folder '%1' does not exist, so no run can be stored there")
+                      .arg(folder);
+      } else if (const tb::RunStore* store = connection_->get()) runs = listRuns(*store);
     } catch (const std::exception& e) {
       connection_->reset();  // replaced, damaged or busy: opened afresh next time
       error = QString::fromUtf8(e.what());

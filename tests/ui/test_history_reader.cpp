@@ -283,6 +283,23 @@ class TestHistoryReader : public QObject {
     QTRY_COMPARE_WITH_TIMEOUT(view.model()->rowCount(), 1, 5000);
   }
 
+  // A database in a folder that does not exist can never be written (the
+  // engine refuses to store a run there): the history says so, naming the
+  // folder, rather than showing an empty store.
+  void aDatabaseInAMissingFolderIsNamed() {
+    const QString folder = dir_.filePath(QStringLiteral("no-such-folder"));
+    RunHistoryView view;
+    QSignalSpy message(&view, &RunHistoryView::statusMessage);
+    QSignalSpy reloaded(&view, &RunHistoryView::reloaded);
+    view.setDatabasePath(folder + QStringLiteral("/runs.db"));
+    QTRY_COMPARE(reloaded.count(), 1);
+    QCOMPARE(message.count(), 1);
+    const QString text = message.at(0).at(0).toString();
+    QVERIFY2(text.contains(folder) && text.contains(QStringLiteral("does not exist")), qPrintable(text));
+    QVERIFY(!QFileInfo::exists(folder));
+    QCOMPARE(view.model()->rowCount(), 0);
+  }
+
  private:
   QTemporaryDir dir_;
 };
