@@ -109,6 +109,25 @@ inline std::vector<Target> cuda_targets(DType dt = DType::F32) {
   return {{Impl::Cuda, Layout::NCHW, dt}, {Impl::Cuda, Layout::NHWC, dt}};
 }
 
+// The families whose activations come in every layout, the CPU's blocked
+// nChw16c among them (batch norm, pooling): both CPU backends in f32 and f64,
+// CUDA in f32; f16/bf16 have slots of their own.
+inline std::vector<Target> activation_targets() {
+  return {
+      {Impl::CpuFast, Layout::NCHW, DType::F32},         {Impl::CpuFast, Layout::NCHW, DType::F64},
+      {Impl::CpuReference, Layout::NHWC, DType::F32},    {Impl::CpuReference, Layout::NHWC, DType::F64},
+      {Impl::CpuFast, Layout::NHWC, DType::F32},         {Impl::CpuFast, Layout::NHWC, DType::F64},
+      {Impl::Cuda, Layout::NCHW, DType::F32},            {Impl::Cuda, Layout::NHWC, DType::F32},
+      {Impl::CpuReference, Layout::NCHW16C, DType::F32}, {Impl::CpuFast, Layout::NCHW16C, DType::F64},
+      {Impl::CpuFast, Layout::NCHW16C, DType::F32},
+  };
+}
+
+// Whether a target's layout can hold C channels (nChw16c: whole blocks).
+inline bool holds(const Target& t, int64_t C) {
+  return t.layout != Layout::NCHW16C || C % kLayoutBlock == 0;
+}
+
 }  // namespace tb::test
 
 Q_DECLARE_METATYPE(tb::test::Target)

@@ -84,20 +84,10 @@ const BnCase kCases[] = {
     {"8x48x12x10 mean 3", {8, 48, 12, 10}, 1.0, 5.0, false},
 };
 
-const Target kTargets[] = {
-    {Impl::CpuFast, Layout::NCHW, DType::F32},      {Impl::CpuFast, Layout::NCHW, DType::F64},
-    {Impl::CpuReference, Layout::NHWC, DType::F32}, {Impl::CpuReference, Layout::NHWC, DType::F64},
-    {Impl::CpuFast, Layout::NHWC, DType::F32},      {Impl::CpuFast, Layout::NHWC, DType::F64},
-    {Impl::Cuda, Layout::NCHW, DType::F32},         {Impl::Cuda, Layout::NHWC, DType::F32},
-    {Impl::CpuReference, Layout::NCHW16C, DType::F32}, {Impl::CpuFast, Layout::NCHW16C, DType::F64},
-    {Impl::CpuFast, Layout::NCHW16C, DType::F32},
-};
+const std::vector<Target> kTargets = activation_targets();
 
-// Whether a target's layout can hold C channels (nChw16c: whole blocks).
-bool holds(const Target& t, int64_t C) {
-  return t.layout != Layout::NCHW16C || C % kLayoutBlock == 0;
-}
-
+// The reference's bits: f64, the reference backend, and NHWC on the CPU
+// (which only the reference kernels take).
 bool exact_target(const Target& t) {
   return !t.on_gpu() &&
          (t.dtype == DType::F64 || t.layout == Layout::NHWC || t.impl == Impl::CpuReference);

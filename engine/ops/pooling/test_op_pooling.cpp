@@ -76,20 +76,10 @@ const PoolCase kCases[] = {
     {"16ch 2/2/0 7x9", 2, 16, 7, 9, 2, 2, 0}, {"32ch 3/2/1 6x5", 2, 32, 6, 5, 3, 2, 1},
 };
 
-const Target kTargets[] = {
-    {Impl::CpuFast, Layout::NCHW, DType::F32},      {Impl::CpuFast, Layout::NCHW, DType::F64},
-    {Impl::CpuReference, Layout::NHWC, DType::F32}, {Impl::CpuReference, Layout::NHWC, DType::F64},
-    {Impl::CpuFast, Layout::NHWC, DType::F32},      {Impl::CpuFast, Layout::NHWC, DType::F64},
-    {Impl::Cuda, Layout::NCHW, DType::F32},         {Impl::Cuda, Layout::NHWC, DType::F32},
-    {Impl::CpuReference, Layout::NCHW16C, DType::F32}, {Impl::CpuFast, Layout::NCHW16C, DType::F64},
-    {Impl::CpuFast, Layout::NCHW16C, DType::F32},
-};
+const std::vector<Target> kTargets = activation_targets();
 
-// Whether a target's layout can hold C channels (nChw16c: whole blocks).
-bool holds(const Target& t, int64_t C) {
-  return t.layout != Layout::NCHW16C || C % kLayoutBlock == 0;
-}
-
+// The reference's bits: f64, the reference backend, and NHWC on the CPU
+// (which only the reference kernels take).
 bool exact_target(const Target& t) {
   return !t.on_gpu() &&
          (t.dtype == DType::F64 || t.layout == Layout::NHWC || t.impl == Impl::CpuReference);
