@@ -43,6 +43,7 @@ using namespace tb;
 using tb::bench::load_average;
 using tb::bench::median;
 using tb::bench::random_f32;
+using tb::bench::time_candidates;
 using dnnl::memory;
 using Tag = memory::format_tag;
 
@@ -54,25 +55,6 @@ memory mem(const memory::desc& d, const dnnl::engine& eng, const Tensor& t) {
 
 void run_reorder(const dnnl::reorder& r, dnnl::stream& s, const memory& from, const memory& to) {
   r.execute(s, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
-}
-
-// Candidates timed round by round: each round runs every candidate once.
-nlohmann::json time_candidates(const std::vector<std::pair<std::string, std::function<void()>>>& c,
-                               int rounds) {
-  using Clock = std::chrono::steady_clock;
-  for (const auto& [name, run] : c) run(), run();  // warm-up: primitives made, pages touched
-  std::vector<std::vector<double>> ms(c.size());
-  for (int r = 0; r < rounds; ++r)
-    for (size_t i = 0; i < c.size(); ++i) {
-      const auto t0 = Clock::now();
-      c[i].second();
-      ms[i].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-    }
-  nlohmann::json out;
-  for (size_t i = 0; i < c.size(); ++i)
-    out[c[i].first] = {{"median", median(ms[i])},
-                       {"min", *std::min_element(ms[i].begin(), ms[i].end())}};
-  return out;
 }
 
 }  // namespace

@@ -1,11 +1,18 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
-// What the CPU per-op timers (cpu_conv_paths.cpp, cpu_norm_pool_onednn.cpp)
-// share: random f32 operands, the median of a round's times, the load.
+// What the CPU per-op timers (cpu_conv_paths.cpp, cpu_norm_pool_onednn.cpp,
+// cpu_conv_dtypes.cpp) share: random f32 operands, the median of a round's
+// times, candidates timed round by round, the load.
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/core/tensor.h"
 
@@ -22,6 +29,27 @@ inline Tensor random_f32(const Shape& s, std::mt19937& rng, float lo = -1.0f, fl
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// Candidates timed round by round, each round running every candidate once
+// (so that other work on a shared machine slows them alike), after two
+// warm-up calls each: {name: {median, min}} in milliseconds.
+inline nlohmann::json time_candidates(
+    const std::vector<std::pair<std::string, std::function<void()>>>& c, int rounds) {
+  using Clock = std::chrono::steady_clock;
+  for (const auto& [name, run] : c) run(), run();  // warm-up: primitives made, pages touched
+  std::vector<std::vector<double>> ms(c.size());
+  for (int r = 0; r < rounds; ++r)
+    for (size_t i = 0; i < c.size(); ++i) {
+      const auto t0 = Clock::now();
+      c[i].second();
+      ms[i].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+  nlohmann::json out;
+  for (size_t i = 0; i < c.size(); ++i)
+    out[c[i].first] = {{"median", median(ms[i])},
+                       {"min", *std::min_element(ms[i].begin(), ms[i].end())}};
+  return out;
 }
 
 // The 1-minute load average, -1 when unknown.
