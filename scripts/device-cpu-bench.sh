@@ -21,8 +21,12 @@
 #       adds options to both models' bench/cpu_vs_pytorch.py (e.g.
 #       "--threads 1": one thread per core on siblings). With either set the
 #       file names end in -cpus<a>-<b> so the default run's are not overwritten.
+#       First (at most 45 s): trainbench-cpu-conv-dtypes, oneDNN's convolutions
+#       in f32 and bf16 on the models' 3x3 layers (AMX where the processor has
+#       it: what mixed precision would buy the CPU engine, bench/NOTES.md).
 #       $OUT gets cpu-fmnist-cnn-vs-pytorch-<cpu>-<date>.json,
-#       cpu-resnet18-cifar-vs-pytorch-<cpu>-<date>.json and device-cpu-bench.log;
+#       cpu-resnet18-cifar-vs-pytorch-<cpu>-<date>.json,
+#       cpu-conv-dtypes-<cpu>-<date>.json and device-cpu-bench.log;
 #       <cpu> names the vendor, family and model (lscpu) since a VM's model
 #       name may be only "Intel(R) Xeon(R) Processor". Commit them as they are
 #       under bench/results/ and state the ratios per family in README.md.
@@ -45,8 +49,8 @@ stage() {
     cmake -S . -B "$src" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINBENCH_CUDA=OFF \
       -DTRAINBENCH_TESTS=OFF >/dev/null || exit 1
   fi
-  echo "== building trainbench-engine in $src"
-  cmake --build "$src" --target trainbench-engine -j 2 || exit 1
+  echo "== building trainbench-engine and trainbench-cpu-conv-dtypes in $src"
+  cmake --build "$src" --target trainbench-engine trainbench-cpu-conv-dtypes -j 2 || exit 1
   local engine=$src/bin/trainbench-engine
   ldd "$engine" | grep -q libdnnl || {
     echo "$engine links no libdnnl: the .deb's engine has oneDNN (install libdnnl-dev, reconfigure)" >&2; exit 2; }
@@ -55,7 +59,7 @@ stage() {
 
   local pack=$stage_dir/pack
   rm -rf "$stage_dir" && mkdir -p "$pack"
-  pack_binaries "$pack" "$engine" || exit 1
+  pack_binaries "$pack" "$engine" "$src/bin/trainbench-cpu-conv-dtypes" || exit 1
   {
     echo "commit $(git rev-parse HEAD)$(git diff --quiet HEAD || echo ' (with uncommitted changes)')"
     echo "staged $(date -u +%FT%TZ) from $src ($(grep -m1 '^CMAKE_BUILD_TYPE' "$src/CMakeCache.txt"))"
@@ -169,6 +173,28 @@ print(sys.argv[2] + ("" if d.get("complete") else " (incomplete)") + " in " + sy
       echo "$model: failed or out of time (exit $r); the log's tail:"; tail -n 5 "$log"; rc=1
     fi
   }
+  # oneDNN's f32 and bf16 convolutions on this processor, on the same two CPUs.
+  local dtypes=$out/cpu-conv-dtypes-$slug-$date$variant.json
+  if timeout 45 taskset -c "$cpus" "$root/bin/trainbench-cpu-conv-dtypes" --threads 2 --rounds 10 \
+       --batch 64 >"$dtypes.tmp" 2>>"$log"; then
+    python3 - "$dtypes.tmp" "$dtypes" "$commit" <<'PY'
+import json, sys, time
+d = json.load(open(sys.argv[1]))
+out = {"benchmark": "trainbench-cpu-conv-dtypes (bench/cpu_conv_dtypes.cpp)",
+       "date": time.strftime("%Y-%m-%d"), "commit": sys.argv[3], **d}
+json.dump(out, open(sys.argv[2], "w"), indent=1)
+tot = {}
+for r in d["results"]:
+    for k, v in r["ms"].items():
+        tot.setdefault(r["layer"], {}).setdefault(k, 0.0)
+        tot[r["layer"]][k] += v["median"]
+print("conv dtypes (%s, oneDNN %s): " % (" ".join(d["cpu_flags"]), d["onednn_isa"]) + "; ".join(
+    l + " " + ", ".join("%s %.1f ms" % kv for kv in sorted(c.items())) for l, c in tot.items()))
+PY
+  else
+    echo "conv dtypes: failed or out of time (see $log)"
+  fi
+  rm -f "$dtypes.tmp"
   # --onednn-verbose-steps: where the engine's oneDNN time went on this processor
   # (convolution kernels against the activation reorders between layers).
   bench fmnist-cnn 120 --batches 64,128 --steps 100 --warmup 20 --repeats 3 --pytorch-profile-steps 10 \
