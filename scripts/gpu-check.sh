@@ -28,7 +28,9 @@
 #         layers     the per-layer table of resnet18-cifar b512 bf16
 #                    channels-last (trainbench-engine layers --json)
 #         step-kernels  the all-tricks resnet18-cifar b512 step (graphs off)
-#                    kernel by kernel, from a trace of its third step
+#                    kernel by kernel, from a trace of its third step, and
+#                    bench/NOTES.md's predictions for it held or refuted
+#                    (bench/check_predictions.py)
 #         accuracy   fmnist-cnn 3 epochs; resnet18-cifar on Fashion-MNIST padded
 #                    to 32x32, 20 epochs or as many as fit
 #         bench      bench/gpu_vs_pytorch.py on the target rows (resnet18-cifar
@@ -725,7 +727,15 @@ step_kernels_stage() {
        --steps 3 --output "$work/$name.json" >>"$logs/$name.log" 2>&1; then
     py step_kernels "$work/$name.json" "$logs/$name.tsv" | tee -a "$logs/$name.log"
     cp "$logs/$name.tsv" "$out/$name.tsv"
-    stage_done step-kernels ok "$t0"
+    # bench/NOTES.md's predictions for this step, each held or refuted.
+    say "   the predictions (bench/predictions/$name.json):"
+    python3 bench/check_predictions.py "bench/predictions/$name.json" "$logs/$name.tsv" \
+      --json "$logs/$name-predictions.json" 2>&1 | tee -a "$logs/$name.log"
+    local verdicts=null
+    [[ -f $logs/$name-predictions.json ]] &&
+      verdicts=$(python3 -c 'import json, sys; print(json.dumps({v["name"]: v["verdict"] for v in json.load(open(sys.argv[1]))["verdicts"]}))' \
+        "$logs/$name-predictions.json")
+    stage_done step-kernels ok "$t0" "$verdicts"
   else
     stage_done step-kernels "failed: $(tail -n 1 "$logs/$name.log" | tr -d '"\\' | cut -c1-200)" "$t0"
   fi
