@@ -16,7 +16,8 @@
 // 5. f16/bf16 operands: the CPU's widen-compute-round path against the f64
 //    reference on the widened inputs (bounds derived at the slot and in
 //    tests/engine/low_precision.h), mixed dtypes refused, and on a GPU the
-//    CUDA kernels in f16/bf16 against the CPU's path.
+//    CUDA kernels in f16/bf16 against the CPU's path; on a GPU, the kernels'
+//    16-byte packs, tails and misaligned operands bit for bit against the CPU.
 // GPU rows QSKIP with the reason where there is no device.
 // The family's test, beside its code (docs/architecture.md, "Op families").
 #include <QtTest>
@@ -281,6 +282,65 @@ class TestOpActivations : public QObject {
         QVERIFY2(d == 0.0, qPrintable(QString::fromStdString(what + ": differs by ") +
                                       QString::number(d)));
       }
+    }
+    TB_GPU_CATCH
+  }
+
+  // The CUDA kernels move 16 bytes of each operand a thread where every
+  // pointer is 16-byte aligned (4 f32, 8 bf16, 2 f64 values) and one value at
+  // a time otherwise, the n mod V tail one by one (pointwise.cu): lengths
+  // around the pack and views one element into a buffer (every pointer
+  // misaligned: the one-value kernel) give the CPU reference's bits for the
+  // exact ops (ReLU both ways, add, accumulate, scale: one rounding each,
+  // round to nearest even on both sides), and the elements around each view
+  // keep their values (no pack reads or writes past its end).
+  void pointwise_cuda_packs_and_tails_match_cpu_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<int64_t>("n");
+    QTest::addColumn<int64_t>("offset");
+    for (DType dt : {DType::F32, DType::BF16, DType::F64})
+      for (int64_t n : {int64_t(1), int64_t(7), int64_t(8), int64_t(9), int64_t(4101), int64_t(100003)})
+        for (int64_t offset : {int64_t(0), int64_t(1)}) {
+          const Target t{Impl::Cuda, Layout::NCHW, dt};
+          QTest::addRow("%s: n %lld, offset %lld", t.name().c_str(), (long long)n, (long long)offset)
+              << t << n << offset;
+        }
+  }
+  void pointwise_cuda_packs_and_tails_match_cpu() {
+    FETCH_TARGET(t, be);
+    QFETCH(int64_t, n);
+    QFETCH(int64_t, offset);
+    TB_GPU_TRY
+    CpuBackend& ref = cpu_reference();
+    const DType dt = t.dtype;
+    const auto host = [&](uint64_t seed, double lo, double hi) {
+      const Tensor f = random_tensor({n + 2}, seed, lo, hi, dt == DType::F64 ? DType::F64 : DType::F32);
+      return dt == DType::BF16 ? lp_of(ref, f, dt) : f;
+    };
+    // Buffers of n + 2 elements; the op sees elements [offset, offset + n).
+    const Tensor xs = host(71, -4.0, 4.0), ys = host(72, -1.0, 1.0), bs = host(73, -1.0, 1.0);
+    const auto view = [&](const Tensor& whole) { return Tensor::view_of(whole, offset, {n}); };
+    for (int op = 0; op < 5; ++op) {
+      // On each side: x, dy (the second operand) and out as views at `offset`.
+      const auto run = [&](Backend& on) {
+        Tensor x = to_device(on, xs), dy = to_device(on, ys), out = to_device(on, bs);
+        const Tensor xv = view(x), dyv = view(dy);
+        Tensor outv = view(out);
+        if (op == 0) pointwise::relu_forward(on, xv, outv);
+        if (op == 1) pointwise::relu_backward(on, xv, dyv, outv);
+        if (op == 2) pointwise::add(on, xv, dyv, outv);
+        if (op == 3) pointwise::accumulate(on, xv, outv);
+        if (op == 4) pointwise::scale(on, outv, -0.37);
+        return to_host(on, out);  // the whole buffer: the view and its neighbours
+      };
+      const char* names[] = {"relu_forward", "relu_backward", "add", "accumulate", "scale"};
+      const Tensor want = run(ref), got = run(be);
+      QVERIFY2(bitwise_equal(want, got),
+               qPrintable(QString("%1: differs from the CPU by %2 (n %3, offset %4)")
+                              .arg(names[op])
+                              .arg(max_abs_diff(want, got))
+                              .arg(n)
+                              .arg(offset)));
     }
     TB_GPU_CATCH
   }
