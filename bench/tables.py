@@ -52,7 +52,7 @@ COMMITTED = {
         "cpu-resnet18-cifar-vs-pytorch-2.15-amd-25-17-winograd-2026-11-27.json",
         "cpu-fmnist-cnn-vs-pytorch-amd-25-17-max-avx2-first-layer-blas-2026-11-27.json",
         "cpu-resnet18-cifar-vs-pytorch-amd-25-17-max-avx2-nchw-2026-11-27.json",
-        "cpu-fmnist-cnn-vs-pytorch-2.15-amd-25-17-max-avx2-first-layer-blas-2026-11-27.json",
+        "cpu-fmnist-cnn-vs-pytorch-2.15-amd-25-17-max-avx2-rerun-2026-11-27.json",
         "cpu-resnet18-cifar-vs-pytorch-2.15-amd-25-17-max-avx2-nchw-2026-11-27.json",
     ],
 }
