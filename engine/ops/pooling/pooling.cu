@@ -16,11 +16,18 @@
 // order the CPU's scatter makes them, so max-pool gradients match it exactly.
 // One thread per output (forward) or input (backward) cell; the flat index is
 // decoded in the tensor's memory order so neighbouring threads touch
-// neighbouring addresses in either layout.
+// neighbouring addresses in either layout. Index arithmetic in 32 bits where
+// every index of the call fits (by_index): a GPU has no integer divider, and a
+// 64-bit division or remainder costs several times a 32-bit one, of which
+// each cell's decoding takes several (bench/NOTES.md attempt 11).
 //
 // Ran on an H200 before the move (gpu-runs/2026-11-26-h200: test_op_pooling
-// passed); moved without a change to the arithmetic, not run on a GPU since.
+// passed); moved without a change to the arithmetic, and given 32-bit index
+// arithmetic (the same values and indices), not run on a GPU since.
 #include "engine/ops/pooling/pooling.cuh"
+
+#include <algorithm>
+#include <cstdint>
 
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/device_utils.cuh"
@@ -30,12 +37,24 @@ namespace tb::cuda {
 
 namespace {
 
-// Flat index j of a (N, C, h, w) tensor -> (n, c, ih, iw), in its layout.
-struct Coord {
-  int64_t n, c, h, w;
+// PoolDims in the index type I of a launch (by_index).
+template <typename I>
+struct Dims {
+  I N, C, H, W, kernel, stride, pad, H_out, W_out;
+  bool nhwc;
+  explicit Dims(const PoolDims& d)
+      : N(I(d.N)), C(I(d.C)), H(I(d.H)), W(I(d.W)), kernel(I(d.kernel)), stride(I(d.stride)),
+        pad(I(d.pad)), H_out(I(d.H_out)), W_out(I(d.W_out)), nhwc(d.nhwc) {}
 };
-__device__ __forceinline__ Coord decode(int64_t j, int64_t C, int64_t H, int64_t W, bool nhwc) {
-  Coord k;
+
+// Flat index j of a (N, C, h, w) tensor -> (n, c, ih, iw), in its layout.
+template <typename I>
+struct Coord {
+  I n, c, h, w;
+};
+template <typename I>
+__device__ __forceinline__ Coord<I> decode(I j, I C, I H, I W, bool nhwc) {
+  Coord<I> k;
   if (nhwc) {
     k.c = j % C;
     j /= C;
@@ -53,33 +72,37 @@ __device__ __forceinline__ Coord decode(int64_t j, int64_t C, int64_t H, int64_t
   }
   return k;
 }
-__device__ __forceinline__ int64_t at(const Coord& k, int64_t C, int64_t H, int64_t W, int64_t h,
-                                      int64_t w, bool nhwc) {
+template <typename I>
+__device__ __forceinline__ I at(const Coord<I>& k, I C, I H, I W, I h, I w, bool nhwc) {
   return nhwc ? ((k.n * H + h) * W + w) * C + k.c : ((k.n * C + k.c) * H + h) * W + w;
 }
 
 // Output windows along one axis that contain input i: [lo, hi).
-__device__ __forceinline__ void covering(int64_t i, int64_t kernel, int64_t stride, int64_t pad,
-                                         int64_t n_out, int64_t& lo, int64_t& hi) {
-  const int64_t a = i + pad - kernel + 1;  // o·stride ≥ a
+template <typename I>
+__device__ __forceinline__ void covering(I i, I kernel, I stride, I pad, I n_out, I& lo, I& hi) {
+  const I a = i + pad - kernel + 1;  // o·stride ≥ a
   lo = a <= 0 ? 0 : (a + stride - 1) / stride;
   hi = (i + pad) / stride + 1;
   if (hi > n_out) hi = n_out;
 }
 
-template <typename T>
-__global__ void maxpool_forward_kernel(PoolDims d, const T* x, T* y, int32_t* argmax) {
-  const int64_t total = d.N * d.C * d.H_out * d.W_out;
-  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total;
-       j += int64_t(gridDim.x) * blockDim.x) {
-    const Coord o = decode(j, d.C, d.H_out, d.W_out, d.nhwc);
+// A grid-stride loop over [0, total) in the index type I.
+#define TB_POOL_LOOP(j, total)                                                     \
+  for (I j = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); j < (total);           \
+       j += I(gridDim.x) * I(blockDim.x))
+
+template <typename T, typename I>
+__global__ void maxpool_forward_kernel(Dims<I> d, const T* x, T* y, int32_t* argmax) {
+  const I total = d.N * d.C * d.H_out * d.W_out;
+  TB_POOL_LOOP(j, total) {
+    const Coord<I> o = decode(j, d.C, d.H_out, d.W_out, d.nhwc);
     float best = 0.0f;
-    int64_t arg = -1;
-    for (int64_t kh = 0; kh < d.kernel; ++kh) {
-      const int64_t ih = o.h * d.stride - d.pad + kh;
+    I arg = -1;
+    for (I kh = 0; kh < d.kernel; ++kh) {
+      const I ih = o.h * d.stride - d.pad + kh;
       if (ih < 0 || ih >= d.H) continue;
-      for (int64_t kw = 0; kw < d.kernel; ++kw) {
-        const int64_t iw = o.w * d.stride - d.pad + kw;
+      for (I kw = 0; kw < d.kernel; ++kw) {
+        const I iw = o.w * d.stride - d.pad + kw;
         if (iw < 0 || iw >= d.W) continue;
         const float v = to_compute(x[at(o, d.C, d.H, d.W, ih, iw, d.nhwc)]);
         if (arg < 0 || v > best || (isnan(v) && !isnan(best))) best = v, arg = ih * d.W + iw;
@@ -90,39 +113,37 @@ __global__ void maxpool_forward_kernel(PoolDims d, const T* x, T* y, int32_t* ar
   }
 }
 
-template <typename T>
-__global__ void maxpool_backward_kernel(PoolDims d, const T* dy, const int32_t* argmax, T* dx) {
-  const int64_t total = d.N * d.C * d.H * d.W;
-  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total;
-       j += int64_t(gridDim.x) * blockDim.x) {
-    const Coord i = decode(j, d.C, d.H, d.W, d.nhwc);
+template <typename T, typename I>
+__global__ void maxpool_backward_kernel(Dims<I> d, const T* dy, const int32_t* argmax, T* dx) {
+  const I total = d.N * d.C * d.H * d.W;
+  TB_POOL_LOOP(j, total) {
+    const Coord<I> i = decode(j, d.C, d.H, d.W, d.nhwc);
     const int32_t me = int32_t(i.h * d.W + i.w);
-    int64_t h0, h1, w0, w1;
+    I h0, h1, w0, w1;
     covering(i.h, d.kernel, d.stride, d.pad, d.H_out, h0, h1);
     covering(i.w, d.kernel, d.stride, d.pad, d.W_out, w0, w1);
     float acc = 0.0f;
-    for (int64_t oh = h0; oh < h1; ++oh)
-      for (int64_t ow = w0; ow < w1; ++ow) {
-        const int64_t o = at(i, d.C, d.H_out, d.W_out, oh, ow, d.nhwc);
+    for (I oh = h0; oh < h1; ++oh)
+      for (I ow = w0; ow < w1; ++ow) {
+        const I o = at(i, d.C, d.H_out, d.W_out, oh, ow, d.nhwc);
         if (argmax[o] == me) acc += to_compute(dy[o]);
       }
     dx[j] = from_compute<T>(acc);
   }
 }
 
-template <typename T>
-__global__ void avgpool_forward_kernel(PoolDims d, const T* x, T* y) {
-  const int64_t total = d.N * d.C * d.H_out * d.W_out;
+template <typename T, typename I>
+__global__ void avgpool_forward_kernel(Dims<I> d, const T* x, T* y) {
+  const I total = d.N * d.C * d.H_out * d.W_out;
   const float inv = 1.0f / float(d.kernel * d.kernel);
-  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total;
-       j += int64_t(gridDim.x) * blockDim.x) {
-    const Coord o = decode(j, d.C, d.H_out, d.W_out, d.nhwc);
+  TB_POOL_LOOP(j, total) {
+    const Coord<I> o = decode(j, d.C, d.H_out, d.W_out, d.nhwc);
     float acc = 0.0f;
-    for (int64_t kh = 0; kh < d.kernel; ++kh) {
-      const int64_t ih = o.h * d.stride - d.pad + kh;
+    for (I kh = 0; kh < d.kernel; ++kh) {
+      const I ih = o.h * d.stride - d.pad + kh;
       if (ih < 0 || ih >= d.H) continue;
-      for (int64_t kw = 0; kw < d.kernel; ++kw) {
-        const int64_t iw = o.w * d.stride - d.pad + kw;
+      for (I kw = 0; kw < d.kernel; ++kw) {
+        const I iw = o.w * d.stride - d.pad + kw;
         if (iw >= 0 && iw < d.W) acc += to_compute(x[at(o, d.C, d.H, d.W, ih, iw, d.nhwc)]);
       }
     }
@@ -130,19 +151,18 @@ __global__ void avgpool_forward_kernel(PoolDims d, const T* x, T* y) {
   }
 }
 
-template <typename T>
-__global__ void avgpool_backward_kernel(PoolDims d, const T* dy, T* dx) {
-  const int64_t total = d.N * d.C * d.H * d.W;
+template <typename T, typename I>
+__global__ void avgpool_backward_kernel(Dims<I> d, const T* dy, T* dx) {
+  const I total = d.N * d.C * d.H * d.W;
   const float inv = 1.0f / float(d.kernel * d.kernel);
-  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total;
-       j += int64_t(gridDim.x) * blockDim.x) {
-    const Coord i = decode(j, d.C, d.H, d.W, d.nhwc);
-    int64_t h0, h1, w0, w1;
+  TB_POOL_LOOP(j, total) {
+    const Coord<I> i = decode(j, d.C, d.H, d.W, d.nhwc);
+    I h0, h1, w0, w1;
     covering(i.h, d.kernel, d.stride, d.pad, d.H_out, h0, h1);
     covering(i.w, d.kernel, d.stride, d.pad, d.W_out, w0, w1);
     float acc = 0.0f;
-    for (int64_t oh = h0; oh < h1; ++oh)
-      for (int64_t ow = w0; ow < w1; ++ow)
+    for (I oh = h0; oh < h1; ++oh)
+      for (I ow = w0; ow < w1; ++ow)
         acc += to_compute(dy[at(i, d.C, d.H_out, d.W_out, oh, ow, d.nhwc)]);
     dx[j] = from_compute<T>(acc * inv);
   }
@@ -173,16 +193,27 @@ __global__ void gap_forward_nhwc_kernel(const T* x, T* y, int64_t N, int64_t C, 
 }
 
 // dx[n,c,i] = dy[n,c] / HW
-template <typename T>
-__global__ void gap_backward_kernel(const T* dy, T* dx, int64_t N, int64_t C, int64_t HW,
-                                    bool nhwc) {
+template <typename T, typename I>
+__global__ void gap_backward_kernel(const T* dy, T* dx, I N, I C, I HW, bool nhwc) {
   const float inv = float(1.0 / double(HW));
-  const int64_t total = N * C * HW;
-  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total;
-       j += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t nc = nhwc ? (j / (HW * C)) * C + j % C : j / HW;
+  const I total = N * C * HW;
+  TB_POOL_LOOP(j, total) {
+    const I nc = nhwc ? (j / (HW * C)) * C + j % C : j / HW;
     dx[j] = from_compute<T>(to_compute(dy[nc]) * inv);
   }
+}
+
+#undef TB_POOL_LOOP
+
+// f(I{}) with I = int32_t where every index of a call over `elements` values
+// fits (the grid-stride loop's last step included), else int64_t.
+template <class F>
+void by_index(int64_t elements, F f) {
+  const int64_t last_step = int64_t(65535) * kThreads;  // grid_for's cap × the block
+  if (elements + last_step < (int64_t(1) << 31))
+    f(int32_t{});
+  else
+    f(int64_t{});
 }
 
 }  // namespace
@@ -192,7 +223,10 @@ void launch_maxpool_forward(const PoolDims& d, const T* x, T* y, int32_t* argmax
                             cudaStream_t s) {
   const int64_t total = d.N * d.C * d.H_out * d.W_out;
   if (total <= 0) return;
-  maxpool_forward_kernel<<<grid_for(total), kThreads, 0, s>>>(d, x, y, argmax);
+  by_index(std::max(total, d.N * d.C * d.H * d.W), [&](auto i) {
+    using I = decltype(i);
+    maxpool_forward_kernel<T, I><<<grid_for(total), kThreads, 0, s>>>(Dims<I>(d), x, y, argmax);
+  });
   TB_CUDA_LAUNCH_CHECK("maxpool_forward_kernel");
 }
 
@@ -201,7 +235,11 @@ void launch_maxpool_backward(const PoolDims& d, const T* dy, const int32_t* argm
                              cudaStream_t s) {
   const int64_t total = d.N * d.C * d.H * d.W;
   if (total <= 0) return;
-  maxpool_backward_kernel<<<grid_for(total), kThreads, 0, s>>>(d, dy, argmax, dx);
+  by_index(std::max(total, d.N * d.C * d.H_out * d.W_out), [&](auto i) {
+    using I = decltype(i);
+    maxpool_backward_kernel<T, I>
+        <<<grid_for(total), kThreads, 0, s>>>(Dims<I>(d), dy, argmax, dx);
+  });
   TB_CUDA_LAUNCH_CHECK("maxpool_backward_kernel");
 }
 
@@ -209,7 +247,10 @@ template <typename T>
 void launch_avgpool_forward(const PoolDims& d, const T* x, T* y, cudaStream_t s) {
   const int64_t total = d.N * d.C * d.H_out * d.W_out;
   if (total <= 0) return;
-  avgpool_forward_kernel<<<grid_for(total), kThreads, 0, s>>>(d, x, y);
+  by_index(std::max(total, d.N * d.C * d.H * d.W), [&](auto i) {
+    using I = decltype(i);
+    avgpool_forward_kernel<T, I><<<grid_for(total), kThreads, 0, s>>>(Dims<I>(d), x, y);
+  });
   TB_CUDA_LAUNCH_CHECK("avgpool_forward_kernel");
 }
 
@@ -217,7 +258,10 @@ template <typename T>
 void launch_avgpool_backward(const PoolDims& d, const T* dy, T* dx, cudaStream_t s) {
   const int64_t total = d.N * d.C * d.H * d.W;
   if (total <= 0) return;
-  avgpool_backward_kernel<<<grid_for(total), kThreads, 0, s>>>(d, dy, dx);
+  by_index(std::max(total, d.N * d.C * d.H_out * d.W_out), [&](auto i) {
+    using I = decltype(i);
+    avgpool_backward_kernel<T, I><<<grid_for(total), kThreads, 0, s>>>(Dims<I>(d), dy, dx);
+  });
   TB_CUDA_LAUNCH_CHECK("avgpool_backward_kernel");
 }
 
@@ -241,7 +285,11 @@ void launch_global_avgpool_backward(const T* dy, T* dx, int64_t N, int64_t C, in
                                     bool nhwc, cudaStream_t s) {
   const int64_t total = N * C * HW;
   if (total <= 0) return;
-  gap_backward_kernel<<<grid_for(total), kThreads, 0, s>>>(dy, dx, N, C, HW, nhwc);
+  by_index(total, [&](auto i) {
+    using I = decltype(i);
+    gap_backward_kernel<T, I>
+        <<<grid_for(total), kThreads, 0, s>>>(dy, dx, I(N), I(C), I(HW), nhwc);
+  });
   TB_CUDA_LAUNCH_CHECK("gap_backward_kernel");
 }
 
