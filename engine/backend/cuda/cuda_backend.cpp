@@ -173,7 +173,8 @@ namespace {
 std::string batchnorm_unroll() {
   const int forced = batchnorm::unroll_from_environment();
   return forced ? detail::concat("forced ", forced, " (TRAINBENCH_CUDA_BN_UNROLL)")
-                : std::string("16 bytes a thread (4 or 8 values)");
+                : detail::concat("by unroll_for: ", batchnorm::kBytesInFlight,
+                                 " bytes of loads in flight a thread");
 }
 }  // namespace
 

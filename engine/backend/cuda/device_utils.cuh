@@ -11,14 +11,23 @@
 namespace tb::cuda {
 
 constexpr int kThreads = 256;
+// The most blocks grid_for gives a grid-stride loop (CUDA's y and z limit;
+// the loop covers the rest).
+constexpr int64_t kMaxGridBlocks = 65535;
 
 // Blocks for a grid-stride loop over n elements (capped: the loop covers the rest).
-inline unsigned grid_for(int64_t n, int threads = kThreads, int64_t cap = 65535) {
+inline unsigned grid_for(int64_t n, int threads = kThreads, int64_t cap = kMaxGridBlocks) {
   int64_t b = (n + threads - 1) / threads;
   if (b < 1) b = 1;
   if (b > cap) b = cap;
   return static_cast<unsigned>(b);
 }
+
+// for j in [0, n), one value a thread, striding by the grid, in the index
+// type I (int64_t, or int32_t where n plus one grid's stride fits).
+#define TB_GRID_STRIDE(I, j, n)                                                \
+  for (I j = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); j < (n); \
+       j += I(gridDim.x) * I(blockDim.x))
 
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {

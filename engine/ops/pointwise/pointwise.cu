@@ -19,10 +19,6 @@ namespace tb::cuda {
 
 namespace {
 
-#define TB_GRID_STRIDE(i, n)                                                \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); \
-       i += int64_t(gridDim.x) * blockDim.x)
-
 // Φ(x) = erfc(−x/√2)/2: erfc keeps the relative accuracy of Φ for negative x,
 // where 1 + erf(x/√2) would cancel.
 __device__ __forceinline__ float erfc_(float v) { return erfcf(v); }
@@ -100,7 +96,7 @@ __global__ void pointwise_kernel(Operands<T, K> x, T* y, int64_t n, Op op) {
   using A = compute_t<T>;
   using P = Pack<T, V>;
   const int64_t packs = n / V;
-  TB_GRID_STRIDE(i, packs) {
+  TB_GRID_STRIDE(int64_t, i, packs) {
     P in[K];
 #pragma unroll
     for (int k = 0; k < K; ++k) in[k] = reinterpret_cast<const P*>(x.p[k])[i];
@@ -115,7 +111,7 @@ __global__ void pointwise_kernel(Operands<T, K> x, T* y, int64_t n, Op op) {
     reinterpret_cast<P*>(y)[i] = out;
   }
   if constexpr (V > 1) {
-    TB_GRID_STRIDE(i, n - packs * V) {
+    TB_GRID_STRIDE(int64_t, i, n - packs * V) {
       const int64_t e = packs * V + i;
       A v[K];
 #pragma unroll

@@ -86,15 +86,10 @@ __device__ __forceinline__ void covering(I i, I kernel, I stride, I pad, I n_out
   if (hi > n_out) hi = n_out;
 }
 
-// A grid-stride loop over [0, total) in the index type I.
-#define TB_POOL_LOOP(j, total)                                                     \
-  for (I j = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); j < (total);           \
-       j += I(gridDim.x) * I(blockDim.x))
-
 template <typename T, typename I>
 __global__ void maxpool_forward_kernel(Dims<I> d, const T* x, T* y, int32_t* argmax) {
   const I total = d.N * d.C * d.H_out * d.W_out;
-  TB_POOL_LOOP(j, total) {
+  TB_GRID_STRIDE(I, j, total) {
     const Coord<I> o = decode(j, d.C, d.H_out, d.W_out, d.nhwc);
     float best = 0.0f;
     I arg = -1;
@@ -116,7 +111,7 @@ __global__ void maxpool_forward_kernel(Dims<I> d, const T* x, T* y, int32_t* arg
 template <typename T, typename I>
 __global__ void maxpool_backward_kernel(Dims<I> d, const T* dy, const int32_t* argmax, T* dx) {
   const I total = d.N * d.C * d.H * d.W;
-  TB_POOL_LOOP(j, total) {
+  TB_GRID_STRIDE(I, j, total) {
     const Coord<I> i = decode(j, d.C, d.H, d.W, d.nhwc);
     const int32_t me = int32_t(i.h * d.W + i.w);
     I h0, h1, w0, w1;
@@ -136,7 +131,7 @@ template <typename T, typename I>
 __global__ void avgpool_forward_kernel(Dims<I> d, const T* x, T* y) {
   const I total = d.N * d.C * d.H_out * d.W_out;
   const float inv = 1.0f / float(d.kernel * d.kernel);
-  TB_POOL_LOOP(j, total) {
+  TB_GRID_STRIDE(I, j, total) {
     const Coord<I> o = decode(j, d.C, d.H_out, d.W_out, d.nhwc);
     float acc = 0.0f;
     for (I kh = 0; kh < d.kernel; ++kh) {
@@ -155,7 +150,7 @@ template <typename T, typename I>
 __global__ void avgpool_backward_kernel(Dims<I> d, const T* dy, T* dx) {
   const I total = d.N * d.C * d.H * d.W;
   const float inv = 1.0f / float(d.kernel * d.kernel);
-  TB_POOL_LOOP(j, total) {
+  TB_GRID_STRIDE(I, j, total) {
     const Coord<I> i = decode(j, d.C, d.H, d.W, d.nhwc);
     I h0, h1, w0, w1;
     covering(i.h, d.kernel, d.stride, d.pad, d.H_out, h0, h1);
@@ -197,19 +192,17 @@ template <typename T, typename I>
 __global__ void gap_backward_kernel(const T* dy, T* dx, I N, I C, I HW, bool nhwc) {
   const float inv = float(1.0 / double(HW));
   const I total = N * C * HW;
-  TB_POOL_LOOP(j, total) {
+  TB_GRID_STRIDE(I, j, total) {
     const I nc = nhwc ? (j / (HW * C)) * C + j % C : j / HW;
     dx[j] = from_compute<T>(to_compute(dy[nc]) * inv);
   }
 }
 
-#undef TB_POOL_LOOP
-
 // f(I{}) with I = int32_t where every index of a call over `elements` values
 // fits (the grid-stride loop's last step included), else int64_t.
 template <class F>
 void by_index(int64_t elements, F f) {
-  const int64_t last_step = int64_t(65535) * kThreads;  // grid_for's cap × the block
+  const int64_t last_step = kMaxGridBlocks * kThreads;  // one stride of grid_for's largest grid
   if (elements + last_step < (int64_t(1) << 31))
     f(int32_t{});
   else
