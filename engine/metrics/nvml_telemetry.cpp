@@ -5,6 +5,8 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+
 #include <type_traits>
 
 namespace tb {
@@ -98,6 +100,44 @@ NvmlTelemetry::~NvmlTelemetry() {
   if (api_ && api_->shutdown) api_->shutdown();
   delete api_;
   if (lib_) dlclose(lib_);
+}
+
+NvmlSampler::NvmlSampler(std::unique_ptr<NvmlTelemetry> nvml, std::chrono::milliseconds period)
+    : nvml_(std::move(nvml)),
+      period_(std::max(period, std::chrono::milliseconds(1))),
+      thread_([this](std::stop_token stop) { run(stop); }) {}
+
+NvmlSampler::~NvmlSampler() {
+  thread_.request_stop();  // wakes the wait below; a reading in progress finishes first
+  thread_.join();
+}
+
+std::optional<GpuTelemetry> NvmlSampler::latest() const {
+  std::lock_guard lock(mu_);
+  return latest_;
+}
+
+NvmlSampler::ReadCost NvmlSampler::read_cost() const {
+  std::lock_guard lock(mu_);
+  return cost_;
+}
+
+void NvmlSampler::run(std::stop_token stop) {
+  using Clock = std::chrono::steady_clock;
+  std::unique_lock lock(mu_);
+  while (!stop.stop_requested()) {
+    lock.unlock();  // NVML is thread-safe; latest() never waits for a query
+    const Clock::time_point t0 = Clock::now();
+    std::optional<GpuTelemetry> reading = nvml_ ? nvml_->read() : std::nullopt;
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    lock.lock();
+    if (reading) latest_ = reading;
+    cost_.readings += 1;
+    total_ms_ += ms;
+    cost_.mean_ms = total_ms_ / double(cost_.readings);
+    cost_.max_ms = std::max(cost_.max_ms, ms);
+    wake_.wait_for(lock, stop, period_, [] { return false; });
+  }
 }
 
 std::optional<GpuTelemetry> NvmlTelemetry::read() const {

@@ -6,10 +6,18 @@
 // documented C API (nvmlInit_v2, nvmlDeviceGetHandleByPciBusId_v2,
 // nvmlDeviceGetHandleByIndex_v2, nvmlDeviceGetUtilizationRates, nvmlDeviceGetPowerUsage, nvmlDeviceGetClockInfo,
 // nvmlDeviceGetTemperature, nvmlShutdown), declared here by hand.
-// Not run on a GPU yet: only the "not available" path has been exercised.
+// NvmlTelemetry read a real driver on one H200 (2026-11-26); NvmlSampler, the
+// thread the trainer reads it on now, has run only against the stand-in
+// library (tests/engine/fake_nvml), not on a GPU.
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -55,6 +63,47 @@ class NvmlTelemetry {
   void* device_ = nullptr;
   Api* api_ = nullptr;
   std::string reason_;
+};
+
+// NVML read on a thread of its own, every `period`: one reading is four
+// driver queries, which can take a millisecond or so in all, and the training
+// thread never waits for them. latest() hands out the newest reading without
+// calling NVML (a lock and a copy). NVML's utilisation is itself an average
+// over 1/6 s to 1 s, so a reading a few hundred milliseconds old is as fresh
+// as the driver's figure.
+class NvmlSampler {
+ public:
+  static constexpr std::chrono::milliseconds kDefaultPeriod{200};
+  // Takes an available NvmlTelemetry; the first reading starts at once.
+  explicit NvmlSampler(std::unique_ptr<NvmlTelemetry> nvml,
+                       std::chrono::milliseconds period = kDefaultPeriod);
+  ~NvmlSampler();  // stops the thread (at most one reading's wait)
+  NvmlSampler(const NvmlSampler&) = delete;
+  NvmlSampler& operator=(const NvmlSampler&) = delete;
+
+  // The newest reading; std::nullopt until the first one is in (or when every
+  // reading so far failed).
+  std::optional<GpuTelemetry> latest() const;
+  // What the readings cost their own thread (the run summary's figure:
+  // what a reading on the training thread would have added to its step).
+  struct ReadCost {
+    int64_t readings = 0;
+    double mean_ms = 0, max_ms = 0;
+  };
+  ReadCost read_cost() const;
+  std::chrono::milliseconds period() const { return period_; }
+
+ private:
+  void run(std::stop_token stop);
+
+  std::unique_ptr<NvmlTelemetry> nvml_;
+  const std::chrono::milliseconds period_;
+  mutable std::mutex mu_;
+  std::condition_variable_any wake_;
+  std::optional<GpuTelemetry> latest_;
+  ReadCost cost_;
+  double total_ms_ = 0;
+  std::jthread thread_;  // last: starts once everything it uses exists
 };
 
 }  // namespace tb

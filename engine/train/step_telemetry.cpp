@@ -51,15 +51,18 @@ void write_memory_metrics(const DeviceMemoryStats& m, json& metrics) {
 
 // The run log's line on what is measured how often (measure_every shown).
 std::string describe_measurement(bool on_host, bool measure, int lag, int64_t every,
-                                 const RunPlan& plan) {
+                                 const RunPlan& plan, const NvmlSampler* nvml) {
   const std::string n = std::to_string(every);
   std::string s = "measurement: ";
   s += measure ? "step time and its breakdown every step" : "step time only (measurement off)";
   if (!on_host)
     s += " (CUDA events, read back " + std::to_string(lag) + " steps late, no sync)";
-  s += on_host ? "; host RSS and CPU use on step 1 and every " + n + " steps"
-               : "; driver memory and GPU telemetry on step 1 and every " + n + " steps";
-  s += " (measure_every)";
+  s += on_host ? "; host RSS and CPU use" : "; driver memory";
+  if (nvml) s += " and the newest GPU telemetry reading";
+  s += " on step 1 and every " + n + " steps (measure_every)";
+  if (nvml)
+    s += "; NVML read every " + std::to_string(nvml->period().count()) +
+         " ms on its own thread";
   if (!on_host) {
     if (plan.census_every_step)
       s += "; kernel census every step (profiler), tensor pipe counters sampled";
@@ -130,16 +133,17 @@ StepTelemetry::StepTelemetry(Backend& be, const RunPlan& plan, const TelemetryOp
   }
   cpu_mark_ = process_cpu_seconds();
   wall_mark_ = Clock::now();
-  // GPU telemetry (NVML, from the driver at run time); absent, with the reason
-  // logged, where there is none. NVML numbers devices in PCI order and ignores
-  // CUDA_VISIBLE_DEVICES: the device is found by its PCI bus id.
+  // GPU telemetry (NVML, from the driver at run time), read on its own
+  // thread; absent, with the reason logged, where there is none. NVML numbers
+  // devices in PCI order and ignores CUDA_VISIBLE_DEVICES: the device is
+  // found by its PCI bus id.
   if (!on_host_) {
-    nvml_ = std::make_unique<NvmlTelemetry>(unsigned(be.device().index),
-                                            be.describe().value("pci_bus_id", std::string()));
-    if (!nvml_->available()) {
-      log("info", "GPU telemetry " + nvml_->reason());
-      nvml_.reset();
-    }
+    auto nvml = std::make_unique<NvmlTelemetry>(unsigned(be.device().index),
+                                                be.describe().value("pci_bus_id", std::string()));
+    if (nvml->available())
+      nvml_ = std::make_unique<NvmlSampler>(std::move(nvml));
+    else
+      log("info", "GPU telemetry " + nvml->reason());
   }
   if (plan.device_trace) {
     device_trace_ = std::make_unique<DeviceTraceRecorder>();
@@ -163,7 +167,8 @@ StepTelemetry::StepTelemetry(Backend& be, const RunPlan& plan, const TelemetryOp
     log("info", "tensor pipe counters " + pipe_->describe());
     if (!pipe_->available()) pipe_.reset();
   }
-  log("info", describe_measurement(on_host_, options.measure, timer_->lag_steps(), every, plan));
+  log("info", describe_measurement(on_host_, options.measure, timer_->lag_steps(), every, plan,
+                                   nvml_.get()));
 }
 
 StepTelemetry::~StepTelemetry() = default;
@@ -208,7 +213,7 @@ void StepTelemetry::end_step(int64_t step, int64_t epoch, json metrics, int64_t 
       device_peak_bytes_ = std::max(device_peak_bytes_, m.peak_allocated_bytes);
     }
     if (nvml_ && sampled)
-      if (std::optional<GpuTelemetry> g = nvml_->read()) g->write_metrics(metrics);
+      if (std::optional<GpuTelemetry> g = nvml_->latest()) g->write_metrics(metrics);
   } else if (sampled) {
     metrics["host_rss_bytes"] = double(process_rss_bytes());
     const double wall = std::chrono::duration<double>(Clock::now() - wall_mark_).count();
@@ -265,6 +270,13 @@ void StepTelemetry::write_summary(json& summary) {
   summary["peak_memory_bytes"] = on_host_ ? process_peak_rss_bytes() : device_peak_bytes_;
   summary["peak_memory_kind"] = on_host_ ? "host_peak_rss" : "device_peak_allocated";
   if (!on_host_) summary["gpu_mem_peak_bytes"] = device_peak_bytes_;
+  if (nvml_) {
+    const NvmlSampler::ReadCost c = nvml_->read_cost();
+    summary["gpu_telemetry_reads"] = {{"readings", c.readings},
+                                      {"period_ms", nvml_->period().count()},
+                                      {"mean_ms", c.mean_ms},
+                                      {"max_ms", c.max_ms}};
+  }
   // What `trainbench-engine layers` says of a run without a profile.
   const int64_t every = std::max<int64_t>(1, options_.measure_every);
   if (!layer_profiler_)

@@ -34,7 +34,7 @@ class KernelCensus;
 class LayerProfiler;
 class LayerScopes;
 class ProfilingStepTimer;
-class NvmlTelemetry;
+class NvmlSampler;
 class TensorPipeProfiler;
 class TracingStepTimer;
 
@@ -106,7 +106,7 @@ class StepTelemetry {
   StepTimer* timer_ = nullptr;
   std::deque<PendingStep> pending_;
   std::vector<double> step_ms_;
-  std::unique_ptr<NvmlTelemetry> nvml_;
+  std::unique_ptr<NvmlSampler> nvml_;  // GPU telemetry, read on its own thread
   std::unique_ptr<KernelCensus> census_;
   std::unique_ptr<TensorPipeProfiler> pipe_;
   std::unique_ptr<DeviceTraceRecorder> device_trace_;

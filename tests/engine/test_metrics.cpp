@@ -3,6 +3,9 @@
 // share, the Chrome trace (written, parsed back, checked), NVML's absence
 // without a driver, and the metric series through the store. No GPU needed.
 #include <QtTest>
+#include <dlfcn.h>
+
+#include <atomic>
 
 #include <cmath>
 #include <fstream>
@@ -473,6 +476,48 @@ class TestMetrics : public QObject {
     QCOMPARE(m.value("gpu_util_pct", -1.0), 20.0);
     QCOMPARE(m.value("gpu_sm_clock_mhz", -1.0), 1980.0);
     QVERIFY(!m.contains("gpu_power_w"));
+  }
+  // The trainer reads NVML on a thread of its own: a slow driver query never
+  // holds up the caller, which gets the newest reading there is.
+  void nvmlSamplerNeverWaitsForTheDriver() {
+    void* fake = dlopen(FAKE_NVML_LIB, RTLD_NOW | RTLD_LOCAL);
+    QVERIFY2(fake, dlerror());
+    auto hold = reinterpret_cast<void (*)(int)>(dlsym(fake, "fake_nvml_hold"));
+    auto calls = reinterpret_cast<long (*)()>(dlsym(fake, "fake_nvml_utilization_calls"));
+    QVERIFY(hold && calls);
+    hold(1);  // every utilisation query waits until released
+    const long before = calls();
+    std::atomic<bool> released{false};
+    std::optional<GpuTelemetry> while_held;
+    {
+      auto nvml = std::make_unique<NvmlTelemetry>(FAKE_NVML_LIB, 1);
+      QVERIFY2(nvml->available(), nvml->reason().c_str());
+      NvmlSampler sampler(std::move(nvml), std::chrono::milliseconds(5));
+      QTRY_VERIFY_WITH_TIMEOUT(calls() > before, 10000);  // its first query is under way
+      // Released from elsewhere after a while: if latest() waited for the
+      // query, it would return only after that.
+      std::jthread releaser([&] {
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+        released = true;
+        hold(0);
+      });
+      while_held = sampler.latest();
+      const bool returned_before_release = !released;
+      QVERIFY2(returned_before_release, "latest() waited for the driver's query");
+      QVERIFY(!while_held.has_value());  // no reading yet
+      releaser.join();
+      QTRY_VERIFY_WITH_TIMEOUT(sampler.latest().has_value(), 10000);
+      QCOMPARE(sampler.latest()->gpu_utilization_pct, 20.0);  // NVML's device 1
+      QTRY_VERIFY_WITH_TIMEOUT(sampler.read_cost().readings >= 3, 10000);  // it keeps reading
+      const NvmlSampler::ReadCost c = sampler.read_cost();
+      QVERIFY(c.max_ms >= c.mean_ms && c.mean_ms > 0);
+      QVERIFY2(c.max_ms >= 1000, "the held query's time is the longest reading's");
+    }
+    // Gone with the sampler: no query after it.
+    const long after = calls();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    QCOMPARE(calls(), after);
+    dlclose(fake);
   }
   void nvmlIsAbsentWithAReasonWithoutADriver() {
     NvmlTelemetry missing("libtrainbench-no-such-nvml.so", 0);

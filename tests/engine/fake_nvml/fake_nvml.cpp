@@ -3,16 +3,33 @@
 // NVML's (PCI) order, 0000:01:00.0 and 0000:41:00.0, whose utilisation is 10 %
 // and 20 %, so a test sees which one a lookup opened. FAKE_NVML_NO_POWER=1 makes
 // the power query unsupported, as it is on some virtual machines.
+// fake_nvml_hold(1) makes the utilisation query wait until fake_nvml_hold(0),
+// like a slow driver; fake_nvml_utilization_calls() counts that query.
+#include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 namespace {
 int devices[2];
 constexpr int kSuccess = 0, kInvalidArgument = 2, kNotSupported = 3, kNotFound = 6;
 int which(void* d) { return d == &devices[1] ? 1 : 0; }
+std::mutex hold_mu;
+std::condition_variable hold_cv;
+bool held = false;
+std::atomic<long> utilization_calls{0};
 }  // namespace
 
 extern "C" {
+void fake_nvml_hold(int on) {
+  {
+    std::lock_guard lock(hold_mu);
+    held = on != 0;
+  }
+  hold_cv.notify_all();
+}
+long fake_nvml_utilization_calls() { return utilization_calls.load(); }
 struct FakeNvmlUtilization {
   unsigned int gpu, memory;
 };
@@ -30,6 +47,11 @@ int nvmlDeviceGetHandleByPciBusId_v2(const char* id, void** d) {
   return kSuccess;
 }
 int nvmlDeviceGetUtilizationRates(void* d, FakeNvmlUtilization* u) {
+  utilization_calls.fetch_add(1);
+  {
+    std::unique_lock lock(hold_mu);
+    hold_cv.wait(lock, [] { return !held; });
+  }
   u->gpu = 10u * unsigned(which(d) + 1);
   u->memory = 5;
   return kSuccess;
