@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// NOT RUN ON A GPU: compiled under TRAINBENCH_HAVE_CUDA only; see the header.
+// NOT RUN ON A GPU in this form: compiled under TRAINBENCH_HAVE_CUDA only; see the header.
 #include "engine/metrics/cuda_step_timer.h"
 
 #ifdef TRAINBENCH_HAVE_CUDA
@@ -30,26 +30,21 @@ CudaStepTimer::CudaStepTimer(cudaStream_t stream, int lag, int max_entries, bool
   // lag + 1 sets: the step being recorded plus `lag` steps in flight.
   ring_.resize(static_cast<size_t>(lag + 1));
   for (EventSet& s : ring_) {
-    s.start = make_event();
+    s.marks.resize(phases ? size_t(StepMarks::capacity(max_entries)) : 1);
+    for (cudaEvent_t& e : s.marks) e = make_event();
     s.own_close = make_event();
-    if (phases) s.work_end = make_event();
-    for (int p = 0; p < kPhaseCount && phases; ++p)
-      for (int i = 0; i < max_entries; ++i) {
-        s.begins[p].push_back(make_event());
-        s.ends[p].push_back(make_event());
-      }
   }
 }
 
 CudaStepTimer::~CudaStepTimer() {
   for (EventSet& s : ring_) {
-    for (cudaEvent_t e : {s.start, s.own_close, s.work_end})
-      if (e) cudaEventDestroy(e);
-    for (int p = 0; p < kPhaseCount; ++p) {
-      for (cudaEvent_t e : s.begins[p]) cudaEventDestroy(e);
-      for (cudaEvent_t e : s.ends[p]) cudaEventDestroy(e);
-    }
+    for (cudaEvent_t e : s.marks) cudaEventDestroy(e);
+    if (s.own_close) cudaEventDestroy(s.own_close);
   }
+}
+
+void CudaStepTimer::record(EventSet& s, int mark) {
+  check(cudaEventRecord(s.marks[size_t(mark)], stream_), "cudaEventRecord");
 }
 
 void CudaStepTimer::begin_step(int64_t step) {
@@ -58,26 +53,24 @@ void CudaStepTimer::begin_step(int64_t step) {
   if (s.pending) {
     // The device is more than `lag` steps behind: the only place that waits.
     // This set is the oldest in flight (its close event, the next set's
-    // start, is still unrecorded over); its times are kept for poll().
+    // boundary, is still unrecorded over); its times are kept for poll().
     TB_CHECK(in_flight_.front() == index, "CudaStepTimer: ring out of order");
     check(cudaEventSynchronize(s.close), "cudaEventSynchronize");
     ready_.push_back(read(s));
     in_flight_.pop_front();
   }
   // One event closes the open step and opens this one.
-  check(cudaEventRecord(s.start, stream_), "cudaEventRecord");
-  if (current_) close_with(*current_, s.start);
+  record(s, 0);
+  if (current_) close_with(*current_, s.marks[0]);
   s.step = step;
-  s.work_ended = false;
-  for (int p = 0; p < kPhaseCount; ++p) s.used[p] = 0;
+  s.plan.open();
   current_ = &s;
   next_ = (next_ + 1) % ring_.size();
 }
 
 void CudaStepTimer::end_step() {
   if (!phases_ || !current_) return;
-  check(cudaEventRecord(current_->work_end, stream_), "cudaEventRecord");
-  current_->work_ended = true;
+  if (std::optional<int> m = current_->plan.end_work()) record(*current_, *m);
 }
 
 void CudaStepTimer::close_step() {
@@ -96,32 +89,24 @@ void CudaStepTimer::close_with(EventSet& s, cudaEvent_t close) {
 void CudaStepTimer::begin(Phase p) {
   if (!phases_) return;
   EventSet& s = *current_;
-  const int i = static_cast<int>(p);
-  TB_CHECK(s.used[i] < max_entries_, "CudaStepTimer: phase ", phase_name(p), " entered more than ",
-           max_entries_, " times in one step");
-  check(cudaEventRecord(s.begins[i][s.used[i]], stream_), "cudaEventRecord");
+  TB_CHECK(s.plan.entries(p) < max_entries_, "CudaStepTimer: phase ", phase_name(p),
+           " entered more than ", max_entries_, " times in one step");
+  if (std::optional<int> m = s.plan.begin(p)) record(s, *m);
 }
 
 void CudaStepTimer::end(Phase p) {
   if (!phases_) return;
   EventSet& s = *current_;
-  const int i = static_cast<int>(p);
-  check(cudaEventRecord(s.ends[i][s.used[i]], stream_), "cudaEventRecord");
-  ++s.used[i];
+  record(s, s.plan.end(p));
 }
 
 StepTimes CudaStepTimer::read(EventSet& s) {
   StepTimes t;
   t.step = s.step;
   t.has_h2d = true;
-  t.total_ms = elapsed_ms(s.start, s.close);
-  if (s.work_ended) t.step_end_ms = elapsed_ms(s.work_end, s.close);
-  for (int p = 0; p < kPhaseCount; ++p) {
-    double ms = 0;
-    for (int k = 0; k < s.used[p]; ++k) ms += elapsed_ms(s.begins[p][k], s.ends[p][k]);
-    t.phase_ms[p] = ms;
-    if (s.used[p] > 0 && is_dp_phase(static_cast<Phase>(p))) t.has_dp = true;
-  }
+  s.plan.fill(
+      t, [&](int a, int b) { return double(elapsed_ms(s.marks[size_t(a)], s.marks[size_t(b)])); },
+      [&](int a) { return double(elapsed_ms(s.marks[size_t(a)], s.close)); });
   s.pending = false;
   return t;
 }

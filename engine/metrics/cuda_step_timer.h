@@ -2,7 +2,9 @@
 #pragma once
 // The step-time breakdown on a CUDA stream: one event at every step boundary
 // (it closes one step and opens the next, so the steps of a run tile the
-// stream's time), one at end_step and a pair around every phase, read back
+// stream's time), one at end_step and one at each phase's begin and end, a
+// begin that follows an end sharing its event (StepMarks: 7 events a
+// default step instead of 12), read back
 // `lag` steps later through a ring of event sets, so measuring never
 // synchronises the host with the device (cudaEventQuery, not
 // cudaEventSynchronize, unless the device falls more than `lag` steps behind).
@@ -10,9 +12,11 @@
 // step, so the parts cannot exceed the step; where the host kept the device
 // waiting (launches, the loader, end-of-step work) the device clock shows it.
 //
-// NOT RUN ON A GPU: compiled only with TRAINBENCH_HAVE_CUDA and never executed
-// yet. The trainer uses it on the CUDA backend and publishes each step's
-// metrics when poll() hands that step's times back.
+// An earlier form (before the boundary event that closes one step and opens
+// the next, and before shared marks) ran on one H200 (2026-11-26, b0014f2);
+// this one is NOT RUN ON A GPU, compiled only. The mark bookkeeping is
+// StepMarks', which the host timer shares and the CPU tests run. The trainer
+// publishes each step's metrics when poll() hands that step's times back.
 #include "engine/metrics/step_timer.h"
 
 #ifdef TRAINBENCH_HAVE_CUDA
@@ -45,14 +49,14 @@ class CudaStepTimer final : public StepTimer {
   struct EventSet {
     int64_t step = 0;
     bool pending = false;     // closed, not yet read back
-    bool work_ended = false;  // end_step recorded work_end
-    // start: the boundary that opened the step; close: the one that closed
-    // it, the next set's start or this set's own_close (close_step).
-    cudaEvent_t start = nullptr, work_end = nullptr, own_close = nullptr, close = nullptr;
-    // Per phase, begin/end events of every entry this step, and how many were used.
-    std::vector<cudaEvent_t> begins[kPhaseCount], ends[kPhaseCount];
-    int used[kPhaseCount] = {};
+    // marks[0], the boundary that opened the step; then the step's marks
+    // (StepMarks' indices). close: the boundary that closed it, the next
+    // set's marks[0] or this set's own_close (close_step).
+    std::vector<cudaEvent_t> marks;
+    cudaEvent_t own_close = nullptr, close = nullptr;
+    StepMarks plan;
   };
+  void record(EventSet& s, int mark);
   void close_with(EventSet& s, cudaEvent_t close);
   StepTimes read(EventSet& s);  // the set's close event must have completed
 

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "engine/core/error.h"
+
 namespace tb {
 
 namespace {
@@ -61,20 +63,69 @@ void StepTimes::write_metrics(nlohmann::json& metrics) const {
   metrics["other_ms"] = other_ms();
 }
 
+void StepMarks::open() {
+  taken_ = 1;
+  last_end_ = -1;
+  work_end_ = -1;
+  open_.fill(-1);
+  for (std::vector<Entry>& e : entries_) e.clear();
+}
+
+std::optional<int> StepMarks::begin(Phase p) {
+  const int i = static_cast<int>(p);
+  TB_CHECK(open_[i] < 0, "step timer: phase ", phase_name(p), " begun while it is open");
+  std::optional<int> take;
+  if (last_end_ >= 0) {
+    open_[i] = last_end_;  // follows a phase's end: its mark
+  } else {
+    open_[i] = taken_++;
+    take = open_[i];
+  }
+  last_end_ = -1;
+  return take;
+}
+
+int StepMarks::end(Phase p) {
+  const int i = static_cast<int>(p);
+  TB_CHECK(open_[i] >= 0, "step timer: phase ", phase_name(p), " ended without a begin");
+  const int m = taken_++;
+  entries_[i].push_back({open_[i], m});
+  open_[i] = -1;
+  last_end_ = m;
+  return m;
+}
+
+std::optional<int> StepMarks::end_work() {
+  std::optional<int> take;
+  if (last_end_ >= 0) {
+    work_end_ = last_end_;
+  } else {
+    work_end_ = taken_++;
+    take = work_end_;
+  }
+  last_end_ = -1;
+  return take;
+}
+
 void HostStepTimer::begin_step(int64_t step) {
   const Clock::time_point now = Clock::now();
   if (open_) close_at(now);
   current_ = StepTimes{};
   current_.step = step;
   current_.has_h2d = report_h2d_;
-  step_start_ = now;
-  open_ = true, work_ended_ = false;
+  marks_.open();
+  mark(0) = now;
+  open_ = true;
+}
+
+HostStepTimer::Clock::time_point& HostStepTimer::mark(int i) {
+  if (size_t(i) >= at_.size()) at_.resize(size_t(i) + 1);
+  return at_[size_t(i)];
 }
 
 void HostStepTimer::end_step() {
-  if (!phases_) return;
-  work_end_ = Clock::now();
-  work_ended_ = true;
+  if (!phases_ || !open_) return;
+  if (std::optional<int> m = marks_.end_work()) mark(*m) = Clock::now();
 }
 
 void HostStepTimer::close_step() {
@@ -82,22 +133,21 @@ void HostStepTimer::close_step() {
 }
 
 void HostStepTimer::close_at(Clock::time_point t) {
-  current_.total_ms = ms_between(step_start_, t);
-  if (work_ended_) current_.step_end_ms = ms_between(work_end_, t);
+  marks_.fill(
+      current_, [&](int a, int b) { return ms_between(at_[size_t(a)], at_[size_t(b)]); },
+      [&](int a) { return ms_between(at_[size_t(a)], t); });
   ready_.push_back(current_);
   open_ = false;
 }
 
 void HostStepTimer::begin(Phase p) {
   if (!phases_) return;
-  if (is_dp_phase(p)) current_.has_dp = true;
-  phase_start_[static_cast<int>(p)] = Clock::now();
+  if (std::optional<int> m = marks_.begin(p)) mark(*m) = Clock::now();
 }
 
 void HostStepTimer::end(Phase p) {
   if (!phases_) return;
-  const int i = static_cast<int>(p);
-  current_.phase_ms[i] += ms_between(phase_start_[i], Clock::now());
+  mark(marks_.end(p)) = Clock::now();
 }
 
 std::optional<StepTimes> HostStepTimer::poll() {

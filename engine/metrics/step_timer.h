@@ -7,9 +7,11 @@
 // left out. Its parts: data wait, host-to-device copy, forward, backward,
 // optimizer (phases the trainer marks), step_end (from end_step, when the
 // step's training work is issued, to the closing boundary: loss read-backs,
-// measurement, publishing events) and "other", what is left (gaps between
-// phases, gradient zeroing, a replayed graph), so the parts add up to
-// step_time_ms and none exceeds it. A host implementation reads steady_clock,
+// measurement, publishing events) and "other", what is left (gradient
+// zeroing before the first phase, a replayed graph, gaps between phases that
+// do not follow each other), so the parts add up to step_time_ms and none
+// exceeds it. A phase that begins as another ends starts on that end's clock
+// reading (StepMarks). A host implementation reads steady_clock,
 // a device one (cuda_step_timer.h) records events on the stream and hands a
 // step's times back a few steps later, so that measuring never makes the host
 // wait for the device.
@@ -19,6 +21,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -51,6 +54,60 @@ struct StepTimes {
   double other_ms() const;
   // Adds step_time_ms, the phases (h2d_ms only with has_h2d), step_end_ms and other_ms.
   void write_metrics(nlohmann::json& metrics) const;
+};
+
+// Which clock readings ("marks") a step's parts run between. Mark 0 is the
+// boundary that opened the step; every phase end takes a mark; a phase begin
+// takes one unless the last mark taken was a phase's end (the scopes follow
+// each other: end(Forward), begin(Backward)), whose mark it then shares;
+// end_work likewise. On a GPU each mark is a cudaEventRecord (a few
+// microseconds of the host's time, all of it in the step where the step is
+// bound by launches), and the trainer's step (data wait, copy, forward,
+// backward, optimizer, work end) takes 7 marks instead of 12. What the device
+// ran between two scopes that share a mark counts to the later one; the
+// trainer queues nothing there (host code; an event the stager records).
+class StepMarks {
+ public:
+  // The most marks a step with at most `max_entries` entries of each phase
+  // can take: the boundary, a begin and an end for each, the work end.
+  static int capacity(int max_entries) { return 2 + 2 * kPhaseCount * max_entries; }
+  StepMarks() { open(); }
+  // The boundary opening a step (its mark 0).
+  void open();
+  // The mark p's entry begins at: a new one to take (its index), or
+  // std::nullopt when it shares the previous end's.
+  std::optional<int> begin(Phase p);
+  // The mark to take for p's end (its index). Throws if p was not begun.
+  int end(Phase p);
+  int entries(Phase p) const { return int(entries_[static_cast<int>(p)].size()); }
+  // The mark to take where the step's work ends, or std::nullopt when it
+  // shares the previous end's.
+  std::optional<int> end_work();
+  int taken() const { return taken_; }  // marks taken this step, the boundary included
+  // The step's times from the clock: between(i, j), milliseconds from mark i
+  // to mark j; to_close(i), from mark i to the closing boundary. has_dp
+  // when a dp phase was entered.
+  template <class Between, class ToClose>
+  void fill(StepTimes& t, Between between, ToClose to_close) const {
+    t.total_ms = to_close(0);
+    if (work_end_ >= 0) t.step_end_ms = to_close(work_end_);
+    for (int p = 0; p < kPhaseCount; ++p) {
+      double ms = 0;
+      for (const Entry& e : entries_[p]) ms += between(e.begin, e.end);
+      t.phase_ms[p] = ms;
+      if (!entries_[p].empty() && is_dp_phase(static_cast<Phase>(p))) t.has_dp = true;
+    }
+  }
+
+ private:
+  struct Entry {
+    int begin, end;
+  };
+  int taken_ = 1;
+  int last_end_ = -1;   // the last mark taken, while it is a phase's end
+  int work_end_ = -1;
+  std::array<int, kPhaseCount> open_{};  // the open entry's begin mark, or -1
+  std::array<std::vector<Entry>, kPhaseCount> entries_;
 };
 
 class StepTimer {
@@ -97,11 +154,12 @@ class HostStepTimer final : public StepTimer {
  private:
   using Clock = std::chrono::steady_clock;
   void close_at(Clock::time_point t);
+  Clock::time_point& mark(int i);
   bool report_h2d_, phases_;
-  bool open_ = false, work_ended_ = false;
+  bool open_ = false;
   StepTimes current_;
-  Clock::time_point step_start_, work_end_;
-  std::array<Clock::time_point, kPhaseCount> phase_start_{};
+  StepMarks marks_;
+  std::vector<Clock::time_point> at_;  // the marks' readings, by index
   std::deque<StepTimes> ready_;
 };
 

@@ -195,6 +195,73 @@ class TestMetrics : public QObject {
     QVERIFY(t->measured_ms() >= t->phase(Phase::Replicate));
   }
 
+  // --- which clock readings a step takes (StepMarks; on a GPU one event each)
+  // The trainer's step: boundary, data wait, copy, forward, backward,
+  // optimizer, work end. Scopes that follow each other share a reading: 7
+  // marks, not 12; the parts then tile the step from the first phase on.
+  void stepMarksShareFollowingScopes() {
+    StepMarks m;
+    m.open();
+    std::vector<int> taken = {0};
+    auto take = [&](std::optional<int> i) {
+      if (i) taken.push_back(*i);
+    };
+    take(m.begin(Phase::DataWait));
+    taken.push_back(m.end(Phase::DataWait));
+    take(m.begin(Phase::H2D));
+    taken.push_back(m.end(Phase::H2D));
+    for (Phase p : {Phase::Forward, Phase::Backward, Phase::Optimizer}) {
+      take(m.begin(p));
+      taken.push_back(m.end(p));
+    }
+    take(m.end_work());
+    QCOMPARE(m.taken(), 7);
+    QCOMPARE(taken, (std::vector<int>{0, 1, 2, 3, 4, 5, 6}));  // each index once, in order
+    // Mark i read at 10·i ms, the closing boundary at 100: each phase is the
+    // interval between its two marks, the end of work shares the optimizer's
+    // end, and "other" is only the time before the first phase.
+    StepTimes t;
+    t.has_h2d = true;
+    m.fill(t, [](int a, int b) { return 10.0 * (b - a); }, [](int a) { return 100.0 - 10.0 * a; });
+    QCOMPARE(t.total_ms, 100.0);
+    QCOMPARE(t.phase(Phase::DataWait), 10.0);  // marks 1 -> 2
+    QCOMPARE(t.phase(Phase::H2D), 10.0);       // 2 -> 3
+    QCOMPARE(t.phase(Phase::Optimizer), 10.0);  // 5 -> 6
+    QCOMPARE(t.step_end_ms, 40.0);              // 6 -> close
+    QCOMPARE(t.other_ms(), 10.0);               // boundary -> first phase
+    QVERIFY(!t.has_dp);
+  }
+  // A begin takes its own mark after the boundary, after another begin (a
+  // scope inside a scope) and after end_work; micro-batches repeat the
+  // pattern; a begin while the phase is open, or an end without a begin, is
+  // refused.
+  void stepMarksTakeTheirOwnWhereScopesDoNotFollow() {
+    StepMarks m;
+    QVERIFY(m.begin(Phase::Replicate).has_value());  // right after the boundary
+    QCOMPARE(m.end(Phase::Replicate), 2);
+    QVERIFY(!m.begin(Phase::Scatter).has_value());   // follows Replicate's end
+    QVERIFY(m.begin(Phase::Forward).has_value());    // inside Scatter: its own
+    QCOMPARE(m.end(Phase::Forward), 4);
+    QCOMPARE(m.end(Phase::Scatter), 5);
+    for (int k = 0; k < 3; ++k) {  // micro-batches: forward, backward, again
+      QVERIFY(!m.begin(Phase::Forward).has_value());
+      m.end(Phase::Forward);
+      QVERIFY(!m.begin(Phase::Backward).has_value());
+      m.end(Phase::Backward);
+    }
+    QCOMPARE(m.entries(Phase::Forward), 4);
+    QVERIFY(!m.end_work().has_value());
+    QVERIFY(m.begin(Phase::Optimizer).has_value());  // after end_work: its own
+    QVERIFY_THROWS_EXCEPTION(tb::Error, m.begin(Phase::Optimizer));  // already open
+    QVERIFY_THROWS_EXCEPTION(tb::Error, m.end(Phase::H2D));          // never begun
+    StepTimes t;
+    m.fill(t, [](int a, int b) { return double(b - a); }, [](int) { return 0.0; });
+    QVERIFY(t.has_dp);
+    m.open();  // the next step starts clean
+    QCOMPARE(m.taken(), 1);
+    QVERIFY(m.begin(Phase::DataWait).has_value());
+  }
+
   // --- the trainer's step metrics on the CPU
   void cpuStepMetricsAddUpAndGpuSeriesAreAbsent() {
     const std::vector<json> steps = run_steps(4, true);
