@@ -19,7 +19,8 @@ struct SyntheticOptions {
 // A learnable stand-in for a real data set, for tests and benchmarks that
 // must not depend on files. Each class has a smooth mean image (two plane
 // waves per channel, so small shifts and flips keep most of the signal);
-// a sample is its class image plus Gaussian noise, clamped to 0..255.
+// a sample is its class image plus Gaussian noise (a normal quantile picked by
+// 12 random bits: synthetic_dataset.cpp), rounded and clamped to 0..255.
 // Sample i has label i % classes. Everything is a pure function of
 // (seed, split, index): the class images are shared by both splits, the
 // noise is not, so "test" is held-out data from the same distribution.
@@ -40,5 +41,9 @@ class SyntheticDataset : public Dataset {
   uint64_t stream_;                // 1 for train, 2 for test
   std::vector<float> prototypes_;  // classes * C*H*W, 0..255
 };
+
+// Entry `index` (0..4095) of the noise's table of standard normal quantiles
+// (for tests).
+float synthetic_noise_table_value(int index);
 
 }  // namespace tb

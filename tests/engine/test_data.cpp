@@ -531,6 +531,48 @@ class TestData : public QObject {
     EXPECT_CONTAINS(error_of([&] { SyntheticDataset bad(o); }), "shape must be [C, H, W]");
   }
 
+  // The noise is a normal quantile picked by 12 random bits: the table is
+  // increasing and symmetric, its first entry and its variance (the bins'
+  // midpoints: a little under 1) those of Python's statistics.NormalDist, and
+  // a sample's pixels scatter around their class image by the requested σ
+  // (10 here, so that clamping at 0 and 255 never happens).
+  void syntheticNoiseIsNormalWithTheRequestedSpread() {
+    double var = 0;
+    for (int j = 0; j < 4096; ++j) {
+      const double z = synthetic_noise_table_value(j);
+      if (j > 0) QVERIFY(z > synthetic_noise_table_value(j - 1));
+      QCOMPARE(synthetic_noise_table_value(4095 - j), float(-z));
+      var += z * z / 4096.0;
+    }
+    QVERIFY2(std::abs(var - 0.99968) < 1e-5, std::to_string(var).c_str());
+    QVERIFY(std::abs(synthetic_noise_table_value(0) + 3.66833) < 1e-5);  // Φ⁻¹(0.5/4096)
+
+    SyntheticOptions o;
+    o.shape = {1, 8, 8};
+    o.classes = 2;
+    o.size = 4000;
+    o.noise = 10.0f;
+    SyntheticDataset d(o);
+    const int64_t n = d.sample_numel();
+    std::vector<double> sum(size_t(n), 0.0), sum2(size_t(n), 0.0);
+    Bytes px(n);
+    int32_t label;
+    int64_t count = 0;
+    for (int64_t i = 0; i < d.size(); i += 2) {  // class 0: one class image
+      d.get(i, px.data(), &label);
+      QCOMPARE(label, 0);
+      for (int64_t j = 0; j < n; ++j) sum[size_t(j)] += px[j], sum2[size_t(j)] += double(px[j]) * px[j];
+      ++count;
+    }
+    double spread = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const double mean = sum[size_t(j)] / double(count);
+      spread += std::sqrt(sum2[size_t(j)] / double(count) - mean * mean) / double(n);
+    }
+    // σ = 10 and the rounding's 1/12: 10.004; 2000 samples a pixel, 64 pixels.
+    QVERIFY2(spread > 9.8 && spread < 10.2, std::to_string(spread).c_str());
+  }
+
   void subsetDataset() {
     auto base = std::make_shared<IndexDataset>(50);
     SubsetDataset first(base, 7);
