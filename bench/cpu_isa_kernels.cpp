@@ -10,7 +10,6 @@
 //
 //   build/bin/trainbench-cpu-isa-kernels [--reps 50]
 #include <algorithm>
-#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/cpu_timing.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/cpu_features.h"
 #include "engine/ops/batchnorm/batchnorm.h"
@@ -29,6 +29,7 @@
 
 using json = nlohmann::json;
 using namespace tb;
+using tb::bench::thread_seconds;
 
 namespace {
 
@@ -40,13 +41,6 @@ Tensor filled(const Shape& s, uint64_t seed, float lo = -1.0f, float hi = 1.0f) 
   return t;
 }
 
-// This thread's CPU time in seconds: what a call cost while it ran, not the
-// time another process held the core (the machine may be shared).
-double thread_seconds() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
 
 // The fastest of reps calls of f, in seconds of this thread's CPU time.
 double fastest(int reps, const std::function<void()>& f) {

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
-// What the CPU per-op timers (cpu_conv_paths.cpp, cpu_norm_pool_onednn.cpp,
-// cpu_conv_dtypes.cpp) share: random f32 operands, the median of a round's
-// times, candidates timed round by round, the load.
+// What the CPU timers (cpu_conv_paths.cpp, cpu_norm_pool_onednn.cpp,
+// cpu_conv_dtypes.cpp, cpu_isa_kernels.cpp, loader_throughput.cpp) share:
+// random f32 operands, the median of a round's times, candidates timed round
+// by round, the load, a thread's CPU time.
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -17,6 +20,14 @@
 #include "engine/core/tensor.h"
 
 namespace tb::bench {
+
+// This thread's CPU time in seconds: what work cost while it ran, not the
+// time another process held the core (the machine may be shared).
+inline double thread_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
 
 // An f32 NCHW host tensor, uniform in [lo, hi).
 inline Tensor random_f32(const Shape& s, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {

@@ -12,30 +12,25 @@
 //   build/bin/trainbench-loader-throughput [--batches 8] [--data-dir DIR]
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
-#include <ctime>
+#include <cstdlib>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "bench/cpu_timing.h"
 #include "engine/core/error.h"
 #include "engine/data/dataset.h"
 #include "engine/data/loader.h"
 
 using json = nlohmann::json;
 using namespace tb;
+using tb::bench::thread_seconds;
 
 namespace {
 
-// This thread's CPU time: workers = 0 builds every batch on this thread, so
-// it is the loader thread's cost whatever else the machine runs.
-double thread_seconds() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
-
-// Samples a second of one loader thread over `batches` batches of `batch`.
+// Samples a second of one loader thread over `batches` batches of `batch`:
+// workers = 0 builds every batch on this thread, so its CPU time is the
+// loader thread's cost whatever else the machine runs.
 json measure(const Dataset& data, const std::string& format_name, BatchFormat format,
              const TransformOptions& transform, int64_t batch, int batches) {
   LoaderOptions o;

@@ -119,7 +119,7 @@ std::optional<GpuTelemetry> NvmlSampler::latest() const {
 
 NvmlSampler::ReadCost NvmlSampler::read_cost() const {
   std::lock_guard lock(mu_);
-  return cost_;
+  return {readings_, readings_ ? total_ms_ / double(readings_) : 0.0, max_ms_};
 }
 
 void NvmlSampler::run(std::stop_token stop) {
@@ -128,14 +128,13 @@ void NvmlSampler::run(std::stop_token stop) {
   while (!stop.stop_requested()) {
     lock.unlock();  // NVML is thread-safe; latest() never waits for a query
     const Clock::time_point t0 = Clock::now();
-    std::optional<GpuTelemetry> reading = nvml_ ? nvml_->read() : std::nullopt;
+    std::optional<GpuTelemetry> reading = nvml_->read();
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     lock.lock();
     if (reading) latest_ = reading;
-    cost_.readings += 1;
+    ++readings_;
     total_ms_ += ms;
-    cost_.mean_ms = total_ms_ / double(cost_.readings);
-    cost_.max_ms = std::max(cost_.max_ms, ms);
+    max_ms_ = std::max(max_ms_, ms);
     wake_.wait_for(lock, stop, period_, [] { return false; });
   }
 }

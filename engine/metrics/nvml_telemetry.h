@@ -74,7 +74,7 @@ class NvmlTelemetry {
 class NvmlSampler {
  public:
   static constexpr std::chrono::milliseconds kDefaultPeriod{200};
-  // Takes an available NvmlTelemetry; the first reading starts at once.
+  // Takes an NvmlTelemetry (not null); the first reading starts at once.
   explicit NvmlSampler(std::unique_ptr<NvmlTelemetry> nvml,
                        std::chrono::milliseconds period = kDefaultPeriod);
   ~NvmlSampler();  // stops the thread (at most one reading's wait)
@@ -101,8 +101,8 @@ class NvmlSampler {
   mutable std::mutex mu_;
   std::condition_variable_any wake_;
   std::optional<GpuTelemetry> latest_;
-  ReadCost cost_;
-  double total_ms_ = 0;
+  int64_t readings_ = 0;
+  double total_ms_ = 0, max_ms_ = 0;
   std::jthread thread_;  // last: starts once everything it uses exists
 };
 
