@@ -83,6 +83,11 @@ def reduce_run(data, config, warmup, run_id=None):
                               if v.get("changed")},
            "tricks_not_applied": {k: v.get("reason", "") for k, v in data.get("tricks", {}).items()
                                   if v.get("changed") and not v.get("applied")}}
+    # cuDNN's workspaces come from the caching allocator on top of the
+    # activations' block: the largest is part of the peak (memory plan).
+    ws = conv_workspaces(data.get("environment", {}))
+    if ws:
+        out["conv_workspace_max_bytes"] = max(ws.values())
     reserved = series(data, "gpu_mem_reserved_bytes", 0)
     if reserved:
         out["peak_reserved_bytes"] = max(reserved.values())
@@ -94,3 +99,11 @@ def reduce_run(data, config, warmup, run_id=None):
     if isinstance(loss, (int, float)) and not (loss == loss and abs(loss) < 1e6):
         out["error"] = f"train loss is not finite: {loss}"
     return out
+
+
+def conv_workspaces(environment):
+    """{plan key: workspace bytes} of every convolution plan the run recorded
+    (environment.kernel_paths.convolution on the GPU: ConvPlanCache::describe)."""
+    plans = (environment.get("kernel_paths") or {}).get("convolution") or {}
+    return {k: r["workspace_bytes"] for k, r in plans.items()
+            if isinstance(r, dict) and isinstance(r.get("workspace_bytes"), int)}

@@ -20,8 +20,28 @@ OpKernels& Backend::kernels_of(std::type_index family, const char* family_name) 
 }
 
 void Backend::release_kernels() {
+  {
+    std::lock_guard lock(reports_mutex_);  // the reports read the kernels about to go
+    kernel_path_reports_.clear();
+  }
   std::lock_guard lock(kernels_mutex_);
   kernels_.clear();
+}
+
+void Backend::report_kernel_paths(const std::string& family,
+                                  std::function<nlohmann::json()> report) {
+  std::lock_guard lock(reports_mutex_);
+  kernel_path_reports_[family] = std::move(report);
+}
+
+nlohmann::json Backend::kernel_paths() const {
+  nlohmann::json out = nlohmann::json::object();
+  std::lock_guard lock(reports_mutex_);
+  for (const auto& [family, report] : kernel_path_reports_) {
+    nlohmann::json paths = report();
+    if (!paths.empty()) out[family] = std::move(paths);
+  }
+  return out;
 }
 
 BackendCapabilities capabilities_of(DeviceKind kind) {

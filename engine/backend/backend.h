@@ -17,6 +17,8 @@
 // - An undefined Tensor (Tensor{}) means "not wanted" (e.g. dx of the first layer,
 //   db of a convolution without bias).
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -107,15 +109,27 @@ class Backend {
   virtual Staging* staging() { return nullptr; }       // pin_memory, non_blocking
   virtual GraphCapture* graphs() { return nullptr; }   // cuda_graphs
 
+  // An op family that chooses how to run each shape (the CPU convolution's
+  // paths, cuDNN's plans) reports its choices here; describe() lists them as
+  // kernel_paths.<family>, which the run's environment keeps. Called by the
+  // family's kernels when they are made; the report lives as long as they do.
+  void report_kernel_paths(const std::string& family, std::function<nlohmann::json()> report);
+
  protected:
-  // Destroys the family kernels made so far. A backend whose kernels use its
-  // private state calls it first in its destructor, before that state goes.
+  // Destroys the family kernels made so far (and their reports). A backend
+  // whose kernels use its private state calls it first in its destructor,
+  // before that state goes.
   void release_kernels();
+  // Every family's report that is not empty, by family: describe()'s
+  // kernel_paths (an empty object when no family chose anything yet).
+  nlohmann::json kernel_paths() const;
 
  private:
   OpKernels& kernels_of(std::type_index family, const char* family_name);
   std::mutex kernels_mutex_;
   std::unordered_map<std::type_index, std::unique_ptr<OpKernels>> kernels_;
+  mutable std::mutex reports_mutex_;
+  std::map<std::string, std::function<nlohmann::json()>> kernel_path_reports_;
 };
 
 // Device memory as the caching allocator and the driver see it (the GPU

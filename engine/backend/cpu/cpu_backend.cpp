@@ -89,18 +89,8 @@ nlohmann::json CpuBackend::describe() const {
   const dnnl_version_t* v = dnnl_version();
   d["onednn"] = detail::concat(v->major, ".", v->minor, ".", v->patch, " (", v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other threading", ")");
 #endif
-  std::lock_guard lock(reports_mutex_);
-  for (const auto& [family, report] : kernel_path_reports_) {
-    nlohmann::json paths = report();
-    if (!paths.empty()) d["kernel_paths"][family] = std::move(paths);
-  }
+  if (nlohmann::json paths = kernel_paths(); !paths.empty()) d["kernel_paths"] = std::move(paths);
   return d;
-}
-
-void CpuBackend::report_kernel_paths(const std::string& family,
-                                     std::function<nlohmann::json()> report) {
-  std::lock_guard lock(reports_mutex_);
-  kernel_path_reports_[family] = std::move(report);
 }
 
 namespace {

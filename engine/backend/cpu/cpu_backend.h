@@ -7,9 +7,6 @@
 // (oneDNN or OpenBLAS where they win, vectorisable loops compiled for the
 // processor's widest instruction set, engine/core/cpu_features.h; OpenMP
 // threads, engine/core/cpu_threads.h).
-#include <functional>
-#include <map>
-#include <mutex>
 #include <string>
 
 #include "engine/backend/backend.h"
@@ -53,17 +50,10 @@ class CpuBackend final : public Backend {
   void fill(Tensor& t, double value) override;
   void copy(const Tensor& src, Tensor& dst) override;
 
-  // An op family that picks among several CPU paths per shape (the
-  // convolution: conv_cpu_paths.h) reports its choices here; describe() lists
-  // them as kernel_paths.<family>, which the run's environment keeps.
-  void report_kernel_paths(const std::string& family, std::function<nlohmann::json()> report);
-
  private:
   BackendOptions options_;
   int threads_ = 1;
   std::string threads_source_;  // what decided threads_ (engine/core/cpu_threads.h)
-  mutable std::mutex reports_mutex_;
-  std::map<std::string, std::function<nlohmann::json()>> kernel_path_reports_;
 };
 
 }  // namespace tb

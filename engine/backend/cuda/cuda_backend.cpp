@@ -194,7 +194,7 @@ nlohmann::json CudaBackend::describe() const {
     (void)cudaGetLastError();
     pci_bus_id[0] = 0;
   }
-  return {
+  nlohmann::json d{
       {"backend", "cuda"},
       {"device", device().str()},
       {"device_name", m.prop.name},
@@ -217,6 +217,8 @@ nlohmann::json CudaBackend::describe() const {
         {"reserved_bytes", st.reserved_bytes},
         {"peak_allocated_bytes", st.peak_allocated_bytes},
         {"cuda_malloc_count", st.cuda_malloc_count}}}};
+  if (nlohmann::json paths = kernel_paths(); !paths.empty()) d["kernel_paths"] = std::move(paths);
+  return d;
 }
 
 void CudaBackend::synchronize() {

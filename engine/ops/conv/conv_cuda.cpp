@@ -74,7 +74,9 @@ cuda::ConvPlanKey key_of(cuda::ConvOp op, const ConvGeometry& g, const Tensor& x
 class CudaKernels final : public Kernels {
  public:
   explicit CudaKernels(CudaBackend& be)
-      : be_(be), m_(be.impl()), plans_(std::make_unique<cuda::ConvPlanCache>(m_.cudnn)) {}
+      : be_(be), m_(be.impl()), plans_(std::make_unique<cuda::ConvPlanCache>(m_.cudnn)) {
+    be_.report_kernel_paths(kFamily, [this] { return plans_->describe(); });
+  }
   // The plans go before the backend's cuDNN handle (release_kernels runs
   // first in ~CudaBackend); work still queued may use them, so wait for it.
   ~CudaKernels() override {

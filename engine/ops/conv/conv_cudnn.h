@@ -26,6 +26,8 @@
 #include <memory>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/backend/cuda/caching_allocator.h"  // address_alignment
 #include "engine/core/dtype.h"
 #include "engine/core/tensor.h"
@@ -186,6 +188,11 @@ class ConvPlanCache {
   size_t size() const;  // cached plans
   // The chosen engine's tag for a cached key ("" when not cached), for logs.
   std::string plan_tag(const ConvPlanKey& key) const;
+  // Every cached plan, keyed by ConvPlanKey::str(): {path: "cudnn", plan: the
+  // engine's tag, workspace_bytes: what each execution asks for, chosen_by}.
+  // The backend's kernel_paths.convolution: which engine ran each
+  // convolution and the workspace it holds on top of the activations.
+  nlohmann::json describe() const;
 
  private:
   struct Entry;

@@ -74,7 +74,8 @@ std::shared_ptr<fe::graph::Tensor_attributes> tensor(fe::graph::Graph& g, const 
 
 struct ConvPlanCache::Entry {
   std::shared_ptr<fe::graph::Graph> graph;
-  int64_t workspace = 0;
+  int built = 1;       // plans built: autotune's candidates
+  int64_t workspace = -1;  // an execution's, once asked (after autotune chose)
   bool tuned = false;  // benchmark keys: autotune ran
 };
 
@@ -104,9 +105,26 @@ std::string ConvPlanCache::plan_tag(const ConvPlanKey& key) const {
   return name;
 }
 
+nlohmann::json ConvPlanCache::describe() const {
+  nlohmann::json out = nlohmann::json::object();
+  std::lock_guard lock(state_->mutex);
+  for (const auto& [key, e] : state_->plans) {
+    std::string name;
+    const bool named = e.graph->get_plan_name(name).is_good();
+    nlohmann::json r{{"path", "cudnn"}, {"plan", named ? name : std::string("?")}};
+    if (e.workspace >= 0) r["workspace_bytes"] = e.workspace;
+    r["chosen_by"] = !key.benchmark ? std::string("heuristics' first choice")
+                     : e.tuned      ? "autotune over " + std::to_string(e.built) + " plans"
+                                    : std::string("not yet autotuned");
+    out[key.str()] = std::move(r);
+  }
+  return out;
+}
+
 namespace {
 
-std::shared_ptr<fe::graph::Graph> build(cudnnHandle_t handle, const ConvPlanKey& k) {
+// `built`: how many plans were built (autotune's candidates; 1 otherwise).
+std::shared_ptr<fe::graph::Graph> build(cudnnHandle_t handle, const ConvPlanKey& k, int& built) {
   auto g = std::make_shared<fe::graph::Graph>();
   const fe::DataType_t io = fe_type(k.dtype);
   g->set_io_data_type(io)
@@ -184,11 +202,12 @@ std::shared_ptr<fe::graph::Graph> build(cudnnHandle_t handle, const ConvPlanKey&
     // The heuristics' first choice that builds.
     fe_check(g->build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), "building plans" + filters,
              k);
+    built = 1;
     return g;
   }
   // Autotune: the first max_candidates engines (heuristics' order) that build;
   // deselected ones fail at once and are skipped.
-  int built = 0;
+  built = 0;
   std::string failures;
   for (int64_t i = 0; i < g->get_execution_plan_count() && built < f.max_candidates; ++i) {
     fe::error_t e = g->build_plan_at_index(i);  // get_message() is not const
@@ -228,7 +247,7 @@ void ConvPlanCache::run(const ConvPlanKey& shape_key, const void* a, const void*
   if (tune) refuse_while_capturing(state_->handle, key);
   if (it == state_->plans.end()) {
     Entry e;
-    e.graph = build(state_->handle, key);
+    e.graph = build(state_->handle, key, e.built);
     it = state_->plans.emplace(key, std::move(e)).first;
   }
   Entry& e = it->second;
@@ -243,6 +262,7 @@ void ConvPlanCache::run(const ConvPlanKey& shape_key, const void* a, const void*
   }
   int64_t ws = 0;
   fe_check(e.graph->get_workspace_size(ws), "querying the workspace size", key);
+  e.workspace = ws;
   void* w = ws > 0 ? workspace(size_t(ws)) : nullptr;
   fe_check(e.graph->execute(state_->handle, pack, w), "execution", key);
 }

@@ -1463,11 +1463,24 @@ class TestOpConv : public QObject {
     auto fresh = make_cuda_backend(0, BackendOptions{});
     auto& cb = static_cast<CudaBackend&>(*fresh);
     QCOMPARE(cb.conv_plan_count(), size_t(0));
+    QVERIFY(!cb.describe().contains("kernel_paths"));  // nothing chosen yet
     const Tensor y1 = run(cb);
     QCOMPARE(cb.conv_plan_count(), size_t(1));
     const Tensor y2 = run(cb);
     QCOMPARE(cb.conv_plan_count(), size_t(1));  // same shape: the cached plan
     QVERIFY(bitwise_equal(y1, y2));
+    // The run's environment names the engine and its workspace for each plan.
+    auto plans_of = [](Backend& be) { return be.describe()["kernel_paths"]["convolution"]; };
+    {
+      const nlohmann::json plans = plans_of(cb);
+      QCOMPARE(plans.size(), size_t(1));
+      const nlohmann::json r = plans.begin().value();
+      QCOMPARE(r.value("path", ""), std::string("cudnn"));
+      QVERIFY2(!r.value("plan", "").empty() && r.value("plan", "") != "?",
+               qPrintable(QString::fromStdString(r.dump())));
+      QVERIFY(r.value("workspace_bytes", int64_t(-1)) >= 0);
+      QCOMPARE(r.value("chosen_by", ""), std::string("heuristics' first choice"));
+    }
     // Autotune and deterministic backends agree with the heuristic choice.
     auto bench = make_cuda_backend(0, BackendOptions{.cudnn_benchmark = true});
     auto det = make_cuda_backend(0, BackendOptions{.deterministic = true});
@@ -1478,6 +1491,12 @@ class TestOpConv : public QObject {
     constexpr double kTransformAlgorithms = 32;
     const double tol = kTransformAlgorithms * tb::test::network_tolerance("fp32", 4, 4 * 3 * 3);
     EXPECT_CLOSE_SCALED(y1, run(*bench), tol, "conv autotuned");
+    {
+      const nlohmann::json plans = plans_of(*bench);
+      QCOMPARE(plans.size(), size_t(1));
+      const std::string by = plans.begin().value().value("chosen_by", "");
+      QVERIFY2(by.rfind("autotune over ", 0) == 0 && std::stoi(by.substr(14)) >= 1, by.c_str());
+    }
     const Tensor d1 = run(*det), d2 = run(*det);
     EXPECT_CLOSE_SCALED(y1, d1, tol, "conv deterministic");
     QVERIFY(bitwise_equal(d1, d2));
