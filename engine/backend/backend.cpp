@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "engine/backend/backend.h"
 
+#include <algorithm>
+
 #include "engine/backend/cpu/cpu_backend.h"
 // Plain C++ (no CUDA type): included in every build for its capability set.
 #include "engine/backend/cuda/cuda_backend.h"
@@ -26,6 +28,18 @@ void Backend::release_kernels() {
   }
   std::lock_guard lock(kernels_mutex_);
   kernels_.clear();
+}
+
+Tensor Backend::scratch(int64_t bytes) {
+  if (scratch_source_ && pass_scratch_) return scratch_source_->scratch(*this, bytes);
+  return Tensor::empty({(std::max<int64_t>(bytes, 0) + 7) / 8}, DType::F64, device());
+}
+
+bool pass_scratch_setting(const char* value) {
+  if (!value || !*value || std::string(value) == "pass") return true;
+  if (std::string(value) == "allocator") return false;
+  TB_FAIL("TRAINBENCH_CUDA_SCRATCH=", value, ": expected pass (ops' workspaces from the "
+          "pass's memory plan, the default) or allocator (from the caching allocator)");
 }
 
 void Backend::report_kernel_paths(const std::string& family,

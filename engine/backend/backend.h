@@ -52,6 +52,20 @@ struct DeviceMemoryStats {
 class DeviceMemory;
 class Staging;
 class GraphCapture;
+class Backend;
+
+// Where ops' short-lived device scratch comes from while a model's pass runs
+// (cuDNN's and cuBLASLt's workspaces, reductions' partial sums): the pass's
+// memory plan (engine/nn/buffers.h), so a workspace takes room the
+// activations leave free at that moment instead of adding to their peak, as
+// a workspace from PyTorch's caching allocator does. ScratchScope installs one.
+class ScratchSource {
+ public:
+  virtual ~ScratchSource() = default;
+  // At least `bytes` on backend's device, 8-byte aligned, until the Tensor
+  // goes (work enqueued on the backend's stream before then may still use it).
+  virtual Tensor scratch(Backend& backend, int64_t bytes) = 0;
+};
 
 class Backend {
  public:
@@ -109,6 +123,21 @@ class Backend {
   virtual Staging* staging() { return nullptr; }       // pin_memory, non_blocking
   virtual GraphCapture* graphs() { return nullptr; }   // cuda_graphs
 
+  // --- scratch: `bytes` of device memory for one op, valid until the Tensor
+  // goes (ops on one stream give it back right after enqueuing): from the
+  // installed ScratchSource (a model's pass), else a fresh tensor from the
+  // device's allocator. A backend may refuse sources (pass_scratch false:
+  // TRAINBENCH_CUDA_SCRATCH=allocator, for an A/B of the memory plan).
+  Tensor scratch(int64_t bytes);
+  // Installs `source` (nullptr: none) and returns the one it replaces. Set and
+  // used by the one thread that drives this backend.
+  ScratchSource* set_scratch_source(ScratchSource* source) {
+    ScratchSource* previous = scratch_source_;
+    scratch_source_ = source;
+    return previous;
+  }
+  bool pass_scratch() const { return pass_scratch_; }
+
   // An op family that chooses how to run each shape (the CPU convolution's
   // paths, cuDNN's plans) reports its choices here; describe() lists them as
   // kernel_paths.<family>, which the run's environment keeps. Called by the
@@ -123,6 +152,7 @@ class Backend {
   // Every family's report that is not empty, by family: describe()'s
   // kernel_paths (an empty object when no family chose anything yet).
   nlohmann::json kernel_paths() const;
+  bool pass_scratch_ = true;  // scratch() uses an installed source
 
  private:
   OpKernels& kernels_of(std::type_index family, const char* family_name);
@@ -130,6 +160,27 @@ class Backend {
   std::unordered_map<std::type_index, std::unique_ptr<OpKernels>> kernels_;
   mutable std::mutex reports_mutex_;
   std::map<std::string, std::function<nlohmann::json()>> kernel_path_reports_;
+  ScratchSource* scratch_source_ = nullptr;
+};
+
+// TRAINBENCH_CUDA_SCRATCH's value (null: unset): true for "pass" or unset
+// (scratch from the pass's memory plan), false for "allocator"; anything else
+// throws tb::Error naming the variable and the value.
+bool pass_scratch_setting(const char* value);
+
+// While alive, `backend`'s scratch comes from `source` (Model::forward and
+// backward install the pass's memory plan); the previous source after.
+class ScratchScope {
+ public:
+  ScratchScope(Backend& backend, ScratchSource* source)
+      : backend_(backend), previous_(backend.set_scratch_source(source)) {}
+  ~ScratchScope() { backend_.set_scratch_source(previous_); }
+  ScratchScope(const ScratchScope&) = delete;
+  ScratchScope& operator=(const ScratchScope&) = delete;
+
+ private:
+  Backend& backend_;
+  ScratchSource* previous_;
 };
 
 // Device memory as the caching allocator and the driver see it (the GPU

@@ -12,6 +12,7 @@
 // tensors and caching allocator do, not one buffer per layer. What lasts
 // from pass to pass (batch norm's statistics, low-precision weight copies)
 // stays in the layers' own buffers (ensure_buffer, layer.h).
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -46,11 +47,20 @@ namespace tb {
 // before addresses (graphs.cpp: buffers allocated before a capture are used
 // in place), so whoever captures must capture again after a step in which
 // allocations() changed (StepRunner::run does).
-class TransientBuffers {
+//
+// Ops' scratch during a pass comes from here too (ScratchSource, installed by
+// Model::forward and backward): a cuDNN workspace lives for one call, so it
+// takes a range the activations leave free at that moment, and the extent is
+// the most activations and workspace alive at once, not the activations'
+// peak plus the largest workspace on top.
+class TransientBuffers final : public ScratchSource {
  public:
   static constexpr int64_t kAlignment = 256;  // cudaMalloc's: every vector load and library call is served
 
   Tensor take(Backend& backend, const Shape& shape, DType dtype, Layout layout);
+  Tensor scratch(Backend& backend, int64_t bytes) override {
+    return take(backend, {(std::max<int64_t>(bytes, 0) + 7) / 8}, DType::F64, Layout::NCHW);
+  }
   int64_t bytes() const;         // held: the arenas and live overflow blocks
   int64_t blocks() const;        // allocations held
   int64_t allocations() const;   // made (arenas and overflows) since the pool was created

@@ -122,6 +122,7 @@ void Model::build(Backend& backend, uint64_t seed, DType dtype, Layout weight_la
 Tensor Model::forward(Context& ctx, const Tensor& x) {
   TB_CHECK(built_, "model ", name_, ": forward before build()");
   release_saved();
+  ScratchScope scratch(ctx.backend, ctx.transients.get());  // ops' workspaces: the pass's plan
   Tensor h = x;
   for (auto& layer : layers_) h = forward_layer(ctx, *layer, h);
   return h;
@@ -132,6 +133,7 @@ void Model::release_saved() {
 }
 
 void Model::backward(Context& ctx, const Tensor& dlogits) {
+  ScratchScope scratch(ctx.backend, ctx.transients.get());
   Tensor g = dlogits;
   for (size_t i = layers_.size(); i-- > 0;)
     g = backward_layer(ctx, *layers_[i], g, input_grad_needed(i));

@@ -48,6 +48,29 @@ class NeedDxSpy final : public LayerScopes {
   void exit() override {}
 };
 
+// Asks the backend for scratch in its forward and backward, as a
+// convolution asks for cuDNN's workspace, and records what the pass's pool
+// was asked for meanwhile.
+class ScratchAsker final : public Layer {
+ public:
+  explicit ScratchAsker(int64_t bytes) : Layer("asker"), bytes_(bytes) {}
+  std::string kind() const override { return "relu"; }
+  Shape setup(const Shape& in, ParamRegistry&) override { return in; }
+  Tensor forward(Context& ctx, const Tensor& x) override { return ask(ctx, x); }
+  Tensor backward(Context& ctx, const Tensor& dy, bool) override { return ask(ctx, dy); }
+  std::vector<int64_t> pool_grew;  // requested bytes of the pool that each ask added
+
+ private:
+  Tensor ask(Context& ctx, const Tensor& t) {
+    const int64_t before = ctx.transients->requested_bytes();
+    Tensor w = ctx.backend.scratch(bytes_);
+    pool_grew.push_back(w.nbytes() >= size_t(bytes_) ? ctx.transients->requested_bytes() - before
+                                                     : -1);
+    return t;
+  }
+  int64_t bytes_;
+};
+
 // One forward and backward of `m` on a fixed batch, its buffers counted.
 struct Pass {
   Tensor grads;  // host copy of the gradient block
@@ -152,6 +175,64 @@ class TestMemoryPlan : public QObject {
   // shortcut's, the main path's input and output, the sum): their backward
   // against finite differences in double precision, with a downsampling
   // shortcut and with the identity, fused tail and not.
+  // Ops' scratch (backend.h's ScratchSource): while a model's forward or
+  // backward runs, Backend::scratch comes from the pass's pool, so a
+  // workspace takes a range the activations leave free instead of adding to
+  // their peak; outside a pass (and under TRAINBENCH_CUDA_SCRATCH=allocator)
+  // from the allocator.
+  void scratchComesFromThePassesPool() {
+    constexpr int64_t A = TransientBuffers::kAlignment;
+    TransientBuffers pool;
+    QCOMPARE(cpu.scratch(3 * A).nbytes(), size_t(3 * A));  // no source: a tensor of its own
+    QCOMPARE(pool.requested_bytes(), int64_t(0));
+    Tensor a = pool.take(cpu, {2 * A}, DType::U8, Layout::NCHW);
+    Tensor b = pool.take(cpu, {6 * A}, DType::U8, Layout::NCHW);
+    b = Tensor{};  // 6 A free after a: the extent stays 8 A
+    {
+      ScratchScope scope(cpu, &pool);
+      {
+        TransientBuffers other;
+        ScratchScope inner(cpu, &other);  // scopes nest
+        Tensor w = cpu.scratch(A);
+        QCOMPARE(other.requested_bytes(), A);
+      }
+      Tensor w = cpu.scratch(4 * A);  // the workspace fits where b was
+      QCOMPARE(pool.requested_bytes(), 12 * A);
+      QCOMPARE(pool.extent(cpu.device()), 8 * A);
+      QCOMPARE(pool.peak_live_bytes(), 8 * A);
+      // 2 A of b's range are left, at the extent's end: the extent grows by 1 A.
+      Tensor v = cpu.scratch(3 * A);
+      QCOMPARE(pool.extent(cpu.device()), 9 * A);
+    }
+    Tensor w = cpu.scratch(16 * A);  // the scope gone: nothing asked of the pool
+    QCOMPARE(pool.requested_bytes(), 15 * A);
+    QCOMPARE(pool.extent(cpu.device()), 9 * A);
+
+    // Model::forward and backward install the context's pool.
+    Model m("asker", {3}, 3);
+    ScratchAsker* spy = &m.emplace<ScratchAsker>(5 * A);
+    m.build(cpu, 1);
+    Context ctx{cpu};
+    const Tensor x = random_tensor({2, 3}, 7);
+    m.backward(ctx, m.forward(ctx, x));
+    QCOMPARE(spy->pool_grew, std::vector<int64_t>({5 * A, 5 * A}));
+    const int64_t asked = ctx.transients->requested_bytes();
+    Tensor after = cpu.scratch(A);
+    QCOMPARE(ctx.transients->requested_bytes(), asked);
+
+    QVERIFY(pass_scratch_setting(nullptr));
+    QVERIFY(pass_scratch_setting(""));
+    QVERIFY(pass_scratch_setting("pass"));
+    QVERIFY(!pass_scratch_setting("allocator"));
+    try {
+      pass_scratch_setting("pool");
+      QFAIL("TRAINBENCH_CUDA_SCRATCH=pool was accepted");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find("TRAINBENCH_CUDA_SCRATCH=pool") != std::string::npos,
+               e.what());
+    }
+  }
+
   void residualBlockGradcheck_data() {
     QTest::addColumn<int>("stride");
     QTest::addColumn<int>("out_channels");
@@ -374,6 +455,29 @@ class TestMemoryPlan : public QObject {
     QCOMPARE(ctx.transients->allocations(), made);
     QCOMPARE(third.allocated_bytes, second.allocated_bytes);
     QCOMPARE(third.malloc_count, second.malloc_count);
+    // cuDNN's and cuBLASLt's workspaces come from the pool (Backend::scratch),
+    // so what a steady pass allocates beyond what stays is the allocator's
+    // own temporaries: one at a time, the largest a convolution's weight
+    // gradient in bf16 before its f32 cast (the largest parameter's count ×
+    // 2 B), which a cached block serves whole when less than 1 MiB of it
+    // would be left (caching_allocator.h). Workspaces from the allocator
+    // instead would add the largest of them (printed) on top.
+    int64_t largest_param = 0, largest_workspace = 0;
+    for (const ParamInfo& p : m->params()) largest_param = std::max(largest_param, p.value.numel());
+    const nlohmann::json plans = be.describe()["kernel_paths"]["convolution"];
+    for (const auto& r : plans)
+      largest_workspace = std::max(largest_workspace, r.value("workspace_bytes", int64_t(0)));
+    const int64_t excess = third.peak_allocated_bytes - third.allocated_bytes;
+    const int64_t bound = 2 * largest_param + (int64_t(1) << 20) + 512;
+    qInfo("steady pass: peak %lld B above what stays allocated (bound %lld B); %zu convolution "
+          "plans, the largest workspace %lld B, %lld B of scratch asked of the pool in all",
+          (long long)excess, (long long)bound, plans.size(), (long long)largest_workspace,
+          (long long)ctx.transients->requested_bytes());
+    QVERIFY2(be.pass_scratch(), "TRAINBENCH_CUDA_SCRATCH=allocator is set: this slot checks the default");
+    QVERIFY2(excess <= bound, qPrintable(QString("a steady pass allocated %1 B beyond what stays, "
+                                                 "more than the %2 B of one bf16 weight gradient")
+                                             .arg(excess)
+                                             .arg(bound)));
     TB_GPU_CATCH
   }
 

@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "engine/backend/cuda/cuda_internal.h"
@@ -125,7 +126,9 @@ CudaBackend::CudaBackend(int index, const BackendOptions& options)
   TB_CHECK(index >= 0 && index < n, "cuda backend: device cuda:", index, " does not exist (", n,
            " device(s))");
   Impl& m = *impl_;
+  m.owner = this;
   m.device = index;
+  pass_scratch_ = pass_scratch_setting(std::getenv("TRAINBENCH_CUDA_SCRATCH"));
   try {
     TB_CUDA_CHECK(cudaSetDevice(index));
     TB_CUDA_CHECK(cudaGetDeviceProperties(&m.prop, index));
@@ -212,6 +215,9 @@ nlohmann::json CudaBackend::describe() const {
       {"deterministic", options_.deterministic},
       {"cudnn_benchmark", options_.cudnn_benchmark},
       {"batchnorm_unroll", batchnorm_unroll()},
+      // Where ops' workspaces came from in a model's pass (Backend::scratch).
+      {"scratch", pass_scratch_ ? "the pass's memory plan"
+                                : "the caching allocator (TRAINBENCH_CUDA_SCRATCH=allocator)"},
       {"allocator",
        {{"allocated_bytes", st.allocated_bytes},
         {"reserved_bytes", st.reserved_bytes},

@@ -38,6 +38,7 @@ namespace cuda {
   } while (0)
 
 struct CudaBackend::Impl {
+  CudaBackend* owner = nullptr;  // the backend this is the state of
   int device = 0;
   cudaDeviceProp prop{};
   cudaStream_t stream = nullptr;  // every op of this backend runs here, in order
@@ -82,8 +83,13 @@ struct CudaBackend::Impl {
     TB_CUDA_CHECK(cudaSetDevice(device));
     allocator->set_current_stream(stream);
   }
-  // Device scratch of `bytes` (freed back to the cache when the Tensor goes).
-  Tensor scratch(size_t bytes) const {
+  // Device scratch of `bytes`, valid until the Tensor goes: from the pass's
+  // memory plan while a model's pass runs (Backend::scratch), else the cache.
+  Tensor scratch(size_t bytes) const { return owner->scratch(int64_t(bytes)); }
+  // Scratch from the caching allocator whatever runs: cuDNN's autotuning asks
+  // for the largest workspace of all its candidates, once, which must not
+  // grow the pass's memory plan for good.
+  Tensor allocator_scratch(size_t bytes) const {
     return Tensor::empty({int64_t((bytes + 7) / 8)}, DType::F64, Device::cuda(device));
   }
 };

@@ -158,12 +158,16 @@ class CudaKernels final : public Kernels {
 
  private:
   // Enqueues one cuDNN convolution of x's dtype (operands as
-  // ConvPlanCache::run), its workspace from the caching allocator.
+  // ConvPlanCache::run), its workspace the backend's scratch (the pass's
+  // memory plan); autotuning's, the largest of all candidates, once, from
+  // the caching allocator.
   void run(cuda::ConvOp op, const ConvGeometry& g, const Tensor& x, const Tensor& w,
            const void* a, const void* b, void* out) {
     Tensor ws;
     plans_->run(key_of(op, g, x, w, be_.options()), a, b, out,
-                [&](size_t bytes) { return (ws = m_.scratch(bytes)).data(); });
+                [&](size_t bytes, bool autotuning) {
+                  return (ws = autotuning ? m_.allocator_scratch(bytes) : m_.scratch(bytes)).data();
+                });
   }
 
   // y (f32, or f16/bf16 rounded once) += b per output channel (bias.cu),

@@ -180,10 +180,11 @@ class ConvPlanCache {
   // benchmark keys, timing) its plan on first use. Operands by op:
   //   Fprop: a = x, b = w, out = y         Dgrad: a = dy, b = w, out = dx
   //   Wgrad: a = x, b = dy, out = dw       (out is overwritten, never accumulated)
-  // `workspace(bytes)` returns device memory that stays valid until the work is
-  // enqueued (stream order makes it safe to free right after).
+  // `workspace(bytes, autotuning)` returns device memory that stays valid
+  // until the work is enqueued (stream order makes it safe to free right
+  // after); autotuning: for timing every candidate, once per plan.
   void run(const ConvPlanKey& key, const void* a, const void* b, void* out,
-           const std::function<void*(size_t)>& workspace);
+           const std::function<void*(size_t bytes, bool autotuning)>& workspace);
 
   size_t size() const;  // cached plans
   // The chosen engine's tag for a cached key ("" when not cached), for logs.

@@ -239,7 +239,7 @@ void refuse_while_capturing(cudnnHandle_t handle, const ConvPlanKey& k) {
 }  // namespace
 
 void ConvPlanCache::run(const ConvPlanKey& shape_key, const void* a, const void* b, void* out,
-                        const std::function<void*(size_t)>& workspace) {
+                        const std::function<void*(size_t, bool)>& workspace) {
   const ConvPlanKey key = with_alignments(shape_key, a, b, out);
   std::unique_lock lock(state_->mutex);
   auto it = state_->plans.find(key);
@@ -256,14 +256,14 @@ void ConvPlanCache::run(const ConvPlanKey& shape_key, const void* a, const void*
   if (tune) {
     // Times every built plan on these very buffers (out is overwritten below).
     const int64_t ws = e.graph->get_autotune_workspace_size();
-    void* w = ws > 0 ? workspace(size_t(ws)) : nullptr;
+    void* w = ws > 0 ? workspace(size_t(ws), true) : nullptr;
     fe_check(e.graph->autotune(state_->handle, pack, w), "autotuning", key);
     e.tuned = true;
   }
   int64_t ws = 0;
   fe_check(e.graph->get_workspace_size(ws), "querying the workspace size", key);
   e.workspace = ws;
-  void* w = ws > 0 ? workspace(size_t(ws)) : nullptr;
+  void* w = ws > 0 ? workspace(size_t(ws), false) : nullptr;
   fe_check(e.graph->execute(state_->handle, pack, w), "execution", key);
 }
 
