@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "engine/backend/backend.h"
 
-#include <algorithm>
-
 #include "engine/backend/cpu/cpu_backend.h"
 // Plain C++ (no CUDA type): included in every build for its capability set.
 #include "engine/backend/cuda/cuda_backend.h"
@@ -30,9 +28,9 @@ void Backend::release_kernels() {
   kernels_.clear();
 }
 
-Tensor Backend::scratch(int64_t bytes) {
-  if (scratch_source_ && pass_scratch_) return scratch_source_->scratch(*this, bytes);
-  return Tensor::empty({(std::max<int64_t>(bytes, 0) + 7) / 8}, DType::F64, device());
+Tensor Backend::scratch(const Shape& shape, DType dtype, Layout layout) {
+  if (scratch_source_ && pass_scratch_) return scratch_source_->scratch(*this, shape, dtype, layout);
+  return Tensor::empty(shape, dtype, device(), layout);
 }
 
 bool pass_scratch_setting(const char* value) {

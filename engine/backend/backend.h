@@ -16,6 +16,7 @@
 //   gradients were set to none), true adds into what is there.
 // - An undefined Tensor (Tensor{}) means "not wanted" (e.g. dx of the first layer,
 //   db of a convolution without bias).
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -62,9 +63,10 @@ class Backend;
 class ScratchSource {
  public:
   virtual ~ScratchSource() = default;
-  // At least `bytes` on backend's device, 8-byte aligned, until the Tensor
-  // goes (work enqueued on the backend's stream before then may still use it).
-  virtual Tensor scratch(Backend& backend, int64_t bytes) = 0;
+  // A tensor of this shape, dtype and layout on backend's device, 256-byte
+  // aligned, until the Tensor goes (work enqueued on the backend's stream
+  // before then may still use it).
+  virtual Tensor scratch(Backend& backend, const Shape& shape, DType dtype, Layout layout) = 0;
 };
 
 class Backend {
@@ -123,12 +125,16 @@ class Backend {
   virtual Staging* staging() { return nullptr; }       // pin_memory, non_blocking
   virtual GraphCapture* graphs() { return nullptr; }   // cuda_graphs
 
-  // --- scratch: `bytes` of device memory for one op, valid until the Tensor
-  // goes (ops on one stream give it back right after enqueuing): from the
-  // installed ScratchSource (a model's pass), else a fresh tensor from the
-  // device's allocator. A backend may refuse sources (pass_scratch false:
-  // TRAINBENCH_CUDA_SCRATCH=allocator, for an A/B of the memory plan).
-  Tensor scratch(int64_t bytes);
+  // --- scratch: a tensor one op needs for its own work (a library's
+  // workspace, partial sums, an operand rounded to f16/bf16), valid until the
+  // Tensor goes (ops on one stream give it back right after enqueuing): from
+  // the installed ScratchSource (a model's pass), else a fresh tensor from
+  // the device's allocator. A backend may refuse sources (pass_scratch
+  // false: TRAINBENCH_CUDA_SCRATCH=allocator, for an A/B of the memory plan).
+  Tensor scratch(const Shape& shape, DType dtype, Layout layout = Layout::NCHW);
+  Tensor scratch(int64_t bytes) {  // at least `bytes`, as f64
+    return scratch({(std::max<int64_t>(bytes, 0) + 7) / 8}, DType::F64);
+  }
   // Installs `source` (nullptr: none) and returns the one it replaces. Set and
   // used by the one thread that drives this backend.
   ScratchSource* set_scratch_source(ScratchSource* source) {

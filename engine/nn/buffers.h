@@ -12,7 +12,6 @@
 // tensors and caching allocator do, not one buffer per layer. What lasts
 // from pass to pass (batch norm's statistics, low-precision weight copies)
 // stays in the layers' own buffers (ensure_buffer, layer.h).
-#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -49,17 +48,18 @@ namespace tb {
 // allocations() changed (StepRunner::run does).
 //
 // Ops' scratch during a pass comes from here too (ScratchSource, installed by
-// Model::forward and backward): a cuDNN workspace lives for one call, so it
-// takes a range the activations leave free at that moment, and the extent is
-// the most activations and workspace alive at once, not the activations'
-// peak plus the largest workspace on top.
+// Model::forward and backward): a cuDNN workspace or an operand rounded to
+// bf16 lives for one call, so it takes a range the activations leave free
+// at that moment, and the extent is the most of both alive at once, not the
+// activations' peak plus the largest workspace on top; and a steady pass
+// allocates nothing from the device's allocator, not even for a moment.
 class TransientBuffers final : public ScratchSource {
  public:
   static constexpr int64_t kAlignment = 256;  // cudaMalloc's: every vector load and library call is served
 
   Tensor take(Backend& backend, const Shape& shape, DType dtype, Layout layout);
-  Tensor scratch(Backend& backend, int64_t bytes) override {
-    return take(backend, {(std::max<int64_t>(bytes, 0) + 7) / 8}, DType::F64, Layout::NCHW);
+  Tensor scratch(Backend& backend, const Shape& shape, DType dtype, Layout layout) override {
+    return take(backend, shape, dtype, layout);
   }
   int64_t bytes() const;         // held: the arenas and live overflow blocks
   int64_t blocks() const;        // allocations held

@@ -100,8 +100,7 @@ class CudaKernels final : public Kernels {
     if (!begin_backward(g, dy, dw, db, accumulate)) return;
     if (dx.defined()) run(cuda::ConvOp::Dgrad, g, x, w, dy.data(), w.data(), dx.data());
     if (dw.defined()) {
-      Tensor out =
-          accumulate ? Tensor::empty(dw.shape(), DType::F32, be_.device(), dw.layout()) : dw;
+      Tensor out = accumulate ? be_.scratch(dw.shape(), DType::F32, dw.layout()) : dw;
       run(cuda::ConvOp::Wgrad, g, x, w, x.data(), dy.data(), out.data());
       if (accumulate) cuda::launch_accumulate(fptr(out), fptr(dw), dw.numel(), m_.stream);
     }
@@ -117,7 +116,7 @@ class CudaKernels final : public Kernels {
       return;
     }
     // y_lp (N,Cout,Ho,Wo) in x's dtype and layout: the graph's output.
-    Tensor y_lp = be_.empty(g.output_shape(), x.dtype(), x.layout());
+    Tensor y_lp = be_.scratch(g.output_shape(), x.dtype(), x.layout());
     run(cuda::ConvOp::Fprop, g, x, w, x.data(), w.data(), y_lp.data());
     amp::cast(be_, y_lp, y);
     add_bias(g, b, y);
@@ -134,20 +133,20 @@ class CudaKernels final : public Kernels {
     // f32 dy rounded once (N,Cout,Ho,Wo), shared by dgrad and wgrad; an lp
     // dy is used as it is, and dgrad writes the lp dx itself.
     const bool lp_acts = dy.dtype() == lp;
-    Tensor dy_lp = lp_acts ? dy : be_.empty(dy.shape(), lp, l);
+    Tensor dy_lp = lp_acts ? dy : be_.scratch(dy.shape(), lp, l);
     if (!lp_acts) amp::cast(be_, dy, dy_lp);
     if (dx.defined() && lp_acts) {
       run(cuda::ConvOp::Dgrad, g, x, w, dy_lp.data(), w.data(), dx.data());
     } else if (dx.defined()) {
-      Tensor dx_lp = be_.empty(g.input_shape(), lp, l);  // (N,Cin,H,W)
+      Tensor dx_lp = be_.scratch(g.input_shape(), lp, l);  // (N,Cin,H,W)
       run(cuda::ConvOp::Dgrad, g, x, w, dy_lp.data(), w.data(), dx_lp.data());
       amp::cast(be_, dx_lp, dx);
     }
     if (dw.defined()) {
-      Tensor dw_lp = be_.empty(g.weight_shape(), lp, w.layout());  // (Cout,Cin,KH,KW)
+      Tensor dw_lp = be_.scratch(g.weight_shape(), lp, w.layout());  // (Cout,Cin,KH,KW)
       run(cuda::ConvOp::Wgrad, g, x, w, x.data(), dy_lp.data(), dw_lp.data());
       if (accumulate) {
-        Tensor dw32 = be_.empty(dw.shape(), DType::F32, dw.layout());
+        Tensor dw32 = be_.scratch(dw.shape(), DType::F32, dw.layout());
         amp::cast(be_, dw_lp, dw32);
         cuda::launch_accumulate(fptr(dw32), fptr(dw), dw.numel(), m_.stream);
       } else {

@@ -313,10 +313,10 @@ void CudaKernels::backward(const Dims& d, const Tensor& x, const Tensor& w, cons
     backward_gemms(d, x, w, dy, dx, dw, db, accumulate);
     return;
   }
-  // dy rounded once into scratch (back to the cache when this returns; the
-  // allocator is stream-ordered, so the GEMMs below are done with it first)
-  // for dx and dw; db sums the unrounded dy.
-  Tensor dy_lp = Tensor::empty(dy.shape(), x.dtype(), be_.device());
+  // dy rounded once into scratch (given back when this returns; stream
+  // order has the GEMMs below done with it first) for dx and dw; db sums
+  // the unrounded dy.
+  Tensor dy_lp = be_.scratch(dy.shape(), x.dtype());
   if (dy.numel() > 0) amp::cast(be_, dy, dy_lp);
   Tensor none;
   backward_gemms(d, x, w, dy_lp, dx, dw, none, accumulate);
