@@ -331,6 +331,8 @@ def main():
             row["pytorch"][side] = r
         print(json.dumps({"task": task_id(t), "samples_per_s": r.get("samples_per_s"),
                           "peak_allocated_bytes": r.get("peak_allocated_bytes"),
+                          **({"conv_workspace_max_bytes": r["conv_workspace_max_bytes"]}
+                             if "conv_workspace_max_bytes" in r else {}),
                           "wall_s": round(time.time() - t0, 1),
                           "error": (r.get("error") or "")[:200] or None,
                           **({"tricks_not_applied": sorted(r["tricks_not_applied"])}
