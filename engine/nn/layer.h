@@ -176,6 +176,11 @@ class LayerScope {
 // runs); backward_layer then releases what the layer saved (release_saved).
 Tensor forward_layer(Context& ctx, Layer& layer, const Tensor& x);
 Tensor backward_layer(Context& ctx, Layer& layer, const Tensor& dy, bool need_dx);
+// For the length of a pass over a model's layers (Model::forward and
+// backward, and the step runner's walks that trace or check each layer):
+// the ops' scratch comes from ctx.transients, the pass's memory plan
+// (backend.h's ScratchSource).
+inline ScratchScope pass_scratch(Context& ctx) { return {ctx.backend, ctx.transients.get()}; }
 
 // The layout of a rank-4 activation of `channels` channels that a layer makes
 // from scratch (a convolution's output): ctx.layout, except that the CPU's

@@ -122,7 +122,7 @@ void Model::build(Backend& backend, uint64_t seed, DType dtype, Layout weight_la
 Tensor Model::forward(Context& ctx, const Tensor& x) {
   TB_CHECK(built_, "model ", name_, ": forward before build()");
   release_saved();
-  ScratchScope scratch(ctx.backend, ctx.transients.get());  // ops' workspaces: the pass's plan
+  const ScratchScope scratch = pass_scratch(ctx);
   Tensor h = x;
   for (auto& layer : layers_) h = forward_layer(ctx, *layer, h);
   return h;
@@ -133,7 +133,7 @@ void Model::release_saved() {
 }
 
 void Model::backward(Context& ctx, const Tensor& dlogits) {
-  ScratchScope scratch(ctx.backend, ctx.transients.get());
+  const ScratchScope scratch = pass_scratch(ctx);
   Tensor g = dlogits;
   for (size_t i = layers_.size(); i-- > 0;)
     g = backward_layer(ctx, *layers_[i], g, input_grad_needed(i));

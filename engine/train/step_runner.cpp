@@ -55,6 +55,7 @@ constexpr int kGraphWarmup = 3;  // eager steps before the first capture (cuda_g
 Tensor forward(StepContext& s, const Tensor& x, int64_t step) {
   if (!s.c.anomaly_check && !s.trace) return s.model.forward(s.ctx, x);
   s.model.release_saved();  // as Model::forward does
+  const ScratchScope scratch = pass_scratch(s.ctx);
   Tensor h = x;
   for (const auto& layer : s.model.layers()) {
     {
@@ -74,6 +75,7 @@ Tensor forward(StepContext& s, const Tensor& x, int64_t step) {
 // start the all-reduce of the bucket it fills.
 void backward(StepContext& s, const Tensor& dlogits, GradientBuckets* buckets) {
   if (!s.trace && !buckets) return s.model.backward(s.ctx, dlogits);
+  const ScratchScope scratch = pass_scratch(s.ctx);
   const auto& layers = s.model.layers();
   Tensor g = dlogits;
   for (size_t i = layers.size(); i-- > 0;) {
