@@ -83,8 +83,8 @@ def reduce_run(data, config, warmup, run_id=None):
                               if v.get("changed")},
            "tricks_not_applied": {k: v.get("reason", "") for k, v in data.get("tricks", {}).items()
                                   if v.get("changed") and not v.get("applied")}}
-    # cuDNN's workspaces come from the caching allocator on top of the
-    # activations' block: the largest is part of the peak (memory plan).
+    # The largest cuDNN workspace: how much of the peak a workspace can be
+    # (from the activations' pool by default, TRAINBENCH_CUDA_SCRATCH).
     ws = conv_workspaces(data.get("environment", {}))
     if ws:
         out["conv_workspace_max_bytes"] = max(ws.values())

@@ -54,7 +54,7 @@ class NeedDxSpy final : public LayerScopes {
 class ScratchAsker final : public Layer {
  public:
   explicit ScratchAsker(int64_t bytes) : Layer("asker"), bytes_(bytes) {}
-  std::string kind() const override { return "relu"; }
+  std::string kind() const override { return "scratch_asker"; }
   Shape setup(const Shape& in, ParamRegistry&) override { return in; }
   Tensor forward(Context& ctx, const Tensor& x) override { return ask(ctx, x); }
   Tensor backward(Context& ctx, const Tensor& dy, bool) override { return ask(ctx, dy); }
@@ -171,10 +171,6 @@ class TestMemoryPlan : public QObject {
     QCOMPARE(pool.peak_live_bytes(), 8 * A);
   }
 
-  // Residual blocks hold the most gradients at once (the block's dy, the
-  // shortcut's, the main path's input and output, the sum): their backward
-  // against finite differences in double precision, with a downsampling
-  // shortcut and with the identity, fused tail and not.
   // Ops' scratch (backend.h's ScratchSource): while a model's forward or
   // backward runs, Backend::scratch comes from the pass's pool, so a
   // workspace takes a range the activations leave free instead of adding to
@@ -243,6 +239,10 @@ class TestMemoryPlan : public QObject {
     }
   }
 
+  // Residual blocks hold the most gradients at once (the block's dy, the
+  // shortcut's, the main path's input and output, the sum): their backward
+  // against finite differences in double precision, with a downsampling
+  // shortcut and with the identity, fused tail and not.
   void residualBlockGradcheck_data() {
     QTest::addColumn<int>("stride");
     QTest::addColumn<int>("out_channels");

@@ -187,12 +187,10 @@ class ConvPlanCache {
            const std::function<void*(size_t bytes, bool autotuning)>& workspace);
 
   size_t size() const;  // cached plans
-  // The chosen engine's tag for a cached key ("" when not cached), for logs.
-  std::string plan_tag(const ConvPlanKey& key) const;
   // Every cached plan, keyed by ConvPlanKey::str(): {path: "cudnn", plan: the
   // engine's tag, workspace_bytes: what each execution asks for, chosen_by}.
   // The backend's kernel_paths.convolution: which engine ran each
-  // convolution and the workspace it holds on top of the activations.
+  // convolution and the workspace it asked for.
   nlohmann::json describe() const;
 
  private:

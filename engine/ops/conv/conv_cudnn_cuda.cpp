@@ -96,15 +96,6 @@ size_t ConvPlanCache::size() const {
   return state_->plans.size();
 }
 
-std::string ConvPlanCache::plan_tag(const ConvPlanKey& key) const {
-  std::lock_guard lock(state_->mutex);
-  auto it = state_->plans.find(key);
-  if (it == state_->plans.end()) return "";
-  std::string name;
-  if (it->second.graph->get_plan_name(name).is_bad()) return "?";
-  return name;
-}
-
 nlohmann::json ConvPlanCache::describe() const {
   nlohmann::json out = nlohmann::json::object();
   std::lock_guard lock(state_->mutex);
