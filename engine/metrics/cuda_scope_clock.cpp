@@ -33,7 +33,16 @@ class CudaScopeClock final : public ScopeClock {
     ok(cudaEventRecord(events_[i], stream_), "cudaEventRecord");
   }
   bool ready(size_t n) override {
-    return n == 0 || !error_.empty() || cudaEventQuery(events_[n - 1]) != cudaErrorNotReady;
+    if (n == 0 || !error_.empty()) return true;
+    const cudaError_t e = cudaEventQuery(events_[n - 1]);
+    if (e == cudaErrorNotReady) {
+      // No error, but the runtime leaves it in the thread's last-error slot,
+      // where the next launch check would report it as that launch's failure.
+      (void)cudaGetLastError();
+      return false;
+    }
+    ok(e, "cudaEventQuery");  // a failure is kept for intervals() to report
+    return true;
   }
   std::vector<double> intervals(size_t n) override {
     std::vector<double> out;
@@ -53,6 +62,7 @@ class CudaScopeClock final : public ScopeClock {
   bool ok(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return true;
     if (error_.empty()) error_ = std::string(what) + ": " + cudaGetErrorString(e);
+    (void)cudaGetLastError();  // kept here; not a later launch's failure
     return false;
   }
   cudaStream_t stream_;

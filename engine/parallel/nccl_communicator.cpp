@@ -266,6 +266,7 @@ class NcclCommunicator final : public Communicator {
         std::lock_guard lock(mu_);
         for (auto& [id, r] : requests_) open = open || cudaEventQuery(r.done) == cudaErrorNotReady;
       }
+      if (open) (void)cudaGetLastError();  // a not-ready poll leaves its code in this thread's slot
       if (policy_.stop && policy_.stop->load() && open) {
         if (!stop_seen) stop_seen = Clock::now();
         if (std::chrono::duration<double>(Clock::now() - *stop_seen).count() > policy_.grace_s) {

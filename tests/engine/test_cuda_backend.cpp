@@ -14,6 +14,7 @@
 // skipped; their first real run is scripts/gpu-check.sh (docs/gpu-check.md).
 #include <QtTest>
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -26,7 +27,11 @@
 #include "engine/backend/cuda/caching_allocator.h"
 #include "engine/core/error.h"
 #ifdef TRAINBENCH_HAVE_CUDA
+#include <cuda_runtime.h>
+
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_check.h"
+#include "engine/metrics/layer_profiler.h"
 #endif
 #include "engine/ops/pointwise/pointwise.h"
 #include "tests/engine/device_fixture.h"
@@ -569,6 +574,46 @@ class TestCudaBackend : public QObject {
     Tensor ok = gpu->empty({10}, DType::F32);
     gpu->fill(ok, 1.0);
     QCOMPARE(test::to_host(*gpu, ok).data_as<float>()[9], 1.0f);
+#endif
+    TB_GPU_CATCH
+  }
+
+  // A not-ready poll of the per-layer profile's clock (cupti_sampling or
+  // profiler, without graphs) must not leave cudaErrorNotReady in the thread's
+  // error slot: the next launch check would report it as that launch's failure
+  // and stop the run. The stream waits on the host, so the poll cannot be done.
+  void scopeClockPollLeavesNoError() {
+    NEED_GPU();
+    TB_GPU_TRY
+#ifdef TRAINBENCH_HAVE_CUDA
+    auto* const gpu = dynamic_cast<CudaBackend*>(&test::cuda_backend());
+    QVERIFY(gpu);
+    const auto stream = static_cast<cudaStream_t>(gpu->stream_handle());
+    auto clock = make_cuda_scope_clock(stream);
+    QVERIFY(clock);
+    Tensor t = gpu->empty({1024}, DType::F32);
+    std::atomic<bool> release{false};
+    clock->mark(0);
+    TB_CUDA_CHECK(cudaLaunchHostFunc(
+        stream,
+        [](void* p) {
+          while (!static_cast<std::atomic<bool>*>(p)->load()) std::this_thread::yield();
+        },
+        &release));
+    clock->mark(1);
+    const bool ready_while_held = clock->ready(2);
+    std::string launch_error;
+    try {
+      gpu->fill(t, 1.0);  // a kernel launch and its launch check
+    } catch (const tb::Error& e) {
+      launch_error = e.what();
+    }
+    release = true;  // before any assertion: a failed one would leave the stream held
+    QVERIFY(!ready_while_held);
+    QVERIFY2(launch_error.empty(), launch_error.c_str());
+    QCOMPARE(clock->intervals(2).size(), size_t(1));
+    QVERIFY(clock->ready(2));
+    QCOMPARE(test::to_host(*gpu, t).data_as<float>()[1023], 1.0f);
 #endif
     TB_GPU_CATCH
   }

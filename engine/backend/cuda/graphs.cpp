@@ -146,6 +146,7 @@ int CudaBackend::Graphs::end_capture() {
   const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
   if (inst != cudaSuccess) {
     (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();  // reported here, not by the next launch check
     TB_FAIL("end_capture: cudaGraphInstantiate failed: ", cudaGetErrorString(inst));
   }
   m.graphs.push_back(graph);
