@@ -183,7 +183,10 @@ bn_stats_finish_kernel(ReducePlan p, const T* __restrict__ x,
   if (threadIdx.y != 0 || c >= p.C) return;
   const double M = double(p.M);
   const double shift = s.a / M;  // μ − k
-  const double var = fmax(s.b / M - shift * shift, 0.0);
+  // Below 0 only by rounding: clamped. NaN (a non-finite x) stays NaN, as on
+  // the CPU: fmax would have made it 0, a finite invstd hiding the anomaly.
+  const double biased = s.b / M - shift * shift;
+  const double var = biased < 0.0 ? 0.0 : biased;
   const double mean = double(to_compute(x[p.first_offset(c)])) + shift;
   const double unbiased = p.M > 1 ? var * M / (M - 1.0) : var;
   save_mean[c] = float(mean);

@@ -1002,6 +1002,44 @@ class TestOpBatchnorm : public QObject {
     }
   }
 
+  // A non-finite value reaches its channel's statistics on every backend:
+  // save_invstd and running_var turn NaN, as the reference's (a clamp of the
+  // variance at 0 that let NaN through as 0 gave the GPU a finite 1/sqrt(eps)
+  // and a running_var decaying towards 0: the anomaly hidden). The other
+  // channel stays finite.
+  void batchnorm_non_finite_reaches_statistics_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<double>("bad");
+    std::vector<Target> targets = {{Impl::CpuReference, Layout::NCHW, DType::F32},
+                                   {Impl::CpuFast, Layout::NCHW, DType::F32},
+                                   {Impl::CpuFast, Layout::NHWC, DType::F32}};
+    for (const Target& t : cuda_targets()) targets.push_back(t);
+    for (const Target& t : targets)
+      for (double bad : {double(NAN), double(INFINITY)})
+        QTest::addRow("%s x=%g", t.name().c_str(), bad) << t << bad;
+  }
+  void batchnorm_non_finite_reaches_statistics() {
+    FETCH_TARGET(t, be);
+    QFETCH(double, bad);
+    TB_GPU_TRY
+    // N=2, C=2, H=1, W=2 NCHW: channel 0 {bad, 2, 3, 6}, channel 1 {−1, −1, 1, 1}
+    Tensor x = from_values({2, 2, 1, 2}, {float(bad), 2, -1, -1, 3, 6, 1, 1});
+    const Tensor xd = to_device(be, x, t.layout);
+    const Tensor g = to_device(be, from_values({2}, {1, 1})), b = to_device(be, from_values({2}, {0, 0}));
+    Tensor rm = to_device(be, from_values({2}, {0, 0})), rv = to_device(be, from_values({2}, {1, 1}));
+    Tensor y = be.empty(x.shape(), DType::F32, t.layout);
+    Tensor sm = be.empty({2}, DType::F32), si = be.empty({2}, DType::F32);
+    batchnorm::forward_train(be, xd, g, b, rm, rv, 0.1f, 1e-5f, y, sm, si);
+    const Tensor si_h = to_host(be, si), rv_h = to_host(be, rv);
+    QVERIFY2(std::isnan(si_h.data_as<float>()[0]),
+             qPrintable(QString("save_invstd[0] = %1").arg(si_h.data_as<float>()[0])));
+    QVERIFY2(std::isnan(rv_h.data_as<float>()[0]),
+             qPrintable(QString("running_var[0] = %1").arg(rv_h.data_as<float>()[0])));
+    QVERIFY(std::abs(si_h.data_as<float>()[1] - 1.0 / std::sqrt(1.0 + 1e-5)) < 1e-6);
+    QVERIFY(std::abs(rv_h.data_as<float>()[1] - 1.0333333) < 1e-6);
+    TB_GPU_CATCH
+  }
+
   // NHWC is supported (batchnorm_matches_reference); x and y in different
   // layouts are not: that would be a hidden transpose.
   void batchnorm_rejects_mixed_layouts() {
