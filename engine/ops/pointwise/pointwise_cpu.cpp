@@ -8,7 +8,6 @@
 // f16/bf16: widen-compute-round (amp::widen_compute_round): the inputs
 // widened to f32 exactly, the f32 op below, each output rounded once, as the
 // CUDA kernels do value by value.
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
@@ -292,7 +291,11 @@ void CpuKernels::scale(Tensor& t, double alpha) {
     for (int64_t i = 0; i < t.numel(); ++i) p[i] *= alpha;
     return;
   }
-  cblas_sscal(static_cast<blasint>(t.numel()), static_cast<float>(alpha), t.data_as<float>(), 1);
+  // Not cblas_sscal: OpenBLAS writes zeros for alpha = 0 without multiplying,
+  // so NaN and inf would vanish where t *= 0 (the contract, and the GPU) keeps NaN.
+  float* p = t.data_as<float>();
+  const float a = static_cast<float>(alpha);
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] *= a;
 }
 
 #undef TB_POINTWISE_LP

@@ -25,10 +25,12 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
 #include "engine/nn/activations.h"
+#include "engine/ops/amp/amp.h"
 #include "engine/ops/pointwise/pointwise.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gradcheck.h"
@@ -388,6 +390,42 @@ class TestOpActivations : public QObject {
       Tensor wrong = Tensor::empty({4}, DType::F32);
       QVERIFY_THROWS_EXCEPTION(Error, pointwise::add(be, a, wrong, s));
     }
+  }
+
+  // scale is t *= alpha, IEEE included: alpha = 0 turns NaN and ±inf into
+  // NaN on every target (the CPU once called cblas_sscal, which writes zeros
+  // for alpha = 0 without multiplying: a loss scale backed off to 0 or a
+  // zeroed gradient hid an overflow the GPU kept).
+  void scale_by_zero_keeps_non_finite_data() {
+    QTest::addColumn<Target>("target");
+    std::vector<Target> targets;
+    for (Impl i : {Impl::CpuReference, Impl::CpuFast})
+      for (DType dt : {DType::F32, DType::F64, DType::BF16}) targets.push_back({i, Layout::NCHW, dt});
+    for (DType dt : {DType::F32, DType::BF16, DType::F16}) targets.push_back({Impl::Cuda, Layout::NCHW, dt});
+    for (const Target& t : targets) QTest::addRow("%s", t.name().c_str()) << t;
+  }
+  void scale_by_zero_keeps_non_finite() {
+    FETCH_TARGET(t, be);
+    TB_GPU_TRY
+    const std::initializer_list<double> values = {NAN, INFINITY, -INFINITY, 2.0, -3.0};
+    const Tensor h = t.dtype == DType::F64 ? from_values({5}, values, DType::F64)
+                     : t.dtype == DType::F32
+                         ? from_values({5}, values)
+                         : amp::cast_to(cpu_reference(), from_values({5}, values), t.dtype);
+    Tensor d = to_device(be, h);
+    pointwise::scale(be, d, 0.0);
+    const Tensor back = to_host(be, d);
+    const bool lp = amp::is_low_precision(t.dtype);
+    const Tensor got = lp ? amp::cast_to(cpu_reference(), back, DType::F32) : back;
+    std::vector<double> g(5);
+    for (int i = 0; i < 5; ++i)
+      g[i] = got.dtype() == DType::F64 ? got.data_as<double>()[i] : got.data_as<float>()[i];
+    for (int i = 0; i < 3; ++i)
+      QVERIFY2(std::isnan(g[i]), qPrintable(QString("element %1: %2").arg(i).arg(g[i])));
+    QCOMPARE(g[3], 0.0);
+    QCOMPARE(g[4], 0.0);
+    QVERIFY(std::signbit(g[4]));  // −3 · 0 = −0
+    TB_GPU_CATCH
   }
 
   // ------------------------------------------------------------ the contract's refusals
