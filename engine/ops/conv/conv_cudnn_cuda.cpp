@@ -76,7 +76,8 @@ struct ConvPlanCache::Entry {
   std::shared_ptr<fe::graph::Graph> graph;
   int built = 1;       // plans built: autotune's candidates
   int64_t workspace = -1;  // an execution's, once asked (after autotune chose)
-  bool tuned = false;  // benchmark keys: autotune ran
+  bool tuned = false;  // benchmark keys: autotune ran (or was given up, untuned_why)
+  std::string untuned_why;  // why a benchmark key runs the heuristics' first choice
 };
 
 struct ConvPlanCache::State {
@@ -104,9 +105,10 @@ nlohmann::json ConvPlanCache::describe() const {
     const bool named = e.graph->get_plan_name(name).is_good();
     nlohmann::json r{{"path", "cudnn"}, {"plan", named ? name : std::string("?")}};
     if (e.workspace >= 0) r["workspace_bytes"] = e.workspace;
-    r["chosen_by"] = !key.benchmark ? std::string("heuristics' first choice")
-                     : e.tuned      ? "autotune over " + std::to_string(e.built) + " plans"
-                                    : std::string("not yet autotuned");
+    r["chosen_by"] = !key.benchmark           ? std::string("heuristics' first choice")
+                     : !e.untuned_why.empty() ? "heuristics' first choice (" + e.untuned_why + ")"
+                     : e.tuned                ? "autotune over " + std::to_string(e.built) + " plans"
+                                              : std::string("not yet autotuned");
     out[key.str()] = std::move(r);
   }
   return out;
@@ -246,9 +248,18 @@ void ConvPlanCache::run(const ConvPlanKey& shape_key, const void* a, const void*
       {kUidA, const_cast<void*>(a)}, {kUidB, const_cast<void*>(b)}, {kUidOut, out}};
   if (tune) {
     // Times every built plan on these very buffers (out is overwritten below).
+    // Its workspace is the largest candidate's: where that does not fit next
+    // to the run's memory, the heuristics' first choice runs (as PyTorch's
+    // benchmark mode skips algorithms whose workspace it cannot allocate),
+    // said in the record, once: not an out-of-memory failure of the run.
     const int64_t ws = e.graph->get_autotune_workspace_size();
-    void* w = ws > 0 ? workspace(size_t(ws), true) : nullptr;
-    fe_check(e.graph->autotune(state_->handle, pack, w), "autotuning", key);
+    void* w = nullptr;
+    try {
+      if (ws > 0) w = workspace(size_t(ws), true);
+    } catch (const OutOfMemory&) {
+      e.untuned_why = "autotuning's workspace of " + std::to_string(ws) + " bytes did not fit";
+    }
+    if (e.untuned_why.empty()) fe_check(e.graph->autotune(state_->handle, pack, w), "autotuning", key);
     e.tuned = true;
   }
   int64_t ws = 0;

@@ -32,7 +32,8 @@
 // 4. Hand-computed values, empty batches, shape/layout/dtype errors (a dtype
 //    a backend lacks: CUDA's f64), the layer's
 //    parameters; the cuDNN plan key (pointer alignments included), engine
-//    filter and plan cache; the convolution on weight and gradient views at
+//    filter and plan cache (autotuning given up where its workspace does not
+//    fit); the convolution on weight and gradient views at
 //    4-, 8- and 128-byte alignment (how the trainer's parameters sit) against
 //    the reference, on the fast CPU and CUDA rows.
 // GPU rows and slots QSKIP with the reason where there is no device.
@@ -56,6 +57,9 @@
 #include "engine/ops/conv/conv.h"
 #include "engine/ops/conv/conv_cpu_paths.h"
 #include "engine/ops/conv/conv_cudnn.h"
+#ifdef TRAINBENCH_HAVE_CUDA
+#include "engine/backend/cuda/caching_allocator.h"
+#endif
 #ifdef TRAINBENCH_HAVE_ONEDNN
 #include "engine/ops/conv/conv_onednn.h"
 #endif
@@ -240,6 +244,22 @@ Comparison check_output(const Target& t, const std::string& path, const ConvGeom
   // relative + 1e-5 bound.
   const Agreement a = t.on_gpu() ? Agreement::OneDnn : agreement_of(t, path);
   return compare(ref, got, onednn_tolerance(g, a), 0.0, what, true, "fp32");
+}
+
+// The cuDNN plans a GPU backend holds for one geometry (any op, dtype or
+// layout), from the environment's records: "[key: plan, ...]".
+std::string cudnn_plans_of(Backend& be, const ConvGeometry& g) {
+  const std::string shape = " N=" + std::to_string(g.N) + " C=" + std::to_string(g.C_in) +
+                            " H=" + std::to_string(g.H) + " W=" + std::to_string(g.W) +
+                            " K=" + std::to_string(g.C_out) + " R=" + std::to_string(g.KH) +
+                            " S=" + std::to_string(g.KW) + " stride=" + std::to_string(g.stride) +
+                            " pad=" + std::to_string(g.pad) + " ";
+  std::string out = "[";
+  const nlohmann::json paths = be.describe().value("kernel_paths", nlohmann::json::object());
+  for (const auto& [key, r] : paths.value("convolution", nlohmann::json::object()).items())
+    if (key.find(shape) != std::string::npos)
+      out += (out.size() > 1 ? "; " : "") + key + ": " + r.value("plan", std::string("?"));
+  return out + "]";
 }
 
 // Random f32 NCHW operands of one convolution (host).
@@ -479,7 +499,10 @@ class TestOpConv : public QObject {
       conv::backward(be, g, xd, wd, dyd, dx1, dw1, db1, false);
       const Tensor y = to_host(be, y1), dx = to_host(be, dx1), dw = to_host(be, dw1),
                    db = to_host(be, db1);
-      const std::string f = std::string(" filters ") + layout_name(wl);
+      // On the GPU a failure names the cuDNN engines this shape ran on (a
+      // Winograd or FFT engine rounds more than the direct bound allows).
+      const std::string f = std::string(" filters ") + layout_name(wl) +
+                            (t.on_gpu() ? " " + cudnn_plans_of(be, g) : std::string());
       EXPECT_OUTPUT(t, path, g, "y" + f, y0, y);
       EXPECT_OUTPUT(t, path, g, "dx" + f, dx0, dx);
       EXPECT_OUTPUT(t, path, g, "dw" + f, dw0, dw);
@@ -1500,6 +1523,57 @@ class TestOpConv : public QObject {
     const Tensor d1 = run(*det), d2 = run(*det);
     EXPECT_CLOSE_SCALED(y1, d1, tol, "conv deterministic");
     QVERIFY(bitwise_equal(d1, d2));
+#endif
+    TB_GPU_CATCH
+  }
+
+  // cudnn_benchmark where autotuning's workspace (the largest candidate's)
+  // does not fit: the heuristics' first choice runs and the record says why;
+  // the run does not fail with out-of-memory. The device is made "full" for
+  // the workspace by failing the next cudaMalloc and its retry.
+  void conv_autotune_without_memory_keeps_the_heuristics_plan() {
+    NEED_GPU();
+    TB_GPU_TRY
+#ifdef TRAINBENCH_HAVE_CUDA
+    // A shape whose candidates include large-workspace engines (FFT, implicit
+    // precomputed GEMM): their workspace is its own segment, not a cache hit.
+    const auto g = ConvGeometry::make(16, 64, 32, 32, 64, 3, 1, 1);
+    const Tensor x = random_tensor(g.input_shape(), 93), w = random_tensor(g.weight_shape(), 94);
+    Tensor none;
+    auto bench = make_cuda_backend(0, BackendOptions{.cudnn_benchmark = true});
+    auto plain = make_cuda_backend(0, BackendOptions{});
+    auto run = [&](Backend& be) {
+      Tensor y = be.empty(g.output_shape(), DType::F32);
+      Tensor xd = to_device(be, x), wd = to_device(be, w);
+      conv::forward(be, g, xd, wd, none, y);
+      return to_host(be, y);
+    };
+    const Tensor want = run(*plain);
+    auto& a = tb::cuda::CachingAllocator::instance();
+    Tensor y = bench->empty(g.output_shape(), DType::F32);
+    const Tensor xd = to_device(*bench, x), wd = to_device(*bench, w);
+    bench->synchronize();
+    a.empty_cache();
+    const auto before = a.stats();
+    struct Uninject {
+      tb::cuda::CachingAllocator& a;
+      ~Uninject() { a.inject_malloc_failures(0); }
+    } uninject{a};
+    a.inject_malloc_failures(2);  // the workspace's cudaMalloc and the retry after emptying the cache
+    conv::forward(*bench, g, xd, wd, none, y);
+    a.inject_malloc_failures(0);
+    const std::string by =
+        bench->describe()["kernel_paths"]["convolution"].begin().value().value("chosen_by", "");
+    if (a.stats().oom_retries == before.oom_retries)
+      QSKIP(qPrintable(QString("autotuning this shape took no new segment (chosen_by: %1): "
+                               "nothing was refused")
+                           .arg(QString::fromStdString(by))));
+    QVERIFY2(by.rfind("heuristics' first choice (autotuning's workspace of ", 0) == 0, by.c_str());
+    const double tol = 32 * tb::test::network_tolerance("fp32", 4, 64 * 3 * 3);
+    EXPECT_CLOSE_SCALED(want, to_host(*bench, y), tol, "conv with autotuning given up");
+    conv::forward(*bench, g, xd, wd, none, y);  // no second try: the plan stays
+    QCOMPARE(bench->describe()["kernel_paths"]["convolution"].begin().value().value("chosen_by", ""),
+             by);
 #endif
     TB_GPU_CATCH
   }
