@@ -33,7 +33,7 @@ class CudaScopeClock final : public ScopeClock {
     ok(cudaEventRecord(events_[i], stream_), "cudaEventRecord");
   }
   bool ready(size_t n) override {
-    if (n == 0 || !error_.empty()) return true;
+    if (n == 0 || !error_.empty() || n > events_.size()) return true;
     const cudaError_t e = cudaEventQuery(events_[n - 1]);
     if (e == cudaErrorNotReady) {
       // No error, but the runtime leaves it in the thread's last-error slot,
@@ -46,7 +46,10 @@ class CudaScopeClock final : public ScopeClock {
   }
   std::vector<double> intervals(size_t n) override {
     std::vector<double> out;
-    if (n > 0) ok(cudaEventSynchronize(events_[n - 1]), "cudaEventSynchronize");
+    // A failed cudaEventCreate left fewer events than marks (its error is kept).
+    if (n > events_.size() && error_.empty())
+      error_ = std::to_string(n) + " marks asked for, " + std::to_string(events_.size()) + " made";
+    if (n > 0 && error_.empty()) ok(cudaEventSynchronize(events_[n - 1]), "cudaEventSynchronize");
     for (size_t i = 0; i + 1 < n && error_.empty(); ++i) {
       float ms = 0;
       if (ok(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]), "cudaEventElapsedTime"))

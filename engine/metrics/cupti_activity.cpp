@@ -65,19 +65,30 @@ void CuptiActivityCollector::start() {
     check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed),
           "cuptiActivityRegisterCallbacks");
   registered_ = true;
-  check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enable kernel records");
-  check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY), "enable memcpy records");
-  check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET), "enable memset records");
+  // All three or none: a kind left enabled after a refusal would record every
+  // later kernel into a list nothing drains.
+  try {
+    check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enable kernel records");
+    check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY), "enable memcpy records");
+    check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET), "enable memset records");
+  } catch (...) {
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY);
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMSET);
+    throw;
+  }
   started_ = true;
 }
 
 void CuptiActivityCollector::stop() {
   if (!started_) return;
-  check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+  const CUptiResult flushed = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  // Disabled whether or not the flush worked: never left recording.
   cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY);
   cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMSET);
   started_ = false;
+  check(flushed, "cuptiActivityFlushAll");
 }
 
 void CuptiActivityCollector::on_buffer(uint8_t* buffer, size_t valid_size) {
@@ -131,7 +142,7 @@ void CuptiActivityCollector::append_to(ChromeTrace& trace, const std::vector<Ker
   }
   for (const CopyRecord& c : copies) {
     trace.add(c.kind, c.kind == "memset" ? "memset" : "memcpy", us(c.start_ns),
-              double(c.end_ns - c.start_ns) / 1e3, kTraceDevicePid, int(c.stream),
+              double(c.duration_ns()) / 1e3, kTraceDevicePid, int(c.stream),
               {{"bytes", c.bytes}});
     streams.insert(c.stream);
   }

@@ -22,6 +22,8 @@ struct CopyRecord {
   std::string kind;  // "memcpy HtoD", "memcpy DtoH", "memcpy DtoD", ..., "memset"
   uint64_t start_ns = 0, end_ns = 0, bytes = 0;
   uint32_t stream = 0;
+  // An incomplete record (end 0, still in flight at the flush) lasts 0.
+  uint64_t duration_ns() const { return end_ns > start_ns ? end_ns - start_ns : 0; }
 };
 
 // One collector per process (CUPTI's buffer callbacks are global).

@@ -22,7 +22,10 @@ std::string cupti_switched_off() { return cupti_switched_off(std::getenv("TRAINB
 
 KernelClassifier engine_kernel_classifier() {
   KernelClassifier c;
+  // Our own kernels use no Tensor Cores. CUPTI gives names mangled
+  // (_ZN2tb4cuda...), a demangled trace "tb::cuda::...": both spellings.
   c.declare("tb::cuda::", false);
+  c.declare("_ZN2tb4cuda", false);
   return c;
 }
 
@@ -71,9 +74,19 @@ void KernelCensus::begin_step(int64_t step) {
   auto& c = CuptiActivityCollector::instance();
   (void)c.take_kernels();
   (void)c.take_copies();
-  c.start();
+  try {
+    c.start();
+  } catch (const Error& e) {  // CUPTI refused after the probe passed: no census, the run goes on
+    give_up(e.what());
+    return;
+  }
   sampling_ = true;
 #endif
+}
+
+void KernelCensus::give_up(const std::string& why) {
+  available_ = false;
+  reason_ = "not available: " + why;
 }
 
 void KernelCensus::end_step(nlohmann::json& metrics) {
@@ -82,9 +95,17 @@ void KernelCensus::end_step(nlohmann::json& metrics) {
   sampling_ = false;
   be_.synchronize();  // every kernel of the step has finished and has its record
   auto& c = CuptiActivityCollector::instance();
-  c.stop();  // flushes the buffers
+  try {
+    c.stop();  // flushes the buffers
+  } catch (const Error& e) {
+    give_up(e.what());
+    return;
+  }
   const std::vector<KernelRecord> kernels = c.take_kernels();
   const std::vector<CopyRecord> copies = c.take_copies();
+  // No record at all: CUPTI delivered nothing for the step (a step without
+  // kernels does not exist), so no figure rather than zeros.
+  if (kernels.empty()) return;
   const TensorCoreShare s = tensor_core_share(kernels, classifier_);
   int64_t memsets = 0;
   for (const CopyRecord& r : copies) memsets += r.kind == "memset";

@@ -66,6 +66,9 @@ class KernelCensus {
   void end_step(nlohmann::json& metrics);
 
  private:
+  // CUPTI refused after the probe had passed: available() turns false with
+  // the reason; the caller says so and drops the census.
+  void give_up(const std::string& why);
   Backend& be_;
   int64_t interval_;
   bool available_ = false;

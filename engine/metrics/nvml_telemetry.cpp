@@ -36,8 +36,8 @@ struct NvmlTelemetry::Api {
 };
 
 void GpuTelemetry::write_metrics(nlohmann::json& metrics) const {
-  metrics["gpu_util_pct"] = gpu_utilization_pct;
-  metrics["gpu_mem_util_pct"] = memory_utilization_pct;
+  if (!std::isnan(gpu_utilization_pct)) metrics["gpu_util_pct"] = gpu_utilization_pct;
+  if (!std::isnan(memory_utilization_pct)) metrics["gpu_mem_util_pct"] = memory_utilization_pct;
   if (!std::isnan(power_w)) metrics["gpu_power_w"] = power_w;
   if (!std::isnan(sm_clock_mhz)) metrics["gpu_sm_clock_mhz"] = sm_clock_mhz;
   if (!std::isnan(temperature_c)) metrics["gpu_temp_c"] = temperature_c;
@@ -131,7 +131,7 @@ void NvmlSampler::run(std::stop_token stop) {
     std::optional<GpuTelemetry> reading = nvml_->read();
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     lock.lock();
-    if (reading) latest_ = reading;
+    latest_ = reading;  // a failed reading publishes nothing, not the last good one
     ++readings_;
     total_ms_ += ms;
     max_ms_ = std::max(max_ms_, ms);
@@ -144,14 +144,19 @@ std::optional<GpuTelemetry> NvmlTelemetry::read() const {
   GpuTelemetry t;
   NvmlUtilization u{};
   unsigned int mw = 0, mhz = 0, celsius = 0;
-  if (api_->utilization(device_, &u) != kNvmlSuccess) return std::nullopt;
-  t.gpu_utilization_pct = u.gpu;
-  t.memory_utilization_pct = u.memory;
-  // One unsupported query (power on some virtual machines) leaves only its figure out.
-  if (api_->power_usage(device_, &mw) == kNvmlSuccess) t.power_w = mw / 1000.0;
-  if (api_->clock_info(device_, kNvmlClockSm, &mhz) == kNvmlSuccess) t.sm_clock_mhz = mhz;
+  // One unsupported query (power on some virtual machines, utilisation on a
+  // MIG slice) leaves only its figure out; none answered: no reading.
+  bool any = false;
+  if (api_->utilization(device_, &u) == kNvmlSuccess) {
+    t.gpu_utilization_pct = u.gpu;
+    t.memory_utilization_pct = u.memory;
+    any = true;
+  }
+  if (api_->power_usage(device_, &mw) == kNvmlSuccess) t.power_w = mw / 1000.0, any = true;
+  if (api_->clock_info(device_, kNvmlClockSm, &mhz) == kNvmlSuccess) t.sm_clock_mhz = mhz, any = true;
   if (api_->temperature(device_, kNvmlTemperatureGpu, &celsius) == kNvmlSuccess)
-    t.temperature_c = celsius;
+    t.temperature_c = celsius, any = true;
+  if (!any) return std::nullopt;
   return t;
 }
 

@@ -24,13 +24,14 @@
 namespace tb {
 
 struct GpuTelemetry {
-  double gpu_utilization_pct = 0;     // share of time a kernel was running
-  double memory_utilization_pct = 0;  // share of time device memory was read or written
-  // NaN where the device does not report it (power on some virtual machines).
+  // NaN where the device does not report it (power on some virtual machines,
+  // utilisation on a MIG slice).
+  double gpu_utilization_pct = NAN;     // share of time a kernel was running
+  double memory_utilization_pct = NAN;  // share of time device memory was read or written
   double power_w = NAN;
   double sm_clock_mhz = NAN;
   double temperature_c = NAN;
-  // Adds gpu_util_pct, gpu_mem_util_pct, and those of gpu_power_w,
+  // Adds those of gpu_util_pct, gpu_mem_util_pct, gpu_power_w,
   // gpu_sm_clock_mhz, gpu_temp_c the device reported.
   void write_metrics(nlohmann::json& metrics) const;
 };
@@ -81,8 +82,8 @@ class NvmlSampler {
   NvmlSampler(const NvmlSampler&) = delete;
   NvmlSampler& operator=(const NvmlSampler&) = delete;
 
-  // The newest reading; std::nullopt until the first one is in (or when every
-  // reading so far failed).
+  // The newest reading; std::nullopt until the first one is in, and when the
+  // newest failed (no stale figure published as current).
   std::optional<GpuTelemetry> latest() const;
   // What the readings cost their own thread (the run summary's figure:
   // what a reading on the training thread would have added to its step).

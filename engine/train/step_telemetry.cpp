@@ -199,7 +199,13 @@ void StepTelemetry::begin_step(int64_t step) {
 void StepTelemetry::close_step() { timer_->close_step(); }
 
 void StepTelemetry::end_step(int64_t step, int64_t epoch, json metrics, int64_t h2d_bytes) {
-  if (census_) census_->end_step(metrics);
+  if (census_) {
+    census_->end_step(metrics);
+    if (!census_->available()) {  // CUPTI refused mid-run: said once, the run goes on
+      log("warning", "kernel census " + census_->reason());
+      census_.reset();
+    }
+  }
   if (pipe_ && !pipe_->end_step(metrics)) {
     log("warning", "tensor pipe counters " + pipe_->reason());
     pipe_.reset();

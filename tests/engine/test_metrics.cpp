@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/metrics/chrome_trace.h"
+#include "engine/metrics/kernel_census.h"
 #include "engine/metrics/kernel_classifier.h"
 #include "engine/metrics/nvml_telemetry.h"
 #include "engine/metrics/step_timer.h"
@@ -30,11 +31,13 @@ using json = nlohmann::json;
 namespace {
 
 // Series names that only a GPU can produce: absent on the CPU, never zero.
-const char* const kGpuOnly[] = {"h2d_ms",         "gpu_util_pct",       "gpu_mem_util_pct",
-                                "gpu_power_w",    "gpu_sm_clock_mhz",   "gpu_temp_c",
-                                "gpu_allocated_bytes", "gpu_reserved_bytes", "gpu_peak_bytes",
-                                "gpu_used_bytes", "gpu_total_bytes",    "tensor_core_kernel_share",
-                                "tensor_pipe_active_pct"};
+// (docs/events.md's series table names each: gpuOnlySeriesAreTheDocumentedOnes.)
+const char* const kGpuOnly[] = {
+    "h2d_ms",           "h2d_bytes",          "gpu_mem_allocated_bytes", "gpu_mem_reserved_bytes",
+    "gpu_mem_peak_bytes", "gpu_mem_used_bytes", "gpu_mem_total_bytes",     "gpu_util_pct",
+    "gpu_mem_util_pct", "gpu_power_w",        "gpu_sm_clock_mhz",        "gpu_temp_c",
+    "tensor_core_share", "kernels_per_step",  "memsets_per_step",        "kernel_time_ms",
+    "tensor_pipe_active_pct"};
 
 RunConfig small_config(int64_t steps) {
   json c = {{"device", "cpu"},         {"dataset", "synthetic"},  {"synthetic_shape", {1, 8, 8}},
@@ -343,6 +346,19 @@ class TestMetrics : public QObject {
     }
   }
 
+  // The list above is what the engine writes: each name is a series of
+  // docs/events.md's table (a misspelt name would make the CPU checks vacuous).
+  void gpuOnlySeriesAreTheDocumentedOnes() {
+    const std::string path = std::string(TRAINBENCH_SOURCE_DIR) + "/docs/events.md";
+    std::ifstream in(path);
+    QVERIFY2(in.good(), path.c_str());
+    const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (const char* k : kGpuOnly)
+      QVERIFY2(doc.find("| `" + std::string(k) + "`") != std::string::npos ||
+                   doc.find(", `" + std::string(k) + "`") != std::string::npos,
+               k);
+  }
+
   // --- Tensor Core classification
   void classifierLabelsRecordedKernelNames() {
     std::ifstream in(std::string(TRAINBENCH_SOURCE_DIR) + "/tests/engine/data/kernel_names.txt");
@@ -378,6 +394,7 @@ class TestMetrics : public QObject {
     const auto has = [](const std::string& s, const char* part) {
       return s.find(part) != std::string::npos;
     };
+    const KernelClassifier engine = engine_kernel_classifier();
     std::string line;
     int tc = 0, no = 0, own = 0;
     while (std::getline(in, line)) {
@@ -401,6 +418,11 @@ class TestMetrics : public QObject {
                               " (recorded " + recorded + ")";
       QVERIFY2(k.tensor_core == expected, msg.c_str());
       QVERIFY2((recorded == "tc") == expected, msg.c_str());
+      // The engine's classifier knows its own kernels by declaration, in the
+      // mangled form CUPTI records them (not by the absence of a marker).
+      const KernelClass e = engine.classify(name);
+      QVERIFY2(e.tensor_core == expected, msg.c_str());
+      QVERIFY2((e.source == KernelSource::Declared) == ours, (name + " by " + e.rule).c_str());
       (expected ? tc : no)++;
       own += ours;
     }
@@ -544,6 +566,49 @@ class TestMetrics : public QObject {
     QCOMPARE(m.value("gpu_sm_clock_mhz", -1.0), 1980.0);
     QVERIFY(!m.contains("gpu_power_w"));
   }
+  // Utilisation unsupported (NVML on a MIG slice): the other figures stay.
+  // Every query failing (a card fallen off the bus): no reading, and the
+  // sampler stops publishing its last good one as current.
+  void nvmlUnsupportedUtilizationLeavesTheOtherFigures() {
+    void* fake = dlopen(FAKE_NVML_LIB, RTLD_NOW | RTLD_LOCAL);
+    QVERIFY2(fake, dlerror());
+    auto fail = reinterpret_cast<void (*)(int)>(dlsym(fake, "fake_nvml_fail"));
+    struct Fake {  // on every way out: the fake answers again, then goes
+      void* lib;
+      void (*fail)(int);
+      ~Fake() {
+        if (fail) fail(0);
+        dlclose(lib);
+      }
+    } guard{fake, fail};
+    QVERIFY(fail);
+    fail(1);
+    {
+      NvmlTelemetry nvml(FAKE_NVML_LIB, 1);
+      const std::optional<GpuTelemetry> t = nvml.read();
+      QVERIFY(t.has_value());
+      json m = json::object();
+      t->write_metrics(m);
+      QVERIFY(!m.contains("gpu_util_pct"));
+      QVERIFY(!m.contains("gpu_mem_util_pct"));
+      QCOMPARE(m.value("gpu_power_w", -1.0), 250.0);
+      QCOMPARE(m.value("gpu_sm_clock_mhz", -1.0), 1980.0);
+      QCOMPARE(m.value("gpu_temp_c", -1.0), 40.0);
+      fail(2);
+      QVERIFY(!nvml.read().has_value());
+    }
+    fail(0);
+    {
+      NvmlSampler sampler(std::make_unique<NvmlTelemetry>(FAKE_NVML_LIB, 1),
+                          std::chrono::milliseconds(2));
+      QTRY_VERIFY_WITH_TIMEOUT(sampler.latest().has_value(), 10000);
+      fail(2);
+      QTRY_VERIFY_WITH_TIMEOUT(!sampler.latest().has_value(), 10000);
+      fail(0);
+      QTRY_VERIFY_WITH_TIMEOUT(sampler.latest().has_value(), 10000);
+    }
+  }
+
   // The trainer reads NVML on a thread of its own: a slow driver query never
   // holds up the caller, which gets the newest reading there is.
   void nvmlSamplerNeverWaitsForTheDriver() {
@@ -560,6 +625,10 @@ class TestMetrics : public QObject {
       auto nvml = std::make_unique<NvmlTelemetry>(FAKE_NVML_LIB, 1);
       QVERIFY2(nvml->available(), nvml->reason().c_str());
       NvmlSampler sampler(std::move(nvml), std::chrono::milliseconds(5));
+      struct Release {  // a failed check below must not leave the sampler's join waiting
+        void (*hold)(int);
+        ~Release() { hold(0); }
+      } release{hold};
       QTRY_VERIFY_WITH_TIMEOUT(calls() > before, 10000);  // its first query is under way
       // Released from elsewhere after a while: if latest() waited for the
       // query, it would return only after that.
