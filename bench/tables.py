@@ -338,7 +338,8 @@ def truth_table(doc):
 
 def accuracy_table(docs):
     lines = ["| run | epochs | test accuracy | time (s) | median step (ms) |", "|---|---|---|---|---|"]
-    runs = [r for d in docs for r in d.get("runs", [])]
+    # {"provenance", "runs"} as committed; a bare list as `trainbench-engine list --json` writes
+    runs = [r for d in docs for r in (d if isinstance(d, list) else d.get("runs", []))]
     if not runs:
         lines.append(f"| fmnist-cnn, resnet18-cifar on padded Fashion-MNIST | | {NOT_RUN} | | |")
     for r in runs:

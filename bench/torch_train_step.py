@@ -48,8 +48,14 @@ MEAN, STD = 0.5, 0.25  # normalisation of the uint8 pixels (the values do not ch
 
 
 def read_idx_images(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
+    """An IDX image file: path + ".gz" (Debian's package), else path as it is
+    (the raw files scripts/gpu-check.sh and device-cpu-bench.sh carry)."""
+    if os.path.exists(path + ".gz"):
+        with gzip.open(path + ".gz", "rb") as f:
+            data = f.read()
+    else:
+        with open(path, "rb") as f:
+            data = f.read()
     n, h, w = (int.from_bytes(data[i:i + 4], "big") for i in (4, 8, 12))
     return torch.frombuffer(bytearray(data[16:]), dtype=torch.uint8).reshape(n, 1, h, w)
 
@@ -57,7 +63,7 @@ def read_idx_images(path):
 def batch_pool(a, shape, gen):
     """`a.pool` distinct (uint8 images, int64 labels) batches on the host."""
     if a.data == "fashion-mnist":
-        images = read_idx_images(os.path.join(a.data_dir, "train-images-idx3-ubyte.gz"))
+        images = read_idx_images(os.path.join(a.data_dir, "train-images-idx3-ubyte"))
         pool = []
         for _ in range(a.pool):
             idx = torch.randint(0, images.shape[0], (a.batch_size,), generator=gen)

@@ -46,7 +46,8 @@
 #       GPU_CHECK_SECONDS (default 450) is the whole budget; GPU_CHECK_STAGES
 #       (e.g. "probe,suites") runs only those; RESNET_EPOCHS fixes the epochs.
 #       Without a GPU every GPU stage reports "skipped: no GPU" (the dry run);
-#       GPU_CHECK_DRY_DEVICE=cpu runs their plumbing on the CPU instead.
+#       GPU_CHECK_DRY_DEVICE=cpu runs their plumbing on the CPU instead
+#       (GPU_CHECK_PYTHON: a Python with torch for the PyTorch rows there).
 #   scripts/gpu-check.sh ncu                 there, a later call (carry build-gpu)
 #       The tensor pipe active % (tensor_pipe_profiler.h) against Nsight Compute.
 #   scripts/gpu-check.sh bench               there, a later call (carry build-gpu)
@@ -168,6 +169,9 @@ dev=${GPU_CHECK_DRY_DEVICE:-cuda}
 
 now() { date +%s; }
 left() { echo $((t_start + total - $(now))); }
+# rest_of BUDGET STARTED: a stage's seconds left, at least 1 (timeout 0 would
+# mean no limit at all, a negative one is an error).
+rest_of() { local r=$(( $1 - ($(now) - $2) )); (( r < 1 )) && r=1; echo "$r"; }
 say() { echo "$*"; }
 
 # Folders holding libcudnn/libcublas/libcublasLt/libnvrtc/libcupti/libnccl on the device
@@ -325,6 +329,21 @@ def cmd_suite(suite, slots_file, rcs_json):
         budget -= len(text)
         print(text)
 
+ENTERING = re.compile(r"^INFO\s*:\s*\w+::(\w+)\(\) entering")
+
+def cmd_entered(part):
+    """The slot a log part (run with -v1) entered last: where a crash or hang
+    stopped it, even after some of its data rows had reported."""
+    last = ""
+    try:
+        for line in open(part, errors="replace"):
+            m = ENTERING.match(line)
+            if m:
+                last = m.group(1)
+    except OSError:
+        pass
+    print(last)
+
 def cmd_remaining(suite, slots_file):
     """Slots of the suite that no log part names yet, in order."""
     slots = [l.split()[1] for l in open(slots_file) if l.split()[0] == suite]
@@ -448,10 +467,43 @@ def cmd_step_kernels(trace_json, dest):
     for name, r in sorted(rows.items(), key=lambda kv: -kv[1]["us"])[:12]:
         print(f"   {r['us'] / 1000:7.3f} ms {r['n']:4d}x  {short_kernel_name(name)[:90]}")
 
+def cmd_bench_status(result_json):
+    """The side-by-side's tasks: "ok: N measured", or what failed and what did not run."""
+    try:
+        d = json.load(open(result_json))
+    except (OSError, ValueError) as e:
+        print(f"failed: no result ({e.__class__.__name__})")
+        return
+    measured, errors = 0, []
+    for r in d.get("rows", []):
+        name = f"{r.get('model')}/{r.get('recipe')}/{r.get('precision')}"
+        for side, res in [("trainbench", r.get("trainbench"))] + list((r.get("pytorch") or {}).items()):
+            if not isinstance(res, dict):
+                continue
+            if "error" in res:
+                errors.append(f"{name}/{side}")
+            elif "samples_per_s" in res:
+                measured += 1
+    not_run = len(d.get("not_run") or [])
+    if not errors and not not_run:
+        print(f"ok: {measured} tasks measured")
+        return
+    status = "failed" if measured == 0 else "incomplete"
+    print(f"{status}: {measured} tasks measured, {len(errors)} failed"
+          + (f" ({' '.join(errors[:4])}{' ...' if len(errors) > 4 else ''})" if errors else "")
+          + f", {not_run} not run")
+
 def cmd_accuracy(list_json, dest):
     """gpu-accuracy.json from `trainbench-engine list --json`, with the figures that count."""
     runs = json.load(open(list_json))
-    json.dump(runs, open(dest, "w"), indent=1)
+    # As bench/results/ keeps it (bench/tables.py reads "runs"): where and what measured.
+    summ = load()
+    dev = summ.get("device") or {}
+    provenance = {"device": dev.get("gpu"), "driver": dev.get("driver"),
+                  "versions_loaded": dev.get("versions_loaded"), "manifest": summ.get("manifest"),
+                  "date": time.strftime("%Y-%m-%d", time.gmtime()),
+                  "source": "scripts/gpu-check.sh run, accuracy stage"}
+    json.dump({"provenance": provenance, "runs": runs}, open(dest, "w"), indent=1)
     short = []
     for r in runs:
         sm = r.get("summary") or {}
@@ -533,7 +585,12 @@ probe() {
   say "   gpu: ${gpu:-none}; driver: ${driver:-none}; not found: $nf"
   if (( have_gpu == 0 )); then
     set_summary smoke '"skipped: no GPU"'
-    stage_done probe "ok, no GPU (GPU stages skip)" "$t0"
+    if [[ -n $gpu ]]; then  # the driver sees a card the engine does not: say so, fail
+      say "!!!!!!!!!! nvidia-smi shows '$gpu' but trainbench-engine devices lists no CUDA device (logs/probe.txt)"
+      stage_done probe "failed: nvidia-smi shows a GPU, the engine none (GPU stages skip)" "$t0"
+    else
+      stage_done probe "ok, no GPU (GPU stages skip)" "$t0"
+    fi
     return
   fi
   # The engine on the GPU: 30 steps of fmnist-cnn on synthetic data. Its start
@@ -560,7 +617,8 @@ run_suite() {
     local b=$(( budget - ($(now) - t0) ))
     (( b >= 5 )) || { rcs+="{\"status\": \"out of time\", \"after\": \"part $part\"},"; break; }
     part=$((part + 1))
-    timeout -k 5 "$b" "$root/bin/$s" "${remaining[@]}" -o "$logs/$s.$part.txt,txt" \
+    # -v1: each slot's "entering" line names the slot a crash stopped in.
+    timeout -k 5 "$b" "$root/bin/$s" "${remaining[@]}" -v1 -o "$logs/$s.$part.txt,txt" \
       >"$logs/$s.$part.stdout" 2>&1
     st=$?
     local after=("$(py remaining "$s" "$root/gpu-slots.txt")")
@@ -571,14 +629,21 @@ run_suite() {
       rcs+="{\"status\": \"finished\", \"exit\": $st},"
       break
     fi
-    # Crashed or hung: the first slot not reported is the one it stopped in.
-    local culprit=${after[0]:-}
+    # Crashed or hung: in the slot it entered last (whose earlier data rows may
+    # have reported), else the first slot not reported. The rest run again.
+    local culprit
+    culprit=$(py entered "$logs/$s.$part.txt")
+    [[ -n $culprit ]] || culprit=${after[0]:-}
     local why="crashed"
     (( st == 124 || st == 137 )) && why="timed out"
     rcs+="{\"status\": \"$why\", \"exit\": $st, \"slot\": \"$culprit\"},"
     say "   $s: $why (exit $st) in ${culprit:-?}: $(grep -a -m1 -E 'Received signal|terminate|what\(\)|Segmentation|Aborted' "$logs/$s.$part.stdout" | cut -c1-200)"
     [[ -n $culprit ]] || break
-    remaining=("${after[@]:1}")
+    # In the suite's own set-up or tear-down: nothing would run again.
+    [[ $culprit == initTestCase || $culprit == cleanupTestCase ]] && break
+    remaining=()
+    local x
+    for x in "${after[@]}"; do [[ $x == "$culprit" ]] || remaining+=("$x"); done
   done
   py suite "$s" "$root/gpu-slots.txt" "[${rcs%,}]"
 }
@@ -622,18 +687,18 @@ sanitize() {
     "test_op_amp unscale_multiplies_by_inverse_scale planted_inf_and_nan_set_found_inf cast_round_trip_matches_cpu"
     "test_op_fused bn_act_matches_reference"
     "test_op_augment normalize_u8_matches_cpu augment_matches_cpu")
-  local r results="" k=0
+  local r results="" k=0 errors="" skipped=0
   for r in "${runs[@]}"; do
     local args; read -r -a args <<<"$r"
     local b=$(( budget - ($(now) - t0) ))
-    (( b >= 10 )) || { results+="\"${args[0]}\": \"skipped: out of time\","; continue; }
+    (( b >= 10 )) || { results+="\"${args[0]}\": \"skipped: out of time\","; skipped=$((skipped + 1)); continue; }
     k=$((k + 1))
     timeout -k 5 "$b" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
       "$root/bin/${args[0]}" "${args[@]:1}" >"$logs/$tool.${args[0]}.txt" 2>&1
     local st=$? what
     case $st in
       0) what="clean" ;;
-      99) what="ERRORS" ;;
+      99) what="ERRORS"; errors+=" ${args[0]}" ;;
       124|137) what="timed out" ;;
       *) what="exit $st" ;;
     esac
@@ -644,18 +709,23 @@ sanitize() {
         "$logs/$tool.${args[0]}.txt" | cut -c1-200 | sed 's/^/      /'
     fi
   done
-  stage_done "$tool" ok "$t0" "{${results%,}}"
+  local status=ok
+  (( skipped > 0 )) && status="ok: $k of ${#runs[@]} run, $skipped out of time"
+  (( k == 0 )) && status="skipped: out of time"
+  [[ -n $errors ]] && status="ERRORS in$errors"
+  stage_done "$tool" "$status" "$t0" "{${results%,}}"
 }
 
 kernels_stage() {
   local t0 budget c
   t0=$(now)
   budget=$(stage_budget kernels 25 315)
+  (( budget >= 8 )) || { skip_stage kernels "out of time"; return; }
   local dest=$logs/kernel-names.tsv
   rm -f "$dest"
   local configs=("fp32|" "fp16|--amp fp16" "bf16|--amp bf16" "fp32-channels-last|--set channels_last=true"
                  "bf16-channels-last|--amp bf16 --set channels_last=true")
-  local results=""
+  local results="" traced=0
   for c in "${configs[@]}"; do
     local name=${c%%|*} opts=${c#*|}
     local b=$(( budget - ($(now) - t0) ))
@@ -666,16 +736,20 @@ kernels_stage() {
          --dataset synthetic --model resnet18-cifar --set 'synthetic_shape=[3,32,32]' \
          --set synthetic_size=1024 --test-limit 64 -b 64 --steps 2 "${opt[@]}" \
          >"$logs/kernels-$name.log" 2>&1 &&
-       timeout -k 5 "$(( budget - ($(now) - t0) ))" "$root/bin/trainbench-engine" --db "$db" trace 1 \
+       timeout -k 5 "$(rest_of "$budget" "$t0")" "$root/bin/trainbench-engine" --db "$db" trace 1 \
          --steps 2 --output "$work/trace-$name.json" >>"$logs/kernels-$name.log" 2>&1; then
       results+="$(py kernels "$work/trace-$name.json" "$name" "$dest"),"
+      traced=$((traced + 1))
     else
       results+="{\"config\": \"$name\", \"error\": \"$(tail -n 1 "$logs/kernels-$name.log" | tr -d '"\\' | cut -c1-200)\"},"
     fi
   done
   [[ -f $dest ]] && cp "$dest" "$out/kernel-names.tsv"
   say "   $(wc -l <"$dest" 2>/dev/null || echo 0) kernel rows in kernel-names.tsv"
-  stage_done kernels ok "$t0" "[${results%,}]"
+  local status=ok
+  (( traced < ${#configs[@]} )) && status="ok: $traced of ${#configs[@]} configurations traced"
+  (( traced == 0 )) && status="failed: no configuration traced"
+  stage_done kernels "$status" "$t0" "[${results%,}]"
 }
 
 # The per-layer table of the speed issue's workload (issue 27): resnet18-cifar
@@ -706,7 +780,7 @@ layers_stage() {
 
 # Where the all-tricks step's time goes, kernel by kernel (issue 23): resnet18-
 # cifar b512 with the "All tricks" preset but CUDA graphs off (a replay is one
-# launch to the trace), traced for 3 steps after 2 (cuDNN's autotuning in the
+# launch to the trace) and a sync every step, traced for 3 steps after 2 (cuDNN's autotuning in the
 # first); the last traced step's kernels grouped by name. bench/NOTES.md's
 # predictions (casts a step, batch norm's kernels) are read from it.
 step_kernels_stage() {
@@ -717,13 +791,17 @@ step_kernels_stage() {
   local name=step-kernels-resnet18-b512-all-tricks db=$work/step-kernels.db batch=512 tests=512
   [[ $dev == cpu ]] && batch=8 tests=16  # the dry run: plumbing only
   local config=$work/$name-config.json
-  py all_tricks_config "$here/bench" "$config" cuda_graphs=false \
+  # sync_every_step: each traced step's GPU work ends inside its own host span.
+  # Without it the host runs a step ahead and the last span holds two steps'
+  # kernels (the H200's trace of 2026-11-26: step 2 5.7 ms with 21 kernels,
+  # step 3 60 ms with 616, each per-step kernel twice).
+  py all_tricks_config "$here/bench" "$config" cuda_graphs=false sync_every_step=true \
     "device=\"$dev\"" >"$logs/$name.log" 2>&1
   if timeout -k 5 "$budget" "$root/bin/trainbench-engine" run --db "$db" --quiet --config "$config" \
        --dataset synthetic --model resnet18-cifar --set 'synthetic_shape=[3,32,32]' \
        --set synthetic_size=4096 --test-limit "$tests" -b "$batch" --steps 2 \
        >>"$logs/$name.log" 2>&1 &&
-     timeout -k 5 "$(( budget - ($(now) - t0) ))" "$root/bin/trainbench-engine" --db "$db" trace 1 \
+     timeout -k 5 "$(rest_of "$budget" "$t0")" "$root/bin/trainbench-engine" --db "$db" trace 1 \
        --steps 3 --output "$work/$name.json" >>"$logs/$name.log" 2>&1; then
     py step_kernels "$work/$name.json" "$logs/$name.tsv" | tee -a "$logs/$name.log"
     cp "$logs/$name.tsv" "$out/$name.tsv"
@@ -735,7 +813,11 @@ step_kernels_stage() {
     [[ -f $logs/$name-predictions.json ]] &&
       verdicts=$(python3 -c 'import json, sys; print(json.dumps({v["name"]: v["verdict"] for v in json.load(open(sys.argv[1]))["verdicts"]}))' \
         "$logs/$name-predictions.json")
-    stage_done step-kernels ok "$t0" "$verdicts"
+    if grep -q -v '^#' "$logs/$name.tsv" 2>/dev/null; then
+      stage_done step-kernels ok "$t0" "$verdicts"
+    else
+      stage_done step-kernels "failed: no GPU work in the last traced step" "$t0" "$verdicts"
+    fi
   else
     stage_done step-kernels "failed: $(tail -n 1 "$logs/$name.log" | tr -d '"\\' | cut -c1-200)" "$t0"
   fi
@@ -750,6 +832,7 @@ accuracy_stage() {
   local db=$work/accuracy.db
   # fmnist-cnn, 3 epochs, its default recipe (the CPU reached 0.916; the H200
   # 0.9136 in 11 s on 2026-11-26).
+  (( budget >= 20 )) || { skip_stage accuracy "out of time"; return; }
   local fm=$(( budget / 4 ))
   (( fm > 45 )) && fm=45
   timeout -s TERM -k 10 "$fm" "$root/bin/trainbench-engine" run --db "$db" --quiet \
@@ -765,7 +848,9 @@ accuracy_stage() {
   local common=(--device "$dev" --model resnet18-cifar -b 256 --set lr=0.1 --set workers=8
                 --set pin_memory=true --set non_blocking=true --set amp=bf16 --set channels_last=true)
   if [[ -z $epochs ]]; then
-    timeout -k 5 60 "$root/bin/trainbench-engine" run --db "$work/probe.db" --quiet --dataset synthetic \
+    local probe_s=60
+    (( rest < probe_s )) && probe_s=$(( rest > 1 ? rest : 1 ))
+    timeout -k 5 "$probe_s" "$root/bin/trainbench-engine" run --db "$work/probe.db" --quiet --dataset synthetic \
       --set 'synthetic_shape=[1,32,32]' --set synthetic_size=8192 --test-limit 256 --steps 25 \
       "${common[@]}" >"$logs/accuracy-probe.log" 2>&1
     local ms
@@ -780,7 +865,7 @@ accuracy_stage() {
     say "   resnet18 probe: median step ${ms} ms -> ${epochs:-0} epochs in ${rest} s"
   fi
   if [[ -n $epochs ]] && (( epochs >= 1 )); then
-    timeout -s TERM -k 10 "$(( budget - ($(now) - t0) ))" "$root/bin/trainbench-engine" run --db "$db" \
+    timeout -s TERM -k 10 "$(rest_of "$budget" "$t0")" "$root/bin/trainbench-engine" run --db "$db" \
       --quiet --set data_dir="$data" --set pad_to_32=true --set random_crop_padding=4 \
       --set horizontal_flip=true --epochs "$epochs" "${common[@]}" \
       --set name="resnet18-cifar gpu fmnist-32 $epochs epochs bf16 channels-last" \
@@ -813,12 +898,15 @@ bench_stage() {
   [[ $dev != cuda ]] && scale=0.03
   PYTHONUNBUFFERED=1 timeout -k 5 "$budget" python3 bench/gpu_vs_pytorch.py --quick --device "$dev" \
     --steps 30 --warmup 10 --budget "$(( budget - 10 ))" --only "$rows" --batch-scale "$scale" \
-    --data-dir "$fashion_dir" \
+    --data-dir "$fashion_dir" ${GPU_CHECK_PYTHON:+--python "$GPU_CHECK_PYTHON"} \
     --engine "$root/bin/trainbench-engine" --output "$out/gpu-vs-pytorch.json" >"$logs/bench.log" 2>&1
   local st=$?
   [[ -f $out/gpu-vs-pytorch.json ]] && cp "$out/gpu-vs-pytorch.json" "$logs/"
   grep -a '^{' "$logs/bench.log" | cut -c1-200 | sed 's/^/   /'
-  stage_done bench "$([[ $st == 0 ]] && echo ok || echo "exit $st")" "$t0"
+  local status
+  status=$(py bench_status "$out/gpu-vs-pytorch.json")
+  (( st == 0 )) || status="exit $st; $status"
+  stage_done bench "$status" "$t0"
 }
 
 run_all() {
@@ -841,7 +929,8 @@ run_all() {
     if (( have_gpu == 0 )) && [[ $st != suites ]]; then skip_stage "$st" "no GPU"; continue; fi
     case $st in
       suites) suites_stage ;;
-      memcheck) sanitize memcheck "$(stage_budget memcheck 30 310)" ;;
+      # memcheck keeps its 30 s before the kernel names (kernels gives way first)
+      memcheck) sanitize memcheck "$(stage_budget memcheck 30 300)" ;;
       racecheck)  # only what the stages before it left
         local b; b=$(stage_budget racecheck 60 0)
         if (( b >= 30 )); then sanitize racecheck "$b"; else skip_stage racecheck "out of time"; fi ;;
@@ -863,7 +952,9 @@ print(json.dumps({"device": s.get("device"), "stages": {k: v.get("status") for k
                   "worst_tolerance": {k: [v["ratio"], v["what"][:60]] for k, v in s.get("worst_tolerance", {}).items()},
                   "wall_s": s.get("wall_s")}, indent=None)[:3000])' "$out/gpu-check-summary.json"
   local failed
-  failed=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(sum(v.get("failed",0)+len([r for r in v.get("runs",[]) if r.get("status")!="finished"]) for v in s.get("suites",{}).values()))' "$out/gpu-check-summary.json")
+  # Failed slots, suites that crashed or hung, and stages that failed or found
+  # errors (a stage cut short by the budget is not a failure).
+  failed=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(sum(v.get("failed",0)+len([r for r in v.get("runs",[]) if r.get("status")!="finished"]) for v in s.get("suites",{}).values()) + sum(str(v.get("status","")).startswith(("failed","ERRORS","smoke run failed","exit ")) for v in s.get("stages",{}).values()))' "$out/gpu-check-summary.json")
   (( failed == 0 ))
 }
 
@@ -893,7 +984,7 @@ ncu_check() {
     "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
     sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active)
   for m in "${candidates[@]}"; do
-    TRAINBENCH_CUPTI=off timeout 540 "$ncu_bin" --metrics "$m,gpu__time_duration.sum" --csv --print-units base \
+    TRAINBENCH_CUPTI=off timeout 540 "$ncu_bin" --clock-control none --metrics "$m,gpu__time_duration.sum" --csv --print-units base \
       --target-processes all --log-file "$out/ncu.csv" \
       "$eng" run --db "$work/ncu-ncu.db" --quiet --device cuda --steps "$steps" "${args[@]}" \
       >"$out/ncu-run.stdout" 2>"$out/ncu-run.stderr"
