@@ -815,6 +815,8 @@ step_kernels_stage() {
         "$logs/$name-predictions.json")
     if grep -q -v '^#' "$logs/$name.tsv" 2>/dev/null; then
       stage_done step-kernels ok "$t0" "$verdicts"
+    elif [[ $dev != cuda ]]; then
+      stage_done step-kernels "ok: dry run, no kernels on '$dev'" "$t0" "$verdicts"
     else
       stage_done step-kernels "failed: no GPU work in the last traced step" "$t0" "$verdicts"
     fi
