@@ -256,7 +256,13 @@ def pytorch(batch, steps, warmup, threads, python, model="fmnist-cnn", data_dir=
     out, peak_rss = run_with_peak_rss(
         cmd + ["--batch-size", str(batch), "--steps", str(steps), "--warmup", str(warmup)],
         env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
-    return dict(json.loads(out), peak_rss_bytes=peak_rss)
+    r = json.loads(out)
+    # A diverged run (a non-finite loss) or a refused configuration has no
+    # figure to compare: an error, not a speed.
+    if r.get("error") or "median_step_ms" not in r:
+        raise RuntimeError(f"PyTorch's {model} b{batch} run gave no step time: "
+                           f"{r.get('error') or 'no median_step_ms'}")
+    return dict(r, peak_rss_bytes=peak_rss)
 
 
 def pytorch_onednn_primitives(batch, steps, threads, python, model="fmnist-cnn", data_dir=None):

@@ -47,8 +47,9 @@ def errors_in(node, path="", found=None):
     found = [] if found is None else found
     if isinstance(node, dict):
         for k, v in node.items():
-            if k == "error" and isinstance(v, str) and v:
-                found.append(f"{path}: {v}")
+            # "error", and one side's error beside its figures ("trainbench_error")
+            if (k == "error" or k.endswith("_error")) and isinstance(v, str) and v:
+                found.append(f"{path}{'/' + k if k != 'error' else ''}: {v}")
             elif isinstance(v, (dict, list)):
                 errors_in(v, f"{path}/{k}", found)
     elif isinstance(node, list):
@@ -175,9 +176,14 @@ def main():
                 print(f"== {stage}: {status}", flush=True)
                 save()
                 continue
+            # The drivers that fit their tasks to a budget get the stage's, less
+            # a margin for writing their result: a task that would not fit is
+            # listed as not run instead of being killed half-way.
+            cmd = commands[stage] + (["--budget", f"{max(1.0, budget - 10):.0f}"]
+                                     if stage in ("side-by-side", "ladder") else [])
             with open(log, "w") as f:
                 try:
-                    rc = bench_proc.run(commands[stage], stdout=f, stderr=subprocess.STDOUT,
+                    rc = bench_proc.run(cmd, stdout=f, stderr=subprocess.STDOUT,
                                         timeout=budget, env=env, cwd=ROOT).returncode
                     status = "ok" if rc == 0 else f"exit {rc}"
                 except subprocess.TimeoutExpired:

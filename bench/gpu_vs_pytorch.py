@@ -268,10 +268,26 @@ def main():
     result["rows"] = list(rows.values())
     result["not_run"] = []
     done = set()
-    if a.merge and os.path.exists(a.merge):
+    earlier = {}
+    if a.merge:
+        if not os.path.exists(a.merge):
+            print(json.dumps({"merge": f"{a.merge}: no such file; every task runs"}), flush=True)
+        else:
+            earlier = json.load(open(a.merge))
+            # Only figures of the same card, driver and settings: a later call
+            # may land on another kind of machine (an H200 after an H100), and
+            # a ratio across two cards would mean nothing.
+            same = {k: (earlier.get(k), result.get(k)) for k in
+                    ("nvidia_smi", "device_kind", "steps", "warmup", "batch_scale")}
+            differ = {k: v for k, v in same.items() if v[0] != v[1]}
+            if differ:
+                print(json.dumps({"merge": f"{a.merge} not merged: measured under other "
+                                           f"conditions {differ}; every task runs"}), flush=True)
+                result["not_merged"] = {"file": a.merge, "differs": differ}
+                earlier = {}
+    if earlier:
         # Rows of an earlier call (same device, same script): tasks that ran
         # without error stay, the rest run again here.
-        earlier = json.load(open(a.merge))
         result["merged_from"] = {"file": a.merge, "date": earlier.get("date"),
                                  "nvidia_smi": earlier.get("nvidia_smi")}
         for old in earlier.get("rows", []):

@@ -85,8 +85,8 @@ def main():
               "driver": "separate trainbench-engine runs (bench/ladder.py)", "rungs": []}
     result["nvidia_smi"] = bench_proc.nvidia_smi()
     db = os.path.join(tempfile.mkdtemp(prefix="ladder-"), "runs.db")
-    base = None
-    for name, add, cfg in configs:
+    base = None  # the first rung's row; without it no speed-up is stated
+    for i, (name, add, cfg) in enumerate(configs):
         left = t_start + a.budget - time.time()
         if left < 15:
             result["rungs"].append({"rung": name, "added": add, "not_run": f"budget ({left:.0f} s left)"})
@@ -99,8 +99,12 @@ def main():
             result["environment"] = row["environment"]
         row.pop("environment", None)
         if "samples_per_s" in row and "error" not in row:
-            base = base or row
-            row["speedup_vs_baseline"] = row["samples_per_s"] / base["samples_per_s"]
+            if i == 0:
+                base = row
+            # Against the baseline only: a later rung standing in for a failed
+            # baseline would show 1.00x and shift every speed-up after it.
+            if base is not None:
+                row["speedup_vs_baseline"] = row["samples_per_s"] / base["samples_per_s"]
         result["rungs"].append(row)
         line = {k: row.get(k) for k in ("rung", "batch_size", "median_step_ms", "samples_per_s",
                                          "speedup_vs_baseline", "peak_allocated_bytes", "error")}

@@ -148,12 +148,14 @@ def part_cost(a, res):
             for mode in (["off", "default"] if rep % 2 == 0 else ["default", "off"]):
                 r = harness(a, cfg, COST_MODES[mode], steps=steps, warmup=warmup)
                 m = outside_mean_ms(r)
-                (means[mode].append(m) if m else errors.append({mode: r.get("error")}))
+                (means[mode].append(m) if m else
+                 errors.append({"mode": mode, "error": r.get("error") or "no outside step time"}))
                 res.setdefault("environment", r.get("environment"))
         for mode in COSTLIER_MODES:
             r = harness(a, cfg, COST_MODES[mode], steps=steps, warmup=warmup)
             m = outside_mean_ms(r)
-            (means[mode].append(m) if m else errors.append({mode: r.get("error")}))
+            (means[mode].append(m) if m else
+             errors.append({"mode": mode, "error": r.get("error") or "no outside step time"}))
         row = {"batch_size": b, "outside_mean_step_ms": means, "errors": errors}
         med = {k: statistics.median(v) for k, v in means.items() if v}
         if "off" in med:
