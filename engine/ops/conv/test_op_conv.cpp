@@ -246,6 +246,13 @@ Comparison check_output(const Target& t, const std::string& path, const ConvGeom
   return compare(ref, got, onednn_tolerance(g, a), 0.0, what, true, "fp32");
 }
 
+// y = conv(x, w), no bias, on `be`: host f32 NCHW operands in, host y out.
+Tensor forward_without_bias(Backend& be, const ConvGeometry& g, const Tensor& x, const Tensor& w) {
+  Tensor y = be.empty(g.output_shape(), DType::F32), none;
+  conv::forward(be, g, to_device(be, x), to_device(be, w), none, y);
+  return to_host(be, y);
+}
+
 // The cuDNN plans a GPU backend holds for one geometry (any op, dtype or
 // layout), from the environment's records: "[key: plan, ...]".
 std::string cudnn_plans_of(Backend& be, const ConvGeometry& g) {
@@ -1473,16 +1480,7 @@ class TestOpConv : public QObject {
 #ifdef TRAINBENCH_HAVE_CUDA
     const auto g = ConvGeometry::make(2, 4, 10, 10, 6, 3, 1, 1);
     const Tensor x = random_tensor(g.input_shape(), 91), w = random_tensor(g.weight_shape(), 92);
-    Tensor none;
-    auto run = [&](Backend& be) {
-      Tensor y = be.empty(g.output_shape(), DType::F32);
-      Tensor xd = be.empty(x.shape(), DType::F32), wd = be.empty(w.shape(), DType::F32);
-      be.copy(x, xd), be.copy(w, wd);
-      conv::forward(be, g, xd, wd, none, y);
-      Tensor h = Tensor::empty(y.shape(), DType::F32);
-      be.copy(y, h);
-      return h;
-    };
+    auto run = [&](Backend& be) { return forward_without_bias(be, g, x, w); };
     auto fresh = make_cuda_backend(0, BackendOptions{});
     auto& cb = static_cast<CudaBackend&>(*fresh);
     QCOMPARE(cb.conv_plan_count(), size_t(0));
@@ -1542,13 +1540,7 @@ class TestOpConv : public QObject {
     Tensor none;
     auto bench = make_cuda_backend(0, BackendOptions{.cudnn_benchmark = true});
     auto plain = make_cuda_backend(0, BackendOptions{});
-    auto run = [&](Backend& be) {
-      Tensor y = be.empty(g.output_shape(), DType::F32);
-      Tensor xd = to_device(be, x), wd = to_device(be, w);
-      conv::forward(be, g, xd, wd, none, y);
-      return to_host(be, y);
-    };
-    const Tensor want = run(*plain);
+    const Tensor want = forward_without_bias(*plain, g, x, w);
     auto& a = tb::cuda::CachingAllocator::instance();
     Tensor y = bench->empty(g.output_shape(), DType::F32);
     const Tensor xd = to_device(*bench, x), wd = to_device(*bench, w);
