@@ -30,7 +30,6 @@ eager only; torch.compile does not exist there and fp16 autocast does not run
 on the CPU, and the script says so instead of pretending.
 """
 import argparse
-import gzip
 import json
 import os
 import statistics
@@ -42,20 +41,15 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_models  # noqa: E402
+import torch_fmnist_cnn  # noqa: E402
 import torch_op_profile  # noqa: E402
 
 MEAN, STD = 0.5, 0.25  # normalisation of the uint8 pixels (the values do not change the speed)
 
 
 def read_idx_images(path):
-    """An IDX image file: path + ".gz" (Debian's package), else path as it is
-    (the raw files scripts/gpu-check.sh and device-cpu-bench.sh carry)."""
-    if os.path.exists(path + ".gz"):
-        with gzip.open(path + ".gz", "rb") as f:
-            data = f.read()
-    else:
-        with open(path, "rb") as f:
-            data = f.read()
+    """An IDX image file (.gz or raw: torch_fmnist_cnn.read_idx) as uint8 (N, 1, H, W)."""
+    data = torch_fmnist_cnn.read_idx(path)
     n, h, w = (int.from_bytes(data[i:i + 4], "big") for i in (4, 8, 12))
     return torch.frombuffer(bytearray(data[16:]), dtype=torch.uint8).reshape(n, 1, h, w)
 

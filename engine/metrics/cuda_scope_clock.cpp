@@ -8,6 +8,7 @@
 #ifdef TRAINBENCH_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "engine/backend/cuda/cuda_check.h"
 #include "engine/core/error.h"
 
 namespace tb {
@@ -34,15 +35,12 @@ class CudaScopeClock final : public ScopeClock {
   }
   bool ready(size_t n) override {
     if (n == 0 || !error_.empty() || n > events_.size()) return true;
-    const cudaError_t e = cudaEventQuery(events_[n - 1]);
-    if (e == cudaErrorNotReady) {
-      // No error, but the runtime leaves it in the thread's last-error slot,
-      // where the next launch check would report it as that launch's failure.
-      (void)cudaGetLastError();
-      return false;
+    try {
+      return TB_CUDA_POLL(cudaEventQuery(events_[n - 1]));  // not ready: the error slot cleared
+    } catch (const Error& e) {
+      keep(e.what());  // for intervals() to report
+      return true;
     }
-    ok(e, "cudaEventQuery");  // a failure is kept for intervals() to report
-    return true;
   }
   std::vector<double> intervals(size_t n) override {
     std::vector<double> out;
@@ -64,9 +62,12 @@ class CudaScopeClock final : public ScopeClock {
  private:
   bool ok(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return true;
-    if (error_.empty()) error_ = std::string(what) + ": " + cudaGetErrorString(e);
-    (void)cudaGetLastError();  // kept here; not a later launch's failure
+    keep(std::string(what) + ": " + cudaGetErrorString(e));
     return false;
+  }
+  void keep(const std::string& error) {
+    if (error_.empty()) error_ = error;
+    (void)cudaGetLastError();  // kept here; not a later launch's failure
   }
   cudaStream_t stream_;
   std::vector<cudaEvent_t> events_;
