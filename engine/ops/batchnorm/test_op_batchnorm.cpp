@@ -60,6 +60,12 @@
 #include "tests/engine/gradcheck.h"
 #include "tests/engine/low_precision.h"
 #include "tests/engine/tensor_helpers.h"
+#include "tests/cuda_emulator/emulated_slot.h"
+#if defined(TRAINBENCH_CUDA_EMULATED)
+#include "tests/cuda_emulator/begin_emulated.h"
+#include "engine/ops/batchnorm/batchnorm.cuh"
+#include "tests/cuda_emulator/end_emulated.h"
+#endif
 
 using namespace tb;
 using namespace tb::test;
@@ -210,6 +216,125 @@ BnSide run_bn_side(Backend& b, Layout L, const BnInputs& in, Activation act, boo
   o.db = to_host(b, db), o.dg_acc = to_host(b, dga), o.db_acc = to_host(b, dba);
   return o;
 }
+
+double max_magnitude(const Tensor& h) {
+  double m = 0.0;
+  for (int64_t i = 0; i < h.numel(); ++i) m = std::max(m, std::abs(value_at(h, i)));
+  return m;
+}
+
+// A CUDA side's outputs `o` (t's layout and dtype) against the CPU
+// reference's `r` (NCHW, same inputs, the backward from r's saved values):
+// "" or what differs beyond its bound.
+// f32: check_output's CUDA bounds; dresidual (dy or 0) exact.
+// f16/bf16: before rounding, the two sides' f32 values differ by what the
+// f32 kernels are allowed against the reference: e = 1e-5 + 1e-5·max|y| (y),
+// e = 1e-5·max|dx| (dx); each side then rounds once to the dtype:
+// |cuda − cpu| <= 2u/(1 − u)·|cpu| + (1 + 2u)·e (+ two f16 subnormal steps,
+// low_precision.h). Statistics, dgamma, dbeta: f32 outputs of f32 arithmetic
+// on the same values, the f32 kernels' bounds.
+std::string cuda_side_differs(const Target& t, const BnSide& r, const BnSide& o, bool residual,
+                              const std::string& ep) {
+  const Target f32{Impl::Cuda, t.layout, DType::F32};
+  std::string bad;
+  const auto take = [&](const Comparison& c) {
+    if (bad.empty() && !c.ok) bad = c.msg;
+  };
+  const auto f32_output = [&](const char* kind, const std::string& what, const Tensor& want,
+                              const Tensor& got) { take(check_output(f32, kind, what + ep, want, got)); };
+  if (t.dtype == DType::F32) {
+    f32_output("y", "train y", r.y, o.y);
+    f32_output("y", "eval y", r.ye, o.ye);
+    f32_output("dx", "dx", r.dx, o.dx);
+  } else {
+    const auto rounded = [&](const std::string& what, const Tensor& want, const Tensor& got,
+                             double e) {
+      take(compare_rounded(want, got, t.dtype, 2, e, what + ep + " " + t.name(),
+                           precision_of(t.dtype)));
+    };
+    rounded("train y", r.y, o.y, 1e-5 + 1e-5 * max_magnitude(r.y));
+    rounded("eval y", r.ye, o.ye, 1e-5 + 1e-5 * max_magnitude(r.ye));
+    rounded("dx", r.dx, o.dx, 1e-5 * max_magnitude(r.dx));
+  }
+  f32_output("stat", "save_mean", r.sm, o.sm);
+  f32_output("stat", "save_invstd", r.si, o.si);
+  f32_output("stat", "running_mean", r.rm, o.rm);
+  f32_output("stat", "running_var (unbiased)", r.rv, o.rv);
+  f32_output("dparam", "dgamma", r.dg, o.dg);
+  f32_output("dparam", "dbeta", r.db, o.db);
+  f32_output("dparam", "accumulated dgamma", r.dg_acc, o.dg_acc);
+  f32_output("dparam", "accumulated dbeta", r.db_acc, o.db_acc);
+  if (residual && bad.empty()) {
+    const double d = max_abs_diff(r.dres, to_nchw(o.dres));
+    if (d != 0.0) bad = "dresidual" + ep + " " + t.name() + " differs by " + std::to_string(d);
+  }
+  return bad;
+}
+
+#if defined(TRAINBENCH_CUDA_EMULATED)
+template <typename T>
+T* as_elements(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.data()) : nullptr;
+}
+
+// run_bn_side with the CUDA kernels on the emulator: the launchers on host
+// tensors in layout L with `plan` (the grid a GPU of plan's SM count gets),
+// as batchnorm_cuda.cpp calls them; the backward from `saved`'s y,
+// save_mean and save_invstd.
+template <typename T>
+BnSide run_bn_emulated_as(const batchnorm::ReducePlan& plan, Layout L, const BnInputs& in,
+                          Activation act, bool residual, const BnSide& saved) {
+  namespace emu = tb::cuda_emu;
+  Backend& h = cpu_reference();
+  const DType dt = in.x.dtype();
+  const Shape& sh = in.x.shape();
+  const int64_t C = sh[1];
+  const bool relu = act == Activation::ReLU;
+  const Tensor x = to_device(h, in.x, L), dy = to_device(h, in.dy, L);
+  const Tensor r = residual ? to_device(h, in.res, L) : Tensor{};
+  const float* g = in.gamma.data_as<float>();
+  const float* b = in.beta.data_as<float>();
+  BnSide o;
+  o.rm = to_device(h, in.rm_init), o.rv = to_device(h, in.rv_init);
+  o.y = h.empty(sh, dt, L), o.sm = h.empty({C}, DType::F32), o.si = h.empty({C}, DType::F32);
+  std::vector<double> work(plan.workspace_bytes / sizeof(double) + 1);
+  emu::launch_bn_forward_train<T>(as_elements<T>(x), g, b, as_elements<T>(r), relu,
+                                  o.rm.data_as<float>(), o.rv.data_as<float>(), 0.1f, 1e-5f,
+                                  as_elements<T>(o.y), o.sm.data_as<float>(),
+                                  o.si.data_as<float>(), plan, work.data(), nullptr);
+  o.ye = h.empty(sh, dt, L);
+  emu::launch_bn_forward_eval<T>(as_elements<T>(x), g, b, as_elements<T>(r), relu,
+                                 o.rm.data_as<float>(), o.rv.data_as<float>(), 1e-5f,
+                                 as_elements<T>(o.ye), plan, nullptr);
+  const Tensor yin = relu ? to_device(h, saved.y, L) : Tensor{};
+  const Tensor smin = to_device(h, saved.sm), siin = to_device(h, saved.si);
+  o.dx = h.empty(sh, dt, L);
+  o.dres = residual ? h.empty(sh, dt, L) : Tensor{};
+  o.dg = h.empty({C}, DType::F32), o.db = h.empty({C}, DType::F32);
+  emu::launch_bn_backward<T>(as_elements<T>(x), as_elements<T>(yin), as_elements<T>(dy), g,
+                             smin.data_as<float>(), siin.data_as<float>(), relu,
+                             as_elements<T>(o.dx), as_elements<T>(o.dres), o.dg.data_as<float>(),
+                             o.db.data_as<float>(), false, plan, work.data(), nullptr);
+  o.dg_acc = to_device(h, in.dg_old), o.db_acc = to_device(h, in.db_old);
+  const Tensor dxa = h.empty(sh, dt, L);
+  emu::launch_bn_backward<T>(as_elements<T>(x), as_elements<T>(yin), as_elements<T>(dy), g,
+                             smin.data_as<float>(), siin.data_as<float>(), relu,
+                             as_elements<T>(dxa), nullptr, o.dg_acc.data_as<float>(),
+                             o.db_acc.data_as<float>(), true, plan, work.data(), nullptr);
+  return o;
+}
+
+BnSide run_bn_emulated(const batchnorm::ReducePlan& plan, Layout L, const BnInputs& in,
+                       Activation act, bool residual, const BnSide& saved) {
+  switch (in.x.dtype()) {
+    case DType::F32: return run_bn_emulated_as<float>(plan, L, in, act, residual, saved);
+    case DType::F16: return run_bn_emulated_as<__half>(plan, L, in, act, residual, saved);
+    case DType::BF16: return run_bn_emulated_as<__nv_bfloat16>(plan, L, in, act, residual, saved);
+    default: break;
+  }
+  TB_FAIL("no emulated batch-norm kernel for ", dtype_name(in.x.dtype()));
+}
+#endif
 
 // ------------------------------------------------------------ the CUDA launch plan
 
@@ -558,32 +683,14 @@ class TestOpBatchnorm : public QObject {
                                              .arg(sm)));
     const BnInputs in = random_bn_inputs(c, 57 + uint64_t(C), DType::F32);
     CpuBackend& ref = cpu_reference();
-    const auto expect = [&](const char* kind, const std::string& what, const Tensor& r,
-                            const Tensor& g) {
-      const Comparison cmp = check_output(t, kind, what, r, g);
-      QVERIFY2(cmp.ok, cmp.msg.c_str());
-    };
     for (Activation act : {Activation::None, Activation::ReLU})
       for (bool residual : {false, true}) {
         const std::string ep = std::string(" [") + activation_name(act) +
                                (residual ? " + residual]" : "]");
         const BnSide r = run_bn_side(ref, Layout::NCHW, in, act, residual, nullptr);
         const BnSide o = run_bn_side(be, t.layout, in, act, residual, &r);
-        expect("y", "train y" + ep, r.y, o.y);
-        expect("stat", "save_mean" + ep, r.sm, o.sm);
-        expect("stat", "save_invstd" + ep, r.si, o.si);
-        expect("stat", "running_mean" + ep, r.rm, o.rm);
-        expect("stat", "running_var (unbiased)" + ep, r.rv, o.rv);
-        expect("y", "eval y" + ep, r.ye, o.ye);
-        expect("dx", "dx" + ep, r.dx, o.dx);
-        const double dres_diff = residual ? max_abs_diff(r.dres, o.dres) : 0.0;
-        QVERIFY2(dres_diff == 0.0, qPrintable(QString("dresidual%1 differs by %2")
-                                                   .arg(ep.c_str())
-                                                   .arg(dres_diff)));
-        expect("dparam", "dgamma" + ep, r.dg, o.dg);
-        expect("dparam", "dbeta" + ep, r.db, o.db);
-        expect("dparam", "accumulated dgamma" + ep, r.dg_acc, o.dg_acc);
-        expect("dparam", "accumulated dbeta" + ep, r.db_acc, o.db_acc);
+        const std::string bad = cuda_side_differs(t, r, o, residual, ep);
+        QVERIFY2(bad.empty(), bad.c_str());
       }
     TB_GPU_CATCH
   }
@@ -860,44 +967,110 @@ class TestOpBatchnorm : public QObject {
                 .slices > 1);
     const BnInputs in = random_bn_inputs(c, 83 + uint64_t(C) + uint64_t(dt == DType::BF16), dt);
     CpuBackend& ref = cpu_reference();
-    const Target f32_target{Impl::Cuda, t.layout, DType::F32};
     for (Activation act : {Activation::None, Activation::ReLU})
       for (bool residual : {false, true}) {
         const std::string ep = std::string(" [") + activation_name(act) +
                                (residual ? " + residual]" : "]");
         const BnSide r = run_bn_side(ref, Layout::NCHW, in, act, residual, nullptr);
         const BnSide o = run_bn_side(be, t.layout, in, act, residual, &r);
-        const auto max_of = [](const Tensor& h) {
-          double m = 0.0;
-          for (int64_t i = 0; i < h.numel(); ++i) m = std::max(m, std::abs(value_at(h, i)));
-          return m;
-        };
-        const auto rounded = [&](const std::string& what, const Tensor& want, const Tensor& got,
-                                 double e) {
-          const Comparison cmp = compare_rounded(want, got, dt, 2, e, what + ep + " " + t.name(),
-                                                 precision_of(dt));
-          QVERIFY2(cmp.ok, cmp.msg.c_str());
-        };
-        const auto f32_output = [&](const char* kind, const std::string& what, const Tensor& want,
-                                    const Tensor& got) {
-          const Comparison cmp = check_output(f32_target, kind, what + ep, want, got);
-          QVERIFY2(cmp.ok, cmp.msg.c_str());
-        };
-        rounded("train y", r.y, o.y, 1e-5 + 1e-5 * max_of(r.y));
-        rounded("eval y", r.ye, o.ye, 1e-5 + 1e-5 * max_of(r.ye));
-        f32_output("stat", "save_mean", r.sm, o.sm);
-        f32_output("stat", "save_invstd", r.si, o.si);
-        f32_output("stat", "running_mean", r.rm, o.rm);
-        f32_output("stat", "running_var (unbiased)", r.rv, o.rv);
-        rounded("dx", r.dx, o.dx, 1e-5 * max_of(r.dx));
-        if (residual)
-          QVERIFY2(max_abs_diff(r.dres, to_nchw(o.dres)) == 0.0, qPrintable(QString::fromStdString("dresidual" + ep)));
-        f32_output("dparam", "dgamma", r.dg, o.dg);
-        f32_output("dparam", "dbeta", r.db, o.db);
-        f32_output("dparam", "accumulated dgamma", r.dg_acc, o.dg_acc);
-        f32_output("dparam", "accumulated dbeta", r.db_acc, o.db_acc);
+        const std::string bad = cuda_side_differs(t, r, o, residual, ep);
+        QVERIFY2(bad.empty(), bad.c_str());
       }
     TB_GPU_CATCH
+  }
+
+  // The same kernels on the CUDA emulator (tests/cuda_emulator), here on any
+  // machine: every dtype, both layouts, every epilogue, written and
+  // accumulated, against the CPU reference with the GPU slots' bounds
+  // (cuda_side_differs), under both of the emulator's thread orders, with the
+  // grids two GPUs would get: 132 SMs (H100 SXM) and 16. The shapes put a
+  // channel over several slices (the partials and their fold), HW = 81 wraps
+  // the NCHW walk mid-plane, C = 20 leaves NHWC lanes idle, and 64x4x32x32
+  // gives over 32 slices a channel (the finish kernel's loop over slices).
+  // What the emulator does not reproduce: FMA contraction and the GPU's
+  // rsqrtf (both within the bounds), timing.
+  void batchnorm_emulated_cuda_matches_cpu_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<BnCase>("c");
+    QTest::addColumn<int>("sms");
+    const BnCase cases[] = {{"64x20x9x9 channel offsets", {64, 20, 9, 9}, -1.0, 1.0, true},
+                            {"64x4x32x32 mean 3", {64, 4, 32, 32}, 1.0, 5.0, false}};
+    for (DType dt : {DType::F32, DType::F16, DType::BF16})
+      for (const Target& t : cuda_targets(dt))
+        for (const BnCase& c : cases)
+          for (int sms : {132, 16})
+            QTest::addRow("%s: %s, %d SMs", t.name().c_str(), c.name, sms) << t << c << sms;
+  }
+  void batchnorm_emulated_cuda_matches_cpu() {
+    QFETCH(Target, target);
+    QFETCH(BnCase, c);
+    QFETCH(int, sms);
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    const Shape& sh = c.shape;
+    const batchnorm::ReducePlan plan =
+        batchnorm::plan_reduce(sh[0], sh[1], sh[2] * sh[3], target.layout == Layout::NHWC, sms);
+    QVERIFY2(plan.slices > 1, "one slice a channel: the partials' fold goes untested");
+    const BnInputs in = random_bn_inputs(c, 101 + uint64_t(sh[1]) + uint64_t(target.dtype), target.dtype);
+    for (tb_emu::Schedule order : {tb_emu::Schedule::forward, tb_emu::Schedule::reverse}) {
+      EmulatorSchedule use(order);
+      for (Activation act : {Activation::None, Activation::ReLU})
+        for (bool residual : {false, true}) {
+          const std::string ep = std::string(" [") + activation_name(act) +
+                                 (residual ? " + residual, " : ", ") + schedule_name(order) + "]";
+          const BnSide r = run_bn_side(cpu_reference(), Layout::NCHW, in, act, residual, nullptr);
+          const BnSide o = run_bn_emulated(plan, target.layout, in, act, residual, r);
+          const std::string bad = cuda_side_differs(target, r, o, residual, ep);
+          QVERIFY2(bad.empty(), bad.c_str());
+        }
+    }
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
+  }
+
+  // batchnorm_cuda_unroll_keeps_bits on the emulator: 4, 8 and 16 values
+  // loaded ahead give the same bits, every dtype and layout, fused and plain.
+  void batchnorm_emulated_unroll_keeps_bits_data() {
+    QTest::addColumn<Target>("target");
+    for (DType dt : {DType::F32, DType::F16, DType::BF16})
+      for (const Target& t : cuda_targets(dt)) QTest::addRow("%s", t.name().c_str()) << t;
+  }
+  void batchnorm_emulated_unroll_keeps_bits() {
+    QFETCH(Target, target);
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    const BnCase c{"64x20x9x9 channel offsets", {64, 20, 9, 9}, -1.0, 1.0, true};
+    const BnInputs in = random_bn_inputs(c, 91, target.dtype);
+    batchnorm::ReducePlan plan = batchnorm::plan_reduce(64, 20, 81, target.layout == Layout::NHWC, 132);
+    for (bool fused : {false, true}) {
+      const Activation act = fused ? Activation::ReLU : Activation::None;
+      const BnSide r = run_bn_side(cpu_reference(), Layout::NCHW, in, act, fused, nullptr);
+      std::vector<Tensor> first;
+      for (int u : batchnorm::kUnrolls) {
+        plan.unroll_forced = u;
+        const BnSide o = run_bn_emulated(plan, target.layout, in, act, fused, r);
+        std::vector<Tensor> outs{o.y,  o.sm, o.si, o.rm,     o.rv,    o.ye,
+                                 o.dx, o.dg, o.db, o.dg_acc, o.db_acc};
+        if (fused) outs.push_back(o.dres);
+        if (first.empty()) {
+          first = outs;
+          continue;
+        }
+        for (size_t k = 0; k < outs.size(); ++k)
+          QVERIFY2(bitwise_equal(first[k], outs[k]),
+                   qPrintable(QString("%1, unroll %2: output %3 differs from unroll 4 by %4")
+                                  .arg(fused ? "relu + residual" : "plain")
+                                  .arg(u)
+                                  .arg(k)
+                                  .arg(max_abs_diff(first[k], outs[k]))));
+      }
+    }
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
   }
 
   // ------------------------------------------------------------ closed forms, by hand
