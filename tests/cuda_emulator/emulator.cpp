@@ -3,12 +3,14 @@
 // calling thread, switched at barriers and warp exchanges.
 #include "tests/cuda_emulator/emulator.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 
 #include <cstdio>
 #include <algorithm>
 #include <cstdlib>
+#include <memory>
 #include <sstream>
 #include <vector>
 
@@ -20,6 +22,8 @@
 #endif
 #endif
 #if defined(TB_EMU_ASAN)
+#include <dlfcn.h>
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -34,8 +38,9 @@ std::string g_message;
 Schedule g_schedule = Schedule::forward;
 Counters g_counters;
 
-// Room for a kernel's frames (more under the address sanitizer), one guard page below.
-constexpr size_t kStackBytes = 256 * 1024;
+// Room for a kernel's frames (a few KiB; the address sanitizer keeps its
+// locals on fake stacks of its own), one guard page below.
+constexpr size_t kStackBytes = 64 * 1024;
 constexpr size_t kGuardBytes = 4096;
 
 struct Stack {
@@ -54,25 +59,61 @@ Stack new_stack() {
   return {static_cast<char*>(p) + kGuardBytes, kStackBytes};
 }
 
-// Stacks live as long as the process: a launch of n threads reuses the first n.
-std::vector<Stack>& stacks(size_t n) {
-  static std::vector<Stack> pool;
-  while (pool.size() < n) pool.push_back(new_stack());
+// A context with a stack of its own that runs the block's threads one
+// after another: parked (suspended after its thread finished) between
+// threads, blocks and launches, so a thread costs no getcontext/makecontext
+// and, under the address sanitizer, no new fake stack. `broken`: left
+// inside a kernel by a fault or a deadlock; made afresh before its next use.
+struct Worker {
+  ucontext_t ctx;
+  Stack stack;
+  bool started = false, broken = false;
+  void* fake_stack = nullptr;  // the address sanitizer's, while switched out
+};
+
+// Workers live as long as the process (never moved: contexts point into them).
+std::vector<std::unique_ptr<Worker>>& workers(size_t n) {
+  static std::vector<std::unique_ptr<Worker>> pool;
+  while (pool.size() < n) {
+    pool.push_back(std::make_unique<Worker>());
+    pool.back()->stack = new_stack();
+  }
   return pool;
+}
+
+// The C library's swapcontext. Under the address sanitizer its interceptor
+// clears the shadow of the whole target stack on every switch (through
+// mmap: a system call or two a switch), which made an emulated suite 30
+// times slower. The fibers annotate their switches themselves
+// (__sanitizer_start/finish_switch_fiber), so the plain call is enough; what
+// the interceptor's clearing was for, a stack left poisoned by frames that
+// never returned, happens here only to a block abandoned after a fault, and
+// run_block unpoisons those stacks before reusing them.
+int swap(ucontext_t* from, ucontext_t* to) {
+#if defined(TB_EMU_ASAN)
+  using Swap = int (*)(ucontext_t*, const ucontext_t*);
+  static const Swap libc_swap = [] {
+    void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+    void* f = libc ? dlsym(libc, "swapcontext") : nullptr;
+    return f ? reinterpret_cast<Swap>(f) : &swapcontext;
+  }();
+  return libc_swap(from, to);
+#else
+  return swapcontext(from, to);
+#endif
 }
 
 enum class Wait { none, barrier, warp_arrive, warp_leave };
 
+// One CUDA thread of the block under way, run by a worker.
 struct Fiber {
-  ucontext_t ctx;
-  Stack stack;
+  Worker* worker = nullptr;
   ThreadState state;
   unsigned linear = 0;
   bool done = false;
   Wait wait = Wait::none;
   const uint64_t* wait_gen = nullptr;
   uint64_t wait_value = 0;
-  void* fake_stack = nullptr;  // the address sanitizer's, while switched out
 };
 
 struct Warp {
@@ -82,11 +123,17 @@ struct Warp {
   const char* what = nullptr;
 };
 
+// One block under way. Its threads' workers switch straight to the next
+// runnable thread's in the schedule's order (one swapcontext a switch); the
+// scheduler's context is resumed when none is left: all done, a fault, or a
+// deadlock.
 struct Block {
   std::vector<Fiber> fibers;
+  std::vector<unsigned> order;  // fiber indices in the schedule's order
   std::vector<Warp> warps;
   ucontext_t scheduler;
   Fiber* current = nullptr;
+  unsigned pos = 0;  // current's place in `order`
   unsigned threads = 0;
   int live = 0, exited = 0, at_barrier = 0;
   uint64_t barrier_gen = 0;
@@ -95,7 +142,7 @@ struct Block {
   std::string fault;  // set: the block is abandoned
   Body body = nullptr;
   void* closure = nullptr;
-  const void* scheduler_stack_bottom = nullptr;
+  const void* scheduler_stack_bottom = nullptr;  // for the sanitizer's switch annotations
   size_t scheduler_stack_size = 0;
   void* scheduler_fake_stack = nullptr;
 };
@@ -109,46 +156,82 @@ std::string where(const ThreadState& t) {
   return os.str();
 }
 
-// Fiber -> scheduler. `exiting`: the fiber never runs again.
-void switch_out(bool exiting) {
-  Block& b = *g_block;
-  Fiber& f = *b.current;
-#if defined(TB_EMU_ASAN)
-  __sanitizer_start_switch_fiber(exiting ? nullptr : &f.fake_stack, b.scheduler_stack_bottom,
-                                 b.scheduler_stack_size);
-#else
-  (void)exiting;
-#endif
-  swapcontext(&f.ctx, &b.scheduler);
-#if defined(TB_EMU_ASAN)
-  __sanitizer_finish_switch_fiber(f.fake_stack, nullptr, nullptr);
-#endif
-}
-
-[[noreturn]] void fail_here(const std::string& message) {
-  g_block->fault = message;
-  for (;;) switch_out(false);  // never resumed: the scheduler abandons the block
-}
-
-void fiber_entry() {
-  Block& b = *g_block;
-  Fiber& f = *b.current;
-#if defined(TB_EMU_ASAN)
-  __sanitizer_finish_switch_fiber(nullptr, &b.scheduler_stack_bottom, &b.scheduler_stack_size);
-#endif
-  b.body(b.closure);
-  f.done = true;
-  --b.live;
-  ++b.exited;
-  if (b.at_barrier > 0) {
-    std::ostringstream os;
-    os << where(f.state) << " exited while " << b.at_barrier << " of its block's threads wait at "
-       << "__syncthreads (" << b.barrier_file << ":" << b.barrier_line
-       << "): on the GPU that barrier may hang or pass early";
-    b.fault = os.str();
+// The fiber to run after the current one: the next runnable in the order,
+// the current last (it runs on only if it is not waiting); null when none.
+Fiber* next_runnable(Block& b) {
+  for (unsigned k = 1; k <= b.threads; ++k) {
+    const unsigned p = (b.pos + k) % b.threads;
+    Fiber& f = b.fibers[b.order[p]];
+    if (f.done || (f.wait != Wait::none && *f.wait_gen == f.wait_value)) continue;
+    b.pos = p;
+    return &f;
   }
-  switch_out(true);
-  std::abort();  // not reached: an exited fiber is never switched to
+  return nullptr;
+}
+
+// Leaves the current thread's worker for the next runnable thread's, or for
+// the scheduler. `exiting`: the worker is abandoned (a fault). Only the
+// worker is touched after the switch: by then the block may be another one.
+void switch_away(bool exiting) {
+  Block& b = *g_block;
+  Fiber& cur = *b.current;
+  Worker& me = *cur.worker;
+  Fiber* next = b.fault.empty() ? next_runnable(b) : nullptr;
+  if (next == &cur) return;
+  const void* bottom = next ? next->worker->stack.base : b.scheduler_stack_bottom;
+  const size_t size = next ? next->worker->stack.size : b.scheduler_stack_size;
+#if defined(TB_EMU_ASAN)
+  __sanitizer_start_switch_fiber(exiting ? nullptr : &me.fake_stack, bottom, size);
+#else
+  (void)exiting, (void)bottom, (void)size;
+#endif
+  if (next) {
+    b.current = next;
+    g_thread = &next->state;
+    swap(&me.ctx, &next->worker->ctx);
+  } else {
+    swap(&me.ctx, &b.scheduler);
+  }
+#if defined(TB_EMU_ASAN)
+  __sanitizer_finish_switch_fiber(me.fake_stack, nullptr, nullptr);
+#endif
+}
+
+// A fault found by the current thread: the message, made in its own frame
+// (nothing on the abandoned fiber's stack owns memory), ends the block.
+template <typename Say>
+[[noreturn]] void fail_here(Say&& say) {
+  {
+    std::ostringstream os;
+    say(os);
+    g_block->fault = os.str();
+  }
+  g_block->current->worker->broken = true;
+  switch_away(true);
+  std::abort();  // not reached: the scheduler abandons the block
+}
+
+// A worker's life: run the current thread of the current block, park, and
+// again for whichever thread it is given next.
+void worker_main() {
+#if defined(TB_EMU_ASAN)
+  __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+#endif
+  for (;;) {
+    Block& b = *g_block;
+    Fiber& f = *b.current;
+    b.body(b.closure);
+    f.done = true;
+    --b.live;
+    ++b.exited;
+    if (b.at_barrier > 0)
+      fail_here([&](std::ostream& os) {
+        os << where(f.state) << " exited while " << b.at_barrier
+           << " of its block's threads wait at __syncthreads (" << b.barrier_file << ":"
+           << b.barrier_line << "): on the GPU that barrier may hang or pass early";
+      });
+    switch_away(false);
+  }
 }
 
 void describe_waits(std::ostringstream& os, const Block& b) {
@@ -163,56 +246,64 @@ void describe_waits(std::ostringstream& os, const Block& b) {
 
 bool run_block(Block& b, const dim3& grid, const dim3& block, const uint3& block_idx) {
   const unsigned n = b.threads;
-  std::vector<Stack>& pool = stacks(n);
+  std::vector<std::unique_ptr<Worker>>& pool = workers(n);
   b.fibers.assign(n, Fiber{});
   b.warps.assign((n + 31) / 32, Warp{});
+  b.order.resize(n);
+  const bool reverse = g_schedule == Schedule::reverse;
+  for (unsigned k = 0; k < n; ++k) b.order[k] = reverse ? n - 1 - k : k;
   b.live = int(n);
   b.exited = b.at_barrier = 0;
   b.fault.clear();
   for (unsigned t = 0; t < n; ++t) {
     Fiber& f = b.fibers[t];
+    f.worker = pool[t].get();
     f.linear = t;
-    f.stack = pool[t];
     f.state.thread_idx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
     f.state.block_idx = block_idx;
     f.state.block_dim = block;
     f.state.grid_dim = grid;
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack.base;
-    f.ctx.uc_stack.ss_size = f.stack.size;
-    f.ctx.uc_link = nullptr;
-    makecontext(&f.ctx, fiber_entry, 0);
-  }
-  const bool reverse = g_schedule == Schedule::reverse;
-  for (;;) {
-    bool ran = false, left = false;
-    for (unsigned k = 0; k < n; ++k) {
-      Fiber& f = b.fibers[reverse ? n - 1 - k : k];
-      if (f.done) continue;
-      left = true;
-      if (f.wait != Wait::none && *f.wait_gen == f.wait_value) continue;
-      ran = true;
-      b.current = &f;
-      g_thread = &f.state;
+    Worker& w = *f.worker;
+    if (!w.started || w.broken) {
 #if defined(TB_EMU_ASAN)
-      __sanitizer_start_switch_fiber(&b.scheduler_fake_stack, f.stack.base, f.stack.size);
+      // Frames that never returned left their poison on the stack.
+      if (w.broken) ASAN_UNPOISON_MEMORY_REGION(w.stack.base, w.stack.size);
 #endif
-      swapcontext(&b.scheduler, &f.ctx);
-#if defined(TB_EMU_ASAN)
-      __sanitizer_finish_switch_fiber(b.scheduler_fake_stack, nullptr, nullptr);
-#endif
-      if (!b.fault.empty()) return false;
-    }
-    if (!left) return true;
-    if (!ran) {
-      std::ostringstream os;
-      os << "deadlock in block (" << block_idx.x << "," << block_idx.y << "," << block_idx.z
-         << "): " << b.live << " threads wait and none can go on";
-      describe_waits(os, b);
-      b.fault = os.str();
-      return false;
+      getcontext(&w.ctx);
+      w.ctx.uc_stack.ss_sp = w.stack.base;
+      w.ctx.uc_stack.ss_size = w.stack.size;
+      w.ctx.uc_link = nullptr;
+      makecontext(&w.ctx, worker_main, 0);
+      w.started = true;
+      w.broken = false;
+      w.fake_stack = nullptr;
     }
   }
+  b.pos = n - 1;
+  Fiber* first = next_runnable(b);
+  b.current = first;
+  g_thread = &first->state;
+#if defined(TB_EMU_ASAN)
+  __sanitizer_start_switch_fiber(&b.scheduler_fake_stack, first->worker->stack.base,
+                                 first->worker->stack.size);
+#endif
+  swap(&b.scheduler, &first->worker->ctx);
+#if defined(TB_EMU_ASAN)
+  __sanitizer_finish_switch_fiber(b.scheduler_fake_stack, nullptr, nullptr);
+#endif
+  // A deadlock leaves its waiting threads' workers inside the kernel too.
+  for (Fiber& f : b.fibers)
+    if (!f.done) f.worker->broken = true;
+  if (!b.fault.empty()) return false;
+  if (b.live > 0) {
+    std::ostringstream os;
+    os << "deadlock in block (" << block_idx.x << "," << block_idx.y << "," << block_idx.z
+       << "): " << b.live << " threads wait and none can go on";
+    describe_waits(os, b);
+    b.fault = os.str();
+    return false;
+  }
+  return true;
 }
 
 bool refuse(cudaError_t e, const std::string& message) {
@@ -245,6 +336,19 @@ bool run_grid(const Config& c, Body body, void* closure) {
   if (g_block) return refuse(cudaErrorLaunchFailure, "a launch from inside a kernel");
 
   Block b;
+#if defined(TB_EMU_ASAN)
+  {  // the calling thread's stack, where the fibers switch back to
+    pthread_attr_t attr;
+    void* addr = nullptr;
+    size_t size = 0;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      pthread_attr_getstack(&attr, &addr, &size);
+      pthread_attr_destroy(&attr);
+    }
+    b.scheduler_stack_bottom = addr;
+    b.scheduler_stack_size = size;
+  }
+#endif
   b.threads = unsigned(threads);
   b.body = body;
   b.closure = closure;
@@ -268,20 +372,19 @@ bool run_grid(const Config& c, Body body, void* closure) {
 void syncthreads(const char* file, int line) {
   Block& b = *g_block;
   Fiber& f = *b.current;
-  if (b.exited > 0) {
-    std::ostringstream os;
-    os << where(f.state) << " reached __syncthreads (" << file << ":" << line << ") after "
-       << b.exited << " of its block's " << b.threads << " threads exited";
-    fail_here(os.str());
-  }
+  if (b.exited > 0)
+    fail_here([&](std::ostream& os) {
+      os << where(f.state) << " reached __syncthreads (" << file << ":" << line << ") after "
+         << b.exited << " of its block's " << b.threads << " threads exited";
+    });
   if (b.at_barrier == 0) {
     b.barrier_file = file;
     b.barrier_line = line;
   } else if (line != b.barrier_line || std::strcmp(file, b.barrier_file) != 0) {
-    std::ostringstream os;
-    os << "threads of one block wait at different barriers: " << where(f.state) << " at " << file
-       << ":" << line << ", others at " << b.barrier_file << ":" << b.barrier_line;
-    fail_here(os.str());
+    fail_here([&](std::ostream& os) {
+      os << "threads of one block wait at different barriers: " << where(f.state) << " at "
+         << file << ":" << line << ", others at " << b.barrier_file << ":" << b.barrier_line;
+    });
   }
   if (++b.at_barrier == b.live) {
     b.at_barrier = 0;
@@ -292,7 +395,7 @@ void syncthreads(const char* file, int line) {
   f.wait = Wait::barrier;
   f.wait_gen = &b.barrier_gen;
   f.wait_value = b.barrier_gen;
-  switch_out(false);
+  switch_away(false);
   f.wait = Wait::none;
 }
 
@@ -302,29 +405,29 @@ uint64_t warp_exchange(unsigned mask, uint64_t bits, int src, const char* what) 
   const unsigned warp = f.linear / 32, lane = f.linear % 32;
   const unsigned lanes = std::min(32u, b.threads - warp * 32);
   const unsigned all = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1u;
-  std::ostringstream os;
-  if (mask != all) {
-    os << what << " by " << where(f.state) << " with mask 0x" << std::hex << mask
-       << " where its warp's lanes are 0x" << all;
-    fail_here(os.str());
-  }
+  if (mask != all)
+    fail_here([&](std::ostream& os) {
+      os << what << " by " << where(f.state) << " with mask 0x" << std::hex << mask
+         << " where its warp's lanes are 0x" << all;
+    });
   for (unsigned l = 0; l < lanes; ++l)
-    if (b.fibers[warp * 32 + l].done) {
-      os << what << " by " << where(f.state) << ": lane " << l
-         << " of its warp has exited, so it never joins";
-      fail_here(os.str());
-    }
-  if (src < 0 || src >= int(lanes)) {
-    os << what << " by " << where(f.state) << " reads lane " << src << " outside its warp";
-    fail_here(os.str());
-  }
+    if (b.fibers[warp * 32 + l].done)
+      fail_here([&](std::ostream& os) {
+        os << what << " by " << where(f.state) << ": lane " << l
+           << " of its warp has exited, so it never joins";
+      });
+  if (src < 0 || src >= int(lanes))
+    fail_here([&](std::ostream& os) {
+      os << what << " by " << where(f.state) << " reads lane " << src << " outside its warp";
+    });
   Warp& w = b.warps[warp];
   if (w.arrived == 0) {
     w.what = what;
   } else if (std::strcmp(w.what, what) != 0) {
-    os << "lanes of one warp in different shuffles: " << what << " and " << w.what << " ("
-       << where(f.state) << ")";
-    fail_here(os.str());
+    fail_here([&](std::ostream& os) {
+      os << "lanes of one warp in different shuffles: " << what << " and " << w.what << " ("
+         << where(f.state) << ")";
+    });
   }
   w.slots[lane] = bits;
   w.arrived |= 1u << lane;
@@ -336,7 +439,7 @@ uint64_t warp_exchange(unsigned mask, uint64_t bits, int src, const char* what) 
     f.wait = Wait::warp_arrive;
     f.wait_gen = &w.arrive_gen;
     f.wait_value = w.arrive_gen;
-    switch_out(false);
+    switch_away(false);
     f.wait = Wait::none;
   }
   const uint64_t got = w.slots[src];
@@ -349,7 +452,7 @@ uint64_t warp_exchange(unsigned mask, uint64_t bits, int src, const char* what) 
     f.wait = Wait::warp_leave;
     f.wait_gen = &w.leave_gen;
     f.wait_value = w.leave_gen;
-    switch_out(false);
+    switch_away(false);
     f.wait = Wait::none;
   }
   return got;
