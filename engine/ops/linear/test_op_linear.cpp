@@ -33,6 +33,11 @@
 //      the trainer's parameters are): 1e-4;
 //    - the epilogues and arguments the contract refuses. Whole models with
 //      and without fusion are in test_models.
+// 6. linear.cu's epilogue kernels (bias_act_kernel, act_backward_bgrad_kernel)
+//    on the CUDA emulator, the CPU reference's GEMMs standing in for cuBLAS:
+//    against the fused reference with the CUDA slot's bound (1e-4 scaled),
+//    pre and dz included, with and without bias, db written and accumulated,
+//    N and M off the kernels' blocks, both thread orders; an empty batch's db.
 // GPU rows QSKIP with the reason where there is no device.
 #include <QtTest>
 
@@ -54,6 +59,12 @@
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gradcheck.h"
 #include "tests/engine/tensor_helpers.h"
+#include "tests/cuda_emulator/emulated_slot.h"
+#if defined(TRAINBENCH_CUDA_EMULATED)
+#include "tests/cuda_emulator/begin_emulated.h"
+#include "engine/ops/linear/linear.cuh"
+#include "tests/cuda_emulator/end_emulated.h"
+#endif
 
 using namespace tb;
 using namespace tb::test;
@@ -270,9 +281,86 @@ std::string compare_lin(Backend& be_a, const LinearOut& a, Backend& be_b, const 
   return "";
 }
 
+// The fused layer's outputs with the epilogue's own: pre (GELU) and dz.
+struct ActOut {
+  LinearOut o;
+  Tensor pre, dz;
+};
+
+// The fused layer on the CPU reference, with k's bias or none; with `old`,
+// dw and db added onto old's (accumulate=true).
+ActOut fused_reference(const LinCase& k, Act act, bool bias, const LinearOut* old) {
+  CpuBackend& ref = cpu_reference();
+  const int64_t N = k.x.dim(0), K = k.x.dim(1), M = k.w.dim(0);
+  const Tensor b = bias ? k.b : Tensor{};
+  ActOut r;
+  r.o.y = Tensor::empty({N, M}, DType::F32), r.dz = Tensor::empty({N, M}, DType::F32);
+  r.pre = act == Act::GELU ? Tensor::empty({N, M}, DType::F32) : Tensor{};
+  r.o.dx = Tensor::empty({N, K}, DType::F32);
+  r.o.dw = old ? clone(old->dw) : Tensor::empty({M, K}, DType::F32);
+  r.o.db = !bias ? Tensor{} : old ? clone(old->db) : Tensor::empty({M}, DType::F32);
+  linear::forward(ref, k.x, k.w, b, r.o.y, Epilogue{act, {}, r.pre});
+  linear::backward(ref, k.x, k.w, k.dy, r.o.dx, r.o.dw, r.o.db, old != nullptr,
+                   EpilogueGrad{act, r.o.y, {}, r.pre, r.dz});
+  return r;
+}
+
+// scaled_diff of every output fused_reference gives (compare_lin's measure),
+// pre and dz too: "" or the first over tol.
+std::string act_out_differs(const ActOut& r, const ActOut& g, double tol, const std::string& ep) {
+  const std::pair<const char*, std::pair<Tensor, Tensor>> pairs[] = {
+      {"y", {r.o.y, g.o.y}},   {"pre", {r.pre, g.pre}},    {"dz", {r.dz, g.dz}},
+      {"dx", {r.o.dx, g.o.dx}}, {"dw", {r.o.dw, g.o.dw}}, {"db", {r.o.db, g.o.db}}};
+  for (auto& [what, p] : pairs) {
+    if (!p.first.defined()) continue;
+    const double e = scaled_diff(p.first, p.second);
+    if (!(e <= tol))
+      return std::string(what) + ep + ": scaled difference " + std::to_string(e) + " > " +
+             std::to_string(tol);
+  }
+  return "";
+}
+
+#if defined(TRAINBENCH_CUDA_EMULATED)
+// fused_reference as linear_cuda.cpp runs it (forward_act's GEMM + bias_act
+// path, backward's act_backward_bgrad then the GEMMs from dz), its launchers
+// on the emulator, the reference's bias-free GEMMs for cuBLAS's. Every
+// output starts as NaN: an element a kernel leaves unwritten fails.
+ActOut fused_emulated(const LinCase& k, Act act, bool bias, const LinearOut* old) {
+  namespace emu = tb::cuda_emu;
+  CpuBackend& ref = cpu_reference();
+  const int64_t N = k.x.dim(0), K = k.x.dim(1), M = k.w.dim(0);
+  const auto nans = [&](const Shape& s) {
+    Tensor t = Tensor::empty(s, DType::F32);
+    ref.fill(t, std::nan(""));
+    return t;
+  };
+  const int act_id = act == Act::ReLU ? 0 : 1;
+  ActOut e;
+  e.o.y = nans({N, M}), e.dz = nans({N, M});
+  e.pre = act == Act::GELU ? nans({N, M}) : Tensor{};
+  Tensor& t = act == Act::GELU ? e.pre : e.o.y;  // ReLU: bias and ReLU in place
+  linear::forward(ref, k.x, k.w, Tensor{}, t);
+  emu::launch_bias_act(t.data_as<float>(), bias ? k.b.data_as<float>() : nullptr, act_id,
+                       e.o.y.data_as<float>(), N, M, nullptr);
+  e.o.dx = nans({N, K});
+  e.o.dw = old ? clone(old->dw) : nans({M, K});
+  e.o.db = !bias ? Tensor{} : old ? clone(old->db) : nans({M});
+  emu::launch_act_backward_bgrad(e.o.y.data_as<float>(),
+                                 e.pre.defined() ? e.pre.data_as<float>() : nullptr,
+                                 k.dy.data_as<float>(), act_id, e.dz.data_as<float>(),
+                                 bias ? e.o.db.data_as<float>() : nullptr, old != nullptr, N, M,
+                                 nullptr);
+  Tensor none;
+  linear::backward(ref, k.x, k.w, e.dz, e.o.dx, e.o.dw, none, old != nullptr);
+  return e;
+}
+#endif
+
 }  // namespace
 
 Q_DECLARE_METATYPE(LinearCase)
+Q_DECLARE_METATYPE(tb::Activation)
 
 class TestOpLinear : public QObject {
   Q_OBJECT
@@ -609,6 +697,79 @@ class TestOpLinear : public QObject {
       QVERIFY2(err.empty(), qPrintable(QString::fromStdString(err)));
     }
     TB_GPU_CATCH
+  }
+
+  // linear.cu's epilogue kernels on the CUDA emulator (tests/cuda_emulator),
+  // here on any machine: fused_emulated against the fused reference with
+  // linear_act_matches_reference's CUDA bound (1e-4 scaled), pre and dz
+  // included, db and dw written and accumulated, under both of the
+  // emulator's thread orders. Shapes: 33x300 -> 70 (the CUDA slot's: a
+  // partial last block of 256 elements, a last 32-column block with 6
+  // columns, rows 33 = 4·8 + 1 over the 8 row threads); 3 rows -> 5 (row
+  // threads idle, one partial column block); 130 -> 257 (9 column blocks,
+  // the last with one column, 131 element blocks); and without bias.
+  void linear_emulated_epilogue_matches_cpu_data() {
+    QTest::addColumn<int>("N");
+    QTest::addColumn<int>("K");
+    QTest::addColumn<int>("M");
+    QTest::addColumn<bool>("bias");
+    QTest::addColumn<Act>("act");
+    const std::tuple<int, int, int, bool> shapes[] = {
+        {33, 300, 70, true}, {3, 20, 5, true}, {130, 17, 257, true}, {33, 300, 70, false}};
+    for (auto [N, K, M, bias] : shapes)
+      for (Act act : {Act::ReLU, Act::GELU})
+        QTest::addRow("%dx%d -> %d%s, %s", N, K, M, bias ? "" : " no bias", activation_name(act))
+            << N << K << M << bias << act;
+  }
+  void linear_emulated_epilogue_matches_cpu() {
+    QFETCH(int, N);
+    QFETCH(int, K);
+    QFETCH(int, M);
+    QFETCH(bool, bias);
+    QFETCH(Act, act);
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    const LinCase k(N, K, M, 97 + uint64_t(M));
+    const LinearOut old{{}, {}, random_tensor({M, K}, 5), random_tensor({M}, 6, -4.0, 4.0)};
+    for (bool accumulate : {false, true}) {
+      const LinearOut* acc = accumulate ? &old : nullptr;
+      const ActOut r = fused_reference(k, act, bias, acc);
+      for (tb_emu::Schedule order : {tb_emu::Schedule::forward, tb_emu::Schedule::reverse}) {
+        EmulatorSchedule use(order);
+        const std::string ep = std::string(" [") + (accumulate ? "accumulated, " : "") +
+                               schedule_name(order) + "]";
+        const std::string bad = act_out_differs(r, fused_emulated(k, act, bias, acc), 1e-4, ep);
+        QVERIFY2(bad.empty(), bad.c_str());
+      }
+    }
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
+  }
+
+  // An empty batch (N = 0): act_backward_bgrad's launcher writes db = 0, or
+  // leaves it as it is when accumulating (the empty sum), and launches no
+  // kernel over the rows.
+  void linear_emulated_empty_batch_bgrad() {
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    for (bool accumulate : {false, true}) {
+      Tensor db = Tensor::empty({37}, DType::F32);
+      cpu_reference().fill(db, 7.0);
+      tb::cuda_emu::launch_act_backward_bgrad(nullptr, nullptr, nullptr, 0, nullptr,
+                                              db.data_as<float>(), accumulate, 0, 37, nullptr);
+      for (int64_t i = 0; i < 37; ++i)
+        QVERIFY2(db.data_as<float>()[i] == (accumulate ? 7.0f : 0.0f),
+                 qPrintable(QString("db[%1] = %2, accumulate %3")
+                                .arg(i)
+                                .arg(db.data_as<float>()[i])
+                                .arg(accumulate)));
+    }
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
   }
 
   // Linear honours an activation only: a residual, a low-precision input with
