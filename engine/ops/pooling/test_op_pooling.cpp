@@ -19,6 +19,11 @@
 //    on the widened inputs, both layouts, both CPU paths; on a GPU the CUDA
 //    kernels in f16/bf16 against the CPU's path and CUDA's refusal of f64.
 //    Bounds derived at the slots and in tests/engine/low_precision.h.
+// 5. The CUDA kernels on the CUDA emulator (tests/cuda_emulator), on any
+//    machine: f32, f16 and bf16, NCHW and NHWC, windows hanging over the
+//    borders, gaps between windows, ties, planted NaNs, both thread orders,
+//    against the reference with the GPU slots' bounds (outputs_differ,
+//    max_nan_differs).
 // GPU rows QSKIP with the reason where there is no device.
 #include <QtTest>
 
@@ -46,6 +51,12 @@
 #include "tests/engine/gradcheck.h"
 #include "tests/engine/low_precision.h"
 #include "tests/engine/tensor_helpers.h"
+#include "tests/cuda_emulator/emulated_slot.h"
+#if defined(TRAINBENCH_CUDA_EMULATED)
+#include "tests/cuda_emulator/begin_emulated.h"
+#include "engine/ops/pooling/pooling.cuh"
+#include "tests/cuda_emulator/end_emulated.h"
+#endif
 
 using namespace tb;
 using namespace tb::test;
@@ -133,6 +144,151 @@ const PoolCase kLpCases[] = {
     {"2/2/0", 2, 5, 9, 8, 2, 2, 0},
     {"3/2/1 overlapping", 2, 5, 9, 8, 3, 2, 1},
     {"k3s1p1 overlap 13x11", 3, 5, 13, 11, 3, 1, 1},
+};
+
+// A target's outputs `o` (its layout and dtype) against the reference
+// kernels' `r` (NCHW, the same inputs in the same dtype): "" or the first
+// output beyond its bound. f32 and f64: check_output. f16/bf16, the CUDA
+// kernels: max pooling (y, argmax, and dx: the same f32 sums in the same
+// window order, check_output's exact CUDA rows) gives the same bits; average
+// and global pooling's f32 values differ by at most what check_output allows
+// the f32 kernels, e = 1e-7 + 1e-5·max|ref|, and each side rounds once:
+// |cuda − cpu| <= 2u/(1 − u)·|cpu| + (1 + 2u)·e (low_precision.h).
+std::string outputs_differ(const Target& t, const PoolOut& r, const PoolOut& o) {
+  const bool lp = t.dtype == DType::F16 || t.dtype == DType::BF16;
+  TB_CHECK(!lp || t.on_gpu(), "outputs_differ: the f16/bf16 bounds are the CUDA kernels'");
+  // argmax: the (H, W) plane index in both layouts (as pooling.cu defines it).
+  const std::tuple<const char*, const char*, const Tensor&, const Tensor&> outs[] = {
+      {"max", "maxpool y", r.my, o.my},           {"max", "maxpool argmax", r.am, o.am},
+      {"maxdx", "maxpool dx", r.mdx, o.mdx},      {"avg", "avgpool y", r.ay, o.ay},
+      {"avg", "avgpool dx", r.adx, o.adx},        {"gy", "global avgpool y", r.gy, o.gy},
+      {"gdx", "global avgpool dx", r.gdx, o.gdx}};
+  for (const auto& [kind, what, want, got] : outs) {
+    Comparison c;
+    if (!lp) {
+      c = check_output(t, kind, what, want, got);
+    } else if (std::string(kind).starts_with("max")) {
+      const double d = max_abs_diff(want, got);
+      c = {d == 0.0, std::string(what) + " " + t.name() + ": differs by " + std::to_string(d)};
+    } else {
+      double mx = 0.0;
+      for (int64_t i = 0; i < want.numel(); ++i) mx = std::max(mx, std::abs(value_at(want, i)));
+      c = compare_rounded(want, got, t.dtype, 2, 1e-7 + 1e-5 * mx,
+                          std::string(what) + " " + t.name(), precision_of(t.dtype));
+    }
+    if (!c.ok) return c.msg;
+  }
+  return "";
+}
+
+// The planted NaNs of the NaN slots (pooling.cu's isnan branch is reached by
+// no random input): x (2, 2, 10, 18), k x k windows, stride 2, padding 1 for
+// k = 3; then dy. Both from rng, in that order.
+struct NanInputs {
+  PoolGeometry g;
+  Tensor x, dy;
+};
+NanInputs nan_planted(int64_t k, std::mt19937_64& rng) {
+  NanInputs in;
+  in.g = PoolGeometry::make(2, 2, 10, 18, k, 2, k == 3 ? 1 : 0);
+  in.x = random_tensor(in.g.input_shape(), DType::F32, rng);
+  float* xp = in.x.data_as<float>();
+  xp[3] = NAN;
+  xp[18 * 4 + 17] = NAN;
+  xp[180 + 18 * 9 + 0] = NAN;
+  xp[180 + 18 * 9 + 1] = NAN;  // two NaNs in one window: the first wins
+  in.dy = random_tensor(in.g.output_shape(), DType::F32, rng);
+  return in;
+}
+
+// Max pooling's y, argmax and dx of a CUDA side (host, NCHW) against the
+// reference's: argmax the same (the window's first NaN), y NaN where the
+// reference's is (at least 3 of them) and equal elsewhere, dx the same bits.
+// "" or what differs.
+std::string max_nan_differs(const Tensor& y_r, const Tensor& a_r, const Tensor& dx_r,
+                            const Tensor& y, const Tensor& a, const Tensor& dx,
+                            const std::string& what) {
+  if (!bitwise_equal(a, a_r)) return what + ": argmax";
+  int nans = 0;
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    const double f = value_at(y, i), r = value_at(y_r, i);
+    if ((f != f) != (r != r)) return what + ": NaN at " + std::to_string(i);
+    if (f != f)
+      ++nans;
+    else if (f != r)
+      return what + ": y at " + std::to_string(i);
+  }
+  if (nans < 3) return what + ": " + std::to_string(nans) + " NaNs in y, not 3 or more";
+  if (!bitwise_equal(dx_r, dx)) return what + ": dx";
+  return "";
+}
+
+#if defined(TRAINBENCH_CUDA_EMULATED)
+// A host tensor of `s` in layout l, every byte 0xff (NaN in the float
+// dtypes, -1 in argmax): an element a kernel leaves unwritten shows.
+Tensor poisoned(const Shape& s, DType dt, Layout l) {
+  Tensor t = Tensor::empty(s, dt, Device::cpu(), l);
+  std::memset(t.data(), 0xff, t.nbytes());
+  return t;
+}
+
+template <typename T>
+T* elements(const Tensor& t) {
+  return static_cast<T*>(t.data());
+}
+
+// run_pool with the CUDA kernels on the emulator: pooling.cu's launchers on
+// host tensors in layout l, as pooling_cuda.cpp calls them (each picks its
+// index type, int32 for every shape here). Host outputs, in l.
+template <typename T>
+PoolOut run_pool_emulated_as(const PoolGeometry& g, const Tensor& x, const Tensor& dy,
+                             const Tensor& gdy, Layout l) {
+  namespace emu = tb::cuda_emu;
+  const DType dt = x.dtype();
+  const bool nhwc = l == Layout::NHWC;
+  const emu::PoolDims d{g.N, g.C, g.H, g.W, g.kernel, g.stride, g.pad, g.H_out, g.W_out, nhwc};
+  const Tensor xl = in_layout(x, l), dyl = in_layout(dy, l);
+  PoolOut o;
+  o.my = poisoned(g.output_shape(), dt, l), o.am = poisoned(g.output_shape(), DType::I32, l);
+  o.mdx = poisoned(g.input_shape(), dt, l);
+  o.ay = poisoned(g.output_shape(), dt, l), o.adx = poisoned(g.input_shape(), dt, l);
+  o.gy = poisoned({g.N, g.C}, dt, Layout::NCHW), o.gdx = poisoned(g.input_shape(), dt, l);
+  emu::launch_maxpool_forward<T>(d, elements<T>(xl), elements<T>(o.my), o.am.data_as<int32_t>(),
+                                 nullptr);
+  emu::launch_maxpool_backward<T>(d, elements<T>(dyl), o.am.data_as<int32_t>(),
+                                  elements<T>(o.mdx), nullptr);
+  emu::launch_avgpool_forward<T>(d, elements<T>(xl), elements<T>(o.ay), nullptr);
+  emu::launch_avgpool_backward<T>(d, elements<T>(dyl), elements<T>(o.adx), nullptr);
+  emu::launch_global_avgpool_forward<T>(elements<T>(xl), elements<T>(o.gy), g.N, g.C, g.H * g.W,
+                                        nhwc, nullptr);
+  emu::launch_global_avgpool_backward<T>(elements<T>(gdy), elements<T>(o.gdx), g.N, g.C,
+                                         g.H * g.W, nhwc, nullptr);
+  return o;
+}
+
+PoolOut run_pool_emulated(const PoolGeometry& g, const Tensor& x, const Tensor& dy,
+                          const Tensor& gdy, Layout l) {
+  switch (x.dtype()) {
+    case DType::F32: return run_pool_emulated_as<float>(g, x, dy, gdy, l);
+    case DType::F16: return run_pool_emulated_as<__half>(g, x, dy, gdy, l);
+    case DType::BF16: return run_pool_emulated_as<__nv_bfloat16>(g, x, dy, gdy, l);
+    default: break;
+  }
+  TB_FAIL("no emulated pooling kernel for ", dtype_name(x.dtype()));
+}
+#endif
+
+// The emulated slots' shapes: windows over both borders (padding 1 and 2,
+// partial last windows), cells no window covers (odd sizes; stride 3 over
+// 2x2 windows leaves gaps), overlap, C = 5 and 3 (NHWC's channel decode),
+// planes of 25 (< 32: idle lanes in the NCHW global mean's warp), 143 and
+// 784 values, plane counts that leave warps of the last block idle, and
+// totals that end mid-block; fmnist pool1 spans 392 blocks.
+const PoolCase kEmulatedCases[] = {
+    {"k3s2p1 13x11", 3, 5, 13, 11, 3, 2, 1},     {"k3s1p1 overlap 13x11", 3, 5, 13, 11, 3, 1, 1},
+    {"k2s2p0 13x11", 3, 5, 13, 11, 2, 2, 0},     {"k2s3p0 gaps 10x11", 2, 3, 10, 11, 2, 3, 0},
+    {"k4s2p2 7x9", 2, 3, 7, 9, 4, 2, 2},         {"overlapping 2/1/0 5x5", 3, 4, 5, 5, 2, 1, 0},
+    {"fmnist pool1 2/2/0", 4, 32, 28, 28, 2, 2, 0},
 };
 
 }  // namespace
@@ -234,14 +390,8 @@ class TestOpPooling : public QObject {
     // The oracle: the reference kernels, NCHW; then the target.
     const PoolOut r = run_pool(cpu_reference(), g, x, dy, gdy, Layout::NCHW);
     const PoolOut o = run_pool(be, g, x, dy, gdy, L);
-    EXPECT_OUTPUT(t, "max", "maxpool y", r.my, o.my);
-    // argmax: the (H, W) plane index in both layouts (as pooling.cu defines it).
-    EXPECT_OUTPUT(t, "max", "maxpool argmax", r.am, o.am);
-    EXPECT_OUTPUT(t, "maxdx", "maxpool dx", r.mdx, o.mdx);
-    EXPECT_OUTPUT(t, "avg", "avgpool y", r.ay, o.ay);
-    EXPECT_OUTPUT(t, "avg", "avgpool dx", r.adx, o.adx);
-    EXPECT_OUTPUT(t, "gy", "global avgpool y", r.gy, o.gy);
-    EXPECT_OUTPUT(t, "gdx", "global avgpool dx", r.gdx, o.gdx);
+    const std::string bad = outputs_differ(t, r, o);
+    QVERIFY2(bad.empty(), bad.c_str());
     TB_GPU_CATCH
   }
 
@@ -419,14 +569,7 @@ class TestOpPooling : public QObject {
     CpuBackend& ref = cpu_reference();
     std::mt19937_64 rng(27);
     for (int64_t k : {2, 3}) {
-      const auto g = PoolGeometry::make(2, 2, 10, 18, k, 2, k == 3 ? 1 : 0);
-      Tensor x = random_tensor(g.input_shape(), DType::F32, rng);
-      float* xp = x.data_as<float>();
-      xp[3] = NAN;
-      xp[18 * 4 + 17] = NAN;
-      xp[180 + 18 * 9 + 0] = NAN;
-      xp[180 + 18 * 9 + 1] = NAN;  // two NaNs in one window: the first wins
-      const Tensor dy = random_tensor(g.output_shape(), DType::F32, rng);
+      const auto [g, x, dy] = nan_planted(k, rng);
       Tensor y_r = Tensor::empty(g.output_shape(), DType::F32);
       Tensor a_r = Tensor::empty(g.output_shape(), DType::I32), dx_r = like(x, Layout::NCHW);
       pooling::max_forward(ref, g, x, y_r, a_r);
@@ -438,19 +581,9 @@ class TestOpPooling : public QObject {
       pooling::max_forward(be, g, xd, yd, ad);
       pooling::max_backward(be, g, dyd, ad, dxd);
       const Tensor y = to_host_nchw(be, yd), a = to_host_nchw(be, ad), dx = to_host_nchw(be, dxd);
-      const QString what = QString("%1 k %2").arg(QString::fromStdString(t.name())).arg(k);
-      QVERIFY2(std::memcmp(a.data(), a_r.data(), a.nbytes()) == 0, qPrintable(what + ": argmax"));
-      int nans = 0;
-      for (int64_t i = 0; i < y.numel(); ++i) {
-        const float f = y.data_as<float>()[i], r = y_r.data_as<float>()[i];
-        QVERIFY2((f != f) == (r != r), qPrintable(what + ": NaN at " + QString::number(i)));
-        if (f != f)
-          ++nans;
-        else
-          QVERIFY2(f == r, qPrintable(what + ": y at " + QString::number(i)));
-      }
-      QVERIFY(nans >= 3);
-      QVERIFY2(bitwise_equal(dx_r, dx), qPrintable(what + ": dx"));
+      const std::string bad =
+          max_nan_differs(y_r, a_r, dx_r, y, a, dx, t.name() + " k " + std::to_string(k));
+      QVERIFY2(bad.empty(), bad.c_str());
     }
     TB_GPU_CATCH
   }
@@ -631,12 +764,9 @@ class TestOpPooling : public QObject {
   }
 
   // The CUDA kernels in f16/bf16 against the CPU's path on the same rounded
-  // inputs. Max pooling (y, argmax, and dx: the same f32 sums in the same
-  // window order, pool_matches_reference's exact CUDA rows) gives the same
-  // bits. Average and global pooling: the f32 values differ by at most what
-  // pool_matches_reference allows the f32 kernels, e = 1e-7 + 1e-5·max|ref|,
-  // and each side rounds once: |cuda − cpu| <= 2u/(1 − u)·|cpu| + (1 + 2u)·e
-  // (low_precision.h).
+  // inputs, with outputs_differ's bounds: max pooling the same bits; average
+  // and global pooling each side's one rounding of f32 values within
+  // pool_matches_reference's f32 bounds (derived at outputs_differ).
   void pool_lp_cuda_matches_cpu_data() {
     QTest::addColumn<Target>("target");
     QTest::addColumn<PoolCase>("c");
@@ -658,20 +788,8 @@ class TestOpPooling : public QObject {
     const Tensor gdy = lp_of(ref, random_tensor({c.N, c.C}, DType::F32, rng), dt);
     const PoolOut r = run_pool(ref, g, x, dy, gdy, Layout::NCHW);
     const PoolOut o = run_pool(be, g, x, dy, gdy, t.layout);
-    for (auto [want, got, what] : {std::tuple{r.my, o.my, "max y"}, std::tuple{r.am, o.am, "argmax"},
-                                   std::tuple{r.mdx, o.mdx, "max dx"}}) {
-      const double d = max_abs_diff(want, got);
-      QVERIFY2(d == 0.0, qPrintable(QString("%1 %2: differs by %3").arg(what).arg(t.name().c_str()).arg(d)));
-    }
-    for (auto [want, got, what] :
-         {std::tuple{r.ay, o.ay, "avg y"}, std::tuple{r.adx, o.adx, "avg dx"},
-          std::tuple{r.gy, o.gy, "global y"}, std::tuple{r.gdx, o.gdx, "global dx"}}) {
-      double mx = 0.0;
-      for (int64_t i = 0; i < want.numel(); ++i) mx = std::max(mx, std::abs(value_at(want, i)));
-      const Comparison cmp = compare_rounded(want, got, dt, 2, 1e-7 + 1e-5 * mx,
-                                             std::string(what) + " " + t.name(), precision_of(dt));
-      QVERIFY2(cmp.ok, cmp.msg.c_str());
-    }
+    const std::string bad = outputs_differ(t, r, o);
+    QVERIFY2(bad.empty(), bad.c_str());
     TB_GPU_CATCH
   }
 
@@ -743,6 +861,98 @@ class TestOpPooling : public QObject {
       QVERIFY2(m.contains("avgpool2d_forward") && m.contains("i32") && m.contains("cpu"),
                qPrintable(m));
     }
+  }
+
+  // ------------------------------------------------------------ the CUDA kernels, emulated
+
+  // pooling.cu's kernels on the CUDA emulator (tests/cuda_emulator), here on
+  // any machine: f32, f16 and bf16 in both layouts, against the reference
+  // with the GPU slots' bounds (outputs_differ), under both of the emulator's
+  // thread orders, on kEmulatedCases' shapes; "ties" puts x in steps of 1/4,
+  // so windows hold equal maxima (the first in window order must win, and dx
+  // follow it). Every output starts as 0xff bytes: an element left unwritten
+  // fails. Out of the emulator's reach (2^24 and about 2^31 values): the
+  // grid-stride loops' second pass and by_index's int64 kernels; every shape
+  // here takes the int32 ones, as on a GPU.
+  void pool_emulated_cuda_matches_cpu_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<PoolCase>("c");
+    QTest::addColumn<bool>("ties");
+    for (DType dt : {DType::F32, DType::F16, DType::BF16})
+      for (const Target& t : cuda_targets(dt)) {
+        for (const PoolCase& c : kEmulatedCases)
+          QTest::addRow("%s: %s", t.name().c_str(), c.name) << t << c << false;
+        for (const PoolCase& c : {kEmulatedCases[1], kEmulatedCases[4]})
+          QTest::addRow("%s: %s, ties", t.name().c_str(), c.name) << t << c << true;
+      }
+  }
+  void pool_emulated_cuda_matches_cpu() {
+    QFETCH(Target, target);
+    QFETCH(PoolCase, c);
+    QFETCH(bool, ties);
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    const DType dt = target.dtype;
+    const auto g = PoolGeometry::make(c.N, c.C, c.H, c.W, c.k, c.s, c.p);
+    CpuBackend& ref = cpu_reference();
+    std::mt19937_64 rng(71 + uint64_t(c.H * 100 + c.k * 10 + c.s) + uint64_t(dt));
+    Tensor x32 = random_tensor(g.input_shape(), DType::F32, rng);
+    if (ties)
+      for (int64_t i = 0; i < x32.numel(); ++i)
+        x32.data_as<float>()[i] = std::round(4.0f * x32.data_as<float>()[i]) / 4.0f;
+    const auto as_dt = [&](const Tensor& f32) {
+      return dt == DType::F32 ? f32 : lp_of(ref, f32, dt);
+    };
+    const Tensor x = as_dt(x32), dy = as_dt(random_tensor(g.output_shape(), DType::F32, rng));
+    const Tensor gdy = as_dt(random_tensor({c.N, c.C}, DType::F32, rng));
+    const PoolOut r = run_pool(ref, g, x, dy, gdy, Layout::NCHW);
+    for (tb_emu::Schedule order : {tb_emu::Schedule::forward, tb_emu::Schedule::reverse}) {
+      EmulatorSchedule use(order);
+      const PoolOut o = run_pool_emulated(g, x, dy, gdy, target.layout);
+      const std::string bad = outputs_differ(target, r, o);
+      QVERIFY2(bad.empty(), (bad + " [" + schedule_name(order) + "]").c_str());
+    }
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
+  }
+
+  // maxpool_nan_matches_reference_on_gpu on the emulator, and in f16 and
+  // bf16 too (the planted NaNs stay NaNs), both thread orders.
+  void maxpool_emulated_nan_matches_reference_data() {
+    QTest::addColumn<Target>("target");
+    for (DType dt : {DType::F32, DType::F16, DType::BF16})
+      for (const Target& t : cuda_targets(dt)) QTest::newRow(t.name().c_str()) << t;
+  }
+  void maxpool_emulated_nan_matches_reference() {
+    QFETCH(Target, target);
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    const DType dt = target.dtype;
+    CpuBackend& ref = cpu_reference();
+    const auto as_dt = [&](const Tensor& f32) {
+      return dt == DType::F32 ? f32 : lp_of(ref, f32, dt);
+    };
+    std::mt19937_64 rng(27);
+    for (int64_t k : {2, 3}) {
+      const NanInputs in = nan_planted(k, rng);
+      const Tensor x = as_dt(in.x), dy = as_dt(in.dy), gdy = Tensor::zeros({in.g.N, in.g.C}, dt);
+      const PoolOut r = run_pool(ref, in.g, x, dy, gdy, Layout::NCHW);
+      for (tb_emu::Schedule order : {tb_emu::Schedule::forward, tb_emu::Schedule::reverse}) {
+        EmulatorSchedule use(order);
+        const PoolOut o = run_pool_emulated(in.g, x, dy, gdy, target.layout);
+        const std::string bad =
+            max_nan_differs(r.my, r.am, r.mdx, to_nchw(o.my), to_nchw(o.am), to_nchw(o.mdx),
+                            target.name() + " k " + std::to_string(k) + " [" +
+                                schedule_name(order) + "]");
+        QVERIFY2(bad.empty(), bad.c_str());
+      }
+    }
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
   }
 };
 
