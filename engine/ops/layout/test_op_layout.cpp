@@ -11,6 +11,11 @@
 // 3. The contract's refusals: fewer channels out than in, mixed layouts,
 //    mixed dtypes (f16 with bf16 among them), N/H/W that differ, undefined
 //    and rank-3 operands, an integer dtype.
+// 4. On the CUDA emulator (tests/cuda_emulator), on any machine: layout.cu's
+//    padding kernels and memory.cu's tiled NCHW <-> NHWC transpose (the
+//    CUDA backend's layout conversion), 1/2/4/8-byte elements, shapes off
+//    the 32x32 tile, both thread orders: the CPU's bytes, every output
+//    element written.
 // GPU rows QSKIP with the reason where there is no device.
 // The family's test, beside its code (docs/architecture.md, "Op families").
 #include <QtTest>
@@ -24,6 +29,13 @@
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/low_precision.h"
 #include "tests/engine/tensor_helpers.h"
+#include "tests/cuda_emulator/emulated_slot.h"
+#if defined(TRAINBENCH_CUDA_EMULATED)
+#include "tests/cuda_emulator/begin_emulated.h"
+#include "engine/backend/cuda/kernels.h"
+#include "engine/ops/layout/layout.cuh"
+#include "tests/cuda_emulator/end_emulated.h"
+#endif
 
 using namespace tb;
 using namespace tb::test;
@@ -36,7 +48,48 @@ Tensor random_of(const Shape& s, DType t, std::mt19937_64& rng, Layout l = Layou
   return in_layout(lp_of(cpu_reference(), random_tensor(s, DType::F32, rng), t), l);
 }
 
+#if defined(TRAINBENCH_CUDA_EMULATED)
+// Random bytes of dtype t (any bit pattern: the kernels only move them), layout l.
+Tensor random_bits(const Shape& s, DType t, std::mt19937_64& rng, Layout l = Layout::NCHW) {
+  Tensor x = Tensor::empty(s, t, Device::cpu(), l);
+  for (size_t i = 0; i < x.nbytes(); ++i) static_cast<uint8_t*>(x.data())[i] = uint8_t(rng());
+  return x;
+}
+
+// A tensor like `want` holding its bytes complemented: an element a kernel
+// leaves unwritten differs from `want` whatever its value.
+Tensor complement_of(const Tensor& want) {
+  Tensor t = clone(want);
+  for (size_t i = 0; i < t.nbytes(); ++i) static_cast<uint8_t*>(t.data())[i] ^= 0xffu;
+  return t;
+}
+
+// Where two host tensors' bytes first differ, in memory order: "" or the element.
+std::string bytes_differ(const Tensor& want, const Tensor& got) {
+  const size_t es = dtype_size(want.dtype());
+  if (want.nbytes() != got.nbytes()) return "sizes differ";
+  for (size_t i = 0; i < want.nbytes(); ++i)
+    if (static_cast<const uint8_t*>(want.data())[i] != static_cast<const uint8_t*>(got.data())[i])
+      return "element " + std::to_string(i / es) + " (memory order) differs";
+  return "";
+}
+#endif
+
+// The emulated slots' padding shapes (N, C, Cp, H, W): the GPU slot's; 2574
+// outputs, ending mid-block; nothing to pad (Cp == C); one pixel with 30
+// zero channels.
+struct PadCase {
+  const char* name;
+  int64_t N, C, Cp, H, W;
+};
+const PadCase kPadCases[] = {{"3x3->8 5x7", 3, 3, 8, 5, 7},
+                             {"2x5->13 9x11", 2, 5, 13, 9, 11},
+                             {"4x16->16 3x3", 4, 16, 16, 3, 3},
+                             {"2x3->33 1x1", 2, 3, 33, 1, 1}};
+
 }  // namespace
+
+Q_DECLARE_METATYPE(PadCase)
 
 class TestOpLayout : public QObject {
   Q_OBJECT
@@ -149,6 +202,103 @@ class TestOpLayout : public QObject {
       for (const Tensor* out : {&y, &dx})
         for (int64_t i = 0; i < out->numel(); ++i) QCOMPARE(out->data_as<float>()[i], 7.0f);
     }
+  }
+
+  // ------------------------------------------------------------ the CUDA kernels, emulated
+
+  // layout.cu's padding kernels on the CUDA emulator, as layout_cuda.cpp
+  // calls them (the dtype's size: 2, 4 or 8 bytes), against the CPU
+  // reference: the same bytes (the GPU slot's bound), under both thread
+  // orders. The outputs start as the complement of the reference's bytes,
+  // so every element, the zero channels too, must be written.
+  void pad_channels_emulated_matches_cpu_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<PadCase>("c");
+    for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16})
+      for (const Target& tg : cuda_targets(t))
+        for (const PadCase& c : kPadCases)
+          QTest::addRow("%s: %s", tg.name().c_str(), c.name) << tg << c;
+  }
+  void pad_channels_emulated_matches_cpu() {
+    QFETCH(Target, target);
+    QFETCH(PadCase, c);
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    const Layout l = target.layout;
+    const DType t = target.dtype;
+    const bool nhwc = l == Layout::NHWC;
+    const int es = int(dtype_size(t));
+    const int64_t HW = c.H * c.W;
+    std::mt19937_64 rng(17 + uint64_t(c.Cp));
+    const Tensor x = random_of({c.N, c.C, c.H, c.W}, t, rng, l);
+    const Tensor dy = random_of({c.N, c.Cp, c.H, c.W}, t, rng, l);
+    Tensor y0 = like(dy, l), dx0 = like(x, l);
+    layout::pad_channels_forward(cpu_reference(), x, y0);
+    layout::pad_channels_backward(cpu_reference(), dy, dx0);
+    for (tb_emu::Schedule order : {tb_emu::Schedule::forward, tb_emu::Schedule::reverse}) {
+      EmulatorSchedule use(order);
+      Tensor y = complement_of(y0), dx = complement_of(dx0);
+      tb::cuda_emu::launch_pad_channels_forward(x.data(), y.data(), c.N, c.C, c.Cp, HW, es, nhwc,
+                                                nullptr);
+      tb::cuda_emu::launch_pad_channels_backward(dy.data(), dx.data(), c.N, c.C, c.Cp, HW, es,
+                                                 nhwc, nullptr);
+      const std::string when = std::string(" [") + schedule_name(order) + "]";
+      std::string bad = bytes_differ(y0, y);
+      QVERIFY2(bad.empty(), ("pad forward: " + bad + when).c_str());
+      bad = bytes_differ(dx0, dx);
+      QVERIFY2(bad.empty(), ("pad backward: " + bad + when).c_str());
+    }
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
+  }
+
+  // memory.cu's NCHW <-> NHWC conversion (launch_convert_layout: a 32x32
+  // shared tile a block, 32x8 threads, per image) on the CUDA emulator, as
+  // CudaBackend::copy calls it, against the CPU's conversion: the same bytes
+  // both ways, every element written (the outputs start as the complement),
+  // under both thread orders. Shapes: both sides under a tile; 45 channels
+  // by 77 pixels (partial tiles both ways); whole 64x64 tiles; one past a
+  // tile each way; one pixel; 4x6 tiles an image. Out of the emulator's reach: over 65535
+  // images (the launcher's second launch).
+  void convert_layout_emulated_matches_cpu_data() {
+    QTest::addColumn<DType>("dtype");
+    QTest::addColumn<Shape>("shape");
+    const Shape shapes[] = {{2, 3, 5, 7},   {2, 45, 7, 11}, {1, 64, 8, 8},
+                            {3, 33, 1, 33}, {2, 70, 1, 1},  {2, 100, 13, 13}};
+    for (DType t : {DType::U8, DType::F16, DType::F32, DType::F64})
+      for (const Shape& s : shapes)
+        QTest::addRow("%s %lldx%lldx%lldx%lld", dtype_name(t), (long long)s[0], (long long)s[1],
+                      (long long)s[2], (long long)s[3])
+            << t << s;
+  }
+  void convert_layout_emulated_matches_cpu() {
+    QFETCH(DType, dtype);
+    QFETCH(Shape, shape);
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    std::mt19937_64 rng(29 + uint64_t(shape[1]));
+    const Tensor nchw = random_bits(shape, dtype, rng);
+    const Tensor nhwc = in_layout(nchw, Layout::NHWC);
+    const int es = int(dtype_size(dtype));
+    for (tb_emu::Schedule order : {tb_emu::Schedule::forward, tb_emu::Schedule::reverse}) {
+      EmulatorSchedule use(order);
+      Tensor to_nhwc = complement_of(nhwc), to_nchw = complement_of(nchw);
+      tb::cuda_emu::launch_convert_layout(nchw.data(), to_nhwc.data(), shape[0], shape[1], shape[2],
+                                          shape[3], es, true, nullptr);
+      tb::cuda_emu::launch_convert_layout(nhwc.data(), to_nchw.data(), shape[0], shape[1], shape[2],
+                                          shape[3], es, false, nullptr);
+      const std::string when = std::string(" [") + schedule_name(order) + "]";
+      std::string bad = bytes_differ(nhwc, to_nhwc);
+      QVERIFY2(bad.empty(), ("NCHW -> NHWC: " + bad + when).c_str());
+      bad = bytes_differ(nchw, to_nchw);
+      QVERIFY2(bad.empty(), ("NHWC -> NCHW: " + bad + when).c_str());
+    }
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
   }
 };
 
