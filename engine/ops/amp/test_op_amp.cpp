@@ -17,6 +17,13 @@
 // (f16: 2^-11 relative for normal values, bf16: 2^-8) on the CPU; CUDA's casts
 // bit for bit the CPU's except NaN payloads. The low-precision GEMM and
 // convolution ops are in test_op_linear and test_op_conv (their f16/bf16 rows).
+// The CUDA kernels also run on the CUDA emulator (tests/cuda_emulator), on
+// any machine, against the CPU reference with the GPU slots' bounds, both
+// thread orders: the casts on every f16 and bf16 value and on f32 values of
+// every sign and exponent with the low bits that decide each rounding (ties,
+// overflow, subnormals, NaN), and the scaler's kernels through steps of
+// growth, backoff, found_inf in either of two gradient blocks, overflow and
+// subnormal gradients, the growth that would reach inf.
 // GPU rows QSKIP with the reason where there is no device.
 #include <QtTest>
 #include <cmath>
@@ -35,6 +42,12 @@
 #include "engine/optim/optimizer.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/tensor_helpers.h"
+#include "tests/cuda_emulator/emulated_slot.h"
+#if defined(TRAINBENCH_CUDA_EMULATED)
+#include "tests/cuda_emulator/begin_emulated.h"
+#include "engine/ops/amp/amp.cuh"
+#include "tests/cuda_emulator/end_emulated.h"
+#endif
 
 using namespace tb;
 using namespace tb::test;
@@ -253,6 +266,56 @@ std::pair<Tensor, Tensor> round_trip(Backend& b, const Tensor& src_h, DType dt) 
   return {to_host(b, lo), to_host(b, back)};
 }
 uint16_t bits16(const Tensor& t, int64_t i) { return t.data_as<uint16_t>()[i]; }
+
+// A CUDA side's f32, f16 or bf16 output against the CPU's from the same
+// inputs: the same bits, except that where the CPU has a NaN any NaN will do
+// (the GPU's cvt.rn gives every NaN as 0x7fff, the CPU keeps its sign; its
+// arithmetic may not keep a payload). "" or the first element that differs.
+std::string bits_differ(const Tensor& cpu, const Tensor& got, const std::string& what) {
+  if (cpu.dtype() != got.dtype() || cpu.numel() != got.numel())
+    return what + ": " + cpu.describe() + " vs " + got.describe();
+  const size_t es = dtype_size(cpu.dtype());
+  const auto* c = static_cast<const char*>(cpu.data());
+  const auto* g = static_cast<const char*>(got.data());
+  for (int64_t i = 0; i < cpu.numel(); ++i) {
+    const double a = value_at(cpu, i), b = value_at(got, i);
+    if (std::isnan(a) ? std::isnan(b) : std::memcmp(c + i * es, g + i * es, es) == 0) continue;
+    return what + ": element " + std::to_string(i) + " cpu " +
+           QString::number(a, 'g', 9).toStdString() + " cuda " +
+           QString::number(b, 'g', 9).toStdString();
+  }
+  return "";
+}
+
+#if defined(TRAINBENCH_CUDA_EMULATED)
+// amp::cast through the emulated launchers, as amp_cuda.cpp picks them by
+// the dtypes (host tensors).
+void emulated_cast(const Tensor& src, Tensor& dst) {
+  namespace emu = tb::cuda_emu;
+  const int64_t n = src.numel();
+  if (src.dtype() == DType::F32 && dst.dtype() == DType::F16)
+    emu::launch_cast_f32_f16(src.data_as<float>(), dst.data_as<uint16_t>(), n, nullptr);
+  else if (src.dtype() == DType::F32 && dst.dtype() == DType::BF16)
+    emu::launch_cast_f32_bf16(src.data_as<float>(), dst.data_as<uint16_t>(), n, nullptr);
+  else if (src.dtype() == DType::F16 && dst.dtype() == DType::F32)
+    emu::launch_cast_f16_f32(src.data_as<uint16_t>(), dst.data_as<float>(), n, nullptr);
+  else
+    emu::launch_cast_bf16_f32(src.data_as<uint16_t>(), dst.data_as<float>(), n, nullptr);
+}
+
+// f32 values of every size a scaler meets: random in [-1, 1) times 2^-120
+// to 2^79 (unscaled into f32 subnormals, scaled past f32's range), a few
+// zeros of either sign.
+Tensor wide_values(int64_t n, uint64_t seed) {
+  Tensor t = random_vector(n, seed);
+  float* p = t.data_as<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] = std::ldexp(p[i], int((i * 37) % 200) - 120);
+    if (i % 97 == 5) p[i] = i % 2 ? -0.0f : 0.0f;
+  }
+  return t;
+}
+#endif
 
 // The targets of the typed slots: the CPU reference and CUDA (f32 master values).
 void add_targets() {
@@ -588,11 +651,178 @@ class TestOpAmp : public QObject {
     const DType dt = t.dtype;
     const auto [cl, cb] = round_trip(cpu, src, dt);
     const auto [gl, gb] = round_trip(be, src, dt);
-    QVERIFY2(bitwise_equal(cl, gl), dtype_name(dt));
-    QVERIFY2(bitwise_equal(cb, gb), dtype_name(dt));
+    for (const std::string& bad : {bits_differ(cl, gl, std::string("to ") + dtype_name(dt)),
+                                   bits_differ(cb, gb, std::string("back from ") + dtype_name(dt))})
+      QVERIFY2(bad.empty(), bad.c_str());
     const auto [n, nb] = round_trip(be, host_of({kNaN}), dt);
     QVERIFY(std::isnan(f32_at(nb, 0)));
     TB_GPU_CATCH
+  }
+
+  // ------------------------------------------------------------ the CUDA kernels, emulated
+
+  // The cast kernels on the CUDA emulator (tests/cuda_emulator), here on any
+  // machine, against the CPU's casts with cast_round_trip_matches_cpu's bound
+  // (bits_differ: the same bits, any NaN for a NaN), both thread orders:
+  // every f16 or bf16 value widened; narrowed, the f32 values of every upper
+  // half (sign, exponent, 7 mantissa bits: each exponent f16 rounds into a
+  // subnormal, overflows or keeps, NaN and inf) with each lower half that
+  // decides a rounding (exact, just above, below, at and above f16's and
+  // bf16's halfway points, odd and even); the GPU slot's probe both ways and NaN.
+  void amp_emulated_casts_match_cpu_data() {
+    QTest::addColumn<Target>("target");
+    for (DType dt : {DType::F16, DType::BF16})
+      QTest::newRow(dtype_name(dt)) << Target{Impl::Cuda, Layout::NCHW, dt};
+  }
+  void amp_emulated_casts_match_cpu() {
+    QFETCH(Target, target);
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    const DType dt = target.dtype;
+    const std::string name = dtype_name(dt);
+    Tensor every = Tensor::empty({65536}, dt);
+    for (int64_t i = 0; i < 65536; ++i) every.data_as<uint16_t>()[i] = uint16_t(i);
+    // f16 rounds at bit 13 (halfway 0x1000), bf16 at bit 16 (halfway 0x8000).
+    const uint32_t lows[] = {0x0000, 0x0001, 0x0fff, 0x1000, 0x1001,
+                             0x3000, 0x7fff, 0x8000, 0x8001, 0xffff};
+    const Tensor probe = host_of(cast_probe()), nan = host_of({kNaN, -kNaN});
+    for (tb_emu::Schedule order : {tb_emu::Schedule::forward, tb_emu::Schedule::reverse}) {
+      EmulatorSchedule use(order);
+      const std::string in = std::string(" [") + schedule_name(order) + "]";
+      const auto check = [&](const Tensor& src, DType to, const std::string& what) {
+        Tensor want = Tensor::empty(src.shape(), to), got = Tensor::empty(src.shape(), to);
+        amp::cast(cpu, src, want);
+        // Every bit of `got` the opposite of the CPU's (never a NaN: its
+        // exponent is all zeros there), so an element left unwritten shows.
+        const auto* w = static_cast<const uint8_t*>(want.data());
+        auto* g = static_cast<uint8_t*>(got.data());
+        for (size_t i = 0; i < want.nbytes(); ++i) g[i] = uint8_t(~w[i]);
+        emulated_cast(src, got);
+        return bits_differ(want, got, what + in);
+      };
+      std::string bad = check(every, DType::F32, "every " + name + " value to f32");
+      QVERIFY2(bad.empty(), bad.c_str());
+      for (uint32_t low : lows) {
+        Tensor src = Tensor::empty({65536}, DType::F32);
+        for (uint32_t u = 0; u < 65536; ++u) {
+          const uint32_t bits = (u << 16) | low;
+          std::memcpy(src.data_as<float>() + u, &bits, 4);
+        }
+        bad = check(src, dt, "f32 to " + name + ", low half 0x" +
+                                 QString::number(low, 16).toStdString());
+        QVERIFY2(bad.empty(), bad.c_str());
+      }
+      // cast_round_trip_matches_cpu's probe, narrowed and widened back; NaN.
+      for (const Tensor& src : {probe, nan}) {
+        Tensor lo = Tensor::empty(src.shape(), dt);
+        amp::cast(cpu, src, lo);
+        for (const std::string& b : {check(src, dt, "probe to " + name),
+                                     check(lo, DType::F32, "probe back from " + name)})
+          QVERIFY2(b.empty(), b.c_str());
+      }
+    }
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
+  }
+
+  // The scaler's kernels on the CUDA emulator, step by step against the CPU
+  // reference's (amp_cpu.cpp) from the same state: amp_scale on a tensor of
+  // every magnitude (overflowing to inf at the large scales), then
+  // unscale_and_check on two gradient blocks (one trainer step's), then
+  // update_scale, with inf or NaN planted at a block's first, middle or last
+  // element (the last in a partial block) in one block, the other or both,
+  // so found_inf is set by either block and kept by a clean one after it.
+  // Every output bit for bit (bits_differ: any NaN for a NaN; the GPU slots
+  // hold unscaling and the scaler's trace exact) and the whole state after
+  // every kernel, both thread orders. Rows: growth every 1, 2 or 3 clean
+  // steps, a scale that is not a power of two (1/3 inexact, the same on both
+  // sides), growth by 1.5, and scales where growth would reach inf.
+  void amp_emulated_scaler_matches_cpu_data() {
+    QTest::addColumn<int64_t>("n_a");
+    QTest::addColumn<int64_t>("n_b");
+    QTest::addColumn<float>("init");
+    QTest::addColumn<float>("growth");
+    QTest::addColumn<float>("backoff");
+    QTest::addColumn<int64_t>("interval");
+    const auto row = [](const char* name, int64_t a, int64_t b, float init, float g, float bo,
+                        int64_t every) {
+      QTest::newRow(name) << a << b << init << g << bo << every;
+    };
+    row("1 + 300 values, 2^16, x2 x0.5 every 2", 1, 300, 65536.0f, 2.0f, 0.5f, 2);
+    row("4101 + 257 values, 3, x2 x0.5 every 3", 4101, 257, 3.0f, 2.0f, 0.5f, 3);
+    row("20011 + 256 values, 2^24, x1.5 x0.25 every 2", 20011, 256, 16777216.0f, 1.5f, 0.25f, 2);
+    row("64 + 64 values, 2^127, x2 x0.5 every 1", 64, 64, std::ldexp(1.0f, 127), 2.0f, 0.5f, 1);
+    row("1000 + 3 values, 3e38, x2 x0.5 every 1", 1000, 3, 3.0e38f, 2.0f, 0.5f, 1);
+  }
+  void amp_emulated_scaler_matches_cpu() {
+    QFETCH(int64_t, n_a);
+    QFETCH(int64_t, n_b);
+    QFETCH(float, init);
+    QFETCH(float, growth);
+    QFETCH(float, backoff);
+    QFETCH(int64_t, interval);
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    namespace emu = tb::cuda_emu;
+    const int steps = 12;
+    for (tb_emu::Schedule order : {tb_emu::Schedule::forward, tb_emu::Schedule::reverse}) {
+      EmulatorSchedule use(order);
+      Tensor sc = Tensor::zeros({amp::kScalerStateSize}, DType::F32);
+      sc.data_as<float>()[0] = init;
+      Tensor se = clone(sc);
+      int backoffs = 0, growths = 0;
+      for (int step = 0; step < steps; ++step) {
+        const std::string at = "step " + std::to_string(step) + " [" + schedule_name(order) + "]";
+        const auto differ = [&](const Tensor& want, const Tensor& got, const std::string& what) {
+          const std::string bad = bits_differ(want, got, what + ", " + at);
+          return bad.empty() ? bits_differ(sc, se, "state after " + what + ", " + at) : bad;
+        };
+        std::string bad;
+        const Tensor t = wide_values(n_a, 500 + uint64_t(step));
+        Tensor tc = clone(t), te = clone(t);
+        amp::scale(cpu, tc, sc);
+        emu::launch_amp_scale(te.data_as<float>(), n_a, se.data_as<float>(), nullptr);
+        bad = differ(tc, te, "amp_scale");
+        QVERIFY2(bad.empty(), bad.c_str());
+        Tensor blocks[2] = {wide_values(n_a, 600 + uint64_t(step)),
+                            wide_values(n_b, 700 + uint64_t(step))};
+        const auto plant = [&](int b, int64_t i, float v) { blocks[b].data_as<float>()[i] = v; };
+        if (step == 3) plant(0, n_a - 1, kNaN);
+        if (step == 5) plant(1, 0, -kInf);
+        if (step == 6) plant(0, n_a / 2, kInf), plant(1, n_b - 1, kNaN);
+        if (step == 8) plant(0, n_a - 1, 3.0e38f), plant(1, 0, -3.0e38f);  // large, finite
+        if (step == 10) plant(0, 0, -kNaN);
+        for (int b = 0; b < 2; ++b) {
+          Tensor gc = clone(blocks[b]), ge = clone(blocks[b]);
+          amp::unscale_and_check(cpu, gc, sc);
+          emu::launch_amp_unscale_check(ge.data_as<float>(), ge.numel(), se.data_as<float>(),
+                                        nullptr);
+          bad = differ(gc, ge, "unscale_and_check of block " + std::to_string(b));
+          QVERIFY2(bad.empty(), bad.c_str());
+        }
+        const bool found = sc.data_as<float>()[2] != 0.0f;
+        QVERIFY2(found == (step == 3 || step == 5 || step == 6 || step == 10),
+                 qPrintable(QString::fromStdString("found_inf, " + at)));
+        const float before = sc.data_as<float>()[0];
+        amp::update_scale(cpu, sc, growth, backoff, interval);
+        emu::launch_amp_update_scale(se.data_as<float>(), growth, backoff, interval, nullptr);
+        bad = differ(sc, se, "update_scale");
+        QVERIFY2(bad.empty(), bad.c_str());
+        backoffs += found;
+        growths += sc.data_as<float>()[0] > before;
+        QVERIFY2(std::isfinite(sc.data_as<float>()[0]), qPrintable(QString::fromStdString(at)));
+      }
+      // The steps reached what they are for: backoffs and (but at the top) growth.
+      QCOMPARE(backoffs, 4);
+      QCOMPARE(int64_t(sc.data_as<float>()[3]), int64_t(4));
+      if (init < 1e38f) QVERIFY2(growths >= 2, qPrintable(QString::number(growths)));
+    }
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
   }
 };
 
