@@ -12,10 +12,9 @@
 //    mixed dtypes (f16 with bf16 among them), N/H/W that differ, undefined
 //    and rank-3 operands, an integer dtype.
 // 4. On the CUDA emulator (tests/cuda_emulator), on any machine: layout.cu's
-//    padding kernels and memory.cu's tiled NCHW <-> NHWC transpose (the
-//    CUDA backend's layout conversion), 1/2/4/8-byte elements, shapes off
-//    the 32x32 tile, both thread orders: the CPU's bytes, every output
-//    element written.
+//    padding kernels, 1/2/4/8-byte elements, blocks ending mid-way, both
+//    thread orders: the CPU's bytes, every output element written. (The
+//    CUDA backend's NCHW <-> NHWC transpose is test_op_tensor's.)
 // GPU rows QSKIP with the reason where there is no device.
 // The family's test, beside its code (docs/architecture.md, "Op families").
 #include <QtTest>
@@ -32,7 +31,6 @@
 #include "tests/cuda_emulator/emulated_slot.h"
 #if defined(TRAINBENCH_CUDA_EMULATED)
 #include "tests/cuda_emulator/begin_emulated.h"
-#include "engine/backend/cuda/kernels.h"
 #include "engine/ops/layout/layout.cuh"
 #include "tests/cuda_emulator/end_emulated.h"
 #endif
@@ -247,53 +245,6 @@ class TestOpLayout : public QObject {
       QVERIFY2(bad.empty(), ("pad forward: " + bad + when).c_str());
       bad = bytes_differ(dx0, dx);
       QVERIFY2(bad.empty(), ("pad backward: " + bad + when).c_str());
-    }
-    TB_EMU_CATCH
-#else
-    QSKIP(kNoEmulator);
-#endif
-  }
-
-  // memory.cu's NCHW <-> NHWC conversion (launch_convert_layout: a 32x32
-  // shared tile a block, 32x8 threads, per image) on the CUDA emulator, as
-  // CudaBackend::copy calls it, against the CPU's conversion: the same bytes
-  // both ways, every element written (the outputs start as the complement),
-  // under both thread orders. Shapes: both sides under a tile; 45 channels
-  // by 77 pixels (partial tiles both ways); whole 64x64 tiles; one past a
-  // tile each way; one pixel; 4x6 tiles an image. Out of the emulator's reach: over 65535
-  // images (the launcher's second launch).
-  void convert_layout_emulated_matches_cpu_data() {
-    QTest::addColumn<DType>("dtype");
-    QTest::addColumn<Shape>("shape");
-    const Shape shapes[] = {{2, 3, 5, 7},   {2, 45, 7, 11}, {1, 64, 8, 8},
-                            {3, 33, 1, 33}, {2, 70, 1, 1},  {2, 100, 13, 13}};
-    for (DType t : {DType::U8, DType::F16, DType::F32, DType::F64})
-      for (const Shape& s : shapes)
-        QTest::addRow("%s %lldx%lldx%lldx%lld", dtype_name(t), (long long)s[0], (long long)s[1],
-                      (long long)s[2], (long long)s[3])
-            << t << s;
-  }
-  void convert_layout_emulated_matches_cpu() {
-    QFETCH(DType, dtype);
-    QFETCH(Shape, shape);
-#if defined(TRAINBENCH_CUDA_EMULATED)
-    TB_EMU_TRY
-    std::mt19937_64 rng(29 + uint64_t(shape[1]));
-    const Tensor nchw = random_bits(shape, dtype, rng);
-    const Tensor nhwc = in_layout(nchw, Layout::NHWC);
-    const int es = int(dtype_size(dtype));
-    for (tb_emu::Schedule order : {tb_emu::Schedule::forward, tb_emu::Schedule::reverse}) {
-      EmulatorSchedule use(order);
-      Tensor to_nhwc = complement_of(nhwc), to_nchw = complement_of(nchw);
-      tb::cuda_emu::launch_convert_layout(nchw.data(), to_nhwc.data(), shape[0], shape[1], shape[2],
-                                          shape[3], es, true, nullptr);
-      tb::cuda_emu::launch_convert_layout(nhwc.data(), to_nchw.data(), shape[0], shape[1], shape[2],
-                                          shape[3], es, false, nullptr);
-      const std::string when = std::string(" [") + schedule_name(order) + "]";
-      std::string bad = bytes_differ(nhwc, to_nhwc);
-      QVERIFY2(bad.empty(), ("NCHW -> NHWC: " + bad + when).c_str());
-      bad = bytes_differ(nchw, to_nchw);
-      QVERIFY2(bad.empty(), ("NHWC -> NCHW: " + bad + when).c_str());
     }
     TB_EMU_CATCH
 #else
