@@ -36,11 +36,18 @@
 //    fit); the convolution on weight and gradient views at
 //    4-, 8- and 128-byte alignment (how the trainer's parameters sit) against
 //    the reference, on the fast CPU and CUDA rows.
+// 5. The CUDA bias kernels (engine/backend/cuda/bias.cu) on the CUDA emulator
+//    (tests/cuda_emulator), on every machine, called as conv_cuda.cpp calls
+//    them: y += b and db (+)= Σ dy, f32 and f16/bf16 activations, NCHW and
+//    NHWC, written and accumulated, both thread orders, against the CPU
+//    reference with the GPU slots' bounds (y also bit for bit round(y + b)),
+//    and the zero-mean dy's db against its exact sum (conv_bias_*emulated*).
 // GPU rows and slots QSKIP with the reason where there is no device.
 #include <QtTest>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -67,6 +74,12 @@
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/gradcheck.h"
 #include "tests/engine/tensor_helpers.h"
+#include "tests/cuda_emulator/emulated_slot.h"
+#if defined(TRAINBENCH_CUDA_EMULATED)
+#include "tests/cuda_emulator/begin_emulated.h"
+#include "engine/backend/cuda/kernels.h"
+#include "tests/cuda_emulator/end_emulated.h"
+#endif
 
 using namespace tb;
 using namespace tb::test;
@@ -349,11 +362,12 @@ Tensor rounded_to(const Tensor& f, DType lp) {
 
 // The first element of the CUDA outputs d farther from the CPU's c than
 // bound(what, c's output, i) + 1e-5·max|c's output|, described; empty when
-// every element is within.
+// every element is within. An output d leaves undefined is not compared.
 using BoundOf = std::function<double(const std::string& what, const Tensor& cpu, int64_t i)>;
 QString first_outside(const ConvOut& c, const ConvOut& d, DType dt, Layout l, const BoundOf& bound) {
   for (auto [rt, gt, what] : {std::tuple{c.y, d.y, "y"}, std::tuple{c.dx, d.dx, "dx"},
                               std::tuple{c.dw, d.dw, "dw"}, std::tuple{c.db, d.db, "db"}}) {
+    if (!gt.defined()) continue;
     double mx = 0;
     for (int64_t i = 0; i < rt.numel(); ++i) mx = std::max(mx, double(std::abs(at(rt, i))));
     for (int64_t i = 0; i < rt.numel(); ++i) {
@@ -372,6 +386,20 @@ QString first_outside(const ConvOut& c, const ConvOut& d, DType dt, Layout l, co
   return {};
 }
 
+// conv_lp_activations_match_cpu's bound on output element i of the CPU's
+// host NCHW output (derived there), before first_outside's 1e-5·max|cpu|.
+BoundOf lp_activations_bound(DType dt, const ConvGeometry& g, const Tensor& bias) {
+  const double u = unit_roundoff(dt);
+  const int64_t plane = g.H_out * g.W_out, C_out = g.C_out;
+  return [=](const std::string& what, const Tensor& r, int64_t i) -> double {
+    const double v = std::abs(double(at(r, i)));
+    double scale = 3 * v;
+    if (what == "y") scale = 2 * std::abs(double(at(r, i)) - at(bias, (i / plane) % C_out)) + 2 * v;
+    if (what == "db") scale = 0.0;
+    return u * scale;
+  };
+}
+
 // The f32 convolution (CPU, NCHW); with abs inputs it gives Σ|a||b| per output.
 ConvOut conv_f32(Backend& b, const ConvGeometry& g, const Tensor& x, const Tensor& w,
                  const Tensor& bias, const Tensor& dy) {
@@ -381,6 +409,119 @@ ConvOut conv_f32(Backend& b, const ConvGeometry& g, const Tensor& x, const Tenso
   conv::backward(b, g, x, w, dy, o.dx, o.dw, o.db, false);
   return o;
 }
+
+// fmnist-cnn's block1 (batch 4; padded to 8 channels) and resnet18's stem
+// (3x16x16 padded to 8, batch 2): the rows test_channels_last runs.
+const ConvCase kZeroMeanDyCases[] = {{"fmnist block1", 4, 1, 28, 28, 32, 3, 1, 1},
+                                     {"fmnist block1 pad 8", 4, 8, 28, 28, 32, 3, 1, 1},
+                                     {"resnet18 stem pad 8", 2, 8, 16, 16, 64, 3, 1, 1}};
+
+// A dy of g (host NCHW, f32, from rng) with each channel's mean removed, as
+// a training-mode batch norm's dx is; each channel's exact sum of those
+// floats (double: error m·2^-53·Σ|dy|) and Σ|dy|, over m = N·Ho·Wo terms.
+struct ZeroMeanDy {
+  Tensor dy;
+  std::vector<double> exact, magnitude;
+  int64_t m = 0;
+};
+ZeroMeanDy zero_mean_dy(const ConvGeometry& g, std::mt19937_64& rng) {
+  ZeroMeanDy z;
+  z.dy = random_tensor(g.output_shape(), DType::F32, rng);
+  const int64_t P = g.H_out * g.W_out;
+  z.m = g.N * P;
+  z.exact.assign(size_t(g.C_out), 0.0), z.magnitude.assign(size_t(g.C_out), 0.0);
+  float* d = z.dy.data_as<float>();
+  for (int64_t co = 0; co < g.C_out; ++co) {
+    double mean = 0.0;
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t i = 0; i < P; ++i) mean += d[(n * g.C_out + co) * P + i];
+    mean /= double(z.m);
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t i = 0; i < P; ++i) {
+        float& v = d[(n * g.C_out + co) * P + i];
+        v = float(v - mean);
+        z.exact[size_t(co)] += v;
+        z.magnitude[size_t(co)] += std::abs(v);
+      }
+  }
+  return z;
+}
+
+// db (got: written, or accumulated onto db0) against the exact sums of z
+// within conv_bias_grad_of_zero_mean_dy's bound, sums accumulated in
+// precision u_acc: the first element outside, described ("" when none);
+// *worst = the largest error / bound.
+QString zero_mean_db_outside(const std::string& name, const ZeroMeanDy& z, const Tensor& db0,
+                             bool accumulate, const Tensor& got, double u_acc, double* worst) {
+  const double u32 = std::ldexp(1.0, -24);
+  *worst = 0.0;
+  QString first;
+  for (int64_t co = 0; co < got.numel(); ++co) {
+    const double s = z.exact[size_t(co)];
+    const double b0 = accumulate ? double(db0.data_as<float>()[co]) : 0.0;
+    const double want = b0 + s;
+    const double bound = double(z.m) * u_acc * z.magnitude[size_t(co)] + u32 * std::abs(s) +
+                         (accumulate ? u32 * (std::abs(want) + std::abs(s)) : 0.0) + 1e-30;
+    const double e = std::abs(double(got.data_as<float>()[co]) - want);
+    *worst = std::max(*worst, e / bound);
+    if (!(e <= bound) && first.isEmpty())
+      first = QString(
+                  "%1 db[%2]: got %3, exact %4 (sum %5 of %6 terms, sum|dy| %7): error %8 > "
+                  "bound %9")
+                  .arg(QString::fromStdString(name))
+                  .arg(co)
+                  .arg(got.data_as<float>()[co], 0, 'g', 9)
+                  .arg(want, 0, 'g', 9)
+                  .arg(s, 0, 'g', 3)
+                  .arg(z.m)
+                  .arg(z.magnitude[size_t(co)], 0, 'g', 3)
+                  .arg(e, 0, 'g', 3)
+                  .arg(bound, 0, 'g', 3);
+  }
+  return first;
+}
+
+#if defined(TRAINBENCH_CUDA_EMULATED)
+// bias.cu's add as its contract states it, on the CPU: y[n,c,i] + b[c] in
+// f32, rounded once to y's dtype (the engine's rounding, amp::cast); y host
+// NCHW, the result too.
+Tensor bias_added(const ConvGeometry& g, const Tensor& y, const Tensor& b) {
+  CpuBackend& ref = cpu_reference();
+  Tensor s = host_f32(ref, y);
+  const int64_t plane = g.H_out * g.W_out;
+  for (int64_t i = 0; i < s.numel(); ++i) s.data_as<float>()[i] += at(b, (i / plane) % g.C_out);
+  return y.dtype() == DType::F32 ? s : amp::cast_to(ref, s, y.dtype());
+}
+
+// conv_cuda.cpp's add_bias and begin_backward's bias gradient with bias.cu
+// on the CUDA emulator: the launchers on host tensors (y, dy in their
+// layout). The scratch is bias_grad_scratch_bytes of NaN, so a partial read
+// before it is written shows.
+void emulated_add_bias(const ConvGeometry& g, const Tensor& b, Tensor& y) {
+  const bool nhwc = y.layout() == Layout::NHWC;
+  const int64_t HW = g.H_out * g.W_out;
+  if (y.dtype() == DType::F32)
+    tb::cuda_emu::launch_bias_add(y.data_as<float>(), b.data_as<float>(), g.N, g.C_out, HW, nhwc,
+                                  nullptr);
+  else
+    tb::cuda_emu::launch_bias_add_lp(y.data_as<uint16_t>(), y.dtype() == DType::BF16,
+                                     b.data_as<float>(), g.N, g.C_out, HW, nhwc, nullptr);
+}
+void emulated_bias_grad(const ConvGeometry& g, const Tensor& dy, Tensor& db, bool accumulate) {
+  const int64_t HW = g.H_out * g.W_out;
+  const bool nhwc = dy.layout() == Layout::NHWC;
+  std::vector<double> work(
+      tb::cuda_emu::bias_grad_scratch_bytes(g.N, g.C_out, HW, nhwc) / sizeof(double), std::nan(""));
+  double* scratch = work.empty() ? nullptr : work.data();
+  if (dy.dtype() == DType::F32)
+    tb::cuda_emu::launch_bias_grad(dy.data_as<float>(), db.data_as<float>(), g.N, g.C_out, HW, nhwc,
+                                   accumulate, scratch, nullptr);
+  else
+    tb::cuda_emu::launch_bias_grad_lp(dy.data_as<uint16_t>(), dy.dtype() == DType::BF16,
+                                      db.data_as<float>(), g.N, g.C_out, HW, nhwc, accumulate,
+                                      scratch, nullptr);
+}
+#endif
 
 }  // namespace
 
@@ -777,7 +918,7 @@ class TestOpConv : public QObject {
   // allows for an engine that rounds partials), then bias.cu adds b and rounds
   // again (u·|y|); dx is cuDNN's output (≤ 2u); dw is rounded to lp and
   // widened (≤ 2u); db sums the same lp dy in double. With the summation
-  // order's 1e-5·max|cpu|:
+  // order's 1e-5·max|cpu| (lp_activations_bound):
   //   y  |gpu − cpu| ≤ 2u·|y − b| + 2u·|y|     dx, dw  ≤ 3u·|v|     db  ≤ 0
   void conv_lp_activations_match_cpu_data() { conv_lp_matches_cpu_data(); }
   void conv_lp_activations_match_cpu() {
@@ -788,19 +929,10 @@ class TestOpConv : public QObject {
     const Tensor bias = random_tensor({g.C_out}, 73), dy = random_tensor(g.output_shape(), 74);
     const DType dt = t.dtype;
     const Layout l = t.layout;
-    const double u = unit_roundoff(dt);
     const ConvOut c =
         conv_lp(cpu_reference(), g, x, w, bias, dy, dt, Layout::NCHW, Layout::NCHW, dt);
     const ConvOut d = conv_lp(be, g, x, w, bias, dy, dt, l, l, dt);
-    const int64_t plane = g.H_out * g.W_out;
-    const auto bound_scale = [&](const std::string& what, const Tensor& r, int64_t i) -> double {
-      const double v = std::abs(double(at(r, i)));
-      if (what == "y") return 2 * std::abs(double(at(r, i)) - at(bias, (i / plane) % g.C_out)) + 2 * v;
-      if (what == "db") return 0.0;
-      return 3 * v;
-    };
-    const QString m = first_outside(c, d, dt, l, [&](const std::string& what, const Tensor& r,
-                                                     int64_t i) { return u * bound_scale(what, r, i); });
+    const QString m = first_outside(c, d, dt, l, lp_activations_bound(dt, g, bias));
     QVERIFY2(m.isEmpty(), qPrintable(m));
     TB_GPU_CATCH
   }
@@ -1395,13 +1527,8 @@ class TestOpConv : public QObject {
                                 {Impl::CpuReference, Layout::NHWC, DType::F32},
                                 {Impl::CpuFast, Layout::NCHW, DType::F32}};
     for (const Target& t : cuda_targets()) targets.push_back(t);
-    // fmnist-cnn's block1 (batch 4; padded to 8 channels) and resnet18's stem
-    // (3x16x16 padded to 8, batch 2): the rows test_channels_last runs.
-    const ConvCase cases[] = {{"fmnist block1", 4, 1, 28, 28, 32, 3, 1, 1},
-                              {"fmnist block1 pad 8", 4, 8, 28, 28, 32, 3, 1, 1},
-                              {"resnet18 stem pad 8", 2, 8, 16, 16, 64, 3, 1, 1}};
     for (const Target& t : targets)
-      for (const ConvCase& c : cases)
+      for (const ConvCase& c : kZeroMeanDyCases)
         for (bool acc : {false, true})
           QTest::addRow("%s: %s%s", t.name().c_str(), c.name, acc ? " accumulate" : "")
               << t << c << acc;
@@ -1416,24 +1543,7 @@ class TestOpConv : public QObject {
     const Tensor x = random_tensor(g.input_shape(), DType::F32, rng);
     const Tensor w = random_tensor(g.weight_shape(), DType::F32, rng);
     const Tensor db0 = random_tensor({g.C_out}, DType::F32, rng);
-    // dy (NCHW on the host) with each channel's mean removed.
-    Tensor dy = random_tensor(g.output_shape(), DType::F32, rng);
-    const int64_t P = g.H_out * g.W_out, m = g.N * P;
-    float* d = dy.data_as<float>();
-    std::vector<double> exact(size_t(g.C_out), 0.0), magnitude(size_t(g.C_out), 0.0);
-    for (int64_t co = 0; co < g.C_out; ++co) {
-      double mean = 0.0;
-      for (int64_t n = 0; n < g.N; ++n)
-        for (int64_t i = 0; i < P; ++i) mean += d[(n * g.C_out + co) * P + i];
-      mean /= double(m);
-      for (int64_t n = 0; n < g.N; ++n)
-        for (int64_t i = 0; i < P; ++i) {
-          float& v = d[(n * g.C_out + co) * P + i];
-          v = float(v - mean);
-          exact[size_t(co)] += v;  // exact enough: double error m·2^-53·Σ|dy|
-          magnitude[size_t(co)] += std::abs(v);
-        }
-    }
+    const ZeroMeanDy z = zero_mean_dy(g, rng);
     // db inside a gradient block, after a weight-sized run of floats (Model::build's order).
     const int64_t wn = shape_numel(g.weight_shape());
     const Tensor grads = be.empty({1 + wn + g.C_out}, DType::F32);
@@ -1442,36 +1552,148 @@ class TestOpConv : public QObject {
     be.copy(to_device(be, db0), dbv);
     be.fill(dwv, 0.0);
     const Tensor xd = to_device(be, x, t.layout), wd = to_device(be, w, t.layout);
-    const Tensor dyd = to_device(be, dy, t.layout);
+    const Tensor dyd = to_device(be, z.dy, t.layout);
     Tensor dx = be.empty(g.input_shape(), DType::F32, t.layout);
     conv::backward(be, g, xd, wd, dyd, dx, dwv, dbv, accumulate);
-    const Tensor got = to_host(be, dbv);
-    const double u32 = std::ldexp(1.0, -24);
-    const double u_acc = t.on_gpu() ? std::ldexp(1.0, -53) : u32;
+    const double u_acc = t.on_gpu() ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
     double worst = 0.0;
-    for (int64_t co = 0; co < g.C_out; ++co) {
-      const double s = exact[size_t(co)];
-      const double b0 = accumulate ? double(db0.data_as<float>()[co]) : 0.0;
-      const double want = b0 + s;
-      const double bound = double(m) * u_acc * magnitude[size_t(co)] + u32 * std::abs(s) +
-                           (accumulate ? u32 * (std::abs(want) + std::abs(s)) : 0.0) + 1e-30;
-      const double e = std::abs(double(got.data_as<float>()[co]) - want);
-      worst = std::max(worst, e / bound);
-      QVERIFY2(e <= bound, qPrintable(QString("%1 db[%2]: got %3, exact %4 (sum %5 of %6 "
-                                              "terms, sum|dy| %7): error %8 > bound %9")
-                                          .arg(QString::fromStdString(t.name()))
-                                          .arg(co)
-                                          .arg(got.data_as<float>()[co], 0, 'g', 9)
-                                          .arg(want, 0, 'g', 9)
-                                          .arg(s, 0, 'g', 3)
-                                          .arg(m)
-                                          .arg(magnitude[size_t(co)], 0, 'g', 3)
-                                          .arg(e, 0, 'g', 3)
-                                          .arg(bound, 0, 'g', 3)));
-    }
+    const QString m =
+        zero_mean_db_outside(t.name(), z, db0, accumulate, to_host(be, dbv), u_acc, &worst);
+    QVERIFY2(m.isEmpty(), qPrintable(m));
     tb::test::report_tolerance("fp32", worst, 1.0,
                                std::string("conv db of zero-mean dy, error / bound, ") + c.name);
     TB_GPU_CATCH
+  }
+
+  // The bias kernels (engine/backend/cuda/bias.cu) on the CUDA emulator
+  // (tests/cuda_emulator), here on any machine, as conv_cuda.cpp runs them:
+  // y += b onto the CPU reference's y without bias (f16/bf16: its lp y, as
+  // cuDNN writes one), db (+)= Σ dy, written and accumulated, both layouts,
+  // both of the emulator's thread orders; against the CPU reference with the
+  // GPU slots' bounds: f32 conv_matches_reference's (check_output), f16/bf16
+  // activations conv_lp_activations_match_cpu's (lp_activations_bound; the
+  // accumulated db the same bound on db_old + db, each side adding db_old
+  // once); and y bit for bit the add's own rule (bias_added), which those
+  // bounds, made for cuDNN's roundings, would not see. Shapes: C = 37 (a
+  // 32-channel group of 5), 2001 rows (1024-row slices, the second partial
+  // and no multiple of the 8 row sums) and HW = 667 (the NCHW walk ends
+  // mid-stride); 3136 rows (4 slices); a 1x1 output of 300 channels (the rows
+  // path in NCHW too: 5 rows for 8 row sums, 10 groups, the finish kernel
+  // over 2 blocks); HW = 25 of 256 threads (the NCHW block mostly idle
+  // lanes); an empty batch (db = 0).
+  void conv_bias_emulated_cuda_matches_cpu_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<ConvCase>("c");
+    const ConvCase cases[] = {{"3x2x23x29 -> 37, k3 p1", 3, 2, 23, 29, 37, 3, 1, 1},
+                              {"fmnist block1", 4, 1, 28, 28, 32, 3, 1, 1},
+                              {"1x1 output, 300 channels", 5, 3, 3, 3, 300, 3, 1, 0},
+                              {"2x3x9x9 -> 7, k3 s2 p1", 2, 3, 9, 9, 7, 3, 2, 1},
+                              {"empty batch", 0, 2, 5, 5, 3, 3, 1, 1}};
+    for (DType dt : {DType::F32, DType::F16, DType::BF16})
+      for (const Target& t : cuda_targets(dt))
+        for (const ConvCase& c : cases) QTest::addRow("%s: %s", t.name().c_str(), c.name) << t << c;
+  }
+  void conv_bias_emulated_cuda_matches_cpu() {
+    QFETCH(Target, target);
+    QFETCH(ConvCase, c);
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    const auto g = ConvGeometry::make(c.N, c.C_in, c.H, c.W, c.C_out, c.k, c.stride, c.pad);
+    std::mt19937_64 rng(131 + uint64_t(c.C_out));
+    const DType dt = target.dtype;
+    const Layout l = target.layout;
+    CpuBackend& ref = cpu_reference();
+    const ConvOracle o = conv_oracle(g, true, DType::F32, rng);
+    Tensor none, no_dx, no_dw;
+    // The CPU's y without bias (f32, or the lp y of the rounded operands),
+    // and the reference outputs the emulated kernels meet.
+    const Tensor xr = dt == DType::F32 ? o.x : lp_of(ref, o.x, dt);
+    const Tensor wr = dt == DType::F32 ? o.w : lp_of(ref, o.w, dt);
+    const Tensor dyr = dt == DType::F32 ? o.dy : lp_of(ref, o.dy, dt);
+    Tensor y_nb = Tensor::empty(g.output_shape(), dt);
+    conv::forward(ref, g, xr, wr, none, y_nb);
+    ConvOut want;
+    Tensor want_acc = clone(o.db_old);
+    if (dt == DType::F32) {
+      want.y = o.y, want.db = o.db, want_acc = o.db_acc;
+    } else {
+      want = conv_lp(ref, g, o.x, o.w, o.b, o.dy, dt, Layout::NCHW, Layout::NCHW, dt);
+      conv::backward(ref, g, xr, wr, dyr, no_dx, no_dw, want_acc, true);
+    }
+    const Target f32{Impl::Cuda, l, DType::F32};
+    for (tb_emu::Schedule order : {tb_emu::Schedule::forward, tb_emu::Schedule::reverse}) {
+      EmulatorSchedule use(order);
+      const std::string ep = std::string(" (emulated, ") + schedule_name(order) + ")";
+      Tensor y = in_layout(clone(y_nb), l);
+      emulated_add_bias(g, o.b, y);
+      QVERIFY2(bitwise_equal(bias_added(g, y_nb, o.b), to_nchw(y)),
+               qPrintable(QString::fromStdString("y is not round(y + b) bit for bit" + ep)));
+      const Tensor dyl = in_layout(dyr, l);
+      Tensor db = Tensor::empty({g.C_out}, DType::F32), db_acc = clone(o.db_old);
+      std::fill_n(db.data_as<float>(), g.C_out, std::nanf(""));  // written, not left
+      emulated_bias_grad(g, dyl, db, false);
+      emulated_bias_grad(g, dyl, db_acc, true);
+      if (dt == DType::F32) {
+        EXPECT_OUTPUT(f32, "", g, "y" + ep, want.y, y);
+        EXPECT_OUTPUT(f32, "", g, "db" + ep, want.db, db);
+        EXPECT_OUTPUT(f32, "", g, "accumulated db" + ep, want_acc, db_acc);
+      } else {
+        const BoundOf bound = lp_activations_bound(dt, g, o.b);
+        QString m = first_outside(want, ConvOut{host_f32(ref, y), {}, {}, db}, dt, l, bound);
+        QVERIFY2(m.isEmpty(), qPrintable(m + QString::fromStdString(ep)));
+        m = first_outside(ConvOut{{}, {}, {}, want_acc}, ConvOut{{}, {}, {}, db_acc}, dt, l, bound);
+        QVERIFY2(m.isEmpty(), qPrintable("accumulated " + m + QString::fromStdString(ep)));
+      }
+    }
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
+  }
+
+  // conv_bias_grad_of_zero_mean_dy on the emulated bias gradient (bias.cu on
+  // the CUDA emulator): the same dy, shapes and flat-block view, written and
+  // accumulated, both layouts and thread orders, the CUDA side's bound (sums
+  // in double).
+  void conv_bias_grad_emulated_of_zero_mean_dy_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<ConvCase>("c");
+    QTest::addColumn<bool>("accumulate");
+    for (const Target& t : cuda_targets())
+      for (const ConvCase& c : kZeroMeanDyCases)
+        for (bool acc : {false, true})
+          QTest::addRow("%s: %s%s", t.name().c_str(), c.name, acc ? " accumulate" : "")
+              << t << c << acc;
+  }
+  void conv_bias_grad_emulated_of_zero_mean_dy() {
+    QFETCH(Target, target);
+    QFETCH(ConvCase, c);
+    QFETCH(bool, accumulate);
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    const auto g = ConvGeometry::make(c.N, c.C_in, c.H, c.W, c.C_out, c.k, c.stride, c.pad);
+    std::mt19937_64 rng(71);  // conv_bias_grad_of_zero_mean_dy's draws
+    random_tensor(g.input_shape(), DType::F32, rng);
+    random_tensor(g.weight_shape(), DType::F32, rng);
+    const Tensor db0 = random_tensor({g.C_out}, DType::F32, rng);
+    const ZeroMeanDy z = zero_mean_dy(g, rng);
+    const Tensor dyl = in_layout(z.dy, target.layout);
+    const int64_t wn = shape_numel(g.weight_shape());
+    const Tensor grads = Tensor::empty({1 + wn + g.C_out}, DType::F32);
+    for (tb_emu::Schedule order : {tb_emu::Schedule::forward, tb_emu::Schedule::reverse}) {
+      EmulatorSchedule use(order);
+      Tensor dbv = Tensor::view_of(grads, 1 + wn, {g.C_out});
+      std::memcpy(dbv.data(), db0.data(), db0.nbytes());
+      emulated_bias_grad(g, dyl, dbv, accumulate);
+      double worst = 0.0;
+      const QString m = zero_mean_db_outside(target.name() + " emulated " + schedule_name(order), z,
+                                             db0, accumulate, dbv, std::ldexp(1.0, -53), &worst);
+      QVERIFY2(m.isEmpty(), qPrintable(m));
+    }
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
   }
 
   void conv_plan_cache_and_policies() {
