@@ -8,23 +8,126 @@
 //
 // All exact except sum_squares (1e-12 relative: a sum of up to 1.2 M squares
 // in double, another order), each target against the CPU reference.
+// The CUDA memory kernels (engine/backend/cuda/memory.cu: fill, f32 <-> f64
+// casts, layout conversion) also run on the CUDA emulator
+// (tests/cuda_emulator), on every machine, called as cuda_backend.cpp's fill
+// and copy call them: bit for bit against the CPU backend, both thread
+// orders, with the host roundings half_bits/bfloat16_bits against the
+// emulator's and the CPU's (the *_emulated_* slots).
 // GPU rows and slots QSKIP with the reason where there is no device.
 #include <QtTest>
 
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/error.h"
+#include "engine/ops/amp/amp.h"
 #include "engine/ops/conv/conv_cudnn.h"
 #include "engine/ops/optimizer/optimizer.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/tensor_helpers.h"
+#include "tests/cuda_emulator/emulated_slot.h"
+#if defined(TRAINBENCH_CUDA_EMULATED)
+#include "tests/cuda_emulator/begin_emulated.h"
+#include "engine/backend/cuda/kernels.h"
+#include "tests/cuda_emulator/end_emulated.h"
+#endif
 
 using namespace tb;
 using namespace tb::test;
+
+namespace {
+
+#if defined(TRAINBENCH_CUDA_EMULATED)
+// n elements of es bytes between two runs of guard bytes: what a kernel
+// writes past either end of its range shows.
+class Guarded {
+ public:
+  Guarded(int64_t n, size_t es) : size_(size_t(n) * es), bytes_(size_ + 2 * kGuard, kMark) {}
+  void* data() { return bytes_.data() + kGuard; }
+  bool guards_intact() const {
+    for (size_t i = 0; i < kGuard; ++i)
+      if (bytes_[i] != kMark || bytes_[kGuard + size_ + i] != kMark) return false;
+    return true;
+  }
+  bool holds(const Tensor& t) const {
+    return t.nbytes() == size_ && std::memcmp(bytes_.data() + kGuard, t.data(), size_) == 0;
+  }
+
+ private:
+  static constexpr size_t kGuard = 64;  // keeps data() 16-byte aligned
+  static constexpr unsigned char kMark = 0xA5;
+  size_t size_;
+  std::vector<unsigned char> bytes_;
+};
+
+// A host tensor of random bytes (every bit pattern, NaNs included: the
+// kernels under test move bits).
+Tensor random_bytes(const Shape& s, DType t, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Tensor x = Tensor::empty(s, t);
+  for (size_t i = 0; i < x.nbytes(); ++i)
+    static_cast<unsigned char*>(x.data())[i] = static_cast<unsigned char>(rng());
+  return x;
+}
+
+bool is_f16_nan(uint16_t h) { return (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0; }
+bool is_bf16_nan(uint16_t b) { return (b & 0x7f80u) == 0x7f80u && (b & 0x7fu) != 0; }
+
+float float_of_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// CudaBackend::fill's element of `value` in dtype t (cuda_backend.cpp), with
+// memory.cu's half_bits/bfloat16_bits as the emulator built them.
+uint64_t emulated_fill_bits(DType t, double value) {
+  uint64_t bits = 0;
+  switch (t) {
+    case DType::F32: {
+      const float v = float(value);
+      std::memcpy(&bits, &v, 4);
+      break;
+    }
+    case DType::F64: std::memcpy(&bits, &value, 8); break;
+    case DType::I32: {
+      const int32_t v = int32_t(value);
+      std::memcpy(&bits, &v, 4);
+      break;
+    }
+    case DType::U8: bits = uint8_t(value); break;
+    case DType::F16: bits = tb::cuda_emu::half_bits(float(value)); break;
+    case DType::BF16: bits = tb::cuda_emu::bfloat16_bits(float(value)); break;
+  }
+  return bits;
+}
+
+// CudaBackend::copy's conversion of src (host) into dst's layout or dtype
+// with memory.cu on the emulator, dst's bytes in `out`.
+void emulated_convert(const Tensor& src, const Tensor& dst, Guarded& out) {
+  if (src.dtype() != dst.dtype()) {
+    if (src.dtype() == DType::F32)
+      tb::cuda_emu::launch_cast_f32_f64(src.data_as<float>(), static_cast<double*>(out.data()),
+                                        src.numel(), nullptr);
+    else
+      tb::cuda_emu::launch_cast_f64_f32(src.data_as<double>(), static_cast<float*>(out.data()),
+                                        src.numel(), nullptr);
+    return;
+  }
+  tb::cuda_emu::launch_convert_layout(src.data(), out.data(), src.n(), src.c(), src.h(), src.w(),
+                                      int(dtype_size(src.dtype())),
+                                      dst.layout() == Layout::NHWC, nullptr);
+}
+#endif
+
+}  // namespace
 
 class TestOpTensor : public QObject {
   Q_OBJECT
@@ -197,6 +300,287 @@ class TestOpTensor : public QObject {
             for (int64_t w = 0; w < 5; ++w)
               QCOMPARE(n * s[0] + c * s[1] + h * s[2] + w * s[3], offset4(l, 3, 4, 5, n, c, h, w));
     }
+  }
+
+  // ------------------------------------------------------------ the memory kernels, emulated
+
+  // CudaBackend::fill on the emulator: the element bits it computes (f16 and
+  // bf16 through half_bits/bfloat16_bits) written by launch_fill over odd
+  // sizes (a partial block; 70001: 274 blocks), against the CPU's fill (f16,
+  // bf16: the CPU's cast of the f32 fill, the engine's rounding), nothing
+  // written past either end. Values that round (1/3, -2/3, 0.1).
+  void fill_emulated_matches_cpu_data() {
+    QTest::addColumn<DType>("dtype");
+    QTest::addColumn<double>("value");
+    const std::pair<DType, double> rows[] = {{DType::F32, -2.75},     {DType::F32, 0.1},
+                                             {DType::F64, 1.0 / 3.0}, {DType::I32, -7},
+                                             {DType::U8, 200},        {DType::F16, 1.0 / 3.0},
+                                             {DType::F16, -70000},    {DType::BF16, -2.0 / 3.0}};
+    for (const auto& [dt, v] : rows) QTest::addRow("%s %g", dtype_name(dt), v) << dt << v;
+  }
+  void fill_emulated_matches_cpu() {
+    QFETCH(DType, dtype);
+    QFETCH(double, value);
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    CpuBackend& cpu = cpu_reference();
+    const size_t es = dtype_size(dtype);
+    for (int64_t n : {int64_t(1), int64_t(255), int64_t(257), int64_t(70001)}) {
+      Tensor want = Tensor::empty({n}, dtype);
+      if (dtype == DType::F16 || dtype == DType::BF16) {
+        Tensor f = Tensor::empty({n}, DType::F32);
+        cpu.fill(f, value);
+        amp::cast(cpu, f, want);
+      } else {
+        cpu.fill(want, value);
+      }
+      for (tb_emu::Schedule order : {tb_emu::Schedule::forward, tb_emu::Schedule::reverse}) {
+        EmulatorSchedule use(order);
+        Guarded got(n, es);
+        tb::cuda_emu::launch_fill(got.data(), n, int(es), emulated_fill_bits(dtype, value),
+                                  nullptr);
+        const QString what = QString("%1 elements, %2").arg(n).arg(schedule_name(order));
+        QVERIFY2(got.holds(want), qPrintable("differs from the CPU's fill: " + what));
+        QVERIFY2(got.guards_intact(), qPrintable("wrote outside its range: " + what));
+      }
+    }
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
+  }
+
+  // launch_fill's contract on its own: each element is the pattern's low
+  // elem_size bytes, for every size; n <= 0 launches nothing; another
+  // element size is refused by name.
+  void fill_emulated_writes_the_pattern() {
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    const uint64_t pattern = 0x8877665544332211ull;
+    for (int es : {1, 2, 4, 8})
+      for (int64_t n : {int64_t(1), int64_t(7), int64_t(257), int64_t(1025)}) {
+        Guarded got(n, size_t(es));
+        tb::cuda_emu::launch_fill(got.data(), n, es, pattern, nullptr);
+        Tensor want = Tensor::empty({n * es}, DType::U8);
+        for (int64_t i = 0; i < n * es; ++i)
+          want.data_as<uint8_t>()[i] = uint8_t(pattern >> (8 * (i % es)));
+        QVERIFY2(got.holds(want), qPrintable(QString("%1-byte elements, n = %2").arg(es).arg(n)));
+        QVERIFY(got.guards_intact());
+      }
+    Guarded untouched(4, 8);
+    const int64_t launches = tb_emu::counters().launches;
+    tb::cuda_emu::launch_fill(untouched.data(), 0, 8, pattern, nullptr);
+    tb::cuda_emu::launch_fill(untouched.data(), -3, 8, pattern, nullptr);
+    QCOMPARE(tb_emu::counters().launches, launches);
+    QVERIFY(untouched.guards_intact());
+    const QString m =
+        qerror_of([&] { tb::cuda_emu::launch_fill(untouched.data(), 4, 3, 0, nullptr); });
+    QVERIFY2(m.contains("unsupported element size 3"), qPrintable(m));
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
+  }
+
+  // memory.cu's host roundings (CudaBackend::fill's f16/bf16 values) as the
+  // emulator built them, against the emulator's own conversion and the
+  // CPU's (amp::cast): the same bits for every finite value probed, NaN a
+  // NaN (the GPU's canonical 0x7fff; the CPU keeps the sign and payload).
+  // Probes: every f16 and bf16 value, the midpoint to the next one (ties
+  // to even) and the floats either side of it, both signs; overflow and the
+  // subnormal edges; and every 4093rd f32 bit pattern.
+  void half_bits_emulated_match_cpu_rounding() {
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    std::vector<float> probes;
+    const auto around = [&](float v) {
+      for (float p : {v, std::nextafter(v, 0.0f), std::nextafter(v, INFINITY)})
+        probes.insert(probes.end(), {p, -p});
+    };
+    for (uint32_t h = 0; h < 0x7c00u; ++h) {
+      const float v = float(f16_to_double(uint16_t(h)));
+      const float next = h == 0x7bffu ? 65536.0f : float(f16_to_double(uint16_t(h + 1)));
+      around(v);
+      around((v + next) / 2);  // exact: 12 significant bits
+    }
+    for (uint32_t b = 0; b < 0x7f80u; ++b) {
+      around(float_of_bits(b << 16));
+      around(float_of_bits((b << 16) | 0x8000u));  // the midpoint to b + 1
+    }
+    for (uint32_t u : {0x7f800000u, 0x7fc00000u, 0x7f800001u, 0x7fffffffu, 0xffc00001u})
+      probes.push_back(float_of_bits(u));
+    for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 4093)
+      probes.push_back(float_of_bits(uint32_t(u)));
+    Tensor f = Tensor::empty({int64_t(probes.size())}, DType::F32);
+    std::memcpy(f.data(), probes.data(), f.nbytes());
+    CpuBackend& cpu = cpu_reference();
+    for (DType dt : {DType::F16, DType::BF16}) {
+      const bool f16 = dt == DType::F16;
+      const Tensor c = amp::cast_to(cpu, f, dt);
+      for (size_t i = 0; i < probes.size(); ++i) {
+        const float v = probes[i];
+        const uint16_t got = f16 ? tb::cuda_emu::half_bits(v) : tb::cuda_emu::bfloat16_bits(v);
+        const uint16_t emu = f16 ? tb_emu::half_bits_rn(v) : tb_emu::bfloat16_bits_rn(v);
+        const uint16_t want = c.data_as<uint16_t>()[i];
+        const bool ok = std::isnan(v)
+                            ? got == 0x7fffu && (f16 ? is_f16_nan(want) : is_bf16_nan(want))
+                            : got == want && got == emu;
+        if (!ok)
+          QFAIL(qPrintable(QString("%1 of %2 (bits 0x%3): memory.cu 0x%4, emulator 0x%5, cpu 0x%6")
+                               .arg(dtype_name(dt))
+                               .arg(double(v), 0, 'g', 9)
+                               .arg(tb_emu::float_bits(v), 8, 16, QChar('0'))
+                               .arg(got, 4, 16, QChar('0'))
+                               .arg(emu, 4, 16, QChar('0'))
+                               .arg(want, 4, 16, QChar('0'))));
+      }
+    }
+    // The hand-checked cases: ties to even, overflow, the smallest subnormal's half.
+    QCOMPARE(tb::cuda_emu::half_bits(1.0f / 3.0f), uint16_t(0x3555));
+    QCOMPARE(tb::cuda_emu::half_bits(65519.0f), uint16_t(0x7bff));
+    QCOMPARE(tb::cuda_emu::half_bits(65520.0f), uint16_t(0x7c00));
+    QCOMPARE(tb::cuda_emu::half_bits(std::ldexp(1.0f, -25)), uint16_t(0));
+    QCOMPARE(tb::cuda_emu::half_bits(std::ldexp(3.0f, -25)), uint16_t(2));
+    QCOMPARE(tb::cuda_emu::bfloat16_bits(1.0f + std::ldexp(1.0f, -8)), uint16_t(0x3f80));
+    QCOMPARE(tb::cuda_emu::bfloat16_bits(1.0f + std::ldexp(3.0f, -8)), uint16_t(0x3f82));
+#else
+    QSKIP(kNoEmulator);
+#endif
+  }
+
+  // CudaBackend::copy's f32 <-> f64 conversion on the emulator (cast_kernel)
+  // against the CPU's copy, bit for bit (NaN a NaN), over odd sizes: ±0,
+  // ±inf, NaN, f32 subnormals, and doubles from 2^-160 to 2^140 (f32's
+  // subnormals, overflow to inf, ties to even) ahead of random values.
+  void cast_emulated_f32_f64_matches_cpu_data() {
+    QTest::addColumn<DType>("from");
+    QTest::newRow("f32 -> f64") << DType::F32;
+    QTest::newRow("f64 -> f32") << DType::F64;
+  }
+  void cast_emulated_f32_f64_matches_cpu() {
+    QFETCH(DType, from);
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    const DType to = from == DType::F32 ? DType::F64 : DType::F32;
+    const double specials[] = {
+        0.0, -0.0, INFINITY, -INFINITY, NAN, FLT_TRUE_MIN, -FLT_MIN, FLT_MAX, DBL_MAX, DBL_TRUE_MIN,
+        1.0 + std::ldexp(1.0, -24), 1.0 + std::ldexp(3.0, -24),  // ties to even
+        std::ldexp(1.0, -150), std::ldexp(3.0, -150),            // ties at f32's least subnormal
+        double(FLT_MAX) + std::ldexp(1.0, 103),                  // the tie at overflow: inf
+        double(FLT_MAX) + std::ldexp(1.0, 102)};
+    for (int64_t n : {int64_t(1), int64_t(257), int64_t(70001)}) {
+      std::mt19937_64 rng{uint64_t(n)};
+      std::uniform_real_distribution<double> mant(-2.0, 2.0);
+      std::uniform_int_distribution<int> exp2(-160, 140);
+      Tensor src = Tensor::empty({n}, from);
+      for (int64_t i = 0; i < n; ++i) {
+        double v = mant(rng);
+        if (i < int64_t(std::size(specials)))
+          v = specials[i];
+        else if (i < 4096)
+          v = std::ldexp(v, exp2(rng));
+        if (from == DType::F32)
+          src.data_as<float>()[i] = float(v);
+        else
+          src.data_as<double>()[i] = v;
+      }
+      Tensor want = Tensor::empty({n}, to);
+      cpu_reference().copy(src, want);
+      for (tb_emu::Schedule order : {tb_emu::Schedule::forward, tb_emu::Schedule::reverse}) {
+        EmulatorSchedule use(order);
+        Guarded got(n, dtype_size(to));
+        emulated_convert(src, want, got);
+        QVERIFY(got.guards_intact());
+        if (got.holds(want)) continue;
+        Tensor g = Tensor::empty({n}, to);
+        std::memcpy(g.data(), got.data(), g.nbytes());
+        for (int64_t i = 0; i < n; ++i) {
+          const double a = value_at(want, i), b = value_at(g, i);
+          const bool same = std::isnan(a)
+                                ? std::isnan(b)
+                                : std::memcmp(static_cast<char*>(want.data()) + i * dtype_size(to),
+                                              static_cast<char*>(g.data()) + i * dtype_size(to),
+                                              dtype_size(to)) == 0;
+          QVERIFY2(same, qPrintable(QString("%1 elements, %2: [%3] %4 -> cpu %5, emulated %6")
+                                        .arg(n)
+                                        .arg(schedule_name(order))
+                                        .arg(i)
+                                        .arg(value_at(src, i), 0, 'g', 17)
+                                        .arg(a, 0, 'g', 17)
+                                        .arg(b, 0, 'g', 17)));
+        }
+      }
+    }
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
+  }
+
+  // CudaBackend::copy's layout conversion on the emulator (transpose_kernel
+  // through its 32x32 tile) against the CPU's copy, bit for bit, each
+  // element size (u8, f16, f32, f64), NCHW -> NHWC and back, both thread
+  // orders, nothing written past either end. Shapes: partial tiles both
+  // ways, channels over a tile (37, 70), HW = 1, one channel of 1155, 40
+  // images of one partial tile.
+  void layout_conversion_emulated_matches_cpu_data() {
+    QTest::addColumn<DType>("dtype");
+    QTest::addColumn<Shape>("shape");
+    for (DType dt : {DType::U8, DType::F16, DType::F32, DType::F64})
+      for (const Shape& s : {Shape{2, 3, 5, 7}, Shape{3, 37, 6, 11}, Shape{1, 64, 1, 1},
+                             Shape{2, 1, 33, 35}, Shape{2, 70, 5, 13}, Shape{40, 5, 3, 3}})
+        QTest::addRow("%s %s", dtype_name(dt), shape_str(s).c_str()) << dt << s;
+  }
+  void layout_conversion_emulated_matches_cpu() {
+    QFETCH(DType, dtype);
+    QFETCH(Shape, shape);
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    CpuBackend& cpu = cpu_reference();
+    const Tensor nchw = random_bytes(shape, dtype, 17 + uint64_t(shape_numel(shape)));
+    Tensor nhwc = Tensor::empty(shape, dtype, Device::cpu(), Layout::NHWC);
+    cpu.copy(nchw, nhwc);
+    for (tb_emu::Schedule order : {tb_emu::Schedule::forward, tb_emu::Schedule::reverse}) {
+      EmulatorSchedule use(order);
+      for (const auto& [src, want] : {std::pair{nchw, nhwc}, std::pair{nhwc, nchw}}) {
+        Guarded got(src.numel(), dtype_size(dtype));
+        emulated_convert(src, want, got);
+        const QString what =
+            QString("%1 -> %2, %3")
+                .arg(layout_name(src.layout()), layout_name(want.layout()), schedule_name(order));
+        QVERIFY2(got.holds(want), qPrintable("differs from the CPU's copy: " + what));
+        QVERIFY2(got.guards_intact(), qPrintable("wrote outside its range: " + what));
+      }
+    }
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
+  }
+
+  // What launch_convert_layout refuses, by name, before launching: another
+  // element size, and rows past the grid's y limit (65535 tiles); an empty
+  // tensor launches nothing.
+  void layout_conversion_emulated_refusals() {
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    std::vector<unsigned char> a(2 * 65536 * 32 + 64), b(a.size());
+    QString m = qerror_of([&] {
+      tb::cuda_emu::launch_convert_layout(a.data(), b.data(), 1, 2, 3, 4, 3, true, nullptr);
+    });
+    QVERIFY2(m.contains("unsupported element size 3"), qPrintable(m));
+    const int64_t rows = 65535 * 32 + 1;  // one tile row past the grid
+    m = qerror_of([&] {
+      tb::cuda_emu::launch_convert_layout(a.data(), b.data(), 1, rows, 1, 1, 1, true, nullptr);
+    });
+    QVERIFY2(m.contains("rows exceed the kernel's grid"), qPrintable(m));
+    const int64_t launches = tb_emu::counters().launches;
+    tb::cuda_emu::launch_convert_layout(a.data(), b.data(), 0, 3, 4, 5, 4, true, nullptr);
+    tb::cuda_emu::launch_convert_layout(a.data(), b.data(), 2, 3, 0, 5, 4, false, nullptr);
+    QCOMPARE(tb_emu::counters().launches, launches);
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
   }
 
   // ------------------------------------------------------------ sum of squares
