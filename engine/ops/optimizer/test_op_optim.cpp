@@ -5,8 +5,12 @@
 // per-tensor vs multi-tensor bit equality, no-decay slots; every target's step
 // against the CPU reference (optimizer_step_matches_reference: per-tensor and
 // multi-tensor bit-identical on the target, parameters and state within 1e-5
-// relative + 1e-6 of the reference); LR schedules and scaling, global-norm
-// clipping, and gradient accumulation against one big batch.
+// relative + 1e-6 of the reference); the CUDA kernels (optimizer.cu,
+// sum_squares.cu) on the CUDA emulator with the GPU slots' bounds, both
+// thread orders: every optimizer at the chunk edges and over 130 tensors, a
+// graph replay's device constants and AMP's skipped step bit for bit, the sum
+// of squares; LR schedules and scaling, global-norm clipping, and gradient
+// accumulation against one big batch.
 // GPU rows QSKIP with the reason where there is no device.
 #include <QtTest>
 #include <cmath>
@@ -24,6 +28,12 @@
 #include "engine/optim/schedule.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/tensor_helpers.h"
+#include "tests/cuda_emulator/emulated_slot.h"
+#if defined(TRAINBENCH_CUDA_EMULATED)
+#include "tests/cuda_emulator/begin_emulated.h"
+#include "engine/ops/optimizer/optimizer.cuh"
+#include "tests/cuda_emulator/end_emulated.h"
+#endif
 
 using namespace tb;
 using namespace tb::test;
@@ -107,6 +117,205 @@ void fill_random(Tensor& t, std::mt19937_64& rng) {
       t.data_as<float>()[i] = float(d(rng));
   }
 }
+
+// ---------------------------------------------------------------- a step vs the reference
+
+// Sizes around the 65536-element chunk; the last slot takes no decay.
+const std::vector<int64_t> kChunkEdgeSizes{1, 300, 65536, 70001, 131073, 17};
+
+// The optimizers and settings every target's step is checked with.
+struct StepCase {
+  const char* name;
+  OptimizerKind kind;
+  float momentum;
+  bool nesterov;
+  float wd;
+};
+const StepCase kStepCases[] = {
+    {"sgd", OptimizerKind::SGD, 0.0f, false, 0.0f},
+    {"sgd momentum wd", OptimizerKind::SGD, 0.9f, false, 5e-4f},
+    {"sgd nesterov", OptimizerKind::SGD, 0.9f, true, 1e-4f},
+    {"adamw", OptimizerKind::AdamW, 0.0f, false, 0.05f},
+    {"rmsprop", OptimizerKind::RMSProp, 0.0f, false, 1e-4f},
+    {"rmsprop momentum", OptimizerKind::RMSProp, 0.8f, false, 0.0f},
+    {"lars", OptimizerKind::LARS, 0.9f, false, 5e-4f},
+    {"lamb", OptimizerKind::LAMB, 0.0f, false, 0.01f}};
+
+// One side's parameters, gradients and states, tensor by tensor.
+struct StepSet {
+  std::vector<Tensor> p, g, s1, s2;
+};
+
+// The starting values of every side (host, f32): p and g in [-1, 1).
+// Second moments are positive: state2 (AdamW, LAMB), or state1 for RMSProp
+// (its mean square; a negative one makes the step NaN).
+StepSet random_step_set(OptimizerKind kind, const std::vector<int64_t>& sizes) {
+  StepSet s;
+  const bool rms = kind == OptimizerKind::RMSProp;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const Shape sh{sizes[i]};
+    s.p.push_back(random_tensor(sh, 100 + i, -1, 1));
+    s.g.push_back(random_tensor(sh, 200 + i, -1, 1));
+    s.s1.push_back(rms ? random_tensor(sh, 300 + i, 0.01, 0.1)
+                       : random_tensor(sh, 300 + i, -0.1, 0.1));
+    s.s2.push_back(rms ? random_tensor(sh, 400 + i, -0.1, 0.1)
+                       : random_tensor(sh, 400 + i, 0.01, 0.1));
+  }
+  return s;
+}
+
+StepSet copied(Backend& be, const StepSet& s, bool to_backend) {
+  StepSet o;
+  const auto each = [&](const std::vector<Tensor>& from, std::vector<Tensor>& to) {
+    for (const Tensor& t : from) to.push_back(to_backend ? to_device(be, t) : to_host(be, t));
+  };
+  each(s.p, o.p), each(s.g, o.g), each(s.s1, o.s1), each(s.s2, o.s2);
+  return o;
+}
+
+// The slots of a set; the last takes no decay.
+std::vector<ParamSlot> slot_list(StepSet& s) {
+  std::vector<ParamSlot> v;
+  for (size_t i = 0; i < s.p.size(); ++i)
+    v.push_back({s.p[i], s.g[i], s.s1[i], s.s2[i], i + 1 != s.p.size()});
+  return v;
+}
+
+// A CUDA side after the same steps as the CPU reference's `ref` (host copies:
+// `per` from per-tensor launches, `multi` from multi-tensor ones): "" or the
+// first thing that differs. The two paths agree bit for bit; parameters and
+// states are within 1e-5 relative + 1e-6 of the reference; every parameter
+// moved from its start (random_step_set). `report`: the precision of the
+// tb-tolerance lines, or null for none.
+std::string cuda_steps_differ(const StepSet& ref, const StepSet& per, const StepSet& multi,
+                              const std::string& who, const char* report = "fp32") {
+  for (size_t i = 0; i < ref.p.size(); ++i) {
+    const std::string slot = " (" + who + ", slot " + std::to_string(i) + ")";
+    if (!bitwise_equal(per.p[i], multi.p[i])) return "per-tensor vs multi-tensor" + slot;
+    if (!bitwise_equal(per.s1[i], multi.s1[i])) return "state1 per vs multi" + slot;
+    if (!bitwise_equal(per.s2[i], multi.s2[i])) return "state2 per vs multi" + slot;
+    const auto close = [&](const char* name, const Tensor& want, const Tensor& got) {
+      return compare(want, got, 1e-5, 1e-6, std::string(name) + " vs the reference " + who, false,
+                     report);
+    };
+    for (const Comparison& c : {close("parameters", ref.p[i], per.p[i]),
+                                close("state1", ref.s1[i], per.s1[i]),
+                                close("state2", ref.s2[i], per.s2[i])})
+      if (!c.ok) return c.msg;
+    if (bitwise_equal(random_tensor({ref.p[i].numel()}, 100 + i, -1, 1), per.p[i]))
+      return "parameter unchanged" + slot;
+  }
+  return "";
+}
+
+#if defined(TRAINBENCH_CUDA_EMULATED)
+namespace emu = tb::cuda_emu;
+
+// More tensors than opt_trust_kernel's 128-thread block (a second block, its
+// threads past the last tensor idle): 130 of 1..613 elements, one of 70001
+// (two chunks) among them.
+std::vector<int64_t> many_sizes() {
+  std::vector<int64_t> v;
+  for (int64_t i = 0; i < 130; ++i) v.push_back(i == 70 ? 70001 : (i * 97) % 613 + 1);
+  return v;
+}
+
+// optimizer_cuda.cpp's make_consts (file-local there): the constants in
+// double as the CPU backend forms them.
+emu::OptConsts emulated_consts(const OptimizerStep& s) {
+  emu::OptConsts k{};
+  k.kind = int(s.kind);
+  k.lr = s.lr, k.mu = s.momentum, k.wd = s.weight_decay, k.gs = s.grad_scale;
+  k.b1 = s.beta1, k.b2 = s.beta2, k.eps = s.eps, k.alpha = s.alpha, k.eta = s.trust_coefficient;
+  k.nesterov = s.nesterov;
+  const double t = double(s.step);
+  const double bc1 = 1.0 - std::pow(double(s.beta1), t);
+  const double bc2 = 1.0 - std::pow(double(s.beta2), t);
+  k.step_size = s.lr / bc1;
+  k.inv_sqrt_bc2 = 1.0 / std::sqrt(bc2);
+  k.inv_bc1 = 1.0 / bc1;
+  k.inv_bc2 = 1.0 / bc2;
+  return k;
+}
+
+// What a step on the CUDA backend may add: AMP's found_inf flag, and a
+// captured graph's replay (trick 24), whose launches carry the constants of
+// the step they were captured at (`captured`) while the kernels read `st`'s
+// from the device buffer launch_opt_set_consts wrote.
+struct EmulatedStepExtras {
+  const float* found_inf = nullptr;
+  const OptimizerStep* captured = nullptr;
+};
+
+// CudaKernels::step (optimizer_cuda.cpp) with the emulated launchers on host
+// tensors: the same chunk descriptors, the same launches per tensor or over
+// every chunk. Partials and trust start as NaN, so a value a kernel fails to
+// write shows.
+void step_emulated(const OptimizerStep& st, const std::vector<ParamSlot>& params, bool multi_tensor,
+                   const EmulatedStepExtras& extras = {}) {
+  const optimizer::States states = optimizer::needed_states(st);
+  std::vector<emu::OptChunk> chunks;
+  std::vector<int64_t> begin;
+  std::vector<int32_t> decay;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParamSlot& s = params[i];
+    float* s1 = states.state1 ? s.state1.data_as<float>() : nullptr;
+    float* s2 = states.state2 ? s.state2.data_as<float>() : nullptr;
+    float* p = s.param.data_as<float>();
+    const float* g = s.grad.data_as<float>();
+    begin.push_back(int64_t(chunks.size()));
+    decay.push_back(s.weight_decay ? 1 : 0);
+    for (int64_t off = 0; off < s.param.numel(); off += emu::kOptChunk)
+      chunks.push_back({p + off, g + off, s1 ? s1 + off : nullptr, s2 ? s2 + off : nullptr,
+                        std::min(emu::kOptChunk, s.param.numel() - off), int32_t(i),
+                        s.weight_decay ? 1 : 0});
+  }
+  begin.push_back(int64_t(chunks.size()));
+  const int64_t C = int64_t(chunks.size()), S = int64_t(params.size());
+  emu::OptConsts k = emulated_consts(extras.captured ? *extras.captured : st);
+  k.found_inf = extras.found_inf;
+  std::vector<double> dev(emu::kOptConstsBytes / sizeof(double));
+  if (extras.captured) {
+    emu::launch_opt_set_consts(emulated_consts(st), dev.data(), nullptr);
+    k.dev = dev.data();
+  }
+  const bool norms = st.kind == OptimizerKind::LARS || st.kind == OptimizerKind::LAMB;
+  std::vector<double> partials(size_t(2 * C), std::nan("")), trust(size_t(S), std::nan(""));
+  double* pa = norms ? partials.data() : nullptr;
+  double* tr = norms ? trust.data() : nullptr;
+  if (multi_tensor) {
+    if (norms) {
+      emu::launch_opt_norms(k, chunks.data(), 0, C, pa, nullptr);
+      emu::launch_opt_trust(k, pa, begin.data(), decay.data(), 0, S, tr, nullptr);
+    }
+    emu::launch_opt_elementwise(k, chunks.data(), 0, C, tr, nullptr);
+  } else {
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t first = begin[size_t(s)], count = begin[size_t(s) + 1] - first;
+      if (count == 0) continue;
+      if (norms) {
+        emu::launch_opt_norms(k, chunks.data(), first, count, pa, nullptr);
+        emu::launch_opt_trust(k, pa, begin.data(), decay.data(), s, 1, tr, nullptr);
+      }
+      emu::launch_opt_elementwise(k, chunks.data(), first, count, tr, nullptr);
+    }
+  }
+}
+
+// Every tensor of a set, for bit comparisons.
+std::vector<Tensor> all_of(const StepSet& s) {
+  std::vector<Tensor> v;
+  for (const auto* part : {&s.p, &s.g, &s.s1, &s.s2}) v.insert(v.end(), part->begin(), part->end());
+  return v;
+}
+
+bool same_bits(const StepSet& a, const StepSet& b) {
+  const std::vector<Tensor> x = all_of(a), y = all_of(b);
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!bitwise_equal(x[i], y[i])) return false;
+  return true;
+}
+#endif
 
 }  // namespace
 
@@ -353,14 +562,8 @@ class TestOpOptim : public QObject {
       auto add = [&](const char* name) -> QTestData& {
         return QTest::addRow("%s: %s", t.name().c_str(), name) << t;
       };
-      add("sgd") << int(OptimizerKind::SGD) << 0.0f << false << 0.0f;
-      add("sgd momentum wd") << int(OptimizerKind::SGD) << 0.9f << false << 5e-4f;
-      add("sgd nesterov") << int(OptimizerKind::SGD) << 0.9f << true << 1e-4f;
-      add("adamw") << int(OptimizerKind::AdamW) << 0.0f << false << 0.05f;
-      add("rmsprop") << int(OptimizerKind::RMSProp) << 0.0f << false << 1e-4f;
-      add("rmsprop momentum") << int(OptimizerKind::RMSProp) << 0.8f << false << 0.0f;
-      add("lars") << int(OptimizerKind::LARS) << 0.9f << false << 5e-4f;
-      add("lamb") << int(OptimizerKind::LAMB) << 0.0f << false << 0.01f;
+      for (const StepCase& c : kStepCases)
+        add(c.name) << int(c.kind) << c.momentum << c.nesterov << c.wd;
     }
   }
   void optimizer_step_matches_reference() {
@@ -374,60 +577,193 @@ class TestOpOptim : public QObject {
     st.kind = OptimizerKind(kind);
     st.lr = 0.01f, st.momentum = momentum, st.nesterov = nesterov, st.weight_decay = wd;
     st.grad_scale = 0.5f;
-    // Sizes around the 65536-element chunk; the last slot takes no decay.
-    const std::vector<int64_t> sizes{1, 300, 65536, 70001, 131073, 17};
-    struct Set {
-      std::vector<Tensor> p, g, s1, s2;
-    };
-    auto make = [&](Backend& be, bool device) {
-      Set s;
-      for (size_t i = 0; i < sizes.size(); ++i) {
-        auto mk = [&](uint64_t seed, double lo, double hi) {
-          Tensor h = random_tensor({sizes[i]}, seed, lo, hi);
-          if (!device) return h;
-          Tensor d = be.empty(h.shape(), DType::F32);
-          be.copy(h, d);
-          return d;
-        };
-        s.p.push_back(mk(100 + i, -1, 1));
-        s.g.push_back(mk(200 + i, -1, 1));
-        // Second moments are positive: state2 (AdamW, LAMB), or state1 for
-        // RMSProp (its mean square; a negative one makes the step NaN).
-        const bool rms = st.kind == OptimizerKind::RMSProp;
-        s.s1.push_back(rms ? mk(300 + i, 0.01, 0.1) : mk(300 + i, -0.1, 0.1));
-        s.s2.push_back(rms ? mk(400 + i, -0.1, 0.1) : mk(400 + i, 0.01, 0.1));
-      }
-      return s;
-    };
-    auto slot_list = [&](Set& s) {
-      std::vector<ParamSlot> v;
-      for (size_t i = 0; i < sizes.size(); ++i)
-        v.push_back({s.p[i], s.g[i], s.s1[i], s.s2[i], i + 1 != sizes.size()});
-      return v;
-    };
     CpuBackend& cpu = cpu_reference();
-    Set c = make(cpu, false), per = make(be, true), multi = make(be, true);
+    StepSet c = random_step_set(st.kind, kChunkEdgeSizes);
+    StepSet per = copied(be, c, true), multi = copied(be, c, true);
     for (int64_t t = 1; t <= 3; ++t) {
       st.step = t;
       optimizer::step(cpu, st, slot_list(c), false);
       optimizer::step(be, st, slot_list(per), false);
       optimizer::step(be, st, slot_list(multi), true);
     }
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      const Tensor pp = to_host(be, per.p[i]), pm = to_host(be, multi.p[i]);
-      QVERIFY2(bitwise_equal(pp, pm),
-               ("per-tensor vs multi-tensor, slot " + std::to_string(i)).c_str());
-      const Tensor s1 = to_host(be, per.s1[i]), s2 = to_host(be, per.s2[i]);
-      QVERIFY2(bitwise_equal(s1, to_host(be, multi.s1[i])), "state1 per vs multi");
-      QVERIFY2(bitwise_equal(s2, to_host(be, multi.s2[i])), "state2 per vs multi");
-      EXPECT_CLOSE(c.p[i], pp, 1e-5, 1e-6, "parameters vs the reference " + target.name());
-      EXPECT_CLOSE(c.s1[i], s1, 1e-5, 1e-6, "state1 vs the reference " + target.name());
-      EXPECT_CLOSE(c.s2[i], s2, 1e-5, 1e-6, "state2 vs the reference " + target.name());
-      // Every parameter moved.
-      const Tensor p0 = random_tensor({sizes[i]}, 100 + i, -1, 1);
-      QVERIFY(!bitwise_equal(p0, pp));
-    }
+    const std::string bad =
+        cuda_steps_differ(c, copied(be, per, false), copied(be, multi, false), target.name());
+    QVERIFY2(bad.empty(), bad.c_str());
     TB_GPU_CATCH
+  }
+
+  // The same kernels on the CUDA emulator (tests/cuda_emulator), here on any
+  // machine: optimizer_cuda.cpp's launches (step_emulated) against the CPU
+  // reference with the GPU slot's bounds (cuda_steps_differ), under both of
+  // the emulator's thread orders, which must also agree bit for bit (the norm
+  // tree depends on the block size only). The chunk-edge sizes give idle
+  // threads (1, 17, 300 elements), a partial last pass (70001), tensors over
+  // several chunks (131073: the last of one element); 130 tensors take the
+  // trust kernel past one block (one step: the emulator runs 512 threads
+  // for every small tensor; no tb-tolerance line for each). Also SGD with
+  // decay but no momentum and LARS without momentum (no state). What the
+  // emulator does not reproduce: FMA contraction (within the bounds), timing.
+  void optimizer_emulated_cuda_matches_cpu_data() {
+    QTest::addColumn<int>("kind");
+    QTest::addColumn<float>("momentum");
+    QTest::addColumn<bool>("nesterov");
+    QTest::addColumn<float>("wd");
+    QTest::addColumn<bool>("many");
+    std::vector<StepCase> cases(std::begin(kStepCases), std::end(kStepCases));
+    cases.push_back({"sgd wd", OptimizerKind::SGD, 0.0f, false, 5e-4f});
+    cases.push_back({"lars no momentum", OptimizerKind::LARS, 0.0f, false, 5e-4f});
+    for (const StepCase& c : cases) {
+      QTest::addRow("%s: chunk edges", c.name)
+          << int(c.kind) << c.momentum << c.nesterov << c.wd << false;
+      if ((c.kind == OptimizerKind::LARS && c.momentum != 0.0f) || c.kind == OptimizerKind::LAMB)
+        QTest::addRow("%s: 130 tensors", c.name)
+            << int(c.kind) << c.momentum << c.nesterov << c.wd << true;
+    }
+  }
+  void optimizer_emulated_cuda_matches_cpu() {
+    QFETCH(int, kind);
+    QFETCH(float, momentum);
+    QFETCH(bool, nesterov);
+    QFETCH(float, wd);
+    QFETCH(bool, many);
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    OptimizerStep st;
+    st.kind = OptimizerKind(kind);
+    st.lr = 0.01f, st.momentum = momentum, st.nesterov = nesterov, st.weight_decay = wd;
+    st.grad_scale = 0.5f;
+    const std::vector<int64_t> sizes = many ? many_sizes() : kChunkEdgeSizes;
+    const int64_t steps = many ? 1 : 3;
+    CpuBackend& cpu = cpu_reference();
+    StepSet c = random_step_set(st.kind, sizes);
+    const StepSet start = copied(cpu, c, true);
+    for (int64_t t = 1; t <= steps; ++t) {
+      st.step = t;
+      optimizer::step(cpu, st, slot_list(c), false);
+    }
+    StepSet first;
+    for (tb_emu::Schedule order : {tb_emu::Schedule::forward, tb_emu::Schedule::reverse}) {
+      EmulatorSchedule use(order);
+      StepSet per = copied(cpu, start, true), multi = copied(cpu, start, true);
+      for (int64_t t = 1; t <= steps; ++t) {
+        st.step = t;
+        step_emulated(st, slot_list(per), false);
+        step_emulated(st, slot_list(multi), true);
+      }
+      const std::string who = std::string("emulated cuda, ") + schedule_name(order);
+      const std::string bad = cuda_steps_differ(c, per, multi, who, many ? nullptr : "fp32");
+      QVERIFY2(bad.empty(), bad.c_str());
+      if (first.p.empty())
+        first = multi;
+      else
+        QVERIFY2(same_bits(first, multi), "the reverse thread order changed bits");
+    }
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
+  }
+
+  // A captured step's replay (trick 24) and AMP's skipped step, on the
+  // emulator: launches carrying another step's constants read the current
+  // step's from the buffer launch_opt_set_consts wrote, and give the plain
+  // step's bits; with found_inf set every kernel leaves parameters and state
+  // (LAMB's moments included) untouched; with it clear the step is the
+  // plain one. Per-tensor and multi-tensor launches.
+  void optimizer_emulated_replay_and_skip_data() {
+    QTest::addColumn<int>("kind");
+    QTest::addColumn<float>("momentum");
+    QTest::addColumn<bool>("nesterov");
+    QTest::addColumn<float>("wd");
+    for (const StepCase& c : kStepCases)
+      QTest::newRow(c.name) << int(c.kind) << c.momentum << c.nesterov << c.wd;
+  }
+  void optimizer_emulated_replay_and_skip() {
+    QFETCH(int, kind);
+    QFETCH(float, momentum);
+    QFETCH(bool, nesterov);
+    QFETCH(float, wd);
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    OptimizerStep st;
+    st.kind = OptimizerKind(kind);
+    st.lr = 0.01f, st.momentum = momentum, st.nesterov = nesterov, st.weight_decay = wd;
+    st.grad_scale = 0.5f, st.step = 3;
+    // Captured at the first step with another learning rate and no clipping:
+    // what changes between replays (the kind, eta and weight decay are fixed
+    // for a run: opt_trust_kernel takes the launch's).
+    OptimizerStep captured = st;
+    captured.lr = 0.1f, captured.grad_scale = 1.0f, captured.step = 1;
+    CpuBackend& cpu = cpu_reference();
+    const StepSet start = random_step_set(st.kind, {5, 65537, 600});
+    for (bool multi_tensor : {false, true}) {
+      const char* path = multi_tensor ? "multi-tensor" : "per-tensor";
+      StepSet plain = copied(cpu, start, true);
+      step_emulated(st, slot_list(plain), multi_tensor);
+      QVERIFY2(!same_bits(plain, start), path);
+      StepSet replay = copied(cpu, start, true);
+      step_emulated(st, slot_list(replay), multi_tensor, {nullptr, &captured});
+      QVERIFY2(same_bits(replay, plain), qPrintable(QString("replay, %1").arg(path)));
+      const float set = 1.0f, clear = 0.0f;
+      const OptimizerStep* const plain_or_replay[] = {nullptr, &captured};
+      for (const OptimizerStep* from : plain_or_replay) {
+        StepSet skipped = copied(cpu, start, true);
+        step_emulated(st, slot_list(skipped), multi_tensor, {&set, from});
+        QVERIFY2(same_bits(skipped, start), qPrintable(QString("skipped step, %1").arg(path)));
+        StepSet taken = copied(cpu, start, true);
+        step_emulated(st, slot_list(taken), multi_tensor, {&clear, from});
+        QVERIFY2(same_bits(taken, plain), qPrintable(QString("found_inf clear, %1").arg(path)));
+      }
+    }
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
+  }
+
+  // optimizer::sum_squares' CUDA kernels (sum_squares.cu) on the emulator,
+  // with the bound of their GPU slot (test_op_tensor's
+  // sum_squares_matches_reference: 1e-12 relative, another order of a sum in
+  // double) and the same bits under both thread orders (fixed grid, fixed
+  // tree). f32 and f64; 300007 elements wrap the grid-stride loop of the
+  // full 1024-block grid (262144 threads); 1 and 1000 leave most threads of
+  // both kernels without a value (1 and 4 partials for 1024 threads).
+  void sum_squares_emulated_matches_reference_data() {
+    QTest::addColumn<DType>("dtype");
+    QTest::addColumn<qint64>("n");
+    for (qint64 n : {qint64(1), qint64(1000), qint64(300007)})
+      QTest::addRow("f32, %lld", n) << DType::F32 << n;
+    for (qint64 n : {qint64(1000), qint64(70001)}) QTest::addRow("f64, %lld", n) << DType::F64 << n;
+  }
+  void sum_squares_emulated_matches_reference() {
+    QFETCH(DType, dtype);
+    QFETCH(qint64, n);
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    const Tensor h = random_tensor({n}, uint64_t(41 + n), -1.0, 1.0, dtype);
+    const double ref = optimizer::sum_squares(cpu_reference(), h);
+    std::vector<double> got;
+    for (tb_emu::Schedule order : {tb_emu::Schedule::forward, tb_emu::Schedule::reverse}) {
+      EmulatorSchedule use(order);
+      // CudaKernels::sum_squares' scratch: the partials, then the result.
+      std::vector<double> scratch(emu::kReducePartials + 1, std::nan(""));
+      double* out = scratch.data() + emu::kReducePartials;
+      if (dtype == DType::F32)
+        emu::launch_sum_squares(h.data_as<float>(), n, scratch.data(), out, nullptr);
+      else
+        emu::launch_sum_squares(h.data_as<double>(), n, scratch.data(), out, nullptr);
+      QVERIFY2(std::abs(*out - ref) <= 1e-12 * ref,
+               qPrintable(QString("%1: %2 against the reference's %3")
+                              .arg(schedule_name(order))
+                              .arg(*out, 0, 'g', 17)
+                              .arg(ref, 0, 'g', 17)));
+      got.push_back(*out);
+    }
+    QCOMPARE(got[0], got[1]);  // bit for bit: == on two finite doubles
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
   }
 
   void optimizerRejectsBadConfig() {
