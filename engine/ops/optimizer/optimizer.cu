@@ -222,6 +222,7 @@ void launch_opt_elementwise(const OptConsts& k, const OptChunk* chunks, int64_t 
 void launch_opt_norms(const OptConsts& k, const OptChunk* chunks, int64_t first, int64_t count,
                       double* partials, cudaStream_t s) {
   if (count <= 0) return;
+  TB_CHECK(count <= 0x7fffffff, "optimizer: too many chunks (", count, ")");
   opt_norms_kernel<<<unsigned(count), kOptThreads, 0, s>>>(
       to_float(k), static_cast<const F*>(k.dev), chunks, first, partials);
   TB_CUDA_LAUNCH_CHECK("opt_norms_kernel");
