@@ -9,11 +9,15 @@
 // normalize, transforms.h): every target (the CPU backend, CUDA) must give its
 // bits exactly, over many samples, epochs and seeds, with crop, flip and pad_to
 // on and off, 1 and 3 channels, NCHW and NHWC output. Bad arguments are refused.
+// The CUDA kernels (normalize_u8.cu, augment.cu) also run on the CUDA
+// emulator against the CPU op, bit for bit, both thread orders, with 16
+// channels too (the *_emulated_* slots).
 // The loaders and the trainer that use these ops are in test_device_data and
 // test_staging. GPU rows QSKIP with the reason where there is no device.
 // The family's test, beside its code (docs/architecture.md, "Op families").
 #include <QtTest>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -27,6 +31,12 @@
 #include "engine/ops/augment/augment.h"
 #include "tests/engine/device_fixture.h"
 #include "tests/engine/tensor_helpers.h"
+#include "tests/cuda_emulator/emulated_slot.h"
+#if defined(TRAINBENCH_CUDA_EMULATED)
+#include "tests/cuda_emulator/begin_emulated.h"
+#include "engine/ops/augment/augment.cuh"
+#include "tests/cuda_emulator/end_emulated.h"
+#endif
 
 using namespace tb;
 using namespace tb::test;
@@ -103,6 +113,42 @@ TransformOptions options_of(const Case& k) {
         k.chw[0] == 3 ? standard_norm_stats("cifar10", 3) : standard_norm_stats("fashion-mnist", 1);
   return o;
 }
+
+#if defined(TRAINBENCH_CUDA_EMULATED)
+namespace emu = tb::cuda_emu;
+
+// An f32 tensor of NaN, so that an output a kernel fails to write shows.
+Tensor nan_filled(const Shape& s, Layout l) {
+  Tensor t = Tensor::empty(s, DType::F32, Device::cpu(), l);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = std::nanf("");
+  return t;
+}
+
+// CudaKernels::normalize_u8 (augment_cuda.cpp) with the emulated launcher on
+// host tensors: the constants in one buffer, the scales then the shifts.
+void normalize_u8_emulated(const Tensor& src, const std::vector<float>& scale,
+                           const std::vector<float>& shift, Tensor& dst) {
+  std::vector<float> coef(scale);
+  coef.insert(coef.end(), shift.begin(), shift.end());
+  const int64_t C = src.c();
+  emu::launch_normalize_u8(src.data_as<uint8_t>(), dst.data_as<float>(), coef.data(),
+                           coef.data() + C, src.n(), C, src.h() * src.w(),
+                           src.layout() == Layout::NHWC, nullptr);
+}
+
+// CudaKernels::augment_normalize_u8 likewise: the constants in the kernel's
+// parameters.
+void augment_emulated(const Tensor& src, const Tensor& indices, const AugmentSpec& spec,
+                      const std::vector<float>& scale, const std::vector<float>& shift,
+                      Tensor& dst) {
+  emu::AugmentCoef coef{};
+  for (int64_t c = 0; c < src.c(); ++c)
+    coef.scale[c] = scale[size_t(c)], coef.shift[c] = shift[size_t(c)];
+  emu::launch_augment_normalize_u8(src.data_as<uint8_t>(), indices.data_as<int32_t>(),
+                                   dst.data_as<float>(), src.n(), src.c(), src.h(), src.w(), spec,
+                                   coef, dst.layout() == Layout::NHWC, nullptr);
+}
+#endif
 
 }  // namespace
 
@@ -327,6 +373,135 @@ class TestOpAugment : public QObject {
     }
     QVERIFY(checked > 0);
     TB_GPU_CATCH
+  }
+
+  // ------------------------------------------------------------ on the CUDA emulator
+  // The same kernels on the CUDA emulator (tests/cuda_emulator), here on any
+  // machine: the launches of augment_cuda.cpp on host tensors against the CPU
+  // op, bit for bit as the GPU slots, under both of the emulator's thread
+  // orders. What it does not reproduce (FMA contraction) __fmul_rn/__fadd_rn
+  // forbid anyway.
+
+  // normalize_u8: the GPU slot's 6x3x11x13 (11 blocks, the last partial) and
+  // 16 channels over 5x7 planes (a channel index that wraps mid-plane in
+  // NHWC), both layouts.
+  void normalize_u8_emulated_matches_cpu_data() {
+    QTest::addColumn<Layout>("layout");
+    QTest::addColumn<Shape>("shape");
+    for (Layout l : {Layout::NCHW, Layout::NHWC})
+      for (const Shape& s : {Shape{6, 3, 11, 13}, Shape{3, 16, 5, 7}})
+        QTest::addRow("%s %s", layout_name(l), shape_str(s).c_str()) << l << s;
+  }
+  void normalize_u8_emulated_matches_cpu() {
+    QFETCH(Layout, layout);
+    QFETCH(Shape, shape);
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    const int64_t C = shape[1];
+    std::vector<float> scale, shift;
+    if (C == 3) {
+      norm_scale_shift(standard_norm_stats("cifar10", 3), 3, scale, shift);
+    } else {
+      std::mt19937_64 rng(C);
+      std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+      for (int64_t c = 0; c < C; ++c) scale.push_back(d(rng) / 255.0f), shift.push_back(d(rng));
+    }
+    const Tensor u8 = random_u8(shape, 21, layout);
+    Tensor ref = Tensor::empty(shape, DType::F32, Device::cpu(), layout);
+    augment::normalize_u8(cpu_fast(), u8, scale, shift, ref);
+    for (tb_emu::Schedule order : {tb_emu::Schedule::forward, tb_emu::Schedule::reverse}) {
+      EmulatorSchedule use(order);
+      Tensor got = nan_filled(shape, layout);
+      normalize_u8_emulated(u8, scale, shift, got);
+      QVERIFY2(bitwise_equal(ref, got), qPrintable(QString("%1: differs by %2")
+                                                       .arg(schedule_name(order))
+                                                       .arg(max_abs_diff(ref, got))));
+    }
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
+  }
+
+  // augment_normalize_u8: every case of the GPU slot (1 and 3 channels,
+  // pad_to, crop, flip; 7x9 leaves most of a block's 256 threads idle, 28x28
+  // and 32x32 loop over several passes), 67 samples of random indices, three
+  // epochs; and 16 channels (the kernel's most) on a 5x6 image padded to 8x9
+  // with crop padding 3: odd placement offsets, outputs wholly in the
+  // padding. Both output layouts.
+  void augment_emulated_matches_cpu_data() {
+    QTest::addColumn<Layout>("layout");
+    for (Layout l : {Layout::NCHW, Layout::NHWC}) QTest::newRow(layout_name(l)) << l;
+  }
+  void augment_emulated_matches_cpu() {
+    QFETCH(Layout, layout);
+#if defined(TRAINBENCH_CUDA_EMULATED)
+    TB_EMU_TRY
+    CpuBackend& cpu = cpu_fast();
+    const int64_t N = 67;
+    // One batch: the CPU op, then the kernel under both thread orders.
+    const auto check = [&](const Tensor& raw, const std::vector<int32_t>& idx,
+                           const AugmentSpec& s, const std::vector<float>& scale,
+                           const std::vector<float>& shift, const std::string& what) {
+      const Tensor ind = indices_tensor(idx);
+      const Shape os{raw.n(), raw.c(), s.out_h, s.out_w};
+      Tensor ref = Tensor::empty(os, DType::F32, Device::cpu(), layout);
+      augment::augment_normalize_u8(cpu, raw, ind, s, scale, shift, ref);
+      for (tb_emu::Schedule order : {tb_emu::Schedule::forward, tb_emu::Schedule::reverse}) {
+        EmulatorSchedule use(order);
+        Tensor got = nan_filled(os, layout);
+        augment_emulated(raw, ind, s, scale, shift, got);
+        if (!bitwise_equal(ref, got))
+          return what + " " + layout_name(layout) + ", " + schedule_name(order) + ": differs by " +
+                 std::to_string(max_abs_diff(ref, got));
+      }
+      return std::string();
+    };
+    int checked = 0;
+    for (const Case& k : cases()) {
+      const TransformOptions o = options_of(k);
+      SampleTransform t(k.chw, o);
+      std::vector<float> scale, shift;
+      norm_scale_shift(o.norm, k.chw[0], scale, shift);
+      const Tensor raw = random_u8({N, k.chw[0], k.chw[1], k.chw[2]}, 700 + checked);
+      std::mt19937_64 pick(checked);
+      std::vector<int32_t> idx(static_cast<size_t>(N));
+      for (auto& i : idx) i = int32_t(pick() % 2000000000);
+      for (int64_t epoch : {int64_t(0), int64_t(3), int64_t(100000)}) {
+        const std::string what = shape_str(k.chw) + " pad_to " + std::to_string(k.pad_to) +
+                                 " crop " + std::to_string(k.crop) + " flip " +
+                                 std::to_string(k.flip) + " epoch " + std::to_string(epoch);
+        const std::string bad =
+            check(raw, idx, augment_spec(t, 1234567, epoch), scale, shift, what);
+        QVERIFY2(bad.empty(), bad.c_str());
+        ++checked;
+      }
+    }
+    QVERIFY(checked >= 24);
+    {
+      const int64_t C = emu::kAugmentMaxC;
+      std::mt19937_64 rng(16);
+      std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+      std::vector<float> scale, shift;
+      for (int64_t c = 0; c < C; ++c) scale.push_back(d(rng) / 255.0f), shift.push_back(d(rng));
+      const Tensor raw = random_u8({N, C, 5, 6}, 716);
+      std::vector<int32_t> idx(static_cast<size_t>(N));
+      for (auto& i : idx) i = int32_t(rng() % 100000);
+      AugmentSpec s;
+      s.out_h = 8, s.out_w = 9;
+      s.random_crop = true, s.crop_padding = 3, s.random_hflip = true;
+      s.seed = 99;
+      for (int64_t epoch : {int64_t(0), int64_t(7)}) {
+        s.epoch = epoch;
+        const std::string bad =
+            check(raw, idx, s, scale, shift, "16x5x6 to 8x9, epoch " + std::to_string(epoch));
+        QVERIFY2(bad.empty(), bad.c_str());
+      }
+    }
+    TB_EMU_CATCH
+#else
+    QSKIP(kNoEmulator);
+#endif
   }
 };
 
