@@ -105,6 +105,12 @@ stage() {
     echo "== configuring $src with -DTRAINBENCH_ONEDNN=OFF (the staged binaries link no libdnnl)"
     cmake -DTRAINBENCH_ONEDNN=OFF "$src" >/dev/null || exit 1
   fi
+  # Nor the CUDA emulator: the GPU runs the real kernels, and the emulated
+  # copies would only add to what the device tool carries.
+  if ! grep -q '^TRAINBENCH_CUDA_EMULATOR:BOOL=OFF$' "$src/CMakeCache.txt"; then
+    echo "== configuring $src with -DTRAINBENCH_CUDA_EMULATOR=OFF (the GPU runs the real kernels)"
+    cmake -DTRAINBENCH_CUDA_EMULATOR=OFF "$src" >/dev/null || exit 1
+  fi
   grep -q 'generate-code=arch=compute_90,code=\[[a-z_0-9,]*sm_90' "$src/build.ninja" || {
     echo "$src builds no sm_90 code (CMAKE_CUDA_ARCHITECTURES): the H100/H200 need it" >&2; exit 2; }
   local s

@@ -39,5 +39,6 @@ inline const char* schedule_name(tb_emu::Schedule s) {
 
 namespace tb::test {
 inline constexpr const char* kNoEmulator =
-    "built without the CUDA emulator (tests/cuda_emulator: no Python 3 when CMake ran)";
+    "built without the CUDA emulator (tests/cuda_emulator: TRAINBENCH_CUDA_EMULATOR=OFF, or no "
+    "Python 3 when CMake ran)";
 }
