@@ -14,6 +14,7 @@
 // GPU rows QSKIP with the reason where there is no device.
 #include <QtTest>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
@@ -181,14 +182,37 @@ std::vector<ParamSlot> slot_list(StepSet& s) {
   return v;
 }
 
+// The step itself, p − p0, against the reference's: "" or the first element
+// off. A LARS step moves p by about 1e-5 of its size, inside the parameters'
+// own bound, so a wrong trust ratio shows only here. Bound: the arithmetic's
+// 1e-5 of the step, plus each side's rounding of p to f32 once a step (half
+// an ulp of |p| each, 2^-24·|p|·2 a step).
+std::string step_differs(const Tensor& p0, const Tensor& want, const Tensor& got, int64_t steps) {
+  for (int64_t k = 0; k < p0.numel(); ++k) {
+    const double s = value_at(p0, k), w = value_at(want, k) - s, g = value_at(got, k) - s;
+    const double mag = std::max(std::abs(s), std::abs(value_at(want, k)));
+    const double tol = 1e-5 * std::abs(w) + double(steps) * std::ldexp(mag, -23);
+    if (!(std::abs(g - w) <= tol)) {
+      char msg[160];
+      std::snprintf(msg, sizeof msg,
+                    "the step p - p0 at element %lld: reference %.9g, got %.9g (|diff| %.3g > %.3g)",
+                    (long long)k, w, g, std::abs(g - w), tol);
+      return msg;
+    }
+  }
+  return "";
+}
+
 // A CUDA side after the same steps as the CPU reference's `ref` (host copies:
 // `per` from per-tensor launches, `multi` from multi-tensor ones): "" or the
 // first thing that differs. The two paths agree bit for bit; parameters and
 // states are within 1e-5 relative + 1e-6 of the reference; every parameter
-// moved from its start (random_step_set). `report`: the precision of the
-// tb-tolerance lines, or null for none.
+// moved from its start (random_step_set), and by the reference's step
+// (step_differs). `report`: the precision of the tb-tolerance lines, or null
+// for none.
 std::string cuda_steps_differ(const StepSet& ref, const StepSet& per, const StepSet& multi,
-                              const std::string& who, const char* report = "fp32") {
+                              int64_t steps, const std::string& who,
+                              const char* report = "fp32") {
   for (size_t i = 0; i < ref.p.size(); ++i) {
     const std::string slot = " (" + who + ", slot " + std::to_string(i) + ")";
     if (!bitwise_equal(per.p[i], multi.p[i])) return "per-tensor vs multi-tensor" + slot;
@@ -202,8 +226,10 @@ std::string cuda_steps_differ(const StepSet& ref, const StepSet& per, const Step
                                 close("state1", ref.s1[i], per.s1[i]),
                                 close("state2", ref.s2[i], per.s2[i])})
       if (!c.ok) return c.msg;
-    if (bitwise_equal(random_tensor({ref.p[i].numel()}, 100 + i, -1, 1), per.p[i]))
-      return "parameter unchanged" + slot;
+    const Tensor p0 = random_tensor({ref.p[i].numel()}, 100 + i, -1, 1);
+    if (bitwise_equal(p0, per.p[i])) return "parameter unchanged" + slot;
+    const std::string moved = step_differs(p0, ref.p[i], per.p[i], steps);
+    if (!moved.empty()) return moved + slot;
   }
   return "";
 }
@@ -587,7 +613,7 @@ class TestOpOptim : public QObject {
       optimizer::step(be, st, slot_list(multi), true);
     }
     const std::string bad =
-        cuda_steps_differ(c, copied(be, per, false), copied(be, multi, false), target.name());
+        cuda_steps_differ(c, copied(be, per, false), copied(be, multi, false), 3, target.name());
     QVERIFY2(bad.empty(), bad.c_str());
     TB_GPU_CATCH
   }
@@ -651,7 +677,7 @@ class TestOpOptim : public QObject {
         step_emulated(st, slot_list(multi), true);
       }
       const std::string who = std::string("emulated cuda, ") + schedule_name(order);
-      const std::string bad = cuda_steps_differ(c, per, multi, who, many ? nullptr : "fp32");
+      const std::string bad = cuda_steps_differ(c, per, multi, steps, who, many ? nullptr : "fp32");
       QVERIFY2(bad.empty(), bad.c_str());
       if (first.p.empty())
         first = multi;
