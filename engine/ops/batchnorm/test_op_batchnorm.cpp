@@ -45,6 +45,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -269,6 +270,29 @@ std::string cuda_side_differs(const Target& t, const BnSide& r, const BnSide& o,
     if (d != 0.0) bad = "dresidual" + ep + " " + t.name() + " differs by " + std::to_string(d);
   }
   return bad;
+}
+
+// run(u) for each of batchnorm::kUnrolls values loaded ahead: "" when every
+// output has the bits it had with the first, else the first that differs.
+// `fused`: ReLU and a residual, so dresidual is an output too.
+std::string unroll_changes_bits(bool fused, const std::function<BnSide(int)>& run) {
+  std::vector<Tensor> first;
+  for (int u : batchnorm::kUnrolls) {
+    const BnSide o = run(u);
+    std::vector<Tensor> outs{o.y, o.sm, o.si, o.rm, o.rv, o.ye, o.dx, o.dg, o.db, o.dg_acc, o.db_acc};
+    if (fused) outs.push_back(o.dres);
+    if (first.empty()) {
+      first = outs;
+      continue;
+    }
+    for (size_t k = 0; k < outs.size(); ++k)
+      if (!bitwise_equal(first[k], outs[k]))
+        return std::string(fused ? "relu + residual" : "plain") + ", unroll " + std::to_string(u) +
+               ": output " + std::to_string(k) + " differs from unroll " +
+               std::to_string(batchnorm::kUnrolls[0]) + " by " +
+               std::to_string(max_abs_diff(first[k], outs[k]));
+  }
+  return "";
 }
 
 #if defined(TRAINBENCH_CUDA_EMULATED)
@@ -718,25 +742,11 @@ class TestOpBatchnorm : public QObject {
     } unset;
     for (bool fused : {false, true}) {
       const Activation act = fused ? Activation::ReLU : Activation::None;
-      std::vector<Tensor> first;
-      for (int u : batchnorm::kUnrolls) {
+      const std::string bad = unroll_changes_bits(fused, [&](int u) {
         qputenv("TRAINBENCH_CUDA_BN_UNROLL", QByteArray::number(u));
-        const BnSide o = run_bn_side(be, t.layout, in, act, fused, nullptr);
-        std::vector<Tensor> outs{o.y,  o.sm, o.si, o.rm,     o.rv,    o.ye,
-                                 o.dx, o.dg, o.db, o.dg_acc, o.db_acc};
-        if (fused) outs.push_back(o.dres);
-        if (first.empty()) {
-          first = outs;
-          continue;
-        }
-        for (size_t k = 0; k < outs.size(); ++k)
-          QVERIFY2(bitwise_equal(first[k], outs[k]),
-                   qPrintable(QString("%1, unroll %2: output %3 differs from unroll 4 by %4")
-                                  .arg(fused ? "relu + residual" : "plain")
-                                  .arg(u)
-                                  .arg(k)
-                                  .arg(max_abs_diff(first[k], outs[k]))));
-      }
+        return run_bn_side(be, t.layout, in, act, fused, nullptr);
+      });
+      QVERIFY2(bad.empty(), bad.c_str());
     }
     TB_GPU_CATCH
   }
@@ -1047,25 +1057,11 @@ class TestOpBatchnorm : public QObject {
     for (bool fused : {false, true}) {
       const Activation act = fused ? Activation::ReLU : Activation::None;
       const BnSide r = run_bn_side(cpu_reference(), Layout::NCHW, in, act, fused, nullptr);
-      std::vector<Tensor> first;
-      for (int u : batchnorm::kUnrolls) {
+      const std::string bad = unroll_changes_bits(fused, [&](int u) {
         plan.unroll_forced = u;
-        const BnSide o = run_bn_emulated(plan, target.layout, in, act, fused, r);
-        std::vector<Tensor> outs{o.y,  o.sm, o.si, o.rm,     o.rv,    o.ye,
-                                 o.dx, o.dg, o.db, o.dg_acc, o.db_acc};
-        if (fused) outs.push_back(o.dres);
-        if (first.empty()) {
-          first = outs;
-          continue;
-        }
-        for (size_t k = 0; k < outs.size(); ++k)
-          QVERIFY2(bitwise_equal(first[k], outs[k]),
-                   qPrintable(QString("%1, unroll %2: output %3 differs from unroll 4 by %4")
-                                  .arg(fused ? "relu + residual" : "plain")
-                                  .arg(u)
-                                  .arg(k)
-                                  .arg(max_abs_diff(first[k], outs[k]))));
-      }
+        return run_bn_emulated(plan, target.layout, in, act, fused, r);
+      });
+      QVERIFY2(bad.empty(), bad.c_str());
     }
     TB_EMU_CATCH
 #else

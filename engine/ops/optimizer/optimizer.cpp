@@ -2,6 +2,8 @@
 // The optimizer contract's checks (optimizer.h), one copy for every backend.
 #include "engine/ops/optimizer/optimizer.h"
 
+#include <cmath>
+
 #include "engine/backend/backend.h"
 #include "engine/core/error.h"
 #include "engine/ops/amp/amp.h"
@@ -65,6 +67,21 @@ void check_slots(const Backend& be, const OptimizerStep& step,
 }
 
 }  // namespace
+
+StepConstants step_constants(const OptimizerStep& s) {
+  StepConstants k{};
+  k.lr = s.lr, k.mu = s.momentum, k.wd = s.weight_decay, k.gs = s.grad_scale;
+  k.b1 = s.beta1, k.b2 = s.beta2, k.eps = s.eps, k.alpha = s.alpha, k.eta = s.trust_coefficient;
+  k.nesterov = s.nesterov;
+  const double t = double(s.step);
+  const double bc1 = 1.0 - std::pow(double(s.beta1), t);
+  const double bc2 = 1.0 - std::pow(double(s.beta2), t);
+  k.step_size = s.lr / bc1;
+  k.inv_sqrt_bc2 = 1.0 / std::sqrt(bc2);
+  k.inv_bc1 = 1.0 / bc1;
+  k.inv_bc2 = 1.0 / bc2;
+  return k;
+}
 
 States needed_states(const OptimizerStep& s) {
   switch (s.kind) {

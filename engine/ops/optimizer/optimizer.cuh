@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/ops/optimizer/step_constants.h"
+
 namespace tb::cuda {
 
 // One piece of one parameter tensor: pointers already offset to the piece.
@@ -24,13 +26,10 @@ struct OptChunk {
 };
 constexpr int64_t kOptChunk = 1 << 16;  // elements per chunk (the CPU's fused pass uses the same)
 
-// Per-step constants, computed once on the host in double exactly as the CPU
-// backend does, then rounded to float where its f32 path rounds them.
-struct OptConsts {
+// Per-step constants: the CPU backend's (StepConstants, in double), rounded
+// to float by the kernels where its f32 path rounds them.
+struct OptConsts : StepConstants {
   int kind;  // OptimizerKind as int
-  double lr, mu, wd, gs, b1, b2, eps, alpha, eta;
-  double step_size, inv_sqrt_bc2, inv_bc1, inv_bc2;
-  bool nesterov;
   // AMP (optimizer::step with a scaler state): when set, a device flag; every
   // optimizer kernel returns at once while *found_inf != 0, so a skipped step
   // costs no host sync.
@@ -42,6 +41,13 @@ struct OptConsts {
   const void* dev = nullptr;
 };
 constexpr size_t kOptConstsBytes = 256;
+// The launchers' constants for a step of `kind` (OptimizerKind as int).
+inline OptConsts launch_consts(int kind, const StepConstants& c) {
+  OptConsts k{};
+  static_cast<StepConstants&>(k) = c;
+  k.kind = kind;
+  return k;
+}
 // *dev := k's constants as the kernels use them (one thread, on stream s).
 void launch_opt_set_consts(const OptConsts& k, void* dev, cudaStream_t s);
 

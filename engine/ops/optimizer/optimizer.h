@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "engine/core/tensor.h"
+#include "engine/ops/optimizer/step_constants.h"
 #include "engine/ops/registry.h"
 
 namespace tb {
@@ -97,6 +98,9 @@ struct States {
   bool state1 = false, state2 = false;
 };
 States needed_states(const OptimizerStep& step);
+
+// The step's constants in double (step_constants.h), as every backend uses them.
+StepConstants step_constants(const OptimizerStep& step);
 
 // What a backend implements, called with arguments that passed the
 // contract's checks (slots non-empty, states as `states` says, one dtype).

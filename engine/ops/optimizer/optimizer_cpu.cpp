@@ -43,29 +43,8 @@ namespace tb {
 
 namespace {
 
-// Per-step constants, precomputed once in double.
-struct Consts {
-  double lr, mu, wd, gs, b1, b2, eps, alpha, eta;
-  double step_size;         // AdamW: lr / (1 − β1^t)
-  double inv_sqrt_bc2;      // AdamW: 1 / sqrt(1 − β2^t)
-  double inv_bc1, inv_bc2;  // LAMB
-  bool nesterov;
-};
-
-Consts make_consts(const OptimizerStep& s) {
-  Consts k{};
-  k.lr = s.lr, k.mu = s.momentum, k.wd = s.weight_decay, k.gs = s.grad_scale;
-  k.b1 = s.beta1, k.b2 = s.beta2, k.eps = s.eps, k.alpha = s.alpha, k.eta = s.trust_coefficient;
-  k.nesterov = s.nesterov;
-  const double t = double(s.step);
-  const double bc1 = 1.0 - std::pow(double(s.beta1), t);
-  const double bc2 = 1.0 - std::pow(double(s.beta2), t);
-  k.step_size = s.lr / bc1;
-  k.inv_sqrt_bc2 = 1.0 / std::sqrt(bc2);
-  k.inv_bc1 = 1.0 / bc1;
-  k.inv_bc2 = 1.0 / bc2;
-  return k;
-}
+// Per-step constants, precomputed once in double (optimizer::step_constants).
+using Consts = StepConstants;
 
 // Raw pointers of one slot (or of a chunk of it).
 template <typename T>
@@ -247,7 +226,7 @@ struct Chunk {
 template <typename T>
 void run_step(const OptimizerStep& step, const std::vector<Ptrs<T>>& slots, bool multi_tensor,
               [[maybe_unused]] int threads) {
-  const Consts k = make_consts(step);
+  const Consts k = optimizer::step_constants(step);
   const size_t S = slots.size();
 
   // Per-tensor: one pass per slot. Fused: one flat pass over every chunk.

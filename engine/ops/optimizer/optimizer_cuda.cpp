@@ -30,19 +30,7 @@ namespace tb {
 namespace {
 
 cuda::OptConsts make_consts(const OptimizerStep& s) {
-  cuda::OptConsts k{};
-  k.kind = int(s.kind);
-  k.lr = s.lr, k.mu = s.momentum, k.wd = s.weight_decay, k.gs = s.grad_scale;
-  k.b1 = s.beta1, k.b2 = s.beta2, k.eps = s.eps, k.alpha = s.alpha, k.eta = s.trust_coefficient;
-  k.nesterov = s.nesterov;
-  const double t = double(s.step);
-  const double bc1 = 1.0 - std::pow(double(s.beta1), t);
-  const double bc2 = 1.0 - std::pow(double(s.beta2), t);
-  k.step_size = s.lr / bc1;
-  k.inv_sqrt_bc2 = 1.0 / std::sqrt(bc2);
-  k.inv_bc1 = 1.0 / bc1;
-  k.inv_bc2 = 1.0 / bc2;
-  return k;
+  return cuda::launch_consts(int(s.kind), optimizer::step_constants(s));
 }
 
 template <typename T>
