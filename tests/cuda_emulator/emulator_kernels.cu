@@ -58,6 +58,16 @@ __global__ void partial_warp_shuffle_kernel(float* out) {
   out[threadIdx.x] = warp_sum(1.0f);
 }
 
+__global__ void shuffle_after_exit_kernel(float* out) {
+  if (threadIdx.x == 5) return;
+  out[threadIdx.x] = warp_sum(1.0f);
+}
+
+__global__ void shuffle_against_barrier_kernel(float* out) {
+  if (threadIdx.x == 0) out[0] = __shfl_sync(0xffffffffu, 1.0f, 1);
+  __syncthreads();
+}
+
 __global__ void empty_kernel() {}
 
 }  // namespace
@@ -95,6 +105,16 @@ void launch_barrier_after_exit(int* out) {
 void launch_partial_warp_shuffle(float* out) {
   partial_warp_shuffle_kernel<<<1, 48>>>(out);
   TB_CUDA_LAUNCH_CHECK("partial_warp_shuffle_kernel");
+}
+
+void launch_shuffle_after_exit(float* out) {
+  shuffle_after_exit_kernel<<<1, 32>>>(out);
+  TB_CUDA_LAUNCH_CHECK("shuffle_after_exit_kernel");
+}
+
+void launch_shuffle_against_barrier(float* out) {
+  shuffle_against_barrier_kernel<<<1, 32>>>(out);
+  TB_CUDA_LAUNCH_CHECK("shuffle_against_barrier_kernel");
 }
 
 void launch_empty(dim3 grid, dim3 block) {

@@ -24,6 +24,10 @@ void launch_shuffles(const int* in, int* xor_out, int* bcast_out);
 void launch_divergent_barrier(int* out);
 void launch_barrier_after_exit(int* out);
 void launch_partial_warp_shuffle(float* out);
+// A shuffle after one lane returned; lane 0 in a shuffle while the others
+// wait at a barrier (a deadlock).
+void launch_shuffle_after_exit(float* out);
+void launch_shuffle_against_barrier(float* out);
 // An empty kernel on grid × block (the configuration checks).
 void launch_empty(dim3 grid, dim3 block);
 

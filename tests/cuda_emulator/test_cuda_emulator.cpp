@@ -10,7 +10,8 @@
 //    the right ones under both;
 // 4. the faults it promises to report fail the launch with a message that
 //    names them: different barriers, a barrier after an exit, a full-mask
-//    shuffle in a partial warp, bad configurations;
+//    shuffle in a partial warp, a shuffle after a lane exited, a deadlock
+//    (a shuffle against a barrier), bad configurations;
 // 5. f16 and bf16 conversions round to nearest even, checked against the
 //    compiler's _Float16 and the definition of bf16 rounding on every float
 //    bit pattern's class (normal, subnormal, overflow, NaN).
@@ -141,6 +142,8 @@ class TestCudaEmulator : public QObject {
     QTest::newRow("different barriers") << 0 << "wait at different barriers";
     QTest::newRow("barrier after an exit") << 1 << "after 1 of its block's 64 threads exited";
     QTest::newRow("partial warp shuffle") << 2 << "mask 0xffffffff where its warp's lanes are 0xffff";
+    QTest::newRow("shuffle after an exit") << 6 << "lane 5 of its warp has exited";
+    QTest::newRow("shuffle against a barrier") << 7 << "deadlock in block (0,0,0): 32 threads wait";
     QTest::newRow("block of 1025") << 3 << "over 1024 threads";
     QTest::newRow("grid.y of 65536") << 4 << "grid (1,65536,1)";
     QTest::newRow("empty grid") << 5 << "an empty grid or block";
@@ -158,6 +161,8 @@ class TestCudaEmulator : public QObject {
         case 3: emu::launch_empty(dim3(1), dim3(1025)); break;
         case 4: emu::launch_empty(dim3(1, 65536), dim3(32)); break;
         case 5: emu::launch_empty(dim3(0), dim3(32)); break;
+        case 6: emu::launch_shuffle_after_exit(f.data()); break;
+        case 7: emu::launch_shuffle_against_barrier(f.data()); break;
       }
     });
     QVERIFY2(got.find(message.toStdString()) != std::string::npos,
