@@ -7,8 +7,10 @@
 // (tb::Error on failure).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "engine/ops/optimizer/step_constants.h"
 
@@ -25,6 +27,39 @@ struct OptChunk {
   int32_t decay;  // weight decay applies (0 for biases / BN affine)
 };
 constexpr int64_t kOptChunk = 1 << 16;  // elements per chunk (the CPU's fused pass uses the same)
+
+// A step's descriptors: every slot cut into kOptChunk pieces, in slot order;
+// slot_begin[i] is slot i's first chunk (one entry more: the end), decay[i]
+// whether slot i takes weight decay.
+struct OptChunks {
+  std::vector<OptChunk> chunks;
+  std::vector<int64_t> slot_begin;
+  std::vector<int32_t> decay;
+};
+// The descriptors of `params` (ParamSlots: param, grad, state1, state2 of
+// f32, weight_decay), the states given where the optimizer has them. Host
+// code: optimizer_cuda.cpp, and the tests that run the kernels on the
+// emulator. (Not `slots`: Qt makes that word a macro in the tests.)
+template <class Slots>
+OptChunks chunks_of(const Slots& params, bool with_state1, bool with_state2) {
+  OptChunks d;
+  d.slot_begin.reserve(params.size() + 1);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& s = params[i];
+    float* s1 = with_state1 ? s.state1.template data_as<float>() : nullptr;
+    float* s2 = with_state2 ? s.state2.template data_as<float>() : nullptr;
+    float* p = s.param.template data_as<float>();
+    const float* g = s.grad.template data_as<float>();
+    d.slot_begin.push_back(int64_t(d.chunks.size()));
+    d.decay.push_back(s.weight_decay ? 1 : 0);
+    for (int64_t off = 0; off < s.param.numel(); off += kOptChunk)
+      d.chunks.push_back({p + off, g + off, s1 ? s1 + off : nullptr, s2 ? s2 + off : nullptr,
+                          std::min(kOptChunk, s.param.numel() - off), int32_t(i),
+                          s.weight_decay ? 1 : 0});
+  }
+  d.slot_begin.push_back(int64_t(d.chunks.size()));
+  return d;
+}
 
 // Per-step constants: the CPU backend's (StepConstants, in double), rounded
 // to float by the kernels where its f32 path rounds them.

@@ -87,24 +87,7 @@ void CudaKernels::step(const OptimizerStep& step, const std::vector<ParamSlot>& 
   cuda::check_f32(slots.front().param, op, "parameter");  // the contract: one dtype
 
   // Descriptors, in slot order.
-  std::vector<cuda::OptChunk> chunks;
-  std::vector<int64_t> slot_begin;
-  std::vector<int32_t> decay;
-  slot_begin.reserve(slots.size() + 1);
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const ParamSlot& s = slots[i];
-    float* s1 = states.state1 ? s.state1.data_as<float>() : nullptr;
-    float* s2 = states.state2 ? s.state2.data_as<float>() : nullptr;
-    float* p = s.param.data_as<float>();
-    const float* g = s.grad.data_as<float>();
-    slot_begin.push_back(int64_t(chunks.size()));
-    decay.push_back(s.weight_decay ? 1 : 0);
-    for (int64_t off = 0; off < s.param.numel(); off += cuda::kOptChunk)
-      chunks.push_back({p + off, g + off, s1 ? s1 + off : nullptr, s2 ? s2 + off : nullptr,
-                        std::min(cuda::kOptChunk, s.param.numel() - off), int32_t(i),
-                        s.weight_decay ? 1 : 0});
-  }
-  slot_begin.push_back(int64_t(chunks.size()));
+  auto [chunks, slot_begin, decay] = cuda::chunks_of(slots, states.state1, states.state2);
   if (chunks.empty()) return;
 
   const CudaBackend::Impl& m = be_.impl();

@@ -267,23 +267,7 @@ struct EmulatedStepExtras {
 void step_emulated(const OptimizerStep& st, const std::vector<ParamSlot>& params, bool multi_tensor,
                    const EmulatedStepExtras& extras = {}) {
   const optimizer::States states = optimizer::needed_states(st);
-  std::vector<emu::OptChunk> chunks;
-  std::vector<int64_t> begin;
-  std::vector<int32_t> decay;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const ParamSlot& s = params[i];
-    float* s1 = states.state1 ? s.state1.data_as<float>() : nullptr;
-    float* s2 = states.state2 ? s.state2.data_as<float>() : nullptr;
-    float* p = s.param.data_as<float>();
-    const float* g = s.grad.data_as<float>();
-    begin.push_back(int64_t(chunks.size()));
-    decay.push_back(s.weight_decay ? 1 : 0);
-    for (int64_t off = 0; off < s.param.numel(); off += emu::kOptChunk)
-      chunks.push_back({p + off, g + off, s1 ? s1 + off : nullptr, s2 ? s2 + off : nullptr,
-                        std::min(emu::kOptChunk, s.param.numel() - off), int32_t(i),
-                        s.weight_decay ? 1 : 0});
-  }
-  begin.push_back(int64_t(chunks.size()));
+  auto [chunks, begin, decay] = emu::chunks_of(params, states.state1, states.state2);
   const int64_t C = int64_t(chunks.size()), S = int64_t(params.size());
   emu::OptConsts k = emulated_consts(extras.captured ? *extras.captured : st);
   k.found_inf = extras.found_inf;
