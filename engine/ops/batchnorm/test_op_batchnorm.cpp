@@ -301,10 +301,18 @@ T* as_elements(const Tensor& t) {
   return t.defined() ? static_cast<T*>(t.data()) : nullptr;
 }
 
+// A host tensor whose every element is NaN (all bits set, in f32, f16 and
+// bf16 alike), so an element a kernel fails to write shows.
+Tensor nan_filled(Backend& h, const Shape& sh, DType dt, Layout L = Layout::NCHW) {
+  Tensor t = h.empty(sh, dt, L);
+  std::memset(t.data(), 0xff, t.nbytes());
+  return t;
+}
+
 // run_bn_side with the CUDA kernels on the emulator: the launchers on host
 // tensors in layout L with `plan` (the grid a GPU of plan's SM count gets),
 // as batchnorm_cuda.cpp calls them; the backward from `saved`'s y,
-// save_mean and save_invstd.
+// save_mean and save_invstd. Outputs start as NaN (nan_filled).
 template <typename T>
 BnSide run_bn_emulated_as(const batchnorm::ReducePlan& plan, Layout L, const BnInputs& in,
                           Activation act, bool residual, const BnSide& saved) {
@@ -320,21 +328,22 @@ BnSide run_bn_emulated_as(const batchnorm::ReducePlan& plan, Layout L, const BnI
   const float* b = in.beta.data_as<float>();
   BnSide o;
   o.rm = to_device(h, in.rm_init), o.rv = to_device(h, in.rv_init);
-  o.y = h.empty(sh, dt, L), o.sm = h.empty({C}, DType::F32), o.si = h.empty({C}, DType::F32);
+  o.y = nan_filled(h, sh, dt, L), o.sm = nan_filled(h, {C}, DType::F32);
+  o.si = nan_filled(h, {C}, DType::F32);
   std::vector<double> work(plan.workspace_bytes / sizeof(double) + 1);
   emu::launch_bn_forward_train<T>(as_elements<T>(x), g, b, as_elements<T>(r), relu,
                                   o.rm.data_as<float>(), o.rv.data_as<float>(), 0.1f, 1e-5f,
                                   as_elements<T>(o.y), o.sm.data_as<float>(),
                                   o.si.data_as<float>(), plan, work.data(), nullptr);
-  o.ye = h.empty(sh, dt, L);
+  o.ye = nan_filled(h, sh, dt, L);
   emu::launch_bn_forward_eval<T>(as_elements<T>(x), g, b, as_elements<T>(r), relu,
                                  o.rm.data_as<float>(), o.rv.data_as<float>(), 1e-5f,
                                  as_elements<T>(o.ye), plan, nullptr);
   const Tensor yin = relu ? to_device(h, saved.y, L) : Tensor{};
   const Tensor smin = to_device(h, saved.sm), siin = to_device(h, saved.si);
-  o.dx = h.empty(sh, dt, L);
-  o.dres = residual ? h.empty(sh, dt, L) : Tensor{};
-  o.dg = h.empty({C}, DType::F32), o.db = h.empty({C}, DType::F32);
+  o.dx = nan_filled(h, sh, dt, L);
+  o.dres = residual ? nan_filled(h, sh, dt, L) : Tensor{};
+  o.dg = nan_filled(h, {C}, DType::F32), o.db = nan_filled(h, {C}, DType::F32);
   emu::launch_bn_backward<T>(as_elements<T>(x), as_elements<T>(yin), as_elements<T>(dy), g,
                              smin.data_as<float>(), siin.data_as<float>(), relu,
                              as_elements<T>(o.dx), as_elements<T>(o.dres), o.dg.data_as<float>(),
