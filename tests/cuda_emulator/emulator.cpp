@@ -129,11 +129,11 @@ struct Warp {
 // deadlock.
 struct Block {
   std::vector<Fiber> fibers;
-  std::vector<unsigned> order;  // fiber indices in the schedule's order
+  bool reverse = false;  // the schedule's order: thread k is fibers[reverse ? n-1-k : k]
   std::vector<Warp> warps;
   ucontext_t scheduler;
   Fiber* current = nullptr;
-  unsigned pos = 0;  // current's place in `order`
+  unsigned pos = 0;  // current's place in the schedule's order
   unsigned threads = 0;
   int live = 0, exited = 0, at_barrier = 0;
   uint64_t barrier_gen = 0;
@@ -161,7 +161,7 @@ std::string where(const ThreadState& t) {
 Fiber* next_runnable(Block& b) {
   for (unsigned k = 1; k <= b.threads; ++k) {
     const unsigned p = (b.pos + k) % b.threads;
-    Fiber& f = b.fibers[b.order[p]];
+    Fiber& f = b.fibers[b.reverse ? b.threads - 1 - p : p];
     if (f.done || (f.wait != Wait::none && *f.wait_gen == f.wait_value)) continue;
     b.pos = p;
     return &f;
@@ -249,9 +249,7 @@ bool run_block(Block& b, const dim3& grid, const dim3& block, const uint3& block
   std::vector<std::unique_ptr<Worker>>& pool = workers(n);
   b.fibers.assign(n, Fiber{});
   b.warps.assign((n + 31) / 32, Warp{});
-  b.order.resize(n);
-  const bool reverse = g_schedule == Schedule::reverse;
-  for (unsigned k = 0; k < n; ++k) b.order[k] = reverse ? n - 1 - k : k;
+  b.reverse = g_schedule == Schedule::reverse;
   b.live = int(n);
   b.exited = b.at_barrier = 0;
   b.fault.clear();
@@ -465,7 +463,6 @@ cudaError_t cudaGetLastError() {
   tb_emu::g_last = cudaSuccess;
   return e;
 }
-cudaError_t cudaPeekAtLastError() { return tb_emu::g_last; }
 
 const char* cudaGetErrorName(cudaError_t e) {
   switch (e) {

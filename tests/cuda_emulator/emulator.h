@@ -51,7 +51,6 @@ struct dim3 {
 };
 
 typedef struct CUstream_st* cudaStream_t;
-typedef struct CUevent_st* cudaEvent_t;
 
 enum cudaError_t {
   cudaSuccess = 0,
@@ -63,12 +62,8 @@ enum cudaError_t {
 };
 
 cudaError_t cudaGetLastError();
-cudaError_t cudaPeekAtLastError();
 const char* cudaGetErrorName(cudaError_t e);
 const char* cudaGetErrorString(cudaError_t e);
-// Streams and events: the emulator runs every launch at once, so all is done.
-inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
 
 // ---------------------------------------------------------------- f16 and bf16
 
@@ -160,7 +155,9 @@ Schedule schedule();
 
 // The message of the last failed launch ("" when none failed yet).
 const std::string& last_launch_error();
-// Launches and block-barrier completions since the start (for tests of the tool).
+// Launches, blocks run, block-barrier completions and warp exchanges since
+// the start (for tests: the tool's own, which kernel a launcher picked,
+// whether it launched at all).
 struct Counters {
   int64_t launches = 0, blocks = 0, barriers = 0, shuffles = 0;
 };

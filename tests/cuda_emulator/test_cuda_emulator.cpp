@@ -25,31 +25,15 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "tests/cuda_emulator/emulated_slot.h"
+#include "tests/engine/tensor_helpers.h"
 #include "tests/cuda_emulator/begin_emulated.h"
 #include "tests/cuda_emulator/emulator_kernels.cuh"
 #include "tests/cuda_emulator/end_emulated.h"
 
 namespace emu = tb::cuda_emu;
-
-namespace {
-
-// The launch's failure message, or "" when it ran.
-template <typename F>
-std::string failure_of(F&& launch) {
-  try {
-    launch();
-  } catch (const tb::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-struct Schedule {
-  explicit Schedule(tb_emu::Schedule s) { tb_emu::set_schedule(s); }
-  ~Schedule() { tb_emu::set_schedule(tb_emu::Schedule::forward); }
-};
-
-}  // namespace
+using tb::test::EmulatorSchedule;
+using tb::test::error_of;
 
 Q_DECLARE_METATYPE(dim3)
 
@@ -70,7 +54,7 @@ class TestCudaEmulator : public QObject {
     QFETCH(dim3, block);
     const int64_t n = int64_t(grid.x) * grid.y * grid.z * block.x * block.y * block.z;
     for (auto s : {tb_emu::Schedule::forward, tb_emu::Schedule::reverse}) {
-      Schedule use(s);
+      EmulatorSchedule use(s);
       std::vector<int64_t> out(size_t(n), -1);
       emu::launch_write_global_index(out.data(), grid, block);
       for (int64_t i = 0; i < n; ++i) QCOMPARE(out[size_t(i)], i);
@@ -82,7 +66,7 @@ class TestCudaEmulator : public QObject {
     std::uniform_int_distribution<int> v(-50, 50);
     for (unsigned threads : {32u, 64u, 96u, 256u, 1024u})
       for (auto s : {tb_emu::Schedule::forward, tb_emu::Schedule::reverse}) {
-        Schedule use(s);
+        EmulatorSchedule use(s);
         const int n = 1000, blocks = 3;
         // Integers: every order of addition gives the exact sum.
         std::vector<float> x(size_t(n * blocks));
@@ -124,7 +108,7 @@ class TestCudaEmulator : public QObject {
     bool stale_seen = false;
     for (int round = 0; round < 2; ++round)
       for (auto s : {tb_emu::Schedule::forward, tb_emu::Schedule::reverse}) {
-        Schedule use(s);
+        EmulatorSchedule use(s);
         std::vector<int> with(n), without(n);
         for (int& v : in) v += 1000;  // new values: a stale slot holds the old ones
         emu::launch_neighbour(in.data(), with.data(), n, true);
@@ -153,7 +137,7 @@ class TestCudaEmulator : public QObject {
     QFETCH(QString, message);
     std::vector<int> out(64);
     std::vector<float> f(64);
-    const std::string got = failure_of([&] {
+    const std::string got = error_of([&] {
       switch (which) {
         case 0: emu::launch_divergent_barrier(out.data()); break;
         case 1: emu::launch_barrier_after_exit(out.data()); break;

@@ -174,6 +174,13 @@ inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
 
 // max |a − b| over logical positions (host tensors, any layouts); INFINITY
 // when shapes or dtypes differ; NaN counts as the worst.
+// The largest |value| of a host tensor (0 for an empty one).
+inline double max_magnitude(const Tensor& t) {
+  double m = 0.0;
+  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::abs(value_at(t, i)));
+  return m;
+}
+
 inline double max_abs_diff(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) return INFINITY;
   const Tensor x = a.layout() == b.layout() ? a : to_nchw(a);

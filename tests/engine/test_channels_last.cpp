@@ -67,12 +67,6 @@ bool conv_bias_before_batchnorm(const std::string& param) {
          param.compare(param.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-double max_abs(const Tensor& t) {
-  double m = 0.0;
-  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::abs(value_at(t, i)));
-  return m;
-}
-
 }  // namespace
 
 class TestChannelsLast : public QObject {
@@ -220,12 +214,12 @@ class TestChannelsLast : public QObject {
     // blocked one's on oneDNN, which alone writes nChw16c), so on the fast
     // backend both must be noise against the block's largest gradient.
     double block_max = 0.0;
-    for (const auto& p : a->params()) block_max = std::max(block_max, max_abs(p.grad));
+    for (const auto& p : a->params()) block_max = std::max(block_max, max_magnitude(p.grad));
     double grad_norm = 0.0;
     for (size_t i = 0; i < a->params().size(); ++i) {
       const std::string& name = a->params()[i].name;
       if (!reference && conv_bias_before_batchnorm(name)) {
-        const double ea = max_abs(a->params()[i].grad), eb = max_abs(b->params()[i].grad);
+        const double ea = max_magnitude(a->params()[i].grad), eb = max_magnitude(b->params()[i].grad);
         QVERIFY2(std::max(ea, eb) <= 1e-3 * block_max,
                  qPrintable(QString("grad %1 is not rounding noise: NCHW %2, blocked %3, block max %4")
                                 .arg(QString::fromStdString(name)).arg(ea).arg(eb).arg(block_max)));
@@ -397,14 +391,14 @@ class TestChannelsLast : public QObject {
     // (a sum of the wrong rows or channels is O(max|dz|·sqrt(N·H·W))) fails.
     // test_op_conv's zero-mean-dy rows check the bias kernel itself to the bit.
     double block_max = 0.0;
-    for (const auto& p : a->params()) block_max = std::max(block_max, max_abs(p.grad));
+    for (const auto& p : a->params()) block_max = std::max(block_max, max_magnitude(p.grad));
     QVERIFY(block_max > 0.0);
     for (size_t i = 0; i < a->params().size(); ++i) {
       const std::string name = a->params()[i].name;
       const Tensor gpu_grad = host(b->params()[i].grad);
       if (conv_bias_before_batchnorm(name)) {
         const double noise = tol * block_max;
-        const double e_cpu = max_abs(a->params()[i].grad), e_gpu = max_abs(gpu_grad);
+        const double e_cpu = max_magnitude(a->params()[i].grad), e_gpu = max_magnitude(gpu_grad);
         QVERIFY2(e_cpu <= noise, qPrintable(QString("cpu grad %1 is not rounding noise: %2 > %3")
                                                 .arg(QString::fromStdString(name))
                                                 .arg(e_cpu)

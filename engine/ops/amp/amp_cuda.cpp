@@ -35,17 +35,8 @@ class CudaKernels final : public amp::Kernels {
 void CudaKernels::cast(const Tensor& src, Tensor& dst) {
   const CudaBackend::Impl& m = be_.impl();
   m.activate();
-  const int64_t n = src.numel();
-  cudaStream_t s = m.stream;
-  // The contract allows exactly these four pairs.
-  if (src.dtype() == DType::F32 && dst.dtype() == DType::F16)
-    cuda::launch_cast_f32_f16(src.data_as<float>(), dst.data_as<uint16_t>(), n, s);
-  else if (src.dtype() == DType::F32 && dst.dtype() == DType::BF16)
-    cuda::launch_cast_f32_bf16(src.data_as<float>(), dst.data_as<uint16_t>(), n, s);
-  else if (src.dtype() == DType::F16 && dst.dtype() == DType::F32)
-    cuda::launch_cast_f16_f32(src.data_as<uint16_t>(), dst.data_as<float>(), n, s);
-  else
-    cuda::launch_cast_bf16_f32(src.data_as<uint16_t>(), dst.data_as<float>(), n, s);
+  // The contract allows exactly the four pairs launch_cast takes.
+  cuda::launch_cast(src.dtype(), dst.dtype(), src.data(), dst.data(), src.numel(), m.stream);
 }
 
 void CudaKernels::scale(Tensor& t, const Tensor& scaler_state) {

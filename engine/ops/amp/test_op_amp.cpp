@@ -288,19 +288,11 @@ std::string bits_differ(const Tensor& cpu, const Tensor& got, const std::string&
 }
 
 #if defined(TRAINBENCH_CUDA_EMULATED)
-// amp::cast through the emulated launchers, as amp_cuda.cpp picks them by
-// the dtypes (host tensors).
+// amp::cast through the emulated launchers, as amp_cuda.cpp calls them
+// (host tensors).
 void emulated_cast(const Tensor& src, Tensor& dst) {
-  namespace emu = tb::cuda_emu;
-  const int64_t n = src.numel();
-  if (src.dtype() == DType::F32 && dst.dtype() == DType::F16)
-    emu::launch_cast_f32_f16(src.data_as<float>(), dst.data_as<uint16_t>(), n, nullptr);
-  else if (src.dtype() == DType::F32 && dst.dtype() == DType::BF16)
-    emu::launch_cast_f32_bf16(src.data_as<float>(), dst.data_as<uint16_t>(), n, nullptr);
-  else if (src.dtype() == DType::F16 && dst.dtype() == DType::F32)
-    emu::launch_cast_f16_f32(src.data_as<uint16_t>(), dst.data_as<float>(), n, nullptr);
-  else
-    emu::launch_cast_bf16_f32(src.data_as<uint16_t>(), dst.data_as<float>(), n, nullptr);
+  tb::cuda_emu::launch_cast(src.dtype(), dst.dtype(), src.data(), dst.data(), src.numel(),
+                            nullptr);
 }
 
 // f32 values of every size a scaler meets: random in [-1, 1) times 2^-120

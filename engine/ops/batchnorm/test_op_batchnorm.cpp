@@ -218,12 +218,6 @@ BnSide run_bn_side(Backend& b, Layout L, const BnInputs& in, Activation act, boo
   return o;
 }
 
-double max_magnitude(const Tensor& h) {
-  double m = 0.0;
-  for (int64_t i = 0; i < h.numel(); ++i) m = std::max(m, std::abs(value_at(h, i)));
-  return m;
-}
-
 // A CUDA side's outputs `o` (t's layout and dtype) against the CPU
 // reference's `r` (NCHW, same inputs, the backward from r's saved values):
 // "" or what differs beyond its bound.

@@ -105,12 +105,6 @@ Tensor run_op(Backend& on, int op, const Tensor& x, const Tensor& dy, const Tens
   return to_host(on, out);
 }
 
-double max_magnitude(const Tensor& h) {
-  double m = 0.0;
-  for (int64_t i = 0; i < h.numel(); ++i) m = std::max(m, std::abs(value_at(h, i)));
-  return m;
-}
-
 bool is_gelu(int op) { return op == 2 || op == 3; }
 
 // A CUDA side's output of op `op` (kOpNames' order) against the CPU

@@ -171,9 +171,7 @@ std::string outputs_differ(const Target& t, const PoolOut& r, const PoolOut& o) 
       const double d = max_abs_diff(want, got);
       c = {d == 0.0, std::string(what) + " " + t.name() + ": differs by " + std::to_string(d)};
     } else {
-      double mx = 0.0;
-      for (int64_t i = 0; i < want.numel(); ++i) mx = std::max(mx, std::abs(value_at(want, i)));
-      c = compare_rounded(want, got, t.dtype, 2, 1e-7 + 1e-5 * mx,
+      c = compare_rounded(want, got, t.dtype, 2, 1e-7 + 1e-5 * max_magnitude(want),
                           std::string(what) + " " + t.name(), precision_of(t.dtype));
     }
     if (!c.ok) return c.msg;
