@@ -15,10 +15,12 @@ ConvGeometry ConvGeometry::make(int64_t N, int64_t C_in, int64_t H, int64_t W, i
   ConvGeometry g;
   g.N = N, g.C_in = C_in, g.H = H, g.W = W, g.C_out = C_out;
   g.KH = g.KW = kernel, g.stride = stride, g.pad = pad;
+  // Tested before dividing: (H + 2·pad − kernel) / stride rounds toward zero,
+  // so a kernel up to stride − 1 rows too big would still give one output row.
+  TB_CHECK(H + 2 * pad >= kernel && W + 2 * pad >= kernel, "convolution with kernel ", kernel,
+           " does not fit input ", H, "x", W, " (padding ", pad, ")");
   g.H_out = (H + 2 * pad - kernel) / stride + 1;
   g.W_out = (W + 2 * pad - kernel) / stride + 1;
-  TB_CHECK(g.H_out > 0 && g.W_out > 0, "convolution with kernel ", kernel, " does not fit input ",
-           H, "x", W, " (padding ", pad, ")");
   return g;
 }
 

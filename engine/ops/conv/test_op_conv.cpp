@@ -1124,6 +1124,10 @@ class TestOpConv : public QObject {
     QVERIFY2(m.contains("conv1") && m.contains("[2, 2, 8, 8]"), qPrintable(m));
     m = qerror_of([&] { ConvGeometry::make(1, 1, 2, 2, 1, 5, 1, 0); });
     QVERIFY2(m.contains("5"), qPrintable(m));
+    // A kernel one row too big under stride 2: the division alone would round
+    // the output's size up to 1 and read past the input.
+    m = qerror_of([&] { ConvGeometry::make(1, 1, 2, 2, 1, 3, 2, 0); });
+    QVERIFY2(m.contains("does not fit input 2x2"), qPrintable(m));
   }
 
   void conv_layout_errors() {
