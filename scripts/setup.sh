@@ -23,8 +23,9 @@ packages=(
   dataset-fashion-mnist
   # headless GUI tests and screenshots
   xvfb xauth
-  # tools for tests and checks
-  sqlite3 python3
+  # tools for tests and checks; Boost.Context switches the CUDA emulator's
+  # fibers (tests/cuda_emulator)
+  sqlite3 python3 libboost-context-dev
   # packaging (scripts/check-package.sh): .deb building and checking, man pages, icons
   dpkg-dev file man-db lintian desktop-file-utils appstream help2man librsvg2-bin
   # the PyTorch peer of the benchmarks' CPU smoke runs (bench/, /usr/bin/python3)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Sets up (Debian packages), builds and runs every test suite through CTest,
-# then the sanitizer, fuzz and package checks. Prints how long each stage took.
+# then the sanitizer, emulated-GPU, fuzz and package checks. Prints how long each stage took.
 # Setup and build must pass for anything to be tested; after them every stage
 # runs even when an earlier one failed, and the failed ones are named at the
 # end (exit 1).
@@ -30,6 +30,7 @@ if [ ${#failed[@]} -gt 0 ]; then
 fi
 stage ctest ctest --test-dir build --output-on-failure --timeout 1200
 stage check-sanitize scripts/check-sanitize.sh
+stage check-emulated-gpu scripts/check-emulated-gpu.sh
 stage check-fuzz scripts/check-fuzz.sh
 stage check-package scripts/check-package.sh
 if [ ${#failed[@]} -gt 0 ]; then

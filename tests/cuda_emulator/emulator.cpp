@@ -5,7 +5,8 @@
 
 #include <pthread.h>
 #include <sys/mman.h>
-#include <ucontext.h>
+
+#include <boost/context/detail/fcontext.hpp>
 
 #include <cstdio>
 #include <algorithm>
@@ -22,7 +23,6 @@
 #endif
 #endif
 #if defined(TB_EMU_ASAN)
-#include <dlfcn.h>
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
@@ -33,7 +33,6 @@ ThreadState* g_thread = nullptr;
 
 namespace {
 
-cudaError_t g_last = cudaSuccess;
 std::string g_message;
 Schedule g_schedule = Schedule::forward;
 Counters g_counters;
@@ -59,13 +58,15 @@ Stack new_stack() {
   return {static_cast<char*>(p) + kGuardBytes, kStackBytes};
 }
 
+namespace ctx = boost::context::detail;
+
 // A context with a stack of its own that runs the block's threads one
 // after another: parked (suspended after its thread finished) between
-// threads, blocks and launches, so a thread costs no getcontext/makecontext
-// and, under the address sanitizer, no new fake stack. `broken`: left
-// inside a kernel by a fault or a deadlock; made afresh before its next use.
+// threads, blocks and launches, so a thread costs no new context and, under
+// the address sanitizer, no new fake stack. `broken`: left inside a kernel
+// by a fault or a deadlock; made afresh before its next use.
 struct Worker {
-  ucontext_t ctx;
+  ctx::fcontext_t ctx = nullptr;
   Stack stack;
   bool started = false, broken = false;
   void* fake_stack = nullptr;  // the address sanitizer's, while switched out
@@ -81,26 +82,14 @@ std::vector<std::unique_ptr<Worker>>& workers(size_t n) {
   return pool;
 }
 
-// The C library's swapcontext. Under the address sanitizer its interceptor
-// clears the shadow of the whole target stack on every switch (through
-// mmap: a system call or two a switch), which made an emulated suite 30
-// times slower. The fibers annotate their switches themselves
-// (__sanitizer_start/finish_switch_fiber), so the plain call is enough; what
-// the interceptor's clearing was for, a stack left poisoned by frames that
-// never returned, happens here only to a block abandoned after a fault, and
-// run_block unpoisons those stacks before reusing them.
-int swap(ucontext_t* from, ucontext_t* to) {
-#if defined(TB_EMU_ASAN)
-  using Swap = int (*)(ucontext_t*, const ucontext_t*);
-  static const Swap libc_swap = [] {
-    void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
-    void* f = libc ? dlsym(libc, "swapcontext") : nullptr;
-    return f ? reinterpret_cast<Swap>(f) : &swapcontext;
-  }();
-  return libc_swap(from, to);
-#else
-  return swapcontext(from, to);
-#endif
+// Switches to `to`, leaving the current context in *from. Boost.Context's
+// fcontext switch saves only the callee-saved registers: the C library's
+// swapcontext also saves and restores the signal mask, a system call each
+// way, which was most of an emulated model step's time. Whoever switches
+// passes its own slot; the side that resumes stores the context it left.
+void swap(ctx::fcontext_t* from, ctx::fcontext_t to) {
+  const ctx::transfer_t t = ctx::jump_fcontext(to, from);
+  *static_cast<ctx::fcontext_t*>(t.data) = t.fctx;
 }
 
 enum class Wait { none, barrier, warp_arrive, warp_leave };
@@ -124,14 +113,14 @@ struct Warp {
 };
 
 // One block under way. Its threads' workers switch straight to the next
-// runnable thread's in the schedule's order (one swapcontext a switch); the
+// runnable thread's in the schedule's order (one context switch each); the
 // scheduler's context is resumed when none is left: all done, a fault, or a
 // deadlock.
 struct Block {
   std::vector<Fiber> fibers;
   bool reverse = false;  // the schedule's order: thread k is fibers[reverse ? n-1-k : k]
   std::vector<Warp> warps;
-  ucontext_t scheduler;
+  ctx::fcontext_t scheduler = nullptr;
   Fiber* current = nullptr;
   unsigned pos = 0;  // current's place in the schedule's order
   unsigned threads = 0;
@@ -188,9 +177,9 @@ void switch_away(bool exiting) {
   if (next) {
     b.current = next;
     g_thread = &next->state;
-    swap(&me.ctx, &next->worker->ctx);
+    swap(&me.ctx, next->worker->ctx);
   } else {
-    swap(&me.ctx, &b.scheduler);
+    swap(&me.ctx, b.scheduler);
   }
 #if defined(TB_EMU_ASAN)
   __sanitizer_finish_switch_fiber(me.fake_stack, nullptr, nullptr);
@@ -213,7 +202,8 @@ template <typename Say>
 
 // A worker's life: run the current thread of the current block, park, and
 // again for whichever thread it is given next.
-void worker_main() {
+void worker_main(ctx::transfer_t started_by) {
+  *static_cast<ctx::fcontext_t*>(started_by.data) = started_by.fctx;
 #if defined(TB_EMU_ASAN)
   __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
 #endif
@@ -267,11 +257,7 @@ bool run_block(Block& b, const dim3& grid, const dim3& block, const uint3& block
       // Frames that never returned left their poison on the stack.
       if (w.broken) ASAN_UNPOISON_MEMORY_REGION(w.stack.base, w.stack.size);
 #endif
-      getcontext(&w.ctx);
-      w.ctx.uc_stack.ss_sp = w.stack.base;
-      w.ctx.uc_stack.ss_size = w.stack.size;
-      w.ctx.uc_link = nullptr;
-      makecontext(&w.ctx, worker_main, 0);
+      w.ctx = ctx::make_fcontext(w.stack.base + w.stack.size, w.stack.size, worker_main);
       w.started = true;
       w.broken = false;
       w.fake_stack = nullptr;
@@ -285,7 +271,7 @@ bool run_block(Block& b, const dim3& grid, const dim3& block, const uint3& block
   __sanitizer_start_switch_fiber(&b.scheduler_fake_stack, first->worker->stack.base,
                                  first->worker->stack.size);
 #endif
-  swap(&b.scheduler, &first->worker->ctx);
+  swap(&b.scheduler, first->worker->ctx);
 #if defined(TB_EMU_ASAN)
   __sanitizer_finish_switch_fiber(b.scheduler_fake_stack, nullptr, nullptr);
 #endif
@@ -305,7 +291,7 @@ bool run_block(Block& b, const dim3& grid, const dim3& block, const uint3& block
 }
 
 bool refuse(cudaError_t e, const std::string& message) {
-  g_last = e;
+  set_last_error(e);
   g_message = message;
   return false;
 }
@@ -457,28 +443,3 @@ uint64_t warp_exchange(unsigned mask, uint64_t bits, int src, const char* what) 
 }
 
 }  // namespace tb_emu
-
-cudaError_t cudaGetLastError() {
-  const cudaError_t e = tb_emu::g_last;
-  tb_emu::g_last = cudaSuccess;
-  return e;
-}
-
-const char* cudaGetErrorName(cudaError_t e) {
-  switch (e) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    case cudaErrorNotReady: return "cudaErrorNotReady";
-    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
-  }
-  return "cudaErrorUnknown";
-}
-
-// The emulator's own words for the last failed launch: what the tests print.
-const char* cudaGetErrorString(cudaError_t e) {
-  if (e == cudaErrorInvalidConfiguration || e == cudaErrorLaunchFailure)
-    return tb_emu::last_launch_error().c_str();
-  return cudaGetErrorName(e);
-}

@@ -10,7 +10,7 @@
 // header forced in and `cuda` renamed `cuda_emu` (the launchers become
 // tb::cuda_emu::*, beside the real tb::cuda::* of a CUDA build). A launch
 // runs its blocks one after another on the calling thread; inside a block
-// every CUDA thread is a fiber (ucontext), switched only at __syncthreads and
+// every CUDA thread is a fiber (Boost.Context), switched only at __syncthreads and
 // at warp shuffles, so the emulation is deterministic. The order threads run
 // between two barriers is a setting (set_schedule): in reverse, a kernel that
 // reads shared memory another thread writes without a barrier between them
@@ -27,9 +27,9 @@
 // the barriers, timing, FMA contraction (nvcc contracts a*b+c, the host
 // compiler does not), the hardware's approximate functions (rsqrtf is
 // 1/sqrtf here), shared memory's uninitialised contents (__shared__ is a
-// static: zero at first, then whatever the last block left), and the
-// runtime beyond what the kernels' host code calls (launches run at once on
-// the calling thread; streams are ignored).
+// static: zero at first, then whatever the last block left), and
+// concurrency: a launch runs when it is enqueued, on the calling thread
+// (runtime.h), or is recorded while its stream is being captured.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -41,6 +41,8 @@
 
 // ---------------------------------------------------------------- runtime types
 
+#include "tests/cuda_emulator/runtime.h"
+
 struct uint3 {
   unsigned x, y, z;
 };
@@ -49,21 +51,6 @@ struct dim3 {
   unsigned x, y, z;
   constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
 };
-
-typedef struct CUstream_st* cudaStream_t;
-
-enum cudaError_t {
-  cudaSuccess = 0,
-  cudaErrorInvalidValue = 1,
-  cudaErrorMemoryAllocation = 2,
-  cudaErrorInvalidConfiguration = 9,
-  cudaErrorNotReady = 600,
-  cudaErrorLaunchFailure = 719,
-};
-
-cudaError_t cudaGetLastError();
-const char* cudaGetErrorName(cudaError_t e);
-const char* cudaGetErrorString(cudaError_t e);
 
 // ---------------------------------------------------------------- f16 and bf16
 
@@ -166,8 +153,9 @@ Counters counters();
 struct Config {
   dim3 grid, block;
   size_t shared_bytes;
-  Config(dim3 g, dim3 b, size_t smem = 0, cudaStream_t = nullptr)
-      : grid(g), block(b), shared_bytes(smem) {}
+  cudaStream_t stream;
+  Config(dim3 g, dim3 b, size_t smem = 0, cudaStream_t s = nullptr)
+      : grid(g), block(b), shared_bytes(smem), stream(s) {}
 };
 
 // The emulated thread's coordinates (valid inside a launch).
@@ -184,22 +172,26 @@ bool run_grid(const Config& c, Body body, void* closure);
 
 // `kernel` calls the kernel with the launch's arguments (rewrite_launches.py
 // makes it a lambda, which deduces a template kernel's arguments as nvcc does).
+// The launch owns copies of the arguments, as CUDA's does, so a launch
+// recorded into a graph replays with them; each thread's call copies them
+// again into the kernel's by-value parameters.
 template <typename Kernel, typename... A>
 void launch(const Config& c, Kernel kernel, A&&... args) {
-  // Copied once, as a launch copies its arguments; each thread's call copies
-  // them again into the kernel's by-value parameters.
-  std::tuple<std::decay_t<A>...> params(std::forward<A>(args)...);
-  struct Closure {
-    Kernel* kernel;
-    std::tuple<std::decay_t<A>...>* params;
-  } closure{&kernel, &params};
-  run_grid(
-      c,
-      [](void* p) {
-        auto* cl = static_cast<Closure*>(p);
-        std::apply(*cl->kernel, *cl->params);
-      },
-      &closure);
+  using Params = std::tuple<std::decay_t<A>...>;
+  auto work = [c, kernel, params = Params(std::forward<A>(args)...)]() mutable {
+    struct Closure {
+      Kernel* kernel;
+      Params* params;
+    } closure{&kernel, &params};
+    run_grid(
+        c,
+        [](void* p) {
+          auto* cl = static_cast<Closure*>(p);
+          std::apply(*cl->kernel, *cl->params);
+        },
+        &closure);
+  };
+  (void)enqueue(c.stream, std::move(work), "a kernel launch");
 }
 
 // Device-side operations (valid inside a launch).

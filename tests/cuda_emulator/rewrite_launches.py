@@ -3,11 +3,12 @@
 """Turns a .cu file into C++ for the CUDA emulator (emulator.h).
 
 Each launch `kernel<targs><<<grid, block[, smem[, stream]]>>>(args)` becomes
-`::tb_emu::launch(::tb_emu::Config(grid, block, ...), [&](auto&&... a) {
+`::tb_emu::launch(::tb_emu::Config(grid, block, ...), [=](auto&&... a) {
 kernel<targs>(a...); }, args)`: the call in the lambda deduces a template
 kernel's arguments and picks an overload from the launch's arguments, as nvcc
-does;
-nothing else changes, and line numbers are kept (a #line directive names the
+does,
+and it captures by value (a kernel picked into a local variable), since a
+launch recorded into a CUDA graph runs again later; nothing else changes, and line numbers are kept (a #line directive names the
 .cu file), so compiler messages and the emulator's barrier sites point at the
 original source.
 
@@ -34,7 +35,7 @@ def rewrite(text):
         rest = text[m.end():]
         empty_args = rest.lstrip().startswith(")")
         # One line, so the source keeps its line numbers.
-        out.append("::tb_emu::launch(::tb_emu::Config(%s), [&](auto&&... tb_emu_a) "
+        out.append("::tb_emu::launch(::tb_emu::Config(%s), [=](auto&&... tb_emu_a) "
                    "{ %s(tb_emu_a...); }%s"
                    % (m.group("config"), kernel, "" if empty_args else ", "))
         pos = m.end()

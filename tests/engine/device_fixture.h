@@ -142,6 +142,17 @@ Q_DECLARE_METATYPE(tb::DType)
     if (!::tb::test::gpu_available(&why_)) QSKIP(qPrintable(QString::fromStdString(why_))); \
   } while (0)
 
+// A GPU slot that needs what the emulated backend (TRAINBENCH_CUDA=EMULATED,
+// tests/cuda_emulator) does not model: work running concurrently with the
+// host, a real device's timing or memory, CUPTI, NVML. It runs on a GPU and
+// is skipped there with `why`.
+#ifdef TRAINBENCH_EMULATED_BACKEND
+#define NEED_REAL_GPU(why) \
+  QSKIP("not on the emulated CUDA backend: " why " (runs on a real GPU)")
+#else
+#define NEED_REAL_GPU(why) NEED_GPU()
+#endif
+
 // In a typed slot: fetches the "target" column into `var`, skips a GPU row
 // without a device, and binds `be` to the target's backend.
 #define FETCH_TARGET(var, be)                                                      \

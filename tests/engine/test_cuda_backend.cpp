@@ -584,6 +584,7 @@ class TestCudaBackend : public QObject {
   // and stop the run. The stream waits on the host, so the poll cannot be done.
   void scopeClockPollLeavesNoError() {
     NEED_GPU();
+    NEED_REAL_GPU("a host function holds the stream while the host polls");
     TB_GPU_TRY
 #ifdef TRAINBENCH_HAVE_CUDA
     auto* const gpu = dynamic_cast<CudaBackend*>(&test::cuda_backend());

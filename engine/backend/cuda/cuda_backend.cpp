@@ -224,6 +224,11 @@ nlohmann::json CudaBackend::describe() const {
         {"peak_allocated_bytes", st.peak_allocated_bytes},
         {"cuda_malloc_count", st.cuda_malloc_count}}}};
   if (nlohmann::json paths = kernel_paths(); !paths.empty()) d["kernel_paths"] = std::move(paths);
+#ifdef TRAINBENCH_EMULATED_BACKEND
+  // A test build (TRAINBENCH_CUDA=EMULATED): the versions above are its
+  // stand-ins', and a run stored from it must never read as a GPU's.
+  d["emulated"] = "a host emulation of CUDA (tests/cuda_emulator): not a GPU result";
+#endif
   return d;
 }
 
