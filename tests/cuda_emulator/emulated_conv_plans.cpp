@@ -424,11 +424,7 @@ nlohmann::json ConvPlanCache::describe() const {
   for (const auto& [key, e] : state_->plans) {
     nlohmann::json r{{"path", "cudnn-emulated"}, {"plan", plan_name(key.op)}};
     if (e.workspace >= 0) r["workspace_bytes"] = e.workspace;
-    const std::string tuned = "autotune over " + std::to_string(e.built) + " plans";
-    r["chosen_by"] = !key.benchmark           ? std::string("heuristics' first choice")
-                     : !e.untuned_why.empty() ? "heuristics' first choice (" + e.untuned_why + ")"
-                     : e.tuned                ? tuned
-                                              : std::string("not yet autotuned");
+    r["chosen_by"] = plan_chosen_by(key.benchmark, e.tuned, e.untuned_why, e.built);
     out[key.str()] = std::move(r);
   }
   return out;

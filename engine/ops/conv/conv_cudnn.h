@@ -166,6 +166,17 @@ inline void layout_strides(Layout l, int64_t N, int64_t C, int64_t H, int64_t W,
   }
 }
 
+// How a cached plan was chosen, as describe() says it: the heuristics' first
+// choice (for a benchmark key, also when autotuning was given up, and why),
+// or autotuned over `built` candidates.
+inline std::string plan_chosen_by(bool benchmark, bool tuned, const std::string& untuned_why,
+                                  int built) {
+  if (!benchmark) return "heuristics' first choice";
+  if (!untuned_why.empty()) return "heuristics' first choice (" + untuned_why + ")";
+  if (tuned) return "autotune over " + std::to_string(built) + " plans";
+  return "not yet autotuned";
+}
+
 // The cache of built graphs for one cuDNN handle: one per backend, owned by
 // the convolution family's CudaKernels (conv_cuda.cpp).
 class ConvPlanCache {

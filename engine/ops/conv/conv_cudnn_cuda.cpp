@@ -105,10 +105,7 @@ nlohmann::json ConvPlanCache::describe() const {
     const bool named = e.graph->get_plan_name(name).is_good();
     nlohmann::json r{{"path", "cudnn"}, {"plan", named ? name : std::string("?")}};
     if (e.workspace >= 0) r["workspace_bytes"] = e.workspace;
-    r["chosen_by"] = !key.benchmark           ? std::string("heuristics' first choice")
-                     : !e.untuned_why.empty() ? "heuristics' first choice (" + e.untuned_why + ")"
-                     : e.tuned                ? "autotune over " + std::to_string(e.built) + " plans"
-                                              : std::string("not yet autotuned");
+    r["chosen_by"] = plan_chosen_by(key.benchmark, e.tuned, e.untuned_why, e.built);
     out[key.str()] = std::move(r);
   }
   return out;
