@@ -737,6 +737,18 @@ bool take(T* out, const void* buf, size_t size) {
   return true;
 }
 
+// Destroys a descriptor made by put(): null is a no-op, a dead one refused.
+template <typename State, typename O>
+cublasStatus_t destroy(O* o, const char* call, const char* what) {
+  State s;
+  if (!o) return CUBLAS_STATUS_SUCCESS;
+  if (!get(o, &s))
+    return refuse(CUBLAS_STATUS_INVALID_VALUE, call, std::string("not a live ") + what);
+  std::memset(o->data, 0, sizeof o->data);
+  delete o;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 bool emulated_epilogue(uint32_t e) {
   return e == CUBLASLT_EPILOGUE_DEFAULT || e == CUBLASLT_EPILOGUE_RELU ||
          e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS;
@@ -869,14 +881,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc,
 }
 
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
-  DescState s;
-  if (!desc) return CUBLAS_STATUS_SUCCESS;
-  if (!get(desc, &s))
-    return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulDescDestroy",
-                  "not a live cublasLtMatmulDesc_t");
-  std::memset(desc->data, 0, sizeof desc->data);
-  delete desc;
-  return CUBLAS_STATUS_SUCCESS;
+  return destroy<DescState>(desc, "cublasLtMatmulDescDestroy", "cublasLtMatmulDesc_t");
 }
 
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
@@ -925,14 +930,7 @@ cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDa
 }
 
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
-  LayoutState s;
-  if (!layout) return CUBLAS_STATUS_SUCCESS;
-  if (!get(layout, &s))
-    return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatrixLayoutDestroy",
-                  "not a live cublasLtMatrixLayout_t");
-  std::memset(layout->data, 0, sizeof layout->data);
-  delete layout;
-  return CUBLAS_STATUS_SUCCESS;
+  return destroy<LayoutState>(layout, "cublasLtMatrixLayoutDestroy", "cublasLtMatrixLayout_t");
 }
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
@@ -943,14 +941,8 @@ cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) 
 }
 
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
-  PrefState s;
-  if (!pref) return CUBLAS_STATUS_SUCCESS;
-  if (!get(pref, &s))
-    return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulPreferenceDestroy",
-                  "not a live cublasLtMatmulPreference_t");
-  std::memset(pref->data, 0, sizeof pref->data);
-  delete pref;
-  return CUBLAS_STATUS_SUCCESS;
+  return destroy<PrefState>(pref, "cublasLtMatmulPreferenceDestroy",
+                            "cublasLtMatmulPreference_t");
 }
 
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,

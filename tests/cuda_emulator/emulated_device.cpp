@@ -123,6 +123,15 @@ void for_capture(GraphData* g, F f) {
     if (s->graph == g) f(s);
 }
 
+// A call CUDA refuses during capture g: every stream of it is invalidated.
+cudaError_t refuse_in_capture(GraphData* g, const char* call) {
+  for_capture(g, [call](StreamData* c) { invalidate(c, call); });
+  return fail(cudaErrorStreamCaptureUnsupported);
+}
+
+// A stream handle that is neither the legacy stream (null) nor a live stream.
+bool unknown_stream(StreamData* s) { return s && !state().streams.count(s); }
+
 // CUDA's rule for "potentially unsafe" calls (allocation, synchronisation)
 // during a capture: refused when this thread has a capture of its own not in
 // relaxed mode, or another thread has a global-mode capture, unless this
@@ -177,7 +186,7 @@ bool is_device_memory(const void* p, size_t bytes) {
 cudaError_t enqueue(cudaStream_t s, std::function<void()> work, const char* what) {
   std::lock_guard lock(g_lock);
   StreamData* sd = stream_of(s);
-  if (sd && !state().streams.count(sd)) return fail(cudaErrorInvalidResourceHandle);
+  if (unknown_stream(sd)) return fail(cudaErrorInvalidResourceHandle);
   if (capturing(sd)) {
     sd->graph->nodes.push_back(std::move(work));
     return cudaSuccess;
@@ -290,8 +299,7 @@ cudaError_t cudaDeviceSynchronize() {
   std::lock_guard lock(g_lock);
   for (StreamData* s : state().streams)
     if (s->graph) {
-      for_capture(s->graph, [](StreamData* c) { invalidate(c, "cudaDeviceSynchronize"); });
-      return fail(cudaErrorStreamCaptureUnsupported);
+      return refuse_in_capture(s->graph, "cudaDeviceSynchronize");
     }
   return cudaSuccess;
 }
@@ -465,11 +473,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   std::lock_guard lock(g_lock);
   StreamData* sd = stream_of(s);
-  if (sd && !state().streams.count(sd)) return fail(cudaErrorInvalidResourceHandle);
-  if (capturing(sd)) {
-    for_capture(sd->graph, [](StreamData* c) { invalidate(c, "cudaStreamSynchronize"); });
-    return fail(cudaErrorStreamCaptureUnsupported);
-  }
+  if (unknown_stream(sd)) return fail(cudaErrorInvalidResourceHandle);
+  if (capturing(sd)) return refuse_in_capture(sd->graph, "cudaStreamSynchronize");
   if (!sd && unsafe_call_refused("cudaStreamSynchronize(legacy stream)"))
     return fail(cudaErrorStreamCaptureUnsupported);
   return cudaSuccess;  // its work ran when it was enqueued
@@ -478,11 +483,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
 cudaError_t cudaStreamQuery(cudaStream_t s) {
   std::lock_guard lock(g_lock);
   StreamData* sd = stream_of(s);
-  if (sd && !state().streams.count(sd)) return fail(cudaErrorInvalidResourceHandle);
-  if (capturing(sd)) {
-    for_capture(sd->graph, [](StreamData* c) { invalidate(c, "cudaStreamQuery"); });
-    return fail(cudaErrorStreamCaptureUnsupported);
-  }
+  if (unknown_stream(sd)) return fail(cudaErrorInvalidResourceHandle);
+  if (capturing(sd)) return refuse_in_capture(sd->graph, "cudaStreamQuery");
   return cudaSuccess;
 }
 
@@ -490,7 +492,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   std::lock_guard lock(g_lock);
   StreamData* sd = stream_of(s);
   EventData* ed = event_of(e);
-  if ((sd && !state().streams.count(sd)) || !state().events.count(ed))
+  if (unknown_stream(sd) || !state().events.count(ed))
     return fail(cudaErrorInvalidResourceHandle);
   // Waiting on an event recorded inside a capture makes this stream join it
   // (CUDA's fork): its later work goes into the same graph.
@@ -532,7 +534,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   std::lock_guard lock(g_lock);
   EventData* ed = event_of(e);
   StreamData* sd = stream_of(s);
-  if (!state().events.count(ed) || (sd && !state().streams.count(sd)))
+  if (!state().events.count(ed) || unknown_stream(sd))
     return fail(cudaErrorInvalidResourceHandle);
   if (capturing(sd)) {  // a dependency inside the graph, not a timestamp
     ed->captured_in = sd->graph;
@@ -623,7 +625,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
 cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
   std::lock_guard lock(g_lock);
   StreamData* sd = stream_of(s);
-  if (sd && !state().streams.count(sd)) return fail(cudaErrorInvalidResourceHandle);
+  if (unknown_stream(sd)) return fail(cudaErrorInvalidResourceHandle);
   *status = !capturing(sd)      ? cudaStreamCaptureStatusNone
             : sd->invalidated ? cudaStreamCaptureStatusInvalidated
                               : cudaStreamCaptureStatusActive;
