@@ -11,8 +11,10 @@
 //                  gradients (what a trainer keeping f32 master weights asks);
 //                  oneDNN's bf16 kernels (avx512_core_bf16, AMX where the
 //                  processor has it, or its emulation on plain AVX-512)
-// each in the layouts oneDNN picks (no reorders timed: the engine keeps its
-// activations blocked between layers), in interleaved rounds. Prints one JSON
+// each in the layouts oneDNN picks, in interleaved rounds; and, as a fourth
+// row per layer, what a bf16 path in an engine that keeps f32 activations in
+// nChw16c between layers adds: the casts of x, dy and the filters to the bf16
+// kernels' layouts and of y and dx back (oneDNN reorders). Prints one JSON
 // object: the processor, its bf16/AMX flags, oneDNN's ISA and per shape and op
 // each candidate's median and minimum milliseconds and oneDNN's kernel name.
 //
@@ -122,6 +124,32 @@ struct Convolution {
   }
 };
 
+// The reorders a bf16 convolution needs between an engine's f32 nChw16c
+// activations (KCRS filters) and the layouts its kernels chose.
+struct Casts {
+  std::vector<std::pair<dnnl::reorder, std::pair<memory, memory>>> steps;
+  memory x16, y16, dy16, dx16, w32;
+
+  Casts(const dnnl::engine& eng, Convolution& c, int64_t N, int64_t C, int64_t HW, int64_t K) {
+    const auto f32 = [&](memory::dims d, Tag t) { return memory({d, DataType::f32, t}, eng); };
+    x16 = f32({N, C, HW, HW}, Tag::nChw16c), dx16 = f32({N, C, HW, HW}, Tag::nChw16c);
+    y16 = f32({N, K, HW, HW}, Tag::nChw16c), dy16 = f32({N, K, HW, HW}, Tag::nChw16c);
+    w32 = f32({K, C, 3, 3}, Tag::oihw);
+    const auto add = [&](memory from, memory to) {
+      steps.push_back({dnnl::reorder(from, to), {from, to}});
+    };
+    add(x16, c.x), add(w32, c.w), add(c.y, y16), add(dy16, c.dy);
+    if (c.w_data.get_desc() != c.w.get_desc()) add(w32, c.w_data);
+    add(c.dx, dx16);
+    if (c.x_weights.get_desc() != c.x.get_desc()) add(x16, c.x_weights);
+    if (c.dy_weights.get_desc() != c.dy.get_desc()) add(dy16, c.dy_weights);
+  }
+  void run(dnnl::stream& s) {
+    for (auto& [r, io] : steps) r.execute(s, io.first, io.second);
+    s.wait();
+  }
+};
+
 // Random operands: the same distribution in each dtype (values in [-1, 1)).
 void fill(memory& m, std::mt19937& rng) {
   const memory::desc d = m.get_desc();
@@ -218,8 +246,23 @@ int main(int argc, char** argv) {
                                 {"ms", time_candidates(candidates, rounds)},
                                 {"impl", impl}});
     }
+    for (auto& [name, c] : convs)
+      if (name == std::string("bf16-direct")) {
+        Casts casts(eng, c, batch, l.C, l.HW, l.K);
+        Casts* p = &casts;
+        out["results"].push_back(
+            {{"layer", l.name},
+             {"shape", {batch, l.C, l.HW, l.HW, l.K, 3, 1, 1}},
+             {"op", "f32<->bf16 casts"},
+             {"ms", time_candidates({{"bf16-casts", [p, &s] { p->run(s); }}}, rounds)},
+             {"reorders", casts.steps.size()}});
+      }
   }
   out["load_average"] = {{"before", load_before}, {"after", load_average()}};
+  out["casts_note"] = "row 'f32<->bf16 casts': x, dy and the filters cast to bf16 in the layouts "
+                      "the bf16 kernels chose and y and dx cast back to f32 nChw16c, one layer's "
+                      "training step (a source shared by two primitives is cast once where they "
+                      "chose the same layout)";
   std::printf("%s\n", out.dump(1).c_str());
   return 0;
 }
