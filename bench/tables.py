@@ -54,6 +54,14 @@ COMMITTED = {
         "cpu-resnet18-cifar-vs-pytorch-amd-25-17-max-avx2-nchw-2026-11-27.json",
         "cpu-fmnist-cnn-vs-pytorch-2.15-amd-25-17-max-avx2-rerun-2026-11-27.json",
         "cpu-resnet18-cifar-vs-pytorch-2.15-amd-25-17-max-avx2-nchw-2026-11-27.json",
+        "cpu-fmnist-cnn-vs-pytorch-intel-6-167-2026-11-28.json",
+        "cpu-resnet18-cifar-vs-pytorch-intel-6-167-2026-11-28.json",
+        "cpu-fmnist-cnn-vs-pytorch-2.15-intel-6-167-2026-11-28.json",
+        "cpu-resnet18-cifar-vs-pytorch-2.15-intel-6-167-2026-11-28.json",
+        "cpu-fmnist-cnn-vs-pytorch-intel-6-167-max-avx2-2026-11-28.json",
+        "cpu-resnet18-cifar-vs-pytorch-intel-6-167-max-avx2-2026-11-28.json",
+        "cpu-fmnist-cnn-vs-pytorch-2.15-intel-6-167-max-avx2-2026-11-28.json",
+        "cpu-resnet18-cifar-vs-pytorch-2.15-intel-6-167-max-avx2-2026-11-28.json",
     ],
 }
 
