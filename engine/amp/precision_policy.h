@@ -35,8 +35,10 @@
 // conv::/linear::forward/backward (engine/ops/conv, engine/ops/linear) with
 // f16/bf16 operands: products summed in f32, f32 master gradients. On the GPU
 // that is Tensor Core math (cuDNN graphs with f16/bf16 IO, cuBLAS(Lt) with
-// CUBLAS_COMPUTE_32F). The CPU backend has the same ops as a slow reference
-// (inputs widened, f32 kernels), so `amp` stays a cuda-only trick. The CUDA
+// CUBLAS_COMPUTE_32F). The CPU backend has the same ops as a reference
+// (inputs widened, f32 kernels) and, where oneDNN has bf16 kernels of its own
+// (AVX512_BF16, AMX), runs bf16 convolutions on them: there `amp` bf16
+// applies with f32 activations (train/tricks.cpp), fp16 nowhere. The CUDA
 // side of the f32-activation form ran on an H200 (2026-11-26, commit
 // b0014f2: AMP training reached its accuracy); the low-precision form has not
 // run on a GPU.

@@ -381,6 +381,7 @@ class TestAmpTraining : public QObject {
 
  private:
   CpuBackend cpu{BackendOptions{}};
+  CpuBackend cpu_ref{BackendOptions{.reference = true}};
 
  private slots:
   // ------------------------------------------------------------ layers, model
@@ -531,8 +532,11 @@ class TestAmpTraining : public QObject {
   // Memory: every layer buffer of the lp run is bf16 but the f32 logits and
   // the logits layer's f32 input gradient before its cast (N·(10 + K)·4
   // bytes); the lp run copies no conv input but the first conv's (the f32
-  // batch cast once).
+  // batch cast once). On the reference backend: the fast one runs the f32
+  // form's convolutions on oneDNN's bf16 kernels where the CPU has them and
+  // the lp form's widened, two orders of summation.
   void lowPrecisionActivationsConvLinearChain() {
+    CpuBackend& cpu = cpu_ref;
     const int64_t N = 6, K = 8 * 4 * 4;
     auto build = [&] {
       auto m = std::make_unique<Model>("chain", Shape{3, 8, 8}, 10);
@@ -788,6 +792,46 @@ class TestAmpTraining : public QObject {
     for (const json &e : n.logs)
       warned |= e["level"] == "warning" && e["message"].get<std::string>().find("amp") == 0;
     QVERIFY(warned);
+  }
+
+  // amp bf16 on the CPU without the hook, where oneDNN has bf16 kernels of its
+  // own (AVX512_BF16, AMX): applied, every convolution shape on those kernels
+  // (the run's kernel paths), and the losses follow the f32 run's (every
+  // step within 1e-2 relative, as the hook's fp16 above) without equalling
+  // them. fp16 is not applied there and trains as f32 bit for bit.
+  void cpuAmpBf16RunsOnOneDnnKernels() {
+    if (!cpu_has_bf16_kernels())
+      QSKIP("this CPU has no oneDNN bf16 kernels (AVX512_BF16 or AMX): amp is not offered on it");
+    json fin;
+    const auto run = [&](const std::string& amp) {
+      json cfg = {{"device", "cpu"}, {"dataset", "synthetic"}, {"synthetic_shape", {1, 16, 16}},
+                  {"synthetic_size", 256}, {"test_limit", 64}, {"max_steps", 6},
+                  {"batch_size", 32}, {"model", "fmnist-cnn"}, {"seed", 3},
+                  {"sync_every_step", true}, {"amp", amp}};
+      const tb::test::Recorder rec =
+          tb::test::run_trainer(cfg, 0, nullptr, [&](Trainer& t) { t.set_measure(false); });
+      fin = rec.of("finished").at(0);
+      std::vector<double> losses;
+      for (const json& e : rec.of("step")) losses.push_back(e["metrics"]["loss"].get<double>());
+      return losses;
+    };
+    const std::vector<double> off = run("off"), fp16 = run("fp16");
+    QCOMPARE(fp16, off);
+    const std::vector<double> bf16 = run("bf16");
+    QCOMPARE(fin["summary"]["amp"].get<std::string>(), std::string("bf16"));
+    QCOMPARE(bf16.size(), off.size());
+    for (size_t i = 0; i < off.size(); ++i)
+      QVERIFY2(std::abs(off[i] - bf16[i]) <= 1e-2 * off[i],
+               qPrintable(QString("step %1: f32 %2 bf16 %3").arg(i + 1).arg(off[i]).arg(bf16[i])));
+    QVERIFY(bf16[0] != off[0]);
+    int rows = 0;
+    for (const auto& [shape, r] : fin["kernel_paths"]["convolution"].items()) {
+      if (shape.rfind("bf16 ", 0) != 0) continue;
+      ++rows;
+      const std::string impl = r.value("onednn_implementation", std::string());
+      QVERIFY2(impl.find("bf16") != std::string::npos, (shape + ": " + impl).c_str());
+    }
+    QVERIFY2(rows >= 4, fin["kernel_paths"].dump().c_str());  // 2 layers, forward and backward
   }
 
   // The amp_activations setting reaches the model: the two forms of bf16 (f16/

@@ -74,6 +74,37 @@ bool onednn_blocks_of_16() {
 #endif
 }
 
+namespace {
+#ifdef TRAINBENCH_HAVE_ONEDNN
+bool onednn_isa_has(dnnl_cpu_isa_t isa) {
+  const auto want = static_cast<unsigned>(isa);
+  return (static_cast<unsigned>(dnnl_get_effective_cpu_isa()) & want) == want;
+}
+#endif
+}  // namespace
+
+bool cpu_has_bf16_kernels() {
+#ifdef TRAINBENCH_HAVE_ONEDNN
+  return onednn_isa_has(dnnl_cpu_isa_avx512_core_bf16);
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_amx_bf16() {
+#ifdef TRAINBENCH_HAVE_ONEDNN
+  return onednn_isa_has(dnnl_cpu_isa_avx512_core_amx);
+#else
+  return false;
+#endif
+}
+
+BackendCapabilities CpuBackend::host_capabilities() {
+  BackendCapabilities c = kCapabilities;
+  c.low_precision = cpu_has_bf16_kernels();
+  return c;
+}
+
 nlohmann::json CpuBackend::describe() const {
   nlohmann::json d = {{"backend", "cpu"},
                       {"device", "cpu"},

@@ -19,6 +19,15 @@ namespace tb {
 bool onednn_blocks_of_16();
 // Whether this build has oneDNN (TRAINBENCH_ONEDNN).
 bool cpu_has_onednn();
+// Whether this build's oneDNN has bf16 kernels of its own on this CPU
+// (AVX512_BF16 dot products, or AMX tiles): mixed precision's convolutions
+// (amp bf16) run on them; elsewhere it would emulate bf16 or run reference
+// loops, slower than f32.
+bool cpu_has_bf16_kernels();
+// Whether those kernels are AMX's (Sapphire Rapids and later Xeons): 2.1-2.7x
+// the f32 Winograd convolutions where AVX512_BF16 alone is level with them
+// (bench/NOTES.md, "Intel at last").
+bool cpu_has_amx_bf16();
 
 class CpuBackend final : public Backend {
  public:
@@ -40,7 +49,10 @@ class CpuBackend final : public Backend {
   static constexpr BackendCapabilities kCapabilities{.host_kernel_threads = true,
                                                      .fused_pointwise = true};
 #endif
-  BackendCapabilities capabilities() const override { return kCapabilities; }
+  // kCapabilities and, where this CPU has oneDNN's bf16 kernels, amp
+  // (low_precision: bf16 convolutions; the rest of the step stays f32).
+  static BackendCapabilities host_capabilities();
+  BackendCapabilities capabilities() const override { return host_capabilities(); }
 
   bool reference() const { return options_.reference; }
   int threads() const { return threads_; }

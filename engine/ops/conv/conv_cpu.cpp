@@ -487,6 +487,39 @@ std::string shape_name(const char* op, const ConvGeometry& g, ConvLayouts l, uns
   return s;
 }
 
+#ifdef TRAINBENCH_HAVE_ONEDNN
+// db[co] (+)= Σ over n and the plane of dy[n, co, :], f32 dy in any
+// activation layout, each channel's sum in double (one thread a channel or a
+// block of 16, so the thread count does not change it).
+void bias_grad_any_layout(const ConvGeometry& g, Layout out, const float* dy, float* db,
+                          bool accumulate, int threads) {
+  const int64_t P = g.H_out * g.W_out, C = g.C_out;
+  std::vector<double> sums(size_t(C), 0.0);
+  if (out == Layout::NHWC) {
+    for (int64_t i = 0; i < g.N * P; ++i)
+      for (int64_t c = 0; c < C; ++c) sums[size_t(c)] += dy[i * C + c];
+  } else {
+    const int64_t lanes = out == Layout::NCHW16C ? kLayoutBlock : 1, groups = C / lanes;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads) if (g.N * C * P >= (1 << 16))
+#endif
+    for (int64_t cg = 0; cg < groups; ++cg)
+      for (int64_t n = 0; n < g.N; ++n) {
+        const float* plane = dy + ((n * groups + cg) * P) * lanes;
+        if (lanes == 1) {
+          sums[size_t(cg)] += sum_floats(plane, P);
+          continue;
+        }
+        for (int64_t q = 0; q < P; ++q)
+          for (int64_t j = 0; j < lanes; ++j) sums[size_t(cg * lanes + j)] += plane[q * lanes + j];
+      }
+  }
+  (void)threads;
+  for (int64_t c = 0; c < C; ++c)
+    db[c] = accumulate ? db[c] + float(sums[size_t(c)]) : float(sums[size_t(c)]);
+}
+#endif
+
 class CpuKernels final : public Kernels {
  public:
   explicit CpuKernels(CpuBackend& be) : be_(be), setting_(cpu_conv_setting_from_environment()) {
@@ -568,6 +601,20 @@ class CpuKernels final : public Kernels {
   //   y (N,Cout,Ho,Wo) f32, or lp: the f32 sum + b rounded once on store
   void forward_lp(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
                   Tensor& y) override {
+    check_square(g, "conv2d_forward");
+#ifdef TRAINBENCH_HAVE_ONEDNN
+    const ConvLayouts l{x.layout(), w.layout(), y.layout()};
+    if (takes_bf16(g, l, x, y)) {
+      const std::string key = "bf16 " + key_of("forward", g, l, b.defined() ? 8u : 0u);
+      note_bf16(key, "forward", g, l, b.defined() ? 8u : 0u);
+      choices_.note_implementation(
+          key, bf16_onednn().forward(g, {l.act, l.filt, l.out}, onednn::Activations::Blocked,
+                                     onednn::Algorithm::Direct, be_.threads(), DType::BF16,
+                                     x.data(), w.data(), ptr_or_null<float>(b),
+                                     y.data_as<float>()));
+      return;
+    }
+#endif
     Tensor y32 = amp::f32_scratch(be_, y);  // y itself when f32
     forward(g, amp::widened(be_, x), amp::widened(be_, w), b, y32);
     amp::round_into(be_, y32, y);
@@ -588,6 +635,28 @@ class CpuKernels final : public Kernels {
       amp::round_into(be_, dx32, dx);
       return;
     }
+    check_square(g, "conv2d_backward");
+#ifdef TRAINBENCH_HAVE_ONEDNN
+    const ConvLayouts l{x.layout(), w.layout(), dy.layout()};
+    if (takes_bf16(g, l, x, dy)) {
+      // oneDNN rounds dy to bf16 for dgrad and wgrad (its reorder into the
+      // kernels' layout); db is the f32 path's sum of the unrounded dy.
+      float* dxp = dx.defined() ? dx.data_as<float>() : nullptr;
+      float* dwp = dw.defined() ? dw.data_as<float>() : nullptr;
+      if (dxp || dwp) {
+        const unsigned outputs = (dxp ? 1u : 0u) | (dwp ? 2u : 0u);
+        const std::string key = "bf16 " + key_of("backward", g, l, outputs);
+        note_bf16(key, "backward", g, l, outputs);
+        choices_.note_implementation(
+            key, bf16_onednn().backward(g, {l.act, l.filt, l.out}, onednn::Activations::Blocked,
+                                        onednn::Algorithm::Direct, be_.threads(), DType::BF16,
+                                        x.data(), w.data(), dy.data_as<float>(), dxp, dwp,
+                                        nullptr, accumulate));
+      }
+      if (db.defined()) bias_grad_f32(g, l, dy, db, accumulate);
+      return;
+    }
+#endif
     Tensor dy_lp = Tensor::empty(dy.shape(), x.dtype(), Device::cpu(), dy.layout());
     amp::cast(be_, dy, dy_lp);
     const Tensor dyr = amp::widened(be_, dy_lp);
@@ -600,6 +669,33 @@ class CpuKernels final : public Kernels {
   }
 
  private:
+  // Whether oneDNN's bf16 kernels take this mixed-precision problem: bf16 x
+  // and w with f32 activations (`out`: y or dy), a fast backend, and oneDNN
+  // kernels for bf16 on this CPU that are not its reference loops (AMX or
+  // AVX512_BF16; bench/NOTES.md, "Intel at last": 2.1-2.7x the f32 Winograd
+  // with AMX). Otherwise the widened f32 path runs.
+#ifdef TRAINBENCH_HAVE_ONEDNN
+  bool takes_bf16(const ConvGeometry& g, ConvLayouts l, const Tensor& x, const Tensor& out) {
+    return x.dtype() == DType::BF16 && out.dtype() == DType::F32 &&
+           !be_.use_reference(DType::BF16) && cpu_has_bf16_kernels() &&
+           onednn_.takes(g, {l.act, l.filt, l.out}, onednn::Activations::Blocked,
+                         onednn::Algorithm::Direct, DType::BF16);
+  }
+  void note_bf16(const std::string& key, const char* op, const ConvGeometry& g, ConvLayouts l,
+                 unsigned outputs) {
+    CpuConvPath known;
+    if (!choices_.find(key, known))
+      choices_.note(key, "bf16 " + shape_name(op, g, l, outputs), CpuConvPath::OneDnnBlocked,
+                    "bf16 inputs: oneDNN's bf16 kernels");
+  }
+  void bias_grad_f32(const ConvGeometry& g, ConvLayouts l, const Tensor& dy, Tensor& db,
+                     bool accumulate) {
+    bias_grad_any_layout(g, l.out, dy.data_as<float>(), db.data_as<float>(), accumulate,
+                         be_.threads());
+  }
+  onednn::Convolutions& bf16_onednn() { return onednn_; }
+#endif
+
   static std::string key_of(const char* op, const ConvGeometry& g, ConvLayouts l,
                             unsigned outputs) {
     return detail::concat(op, " ", g.N, " ", g.C_in, " ", g.H, " ", g.W, " ", g.C_out, " ", g.KH,
@@ -694,7 +790,8 @@ class CpuKernels final : public Kernels {
       case CpuConvPath::OneDnnWinograd:
 #ifdef TRAINBENCH_HAVE_ONEDNN
         choices_.note_implementation(key, onednn_.forward(g, {l.act, l.filt, l.out}, form(p),
-                                                          algorithm(p), be_.threads(), x, w, b, y));
+                                                          algorithm(p), be_.threads(), DType::F32,
+                                                          x, w, b, y));
         return;
 #endif
         break;
@@ -717,8 +814,8 @@ class CpuKernels final : public Kernels {
       case CpuConvPath::OneDnnWinograd:
 #ifdef TRAINBENCH_HAVE_ONEDNN
         choices_.note_implementation(key, onednn_.backward(g, {l.act, l.filt, l.out}, form(p),
-                                                           algorithm(p), be_.threads(), x, w, dy,
-                                                           dx, dw, db, accumulate));
+                                                           algorithm(p), be_.threads(), DType::F32,
+                                                           x, w, dy, dx, dw, db, accumulate));
         return;
 #endif
         break;

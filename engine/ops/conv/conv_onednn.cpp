@@ -88,18 +88,18 @@ struct Operand {
     reorder_pad.init(pd.scratchpad_desc(), c);
   }
   // The memory the primitive reads: the caller's, or its reordered copy.
-  memory input(const dnnl::engine& eng, dnnl::stream& s, std::byte* area, const float* p) {
-    memory m(user, eng, const_cast<float*>(p));
+  memory input(const dnnl::engine& eng, dnnl::stream& s, std::byte* area, const void* p) {
+    memory m(user, eng, const_cast<void*>(p));
     if (user == inner) return m;
     memory copy = scratch(eng, area);
     run_reorder(eng, s, area, m, copy);
     return copy;
   }
   // The memory the primitive writes; finish() moves it to p when it is scratch.
-  memory output(const dnnl::engine& eng, std::byte* area, float* p) {
+  memory output(const dnnl::engine& eng, std::byte* area, void* p) {
     return user == inner ? memory(user, eng, p) : scratch(eng, area);
   }
-  void finish(const dnnl::engine& eng, dnnl::stream& s, std::byte* area, float* p) {
+  void finish(const dnnl::engine& eng, dnnl::stream& s, std::byte* area, void* p) {
     if (user == inner) return;
     run_reorder(eng, s, area, scratch(eng, area), memory(user, eng, p));
   }
@@ -188,28 +188,42 @@ struct Convolutions::State {
   std::mutex mutex;  // the maps and the area; a backend's convolutions run one at a time
   std::map<std::string, Forward> forwards;
   std::map<std::string, Backward> backwards;
-  std::map<std::string, bool> takes;  // Winograd's answers, per problem
+  std::map<std::string, bool> takes;  // oneDNN's answers for Winograd and bf16, per problem
   Arena area;
 
+  // The caller's operands (x, w in `in`; b, y (dy's too), dx, dw f32) and what the
+  // primitives are asked for: x_any, w_any in `in`, y_any (the forward's dst)
+  // and dx_any, dw_any f32, dy_any (the backward's diff_dst) in `in`. With f32
+  // inputs the pairs coincide.
   struct Descs {
-    memory::desc x, w, b, y, x_any, w_any, y_any;
+    memory::desc x, w, b, y, dx, dw, x_any, w_any, y_any, dy_any, dx_any, dw_any;
     memory::dims stride, pad_l, pad_r;
   };
-  static Descs descs(const ConvGeometry& g, Layouts l, Activations a, bool bias) {
+  static memory::data_type data_type(DType in) {
+    return in == DType::BF16 ? memory::data_type::bf16 : memory::data_type::f32;
+  }
+  static Descs descs(const ConvGeometry& g, Layouts l, Activations a, bool bias,
+                     DType in = DType::F32) {
     const memory::dims xd{g.N, g.C_in, g.H, g.W}, wd{g.C_out, g.C_in, g.KH, g.KW},
         yd{g.N, g.C_out, g.H_out, g.W_out};
-    const auto f32 = memory::data_type::f32;
+    const auto f32 = memory::data_type::f32, lp = data_type(in);
     const bool any = a == Activations::Blocked;
     // Right padding as oneDNN counts it: what the last window reads past the edge.
     const int64_t pr_h = (g.H_out - 1) * g.stride + g.KH - g.H - g.pad;
     const int64_t pr_w = (g.W_out - 1) * g.stride + g.KW - g.W - g.pad;
-    return {memory::desc(xd, f32, act_tag(l.act)),
-            memory::desc(wd, f32, filt_tag(l.filt)),
+    const Tag x_tag = any ? Tag::any : act_tag(l.act), y_tag = any ? Tag::any : act_tag(l.out);
+    return {memory::desc(xd, lp, act_tag(l.act)),
+            memory::desc(wd, lp, filt_tag(l.filt)),
             bias ? memory::desc({g.C_out}, f32, Tag::x) : memory::desc(),
             memory::desc(yd, f32, act_tag(l.out)),
-            memory::desc(xd, f32, any ? Tag::any : act_tag(l.act)),
+            memory::desc(xd, f32, act_tag(l.act)),
+            memory::desc(wd, f32, filt_tag(l.filt)),
+            memory::desc(xd, lp, x_tag),
+            memory::desc(wd, lp, Tag::any),
+            memory::desc(yd, f32, y_tag),
+            memory::desc(yd, lp, y_tag),
+            memory::desc(xd, f32, x_tag),
             memory::desc(wd, f32, Tag::any),
-            memory::desc(yd, f32, any ? Tag::any : act_tag(l.out)),
             {g.stride, g.stride},
             {g.pad, g.pad},
             {pr_h, pr_w}};
@@ -228,15 +242,15 @@ struct Convolutions::State {
   dnnl::convolution_backward_data::primitive_desc data_pd(
       const Descs& d, Algorithm alg, const dnnl::convolution_forward::primitive_desc& hint) {
     return dnnl::convolution_backward_data::primitive_desc(
-        dnnl::convolution_backward_data::desc(algorithm(alg), d.x_any, d.w_any, d.y_any,
+        dnnl::convolution_backward_data::desc(algorithm(alg), d.dx_any, d.w_any, d.dy_any,
                                               d.stride, d.pad_l, d.pad_r),
         attr, eng, hint);
   }
   dnnl::convolution_backward_weights::primitive_desc weights_pd(
       const Descs& d, Algorithm alg, const dnnl::convolution_forward::primitive_desc& hint) {
     return dnnl::convolution_backward_weights::primitive_desc(
-        dnnl::convolution_backward_weights::desc(algorithm(alg), d.x_any, d.w_any, d.b, d.y_any,
-                                                 d.stride, d.pad_l, d.pad_r),
+        dnnl::convolution_backward_weights::desc(algorithm(alg), d.x_any, d.dw_any, d.b,
+                                                 d.dy_any, d.stride, d.pad_l, d.pad_r),
         attr, eng, hint);
   }
 };
@@ -244,14 +258,18 @@ struct Convolutions::State {
 namespace {
 
 std::string key_of(const char* op, const ConvGeometry& g, Layouts l, Activations a, Algorithm alg,
-                   int threads, unsigned outputs) {
+                   DType in, int threads, unsigned outputs) {
   char k[200];
-  std::snprintf(k, sizeof k, "%s %lld %lld %lld %lld %lld %lld %lld %lld %d%d%d%d%d %d %u", op,
+  std::snprintf(k, sizeof k, "%s %lld %lld %lld %lld %lld %lld %lld %lld %d%d%d%d%d %d %d %u", op,
                 (long long)g.N, (long long)g.C_in, (long long)g.H, (long long)g.W,
                 (long long)g.C_out, (long long)g.KH, (long long)g.stride, (long long)g.pad,
-                int(l.act), int(l.filt), int(l.out), int(a), int(alg), threads, outputs);
+                int(l.act), int(l.filt), int(l.out), int(a), int(alg), int(in), threads, outputs);
   return k;
 }
+
+// oneDNN's reference loops, which it falls back to where it has no kernel
+// (bf16 on a CPU without AVX-512): slower than widening to f32.
+bool is_reference(const std::string& impl) { return impl.rfind("ref", 0) == 0; }
 
 [[noreturn]] void fail(const char* op, const ConvGeometry& g, const dnnl::error& e) {
   TB_FAIL(op, ": oneDNN failed for N=", g.N, " C_in=", g.C_in, " ", g.H, "x", g.W,
@@ -264,22 +282,27 @@ std::string key_of(const char* op, const ConvGeometry& g, Layouts l, Activations
 Convolutions::Convolutions() : s_(std::make_unique<State>()) {}
 Convolutions::~Convolutions() = default;
 
-bool Convolutions::takes(const ConvGeometry& g, Layouts l, Activations a, Algorithm alg) {
+bool Convolutions::takes(const ConvGeometry& g, Layouts l, Activations a, Algorithm alg,
+                         DType in) {
   if (g.N <= 0) return false;  // oneDNN refuses empty tensors
-  if (alg == Algorithm::Direct) return true;
+  if (in != DType::F32 && (in != DType::BF16 || alg != Algorithm::Direct)) return false;
+  if (alg == Algorithm::Direct && in == DType::F32) return true;
   // oneDNN pads other channel counts to a block and transforms the padding
   // too: 1 -> 32 (fmnist-cnn's first layer) ran 8x slower than direct.
-  if (g.C_in % kLayoutBlock != 0 || g.C_out % kLayoutBlock != 0) return false;
+  if (alg == Algorithm::Winograd && (g.C_in % kLayoutBlock != 0 || g.C_out % kLayoutBlock != 0))
+    return false;
   std::lock_guard lock(s_->mutex);
-  const std::string key = key_of("takes", g, l, a, alg, 0, 0);
+  const std::string key = key_of("takes", g, l, a, alg, in, 0, 0);
   if (auto it = s_->takes.find(key); it != s_->takes.end()) return it->second;
   bool ok = true;
   try {
     for (bool bias : {false, true}) {
-      const State::Descs d = State::descs(g, l, a, bias);
+      const State::Descs d = State::descs(g, l, a, bias, in);
       const auto fwd = s_->forward_pd(d, alg);
-      (void)s_->data_pd(d, alg, fwd);
-      (void)s_->weights_pd(d, alg, fwd);
+      const auto data = s_->data_pd(d, alg, fwd);
+      const auto weights = s_->weights_pd(d, alg, fwd);
+      for (const char* impl : {fwd.impl_info_str(), data.impl_info_str(), weights.impl_info_str()})
+        if (is_reference(impl)) ok = false;
     }
   } catch (const dnnl::error&) {  // no kernels for this problem (unimplemented)
     ok = false;
@@ -289,17 +312,17 @@ bool Convolutions::takes(const ConvGeometry& g, Layouts l, Activations a, Algori
 }
 
 const std::string& Convolutions::forward(const ConvGeometry& g, Layouts l, Activations a,
-                                         Algorithm alg, int threads, const float* x,
-                                         const float* w, const float* b, float* y) {
+                                         Algorithm alg, int threads, DType in, const void* x,
+                                         const void* w, const float* b, float* y) {
   const char* op = "conv2d_forward";
   std::lock_guard lock(s_->mutex);
   OmpThreads omp(threads);
   try {
     auto& eng = s_->eng;
-    const std::string key = key_of("fwd", g, l, a, alg, threads, b != nullptr);
+    const std::string key = key_of("fwd", g, l, a, alg, in, threads, b != nullptr);
     auto it = s_->forwards.find(key);
     if (it == s_->forwards.end()) {
-      const State::Descs d = State::descs(g, l, a, b != nullptr);
+      const State::Descs d = State::descs(g, l, a, b != nullptr, in);
       const auto pd = s_->forward_pd(d, alg);
       State::Forward f;
       Carve c;
@@ -331,8 +354,8 @@ const std::string& Convolutions::forward(const ConvGeometry& g, Layouts l, Activ
 }
 
 const std::string& Convolutions::backward(const ConvGeometry& g, Layouts l, Activations a,
-                                          Algorithm alg, int threads, const float* x,
-                                          const float* w, const float* dy, float* dx, float* dw,
+                                          Algorithm alg, int threads, DType in, const void* x,
+                                          const void* w, const float* dy, float* dx, float* dw,
                                           float* db, bool accumulate) {
   const char* op = "conv2d_backward";
   std::lock_guard lock(s_->mutex);
@@ -342,10 +365,10 @@ const std::string& Convolutions::backward(const ConvGeometry& g, Layouts l, Acti
     const auto& attr = s_->attr;
     const bool want_w = dw || db;
     const unsigned outputs = (dx ? 1u : 0u) | (dw ? 2u : 0u) | (db ? 4u : 0u);
-    const std::string key = key_of("bwd", g, l, a, alg, threads, outputs);
+    const std::string key = key_of("bwd", g, l, a, alg, in, threads, outputs);
     auto it = s_->backwards.find(key);
     if (it == s_->backwards.end()) {
-      const State::Descs d = State::descs(g, l, a, db != nullptr);
+      const State::Descs d = State::descs(g, l, a, db != nullptr, in);
       // The forward's primitive descriptor is the backward's hint (its layouts).
       const auto fwd = s_->forward_pd(d, alg);
       State::Backward bw;
@@ -357,7 +380,7 @@ const std::string& Convolutions::backward(const ConvGeometry& g, Layouts l, Acti
         bw.dy_data.init(eng, attr, d.y, pd.diff_dst_desc(), true, c);  // first: at the area's start
         bw.data_pad.init(pd.scratchpad_desc(), c);
         bw.w.init(eng, attr, d.w, pd.weights_desc(), true, c);
-        bw.dx.init(eng, attr, d.x, pd.diff_src_desc(), false, c);
+        bw.dx.init(eng, attr, d.dx, pd.diff_src_desc(), false, c);
         bw.data_need = c.end();
         impl = std::string("data ") + pd.impl_info_str();
       }
@@ -368,7 +391,7 @@ const std::string& Convolutions::backward(const ConvGeometry& g, Layouts l, Acti
         bw.dy_weights.init(eng, attr, d.y, pd.diff_dst_desc(), true, c);  // first, as dy_data
         bw.weights_pad.init(pd.scratchpad_desc(), c);
         bw.x.init(eng, attr, d.x, pd.src_desc(), true, c);
-        bw.dw.init(eng, attr, d.w, pd.diff_weights_desc(), false, c);
+        bw.dw.init(eng, attr, d.dw, pd.diff_weights_desc(), false, c);
         bw.dy_shared = dx && bw.dy_data.reordered() && bw.dy_weights.inner == bw.dy_data.inner;
         bw.db = d.b;
         bw.weights_need = c.end();

@@ -21,6 +21,16 @@
 //   runs at all.
 // The filters are always reordered into the layout oneDNN picks (small).
 //
+// Two input dtypes (`in`, x's and w's): f32 (every operand f32), or bf16 with
+// y, dy, dx, dw and db f32 (conv.h's mixed-precision form with f32
+// activations): oneDNN's bf16 kernels (AMX tiles or AVX512_BF16 dot products,
+// f32 sums), dy rounded to bf16 by the reorder into the kernels' layout
+// (round to nearest even, as amp::cast) for both backward parts, db summed
+// by oneDNN from that rounded dy: callers wanting conv.h's db (from the
+// unrounded dy) pass db null and sum it themselves. Direct only (oneDNN has
+// no bf16 Winograd); takes() says whether this CPU has bf16 kernels that are
+// not oneDNN's reference loops.
+//
 // Two algorithms: Direct (oneDNN's direct kernels, or its GEMM) and Winograd
 // (F(4x4, 3x3), oneDNN's jit_wino_4x3: 3x3 filters, stride 1, channel counts
 // in whole 16-blocks, AVX-512 only; about twice as fast as direct on the
@@ -70,23 +80,26 @@ class Convolutions {
   Convolutions(const Convolutions&) = delete;
   Convolutions& operator=(const Convolutions&) = delete;
 
-  // Whether oneDNN has kernels of `alg` for this problem in the form `a`:
-  // forward (with and without bias), data and weights backward. Direct takes
-  // any problem with g.N > 0; Winograd needs both channel counts in whole
-  // 16-blocks (oneDNN would pad the rest and transform the padding), and then
-  // the answer is oneDNN's, asked once per problem and kept.
-  bool takes(const ConvGeometry& g, Layouts l, Activations a, Algorithm alg);
+  // Whether oneDNN has kernels of `alg` for this problem in the form `a` and
+  // input dtype `in`: forward (with and without bias), data and weights
+  // backward. f32 direct takes any problem with g.N > 0; Winograd needs both
+  // channel counts in whole 16-blocks (oneDNN would pad the rest and
+  // transform the padding), and then, as for bf16 (direct only; its
+  // reference loops do not count), the answer is oneDNN's, asked once per
+  // problem and kept.
+  bool takes(const ConvGeometry& g, Layouts l, Activations a, Algorithm alg,
+             DType in = DType::F32);
 
   // y = conv(x, w) + b; b may be null. g.N > 0. Returns oneDNN's name of the
   // implementation that ran ("jit:avx512_core", "gemm:jit", ...).
   const std::string& forward(const ConvGeometry& g, Layouts l, Activations a, Algorithm alg,
-                             int threads, const float* x, const float* w, const float* b,
-                             float* y);
+                             int threads, DType in, const void* x, const void* w,
+                             const float* b, float* y);
   // dx written; dw, db written or added (accumulate); each may be null. g.N > 0.
   // Returns the implementations that ran ("data gemm:jit, weights gemm:jit").
   const std::string& backward(const ConvGeometry& g, Layouts l, Activations a, Algorithm alg,
-                              int threads, const float* x, const float* w, const float* dy,
-                              float* dx, float* dw, float* db, bool accumulate);
+                              int threads, DType in, const void* x, const void* w,
+                              const float* dy, float* dx, float* dw, float* db, bool accumulate);
 
   // The bytes of scratch this object holds between calls: the area, the
   // largest need of one call so far.

@@ -828,6 +828,87 @@ class TestOpConv : public QObject {
     }
   }
 
+  // Mixed precision on the CPU's fast backend (bf16 x and w, f32 activations:
+  // y, dy, dx, dw, db f32) takes oneDNN's bf16 kernels where this CPU has
+  // them (AMX, AVX512_BF16), against the reference's widened f32 convolution
+  // of the same bf16 inputs. The products of bf16 values are exact in f32
+  // (8 + 8 significant bits), both round dy to bf16 to nearest even for
+  // dgrad and wgrad, and both sum db from the unrounded dy: only the order of
+  // the f32 sums differs, as between the f32 fast path and the reference
+  // (kFastTol, scaled). Accumulation adds onto old dw and db (kAccumTol).
+  // The record names the bf16 path and oneDNN's kernel.
+  void cpu_bf16_onednn_matches_widened_data() {
+    QTest::addColumn<ConvCase>("c");
+    QTest::addColumn<Layout>("layout");
+    const ConvCase cases[] = {
+        {"fmnist conv2 32->64", 2, 32, 14, 14, 64, 3, 1, 1},
+        {"3x3 s2 p1 16->32 odd", 2, 16, 9, 7, 32, 3, 2, 1},
+        {"1x1 s2 shortcut 16->32", 2, 16, 8, 8, 32, 1, 2, 0, false},
+        {"3 channels -> 16 (CIFAR stem)", 2, 3, 8, 8, 16, 3, 1, 1},
+        {"5->7 k5 s2 p2, no bias", 3, 5, 11, 10, 7, 5, 2, 2, false},
+    };
+    for (const ConvCase& c : cases)
+      for (Layout l : {Layout::NCHW, Layout::NHWC, Layout::NCHW16C})
+        if (l != Layout::NCHW16C || (c.C_in % kLayoutBlock == 0 && c.C_out % kLayoutBlock == 0))
+          QTest::addRow("%s %s", c.name, layout_name(l)) << c << l;
+  }
+  void cpu_bf16_onednn_matches_widened() {
+    QFETCH(ConvCase, c);
+    QFETCH(Layout, layout);
+#ifndef TRAINBENCH_HAVE_ONEDNN
+    QSKIP("this build has no oneDNN: bf16 convolutions take the widened f32 path");
+#else
+    const auto g = ConvGeometry::make(c.N, c.C_in, c.H, c.W, c.C_out, c.k, c.stride, c.pad);
+    conv::onednn::Convolutions probe;
+    if (!cpu_has_bf16_kernels() ||
+        !probe.takes(g, {layout, Layout::NCHW, layout}, conv::onednn::Activations::Blocked,
+                     conv::onednn::Algorithm::Direct, DType::BF16))
+      QSKIP("oneDNN has no bf16 kernels of its own on this CPU (no AVX512_BF16 or AMX): the "
+            "widened f32 path runs (conv_lp_within_rounding_of_f32 covers it)");
+    CpuBackend be(BackendOptions{.threads = 2});
+    std::mt19937_64 rng(91 + uint64_t(c.C_in * 100 + c.C_out));
+    const Tensor x = random_tensor(g.input_shape(), DType::F32, rng);
+    const Tensor w = random_tensor(g.weight_shape(), DType::F32, rng);
+    const Tensor b = c.bias ? random_tensor({g.C_out}, DType::F32, rng) : Tensor{};
+    const Tensor dy = random_tensor(g.output_shape(), DType::F32, rng);
+    const ConvOut want =
+        conv_lp(cpu_reference(), g, x, w, b, dy, DType::BF16, Layout::NCHW, Layout::NCHW);
+    const ConvOut got = conv_lp(be, g, x, w, b, dy, DType::BF16, layout, Layout::NCHW);
+    for (auto [name, ref, fast] : {std::tuple{"y", want.y, got.y}, std::tuple{"dx", want.dx, got.dx},
+                                   std::tuple{"dw", want.dw, got.dw}, std::tuple{"db", want.db, got.db}}) {
+      const double e = scaled_diff(ref, fast);
+      QVERIFY2(e < kFastTol, qPrintable(QString("%1: scaled difference %2").arg(name).arg(e)));
+    }
+    // Accumulation: old + what accumulate=false wrote.
+    const Tensor xb = lp_of(be, in_layout(x, layout), DType::BF16);
+    const Tensor wb = lp_of(be, w, DType::BF16), dyl = in_layout(dy, layout);
+    Tensor dw = random_tensor(g.weight_shape(), DType::F32, rng), db = random_tensor({g.C_out}, DType::F32, rng);
+    const Tensor dw_old = clone(dw), db_old = clone(db);
+    Tensor none;
+    conv::backward(be, g, xb, wb, dyl, none, dw, db, true);
+    for (int64_t i = 0; i < dw.numel(); ++i)
+      QVERIFY(std::abs(double(at(dw, i)) - (double(at(dw_old, i)) + at(got.dw, i))) <=
+              kAccumTol * (1.0 + std::abs(at(got.dw, i))));
+    for (int64_t i = 0; i < db.numel(); ++i)
+      QVERIFY(std::abs(double(at(db, i)) - (double(at(db_old, i)) + at(got.db, i))) <=
+              kAccumTol * (1.0 + std::abs(at(got.db, i))));
+    // The record: every bf16 shape on oneDNN's bf16 kernels, not its reference loops.
+    const nlohmann::json rec = be.describe()["kernel_paths"]["convolution"];
+    int bf16_rows = 0;
+    for (const auto& [shape, r] : rec.items()) {
+      if (shape.rfind("bf16 ", 0) != 0) continue;
+      ++bf16_rows;
+      QCOMPARE(QString::fromStdString(r["chosen_by"].get<std::string>()),
+               QString("bf16 inputs: oneDNN's bf16 kernels"));
+      const std::string impl = r["onednn_implementation"].get<std::string>();
+      QVERIFY2(impl.find("bf16") != std::string::npos && impl.find("ref") == std::string::npos,
+               impl.c_str());
+    }
+    QCOMPARE(bf16_rows, 3);  // forward, backward (dx dw), backward (dw alone)
+    qInfo("%s", rec.dump().c_str());
+#endif
+  }
+
   // Blocked activations meet NCHW only where they start: x NCHW with y
   // blocked is taken, the other mixtures are refused naming both operands.
   void conv_blocked_layout_errors() {
@@ -1377,10 +1458,10 @@ class TestOpConv : public QObject {
       const conv::onednn::Layouts l;
       const auto blocked = conv::onednn::Activations::Blocked;
       const auto direct = conv::onednn::Algorithm::Direct;
-      c.forward(g, l, blocked, direct, 2, x.data_as<float>(), w.data_as<float>(),
-                b.data_as<float>(), o.y.data());
+      c.forward(g, l, blocked, direct, 2, DType::F32, x.data(), w.data(), b.data_as<float>(),
+                o.y.data());
       for (bool accumulate : {false, true})
-        c.backward(g, l, blocked, direct, 2, x.data_as<float>(), w.data_as<float>(),
+        c.backward(g, l, blocked, direct, 2, DType::F32, x.data(), w.data(),
                    dy.data_as<float>(), o.dx.data(), o.dw.data(), o.db.data(), accumulate);
       return o;
     };
