@@ -36,9 +36,12 @@
 // f16/bf16 operands: products summed in f32, f32 master gradients. On the GPU
 // that is Tensor Core math (cuDNN graphs with f16/bf16 IO, cuBLAS(Lt) with
 // CUBLAS_COMPUTE_32F). The CPU backend has the same ops as a reference
-// (inputs widened, f32 kernels) and, where oneDNN has bf16 kernels of its own
-// (AVX512_BF16, AMX), runs bf16 convolutions on them: there `amp` bf16
-// applies with f32 activations (train/tricks.cpp), fp16 nowhere. The CUDA
+// (inputs widened, f32 kernels) and runs bf16 convolutions on oneDNN's bf16
+// kernels where it has them (AVX512_BF16, AMX), but `amp` stays a cuda-only
+// trick: with the rest of the step f32 and nChw16c, the casts and reorders
+// around each convolution cost more than AMX saves (resnet18-cifar's step
+// 1.19x and fmnist-cnn's 1.25-1.33x longer on an AMX Xeon, bench/NOTES.md,
+// "Intel at last"); only the test hook runs it on the CPU. The CUDA
 // side of the f32-activation form ran on an H200 (2026-11-26, commit
 // b0014f2: AMP training reached its accuracy); the low-precision form has not
 // run on a GPU.

@@ -57,7 +57,7 @@ nlohmann::json Backend::kernel_paths() const {
 }
 
 BackendCapabilities capabilities_of(DeviceKind kind) {
-  return kind == DeviceKind::CUDA ? CudaBackend::kCapabilities : CpuBackend::host_capabilities();
+  return kind == DeviceKind::CUDA ? CudaBackend::kCapabilities : CpuBackend::kCapabilities;
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOptions& options,

@@ -62,33 +62,6 @@ bool decide(const ConfigKey& k, const json& value, bool changed, const RunConfig
     reason = "not applied: sync_batchnorm synchronises the unfused BatchNorm2d";
     return false;
   }
-  // Mixed precision on the CPU: bf16 convolutions on oneDNN's bf16 kernels
-  // (conv_cpu.cpp), the rest of the step f32 (activations between layers,
-  // linear layers' widened GEMMs, batch norm, the loss); no fp16 kernels.
-  if (k.key == "amp" && device.is_cpu() && changed) {
-    if (!caps.low_precision) {
-      reason = "not applicable on this cpu: its convolutions would need oneDNN's bf16 kernels "
-               "(AVX512_BF16 or AMX), which this processor or build does not have";
-      return false;
-    }
-    if (value.get<std::string>() != "bf16") {
-      reason = "fp16 is not applied on the cpu (oneDNN has no fp16 training convolutions "
-               "here); bf16 is";
-      return false;
-    }
-    reason = cpu_has_amx_bf16()
-                 ? "bf16 convolutions on oneDNN's AMX kernels; activations and the other "
-                   "layers stay f32"
-                 : "bf16 convolutions on oneDNN's AVX512_BF16 kernels (no AMX here: about as "
-                   "fast as its f32 Winograd ones); activations and the other layers stay f32";
-    return true;
-  }
-  if (k.key == "amp_activations" && device.is_cpu() && caps.low_precision &&
-      c.amp == "bf16" && value.get<std::string>() == "low") {
-    reason = "on the cpu the activations stay f32 between layers (only its convolutions "
-             "have bf16 kernels; each casts its input)";
-    return false;
-  }
   if (k.needs && !(caps.*k.needs)) {
     // Streams, pinned memory, cuDNN, Tensor Cores and the caching allocator
     // have no counterpart on the CPU backend.
@@ -138,16 +111,16 @@ namespace {
 
 // cpu_layout (config.cpp) -> the plan's activation layout, after channels_last
 // and amp. Blocked needs f32 activations (the blocked paths are f32; amp on the
-// CPU keeps them f32, the test hook's low-precision form does not), NCHW
-// otherwise and a host run; auto also needs oneDNN on 16-channel blocks, the
-// only case where it saves every reorder.
+// CPU is applied only by a test hook: asked for and not applied, the
+// activations are f32), NCHW otherwise and a host run; auto also needs oneDNN
+// on 16-channel blocks, the only case where it saves every reorder.
 void resolve_cpu_layout(const RunConfig& c, RunPlan& p) {
   p.activation_layout = p.layout;
   if (!p.on_host || c.cpu_layout == "nchw") return;
   const bool asked = c.cpu_layout == "blocked";
   std::string blocker;
   if (p.layout != Layout::NCHW) blocker = "channels_last keeps NHWC";
-  else if (p.precision.activation_dtype() != DType::F32) blocker = "amp's activations are not f32";
+  else if (p.precision.enabled()) blocker = "amp's activations are not f32";
   else if (!cpu_has_onednn()) blocker = "this build has no oneDNN (its convolutions read it)";
   else if (!asked && !onednn_blocks_of_16()) blocker = "oneDNN has no AVX-512 kernels here";
   if (blocker.empty()) {
@@ -181,11 +154,7 @@ RunPlan resolve_tricks(const RunConfig& c, const BackendCapabilities& caps, cons
   p.gpu_augment = on("gpu_augment", c.gpu_augment);
   p.uint8_upload = on("h2d_uint8", c.h2d_uint8) || p.gpu_augment;
   p.layout = on("channels_last", c.channels_last) ? Layout::NHWC : Layout::NCHW;
-  // On the CPU the activations stay f32 under amp (decide()); the test hook
-  // keeps the setting's form, the oracle of the GPU's.
-  const bool cpu_amp = p.on_host && p.applied("amp") && !ctx.amp_on_cpu_for_test;
-  const PrecisionPolicy amp =
-      PrecisionPolicy::from_config(c.amp, cpu_amp ? "f32" : c.amp_activations);
+  const PrecisionPolicy amp = PrecisionPolicy::from_config(c.amp, c.amp_activations);
   if (p.applied("amp") || ctx.amp_on_cpu_for_test) p.precision = amp;
   resolve_cpu_layout(c, p);
   p.pad_channels_to = p.applied("pad_channels_to") ? c.pad_channels_to : 0;

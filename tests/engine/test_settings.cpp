@@ -188,9 +188,7 @@ class TestSettings : public QObject {
     QVERIFY(cpu.on_host && !cpu.pinned_staging && !cpu.non_blocking && !cpu.uint8_upload);
     QVERIFY(cpu.layout == Layout::NCHW && cpu.pad_channels_to == 0 && !cpu.device_side_init);
     QVERIFY(cpu.fuse_pointwise);  // the CPU backend has the fused ops
-    // amp bf16 runs on the CPU where oneDNN has bf16 kernels (cpuAmpIsBf16OnOneDnnKernels).
-    QCOMPARE(cpu.precision.enabled(), cpu_has_bf16_kernels());
-    QVERIFY(!cpu.cuda_graphs && !cpu.empty_cache_between_phases);
+    QVERIFY(!cpu.precision.enabled() && !cpu.cuda_graphs && !cpu.empty_cache_between_phases);
     QVERIFY(!cpu.kernel_census && !cpu.tensor_pipe && !cpu.device_trace);
     QCOMPARE(cpu.tricks, resolve_tricks(c, Device::cpu()));
 
@@ -217,9 +215,8 @@ class TestSettings : public QObject {
     QCOMPARE(without.tricks["cuda_graphs"]["reason"].get<std::string>(),
              std::string("not implemented by this build's cuda backend yet"));
 
-    // The amp test hook uses the precision but reports it not applied (on a
-    // CPU without oneDNN's bf16 kernels, where amp itself is not).
-    const RunPlan hook = resolve_tricks(c, CpuBackend::kCapabilities, Device::cpu(),
+    // The amp test hook uses the precision but reports it not applied.
+    const RunPlan hook = resolve_tricks(c, CpuBackend().capabilities(), Device::cpu(),
                                         {.amp_on_cpu_for_test = true});
     QVERIFY(hook.precision.mode == AmpMode::BF16 && !hook.applied("amp"));
 
@@ -227,42 +224,6 @@ class TestSettings : public QObject {
     const RunConfig aug = RunConfig::from_json(validate_config({{"gpu_augment", true}}, "test"));
     const RunPlan a = resolve_tricks(aug, capabilities_of(DeviceKind::CUDA), Device::cuda(0));
     QVERIFY(a.gpu_augment && a.uint8_upload);
-  }
-
-  // amp on the CPU: bf16 applied where the backend reports oneDNN's bf16
-  // kernels (capabilities), its activations f32 (amp_activations low is not
-  // applied, saying why) so the blocked layout stays; fp16 never; neither
-  // without those kernels, each with its reason.
-  void cpuAmpIsBf16OnOneDnnKernels() {
-    const auto plan = [](const json& settings, bool bf16_kernels) {
-      BackendCapabilities caps = CpuBackend::kCapabilities;
-      caps.low_precision = bf16_kernels;
-      return resolve_tricks(RunConfig::from_json(validate_config(settings, "test")), caps,
-                            Device::cpu());
-    };
-    const auto reason = [](const RunPlan& p, const char* key) {
-      return QString::fromStdString(p.tricks[key].value("reason", std::string()));
-    };
-    const RunPlan bf16 = plan({{"amp", "bf16"}}, true);
-    QVERIFY(bf16.applied("amp"));
-    QCOMPARE(int(bf16.precision.mode), int(AmpMode::BF16));
-    QCOMPARE(dtype_name(bf16.precision.activation_dtype()), "f32");
-    QVERIFY2(reason(bf16, "amp").contains("bf16 convolutions on oneDNN's"), qPrintable(reason(bf16, "amp")));
-    QVERIFY(!bf16.applied("amp_activations"));
-    QVERIFY2(reason(bf16, "amp_activations").contains("stay f32"), qPrintable(reason(bf16, "amp_activations")));
-    if (cpu_has_onednn() && onednn_blocks_of_16())
-      QCOMPARE(layout_name(bf16.activation_layout), "nChw16c");
-
-    const RunPlan fp16 = plan({{"amp", "fp16"}}, true);
-    QVERIFY(!fp16.applied("amp") && !fp16.precision.enabled());
-    QVERIFY2(reason(fp16, "amp").contains("fp16 is not applied on the cpu"), qPrintable(reason(fp16, "amp")));
-
-    const RunPlan none = plan({{"amp", "bf16"}}, false);
-    QVERIFY(!none.applied("amp") && !none.precision.enabled());
-    QVERIFY2(reason(none, "amp").contains("AVX512_BF16 or AMX"), qPrintable(reason(none, "amp")));
-    // What this machine's backend reports follows oneDNN's ISA.
-    QCOMPARE(CpuBackend().capabilities().low_precision, cpu_has_bf16_kernels());
-    QCOMPARE(capabilities_of(DeviceKind::CPU).low_precision, cpu_has_bf16_kernels());
   }
 
   // cpu_layout blocked needs f32 activations: amp asked for on the CPU and

@@ -65,17 +65,9 @@ bool cpu_has_onednn() {
 #endif
 }
 
-bool onednn_blocks_of_16() {
-#ifdef TRAINBENCH_HAVE_ONEDNN
-  const auto want = static_cast<unsigned>(dnnl_cpu_isa_avx512_core);
-  return (static_cast<unsigned>(dnnl_get_effective_cpu_isa()) & want) == want;
-#else
-  return false;
-#endif
-}
-
 namespace {
 #ifdef TRAINBENCH_HAVE_ONEDNN
+// Whether oneDNN's effective ISA here includes `isa` (its values are bit sets).
 bool onednn_isa_has(dnnl_cpu_isa_t isa) {
   const auto want = static_cast<unsigned>(isa);
   return (static_cast<unsigned>(dnnl_get_effective_cpu_isa()) & want) == want;
@@ -83,26 +75,20 @@ bool onednn_isa_has(dnnl_cpu_isa_t isa) {
 #endif
 }  // namespace
 
+bool onednn_blocks_of_16() {
+#ifdef TRAINBENCH_HAVE_ONEDNN
+  return onednn_isa_has(dnnl_cpu_isa_avx512_core);
+#else
+  return false;
+#endif
+}
+
 bool cpu_has_bf16_kernels() {
 #ifdef TRAINBENCH_HAVE_ONEDNN
   return onednn_isa_has(dnnl_cpu_isa_avx512_core_bf16);
 #else
   return false;
 #endif
-}
-
-bool cpu_has_amx_bf16() {
-#ifdef TRAINBENCH_HAVE_ONEDNN
-  return onednn_isa_has(dnnl_cpu_isa_avx512_core_amx);
-#else
-  return false;
-#endif
-}
-
-BackendCapabilities CpuBackend::host_capabilities() {
-  BackendCapabilities c = kCapabilities;
-  c.low_precision = cpu_has_bf16_kernels();
-  return c;
 }
 
 nlohmann::json CpuBackend::describe() const {

@@ -20,14 +20,10 @@ bool onednn_blocks_of_16();
 // Whether this build has oneDNN (TRAINBENCH_ONEDNN).
 bool cpu_has_onednn();
 // Whether this build's oneDNN has bf16 kernels of its own on this CPU
-// (AVX512_BF16 dot products, or AMX tiles): mixed precision's convolutions
-// (amp bf16) run on them; elsewhere it would emulate bf16 or run reference
-// loops, slower than f32.
+// (AVX512_BF16 dot products, or AMX tiles), which bf16 convolutions run on
+// (ops/conv/conv_cpu.cpp); elsewhere it would emulate bf16 or run reference
+// loops, slower than widening to f32.
 bool cpu_has_bf16_kernels();
-// Whether those kernels are AMX's (Sapphire Rapids and later Xeons): 2.1-2.7x
-// the f32 Winograd convolutions where AVX512_BF16 alone is level with them
-// (bench/NOTES.md, "Intel at last").
-bool cpu_has_amx_bf16();
 
 class CpuBackend final : public Backend {
  public:
@@ -49,10 +45,7 @@ class CpuBackend final : public Backend {
   static constexpr BackendCapabilities kCapabilities{.host_kernel_threads = true,
                                                      .fused_pointwise = true};
 #endif
-  // kCapabilities and, where this CPU has oneDNN's bf16 kernels, amp
-  // (low_precision: bf16 convolutions; the rest of the step stays f32).
-  static BackendCapabilities host_capabilities();
-  BackendCapabilities capabilities() const override { return host_capabilities(); }
+  BackendCapabilities capabilities() const override { return kCapabilities; }
 
   bool reference() const { return options_.reference; }
   int threads() const { return threads_; }
