@@ -608,7 +608,7 @@ class CpuKernels final : public Kernels {
       const std::string key = "bf16 " + key_of("forward", g, l, b.defined() ? 8u : 0u);
       note_bf16(key, "forward", g, l, b.defined() ? 8u : 0u);
       choices_.note_implementation(
-          key, bf16_onednn().forward(g, {l.act, l.filt, l.out}, onednn::Activations::Blocked,
+          key, onednn_.forward(g, {l.act, l.filt, l.out}, onednn::Activations::Blocked,
                                      onednn::Algorithm::Direct, be_.threads(), DType::BF16,
                                      x.data(), w.data(), ptr_or_null<float>(b),
                                      y.data_as<float>()));
@@ -648,12 +648,14 @@ class CpuKernels final : public Kernels {
         const std::string key = "bf16 " + key_of("backward", g, l, outputs);
         note_bf16(key, "backward", g, l, outputs);
         choices_.note_implementation(
-            key, bf16_onednn().backward(g, {l.act, l.filt, l.out}, onednn::Activations::Blocked,
+            key, onednn_.backward(g, {l.act, l.filt, l.out}, onednn::Activations::Blocked,
                                         onednn::Algorithm::Direct, be_.threads(), DType::BF16,
                                         x.data(), w.data(), dy.data_as<float>(), dxp, dwp,
                                         nullptr, accumulate));
       }
-      if (db.defined()) bias_grad_f32(g, l, dy, db, accumulate);
+      if (db.defined())
+        bias_grad_any_layout(g, l.out, dy.data_as<float>(), db.data_as<float>(), accumulate,
+                             be_.threads());
       return;
     }
 #endif
@@ -669,12 +671,12 @@ class CpuKernels final : public Kernels {
   }
 
  private:
+#ifdef TRAINBENCH_HAVE_ONEDNN
   // Whether oneDNN's bf16 kernels take this mixed-precision problem: bf16 x
   // and w with f32 activations (`out`: y or dy), a fast backend, and oneDNN
   // kernels for bf16 on this CPU that are not its reference loops (AMX or
-  // AVX512_BF16; bench/NOTES.md, "Intel at last": 2.1-2.7x the f32 Winograd
-  // with AMX). Otherwise the widened f32 path runs.
-#ifdef TRAINBENCH_HAVE_ONEDNN
+  // AVX512_BF16; with AMX the kernels alone take 0.4-0.5x the f32 Winograd's
+  // time, bench/NOTES.md "Intel at last"). Otherwise the widened f32 path runs.
   bool takes_bf16(const ConvGeometry& g, ConvLayouts l, const Tensor& x, const Tensor& out) {
     return x.dtype() == DType::BF16 && out.dtype() == DType::F32 &&
            !be_.use_reference(DType::BF16) && cpu_has_bf16_kernels() &&
@@ -688,12 +690,6 @@ class CpuKernels final : public Kernels {
       choices_.note(key, "bf16 " + shape_name(op, g, l, outputs), CpuConvPath::OneDnnBlocked,
                     "bf16 inputs: oneDNN's bf16 kernels");
   }
-  void bias_grad_f32(const ConvGeometry& g, ConvLayouts l, const Tensor& dy, Tensor& db,
-                     bool accumulate) {
-    bias_grad_any_layout(g, l.out, dy.data_as<float>(), db.data_as<float>(), accumulate,
-                         be_.threads());
-  }
-  onednn::Convolutions& bf16_onednn() { return onednn_; }
 #endif
 
   static std::string key_of(const char* op, const ConvGeometry& g, ConvLayouts l,
