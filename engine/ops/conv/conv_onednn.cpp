@@ -267,9 +267,12 @@ std::string key_of(const char* op, const ConvGeometry& g, Layouts l, Activations
   return k;
 }
 
-// oneDNN's reference loops, which it falls back to where it has no kernel
+// oneDNN's reference loops ("ref:any", or a GEMM convolution on its
+// reference GEMM, "gemm:ref"), which it falls back to where it has no kernel
 // (bf16 on a CPU without AVX-512): slower than widening to f32.
-bool is_reference(const std::string& impl) { return impl.rfind("ref", 0) == 0; }
+bool is_reference(const std::string& impl) {
+  return impl.rfind("ref", 0) == 0 || impl.find(":ref") != std::string::npos;
+}
 
 [[noreturn]] void fail(const char* op, const ConvGeometry& g, const dnnl::error& e) {
   TB_FAIL(op, ": oneDNN failed for N=", g.N, " C_in=", g.C_in, " ", g.H, "x", g.W,
