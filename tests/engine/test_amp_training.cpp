@@ -348,6 +348,7 @@ struct StepRecorder {
   std::vector<json> steps;
   std::vector<json> logs;
   json summary;
+  json kernel_paths;  // the finished event's: each op family's path per shape
 };
 
 StepRecorder run_trainer(const std::string &amp, bool amp_on_cpu, json extra = json::object()) {
@@ -371,6 +372,7 @@ StepRecorder run_trainer(const std::string &amp, bool amp_on_cpu, json extra = j
   for (const json &e : rec.of("step")) r.steps.push_back(e["metrics"]);
   r.logs = rec.of("log");
   r.summary = rec.of("finished").at(0)["summary"];
+  r.kernel_paths = rec.of("finished").at(0).value("kernel_paths", json::object());
   return r;
 }
 
@@ -803,36 +805,25 @@ class TestAmpTraining : public QObject {
     if (!cpu_has_bf16_kernels())
       QSKIP("this CPU has no oneDNN bf16 kernels (AVX512_BF16 or AMX): bf16 convolutions are "
             "widened to f32 (the other hook slots cover that)");
-    json fin;
-    const auto run = [&](const std::string& amp) {
-      json cfg = {{"device", "cpu"}, {"dataset", "synthetic"}, {"synthetic_shape", {1, 16, 16}},
-                  {"synthetic_size", 256}, {"test_limit", 64}, {"max_steps", 6},
-                  {"batch_size", 32}, {"model", "fmnist-cnn"}, {"seed", 3},
-                  {"sync_every_step", true}, {"amp", amp}, {"amp_activations", "f32"}};
-      const tb::test::Recorder rec = tb::test::run_trainer(cfg, 0, nullptr, [&](Trainer& t) {
-        t.set_measure(false);
-        t.set_amp_on_cpu(amp != "off");
-      });
-      fin = rec.of("finished").at(0);
-      std::vector<double> losses;
-      for (const json& e : rec.of("step")) losses.push_back(e["metrics"]["loss"].get<double>());
-      return losses;
-    };
-    const std::vector<double> off = run("off"), bf16 = run("bf16");
-    QCOMPARE(fin["summary"]["amp"].get<std::string>(), std::string("bf16"));
-    QCOMPARE(bf16.size(), off.size());
-    for (size_t i = 0; i < off.size(); ++i)
-      QVERIFY2(std::abs(off[i] - bf16[i]) <= 1e-2 * off[i],
-               qPrintable(QString("step %1: f32 %2 bf16 %3").arg(i + 1).arg(off[i]).arg(bf16[i])));
-    QVERIFY(bf16[0] != off[0]);
+    const json f32_form = {{"amp_activations", "f32"}};
+    const StepRecorder off = run_trainer("off", false, f32_form);
+    const StepRecorder bf16 = run_trainer("bf16", true, f32_form);
+    QCOMPARE(bf16.summary["amp"].get<std::string>(), std::string("bf16"));
+    QCOMPARE(bf16.steps.size(), off.steps.size());
+    for (size_t i = 0; i < off.steps.size(); ++i) {
+      const double a = off.steps[i]["loss"].get<double>(), b = bf16.steps[i]["loss"].get<double>();
+      QVERIFY2(std::abs(a - b) <= 1e-2 * a,
+               qPrintable(QString("step %1: f32 %2 bf16 %3").arg(i + 1).arg(a).arg(b)));
+    }
+    QVERIFY(bf16.steps[0]["loss"].get<double>() != off.steps[0]["loss"].get<double>());
     int rows = 0;
-    for (const auto& [shape, r] : fin["kernel_paths"]["convolution"].items()) {
+    for (const auto& [shape, r] : bf16.kernel_paths["convolution"].items()) {
       if (shape.rfind("bf16 ", 0) != 0) continue;
       ++rows;
       const std::string impl = r.value("onednn_implementation", std::string());
       QVERIFY2(!impl.empty() && impl.find("ref") == std::string::npos, (shape + ": " + impl).c_str());
     }
-    QVERIFY2(rows >= 4, fin["kernel_paths"].dump().c_str());  // 2 layers, forward and backward
+    QVERIFY2(rows >= 4, bf16.kernel_paths.dump().c_str());  // 2 layers, forward and backward
   }
 
   // The amp_activations setting reaches the model: the two forms of bf16 (f16/

@@ -403,26 +403,46 @@ void conv_backward_range(const ConvGeometry& g, const float* x, const float* w, 
   }
 }
 
+// db[co] (+)= Σ over n and the plane of dy[n, co, :], f32 dy in any
+// activation layout, each channel's sum in double across planes (one thread a
+// channel or a block of 16, so the thread count does not change it).
+void bias_grad_any_layout(const ConvGeometry& g, Layout out, const float* dy, float* db,
+                          bool accumulate, int threads) {
+  const int64_t P = g.H_out * g.W_out, C = g.C_out;
+  std::vector<double> sums(size_t(C), 0.0);
+  if (out == Layout::NHWC) {
+    for (int64_t i = 0; i < g.N * P; ++i)
+      for (int64_t c = 0; c < C; ++c) sums[size_t(c)] += dy[i * C + c];
+  } else {
+    const int64_t lanes = out == Layout::NCHW16C ? kLayoutBlock : 1, groups = C / lanes;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads) if (g.N * C * P >= (1 << 16))
+#endif
+    for (int64_t cg = 0; cg < groups; ++cg)
+      for (int64_t n = 0; n < g.N; ++n) {
+        const float* plane = dy + ((n * groups + cg) * P) * lanes;
+        if (lanes == 1) {
+          sums[size_t(cg)] += sum_floats(plane, P);
+          continue;
+        }
+        for (int64_t q = 0; q < P; ++q)
+          for (int64_t j = 0; j < lanes; ++j) sums[size_t(cg * lanes + j)] += plane[q * lanes + j];
+      }
+  }
+  (void)threads;
+  for (int64_t c = 0; c < C; ++c)
+    db[c] = accumulate ? db[c] + float(sums[size_t(c)]) : float(sums[size_t(c)]);
+}
+
 // Partial dW of each thread: (threads, Cout, Kc), owned by the calling thread.
 thread_local std::vector<float> t_dw_parts;
 
 void conv_backward_fast(const ConvGeometry& g, const float* x, const float* w, const float* dy,
                         float* dx, float* dw, float* db, bool accumulate, int threads) {
-  const int64_t Kc = g.C_in * g.KH * g.KW, P = g.H_out * g.W_out, nw = g.C_out * Kc;
+  const int64_t Kc = g.C_in * g.KH * g.KW, nw = g.C_out * Kc;
   const int nt = (dx || dw) ? conv_threads(g, threads) : 1;
 
-  if (db) {
-    // db[co] = sum over n and the plane of dy[n, co, :]; double across planes.
-    // Each channel is summed by one thread, so the thread count does not matter.
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(threads) if (g.N * g.C_out * P >= (1 << 16))
-#endif
-    for (int64_t co = 0; co < g.C_out; ++co) {
-      double s = 0.0;
-      for (int64_t n = 0; n < g.N; ++n) s += sum_floats(dy + (n * g.C_out + co) * P, P);
-      db[co] = accumulate ? db[co] + float(s) : float(s);
-    }
-  }
+  if (db) bias_grad_any_layout(g, Layout::NCHW, dy, db, accumulate, threads);
   if (!dx && !dw) return;
   if (g.N == 0) {  // an empty batch: no image writes dW
     if (dw && !accumulate) std::fill_n(dw, nw, 0.0f);
@@ -487,38 +507,6 @@ std::string shape_name(const char* op, const ConvGeometry& g, ConvLayouts l, uns
   return s;
 }
 
-#ifdef TRAINBENCH_HAVE_ONEDNN
-// db[co] (+)= Σ over n and the plane of dy[n, co, :], f32 dy in any
-// activation layout, each channel's sum in double (one thread a channel or a
-// block of 16, so the thread count does not change it).
-void bias_grad_any_layout(const ConvGeometry& g, Layout out, const float* dy, float* db,
-                          bool accumulate, int threads) {
-  const int64_t P = g.H_out * g.W_out, C = g.C_out;
-  std::vector<double> sums(size_t(C), 0.0);
-  if (out == Layout::NHWC) {
-    for (int64_t i = 0; i < g.N * P; ++i)
-      for (int64_t c = 0; c < C; ++c) sums[size_t(c)] += dy[i * C + c];
-  } else {
-    const int64_t lanes = out == Layout::NCHW16C ? kLayoutBlock : 1, groups = C / lanes;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(threads) if (g.N * C * P >= (1 << 16))
-#endif
-    for (int64_t cg = 0; cg < groups; ++cg)
-      for (int64_t n = 0; n < g.N; ++n) {
-        const float* plane = dy + ((n * groups + cg) * P) * lanes;
-        if (lanes == 1) {
-          sums[size_t(cg)] += sum_floats(plane, P);
-          continue;
-        }
-        for (int64_t q = 0; q < P; ++q)
-          for (int64_t j = 0; j < lanes; ++j) sums[size_t(cg * lanes + j)] += plane[q * lanes + j];
-      }
-  }
-  (void)threads;
-  for (int64_t c = 0; c < C; ++c)
-    db[c] = accumulate ? db[c] + float(sums[size_t(c)]) : float(sums[size_t(c)]);
-}
-#endif
 
 class CpuKernels final : public Kernels {
  public:
