@@ -828,11 +828,13 @@ cublasStatus_t lt_problem(const char* call, cublasLtMatmulDesc_t opd, cublasLtMa
                          op->epilogue));
   j->relu = op->epilogue & CUBLASLT_EPILOGUE_RELU;
   if (op->epilogue & CUBLASLT_EPILOGUE_BIAS) {
-    // The bias has D's type, or f32 for an f16/bf16 D with f32 compute.
+    // The bias has D's type (cublasLt.h: other types only for the IMMA and
+    // fp8 kernels, not emulated). An f32 bias with a bf16 D: the real
+    // cuBLASLt 13.1's heuristic answered CUBLAS_STATUS_INVALID_VALUE (H200,
+    // 2026-11-28).
     const int bt = op->bias_type == -1 ? int(j->d.type) : op->bias_type;
-    const bool lp_d = j->d.type == CUDA_R_16F || j->d.type == CUDA_R_16BF;
-    if (bt != j->d.type && !(lp_d && bt == CUDA_R_32F))
-      return refuse(CUBLAS_STATUS_NOT_SUPPORTED, call,
+    if (bt != j->d.type)
+      return refuse(CUBLAS_STATUS_INVALID_VALUE, call,
                     format("bias of %s with D of %s", type_name(bt).c_str(),
                            type_name(j->d.type).c_str()));
     j->bias_type = cudaDataType_t(bt);

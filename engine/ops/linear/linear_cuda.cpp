@@ -127,15 +127,13 @@ struct LtDescs {
 
 constexpr size_t kLtWorkspace = size_t(4) << 20;
 
-// y (N, M) = act(x wᵀ + b) in one cuBLASLt call: with ReLU the RELU_BIAS
-// epilogue (RELU without bias), without an activation BIAS (a bias is then
-// required). x and w of type `ab`, y of type `dt` (f32, or x's f16/bf16: the
-// low-precision activations, whose f32 bias is declared as such); b f32.
-// Returns false, having enqueued nothing, when cuBLASLt has no algorithm for
-// it (or refuses the f32 bias of an lp output); throws on other errors.
-bool lt_linear(const CudaBackend::Impl& m, bool deterministic, bool relu, cudaDataType_t ab,
-               cudaDataType_t dt, const void* x, const void* w, const float* b, void* y,
-               int64_t N, int64_t K, int64_t M) {
+// y (N, M) = act(x wᵀ + b) in one cuBLASLt call, all f32: with ReLU the
+// RELU_BIAS epilogue (RELU without bias), without an activation BIAS (a bias
+// is then required). Returns false, having enqueued nothing, when cuBLASLt
+// has no algorithm for it; throws on other errors.
+bool lt_linear(const CudaBackend::Impl& m, bool deterministic, bool relu, const float* x,
+               const float* w, const float* b, float* y, int64_t N, int64_t K, int64_t M) {
+  const cudaDataType_t ab = CUDA_R_32F, dt = CUDA_R_32F;
   LtDescs d;
   TB_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -150,12 +148,6 @@ bool lt_linear(const CudaBackend::Impl& m, bool deterministic, bool relu, cudaDa
   if (b)  // length M = rows of the column-major output
     TB_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof(b)));
-  if (b && dt != CUDA_R_32F) {  // the bias defaults to D's type; ours stays f32
-    const cudaDataType_t bias_type = CUDA_R_32F;
-    if (cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                       sizeof(bias_type)) != CUBLAS_STATUS_SUCCESS)
-      return false;
-  }
   // Column-major: A = w as (K, M) ld K, transposed; B = xᵀ (K, N) ld K; D = yᵀ (M, N) ld M.
   TB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, ab, uint64_t(K), uint64_t(M), K));
   TB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, ab, uint64_t(K), uint64_t(N), K));
@@ -247,10 +239,14 @@ void CudaKernels::forward(const Dims& d, const Tensor& x, const Tensor& w, const
        b.defined() ? 1.0f : 0.0f, fptr(y), M);
 }
 
-// y (N, M) in x's f16/bf16 = round(x wᵀ + b): cuBLASLt's BIAS epilogue on
-// the f32 accumulator, rounded once on store. Where cuBLASLt offers none (or
-// there is no bias, or K = 0), a GEMM with an lp C (rounded once), then
-// bias.cu's add of the f32 bias (rounded again).
+// y (N, M) in x's f16/bf16 = round(round(x wᵀ) + b): a GEMM with an lp C
+// (rounded once), then bias.cu's add of the f32 bias (rounded again).
+// cuBLASLt's BIAS epilogue would round once, but its bias has D's type
+// outside the IMMA and fp8 kernels (cublasLt.h,
+// CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE): asked for our f32 bias with a bf16
+// D, cuBLASLt 13.1's heuristic answered CUBLAS_STATUS_INVALID_VALUE (H200,
+// 2026-11-28), and a bias rounded to bf16 would be another op than the CPU
+// reference's.
 void CudaKernels::forward_lp_activations(const Dims& d, const Tensor& x, const Tensor& w,
                                          const Tensor& b, Tensor& y) {
   const int64_t N = d.N, K = d.K, M = d.M;
@@ -259,9 +255,6 @@ void CudaKernels::forward_lp_activations(const Dims& d, const Tensor& x, const T
   if (K == 0) {
     cuda::launch_fill(y.data(), y.numel(), 2, 0, m.stream);
   } else {
-    if (b.defined() && lt_linear(m, be_.options().deterministic, false, t, t, x.data(), w.data(),
-                                 fptr(b), y.data(), N, K, M))
-      return;
     gemm(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, t, w.data(), K, x.data(), K, 0.0f, y.data(),
          t, M);
   }
@@ -284,9 +277,8 @@ void CudaKernels::forward_act(const Dims& d, const Tensor& x, const Tensor& w, c
     cuda::launch_bias_act(t, fptr(b), act_id, fptr(y), N, M, m.stream);
     return;
   }
-  if (act == Activation::ReLU && lt_linear(m, be_.options().deterministic, true, CUDA_R_32F,
-                                           CUDA_R_32F, x.data(), w.data(), fptr(b), y.data(), N,
-                                           K, M))
+  if (act == Activation::ReLU &&
+      lt_linear(m, be_.options().deterministic, true, fptr(x), fptr(w), fptr(b), fptr(y), N, K, M))
     return;
   gemm(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, CUDA_R_32F, fptr(w), K, fptr(x), K, 0.0f, t,
        M);

@@ -514,9 +514,9 @@ class TestOpLinear : public QObject {
 
   // Low-precision activations, CUDA against the CPU on the same rounded
   // inputs. The CPU rounds y = xwᵀ + b and dx once (u each); cuBLAS writes
-  // dx in lp from its f32 accumulator (u), and y either through cuBLASLt's
-  // bias epilogue (u) or, without one, a bias-free GEMM rounded to lp and
-  // bias.cu's add rounding again (u·|y − b| + u·|y|); dw and db are f32 sums
+  // dx in lp from its f32 accumulator (u), and y as a bias-free GEMM rounded
+  // to lp and bias.cu's add rounding again (u·|y − b| + u·|y|: cuBLASLt's
+  // bias epilogue takes no f32 bias with an lp D); dw and db are f32 sums
   // of the same lp dy. With the summation order's 1e-5 of the magnitude:
   //   y ≤ u·|y − b| + 2u·|y|      dx ≤ 2u·|dx|      dw, db ≤ 0
   void linear_lp_activations_match_cpu_data() { linear_lp_matches_cpu_data(); }
