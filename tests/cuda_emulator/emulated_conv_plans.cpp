@@ -433,6 +433,13 @@ nlohmann::json ConvPlanCache::describe() const {
 void ConvPlanCache::run(const ConvPlanKey& shape_key, const void* a, const void* b, void* out,
                         const std::function<void*(size_t, bool)>& workspace) {
   const ConvPlanKey key = with_alignments(shape_key, a, b, out);
+  // The real cuDNN 9.19's f32 wgrad engine stored 16 bytes at a time into an
+  // output declared 4-byte aligned and the device stopped (H200, 2026-11-28):
+  // conv_cuda.cpp gives it 16-byte aligned outputs only, which this holds it to.
+  if (key.align_out < 16)
+    TB_FAIL("cudnn (emulated): execution failed for convolution ", key.str(), ": output at ", out,
+            " is not 16-byte aligned (the real cuDNN's kernels may store 16 bytes at a time "
+            "there: misaligned address)");
   std::unique_lock lock(state_->mutex);
   auto it = state_->plans.find(key);
   const bool tune = key.benchmark && (it == state_->plans.end() || !it->second.tuned);

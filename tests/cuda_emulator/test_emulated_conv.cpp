@@ -562,13 +562,14 @@ class TestEmulatedConv : public QObject {
       QCOMPARE(r.value("chosen_by", ""), std::string("heuristics' first choice"));
     }
     // Operands aligned to less than 16 bytes are another key (as cuDNN's
-    // graphs declare the alignment): y 4 bytes into its buffer.
-    DeviceBuffer shifted(f.out_bytes() + 16);
-    plans.cache().run(f.key, f.da->get(), f.db->get(), shifted.bytes_ptr() + 4, plans.workspace());
+    // graphs declare the alignment): x 4 bytes into its buffer.
+    DeviceBuffer shifted(f.a.size() + 16);
+    upload(shifted.bytes_ptr() + 4, f.a.data(), f.a.size());
+    plans.cache().run(f.key, shifted.bytes_ptr() + 4, f.db->get(), f.dout->get(), plans.workspace());
     QCOMPARE(plans.cache().size(), size_t(4));
     ConvPlanKey k4 = f.key;
-    k4.align_out = 4;
-    QVERIFY(k4.str().find("align=16/16/4") != std::string::npos);
+    k4.align_a = 4;
+    QVERIFY(k4.str().find("align=4/16/16") != std::string::npos);
     QVERIFY2(record_of(plans.cache(), k4).is_object(), plans.cache().describe().dump().c_str());
     CONV_CATCH
   }
@@ -619,6 +620,11 @@ class TestEmulatedConv : public QObject {
     DeviceBuffer odd(p.a.size() + 16);
     upload(odd.bytes_ptr() + 2, p.a.data(), p.a.size());
     expect(run_with(odd.bytes_ptr() + 2, p.db->get(), p.dout->get()), "a (x)", "not aligned");
+    // An output 4 bytes in: aligned for its floats, but not for the 16-byte
+    // stores the real cuDNN made there.
+    DeviceBuffer shifted(p.out_bytes() + 16);
+    expect(run_with(p.da->get(), p.db->get(), shifted.bytes_ptr() + 4), "output at",
+           "not 16-byte aligned");
     // Freed memory is no longer device memory.
     DeviceBuffer gone(p.out_bytes());
     void* stale = gone.get();

@@ -160,14 +160,31 @@ class CudaKernels final : public Kernels {
   // ConvPlanCache::run), its workspace the backend's scratch (the pass's
   // memory plan); autotuning's, the largest of all candidates, once, from
   // the caching allocator.
+  // An output not 16-byte aligned (a weight gradient at an odd offset of the
+  // model's gradient block) is written to scratch and copied: cuDNN 9.19's
+  // f32 wgrad engine sm80_xmma_wgrad_implicit_gemm_indexed_f32f32_..._nhwc
+  // stored 16 bytes at a time into a dw declared 4-byte aligned, and the
+  // device stopped on a misaligned address (H200, 2026-11-28,
+  // test_op_conv's conv_bias_grad_of_zero_mean_dy, compute-sanitizer).
   void run(cuda::ConvOp op, const ConvGeometry& g, const Tensor& x, const Tensor& w,
            const void* a, const void* b, void* out) {
+    if (cuda::address_alignment(out, kOutputAlignment) < kOutputAlignment) {
+      const Shape shape = op == cuda::ConvOp::Fprop   ? g.output_shape()
+                          : op == cuda::ConvOp::Dgrad ? g.input_shape()
+                                                      : g.weight_shape();
+      const size_t bytes = size_t(shape_numel(shape)) * dtype_size(x.dtype());
+      Tensor staged = m_.scratch(bytes);
+      run(op, g, x, w, a, b, staged.data());
+      TB_CUDA_CHECK(cudaMemcpyAsync(out, staged.data(), bytes, cudaMemcpyDeviceToDevice, m_.stream));
+      return;
+    }
     Tensor ws;
     plans_->run(key_of(op, g, x, w, be_.options()), a, b, out,
                 [&](size_t bytes, bool autotuning) {
                   return (ws = autotuning ? m_.allocator_scratch(bytes) : m_.scratch(bytes)).data();
                 });
   }
+  static constexpr uint32_t kOutputAlignment = 16;
 
   // y (f32, or f16/bf16 rounded once) += b per output channel (bias.cu),
   // when there is a bias.
