@@ -229,7 +229,8 @@ StepRunner::~StepRunner() = default;
 void StepRunner::run(int64_t step, double lr, const StageNext& stage_next, json& metrics) {
   const TransientBuffers& transients = *primary_->ctx.transients;
   const int64_t made = transients.allocations();
-  if (graphs_ && graphs_->ready()) {
+  const bool as_graph = graphs_ && graphs_->ready();
+  if (as_graph) {
     graph_step(*primary_, *graphs_, stager_, step, lr, stage_next, metrics);
   } else {
     train_step(*primary_, primary_->c.accumulation_steps, step, lr, &timer_, stage_next,
@@ -237,8 +238,12 @@ void StepRunner::run(int64_t step, double lr, const StageNext& stage_next, json&
     if (graphs_) graphs_->eager_step_done();
   }
   // A step in which the transient buffers allocated may have moved memory a
-  // graph addresses (buffers.h): capture again after an eager step.
-  if (graphs_ && transients.allocations() != made) graphs_->invalidate(1);
+  // graph addresses (buffers.h): drop the graphs. A capture that allocated
+  // is followed by an eager step; an eager step that allocated was that step
+  // already (the next step of the same shapes allocates nothing), so the
+  // next captures. (On an H200 the first eager step after an evaluation
+  // allocated and, counted as no warm-up, cost a replay: 7 of 8.)
+  if (graphs_ && transients.allocations() != made) graphs_->invalidate(as_graph ? 1 : 0);
 }
 
 void StepRunner::invalidate_graphs() {
