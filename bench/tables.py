@@ -33,13 +33,13 @@ NOT_RUN = "not run on a GPU yet"
 
 # The committed GPU results the READMEs show (bench/results/).
 COMMITTED = {
-    "vs": ["gpu-vs-pytorch-resnet18-h200-2026-11-26.json",
-           "gpu-vs-pytorch-resnet9-fmnist-h200-2026-11-26.json"],
-    "ladder": "gpu-ladder-h200-2026-11-26.json",
-    "truth": "gpu-truth-h200-2026-11-26.json",
-    "accuracy": ["gpu-accuracy-h200-2026-11-26.json",
-                 "resnet18-fmnist32-15-epochs-h200-2026-11-26.json"],
-    "suites": "gpu-check-summary-h200-2026-11-26.json",
+    # The second GPU window (one H200, 2026-11-28, commit 8013ca6); the first
+    # (2026-11-26, b0014f2) is listed in bench/README.md.
+    "vs": ["gpu-vs-pytorch-h200-2026-11-28.json"],
+    "ladder": "gpu-ladder-h200-2026-11-28.json",
+    "truth": "gpu-truth-h200-2026-11-28.json",
+    "accuracy": ["gpu-accuracy-h200-2026-11-28.json"],
+    "suites": "gpu-check-summary-h200-2026-11-28.json",
     "cost_cpu": "cpu-truth-cost-fmnist-cnn-amd-25-17-2026-11-27.json",
     # bench/cpu_vs_pytorch.py (or scripts/device-cpu-bench.sh): the newest
     # comparison of each processor, instruction-set cap and peer. README.md's
@@ -413,7 +413,8 @@ def truth_cost_figures(truth, figures):
         notes.append(f"runs with measurement off differed by {lo if lo == hi else lo + '-' + hi} % "
                      "among themselves: a figure within that is no measurable cost")
     note = "; ".join(n for n in notes if n)
-    for key, field in (("measure_every", "default_cost_pct"), ("profiler", "profiler_cost_pct")):
+    for key, field in (("measure_every", "default_cost_pct"), ("profiler", "profiler_cost_pct"),
+                       ("cupti_sampling", "cupti_sampling_cost_pct")):
         per_batch = [f"{b[field]:+.0f} % at batch {b['batch_size']}"
                      for b in c.get("batches", []) if isinstance(b.get(field), (int, float))]
         if per_batch:
