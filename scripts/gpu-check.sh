@@ -50,6 +50,11 @@
 #       (GPU_CHECK_PYTHON: a Python with torch for the PyTorch rows there).
 #   scripts/gpu-check.sh ncu                 there, a later call (carry build-gpu)
 #       The tensor pipe active % (tensor_pipe_profiler.h) against Nsight Compute.
+#   scripts/gpu-check.sh ncu-kernels         there, a later call (carry build-gpu)
+#       Our kernels of two all-tricks resnet18-cifar b512 bf16 steps (graphs
+#       off) under Nsight Compute: time, DRAM bytes and share of its peak,
+#       occupancy, registers, sectors per load request, long-scoreboard
+#       stalls, per kernel -> own-kernels-ncu.json (+ ncu-kernels.csv).
 #   scripts/gpu-check.sh bench               there, a later call (carry build-gpu)
 #       Every benchmark of bench/ under per-stage budgets (bench/gpu_bench.py):
 #       Trainbench vs PyTorch side by side, the truth harnesses (step time,
@@ -1077,10 +1082,119 @@ bench_check() {
     --gpu-check-root "$root-ncu"
 }
 
+# Our own kernels of the all-tricks resnet18-cifar b512 bf16 step (graphs
+# off) under Nsight Compute: per kernel its time, DRAM bytes, the achieved
+# share of the DRAM peak, occupancy, registers, sectors per load request and
+# the long-scoreboard stall share, so the next change to batch norm (42 % of
+# that step's GPU work on 2026-11-28, at about half the copy rate) starts from
+# where the time goes, not from a guess. Two steps, each own kernel replayed
+# alone (caches flushed, clocks left alone as in our runs).
+ncu_kernels() {
+  mkdir -p "$out"
+  unpack
+  local ncu_bin
+  ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1 || true)
+  [[ -n "$ncu_bin" ]] || { echo '{"error": "no ncu on this machine"}' | tee "$out/own-kernels-ncu.json"; exit 2; }
+  local eng="$root/bin/trainbench-engine" config=$work/ncu-kernels-config.json
+  write_helper
+  py all_tricks_config "$here/bench" "$config" cuda_graphs=false sync_every_step=true \
+    'device="cuda"' || exit 2
+  # Full set first; a metric this ncu does not know fails the run, so then
+  # the essential ones alone.
+  local full="gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__grid_size,launch__block_size,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct"
+  local basic="gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed"
+  local m ok="" st
+  for m in "$full" "$basic"; do
+    TRAINBENCH_CUPTI=off timeout 200 "$ncu_bin" --clock-control none --metrics "$m" --csv --print-units base \
+      --kernel-name-base function --print-kernel-base demangled \
+      --kernel-name 'regex:bn_[a-z_]*kernel|pointwise_kernel|cast_[a-z0-9_]*kernel|opt_[a-z_]*kernel|bias_[a-z_]*kernel|gap_[a-z_]*kernel|augment_[a-z0-9_]*kernel|softmax_xent|pool[a-z_]*kernel' \
+      --launch-count 800 --log-file "$out/ncu-kernels.csv" \
+      "$eng" run --db "$work/ncu-kernels.db" --quiet --config "$config" --dataset synthetic \
+      --model resnet18-cifar --set 'synthetic_shape=[3,32,32]' --set synthetic_size=2048 \
+      --test-limit 512 -b 512 --steps 2 >"$out/ncu-kernels-run.stdout" 2>"$out/ncu-kernels-run.stderr"
+    st=$?
+    echo "ncu with $(tr ',' '\n' <<<"$m" | wc -l) metrics: exit status $st"
+    if (( st == 0 )) && grep -q gpu__time_duration "$out/ncu-kernels.csv"; then ok=$m; break; fi
+  done
+  NCU_METRICS="$ok" python3 - "$out/ncu-kernels.csv" "$out/own-kernels-ncu.json" <<'PY'
+import csv, json, os, re, sys
+src, dest = sys.argv[1:3]
+
+def short(name):
+    """tb::cuda::(anonymous namespace)::bn_apply_kernel<__nv_bfloat16, true, 4>(...) ->
+    bn_apply_kernel<__nv_bfloat16, true, 4>"""
+    name = re.sub(r"\(anonymous namespace\)::", "", name).split("(")[0]
+    return re.sub(r"^(tb::)?(cuda::)?", "", name)
+
+res = {"what": "our kernels of two all-tricks resnet18-cifar b512 bf16 steps (graphs off), "
+               "each replayed alone by ncu (caches flushed, --clock-control none)",
+       "ncu_metrics": [m for m in os.environ.get("NCU_METRICS", "").split(",") if m]}
+launches = {}
+if res["ncu_metrics"] and os.path.exists(src):
+    lines = [l for l in open(src, errors="replace") if l.startswith('"')]
+    for row in csv.DictReader(lines):
+        try:
+            v = float(row["Metric Value"].replace(",", ""))
+        except (KeyError, ValueError):
+            continue
+        k = launches.setdefault(row["ID"], {"name": short(row.get("Kernel Name", ""))})
+        k[row["Metric Name"]] = v
+kernels = {}
+for k in launches.values():
+    ns = k.get("gpu__time_duration.sum")
+    if not ns:
+        continue
+    g = kernels.setdefault(k["name"], {"launches": 0, "ns": 0.0, "bytes": 0.0, "w": {}})
+    g["launches"] += 1
+    g["ns"] += ns
+    g["bytes"] += k.get("dram__bytes_read.sum", 0.0) + k.get("dram__bytes_write.sum", 0.0)
+    for m in ("dram__throughput.avg.pct_of_peak_sustained_elapsed",
+              "sm__warps_active.avg.pct_of_peak_sustained_active",
+              "smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct"):
+        if m in k:
+            g["w"][m] = g["w"].get(m, 0.0) + k[m] * ns
+    for m in ("launch__registers_per_thread", "launch__block_size"):
+        if m in k:
+            g[m] = k[m]
+    req = k.get("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum")
+    if req:
+        g["sectors"] = g.get("sectors", 0.0) + k.get("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", 0.0)
+        g["requests"] = g.get("requests", 0.0) + req
+rows = []
+for name, g in kernels.items():
+    r = {"kernel": name, "launches": g["launches"], "total_us": g["ns"] / 1e3,
+         "dram_mb": g["bytes"] / 1e6, "dram_gb_per_s": g["bytes"] / g["ns"]}
+    for m, acc in g["w"].items():
+        r[m] = acc / g["ns"]
+    for m in ("launch__registers_per_thread", "launch__block_size"):
+        if m in g:
+            r[m] = g[m]
+    if g.get("requests"):
+        r["sectors_per_load_request"] = g["sectors"] / g["requests"]
+    rows.append(r)
+rows.sort(key=lambda r: -r["total_us"])
+res["kernels"] = rows
+bn = [r for r in rows if r["kernel"].startswith("bn_")]
+if bn:
+    t = sum(r["total_us"] for r in bn)
+    res["batch_norm"] = {"total_us": t, "dram_mb": sum(r["dram_mb"] for r in bn),
+                         "dram_gb_per_s": sum(r["dram_mb"] for r in bn) / t * 1e3}  # MB/us = TB/s
+if not rows:
+    res["error"] = "no ncu figures (see ncu-kernels-run.stderr and ncu-kernels.csv)"
+json.dump(res, open(dest, "w"), indent=1)
+for r in rows[:15]:
+    print(f'{r["total_us"]:9.1f} us {r["launches"]:4d}x {r["dram_gb_per_s"]:7.0f} GB/s '
+          f'{r.get("dram__throughput.avg.pct_of_peak_sustained_elapsed", float("nan")):5.1f} % dram  '
+          f'{r.get("sm__warps_active.avg.pct_of_peak_sustained_active", float("nan")):5.1f} % occ  {r["kernel"]}')
+print(json.dumps(res.get("batch_norm", res.get("error"))))
+PY
+}
+
 case "${1:-run}" in
   stage) shift; stage "$@" ;;
   run) run_all ;;
   ncu) ncu_check ;;
+  ncu-kernels) ncu_kernels ;;
   bench) bench_check ;;
-  *) echo "usage: $0 stage [BUILD_DIR] | run | ncu | bench" >&2; exit 2 ;;
+  *) echo "usage: $0 stage [BUILD_DIR] | run | ncu | ncu-kernels | bench" >&2; exit 2 ;;
 esac
