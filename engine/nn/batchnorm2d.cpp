@@ -61,6 +61,7 @@ Tensor BatchNorm2d::forward_residual(Context& ctx, const Tensor& x, const Tensor
   y_ = epilogue.active() ? y : Tensor{};
   forward_was_training_ = ctx.training;
   forward_had_epilogue_ = epilogue.active();
+  forward_had_residual_ = residual.defined();
   return y;
 }
 
@@ -120,8 +121,12 @@ Tensor BatchNorm2d::backward_epilogue(Context& ctx, const Tensor& dy, bool need_
     Tensor dres =
         dresidual ? transient_buffer(ctx, x_.shape(), x_.dtype(), x_.layout()) : none;
     Tensor dx = need_dx ? transient_buffer(ctx, x_.shape(), x_.dtype(), x_.layout()) : none;
+    // Without a residual y is γ·x̂ + β through the ReLU: the backend may take
+    // the mask from x and β (no read of y).
+    const Tensor mask_beta =
+        act_ == Activation::ReLU && !forward_had_residual_ ? beta_ : Tensor{};
     batchnorm::backward(be, x_, dy, gamma_, save_mean_, save_invstd_, dx, dgamma_, dbeta_,
-                          ctx.accumulate_grads, EpilogueGrad{act_, y_, dres});
+                          ctx.accumulate_grads, EpilogueGrad{act_, y_, dres, {}, {}, mask_beta});
     if (dresidual) *dresidual = dres;
     return dx;
   }

@@ -75,6 +75,7 @@ class BatchNorm2d : public Layer {
   Tensor y_;                              // output kept for the epilogue's mask
   bool forward_was_training_ = true;
   bool forward_had_epilogue_ = false;
+  bool forward_had_residual_ = false;  // its y is not β's affine map of x alone
   Tensor save_mean_, save_invstd_;  // reused work buffers
   Tensor ones_, zeros_, eval_invstd_;        // eval-mode backward helpers
   // sync_batchnorm: the global mean and biased variance (C), the global

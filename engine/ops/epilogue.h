@@ -39,13 +39,18 @@ struct Epilogue {
 // it, so no mask tensor is kept); `dresidual` receives dz (the gradient of the
 // residual input), undefined when not wanted; `pre` is the forward's `pre`
 // (GELU); `dz` is a work buffer the caller owns, for an op whose own backward
-// reads dz from memory (linear's GEMMs), undefined where the op needs none.
+// reads dz from memory (linear's GEMMs), undefined where the op needs none;
+// `mask_beta` (batch norm in training, ReLU, a forward without residual):
+// the forward's β, with which a backend may take ReLU's mask from x, as its
+// forward made y from x, instead of reading y (the same mask bit for bit;
+// batchnorm.h).
 struct EpilogueGrad {
   Activation act = Activation::None;
   Tensor y{};  // ({}: aggregate initialisation may leave any of these out)
   Tensor dresidual{};
   Tensor pre{};
   Tensor dz{};
+  Tensor mask_beta{};
 
   bool active() const { return act != Activation::None || dresidual.defined(); }
 };

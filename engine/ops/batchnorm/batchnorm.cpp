@@ -117,6 +117,11 @@ Dims check_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
   const Tensor& y = epilogue.y;
   const Tensor& dres = epilogue.dresidual;
   if (epilogue.act == Activation::ReLU) check_like(y, x, op, "y (the ReLU epilogue's mask)");
+  if (epilogue.mask_beta.defined()) {
+    TB_CHECK(epilogue.act == Activation::ReLU, op,
+             ": mask_beta is given but the epilogue has no ReLU to mask");
+    check_channel(epilogue.mask_beta, x, op, "mask_beta");
+  }
   if (dres.defined()) check_like(dres, x, op, "dresidual");
   for (const Tensor* out : {&dx, &dres})
     TB_CHECK(!out->defined() || (out->data() != x.data() && out->data() != dy.data() &&

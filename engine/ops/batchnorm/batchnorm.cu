@@ -39,7 +39,11 @@
 //
 // The epilogue is a template argument (ReLU) and a pointer (the residual r, or
 // dres: null = none), so the plain op is the epilogue's kernel with ReLU off
-// and no residual: one kernel for both, the same bits for both.
+// and no residual: one kernel for both, the same bits for both. The
+// backward's ReLU mask is [y > 0], read from y, or, where the forward had no
+// residual and the caller gives β, recomputed from x as the apply kernel
+// made y (bn_affine, rounded to T): the same bits without reading y, one
+// stream of three less in both backward kernels.
 //
 // The activations' element type T (x, y, r, dy, dx, dres) is a template
 // argument too: float, __half or __nv_bfloat16 (amp_elements.cuh). Each value
@@ -201,6 +205,14 @@ struct XR {
   float x, r;
 };
 
+// γ·(x − mean)·is + β, each operation rounded on its own: the apply kernel's
+// value before the residual and the ReLU, and what the backward recomputes
+// for ReLU's mask from x (Mask::FromX). Spelt with __fmul_rn/__fadd_rn so
+// that no FMA contraction, left to the compiler, can make the two differ.
+__device__ __forceinline__ float bn_affine(float x, float g, float mean, float is, float b) {
+  return __fadd_rn(__fmul_rn(__fmul_rn(g, __fadd_rn(x, -mean)), is), b);
+}
+
 // y = act(γ·(x − mean)·is + β [+ r]); `invstd_is_var`: eval mode, the vector
 // holds running_var and is = rsqrt(var + eps). y may be x or r (in place):
 // no __restrict__ on them, and each value is read before it is written.
@@ -217,7 +229,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
   for_each_value<kUnroll>(
       w, [&](int64_t at) { return XR{to_compute(x[at]), r ? to_compute(r[at]) : 0.0f}; },
       [&](int64_t at, XR v) {
-        float o = g * (v.x - mean) * is + b;
+        float o = bn_affine(v.x, g, mean, is, b);
         if (r) o = o + v.r;
         if (kRelu) o = o > 0.0f ? o : 0.0f;
         y[at] = from_compute<T>(o);
@@ -230,17 +242,41 @@ struct XDz {
   float x, dz;
 };
 
-template <bool kRelu, typename T>
-__device__ __forceinline__ XDz load_x_dz(const T* x, const T* y, const T* dy, int64_t at) {
+// Where dz = dy·mask takes ReLU's mask from: none (no ReLU), y > 0 (y read),
+// or the forward's y recomputed from x (its affine values and β, no residual).
+enum class Mask { None, FromY, FromX };
+
+// A channel's floats of the forward's affine map, for Mask::FromX.
+struct Affine {
+  float g = 0, mean = 0, is = 0, b = 0;
+};
+
+template <Mask kMask, typename T>
+__device__ __forceinline__ XDz load_x_dz(const T* x, const T* y, const T* dy, int64_t at,
+                                         const Affine& a) {
   const float g = to_compute(dy[at]);
-  return {to_compute(x[at]), kRelu ? (to_compute(y[at]) > 0.0f ? g : 0.0f) : g};
+  const float xv = to_compute(x[at]);
+  bool pass = true;
+  if constexpr (kMask == Mask::FromY) pass = to_compute(y[at]) > 0.0f;
+  // y = T(relu(o)) > 0 exactly when T(o) > 0 (NaN: neither).
+  if constexpr (kMask == Mask::FromX)
+    pass = to_compute(from_compute<T>(bn_affine(xv, a.g, a.mean, a.is, a.b))) > 0.0f;
+  return {xv, pass ? g : 0.0f};
+}
+
+template <Mask kMask>
+__device__ __forceinline__ Affine affine_of(const float* gamma, const float* beta,
+                                            const float* mean_v, const float* invstd_v, int64_t c) {
+  if constexpr (kMask == Mask::FromX) return {gamma[c], mean_v[c], invstd_v[c], beta[c]};
+  return {};
 }
 
 // partials: Σdz, Σdz·x̂ (dz stored to dres when wanted).
-template <typename T, bool kRelu, int kUnroll>
+template <typename T, Mask kMask, int kUnroll>
 __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
     bn_backward_reduce_kernel(ReducePlan p, const T* __restrict__ x, const T* __restrict__ y,
-                              const T* __restrict__ dy, const float* __restrict__ mean_v,
+                              const T* __restrict__ dy, const float* __restrict__ gamma,
+                              const float* __restrict__ beta, const float* __restrict__ mean_v,
                               const float* __restrict__ invstd_v, T* __restrict__ dres,
                               Sums* __restrict__ partials) {
   __shared__ Sums smem[kBlockThreads];
@@ -248,8 +284,9 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
   Sums s;
   if (w.c < p.C) {
     const double mean = mean_v[w.c], invstd = invstd_v[w.c];
+    const Affine a = affine_of<kMask>(gamma, beta, mean_v, invstd_v, w.c);
     for_each_value<kUnroll>(
-        w, [&](int64_t at) { return load_x_dz<kRelu>(x, y, dy, at); },
+        w, [&](int64_t at) { return load_x_dz<kMask>(x, y, dy, at, a); },
         [&](int64_t at, XDz v) {
           if (dres) dres[at] = from_compute<T>(v.dz);  // dy or 0: exact
           const double g = v.dz;
@@ -273,19 +310,21 @@ bn_backward_finish_kernel(ReducePlan p, const Sums* __restrict__ partials,
   if (dgamma) dgamma[c] = float(accumulate ? double(dgamma[c]) + s.b : s.b);
 }
 
-template <typename T, bool kRelu, int kUnroll>
+template <typename T, Mask kMask, int kUnroll>
 __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm)
     bn_backward_dx_kernel(ReducePlan p, const T* __restrict__ x, const T* __restrict__ y,
                           const T* __restrict__ dy, const float* __restrict__ gamma,
-                          const float* __restrict__ mean_v, const float* __restrict__ invstd_v,
-                          const Sums* __restrict__ totals, T* __restrict__ dx) {
+                          const float* __restrict__ beta, const float* __restrict__ mean_v,
+                          const float* __restrict__ invstd_v, const Sums* __restrict__ totals,
+                          T* __restrict__ dx) {
   const ChannelWalk w = thread_walk(p);
   if (w.c >= p.C) return;
   const double mean = mean_v[w.c], invstd = invstd_v[w.c], M = double(p.M);
   const double a = double(gamma[w.c]) * invstd / M;
   const Sums t = totals[w.c];
+  const Affine aff = affine_of<kMask>(gamma, beta, mean_v, invstd_v, w.c);
   for_each_value<kUnroll>(
-      w, [&](int64_t at) { return load_x_dz<kRelu>(x, y, dy, at); },
+      w, [&](int64_t at) { return load_x_dz<kMask>(x, y, dy, at, aff); },
       [&](int64_t at, XDz v) {
         const double xh = (double(v.x) - mean) * invstd;
         dx[at] = from_compute<T>(float(a * (M * double(v.dz) - t.a - xh * t.b)));
@@ -341,11 +380,11 @@ void launch_apply(const ReducePlan& p, const T* x, const float* gamma, const flo
   TB_CUDA_LAUNCH_CHECK("bn_apply_kernel");
 }
 
-template <typename T, bool kRelu>
+template <typename T, Mask kMask>
 void launch_backward_t(const ReducePlan& p, const T* x, const T* y, const T* dy,
-                       const float* gamma, const float* save_mean, const float* save_invstd, T* dx,
-                       T* dres, float* dgamma, float* dbeta, bool accumulate, double* work,
-                       cudaStream_t s) {
+                       const float* gamma, const float* beta, const float* save_mean,
+                       const float* save_invstd, T* dx, T* dres, float* dgamma, float* dbeta,
+                       bool accumulate, double* work, cudaStream_t s) {
   if (p.empty()) {  // M = 0: dβ and dγ are the empty sums, written as the CPU writes them
     if (!accumulate) {
       if (dgamma) launch_fill(dgamma, p.C, 4, 0, s);
@@ -353,11 +392,11 @@ void launch_backward_t(const ReducePlan& p, const T* x, const T* y, const T* dy,
     }
     return;
   }
-  // x and dy, and y for the ReLU mask.
-  const int streams = kRelu ? 3 : 2;
+  // x and dy, and y for the ReLU mask read from it.
+  const int streams = kMask == Mask::FromY ? 3 : 2;
   with_unroll<T>(p, streams, [&](auto u) {
-    bn_backward_reduce_kernel<T, kRelu, u()><<<grid_of(p), block_of(p), 0, s>>>(
-        p, x, y, dy, save_mean, save_invstd, dres, partials_of(work));
+    bn_backward_reduce_kernel<T, kMask, u()><<<grid_of(p), block_of(p), 0, s>>>(
+        p, x, y, dy, gamma, beta, save_mean, save_invstd, dres, partials_of(work));
   });
   TB_CUDA_LAUNCH_CHECK("bn_backward_reduce_kernel");
   bn_backward_finish_kernel<<<unsigned(p.finish_blocks), finish_block(), 0, s>>>(
@@ -365,8 +404,8 @@ void launch_backward_t(const ReducePlan& p, const T* x, const T* y, const T* dy,
   TB_CUDA_LAUNCH_CHECK("bn_backward_finish_kernel");
   if (!dx) return;
   with_unroll<T>(p, streams, [&](auto u) {
-    bn_backward_dx_kernel<T, kRelu, u()><<<grid_of(p), block_of(p), 0, s>>>(
-        p, x, y, dy, gamma, save_mean, save_invstd, totals_of(p, work), dx);
+    bn_backward_dx_kernel<T, kMask, u()><<<grid_of(p), block_of(p), 0, s>>>(
+        p, x, y, dy, gamma, beta, save_mean, save_invstd, totals_of(p, work), dx);
   });
   TB_CUDA_LAUNCH_CHECK("bn_backward_dx_kernel");
 }
@@ -393,15 +432,18 @@ void launch_bn_forward_eval(const T* x, const float* gamma, const float* beta, c
 
 template <typename T>
 void launch_bn_backward(const T* x, const T* y, const T* dy, const float* gamma,
-                        const float* save_mean, const float* save_invstd, bool relu, T* dx,
-                        T* dres, float* dgamma, float* dbeta, bool accumulate,
+                        const float* mask_beta, const float* save_mean, const float* save_invstd,
+                        bool relu, T* dx, T* dres, float* dgamma, float* dbeta, bool accumulate,
                         const ReducePlan& plan, double* work, cudaStream_t s) {
-  if (relu)
-    launch_backward_t<T, true>(plan, x, y, dy, gamma, save_mean, save_invstd, dx, dres, dgamma,
-                               dbeta, accumulate, work, s);
+  if (relu && mask_beta)
+    launch_backward_t<T, Mask::FromX>(plan, x, nullptr, dy, gamma, mask_beta, save_mean,
+                                      save_invstd, dx, dres, dgamma, dbeta, accumulate, work, s);
+  else if (relu)
+    launch_backward_t<T, Mask::FromY>(plan, x, y, dy, gamma, nullptr, save_mean, save_invstd, dx,
+                                      dres, dgamma, dbeta, accumulate, work, s);
   else
-    launch_backward_t<T, false>(plan, x, y, dy, gamma, save_mean, save_invstd, dx, dres, dgamma,
-                                dbeta, accumulate, work, s);
+    launch_backward_t<T, Mask::None>(plan, x, nullptr, dy, gamma, nullptr, save_mean,
+                                     save_invstd, dx, dres, dgamma, dbeta, accumulate, work, s);
 }
 
 #define TB_INSTANTIATE(T)                                                                       \
@@ -412,8 +454,8 @@ void launch_bn_backward(const T* x, const T* y, const T* dy, const float* gamma,
                                           const float*, const float*, float, T*,                 \
                                           const ReducePlan&, cudaStream_t);                      \
   template void launch_bn_backward<T>(const T*, const T*, const T*, const float*, const float*,  \
-                                      const float*, bool, T*, T*, float*, float*, bool,          \
-                                      const ReducePlan&, double*, cudaStream_t);
+                                      const float*, const float*, bool, T*, T*, float*, float*,  \
+                                      bool, const ReducePlan&, double*, cudaStream_t);
 TB_INSTANTIATE(float)
 TB_INSTANTIATE(__half)
 TB_INSTANTIATE(__nv_bfloat16)

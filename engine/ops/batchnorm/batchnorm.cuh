@@ -33,11 +33,14 @@ void launch_bn_forward_eval(const T* x, const float* gamma, const float* beta, c
                             float eps, T* y, const batchnorm::ReducePlan& plan, cudaStream_t s);
 // dz = dy·[y>0] (relu) or dy, folded into batch norm's backward; dres := dz.
 // dx, dres, dgamma, dbeta may be null (not wanted); dgamma/dbeta written or
-// accumulated; y is read only with relu.
+// accumulated. With relu the mask is read from y, or, when mask_beta is given
+// (the forward's β, a forward without residual, save_* its statistics), taken
+// from x as the forward's apply made y, bit for bit, without reading y (which
+// may then be null).
 template <typename T>
 void launch_bn_backward(const T* x, const T* y, const T* dy, const float* gamma,
-                        const float* save_mean, const float* save_invstd, bool relu, T* dx,
-                        T* dres, float* dgamma, float* dbeta, bool accumulate,
+                        const float* mask_beta, const float* save_mean, const float* save_invstd,
+                        bool relu, T* dx, T* dres, float* dgamma, float* dbeta, bool accumulate,
                         const batchnorm::ReducePlan& plan, double* work, cudaStream_t s);
 
 }  // namespace tb::cuda

@@ -32,6 +32,11 @@
 //           r = (1−momentum)·r + momentum·value. M must be > 0.
 // eval      the same with running_mean and running_var; writes y only.
 // backward  dz = dy·[y > 0] (ReLU epilogue, y the forward's output) or dy;
+//           with the epilogue's mask_beta (the forward's β; only for a train
+//           forward without residual, whose save_mean and save_invstd these
+//           are) a backend may instead recompute y's sign from x as its
+//           forward computed y (CUDA: one stream less to read; the CPU reads
+//           y); the mask is the same bit for bit;
 //           dresidual := dz when defined;
 //           dβ = Σdz, dγ = Σdz·x̂, dx = γ·invstd/M·(M·dz − dβ − x̂·dγ),
 //           x̂ = (x − save_mean)·save_invstd.

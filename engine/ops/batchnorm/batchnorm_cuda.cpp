@@ -107,9 +107,10 @@ void CudaKernels::backward(const Dims& d, const Tensor& x, const Tensor& dy, con
   cuda::by_element(x.dtype(), [&](auto z) {
     using T = decltype(z);
     cuda::launch_bn_backward(act_ptr<T>(x), relu ? act_ptr<T>(epilogue.y) : nullptr,
-                             act_ptr<T>(dy), fptr(gamma), fptr(save_mean), fptr(save_invstd),
-                             relu, act_ptr<T>(dx), act_ptr<T>(epilogue.dresidual), fptr(dgamma),
-                             fptr(dbeta), accumulate, plan, work.data_as<double>(), m.stream);
+                             act_ptr<T>(dy), fptr(gamma), fptr(epilogue.mask_beta),
+                             fptr(save_mean), fptr(save_invstd), relu, act_ptr<T>(dx),
+                             act_ptr<T>(epilogue.dresidual), fptr(dgamma), fptr(dbeta),
+                             accumulate, plan, work.data_as<double>(), m.stream);
   });
 }
 

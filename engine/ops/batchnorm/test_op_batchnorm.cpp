@@ -289,6 +289,13 @@ std::string unroll_changes_bits(bool fused, const std::function<BnSide(int)>& ru
   return "";
 }
 
+// The ReLU backward's outputs (dx, dgamma, dbeta) with the mask read from y
+// and taken from x, and the forward's y (host, NCHW).
+struct MaskSides {
+  std::vector<Tensor> from_y, from_x;
+  Tensor y;
+};
+
 #if defined(TRAINBENCH_CUDA_EMULATED)
 template <typename T>
 T* as_elements(const Tensor& t) {
@@ -339,16 +346,52 @@ BnSide run_bn_emulated_as(const batchnorm::ReducePlan& plan, Layout L, const BnI
   o.dres = residual ? nan_filled(h, sh, dt, L) : Tensor{};
   o.dg = nan_filled(h, {C}, DType::F32), o.db = nan_filled(h, {C}, DType::F32);
   emu::launch_bn_backward<T>(as_elements<T>(x), as_elements<T>(yin), as_elements<T>(dy), g,
-                             smin.data_as<float>(), siin.data_as<float>(), relu,
+                             nullptr, smin.data_as<float>(), siin.data_as<float>(), relu,
                              as_elements<T>(o.dx), as_elements<T>(o.dres), o.dg.data_as<float>(),
                              o.db.data_as<float>(), false, plan, work.data(), nullptr);
   o.dg_acc = to_device(h, in.dg_old), o.db_acc = to_device(h, in.db_old);
   const Tensor dxa = h.empty(sh, dt, L);
   emu::launch_bn_backward<T>(as_elements<T>(x), as_elements<T>(yin), as_elements<T>(dy), g,
-                             smin.data_as<float>(), siin.data_as<float>(), relu,
+                             nullptr, smin.data_as<float>(), siin.data_as<float>(), relu,
                              as_elements<T>(dxa), nullptr, o.dg_acc.data_as<float>(),
                              o.db_acc.data_as<float>(), true, plan, work.data(), nullptr);
   return o;
+}
+
+// The ReLU epilogue's backward with its mask read from y and taken from x
+// (mask_beta), on the emulated kernels, after the emulated forward (train,
+// ReLU, no residual) made y and the statistics: dx, dgamma, dbeta of each
+// (written), host, in that order, and the forward's y (host, NCHW).
+template <typename T>
+MaskSides bn_masks_emulated_as(const batchnorm::ReducePlan& plan, Layout L, const BnInputs& in) {
+  namespace emu = tb::cuda_emu;
+  CpuBackend& h = cpu_reference();
+  const DType dt = in.x.dtype();
+  const Shape& sh = in.x.shape();
+  const int64_t C = sh[1];
+  const Tensor x = to_device(h, in.x, L), dy = to_device(h, in.dy, L);
+  const float* g = in.gamma.data_as<float>();
+  const float* b = in.beta.data_as<float>();
+  const Tensor rm = to_device(h, in.rm_init), rv = to_device(h, in.rv_init);
+  const Tensor y = nan_filled(h, sh, dt, L), sm = nan_filled(h, {C}, DType::F32);
+  const Tensor si = nan_filled(h, {C}, DType::F32);
+  std::vector<double> work(plan.workspace_bytes / sizeof(double) + 1);
+  emu::launch_bn_forward_train<T>(as_elements<T>(x), g, b, nullptr, true, rm.data_as<float>(),
+                                  rv.data_as<float>(), 0.1f, 1e-5f, as_elements<T>(y),
+                                  sm.data_as<float>(), si.data_as<float>(), plan, work.data(),
+                                  nullptr);
+  std::vector<Tensor> sides[2];
+  for (int from_x = 0; from_x < 2; ++from_x) {
+    const Tensor dx = nan_filled(h, sh, dt, L), dg = nan_filled(h, {C}, DType::F32);
+    const Tensor db = nan_filled(h, {C}, DType::F32);
+    emu::launch_bn_backward<T>(as_elements<T>(x), from_x ? nullptr : as_elements<T>(y),
+                               as_elements<T>(dy), g, from_x ? b : nullptr, sm.data_as<float>(),
+                               si.data_as<float>(), true, as_elements<T>(dx), nullptr,
+                               dg.data_as<float>(), db.data_as<float>(), false, plan,
+                               work.data(), nullptr);
+    sides[from_x] = {dx, dg, db};
+  }
+  return {sides[0], sides[1], to_host_nchw(h, y)};
 }
 
 BnSide run_bn_emulated(const batchnorm::ReducePlan& plan, Layout L, const BnInputs& in,
@@ -1072,6 +1115,117 @@ class TestOpBatchnorm : public QObject {
 #endif
   }
 
+  // ReLU's mask taken from x (EpilogueGrad::mask_beta: the forward's y
+  // recomputed from x, γ, β and the saved statistics, without reading y)
+  // against the mask read from y: dx, dgamma and dbeta bit for bit, after a
+  // train forward with ReLU and no residual; every dtype, both layouts. The
+  // "tiny gamma" rows make y = round(γ·x̂ + β) underflow to 0 in f16 where
+  // the unrounded value is positive (γ = 1e-7, β = 0: about a quarter of the
+  // positive values), so a mask that skipped the rounding to the activation's
+  // dtype would differ there; the rows check that such values exist.
+  void batchnorm_relu_mask_from_x_keeps_bits_data() {
+    QTest::addColumn<Target>("target");
+    QTest::addColumn<bool>("tiny_gamma");
+    QTest::addColumn<bool>("emulated");
+    for (bool emulated : {false, true})
+      for (DType dt : {DType::F32, DType::F16, DType::BF16})
+        for (const Target& t : cuda_targets(dt))
+          for (bool tiny : {false, true})
+            QTest::addRow("%s%s%s", emulated ? "emulated " : "", t.name().c_str(),
+                          tiny ? ": tiny gamma" : "")
+                << t << tiny << emulated;
+  }
+  void batchnorm_relu_mask_from_x_keeps_bits() {
+    QFETCH(Target, target);
+    QFETCH(bool, tiny_gamma);
+    QFETCH(bool, emulated);
+    const BnCase c{"64x20x9x9 channel offsets", {64, 20, 9, 9}, -1.0, 1.0, true};
+    BnInputs in = random_bn_inputs(c, 93, target.dtype);
+    if (tiny_gamma) {
+      for (int64_t i = 0; i < in.gamma.numel(); ++i) in.gamma.data_as<float>()[i] = 1e-7f;
+      for (int64_t i = 0; i < in.beta.numel(); ++i) in.beta.data_as<float>()[i] = 0.0f;
+    }
+    MaskSides m;
+    if (emulated) {
+#if defined(TRAINBENCH_CUDA_EMULATED)
+      TB_EMU_TRY
+      const batchnorm::ReducePlan plan =
+          batchnorm::plan_reduce(64, 20, 81, target.layout == Layout::NHWC, 132);
+      switch (target.dtype) {
+        case DType::F32: m = bn_masks_emulated_as<float>(plan, target.layout, in); break;
+        case DType::F16: m = bn_masks_emulated_as<__half>(plan, target.layout, in); break;
+        default: m = bn_masks_emulated_as<__nv_bfloat16>(plan, target.layout, in); break;
+      }
+      TB_EMU_CATCH
+#else
+      QSKIP(kNoEmulator);
+#endif
+    } else {
+      FETCH_TARGET(t, be);
+      TB_GPU_TRY
+      const DType dt = t.dtype;
+      const Shape& sh = in.x.shape();
+      const int64_t C = sh[1];
+      const Tensor xd = to_device(be, in.x, t.layout), dyd = to_device(be, in.dy, t.layout);
+      const Tensor g = to_device(be, in.gamma), bb = to_device(be, in.beta);
+      Tensor rm = to_device(be, in.rm_init), rv = to_device(be, in.rv_init);
+      Tensor yd = be.empty(sh, dt, t.layout), sm = be.empty({C}, DType::F32);
+      Tensor si = be.empty({C}, DType::F32);
+      batchnorm::forward_train(be, xd, g, bb, rm, rv, 0.1f, 1e-5f, yd, sm, si,
+                               Epilogue{Activation::ReLU, {}});
+      for (bool mask_from_x : {false, true}) {
+        Tensor dx = be.empty(sh, dt, t.layout), dg = be.empty({C}, DType::F32);
+        Tensor db = be.empty({C}, DType::F32);
+        batchnorm::backward(be, xd, dyd, g, sm, si, dx, dg, db, false,
+                            EpilogueGrad{Activation::ReLU, yd, {}, {}, {},
+                                         mask_from_x ? bb : Tensor{}});
+        (mask_from_x ? m.from_x : m.from_y) = {to_host(be, dx), to_host(be, dg), to_host(be, db)};
+      }
+      m.y = to_host_nchw(be, yd);
+      TB_GPU_CATCH
+    }
+    const char* names[] = {"dx", "dgamma", "dbeta"};
+    for (size_t k = 0; k < 3; ++k)
+      QVERIFY2(bitwise_equal(m.from_y[k], m.from_x[k]),
+               qPrintable(QString("%1 with the mask from x differs from the mask from y by %2")
+                              .arg(names[k])
+                              .arg(max_abs_diff(m.from_y[k], m.from_x[k]))));
+    // The rounding the tiny rows are about: every f16 y whose x̂ lies in
+    // (0.01, 0.2), γ·x̂ in (1e-9, 2e-8) below half f16's smallest step
+    // (2^-24), is 0, where the unrounded value is positive; x̂ from the host's
+    // double statistics of the same (f16) x.
+    if (tiny_gamma && target.dtype == DType::F16) {
+      const int64_t N = 64, C = 20, HW = 81;
+      int64_t inside = 0, zero = 0;
+      for (int64_t ch = 0; ch < C; ++ch) {
+        double s = 0, ss = 0;
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t i = 0; i < HW; ++i) s += value_at(in.x, (n * C + ch) * HW + i);
+        const double mean = s / double(N * HW);
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t i = 0; i < HW; ++i) {
+            const double d = value_at(in.x, (n * C + ch) * HW + i) - mean;
+            ss += d * d;
+          }
+        const double invstd = 1.0 / std::sqrt(ss / double(N * HW) + 1e-5);
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t i = 0; i < HW; ++i) {
+            const int64_t at = (n * C + ch) * HW + i;
+            const double xh = (value_at(in.x, at) - mean) * invstd;
+            if (xh > 0.01 && xh < 0.2) {
+              ++inside;
+              zero += value_at(m.y, at) == 0.0;
+            }
+          }
+      }
+      QVERIFY2(inside > 100 && zero == inside,
+               qPrintable(QString("%1 of %2 f16 outputs with x̂ in (0.01, 0.2) are 0: the "
+                                  "rows do not reach the underflow they are about")
+                              .arg(zero)
+                              .arg(inside)));
+    }
+  }
+
   // ------------------------------------------------------------ closed forms, by hand
 
   // Eval mode with non-trivial running statistics against the closed form
@@ -1247,6 +1401,17 @@ class TestOpBatchnorm : public QObject {
                               EpilogueGrad{Activation::GELU, y});
       });
       QVERIFY2(e.contains("gelu") && e.contains("batchnorm_backward"), qPrintable(e));
+      // mask_beta: only with a ReLU to mask, and one value a channel.
+      e = qerror_of([&] {
+        batchnorm::backward(be, x, dy, c, c, c, dx, none, none, false,
+                            EpilogueGrad{Activation::None, {}, {}, {}, {}, c});
+      });
+      QVERIFY2(e.contains("mask_beta") && e.contains("no ReLU"), qPrintable(e));
+      e = qerror_of([&] {
+        batchnorm::backward(be, x, dy, c, c, c, dx, none, none, false,
+                            EpilogueGrad{Activation::ReLU, y, {}, {}, {}, from_values({2}, {0, 0})});
+      });
+      QVERIFY2(e.contains("mask_beta") && e.contains("batchnorm_backward"), qPrintable(e));
       Tensor xn = Tensor::zeros({1, 3, 2, 2}, DType::F32, Device::cpu(), Layout::NHWC);
       Tensor yn = Tensor::zeros({1, 3, 2, 2}, DType::F32, Device::cpu(), Layout::NHWC);
       e = qerror_of([&] {
