@@ -6,8 +6,11 @@
 //   forward   x as the op reads it: the layer's input itself when it is
 //             already lp (low-precision activations), else cast once into
 //             cast_x (the model's f32 batch at the first such layer; every
-//             input with AmpActivations::F32); the f32 master weight cast at
-//             every forward (it changes after each optimizer step; eval too).
+//             input with AmpActivations::F32); the f32 master weight in the
+//             compute dtype at every forward (it changes after each optimizer
+//             step; eval too): inside Model::forward a view of the model's
+//             parameters cast in one launch (Context::lp_params), else cast
+//             here.
 //   backward  the op writes dx in dy's dtype; the layer's input gradient has
 //             the input's dtype. They differ at the first layer (an f32
 //             batch, whose dx is rarely wanted) and at the model's output
@@ -19,6 +22,10 @@
 #include "engine/nn/layer.h"
 
 namespace tb {
+
+// The view of ctx.lp_params that holds master_weight's values in dtype lp,
+// where master_weight lies in ctx.lp_params_master; undefined otherwise.
+Tensor lp_params_view(const Context& ctx, const Tensor& master_weight, DType lp);
 
 class AmpOperands {
  public:

@@ -59,6 +59,11 @@ struct Context {
   std::function<void(double* values, int64_t n)> sync_batchnorm = nullptr;
   // Per-layer timing (null: none); forward_layer/backward_layer open its scopes.
   LayerScopes* scopes = nullptr;
+  // Inside Model::forward under amp: the model's parameter block (f32) and
+  // its copy in the low-precision compute dtype, cast in one launch at the
+  // pass's start; Conv2d and Linear take their weights as views of it
+  // (amp_operands.h). Undefined elsewhere: a layer then casts its own.
+  Tensor lp_params_master{}, lp_params{};
 };
 
 // How a parameter or buffer starts. KaimingUniform follows PyTorch's default for

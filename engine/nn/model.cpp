@@ -6,6 +6,7 @@
 #include <random>
 
 #include "engine/core/error.h"
+#include "engine/ops/amp/amp.h"
 
 namespace tb {
 
@@ -119,10 +120,45 @@ void Model::build(Backend& backend, uint64_t seed, DType dtype, Layout weight_la
   built_ = true;
 }
 
+namespace {
+
+// Context::lp_params for one pass, given back as it was when the pass ends.
+class LowPrecisionParamsScope {
+ public:
+  LowPrecisionParamsScope(Context& ctx, const Tensor& master, const Tensor& lp)
+      : ctx_(ctx), master_(ctx.lp_params_master), lp_(ctx.lp_params) {
+    ctx.lp_params_master = master;
+    ctx.lp_params = lp;
+  }
+  ~LowPrecisionParamsScope() {
+    ctx_.lp_params_master = master_;
+    ctx_.lp_params = lp_;
+  }
+  LowPrecisionParamsScope(const LowPrecisionParamsScope&) = delete;
+  LowPrecisionParamsScope& operator=(const LowPrecisionParamsScope&) = delete;
+
+ private:
+  Context& ctx_;
+  Tensor master_, lp_;
+};
+
+}  // namespace
+
+// Under amp the whole parameter block is cast to the compute dtype in one
+// launch (batch norm's few parameters with it), instead of one cast per
+// convolution and linear weight: 21 launches of resnet18-cifar's step become 1.
+// Where Conv2d and Linear compute in different dtypes, each casts its own.
 Tensor Model::forward(Context& ctx, const Tensor& x) {
   TB_CHECK(built_, "model ", name_, ": forward before build()");
   release_saved();
   const ScratchScope scratch = pass_scratch(ctx);
+  const DType lp = ctx.amp.dtype_for(AmpOp::Conv);
+  const bool batched = ctx.amp.enabled() && lp == ctx.amp.dtype_for(AmpOp::Linear) &&
+                       lp != param_block_.dtype() && param_block_.numel() > 0;
+  if (batched) amp::cast(ctx.backend, param_block_, ensure_buffer(ctx, lp_param_block_,
+                                                                  param_block_.shape(), lp));
+  const LowPrecisionParamsScope lp_params(ctx, batched ? param_block_ : Tensor{},
+                                          batched ? lp_param_block_ : Tensor{});
   Tensor h = x;
   for (auto& layer : layers_) h = forward_layer(ctx, *layer, h);
   return h;

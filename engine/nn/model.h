@@ -91,6 +91,7 @@ class Model {
   std::vector<ParamInfo> params_;
   std::vector<BufferInfo> buffers_;
   Tensor param_block_, grad_block_, buffer_block_;
+  Tensor lp_param_block_;  // under amp: param_block_ in the compute dtype (forward)
   std::vector<int64_t> layer_offsets_;
   bool built_ = false;
   bool device_side_init_ = false;

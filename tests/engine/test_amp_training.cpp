@@ -565,6 +565,51 @@ class TestAmpTraining : public QObject {
     QVERIFY(l.census.bytes() < f.census.bytes());
   }
 
+  // Under amp a model casts its whole parameter block to the compute dtype
+  // once a forward (Model::forward) and Conv2d and Linear read views of it,
+  // instead of one cast per weight: the logits and gradients equal the
+  // layers' own casts' (forward_layer outside Model::forward) bit for bit,
+  // and the kept bf16 buffers hold the one block (every parameter, the
+  // linear bias too) where the per-layer path keeps each weight's.
+  void modelCastsItsParametersOnce() {
+    CpuBackend& cpu = cpu_ref;
+    auto build = [&] {
+      auto m = std::make_unique<Model>("chain", Shape{3, 8, 8}, 10);
+      m->emplace<Conv2d>("c1", 8, 3, 1, 1, false);
+      m->emplace<Conv2d>("c2", 8, 3, 2, 1, false);
+      m->emplace<Flatten>("flatten");
+      m->emplace<Linear>("fc", 10);
+      m->build(cpu, 41);
+      return m;
+    };
+    const Tensor x = random_host({6, 3, 8, 8}, 42), dl = random_host({6, 10}, 43, 0.1);
+    auto batched = build(), own = build();
+    const auto bf16_buffer_bytes = [](const BufferCensus& c) {
+      int64_t b = 0;
+      for (const auto& [key, t] : c.buffers) b += t.dtype() == DType::BF16 ? int64_t(t.nbytes()) : 0;
+      return b;
+    };
+    BufferCensus ca, cb;
+    Context a{cpu}, b{cpu};
+    a.amp = b.amp = bf16_policy(AmpActivations::LowPrecision);
+    a.census = &ca, b.census = &cb;
+    const Tensor la = to_host_nchw(cpu, batched->forward(a, to_device(cpu, x)));
+    batched->backward(a, to_device(cpu, dl));
+    Tensor h = to_device(cpu, x);
+    own->release_saved();
+    for (const auto& layer : own->layers()) h = forward_layer(b, *layer, h);
+    const Tensor lb = to_host_nchw(cpu, h);
+    own->backward(b, to_device(cpu, dl));
+    QVERIFY(bitwise_equal(la, lb));
+    QVERIFY(bitwise_equal(to_host_nchw(cpu, batched->grad_block()),
+                          to_host_nchw(cpu, own->grad_block())));
+    // Both keep the first convolution's bf16 copy of the f32 batch.
+    const int64_t params = batched->num_params(), bias = 10, batch = 6 * 3 * 8 * 8 * 2;
+    QCOMPARE(bf16_buffer_bytes(ca), params * 2 + batch);
+    QCOMPARE(bf16_buffer_bytes(cb), (params - bias) * 2 + batch);
+    QVERIFY(!a.lp_params.defined() && !a.lp_params_master.defined());  // only inside the pass
+  }
+
   // Whole models under bf16: low-precision activations against today's
   // f32-activation form, at every step of a short training run from the same
   // weights and batch (compare_steps). No a-priori per-element bound holds
