@@ -973,13 +973,19 @@ print(json.dumps({"device": s.get("device"), "stages": {k: v.get("status") for k
 
 # ---------------------------------------------------------------- ncu (a later call)
 
-# The tensor pipe figure against ncu on the same run configuration.
-ncu_check() {
+# Unpacks the staged binaries and sets ncu_bin to Nsight Compute's ncu;
+# without one, writes the error into $out/$1 and exits 2.
+unpack_for_ncu() {
   mkdir -p "$out"
   unpack
-  local ncu_bin
   ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1 || true)
-  [[ -n "$ncu_bin" ]] || { echo '{"error": "no ncu on this machine"}' | tee "$out/tensor-pipe-vs-ncu.json"; exit 2; }
+  [[ -n "$ncu_bin" ]] || { echo '{"error": "no ncu on this machine"}' | tee "$out/$1"; exit 2; }
+}
+
+# The tensor pipe figure against ncu on the same run configuration.
+ncu_check() {
+  local ncu_bin
+  unpack_for_ncu tensor-pipe-vs-ncu.json
   local eng="$root/bin/trainbench-engine" steps=${NCU_STEPS:-6}
   local args
   read -r -a args <<<"${NCU_RUN_ARGS:---set dataset=synthetic --set model=resnet9 --set synthetic_size=4096 --set test_limit=256 --batch-size 256 --set amp=fp16 --set channels_last=true}"
@@ -1090,11 +1096,8 @@ bench_check() {
 # where the time goes, not from a guess. Two steps, each own kernel replayed
 # alone (caches flushed, clocks left alone as in our runs).
 ncu_kernels() {
-  mkdir -p "$out"
-  unpack
   local ncu_bin
-  ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1 || true)
-  [[ -n "$ncu_bin" ]] || { echo '{"error": "no ncu on this machine"}' | tee "$out/own-kernels-ncu.json"; exit 2; }
+  unpack_for_ncu own-kernels-ncu.json
   local eng="$root/bin/trainbench-engine" config=$work/ncu-kernels-config.json
   write_helper
   py all_tricks_config "$here/bench" "$config" cuda_graphs=false sync_every_step=true \

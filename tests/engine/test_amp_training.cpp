@@ -120,6 +120,18 @@ CensusPass census_pass(Backend &be, Model &m, const PrecisionPolicy &policy, con
   return p;
 }
 
+// Two 3x3 convolutions (no bias), a flatten and a linear layer with a bias,
+// on 3x8x8 inputs, 10 classes, seed 41.
+std::unique_ptr<Model> conv_linear_chain(Backend& be) {
+  auto m = std::make_unique<Model>("chain", Shape{3, 8, 8}, 10);
+  m->emplace<Conv2d>("c1", 8, 3, 1, 1, false);
+  m->emplace<Conv2d>("c2", 8, 3, 2, 1, false);
+  m->emplace<Flatten>("flatten");
+  m->emplace<Linear>("fc", 10);
+  m->build(be, 41);
+  return m;
+}
+
 PrecisionPolicy bf16_policy(AmpActivations a) {
   PrecisionPolicy p = PrecisionPolicy::from_config("bf16");
   p.activations = a;
@@ -540,15 +552,7 @@ class TestAmpTraining : public QObject {
   void lowPrecisionActivationsConvLinearChain() {
     CpuBackend& cpu = cpu_ref;
     const int64_t N = 6, K = 8 * 4 * 4;
-    auto build = [&] {
-      auto m = std::make_unique<Model>("chain", Shape{3, 8, 8}, 10);
-      m->emplace<Conv2d>("c1", 8, 3, 1, 1, false);
-      m->emplace<Conv2d>("c2", 8, 3, 2, 1, false);
-      m->emplace<Flatten>("flatten");
-      m->emplace<Linear>("fc", 10);
-      m->build(cpu, 41);
-      return m;
-    };
+    auto build = [&] { return conv_linear_chain(cpu); };
     const Tensor x = random_host({N, 3, 8, 8}, 42), dl = random_host({N, 10}, 43, 0.1);
     auto mf = build(), ml = build();
     const CensusPass f = census_pass(cpu, *mf, bf16_policy(AmpActivations::F32), x, dl);
@@ -573,15 +577,7 @@ class TestAmpTraining : public QObject {
   // linear bias too) where the per-layer path keeps each weight's.
   void modelCastsItsParametersOnce() {
     CpuBackend& cpu = cpu_ref;
-    auto build = [&] {
-      auto m = std::make_unique<Model>("chain", Shape{3, 8, 8}, 10);
-      m->emplace<Conv2d>("c1", 8, 3, 1, 1, false);
-      m->emplace<Conv2d>("c2", 8, 3, 2, 1, false);
-      m->emplace<Flatten>("flatten");
-      m->emplace<Linear>("fc", 10);
-      m->build(cpu, 41);
-      return m;
-    };
+    auto build = [&] { return conv_linear_chain(cpu); };
     const Tensor x = random_host({6, 3, 8, 8}, 42), dl = random_host({6, 10}, 43, 0.1);
     auto batched = build(), own = build();
     const auto bf16_buffer_bytes = [](const BufferCensus& c) {
