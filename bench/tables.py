@@ -415,7 +415,11 @@ def truth_cost_figures(truth, figures):
     note = "; ".join(n for n in notes if n)
     for key, field in (("measure_every", "default_cost_pct"), ("profiler", "profiler_cost_pct"),
                        ("cupti_sampling", "cupti_sampling_cost_pct")):
-        per_batch = [f"{b[field]:+.0f} % at batch {b['batch_size']}"
+        # Whole percents, but a tenth below 10 (a +1.4 % default cost is not "+1 %").
+        def pct(v):
+            digits = 0 if abs(v) >= 10 else 1
+            return f"{round(v, digits) + 0.0:+.{digits}f} %"  # + 0.0: no "-0.0"
+        per_batch = [f"{pct(b[field])} at batch {b['batch_size']}"
                      for b in c.get("batches", []) if isinstance(b.get(field), (int, float))]
         if per_batch:
             figures[key].append({"text": f"{', '.join(per_batch)} of the step ({where_})",
