@@ -380,15 +380,21 @@ class TestMetrics : public QObject {
     QVERIFY(no >= 15);
   }
 
-  // Every kernel name the H200 launched in the first GPU run (fp32, fp16,
+  // Every kernel name the H200 launched in the two GPU runs (fp32, fp16,
   // bf16, channels-last resnet18 steps; bench/results/kernel-names-*.tsv), with
   // the label our classifier gave there, judged by rules independent of the
   // classifier's: cuDNN/cuBLAS xmma kernels on f16/bf16 operands and CUTLASS
   // tensorop/wmma kernels use Tensor Cores; fp32 xmma (ffma), SIMT, sgemm,
   // FFT, Winograd, layout, reduction and our own kernels (tb::cuda) do not.
+  void classifierLabelsTheH200KernelNames_data() {
+    QTest::addColumn<QString>("file");
+    for (const char* f : {"kernel-names-h200-2026-11-26.tsv", "kernel-names-h200-2026-11-28.tsv"})
+      QTest::addRow("%s", f) << QString(f);
+  }
   void classifierLabelsTheH200KernelNames() {
+    QFETCH(QString, file);
     const std::string path =
-        std::string(TRAINBENCH_SOURCE_DIR) + "/bench/results/kernel-names-h200-2026-11-26.tsv";
+        std::string(TRAINBENCH_SOURCE_DIR) + "/bench/results/" + file.toStdString();
     std::ifstream in(path);
     QVERIFY2(in.good(), path.c_str());
     const auto has = [](const std::string& s, const char* part) {
