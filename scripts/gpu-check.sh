@@ -534,12 +534,34 @@ set_summary() { py set "$1" "$2"; }
 pack_logs() { tar -C "$root" -czf "$out/gpu-check-logs.tar.gz.tmp" logs && mv "$out/gpu-check-logs.tar.gz.tmp" "$out/gpu-check-logs.tar.gz"; }
 
 stage_wanted() { [[ -z ${GPU_CHECK_STAGES:-} || ",$GPU_CHECK_STAGES," == *",$1,"* ]]; }
-# stage_begin NAME PLANNED RESERVE: the stage's budget, min(PLANNED, time left
-# minus RESERVE kept for the stages after it); 0 when it must not run.
+# The stages in run_all's order (its priority), each with its planned seconds.
+stage_order=(suites memcheck kernels layers step-kernels accuracy bench racecheck)
+declare -A stage_planned=([suites]=120 [memcheck]=30 [kernels]=25 [layers]=25 [step-kernels]=30
+                          [accuracy]=150 [bench]=170 [racecheck]=0)
+# The planned seconds of the wanted stages after NAME.
+later_planned() {
+  local st after=0 sum=0
+  for st in "${stage_order[@]}"; do
+    (( after )) && stage_wanted "$st" && sum=$(( sum + ${stage_planned[$st]} ))
+    [[ $st == "$1" ]] && after=1
+  done
+  echo "$sum"
+}
+# stage_budget NAME PLANNED RESERVE: the stage's budget, min(PLANNED, time left
+# minus what it keeps for the stages after it: RESERVE, or less where fewer
+# are wanted (GPU_CHECK_STAGES)), but at least half of PLANNED while that much
+# is left: a call shorter than the plan (GPU_CHECK_SECONDS) cuts the later
+# stages, never the check itself (a 290 s call of 2026-11-28 left the suites
+# 0 s, every suite skipped); 0 when it must not run.
 stage_budget() {
-  local b=$2 l
-  l=$(( $(left) - $3 ))
+  local b=$2 l reserve=$3 later floor
+  later=$(later_planned "$1")
+  (( later < reserve )) && reserve=$later
+  l=$(( $(left) - reserve ))
   (( l < b )) && b=$l
+  floor=$(( $2 / 2 ))
+  (( floor > $(left) )) && floor=$(left)
+  (( b < floor )) && b=$floor
   (( b < 0 )) && b=0
   echo "$b"
 }
@@ -664,6 +686,7 @@ suites_stage() {
   t0=$(now)
   budget=$(stage_budget suites 120 330)
   slots_left=$(wc -l <"$root/gpu-slots.txt")
+  local ran=0 skipped=0
   for s in "${suites[@]}"; do
     # What is left, shared by GPU slot count (time a fast suite leaves goes
     # to the later ones), at least 30 s, at most 150 s.
@@ -673,11 +696,23 @@ suites_stage() {
     slots_left=$(( slots_left - mine ))
     (( share > 150 )) && share=150
     (( share < 30 )) && share=30
-    (( $(now) - t0 + 5 < budget )) || { set_summary "suites.$s" '{"status": "skipped: out of time"}'; continue; }
+    (( $(now) - t0 + 5 < budget )) || {
+      set_summary "suites.$s" '{"status": "skipped: out of time"}'
+      skipped=$((skipped + 1))
+      continue
+    }
     run_suite "$s" "$share"
+    ran=$((ran + 1))
     pack_logs
   done
-  stage_done suites ok "$t0"
+  # A suite not run is no evidence: say so, never "ok".
+  if (( skipped == 0 )); then
+    stage_done suites ok "$t0"
+  elif (( ran == 0 )); then
+    stage_done suites "failed: no suite run (out of time: a budget of $budget s)" "$t0"
+  else
+    stage_done suites "incomplete: $ran of $((ran + skipped)) suites run, the rest out of time" "$t0"
+  fi
 }
 
 # sanitize TOOL BUDGET: compute-sanitizer over the backend's own kernels

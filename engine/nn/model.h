@@ -56,7 +56,11 @@ class Model {
 
   // Logits (N, num_classes). Releases what the last pass's layers saved
   // first, so a new pass (or an evaluation) reuses their transient blocks.
-  Tensor forward(Context& ctx, const Tensor& x);
+  // `each`, when given, runs each layer in forward_layer's place (a trace's
+  // spans, anomaly checks around it; it calls forward_layer itself), inside
+  // the same pass (scratch, the parameters cast once under amp).
+  using LayerForward = std::function<Tensor(Layer& layer, const Tensor& input)>;
+  Tensor forward(Context& ctx, const Tensor& x, const LayerForward& each = {});
   void backward(Context& ctx, const Tensor& dlogits);
   // Every layer's release_saved (layer.h).
   void release_saved();

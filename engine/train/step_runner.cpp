@@ -54,20 +54,18 @@ constexpr int kGraphWarmup = 3;  // eager steps before the first capture (cuda_g
 // With a trace, every layer's forward is a span.
 Tensor forward(StepContext& s, const Tensor& x, int64_t step) {
   if (!s.c.anomaly_check && !s.trace) return s.model.forward(s.ctx, x);
-  s.model.release_saved();  // as Model::forward does
-  const ScratchScope scratch = pass_scratch(s.ctx);
-  Tensor h = x;
-  for (const auto& layer : s.model.layers()) {
+  return s.model.forward(s.ctx, x, [&](Layer& layer, const Tensor& in) {
+    Tensor h;
     {
-      TraceSpan span(s.trace, layer->name(), "forward");
-      h = forward_layer(s.ctx, *layer, h);
+      TraceSpan span(s.trace, layer.name(), "forward");
+      h = forward_layer(s.ctx, layer, in);
     }
     if (s.c.anomaly_check)  // f16/bf16 activations widened for the f32 sum
       TB_CHECK(std::isfinite(optimizer::sum_squares(
                    s.be, amp::is_low_precision(h.dtype()) ? amp::cast_to(s.be, h, DType::F32) : h)),
-               "anomaly_check: layer '", layer->name(), "' produced NaN or Inf at step ", step);
-  }
-  return h;
+               "anomaly_check: layer '", layer.name(), "' produced NaN or Inf at step ", step);
+    return h;
+  });
 }
 
 // The same order as Model::backward, one span per layer when tracing. With
